@@ -1,0 +1,22 @@
+/**
+ * Project-root paths that work from `bench/` (tsx-free) and from `dist/bench/` (compiled).
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The project root: the nearest ancestor of this file holding package.json. */
+export const PROJECT_ROOT = (() => {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(path.join(dir, 'package.json'))) {
+    const up = path.dirname(dir);
+    if (up === dir) throw new Error('package.json not found above bench/');
+    dir = up;
+  }
+  return dir;
+})();
+
+/** Absolute path of a project-relative path. */
+export function projectPath(relative: string): string {
+  return path.join(PROJECT_ROOT, relative);
+}

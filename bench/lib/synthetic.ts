@@ -1,0 +1,76 @@
+/**
+ * Seeded synthetic candidates for benchmarks (fixed seed ⇒ the same shapes every run).
+ */
+import { type EstimateKind, estimateTokens } from '../../src/budget/estimate.js';
+import { interimScore } from '../../src/ranking/score.js';
+
+/** mulberry32: a tiny seeded PRNG, enough for reproducible shapes (not for anything secret). */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const ALPHABET = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789 .,;:!?<>&"\'中文日本語😀';
+
+/** Random text of `length` characters from a mixed alphabet (ASCII, markup characters, CJK, emoji). */
+export function randomText(rand: () => number, length: number): string {
+  const chars = Array.from(ALPHABET);
+  let s = '';
+  for (let i = 0; i < length; i++) s += chars[Math.floor(rand() * chars.length)];
+  return s;
+}
+
+/** One synthetic candidate. */
+export interface SyntheticCandidate {
+  memory_id: string;
+  content: string;
+  category: string;
+  similarity: number;
+  confidence: number;
+  rank: number;
+  source: string;
+}
+
+const CATEGORIES = ['procedural', 'factual', 'preference', 'behavioral', 'episodic', 'other'];
+
+/** `n` candidates with contents of `minChars`..`maxChars` characters. */
+export function syntheticCandidates(
+  seed: number,
+  n: number,
+  minChars = 40,
+  maxChars = 4000,
+): SyntheticCandidate[] {
+  const rand = seededRandom(seed);
+  return Array.from({ length: n }, (_, i) => {
+    const hex = Math.floor(rand() * 2 ** 32)
+      .toString(16)
+      .padStart(8, '0');
+    return {
+      memory_id: `${hex}-0000-4000-8000-${String(i).padStart(12, '0')}`,
+      content: randomText(rand, minChars + Math.floor(rand() * (maxChars - minChars + 1))),
+      category: CATEGORIES[Math.floor(rand() * CATEGORIES.length)]!,
+      similarity: Math.round(rand() * 1000) / 1000,
+      confidence: Math.round(rand() * 1000) / 1000,
+      rank: i + 1,
+      source: 'vector',
+    };
+  });
+}
+
+/** Columns the packer takes, from candidates and an estimate kind. */
+export function packColumns(candidates: readonly SyntheticCandidate[], kind: EstimateKind) {
+  const n = candidates.length;
+  const scores = new Float64Array(n);
+  const tokens = new Int32Array(n);
+  candidates.forEach((c, i) => {
+    scores[i] = interimScore(c.similarity, c.confidence);
+    tokens[i] = estimateTokens(c.content, kind);
+  });
+  return { ids: candidates.map((c) => c.memory_id), scores, tokens };
+}

@@ -1,0 +1,121 @@
+/**
+ * BudgetCalculator (SPEC §6): how many tokens are left for memories once every fixed part of the prompt
+ * is reserved, and what each memory's wrapped block costs.
+ */
+import { escapedLength } from '../format/escape.js';
+import { safetySentence } from '../format/formatter.js';
+import { nonceLength } from '../format/nonce.js';
+import type { ChatMessage } from '../types.js';
+import type { ResolvedModel } from './catalog.js';
+import { codePointLength, type EstimateKind, estimateFromLength, estimateTokens } from './estimate.js';
+
+/** Budget below this many tokens is `is_constrained`. */
+export const CONSTRAINED_BELOW = 256;
+
+/** TokenBudget of SPEC §6; every count in tokens of `estimate_kind`. */
+export interface TokenBudget {
+  context_window: number;
+  response_reserve: number;
+  safety_buffer: number;
+  usable_budget: number;
+  directive_tokens: number;
+  messages_tokens: number;
+  tool_schemas_tokens: number;
+  formatter_overhead_tokens: number;
+  is_constrained: boolean;
+  estimate_kind: EstimateKind;
+}
+
+/** What the budget is computed from. */
+export interface BudgetInput {
+  model: ResolvedModel;
+  /** Raw directive text (null = none). */
+  directive: string | null;
+  recentMessages: readonly ChatMessage[];
+  toolSchemas: readonly string[];
+  /** Nonce entropy in bytes (1..64). */
+  nonceBytes: number;
+  /** Request's available_tokens; used only when 0 < available_tokens < usable_budget. */
+  availableTokens?: number;
+}
+
+/** response_reserve = max(500, min(trunc(0.15 × window), max_output, 4096)) tokens. */
+export function responseReserve(contextWindow: number, maxOutputTokens: number): number {
+  return Math.max(500, Math.min(Math.trunc(0.15 * contextWindow), maxOutputTokens, 4096));
+}
+
+/** History text: `<role>: <content>` lines with raw role and content, joined by `\n` (SPEC §5). */
+export function historyText(messages: readonly ChatMessage[]): string {
+  return messages.map((m) => `${m.role}: ${m.content}`).join('\n');
+}
+
+/**
+ * Computes the TokenBudget (SPEC §6).
+ * @returns budget fields; `usable_budget` is clamped at 0 and capped by `availableTokens`.
+ */
+export function calculateBudget(input: BudgetInput): TokenBudget {
+  const { model, policy } = input.model;
+  const kind = policy.estimate_kind;
+  const window = model.context_window;
+  const reserve = responseReserve(window, model.max_output_tokens);
+  const safety = Math.trunc(window * policy.safety_buffer_fraction);
+  const directive = input.directive ?? '';
+  const directiveTokens = estimateTokens(directive, kind);
+  const messagesTokens =
+    input.recentMessages.length > 0 ? estimateTokens(historyText(input.recentMessages), kind) : 0;
+  const tools = input.toolSchemas.filter((s) => s.trim() !== '');
+  const toolTokens = estimateTokens(tools.join('\n'), kind);
+
+  const hasDirective = directive.trim() !== '';
+  const sections =
+    (hasDirective ? 1 : 0) + (input.recentMessages.length > 0 ? 1 : 0) + 1 + (tools.length > 0 ? 1 : 0);
+  let overheadText = '';
+  if (hasDirective) overheadText += `\n${safetySentence('n'.repeat(nonceLength(input.nonceBytes)))}`;
+  overheadText += '\n\n'.repeat(Math.min(3, Math.max(0, sections - 1)));
+  const overheadTokens = estimateTokens(overheadText, kind);
+
+  let usable = Math.max(
+    0,
+    window - reserve - safety - directiveTokens - messagesTokens - toolTokens - overheadTokens,
+  );
+  const available = input.availableTokens ?? 0;
+  if (available > 0 && available < usable) usable = available;
+  return {
+    context_window: window,
+    response_reserve: reserve,
+    safety_buffer: safety,
+    usable_budget: usable,
+    directive_tokens: directiveTokens,
+    messages_tokens: messagesTokens,
+    tool_schemas_tokens: toolTokens,
+    formatter_overhead_tokens: overheadTokens,
+    is_constrained: usable < CONSTRAINED_BELOW,
+    estimate_kind: kind,
+  };
+}
+
+const OPEN_PREFIX = '<ibex_memory nonce="'.length;
+const OPEN_ID = '" id="'.length;
+const OPEN_CATEGORY = '" category="'.length;
+// `">` + `\n` after the open tag, `\n` + `</ibex_memory>` after the body, and the `\n` joining blocks.
+const BLOCK_FIXED = OPEN_PREFIX + OPEN_ID + OPEN_CATEGORY + 2 + 1 + 1 + '</ibex_memory>'.length + 1;
+
+/**
+ * Cost in tokens of one memory's whole wrapped block as the formatter writes it, plus the `\n` that joins
+ * it to the next block (SPEC §6: the packer charges this so the output invariant holds). Estimates are
+ * subadditive, so the sum of block costs bounds the estimate of the memories section.
+ * @param nonceChars length of the nonce (base64url, nothing to escape).
+ */
+export function wrappedBlockTokens(
+  memory: { memory_id: string; category: string; content: string },
+  nonceChars: number,
+  kind: EstimateKind,
+): number {
+  const length =
+    BLOCK_FIXED +
+    nonceChars +
+    escapedLength(memory.memory_id, codePointLength(memory.memory_id), true) +
+    escapedLength(memory.category, codePointLength(memory.category), true) +
+    escapedLength(memory.content, codePointLength(memory.content));
+  return estimateFromLength(length, kind);
+}

@@ -1,0 +1,121 @@
+/**
+ * Model capability catalog and tokenizer-family policies (SPEC §5, ADR-0067). The built-in catalog ships
+ * with the package; an override file of the same schema can add or replace models and families.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { Errors } from '../errors.js';
+import builtin from './catalog.json' with { type: 'json' };
+import type { EstimateKind } from './estimate.js';
+
+const modelSchema = z.object({
+  model_id: z.string().trim().min(1),
+  provider: z.string(),
+  context_window: z.number().int().positive(),
+  max_output_tokens: z.number().int().positive(),
+  supports_tools: z.boolean(),
+  supports_vision: z.boolean(),
+  supports_streaming: z.boolean(),
+  tokenizer_family: z.string().min(1),
+});
+
+const familySchema = z.object({
+  tokenizer_family: z.string().min(1),
+  estimate_kind: z.enum(['chars_div_4', 'runes_div_3_5']),
+  safety_buffer_fraction: z.number().min(0).max(1),
+});
+
+/** Catalog file schema (schema_version 1). */
+export const catalogFileSchema = z.object({
+  schema_version: z.literal(1),
+  models: z.array(modelSchema),
+  families: z.array(familySchema).default([]),
+});
+
+/** One model row. Windows and outputs in tokens. */
+export type ModelCapability = z.infer<typeof modelSchema>;
+
+/** One tokenizer family's policy. */
+export interface FamilyPolicy {
+  tokenizer_family: string;
+  estimate_kind: EstimateKind;
+  /** Fraction of the context window kept as safety buffer, in [0,1]. */
+  safety_buffer_fraction: number;
+}
+
+/** A model together with its family policy. */
+export interface ResolvedModel {
+  model: ModelCapability;
+  policy: FamilyPolicy;
+}
+
+/** Immutable catalog with model lookup. */
+export class CapabilityCatalog {
+  private readonly models: Map<string, ModelCapability>;
+  private readonly families: Map<string, FamilyPolicy>;
+
+  private constructor(models: Map<string, ModelCapability>, families: Map<string, FamilyPolicy>) {
+    this.models = models;
+    this.families = families;
+  }
+
+  /**
+   * Builds the catalog: built-in rows, then each override's rows replacing by id.
+   * @throws IbexError `IBEX_ERR_CATALOG` on a schema error or a model whose family is unknown to it
+   *   (models fall back to the `unknown` family only when the family is literally `unknown`).
+   */
+  static create(overrides: unknown[] = []): CapabilityCatalog {
+    const models = new Map<string, ModelCapability>();
+    const families = new Map<string, FamilyPolicy>();
+    for (const raw of [builtin, ...overrides]) {
+      const parsed = catalogFileSchema.safeParse(raw);
+      if (!parsed.success) {
+        const issue = parsed.error.issues[0];
+        throw Errors.catalog(`${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`);
+      }
+      for (const f of parsed.data.families) families.set(f.tokenizer_family, f);
+      for (const m of parsed.data.models) models.set(m.model_id, { ...m, model_id: m.model_id });
+    }
+    for (const m of models.values()) {
+      if (!families.has(m.tokenizer_family)) {
+        throw Errors.catalog(`model ${m.model_id} names unknown tokenizer_family ${m.tokenizer_family}`);
+      }
+    }
+    return new CapabilityCatalog(models, families);
+  }
+
+  /**
+   * Loads the built-in catalog plus an optional override file (IBEX_CONTEXT_CATALOG_FILE).
+   * @throws IbexError `IBEX_ERR_CATALOG` when the file cannot be read or parsed.
+   */
+  static load(overrideFile = ''): CapabilityCatalog {
+    if (overrideFile.trim() === '') return CapabilityCatalog.create();
+    let raw: unknown;
+    try {
+      raw = JSON.parse(readFileSync(overrideFile, 'utf8'));
+    } catch (err) {
+      throw Errors.catalog(`cannot read ${overrideFile}`, err);
+    }
+    return CapabilityCatalog.create([raw]);
+  }
+
+  /**
+   * Looks a model up; the name is trimmed and case-sensitive (SPEC §5).
+   * @throws IbexError `IBEX_ERR_UNKNOWN_MODEL` (`unknown model '<model>'`), mapped to INVALID_ARGUMENT.
+   */
+  resolve(modelName: string): ResolvedModel {
+    const model = this.models.get(modelName.trim());
+    if (!model) throw Errors.unknownModel(modelName.trim());
+    return { model, policy: this.family(model.tokenizer_family) };
+  }
+
+  /** Policy of a tokenizer family; unknown families get the `unknown` policy. */
+  family(name: string): FamilyPolicy {
+    return this.families.get(name) ?? (this.families.get('unknown') as FamilyPolicy);
+  }
+
+  /** Model ids in catalog order. */
+  modelIds(): string[] {
+    return [...this.models.keys()];
+  }
+}

@@ -1,0 +1,65 @@
+/**
+ * Token estimation on Unicode code points (SPEC §5, ADR-0067). Estimates, not tokenizer output.
+ */
+import { Errors } from '../errors.js';
+
+/** The two estimate kinds of SPEC §5. */
+export type EstimateKind = 'chars_div_4' | 'runes_div_3_5';
+
+/**
+ * Number of Unicode code points in `text` (not UTF-16 units). A lone surrogate counts as one code point,
+ * as Python's `len` counts it.
+ */
+export function codePointLength(text: string): number {
+  const n = text.length;
+  let pairs = 0;
+  for (let i = 0; i < n - 1; i++) {
+    const c = text.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        pairs++;
+        i++;
+      }
+    }
+  }
+  return n - pairs;
+}
+
+/**
+ * Estimate from a code-point length L: `chars_div_4` = ceil(L/4); `runes_div_3_5` = floor((2L+6)/7);
+ * 0 when L = 0 (SPEC §5). Both are subadditive, which the budget invariant relies on.
+ */
+export function estimateFromLength(length: number, kind: EstimateKind): number {
+  if (length <= 0) return 0;
+  return kind === 'chars_div_4' ? Math.ceil(length / 4) : Math.floor((2 * length + 6) / 7);
+}
+
+/** Estimated tokens of `text` under `kind`. */
+export function estimateTokens(text: string, kind: EstimateKind): number {
+  return estimateFromLength(codePointLength(text), kind);
+}
+
+/** A token count tagged with the estimate kind it was made with. */
+export interface TokenCount {
+  readonly tokens: number;
+  readonly kind: EstimateKind;
+}
+
+/** Estimate `text` as a tagged {@link TokenCount}. */
+export function countTokens(text: string, kind: EstimateKind): TokenCount {
+  return { tokens: estimateTokens(text, kind), kind };
+}
+
+/**
+ * Sums tagged counts. Every count of one assembly uses one policy (SPEC §5).
+ * @throws IbexError `IBEX_ERR_ESTIMATE_KIND_MISMATCH` when the kinds differ — never a silent sum.
+ */
+export function addCounts(first: TokenCount, ...rest: TokenCount[]): TokenCount {
+  let tokens = first.tokens;
+  for (const c of rest) {
+    if (c.kind !== first.kind) throw Errors.estimateKindMismatch(first.kind, c.kind);
+    tokens += c.tokens;
+  }
+  return { tokens, kind: first.kind };
+}

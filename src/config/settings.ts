@@ -1,0 +1,215 @@
+/**
+ * Service settings from the environment (SPEC §3), parsed and validated once with zod. Any invalid
+ * setting stops start-up with an error naming the variable. For variables with aliases the first
+ * name that is set wins.
+ */
+import os from 'node:os';
+import { z } from 'zod';
+import { Errors } from '../errors.js';
+import { timeoutMsSchema } from './timeout.js';
+
+/** Validated settings. Durations in ms, sizes as stated. */
+export interface Settings {
+  /** Outer retrieval budget (ms); also the default request deadline. IBEX_CONTEXT_TIMEOUT. */
+  timeoutMs: number;
+  /** Server retrieval wall (ms). IBEX_CONTEXT_DEADLINE_MS. */
+  deadlineMs: number;
+  /** Effective wall = min(timeoutMs, deadlineMs), ms. */
+  wallMs: number;
+  directiveTimeoutMs: number;
+  hotTimeoutMs: number;
+  coldTimeoutMs: number;
+  /** Memory service origin; "" = embedded store. */
+  memoryBaseUrl: string;
+  /** Bearer token for the memory service; secret, never logged. */
+  memoryApiToken: string;
+  /** Redis URL of the directive store; "" = embedded directive store. */
+  redisUrl: string;
+  grpcAddr: string;
+  adminAddr: string;
+  /** DP table ceiling in cells (SPEC §8 step 4). */
+  dpCellCeiling: number;
+  /** Greedy fallback consecutive-skip limit. */
+  maxConsecutiveSkips: number;
+  /** Nonce entropy in bytes, 1..64. */
+  nonceBytes: number;
+  /** Optional capability-catalog override file (same schema as the built-in one). */
+  catalogFile: string;
+  /** Embedded SQLite store path. */
+  embeddedDb: string;
+  pool: PoolSettings;
+  /** Grace period for in-flight calls on SIGTERM, ms. */
+  shutdownGraceMs: number;
+  /** Time reserved for the CPU stage inside the request deadline, ms. */
+  cpuStageReserveMs: number;
+  /** Max inbound gRPC message size, bytes. */
+  maxReceiveMessageBytes: number;
+  /** Max inbound metadata size, bytes. */
+  maxMetadataBytes: number;
+  auth: AuthSettings;
+  logLevel: string;
+}
+
+/** Piscina pool options (issue: worker pool). */
+export interface PoolSettings {
+  minThreads: number;
+  maxThreads: number;
+  /** Max queued tasks before immediate rejection. */
+  maxQueue: number;
+  idleTimeoutMs: number;
+  /** Worker heap limit (resourceLimits.maxOldGenerationSizeMb). */
+  maxOldGenerationMb: number;
+}
+
+/** Caller authentication at the gRPC boundary. */
+export interface AuthSettings {
+  tlsCert: string;
+  tlsKey: string;
+  tlsClientCa: string;
+  tokensFile: string;
+  allowInsecure: boolean;
+}
+
+type Env = Record<string, string | undefined>;
+
+function pick(env: Env, names: readonly string[]): { name: string; value: string | undefined } {
+  for (const name of names) {
+    const value = env[name];
+    if (value !== undefined) return { name, value };
+  }
+  return { name: names[0]!, value: undefined };
+}
+
+function parseWith<T>(schema: z.ZodType<T>, env: Env, names: readonly string[], fallback: T): T {
+  const { name, value } = pick(env, names);
+  if (value === undefined) return fallback;
+  const result = schema.safeParse(value);
+  if (!result.success) throw Errors.config(name, result.error.issues[0]?.message ?? 'invalid value');
+  return result.data;
+}
+
+const intText = (min: number, max = Number.MAX_SAFE_INTEGER) =>
+  z
+    .string()
+    .trim()
+    .regex(/^[+-]?\d+$/, 'must be an integer')
+    .transform(Number)
+    .pipe(z.number().int().min(min, `must be ≥ ${min}`).max(max, `must be ≤ ${max}`));
+
+const boolText = z
+  .string()
+  .trim()
+  .toLowerCase()
+  .pipe(z.enum(['true', 'false', '1', '0', 'yes', 'no', '']))
+  .transform((v) => v === 'true' || v === '1' || v === 'yes');
+
+const addrText = z
+  .string()
+  .trim()
+  .regex(/^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'must be host:port');
+
+const urlText = z
+  .string()
+  .trim()
+  .refine((v) => v === '' || URL.canParse(v), 'must be a URL or blank');
+
+const text = z.string();
+
+/** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
+export const DEFAULT_DP_CELL_CEILING = 437_570;
+/** Default greedy skip limit (SPEC §3). */
+export const DEFAULT_MAX_CONSECUTIVE_SKIPS = 5;
+/** Default nonce entropy in bytes (SPEC §3). */
+export const DEFAULT_NONCE_BYTES = 16;
+
+/**
+ * Reads and validates every setting.
+ * @param env defaults to `process.env`.
+ * @throws IbexError `IBEX_ERR_CONFIG` whose message starts with the variable's name.
+ */
+export function loadSettings(env: Env = process.env): Settings {
+  const timeoutMs = parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_TIMEOUT', 'IBEX_CONTEXT_TIMEOUT_MS'], 45);
+  const deadlineMs = parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_DEADLINE_MS'], 40);
+  const parallelism = os.availableParallelism();
+  const maxThreads = parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POOL_MAX_THREADS'], parallelism);
+  const minThreads = parseWith(
+    intText(0, 256),
+    env,
+    ['IBEX_CONTEXT_POOL_MIN_THREADS'],
+    Math.min(maxThreads, parallelism),
+  );
+  if (minThreads > maxThreads) {
+    throw Errors.config(
+      'IBEX_CONTEXT_POOL_MIN_THREADS',
+      `must be ≤ IBEX_CONTEXT_POOL_MAX_THREADS (${maxThreads})`,
+    );
+  }
+  const memoryBaseUrl = parseWith(urlText, env, ['IBEX_CONTEXT_MEMORY_BASE_URL', 'MEMORY_BASE_URL'], '');
+  const memoryApiToken = parseWith(text, env, ['IBEX_CONTEXT_MEMORY_API_TOKEN', 'MEMORY_API_TOKEN'], '');
+  if (memoryBaseUrl !== '' && memoryApiToken.trim() === '') {
+    throw Errors.config('IBEX_CONTEXT_MEMORY_API_TOKEN', 'required when IBEX_CONTEXT_MEMORY_BASE_URL is set');
+  }
+  const settings: Settings = {
+    timeoutMs,
+    deadlineMs,
+    wallMs: Math.min(timeoutMs, deadlineMs),
+    directiveTimeoutMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS'], 5),
+    hotTimeoutMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_HOT_TIMEOUT_MS'], 15),
+    coldTimeoutMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_COLD_TIMEOUT_MS'], 45),
+    memoryBaseUrl: memoryBaseUrl.replace(/\/+$/, ''),
+    memoryApiToken,
+    redisUrl: parseWith(urlText, env, ['IBEX_CONTEXT_REDIS_URL', 'REDIS_URL'], ''),
+    grpcAddr: parseWith(addrText, env, ['IBEX_CONTEXT_GRPC_ADDR'], '127.0.0.1:9092'),
+    adminAddr: parseWith(addrText, env, ['IBEX_CONTEXT_ADMIN_ADDR'], '127.0.0.1:9464'),
+    dpCellCeiling: parseWith(
+      intText(1),
+      env,
+      ['IBEX_CONTEXT_PACKER_DP_CELL_CEILING'],
+      DEFAULT_DP_CELL_CEILING,
+    ),
+    maxConsecutiveSkips: parseWith(
+      intText(0),
+      env,
+      ['IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS'],
+      DEFAULT_MAX_CONSECUTIVE_SKIPS,
+    ),
+    nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
+    catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
+    embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
+    pool: {
+      minThreads,
+      maxThreads,
+      maxQueue: parseWith(intText(0), env, ['IBEX_CONTEXT_POOL_MAX_QUEUE'], maxThreads * 64),
+      idleTimeoutMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_POOL_IDLE_TIMEOUT_MS'], 30_000),
+      maxOldGenerationMb: parseWith(
+        intText(16, 65_536),
+        env,
+        ['IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB'],
+        256,
+      ),
+    },
+    shutdownGraceMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_SHUTDOWN_GRACE_MS'], 10_000),
+    cpuStageReserveMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_CPU_STAGE_RESERVE_MS'], 5),
+    maxReceiveMessageBytes: parseWith(
+      intText(1024),
+      env,
+      ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
+      4 * 1024 * 1024,
+    ),
+    maxMetadataBytes: parseWith(intText(1024), env, ['IBEX_CONTEXT_MAX_METADATA_BYTES'], 16 * 1024),
+    auth: {
+      tlsCert: parseWith(text, env, ['IBEX_CONTEXT_TLS_CERT'], ''),
+      tlsKey: parseWith(text, env, ['IBEX_CONTEXT_TLS_KEY'], ''),
+      tlsClientCa: parseWith(text, env, ['IBEX_CONTEXT_TLS_CLIENT_CA'], ''),
+      tokensFile: parseWith(text, env, ['IBEX_CONTEXT_AUTH_TOKENS_FILE'], ''),
+      allowInsecure: parseWith(boolText, env, ['IBEX_CONTEXT_ALLOW_INSECURE'], false),
+    },
+    logLevel: parseWith(
+      z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+      env,
+      ['IBEX_CONTEXT_LOG_LEVEL'],
+      'info',
+    ),
+  };
+  return settings;
+}

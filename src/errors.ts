@@ -1,0 +1,90 @@
+/**
+ * One place for every error the service raises (the fastify / undici pattern): a base class with a
+ * stable `code`, small factories, and one table mapping codes to gRPC status codes.
+ * Callers branch on `code`, never on message text.
+ */
+import { status } from '@grpc/grpc-js';
+
+/** Stable error codes, grouped by area. */
+export type IbexErrorCode =
+  | 'IBEX_ERR_INVALID_ARGUMENT'
+  | 'IBEX_ERR_UNKNOWN_MODEL'
+  | 'IBEX_ERR_ESTIMATE_KIND_MISMATCH'
+  | 'IBEX_ERR_CONFIG'
+  | 'IBEX_ERR_CATALOG'
+  | 'IBEX_ERR_BUDGET_EXCEEDED'
+  | 'IBEX_ERR_POOL_SATURATED'
+  | 'IBEX_ERR_POOL_DEADLINE'
+  | 'IBEX_ERR_POOL_TASK_FAILED'
+  | 'IBEX_ERR_UNAUTHENTICATED'
+  | 'IBEX_ERR_PERMISSION_DENIED'
+  | 'IBEX_ERR_INTERNAL';
+
+/** Base class of every error this service raises; `cause` is kept. */
+export class IbexError extends Error {
+  readonly code: IbexErrorCode;
+  /** For validation errors: the field (or variable) the message names. */
+  readonly field: string | undefined;
+  constructor(code: IbexErrorCode, message: string, options?: { cause?: unknown; field?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'IbexError';
+    this.code = code;
+    this.field = options?.field;
+  }
+}
+
+/** gRPC status for each error code (SPEC §11: client errors are INVALID_ARGUMENT, bugs INTERNAL). */
+export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
+  IBEX_ERR_INVALID_ARGUMENT: status.INVALID_ARGUMENT,
+  IBEX_ERR_UNKNOWN_MODEL: status.INVALID_ARGUMENT,
+  IBEX_ERR_ESTIMATE_KIND_MISMATCH: status.INTERNAL,
+  IBEX_ERR_CONFIG: status.INTERNAL,
+  IBEX_ERR_CATALOG: status.INTERNAL,
+  IBEX_ERR_BUDGET_EXCEEDED: status.INTERNAL,
+  IBEX_ERR_POOL_SATURATED: status.RESOURCE_EXHAUSTED,
+  IBEX_ERR_POOL_DEADLINE: status.DEADLINE_EXCEEDED,
+  IBEX_ERR_POOL_TASK_FAILED: status.INTERNAL,
+  IBEX_ERR_UNAUTHENTICATED: status.UNAUTHENTICATED,
+  IBEX_ERR_PERMISSION_DENIED: status.PERMISSION_DENIED,
+  IBEX_ERR_INTERNAL: status.INTERNAL,
+};
+
+/** Factories: the only way errors are built, so messages stay the SPEC's exact strings. */
+export const Errors = {
+  /** SPEC §11 validation failure; `message` is the exact detail string. */
+  invalidArgument: (field: string, message: string) =>
+    new IbexError('IBEX_ERR_INVALID_ARGUMENT', message, { field }),
+  /** SPEC §5: `unknown model '<model>'`. */
+  unknownModel: (model: string) =>
+    new IbexError('IBEX_ERR_UNKNOWN_MODEL', `unknown model '${model}'`, { field: 'model' }),
+  /** SPEC §5: two counts of different estimate kinds must never be summed. */
+  estimateKindMismatch: (a: string, b: string) =>
+    new IbexError('IBEX_ERR_ESTIMATE_KIND_MISMATCH', `cannot combine token counts of kinds ${a} and ${b}`),
+  /** SPEC §3: an invalid setting stops start-up; the message names the variable. */
+  config: (variable: string, reason: string) =>
+    new IbexError('IBEX_ERR_CONFIG', `${variable}: ${reason}`, { field: variable }),
+  catalog: (reason: string, cause?: unknown) =>
+    new IbexError('IBEX_ERR_CATALOG', `capability catalog: ${reason}`, { cause }),
+  /** SPEC §8 step 9: total_tokens > budget is an internal error. */
+  budgetExceeded: (total: number, budget: number) =>
+    new IbexError('IBEX_ERR_BUDGET_EXCEEDED', `packer selected ${total} tokens over a budget of ${budget}`),
+  poolSaturated: () => new IbexError('IBEX_ERR_POOL_SATURATED', 'worker pool queue is full'),
+  poolDeadline: (cause?: unknown) =>
+    new IbexError('IBEX_ERR_POOL_DEADLINE', 'CPU stage could not finish before the deadline', { cause }),
+  poolTaskFailed: (cause: unknown) =>
+    new IbexError(
+      'IBEX_ERR_POOL_TASK_FAILED',
+      `worker task failed: ${String((cause as Error)?.message ?? cause)}`,
+      {
+        cause,
+      },
+    ),
+  unauthenticated: (reason: string) => new IbexError('IBEX_ERR_UNAUTHENTICATED', reason),
+  permissionDenied: (reason: string) => new IbexError('IBEX_ERR_PERMISSION_DENIED', reason),
+  internal: (reason: string, cause?: unknown) => new IbexError('IBEX_ERR_INTERNAL', reason, { cause }),
+} as const;
+
+/** True for an {@link IbexError} with the given code. */
+export function isIbexError(err: unknown, code?: IbexErrorCode): err is IbexError {
+  return err instanceof IbexError && (code === undefined || err.code === code);
+}

@@ -1,0 +1,476 @@
+/**
+ * The packer: 0/1 knapsack of candidates under the usable budget (SPEC §8, ADR-0069).
+ *
+ * The ADR-0069 algorithm (16-token buckets, floor weights, strict-improvement DP, repair, refill, local
+ * improvement) always runs and decides the path. On the DP path the packer may then refine its answer as
+ * SPEC §8 allows: a second, finer table with rounded-up weights (so its selection always fits exactly), and
+ * plain refill-from-empty; the best of these wins only when it is strictly better, so the result is never
+ * below ADR-0069's and equals it whenever ADR-0069 is already optimal.
+ *
+ * Everything runs on typed arrays with scratch buffers reused across calls: no per-cell allocation.
+ */
+import { Errors } from '../errors.js';
+import { compareCodePoints } from '../format/code-point-order.js';
+
+/** DP capacity unit in tokens (ADR-0069). */
+export const BUCKET_TOKENS = 16;
+
+/**
+ * Default ceiling of the refinement table (cells). Small budgets, where 16-token floor weights strand most
+ * of the budget, get an exact or near-exact table well under it; large tables stay cheap (bench:pack).
+ */
+export const DEFAULT_REFINE_CELL_CEILING = 32_768;
+
+/** Why the greedy path ran. */
+export type GreedyReason = 'cell_ceiling' | 'deadline';
+
+/** Packer input: one entry per candidate, in any order. */
+export interface PackInput {
+  /** memory_id per candidate (canonical tie-break, code-point order). */
+  ids: readonly string[];
+  /** Interim score per candidate (float64). */
+  scores: Float64Array;
+  /** Token cost per candidate (≥ 0): raw content estimate (vectors) or wrapped block cost (assembly). */
+  tokens: Int32Array;
+  /** Usable budget in tokens. */
+  budget: number;
+  /** Largest DP table in cells, n × (buckets + 1) (SPEC §3). */
+  dpCellCeiling: number;
+  /** Greedy fallback's consecutive-skip limit (SPEC §3). */
+  maxConsecutiveSkips: number;
+  /**
+   * Absolute deadline on the epoch clock (`performance.timeOrigin + performance.now()`, ms). The DP checks
+   * it between rows and finishes on the greedy path when it is nearly spent.
+   */
+  deadline?: number;
+  /** How long before the deadline the DP gives up (ms); default 0.25. */
+  deadlineMarginMs?: number;
+  /**
+   * Ceiling in cells of the refinement table; default min(dpCellCeiling, {@link DEFAULT_REFINE_CELL_CEILING}).
+   * 0 disables refinement (ADR-0069 plus refill-from-empty only).
+   */
+  refineCellCeiling?: number;
+}
+
+/** Packer output (SPEC §8 step 9). */
+export interface PackResult {
+  /** Selected candidate indices (into the input arrays) in output order: canonical order. */
+  selected: Int32Array;
+  /** Indices of unselected candidates in canonical order (`budget` exclusion). */
+  excluded: Int32Array;
+  /** Exact token sum of the selection (≤ budget). */
+  total_tokens: number;
+  /** float64 sum of selected scores in output order. */
+  total_score: number;
+  skipped_count: number;
+  was_budget_reached: boolean;
+  path: 'dp' | 'greedy';
+  /** Set when path is `greedy`. */
+  greedy_reason: GreedyReason | null;
+  candidates_evaluated: number;
+  /** n × (buckets + 1) with 16-token buckets: the size that decided the path. */
+  cells: number;
+  buckets: number;
+  /** Which answer won on the DP path: `adr0069`, `refined` or `refill`; `greedy`/`trivial` otherwise. */
+  source: 'adr0069' | 'refined' | 'refill' | 'greedy' | 'trivial';
+}
+
+/** Thrown inside the DP when the deadline is nearly spent; never escapes {@link pack}. */
+class DeadlineReached extends Error {}
+
+// Scratch reused across calls (one packer per thread, calls never interleave).
+let bestRow = new Float64Array(0);
+let keepTable = new Uint8Array(0);
+let rowMeta = new Int32Array(0);
+
+function ensureScratch(capacity: number, cells: number, rows: number): void {
+  if (bestRow.length < capacity + 1) bestRow = new Float64Array(Math.max(capacity + 1, bestRow.length * 2));
+  if (keepTable.length < cells) keepTable = new Uint8Array(Math.max(cells, keepTable.length * 2));
+  if (rowMeta.length < rows * 3) rowMeta = new Int32Array(Math.max(rows * 3, rowMeta.length * 2));
+}
+
+const epochNow = (): number => performance.timeOrigin + performance.now();
+
+/**
+ * Bucketed 0/1 knapsack over items already in canonical order.
+ *
+ * Same recurrence as ADR-0069 (take at c iff best[c − w] + v > best[c], strict; backtrack from the last
+ * item at full capacity), computed only on cells that can matter: a row's capacities above the prefix
+ * weight sum all equal its value at that sum, and capacities the backtrack can never reach (below
+ * capacity − remaining weight) are skipped. Every visited cell holds exactly the value the full table would.
+ *
+ * @param weights bucket weights per canonical position
+ * @param values scores per canonical position
+ * @param capacity table capacity in buckets
+ * @param out 1 at selected canonical positions (overwritten)
+ * @returns cells computed
+ * @throws DeadlineReached when `deadline` passes between rows
+ */
+function knapsack(
+  weights: Int32Array,
+  values: Float64Array,
+  capacity: number,
+  out: Uint8Array,
+  deadline: number,
+): number {
+  const n = weights.length;
+  // suffix[i] = takeable weight of items i..n-1 (capped so sums cannot overflow).
+  const suffix = new Float64Array(n + 1);
+  for (let i = n - 1; i >= 0; i--) {
+    const w = weights[i]!;
+    suffix[i] = suffix[i + 1]! + (w <= capacity ? w : 0);
+  }
+  ensureScratch(capacity, n * (capacity + 1), n);
+  const best = bestRow;
+  const keep = keepTable;
+  const meta = rowMeta;
+  best[0] = 0;
+  let prefix = 0;
+  let cursor = 0;
+  let computed = 0;
+  const checkClock = Number.isFinite(deadline);
+  for (let i = 0; i < n; i++) {
+    if (checkClock && (i & 3) === 0 && epochNow() > deadline) throw new DeadlineReached();
+    const w = weights[i]!;
+    const v = values[i]!;
+    const takeable = w <= capacity;
+    const hi = takeable ? Math.min(capacity, prefix + w) : prefix;
+    // Cells above the previous prefix still hold 0: they equal the value at the prefix.
+    if (hi > prefix) best.fill(best[prefix]!, prefix + 1, hi + 1);
+    const lo = Math.max(0, Math.min(capacity - suffix[i + 1]!, hi));
+    meta[3 * i] = lo;
+    meta[3 * i + 1] = hi;
+    meta[3 * i + 2] = cursor;
+    const base = cursor - lo;
+    if (!takeable || w > hi) {
+      keep.fill(0, cursor, cursor + hi - lo + 1);
+    } else {
+      // Capacities below w cannot take the item; the rest compare in place, high to low, so best[c − w]
+      // still holds the previous row's value.
+      const mid = Math.max(lo, w);
+      for (let c = hi; c >= mid; c--) {
+        const candidate = best[c - w]! + v;
+        if (candidate > best[c]!) {
+          best[c] = candidate;
+          keep[base + c] = 1;
+        } else {
+          keep[base + c] = 0;
+        }
+      }
+      if (mid > lo) keep.fill(0, cursor, cursor + mid - lo);
+    }
+    cursor += hi - lo + 1;
+    computed += hi - lo + 1;
+    prefix = hi;
+  }
+  out.fill(0);
+  let c = capacity;
+  for (let i = n - 1; i >= 0; i--) {
+    const lo = meta[3 * i]!;
+    const hi = meta[3 * i + 1]!;
+    if (c > hi) c = hi;
+    if (c < lo) throw new Error(`knapsack backtrack left the computed band at row ${i}`);
+    if (keep[meta[3 * i + 2]! - lo + c] === 1) {
+      out[i] = 1;
+      c -= weights[i]!;
+    }
+  }
+  return computed;
+}
+
+/** Sum of tokens of the selected canonical positions. */
+function selectedTokens(sel: Uint8Array, tokens: Int32Array): number {
+  let t = 0;
+  for (let i = 0; i < sel.length; i++) if (sel[i] === 1) t += tokens[i]!;
+  return t;
+}
+
+/** float64 sum of selected scores in canonical (= output) order. */
+function selectedScore(sel: Uint8Array, values: Float64Array): number {
+  let s = 0;
+  for (let i = 0; i < sel.length; i++) if (sel[i] === 1) s += values[i]!;
+  return s;
+}
+
+/** Step 6: while over budget, drop the selected item with the lowest (score, memory_id). */
+function repair(
+  sel: Uint8Array,
+  tokens: Int32Array,
+  values: Float64Array,
+  ids: readonly string[],
+  budget: number,
+) {
+  let total = selectedTokens(sel, tokens);
+  while (total > budget) {
+    let worst = -1;
+    for (let i = 0; i < sel.length; i++) {
+      if (sel[i] !== 1) continue;
+      if (
+        worst < 0 ||
+        values[i]! < values[worst]! ||
+        (values[i] === values[worst] && compareCodePoints(ids[i]!, ids[worst]!) < 0)
+      ) {
+        worst = i;
+      }
+    }
+    sel[worst] = 0;
+    total -= tokens[worst]!;
+  }
+  return total;
+}
+
+/** Step 7: add every unselected item, in canonical order, whose tokens fit what is left. */
+function refill(sel: Uint8Array, tokens: Int32Array, budget: number, total: number): number {
+  for (let i = 0; i < sel.length; i++) {
+    if (sel[i] === 0 && total + tokens[i]! <= budget) {
+      sel[i] = 1;
+      total += tokens[i]!;
+    }
+  }
+  return total;
+}
+
+/** Step 8: best single swap (largest positive gain that still fits), then refill; until nothing changes. */
+function improve(
+  sel: Uint8Array,
+  tokens: Int32Array,
+  values: Float64Array,
+  budget: number,
+  total: number,
+): number {
+  const n = sel.length;
+  // Each swap strictly raises the score; the cap only guards against pathological float ties.
+  for (let round = 0; round < 4 * n + 16; round++) {
+    let bestGain = 0;
+    let bs = -1;
+    let bu = -1;
+    for (let s = 0; s < n; s++) {
+      if (sel[s] !== 1) continue;
+      const room = budget - total + tokens[s]!;
+      const vs = values[s]!;
+      for (let u = 0; u < n; u++) {
+        if (sel[u] !== 0 || tokens[u]! > room) continue;
+        const gain = values[u]! - vs;
+        if (gain > bestGain) {
+          bestGain = gain;
+          bs = s;
+          bu = u;
+        }
+      }
+    }
+    if (bs < 0) break;
+    sel[bs] = 0;
+    sel[bu] = 1;
+    total = refill(sel, tokens, budget, total - tokens[bs]! + tokens[bu]!);
+  }
+  return total;
+}
+
+/** Greedy fallback (step 4): canonical walk, stop once consecutive skips exceed the limit. */
+function greedy(sel: Uint8Array, tokens: Int32Array, budget: number, maxSkips: number): number {
+  sel.fill(0);
+  let total = 0;
+  let skips = 0;
+  for (let i = 0; i < sel.length; i++) {
+    if (total + tokens[i]! <= budget) {
+      sel[i] = 1;
+      total += tokens[i]!;
+      skips = 0;
+    } else if (++skips > maxSkips) {
+      break;
+    }
+  }
+  return total;
+}
+
+/** Canonical order of the input: score descending, then memory_id ascending (code points), then input index. */
+export function canonicalOrder(ids: readonly string[], scores: Float64Array): Int32Array {
+  const n = ids.length;
+  const order = new Int32Array(n);
+  for (let i = 0; i < n; i++) order[i] = i;
+  const before = (a: number, b: number): boolean => {
+    const d = scores[a]! - scores[b]!;
+    if (d !== 0) return d > 0;
+    const c = compareCodePoints(ids[a]!, ids[b]!);
+    return c !== 0 ? c < 0 : a < b;
+  };
+  if (n <= 64) {
+    // Insertion sort: for the usual few dozen candidates it beats Array#sort's call overhead.
+    for (let i = 1; i < n; i++) {
+      const x = order[i]!;
+      let j = i - 1;
+      while (j >= 0 && before(x, order[j]!)) {
+        order[j + 1] = order[j]!;
+        j--;
+      }
+      order[j + 1] = x;
+    }
+    return order;
+  }
+  return order.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
+}
+
+/**
+ * Packs candidates under `budget` (SPEC §8, all nine steps).
+ * @returns the selection in canonical order; `total_tokens ≤ budget` always.
+ * @throws IbexError `IBEX_ERR_BUDGET_EXCEEDED` on an internal invariant breach, which must be impossible.
+ */
+export function pack(input: PackInput): PackResult {
+  const n = input.ids.length;
+  const budget = input.budget;
+  const order = canonicalOrder(input.ids, input.scores);
+  let sumTokens = 0;
+  for (let i = 0; i < n; i++) sumTokens += input.tokens[i]!;
+  const buckets = Math.max(1, Math.floor(budget / BUCKET_TOKENS));
+  const cells = n * (buckets + 1);
+  // All fit on the DP path: the DP would take every positive item and refill the rest, so no table.
+  if (n > 0 && budget > 0 && cells <= input.dpCellCeiling && sumTokens <= budget) {
+    let totalScore = 0;
+    for (let k = 0; k < n; k++) totalScore += input.scores[order[k]!]!;
+    return {
+      selected: order,
+      excluded: new Int32Array(0),
+      total_tokens: sumTokens,
+      total_score: totalScore,
+      skipped_count: 0,
+      was_budget_reached: false,
+      path: 'dp',
+      greedy_reason: null,
+      candidates_evaluated: n,
+      cells,
+      buckets,
+      source: 'adr0069',
+    };
+  }
+  const tokens = new Int32Array(n);
+  const values = new Float64Array(n);
+  const ids: string[] = new Array(n);
+  for (let k = 0; k < n; k++) {
+    const i = order[k]!;
+    tokens[k] = input.tokens[i]!;
+    values[k] = input.scores[i]!;
+    ids[k] = input.ids[i]!;
+  }
+  const sel = new Uint8Array(n);
+  const finish = (path: 'dp' | 'greedy', reason: GreedyReason | null, source: PackResult['source']) =>
+    buildResult(sel, order, tokens, values, budget, path, reason, source, cells, buckets);
+
+  if (n === 0) return finish('dp', null, 'trivial');
+  if (budget <= 0) return finish('dp', null, 'trivial');
+
+  const deadline = input.deadline ?? Number.POSITIVE_INFINITY;
+  const margin = input.deadlineMarginMs ?? 0.25;
+  const greedyPath = (reason: GreedyReason) => {
+    greedy(sel, tokens, budget, input.maxConsecutiveSkips);
+    return finish('greedy', reason, 'greedy');
+  };
+  if (cells > input.dpCellCeiling) return greedyPath('cell_ceiling');
+
+  try {
+    // ADR-0069: floor weights in 16-token buckets, then repair, refill, improve.
+    const weights = new Int32Array(n);
+    for (let k = 0; k < n; k++) {
+      const t = tokens[k]!;
+      weights[k] = t === 0 ? 0 : Math.max(1, Math.floor(t / BUCKET_TOKENS));
+    }
+    knapsack(weights, values, buckets, sel, deadline - margin);
+    let total = repair(sel, tokens, values, ids, budget);
+    total = refill(sel, tokens, budget, total);
+    improve(sel, tokens, values, budget, total);
+    let bestScore = selectedScore(sel, values);
+    let source: PackResult['source'] = 'adr0069';
+
+    const consider = (candidate: Uint8Array, from: PackResult['source']) => {
+      const score = selectedScore(candidate, values);
+      // Strictly better by more than float noise, so equal answers keep ADR-0069's selection.
+      if (score > bestScore + 1e-9) {
+        sel.set(candidate);
+        bestScore = score;
+        source = from;
+      }
+    };
+
+    const alt = new Uint8Array(n);
+    improve(alt, tokens, values, budget, refill(alt, tokens, budget, 0));
+    consider(alt, 'refill');
+
+    const refineCeiling = Math.min(
+      input.refineCellCeiling ?? DEFAULT_REFINE_CELL_CEILING,
+      input.dpCellCeiling,
+    );
+    const unit = refineUnit(n, budget, refineCeiling);
+    if (unit > 0) {
+      const capacity = Math.floor(budget / unit);
+      for (let k = 0; k < n; k++) weights[k] = Math.ceil(tokens[k]! / unit);
+      knapsack(weights, values, capacity, alt, deadline - margin);
+      improve(alt, tokens, values, budget, refill(alt, tokens, budget, selectedTokens(alt, tokens)));
+      consider(alt, 'refined');
+    }
+    return finish('dp', null, source);
+  } catch (err) {
+    if (err instanceof DeadlineReached) return greedyPath('deadline');
+    throw err;
+  }
+}
+
+/**
+ * Finest bucket size (tokens) whose table n × (floor(budget/unit) + 1) fits `ceiling`, if finer than
+ * 16-token buckets; 0 when no finer table fits.
+ */
+export function refineUnit(n: number, budget: number, ceiling: number): number {
+  if (ceiling <= 0 || n === 0) return 0;
+  const maxCapacity = Math.floor(ceiling / n) - 1;
+  if (maxCapacity < 1) return 0;
+  const unit = Math.max(1, Math.ceil(budget / maxCapacity));
+  // floor(budget/unit) ≤ maxCapacity holds for unit = ceil(budget/maxCapacity).
+  return unit < BUCKET_TOKENS ? unit : 0;
+}
+
+function buildResult(
+  sel: Uint8Array,
+  order: Int32Array,
+  tokens: Int32Array,
+  values: Float64Array,
+  budget: number,
+  path: 'dp' | 'greedy',
+  reason: GreedyReason | null,
+  source: PackResult['source'],
+  cells: number,
+  buckets: number,
+): PackResult {
+  const n = sel.length;
+  let count = 0;
+  for (let k = 0; k < n; k++) count += sel[k]!;
+  const selected = new Int32Array(count);
+  const excluded = new Int32Array(n - count);
+  let totalTokens = 0;
+  let totalScore = 0;
+  let a = 0;
+  let b = 0;
+  for (let k = 0; k < n; k++) {
+    if (sel[k] === 1) {
+      selected[a++] = order[k]!;
+      totalTokens += tokens[k]!;
+      totalScore += values[k]!;
+    } else {
+      excluded[b++] = order[k]!;
+    }
+  }
+  if (totalTokens > budget && count > 0) {
+    throw Errors.budgetExceeded(totalTokens, budget);
+  }
+  return {
+    selected,
+    excluded,
+    total_tokens: totalTokens,
+    total_score: totalScore,
+    skipped_count: n - count,
+    was_budget_reached: n - count > 0,
+    path,
+    greedy_reason: reason,
+    candidates_evaluated: n,
+    cells,
+    buckets,
+    source,
+  };
+}

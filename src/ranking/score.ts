@@ -1,0 +1,66 @@
+/**
+ * Interim score, dedupe and the max_memories cut (SPEC §7, ADR-0069 §2).
+ */
+import { compareCodePoints } from '../format/code-point-order.js';
+import type { MemoryHit, ScoredCandidate } from '../types.js';
+
+/** Score schema label sent in every response. */
+export const SCORE_SCHEMA = 'interim_v1';
+
+/**
+ * Interim score `0.85 × similarity + 0.15 × confidence` in float64. Not the memory service's composite.
+ * Both inputs must be finite and in [0,1] (validated at retrieval, SPEC §4.1).
+ */
+export function interimScore(similarity: number, confidence: number): number {
+  return 0.85 * similarity + 0.15 * confidence;
+}
+
+/** Orders candidates canonically: score descending, then memory_id ascending by code point. */
+export function compareCanonical(
+  a: { score: number; memory_id: string },
+  b: { score: number; memory_id: string },
+) {
+  return b.score - a.score || compareCodePoints(a.memory_id, b.memory_id);
+}
+
+/**
+ * Scores hot (first) then cold hits and dedupes by exact memory_id: a later copy replaces the kept one only
+ * if its score is strictly higher, or equal with a strictly lower rank; a full tie keeps the first (hot)
+ * copy. Output keeps the order of first appearance.
+ */
+export function dedupeAndScore(hot: readonly MemoryHit[], cold: readonly MemoryHit[]): ScoredCandidate[] {
+  const out: ScoredCandidate[] = [];
+  const position = new Map<string, number>();
+  for (const list of [hot, cold]) {
+    for (const hit of list) {
+      const candidate: ScoredCandidate = { ...hit, score: interimScore(hit.similarity, hit.confidence) };
+      const at = position.get(hit.memory_id);
+      if (at === undefined) {
+        position.set(hit.memory_id, out.length);
+        out.push(candidate);
+        continue;
+      }
+      const kept = out[at]!;
+      if (candidate.score > kept.score || (candidate.score === kept.score && candidate.rank < kept.rank)) {
+        out[at] = candidate;
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * The `max_memories` cut: 0 = no cap; otherwise keeps the top `maxMemories` by (score desc, memory_id asc).
+ * @returns kept candidates in their input order, and the rest (exclusion `filter`).
+ */
+export function applyMaxMemories<T extends { score: number; memory_id: string }>(
+  candidates: readonly T[],
+  maxMemories: number,
+): { kept: T[]; filtered: T[] } {
+  if (maxMemories <= 0 || candidates.length <= maxMemories) return { kept: [...candidates], filtered: [] };
+  const top = new Set([...candidates].sort(compareCanonical).slice(0, maxMemories));
+  const kept: T[] = [];
+  const filtered: T[] = [];
+  for (const c of candidates) (top.has(c) ? kept : filtered).push(c);
+  return { kept, filtered };
+}

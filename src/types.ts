@@ -1,0 +1,54 @@
+/**
+ * Shapes shared by retrieval, ranking, packing and formatting. Pure types, no runtime code.
+ */
+
+/** A memory hit as the memory service (or the embedded store) returns it, after SPEC §4.1 validation. */
+export interface MemoryHit {
+  /** Canonical lower-case UUID. */
+  memory_id: string;
+  org_id: string;
+  agent_id: string;
+  /** Untrusted text. */
+  content: string;
+  category: string;
+  /** In [0,1]. */
+  confidence: number;
+  /** In [0,1]. */
+  similarity: number;
+  /** Integer ≥ 1, position in the source's own ranking. */
+  rank: number;
+  /** Which retrieval produced it (`hot`, `vector`, `fts`, …), as the source says. */
+  source: string;
+}
+
+/** A hit after dedupe and the interim score (SPEC §7). */
+export interface ScoredCandidate extends MemoryHit {
+  /** Interim score `0.85 × similarity + 0.15 × confidence` (score_schema `interim_v1`). */
+  score: number;
+}
+
+/** Name of one retrieval branch (SPEC §0). */
+export type BranchName = 'directive' | 'hot' | 'cold';
+
+/** Outcome of one branch (SPEC §2 BranchOutcome, §4). */
+export interface BranchOutcome {
+  name: BranchName;
+  status: 'success' | 'timeout' | 'error' | 'skipped';
+  /** Measured on the monotonic clock, ms. */
+  latency_ms: number;
+  /** e.g. `outer_deadline`, `hot_timeout`, `memory service HTTP 503`, `empty_query`, `dropped 2 invalid`. */
+  detail: string;
+}
+
+/** Directive as stored (SPEC §4.2). */
+export interface Directive {
+  content: string;
+  injection_mode: 'system_first' | 'system_append' | 'user_prepend';
+  version_id: string;
+}
+
+/** One history message as it arrives in the request. */
+export interface ChatMessage {
+  role: string;
+  content: string;
+}
