@@ -1,0 +1,138 @@
+/**
+ * Turns a grpc-js call's deadline and cancellation into one AbortSignal that flows from the handler
+ * down to retrieval and the pool (the nice-grpc pattern), plus the absolute request deadline D of
+ * SPEC §10 on the monotonic clock.
+ */
+import type { Metadata } from '@grpc/grpc-js';
+
+/**
+ * Monotonic "now" in ms on an epoch-like scale: `performance.timeOrigin + performance.now()`.
+ * Every deadline in a {@link CallContext} uses this clock; never compare it with `Date.now()`.
+ */
+export function monotonicNow(): number {
+  return performance.timeOrigin + performance.now();
+}
+
+/** Per-call context handed to the pipeline. */
+export interface CallContext {
+  /**
+   * Aborts when the request deadline passes (reason: DOMException `TimeoutError`) or the caller
+   * cancels (reason: DOMException `AbortError`). Pass it to every async step (HTTP, Redis, pool).
+   */
+  readonly signal: AbortSignal;
+  /**
+   * Absolute request deadline D in ms on the {@link monotonicNow} clock:
+   * min(arrival + IBEX_CONTEXT_TIMEOUT, caller's gRPC deadline). The response must be ready before it.
+   */
+  readonly deadline: number;
+  /** When the handler started, ms on the {@link monotonicNow} clock. */
+  readonly arrival: number;
+  /** The caller's request metadata (grpc-timeout and transport headers removed by grpc-js). */
+  readonly metadata: Metadata;
+}
+
+/** Why a call's signal aborted. */
+export type AbortCause = 'deadline' | 'cancelled';
+
+/** Abort reason used when the deadline passes (same name as `AbortSignal.timeout`'s reason). */
+export function deadlineReason(): DOMException {
+  return new DOMException('deadline exceeded', 'TimeoutError');
+}
+
+/** Abort reason used when the caller cancels. */
+export function cancelledReason(): DOMException {
+  return new DOMException('call cancelled', 'AbortError');
+}
+
+/** The cause of an aborted signal, or null if it has not aborted. */
+export function abortCause(signal: AbortSignal): AbortCause | null {
+  if (!signal.aborted) return null;
+  const reason: unknown = signal.reason;
+  return reason instanceof DOMException && reason.name === 'TimeoutError' ? 'deadline' : 'cancelled';
+}
+
+/** Milliseconds left until `ctx.deadline` (≥ 0). */
+export function remainingMs(ctx: Pick<CallContext, 'deadline'>, now: number = monotonicNow()): number {
+  return Math.max(0, ctx.deadline - now);
+}
+
+/** The slice of a grpc-js server call this module uses, so tests can pass a fake. */
+export interface CallLike {
+  readonly metadata: Metadata;
+  /** grpc-js: `Date.now()`-based ms (or a Date); `Infinity` when the caller set no deadline. */
+  getDeadline(): Date | number;
+  readonly cancelled?: boolean;
+  on(event: 'cancelled', listener: () => void): unknown;
+  removeListener(event: 'cancelled', listener: () => void): unknown;
+}
+
+/** A context plus the cleanup the handler must run once it has answered. */
+export interface CallContextHandle {
+  readonly ctx: CallContext;
+  /** Stops the deadline timer and detaches from the call; does not abort the signal. Idempotent. */
+  dispose(): void;
+}
+
+/** grpc-js's deadline timer and ours can disagree by a tick; within this many ms it is the deadline. */
+const DEADLINE_SLACK_MS = 2;
+
+/**
+ * Builds the {@link CallContext} of one call (SPEC §10).
+ *
+ * If the deadline has already passed, the returned signal is already aborted with the deadline
+ * reason, so the handler can answer DEADLINE_EXCEEDED without doing any work. Must be paired with
+ * `dispose()`: grpc-js emits `cancelled` after every finished call, which must not abort a signal
+ * the pipeline might still be observing for bookkeeping.
+ * @param opts.timeoutMs IBEX_CONTEXT_TIMEOUT in ms (`settings.timeoutMs`).
+ * @param opts.arrival handler start on the {@link monotonicNow} clock; defaults to now.
+ */
+export function createCallContext(
+  call: CallLike,
+  opts: { timeoutMs: number; arrival?: number },
+): CallContextHandle {
+  const arrival = opts.arrival ?? monotonicNow();
+  const controller = new AbortController();
+
+  const raw = call.getDeadline();
+  const callerWallMs = raw instanceof Date ? raw.getTime() : raw;
+  let deadline = arrival + opts.timeoutMs;
+  if (Number.isFinite(callerWallMs)) {
+    // grpc-js reports the caller's deadline on the wall clock; move it onto the monotonic one once.
+    deadline = Math.min(deadline, monotonicNow() + (callerWallMs - Date.now()));
+  }
+
+  let timer: NodeJS.Timeout | undefined;
+  let disposed = false;
+  const abortForDeadline = () => {
+    if (!controller.signal.aborted) controller.abort(deadlineReason());
+  };
+  // grpc-js ends the call itself when the caller's deadline passes and reports that as `cancelled`.
+  const onCancelled = () => {
+    if (controller.signal.aborted) return;
+    const callerDeadlinePassed =
+      Number.isFinite(callerWallMs) && Date.now() >= callerWallMs - DEADLINE_SLACK_MS;
+    const ownDeadlinePassed = monotonicNow() >= deadline - DEADLINE_SLACK_MS;
+    controller.abort(callerDeadlinePassed || ownDeadlinePassed ? deadlineReason() : cancelledReason());
+  };
+
+  const dispose = () => {
+    if (disposed) return;
+    disposed = true;
+    if (timer !== undefined) clearTimeout(timer);
+    call.removeListener('cancelled', onCancelled);
+  };
+
+  const left = deadline - monotonicNow();
+  if (left <= 0) {
+    abortForDeadline();
+  } else if (call.cancelled === true) {
+    controller.abort(cancelledReason());
+  } else {
+    call.on('cancelled', onCancelled);
+    // Rounded up: a timer that fires before D would turn an on-time answer into DEADLINE_EXCEEDED.
+    timer = setTimeout(abortForDeadline, Math.ceil(left));
+    timer.unref();
+  }
+
+  return { ctx: { signal: controller.signal, deadline, arrival, metadata: call.metadata }, dispose };
+}

@@ -1,0 +1,331 @@
+/**
+ * gRPC server plumbing (SPEC §2, §10, §11): the ContextAssemblyService handlers, health, reflection,
+ * channel limits and graceful drain. The assembly pipeline itself is injected (`assemble`), so this
+ * module owns only what happens at the boundary: validation, the call context, status mapping and
+ * making sure no handler error ever escapes into grpc-js.
+ */
+import path from 'node:path';
+import {
+  type ChannelOptions,
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServerErrorResponse,
+  ServerInterceptingCall,
+  type ServerInterceptor,
+  type ServerUnaryCall,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
+import type { Settings } from '../config/settings.js';
+import { GRPC_STATUS_BY_CODE, IbexError } from '../errors.js';
+import type { Logger } from '../telemetry/logger.js';
+import {
+  abortCause,
+  type CallContext,
+  type CallContextHandle,
+  createCallContext,
+  monotonicNow,
+} from './call-context.js';
+import {
+  type AssembleContextRequest,
+  type AssembleContextResponse,
+  CONTEXT_SERVICE_NAME,
+  contextServiceDefinition,
+  type DegradationLevel,
+  linkFileDescriptors,
+  PROTO_LOADER_OPTIONS,
+  packageDefinition,
+} from './proto.js';
+import { type ValidatedRequest, validateAssembleRequest } from './validate.js';
+
+/** What the injected pipeline returns for one assembly. */
+export interface AssembleResult {
+  response: AssembleContextResponse;
+  /** Degradation level; also sent as `x-ibex-context-level` / `x-ibex-context-degraded` metadata. */
+  level: DegradationLevel;
+}
+
+/**
+ * The assembly pipeline (src/server/assemble.ts). It should honour `ctx.signal` and resolve before
+ * `ctx.deadline`; dependency failures resolve with a degraded response, never reject (SPEC §11).
+ * A rejection with an {@link IbexError} becomes that error's status; anything else becomes INTERNAL.
+ */
+export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<AssembleResult>;
+
+/** Options of {@link createGrpcServer}. */
+export interface GrpcServerOptions {
+  assemble: AssembleFn;
+  logger: Logger;
+  settings: Pick<Settings, 'timeoutMs' | 'maxReceiveMessageBytes' | 'maxMetadataBytes'>;
+  /** Extra server interceptors (e.g. authentication), run after the built-in metadata-size check. */
+  interceptors?: ServerInterceptor[];
+  /** Overrides of the default channel options (keepalive, connection age, …). */
+  channelOptions?: ChannelOptions;
+}
+
+/** A created, not yet bound, server. */
+export interface GrpcServer {
+  readonly server: Server;
+  /**
+   * Binds and starts listening. Resolves with the bound port (the real one when `addr` ends in `:0`).
+   * @param credentials defaults to insecure.
+   */
+  bind(addr: string, credentials?: ServerCredentials): Promise<number>;
+  /** Health → SERVING for "" and the service. Call once the pool is warm; ignored once draining. */
+  markServing(): void;
+  /**
+   * Graceful stop: health → NOT_SERVING, stop accepting (tryShutdown), let in-flight calls finish for
+   * up to `graceMs`, then forceShutdown. Idempotent: later calls return the same promise.
+   */
+  drain(graceMs: number): Promise<void>;
+  /** AssembleContext calls currently being handled. */
+  inFlight(): number;
+}
+
+/** Response metadata key carrying the degradation level (SPEC §2). */
+export const LEVEL_HEADER = 'x-ibex-context-level';
+/** Response metadata key: `true` iff the level is not L0 (SPEC §2). */
+export const DEGRADED_HEADER = 'x-ibex-context-degraded';
+
+/** Details of the deferred methods (SPEC §2; U+2014 dash). */
+export const UNIMPLEMENTED_DETAILS = {
+  SearchMemories: 'SearchMemories deferred — ADR-0038',
+  RecordMemoryFeedback: 'RecordMemoryFeedback deferred — ADR-0038',
+} as const;
+
+/**
+ * Keepalive and connection-age defaults for a fleet behind L4 proxies: pings find half-open
+ * connections the proxy will not report, and a bounded connection age lets clients rebalance onto new
+ * replicas. The age grace is far above any assembly's deadline, so no call is cut by it.
+ */
+const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
+  'grpc.keepalive_time_ms': 60_000,
+  'grpc.keepalive_timeout_ms': 20_000,
+  'grpc.keepalive_permit_without_calls': 1,
+  'grpc.max_connection_idle_ms': 5 * 60_000,
+  'grpc.max_connection_age_ms': 10 * 60_000,
+  'grpc.max_connection_age_grace_ms': 30_000,
+};
+
+/**
+ * Size of request metadata as HTTP/2 counts a header list (RFC 9113 §6.5.2: name + value + 32 per
+ * field). grpc-js does not enforce `grpc.max_metadata_size`, so the server does it here.
+ */
+export function metadataSize(metadata: Metadata): number {
+  let size = 0;
+  for (const [key, value] of Object.entries(metadata.toHttp2Headers())) {
+    const values = Array.isArray(value) ? value : [value];
+    for (const v of values) size += key.length + Buffer.byteLength(String(v)) + 32;
+  }
+  return size;
+}
+
+/** Refuses calls whose metadata exceeds `maxBytes` with RESOURCE_EXHAUSTED, for every service. */
+export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
+  return (_method, call) => {
+    const intercepting: ServerInterceptingCall = new ServerInterceptingCall(call, {
+      start: (next) => {
+        next({
+          onReceiveMetadata: (metadata, nextMetadata) => {
+            const size = metadataSize(metadata);
+            if (size > maxBytes) {
+              intercepting.sendStatus({
+                code: status.RESOURCE_EXHAUSTED,
+                details: `request metadata of ${size} bytes exceeds ${maxBytes}`,
+                metadata: null,
+              });
+              return;
+            }
+            nextMetadata(metadata);
+          },
+        });
+      },
+    });
+    return intercepting;
+  };
+}
+
+/** Our protos plus the health proto (so grpcurl can describe it too), linked for strict clients. */
+function reflectionDefinition() {
+  const root = path.resolve(path.dirname(healthProtoPath), '../..');
+  const health = loadSync(path.relative(root, healthProtoPath), {
+    ...PROTO_LOADER_OPTIONS,
+    includeDirs: [root],
+  });
+  return linkFileDescriptors({ ...health, ...packageDefinition });
+}
+
+type Outcome =
+  | { kind: 'ok'; result: AssembleResult }
+  | { kind: 'error'; error: Partial<ServerErrorResponse> & { code: status; details: string } }
+  | { kind: 'cancelled' };
+
+/**
+ * Creates the gRPC server with ContextAssemblyService, `grpc.health.v1.Health` (NOT_SERVING until
+ * {@link GrpcServer.markServing}) and server reflection registered. Channel options:
+ * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (larger requests get
+ * RESOURCE_EXHAUSTED), metadata capped at settings.maxMetadataBytes, keepalive for a proxied fleet.
+ */
+export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
+  const { assemble, settings } = opts;
+  const logger = opts.logger.child({ component: 'grpc' });
+
+  const server = new Server({
+    ...DEFAULT_CHANNEL_OPTIONS,
+    'grpc.max_receive_message_length': settings.maxReceiveMessageBytes,
+    'grpc.max_metadata_size': settings.maxMetadataBytes,
+    ...opts.channelOptions,
+    interceptors: [metadataLimitInterceptor(settings.maxMetadataBytes), ...(opts.interceptors ?? [])],
+  });
+
+  const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
+  const setHealth = (s: ServingStatus) => {
+    health.setStatus('', s);
+    health.setStatus(CONTEXT_SERVICE_NAME, s);
+  };
+  health.addToServer(server);
+  new ReflectionService(reflectionDefinition()).addToServer(server);
+
+  let active = 0;
+  let draining = false;
+  let drainPromise: Promise<void> | undefined;
+
+  const toError = (err: unknown): Extract<Outcome, { kind: 'error' }> => {
+    if (err instanceof IbexError) {
+      const code = GRPC_STATUS_BY_CODE[err.code];
+      if (code === status.INTERNAL) {
+        logger.error({ err }, 'AssembleContext failed');
+      } else {
+        logger.debug({ code: err.code, field: err.field, reason: err.message }, 'AssembleContext rejected');
+      }
+      return { kind: 'error', error: { code, details: err.message } };
+    }
+    logger.error({ err }, 'AssembleContext handler error');
+    return { kind: 'error', error: { code: status.INTERNAL, details: 'internal error' } };
+  };
+
+  const deadlineExceeded: Outcome = {
+    kind: 'error',
+    error: { code: status.DEADLINE_EXCEEDED, details: 'deadline exceeded' },
+  };
+
+  const handleAssemble = (
+    call: ServerUnaryCall<AssembleContextRequest, AssembleContextResponse>,
+    callback: sendUnaryData<AssembleContextResponse>,
+  ): void => {
+    const arrival = monotonicNow();
+    active++;
+    let handle: CallContextHandle | undefined;
+    let settled = false;
+
+    // Every path ends here exactly once; grpc-js never sees a throw from this handler.
+    const settle = (outcome: Outcome) => {
+      if (settled) return;
+      settled = true;
+      active--;
+      handle?.dispose();
+      try {
+        if (outcome.kind === 'ok') {
+          const md = new Metadata();
+          md.set(LEVEL_HEADER, outcome.result.level);
+          md.set(DEGRADED_HEADER, outcome.result.level === 'L0' ? 'false' : 'true');
+          call.sendMetadata(md);
+          callback(null, outcome.result.response);
+        } else if (outcome.kind === 'error') {
+          callback(outcome.error);
+        }
+        // 'cancelled': grpc-js has already ended the stream; there is no one to answer.
+      } catch (err) {
+        logger.error({ err }, 'failed to send AssembleContext answer');
+      }
+    };
+
+    const onAbort = (signal: AbortSignal) => {
+      settle(abortCause(signal) === 'deadline' ? deadlineExceeded : { kind: 'cancelled' });
+    };
+
+    try {
+      handle = createCallContext(call, { timeoutMs: settings.timeoutMs, arrival });
+      const { ctx } = handle;
+      if (ctx.signal.aborted) {
+        onAbort(ctx.signal);
+        return;
+      }
+      const req = validateAssembleRequest(call.request);
+      ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
+      assemble(req, ctx).then(
+        (result) => {
+          if (ctx.signal.aborted) return;
+          // A blocked event loop can delay the deadline timer past D; the clock, not the timer, decides.
+          settle(monotonicNow() >= ctx.deadline ? deadlineExceeded : { kind: 'ok', result });
+        },
+        (err: unknown) => {
+          if (settled) {
+            logger.debug({ err }, 'AssembleContext pipeline ended after the call was answered');
+            return;
+          }
+          settle(toError(err));
+        },
+      );
+    } catch (err) {
+      settle(toError(err));
+    }
+  };
+
+  const unimplemented =
+    (details: string) =>
+    (_call: unknown, callback: sendUnaryData<never>): void => {
+      callback({ code: status.UNIMPLEMENTED, details });
+    };
+
+  server.addService(contextServiceDefinition, {
+    AssembleContext: handleAssemble,
+    SearchMemories: unimplemented(UNIMPLEMENTED_DETAILS.SearchMemories),
+    RecordMemoryFeedback: unimplemented(UNIMPLEMENTED_DETAILS.RecordMemoryFeedback),
+  });
+
+  return {
+    server,
+    bind(addr, credentials = ServerCredentials.createInsecure()) {
+      return new Promise<number>((resolve, reject) => {
+        server.bindAsync(addr, credentials, (err, port) => {
+          if (err) reject(err);
+          else {
+            logger.info({ addr, port }, 'gRPC server listening');
+            resolve(port);
+          }
+        });
+      });
+    },
+    markServing() {
+      if (draining) return;
+      setHealth('SERVING');
+    },
+    drain(graceMs) {
+      if (drainPromise) return drainPromise;
+      draining = true;
+      setHealth('NOT_SERVING');
+      logger.info({ graceMs, inFlight: active }, 'gRPC server draining');
+      drainPromise = new Promise<void>((resolve) => {
+        let done = false;
+        const finish = (forced: boolean) => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          if (forced) server.forceShutdown();
+          logger.info({ forced, inFlight: active }, 'gRPC server stopped');
+          resolve();
+        };
+        // Long-lived streams (health Watch, reflection) never end on their own; the grace bounds them.
+        const timer = setTimeout(() => finish(true), graceMs);
+        server.tryShutdown(() => finish(false));
+      });
+      return drainPromise;
+    },
+    inFlight: () => active,
+  };
+}
