@@ -1,0 +1,70 @@
+/**
+ * Failures of one retrieval branch (SPEC §4). They never leave {@link retrieve}: each becomes a
+ * `BranchOutcome` (`error` or `timeout` plus a short detail), because dependency failures degrade the
+ * answer and never produce a gRPC status (SPEC §11). That is why they live here and not in the
+ * service-wide `errors.ts` table, whose codes all map to gRPC statuses.
+ */
+
+/** Stable codes; callers branch on `code`, the `detail` is the outcome's text. */
+export type BranchErrorCode =
+  | 'IBEX_RETRIEVAL_HTTP_STATUS'
+  | 'IBEX_RETRIEVAL_HTTP_TIMEOUT'
+  | 'IBEX_RETRIEVAL_HTTP_TRANSPORT'
+  | 'IBEX_RETRIEVAL_TOO_LARGE'
+  | 'IBEX_RETRIEVAL_INVALID_JSON'
+  | 'IBEX_RETRIEVAL_BAD_SHAPE'
+  | 'IBEX_RETRIEVAL_BAD_DIRECTIVE'
+  | 'IBEX_RETRIEVAL_UNAVAILABLE'
+  | 'IBEX_RETRIEVAL_STORE_REPLY';
+
+/** One branch failure; `detail` never contains credentials. */
+export class BranchError extends Error {
+  readonly code: BranchErrorCode;
+  /** Outcome status this failure maps to. */
+  readonly status: 'error' | 'timeout';
+  /** Outcome detail, e.g. `memory service HTTP 503`. */
+  readonly detail: string;
+  constructor(code: BranchErrorCode, status: 'error' | 'timeout', detail: string, cause?: unknown) {
+    super(detail, cause === undefined ? undefined : { cause });
+    this.name = 'BranchError';
+    this.code = code;
+    this.status = status;
+    this.detail = detail;
+  }
+}
+
+/** Factories: the only way branch failures are built, so details stay the SPEC's strings. */
+export const BranchErrors = {
+  /** SPEC §4.1: status ≥ 400. */
+  httpStatus: (code: number) =>
+    new BranchError('IBEX_RETRIEVAL_HTTP_STATUS', 'error', `memory service HTTP ${code}`),
+  /** SPEC §4: the HTTP client's own timeout (connect / headers / body). */
+  httpTimeout: (branch: 'hot' | 'cold', cause?: unknown) =>
+    new BranchError('IBEX_RETRIEVAL_HTTP_TIMEOUT', 'timeout', `${branch}_http_timeout`, cause),
+  /** Connection refused, reset, … `reason` is the transport's error code, never a header. */
+  httpTransport: (reason: string, cause?: unknown) =>
+    new BranchError(
+      'IBEX_RETRIEVAL_HTTP_TRANSPORT',
+      'error',
+      `memory service unreachable (${reason})`,
+      cause,
+    ),
+  tooLarge: () => new BranchError('IBEX_RETRIEVAL_TOO_LARGE', 'error', 'response too large'),
+  invalidJson: (cause?: unknown) =>
+    new BranchError('IBEX_RETRIEVAL_INVALID_JSON', 'error', 'invalid JSON', cause),
+  badShape: (where: string) => new BranchError('IBEX_RETRIEVAL_BAD_SHAPE', 'error', `bad shape: ${where}`),
+  /** SPEC §4.2 envelope rules; `reason` names the rule (`not UTF-8`, `v must be 1`, …). */
+  badDirective: (reason: string, cause?: unknown) =>
+    new BranchError('IBEX_RETRIEVAL_BAD_DIRECTIVE', 'error', `bad directive: ${reason}`, cause),
+  /** A store that cannot answer (Redis offline, SQLite error). */
+  unavailable: (what: string, reason: string, cause?: unknown) =>
+    new BranchError('IBEX_RETRIEVAL_UNAVAILABLE', 'error', `${what} unavailable (${reason})`, cause),
+  /** A store that answered with an error (e.g. Redis `WRONGTYPE`); `reason` is the reply's code only. */
+  storeReply: (what: string, reason: string, cause?: unknown) =>
+    new BranchError('IBEX_RETRIEVAL_STORE_REPLY', 'error', `${what} error (${reason})`, cause),
+} as const;
+
+/** True for a {@link BranchError}. */
+export function isBranchError(err: unknown): err is BranchError {
+  return err instanceof BranchError;
+}

@@ -1,0 +1,77 @@
+/**
+ * Directive envelope rules (SPEC §4.2), shared by the Redis and the embedded directive stores so both
+ * accept and reject exactly the same values.
+ */
+import type { Directive } from '../types.js';
+import { BranchErrors } from './branch-error.js';
+import { canonicalUuid } from './uuid.js';
+
+/** Known injection modes; anything else (or blank) becomes `system_first`. */
+export const INJECTION_MODES: readonly Directive['injection_mode'][] = [
+  'system_first',
+  'system_append',
+  'user_prepend',
+];
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Redis key of a directive: `{org_id}:directive:{agent_id}` with canonical lower-case UUIDs (SPEC §4.2). */
+export function directiveKey(orgId: string, agentId: string): string {
+  return `${orgId.toLowerCase()}:directive:${agentId.toLowerCase()}`;
+}
+
+/**
+ * Applies SPEC §4.2 to a decoded envelope `{"v": 1, "content", "injection_mode", "version_id"}`.
+ * `injection_mode` and `version_id` must be strings (only `content` may be null or absent, meaning "").
+ * @returns the directive, or `null` when content is empty (a success with no directive).
+ * @throws BranchError `bad directive: …` for not an object, `v` ≠ 1, non-string fields, version not a UUID.
+ */
+export function parseDirectiveObject(value: unknown): Directive | null {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw BranchErrors.badDirective('not an object');
+  }
+  const env = value as Record<string, unknown>;
+  if (env.v !== 1) throw BranchErrors.badDirective('v must be 1');
+  const content = env.content ?? '';
+  if (typeof content !== 'string') throw BranchErrors.badDirective('content must be a string');
+  const mode = env.injection_mode;
+  if (typeof mode !== 'string') throw BranchErrors.badDirective('injection_mode must be a string');
+  const version = env.version_id;
+  if (typeof version !== 'string') throw BranchErrors.badDirective('version_id must be a string');
+  const versionId = canonicalUuid(version);
+  if (versionId === null) throw BranchErrors.badDirective('version_id must be a UUID');
+  if (content === '') return null;
+  // Whitespace and case are forgiven: a writer's `System_Append ` still means system_append.
+  const trimmedMode = mode.trim().toLowerCase();
+  const injection_mode = (INJECTION_MODES as readonly string[]).includes(trimmedMode)
+    ? (trimmedMode as Directive['injection_mode'])
+    : 'system_first';
+  return { content, injection_mode, version_id: versionId };
+}
+
+/**
+ * Decodes a stored directive value (SPEC §4.2): strict UTF-8, then JSON, then {@link parseDirectiveObject}.
+ * @param raw the stored bytes; `null` for a missing key.
+ * @returns `null` for a missing key or empty content.
+ * @throws BranchError `bad directive: not UTF-8` / `not JSON` / the object rules.
+ */
+export function parseDirectiveValue(raw: Uint8Array | string | null): Directive | null {
+  if (raw === null) return null;
+  let text: string;
+  if (typeof raw === 'string') {
+    text = raw;
+  } else {
+    try {
+      text = utf8.decode(raw);
+    } catch (err) {
+      throw BranchErrors.badDirective('not UTF-8', err);
+    }
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    throw BranchErrors.badDirective('not JSON', err);
+  }
+  return parseDirectiveObject(value);
+}

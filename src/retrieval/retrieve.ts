@@ -1,0 +1,229 @@
+/**
+ * The retrieval stage (SPEC §4): directive, hot and cold branches run concurrently under one wall, each
+ * with its own timeout; whatever has not finished when the wall passes is aborted and recorded as
+ * `timeout`/`outer_deadline`, while finished branches are kept. `retrieve` never throws for a
+ * dependency failure and returns as soon as the wall (or the caller's signal) fires.
+ */
+import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
+import { isBranchError } from './branch-error.js';
+import type { RetrievalSources } from './sources.js';
+import { droppedDetail, type RawHits, validateHits } from './validate.js';
+
+export type { RetrievalSources } from './sources.js';
+export type { RawHits } from './validate.js';
+
+/** One retrieval's inputs. `orgId`/`agentId` are UUIDs validated upstream (any case accepted). */
+export interface RetrievalRequest {
+  orgId: string;
+  agentId: string;
+  /** Raw query text; blank (after trim) skips cold search (`empty_query`). */
+  query: string;
+  /** `options.skip_hot_memories`: the hot source is not called. */
+  skipHot: boolean;
+  /** `options.skip_cold_memories`: the cold source is not called. */
+  skipCold: boolean;
+}
+
+/** Timeouts in ms (SPEC §3, §4): the wall over all branches and each branch's own limit. */
+export interface RetrievalTimeouts {
+  /** Effective wall W, ms; already capped by the caller's deadline minus the CPU-stage reserve (§10). */
+  wallMs: number;
+  directiveMs: number;
+  hotMs: number;
+  coldMs: number;
+}
+
+/** What retrieval produced (SPEC §4). */
+export interface RetrievalResult {
+  /** `null` when missing, empty, or the branch failed/timed out. */
+  directive: Directive | null;
+  /** Validated hot hits of the request's org+agent, source order. */
+  hot: MemoryHit[];
+  /** Validated cold hits of the request's org+agent, source order. */
+  cold: MemoryHit[];
+  /** Always three, in the order directive, hot, cold. */
+  branches: BranchOutcome[];
+  /** Items dropped over hot+cold: wrong shape/values, or another org's/agent's. */
+  dropped: { invalid: number; foreign: number };
+}
+
+/** Where directives come from (Redis or the embedded store). */
+export interface DirectiveSource {
+  /**
+   * @param signal aborts when the branch must stop (own timeout, wall, caller); the read is abandoned.
+   * @returns the directive after the SPEC §4.2 rules, or `null` (missing key / empty content).
+   * @throws BranchError for a bad envelope or an unavailable store; any error becomes branch `error`.
+   */
+  get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null>;
+  close(): Promise<void>;
+}
+
+/** Where memories come from (memory service over HTTP, or the embedded store). */
+export interface MemorySource {
+  /**
+   * Hot memories of the agent, unvalidated (SPEC §4.1 item shape).
+   * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
+   */
+  hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits>;
+  /** Cold search for `query`, unvalidated. Throws as {@link MemorySource.hot}. */
+  search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits>;
+  close(): Promise<void>;
+}
+
+interface Settled<T> {
+  outcome: BranchOutcome;
+  value: T | undefined;
+}
+
+const timeoutReason = (detail: string) => new DOMException(detail, 'TimeoutError');
+
+/**
+ * Reads `signal` (or an error) into an outcome. Our own abort reasons are DOMExceptions whose message
+ * is the detail (`outer_deadline`, `hot_timeout`, …); anything else that aborted is a cancellation.
+ */
+function abortOutcome(name: BranchName, latency: number, reason: unknown): BranchOutcome {
+  if (reason instanceof DOMException && reason.name === 'TimeoutError') {
+    return { name, status: 'timeout', latency_ms: latency, detail: reason.message };
+  }
+  return { name, status: 'error', latency_ms: latency, detail: 'cancelled' };
+}
+
+function failureOutcome(name: BranchName, latency: number, err: unknown): BranchOutcome {
+  if (isBranchError(err)) return { name, status: err.status, latency_ms: latency, detail: err.detail };
+  // Unknown failures keep only the error's class name: messages may quote data we must not echo.
+  const kind = err instanceof Error ? err.name : typeof err;
+  return { name, status: 'error', latency_ms: latency, detail: `unexpected ${kind}` };
+}
+
+/** Settles with `p`, or rejects with `signal.reason` as soon as `signal` aborts, whichever is first. */
+function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+async function runBranch<T>(
+  name: BranchName,
+  ownMs: number,
+  wall: AbortSignal,
+  call: (signal: AbortSignal) => Promise<T>,
+): Promise<Settled<T>> {
+  const t0 = performance.now();
+  if (wall.aborted) return { outcome: abortOutcome(name, 0, wall.reason), value: undefined };
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(timeoutReason(`${name}_timeout`)), ownMs);
+  const onWall = () => ctl.abort(wall.reason);
+  wall.addEventListener('abort', onWall, { once: true });
+  try {
+    let pending: Promise<T>;
+    try {
+      pending = call(ctl.signal);
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    const value = await raceAbort(pending, ctl.signal);
+    return { outcome: { name, status: 'success', latency_ms: performance.now() - t0, detail: '' }, value };
+  } catch (err) {
+    const latency = performance.now() - t0;
+    // Whatever the source threw after an abort (undici's AbortError, node-redis's), the reason names it.
+    if (ctl.signal.aborted) {
+      return { outcome: abortOutcome(name, latency, ctl.signal.reason), value: undefined };
+    }
+    return { outcome: failureOutcome(name, latency, err), value: undefined };
+  } finally {
+    clearTimeout(timer);
+    wall.removeEventListener('abort', onWall);
+  }
+}
+
+function skipped(name: BranchName, detail: string): Settled<never> {
+  return { outcome: { name, status: 'skipped', latency_ms: 0, detail }, value: undefined };
+}
+
+/**
+ * Runs the three branches of SPEC §4 concurrently.
+ *
+ * - Wall `t.wallMs` (ms) over all branches; on expiry unfinished branches are aborted through their
+ *   AbortSignal and recorded `timeout`/`outer_deadline`. Own timeouts give `directive_timeout`,
+ *   `hot_timeout`, `cold_timeout`; the HTTP client's own timeouts `hot_http_timeout`/`cold_http_timeout`.
+ * - Skip flags give `skipped` (`skip_hot_memories`/`skip_cold_memories`) and the source is not called;
+ *   a blank query gives cold `skipped`/`empty_query`.
+ * - Hits go through `validateHits`: invalid or foreign (other org/agent) items are dropped, counted in
+ *   `dropped`, and named in the branch detail (`dropped 1 invalid, 1 foreign`).
+ * - `signal` is the request's: when it aborts, every branch is aborted (`timeout`/`outer_deadline` when
+ *   its reason is a TimeoutError, else `error`/`cancelled`).
+ *
+ * Latencies are `performance.now()` differences in ms. Never throws for dependency failures; returns at
+ * most about 1 ms after the wall (timer resolution), provided sources honour or ignore, but never block
+ * on, their signal.
+ */
+export async function retrieve(
+  sources: RetrievalSources,
+  req: RetrievalRequest,
+  t: RetrievalTimeouts,
+  signal: AbortSignal,
+): Promise<RetrievalResult> {
+  const orgId = req.orgId.toLowerCase();
+  const agentId = req.agentId.toLowerCase();
+  const wallCtl = new AbortController();
+  const onCaller = () => {
+    const reason: unknown = signal.reason;
+    const deadline = reason instanceof DOMException && reason.name === 'TimeoutError';
+    wallCtl.abort(deadline ? timeoutReason('outer_deadline') : new DOMException('cancelled', 'AbortError'));
+  };
+  let wallTimer: NodeJS.Timeout | undefined;
+  if (signal.aborted) onCaller();
+  else signal.addEventListener('abort', onCaller, { once: true });
+  if (!(t.wallMs > 0)) wallCtl.abort(timeoutReason('outer_deadline'));
+  else wallTimer = setTimeout(() => wallCtl.abort(timeoutReason('outer_deadline')), t.wallMs);
+  const wall = wallCtl.signal;
+
+  try {
+    const directiveP = runBranch('directive', t.directiveMs, wall, (s) =>
+      sources.directive.get(orgId, agentId, s),
+    );
+    const hotP: Promise<Settled<RawHits>> = req.skipHot
+      ? Promise.resolve(skipped('hot', 'skip_hot_memories'))
+      : runBranch('hot', t.hotMs, wall, (s) => sources.memory.hot(orgId, agentId, s));
+    const coldP: Promise<Settled<RawHits>> = req.skipCold
+      ? Promise.resolve(skipped('cold', 'skip_cold_memories'))
+      : req.query.trim() === ''
+        ? Promise.resolve(skipped('cold', 'empty_query'))
+        : runBranch('cold', t.coldMs, wall, (s) => sources.memory.search(orgId, agentId, req.query, s));
+    const [d, h, c] = await Promise.all([directiveP, hotP, coldP]);
+
+    const dropped = { invalid: 0, foreign: 0 };
+    const take = (settled: Settled<RawHits>): MemoryHit[] => {
+      if (settled.outcome.status !== 'success' || settled.value === undefined) return [];
+      const v = validateHits(settled.value, orgId, agentId);
+      dropped.invalid += v.invalid;
+      dropped.foreign += v.foreign;
+      settled.outcome.detail = droppedDetail(v.invalid, v.foreign);
+      return v.hits;
+    };
+    const hot = take(h);
+    const cold = take(c);
+    if (d.outcome.status === 'success' && d.value == null) d.outcome.detail = 'no directive';
+    return {
+      directive: d.value ?? null,
+      hot,
+      cold,
+      branches: [d.outcome, h.outcome, c.outcome],
+      dropped,
+    };
+  } finally {
+    clearTimeout(wallTimer);
+    signal.removeEventListener('abort', onCaller);
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * Chooses and builds the retrieval sources from settings (SPEC §3, §4.3): the memory service over HTTP
+ * when a base URL is set, else the embedded store; Redis for directives when a URL is set, else the
+ * embedded store's directives. The embedded store is opened once and shared by both.
+ */
+import type { Settings } from '../config/settings.js';
+import type { Directive } from '../types.js';
+import { BranchErrors } from './branch-error.js';
+import { parseDirectiveObject } from './directive.js';
+import { RedisDirectiveSource } from './directive-redis.js';
+import { EmbeddedStore } from './embedded-store.js';
+import { type RetrievalLogger, silentLogger } from './logger.js';
+import { HttpMemorySource } from './memory-http.js';
+import type { DirectiveSource, MemorySource } from './retrieve.js';
+import type { RawHits } from './validate.js';
+
+/** The sources one service instance reads from. */
+export interface RetrievalSources {
+  directive: DirectiveSource;
+  memory: MemorySource;
+  /** Closes every source and the embedded store; idempotent. */
+  close(): Promise<void>;
+  kind: { memory: 'http' | 'embedded'; directive: 'redis' | 'embedded' };
+}
+
+/** Options of {@link createSources}. */
+export interface CreateSourcesOptions {
+  /** Where connection warnings go (Redis outages, …). Default: dropped. */
+  logger?: RetrievalLogger;
+}
+
+function storeFailure(err: unknown): never {
+  const code =
+    typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : 'error';
+  throw BranchErrors.unavailable('embedded store', code, err);
+}
+
+/** {@link MemorySource} on the embedded store, scoped by org AND agent (SPEC §4.3). */
+export class EmbeddedMemorySource implements MemorySource {
+  readonly #store: EmbeddedStore;
+  constructor(store: EmbeddedStore) {
+    this.#store = store;
+  }
+  /**
+   * `EmbeddedStore.hot` (limit 20, similarity = confidence). Synchronous underneath (sub-ms), so the
+   * signal is only checked before the read.
+   * @throws BranchError `embedded store unavailable (<code>)` when SQLite fails.
+   */
+  async hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits> {
+    signal.throwIfAborted();
+    try {
+      return this.#store.hot(orgId, agentId);
+    } catch (err) {
+      storeFailure(err);
+    }
+  }
+  /** `EmbeddedStore.search` (FTS5, limit 10, BM25 similarity). Throws as {@link EmbeddedMemorySource.hot}. */
+  async search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
+    signal.throwIfAborted();
+    try {
+      return this.#store.search(orgId, agentId, query);
+    } catch (err) {
+      storeFailure(err);
+    }
+  }
+  /** The store is owned by whoever opened it (see {@link createSources}). */
+  async close(): Promise<void> {}
+}
+
+/** {@link DirectiveSource} on the embedded store, with the same SPEC §4.2 rules as Redis values. */
+export class EmbeddedDirectiveSource implements DirectiveSource {
+  readonly #store: EmbeddedStore;
+  constructor(store: EmbeddedStore) {
+    this.#store = store;
+  }
+  /**
+   * @returns the directive, or `null` when none is stored or its content is empty.
+   * @throws BranchError `bad directive: …` (SPEC §4.2) or `embedded store unavailable (<code>)`.
+   */
+  async get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null> {
+    signal.throwIfAborted();
+    let envelope: ReturnType<EmbeddedStore['getDirective']>;
+    try {
+      envelope = this.#store.getDirective(orgId, agentId);
+    } catch (err) {
+      storeFailure(err);
+    }
+    return envelope === null ? null : parseDirectiveObject(envelope);
+  }
+  async close(): Promise<void> {}
+}
+
+/**
+ * Builds the sources for `settings`:
+ * - memory: {@link HttpMemorySource} when `settings.memoryBaseUrl` is set (token `memoryApiToken`, undici
+ *   timeouts = the branch timeouts), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
+ * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
+ *   connection, never fails for an unreachable Redis), else {@link EmbeddedDirectiveSource}.
+ * @throws SqliteError when the embedded store is needed and cannot be opened; TypeError for a bad URL.
+ */
+export async function createSources(
+  settings: Settings,
+  options: CreateSourcesOptions = {},
+): Promise<RetrievalSources> {
+  const logger = options.logger ?? silentLogger;
+  const needsStore = settings.memoryBaseUrl === '' || settings.redisUrl === '';
+  const store = needsStore ? EmbeddedStore.open(settings.embeddedDb) : undefined;
+  let memory: MemorySource | undefined;
+  try {
+    memory =
+      settings.memoryBaseUrl !== ''
+        ? new HttpMemorySource({
+            baseUrl: settings.memoryBaseUrl,
+            token: settings.memoryApiToken,
+            hotTimeoutMs: settings.hotTimeoutMs,
+            coldTimeoutMs: settings.coldTimeoutMs,
+          })
+        : new EmbeddedMemorySource(store!);
+    const directive: DirectiveSource =
+      settings.redisUrl !== ''
+        ? await RedisDirectiveSource.connect({ url: settings.redisUrl, logger })
+        : new EmbeddedDirectiveSource(store!);
+    let closed = false;
+    const mem = memory;
+    return {
+      memory: mem,
+      directive,
+      kind: {
+        memory: settings.memoryBaseUrl !== '' ? 'http' : 'embedded',
+        directive: settings.redisUrl !== '' ? 'redis' : 'embedded',
+      },
+      async close() {
+        if (closed) return;
+        closed = true;
+        await Promise.allSettled([mem.close(), directive.close()]);
+        store?.close();
+      },
+    };
+  } catch (err) {
+    await memory?.close();
+    store?.close();
+    throw err;
+  }
+}

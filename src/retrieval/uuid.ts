@@ -1,0 +1,31 @@
+/**
+ * UUID helpers shared by retrieval validation, the embedded store and LoCoMo ingest.
+ */
+import { createHash } from 'node:crypto';
+
+const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+/** True for the 8-4-4-4-12 hex form, any case, any version (SPEC §4.1 only asks for "UUID strings"). */
+export function isUuid(value: unknown): value is string {
+  return typeof value === 'string' && value.length === 36 && UUID_RE.test(value);
+}
+
+/** Canonical lower-case form of a UUID, or `null` when `value` is not one. */
+export function canonicalUuid(value: unknown): string | null {
+  return isUuid(value) ? value.toLowerCase() : null;
+}
+
+/**
+ * Name-based UUID (RFC 9562 version 5: SHA-1 of namespace bytes + UTF-8 name), lower-case.
+ * Deterministic, so re-ingesting the same data yields the same ids.
+ * @throws TypeError when `namespace` is not a UUID.
+ */
+export function uuidV5(name: string, namespace: string): string {
+  if (!isUuid(namespace)) throw new TypeError('uuidV5: namespace must be a UUID');
+  const ns = Buffer.from(namespace.replaceAll('-', ''), 'hex');
+  const bytes = createHash('sha1').update(ns).update(name, 'utf8').digest().subarray(0, 16);
+  bytes[6] = (bytes[6]! & 0x0f) | 0x50;
+  bytes[8] = (bytes[8]! & 0x3f) | 0x80;
+  const hex = bytes.toString('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}

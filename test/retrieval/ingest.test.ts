@@ -1,0 +1,185 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import {
+  ingestLocomo,
+  LOCOMO_MEMORY_NS,
+  LOCOMO_ORG_ID,
+  locomoAgentId,
+  locomoConfidence,
+  parseLocomoDate,
+  readLocomo,
+  run,
+} from '../../src/cli/commands/ingest.js';
+import { parseDirectiveObject } from '../../src/retrieval/directive.js';
+import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { uuidV5 } from '../../src/retrieval/uuid.js';
+import { makeTempDir, removeTempDir } from './fixtures.js';
+
+let dir: string;
+let data: string;
+
+/** Per-file layout, as in datasets/locomo10 (flat keys, summaries next to the sessions). */
+const flat = {
+  speaker_a: 'Ann',
+  speaker_b: 'Bob',
+  session_1_date_time: '1:56 pm on 8 May, 2023',
+  session_1: [
+    { speaker: 'Ann', dia_id: 'D1:1', text: 'I adopted a cat named Miso.' },
+    { speaker: 'Bob', dia_id: 'D1:2', text: 'Congrats! I started sailing lessons.', blip_caption: 'a boat' },
+    { speaker: 'Ann', dia_id: 'D1:3', text: '   ' },
+  ],
+  session_1_summary: 'Ann adopted a cat; Bob sails.',
+  session_2_date_time: '12:09 am on 13 September, 2023',
+  session_2: [{ speaker: 'Bob', dia_id: 'D2:1', text: 'Miso knocked over my tea.' }],
+  session_2_summary: 'Bob visited Ann.',
+  session_3_date_time: '9:00 am on 1 October, 2023',
+  qa: [{ question: 'What is the cat called?', answer: 'Miso', evidence: ['D1:1'], category: 1 }],
+};
+
+/** Upstream layout (locomo10.json): `conversation` wrapper, `sample_id`, summaries apart. */
+const wrapped = {
+  sample_id: 'conv-7',
+  conversation: {
+    speaker_a: 'Cy',
+    speaker_b: 'Di',
+    session_1_date_time: '10:00 am on 2 January, 2022',
+    session_1: [
+      { speaker: 'Cy', dia_id: 'D1:1', text: 'New year, new garden.' },
+      { speaker: 'Di', dia_id: 'D1:2', text: 'Plant tomatoes!' },
+    ],
+  },
+  session_summary: { session_1_summary: 'Cy plans a garden.' },
+  qa: [],
+};
+
+beforeAll(() => {
+  dir = makeTempDir('ibex-ingest-');
+  data = path.join(dir, 'locomo');
+  fs.mkdirSync(data);
+  fs.writeFileSync(path.join(data, '26.json'), JSON.stringify(flat));
+  fs.writeFileSync(path.join(data, 'wrapped.json'), JSON.stringify(wrapped));
+  fs.writeFileSync(path.join(data, 'notes.txt'), 'ignored');
+});
+afterAll(() => removeTempDir(dir));
+
+describe('LoCoMo reading', () => {
+  it('parses LoCoMo dates as UTC', () => {
+    expect(parseLocomoDate('1:56 pm on 8 May, 2023')).toBe(Date.UTC(2023, 4, 8, 13, 56));
+    expect(parseLocomoDate('12:09 am on 13 September, 2023')).toBe(Date.UTC(2023, 8, 13, 0, 9));
+    expect(parseLocomoDate('12:30 pm on 1 Jan, 2024')).toBe(Date.UTC(2024, 0, 1, 12, 30));
+    expect(parseLocomoDate('sometime')).toBeNull();
+  });
+
+  it('derives stable ids and confidences', () => {
+    expect(locomoAgentId('/any/where/26.json')).toBe(locomoAgentId('26'));
+    expect(locomoAgentId('26.json')).toBe(uuidV5('locomo:26', '5d2f6a1e-8c4b-4f0e-9a7d-2b1c3e4f5a60'));
+    expect(locomoAgentId('26.json')).not.toBe(locomoAgentId('30.json'));
+    const c = locomoConfidence('x');
+    expect(c).toBe(locomoConfidence('x'));
+    for (const id of ['a', 'b', 'c', 'd', 'e']) {
+      expect(locomoConfidence(id)).toBeGreaterThanOrEqual(0.5);
+      expect(locomoConfidence(id)).toBeLessThanOrEqual(1);
+    }
+  });
+
+  it('reads both layouts with sessions, turns, summaries and QA', async () => {
+    const convs = await readLocomo(data);
+    expect(convs.map((c) => c.sampleId)).toEqual(['26', 'conv-7']);
+    const [a, b] = convs as [(typeof convs)[0], (typeof convs)[0]];
+    expect(a.agentId).toBe(locomoAgentId('26.json'));
+    expect(b.agentId).toBe(locomoAgentId('conv-7'));
+    expect([a.speakerA, a.speakerB]).toEqual(['Ann', 'Bob']);
+    // Session 3 has a date but no turn list: not a session.
+    expect(a.sessions.map((s) => s.index)).toEqual([1, 2]);
+    expect(a.sessions[0]!.turns.map((t) => t.diaId)).toEqual(['D1:1', 'D1:2']);
+    expect(a.sessions[0]!.turns[1]).toMatchObject({
+      speaker: 'Bob',
+      imageCaption: 'a boat',
+      createdAt: Date.UTC(2023, 4, 8, 13, 56) + 1000,
+      memoryId: uuidV5(`${a.agentId}:D1:2`, LOCOMO_MEMORY_NS),
+    });
+    expect(a.sessions[1]!.summary).toBe('Bob visited Ann.');
+    expect(a.qa).toEqual([
+      { question: 'What is the cat called?', answer: 'Miso', evidence: ['D1:1'], category: 1 },
+    ]);
+    expect(b.sessions[0]!.summary).toBe('Cy plans a garden.');
+  });
+
+  it('names the file of a broken sample', async () => {
+    const bad = path.join(dir, 'bad');
+    fs.mkdirSync(bad);
+    fs.writeFileSync(path.join(bad, 'x.json'), JSON.stringify({ speaker_a: 'A' }));
+    await expect(readLocomo(bad)).rejects.toThrow(/x\.json: speaker_a and speaker_b must be strings/);
+  });
+});
+
+describe('ingest into the embedded store', () => {
+  it('writes memories, summaries and a directive per agent, idempotently', async () => {
+    const db = path.join(dir, 'db', 'store.db');
+    const convs = await readLocomo(data);
+    const store = EmbeddedStore.open(db);
+    try {
+      const first = ingestLocomo(store, convs, LOCOMO_ORG_ID);
+      // 26: 3 non-blank turns + 2 summaries; conv-7: 2 turns + 1 summary.
+      expect(first.memories).toBe(8);
+      expect(first.directives).toBe(2);
+      expect(first.agents.map((x) => [x.sample_id, x.memories])).toEqual([
+        ['26', 5],
+        ['conv-7', 3],
+      ]);
+      expect(store.counts()).toEqual({ memories: 8, directives: 2, agents: 2 });
+
+      const agent = locomoAgentId('26.json');
+      const hot = store.hot(LOCOMO_ORG_ID, agent);
+      expect(hot.map((h) => [h.memory.category, h.memory.content])).toEqual([
+        ['factual', 'Bob visited Ann.'],
+        ['episodic', 'Bob: Miso knocked over my tea.'],
+        ['factual', 'Ann adopted a cat; Bob sails.'],
+        ['episodic', 'Bob: Congrats! I started sailing lessons.'],
+        ['episodic', 'Ann: I adopted a cat named Miso.'],
+      ]);
+      expect(hot[4]!.memory.id).toBe(uuidV5(`${agent}:D1:1`, LOCOMO_MEMORY_NS));
+      expect(hot[4]!.memory.confidence).toBe(locomoConfidence(hot[4]!.memory.id));
+      expect(hot[4]!.memory.created_at).toBe('2023-05-08T13:56:00.000Z');
+      expect(store.search(LOCOMO_ORG_ID, agent, 'Who is Miso?').length).toBe(2);
+
+      const directive = parseDirectiveObject(store.getDirective(LOCOMO_ORG_ID, agent));
+      expect(directive?.content).toMatch(/^You are the assistant of Ann and Bob\./);
+      expect(directive?.injection_mode).toBe('system_first');
+
+      const again = ingestLocomo(store, await readLocomo(data), LOCOMO_ORG_ID);
+      expect(again).toEqual(first);
+      expect(store.counts()).toEqual({ memories: 8, directives: 2, agents: 2 });
+      expect(store.hot(LOCOMO_ORG_ID, agent)).toEqual(hot);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('CLI: prints the JSON summary; bad arguments exit 2', async () => {
+    const db = path.join(dir, 'cli.db');
+    const out: string[] = [];
+    const spy = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+      out.push(String(chunk));
+      return true;
+    });
+    const err = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+    try {
+      const org = '0b8e2f3c-1111-4a2b-9c3d-4e5f6a7b8c9d';
+      expect(await run(['--locomo', data, '--db', db, '--org', org.toUpperCase()])).toBe(0);
+      expect(await run(['--db', db])).toBe(2);
+      expect(await run(['--locomo', data, '--org', 'nope'])).toBe(2);
+      expect(await run(['--locomo', path.join(dir, 'missing'), '--db', db])).toBe(1);
+      const summary = JSON.parse(out.join(''));
+      expect(summary).toMatchObject({ db, org_id: org, memories: 8, directives: 2 });
+      expect(summary.agents.map((a: { agent_id: string }) => a.agent_id)).toEqual([
+        locomoAgentId('26.json'),
+        locomoAgentId('conv-7'),
+      ]);
+    } finally {
+      spy.mockRestore();
+      err.mockRestore();
+    }
+  });
+});
