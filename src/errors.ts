@@ -16,6 +16,8 @@ export type IbexErrorCode =
   | 'IBEX_ERR_POOL_SATURATED'
   | 'IBEX_ERR_POOL_DEADLINE'
   | 'IBEX_ERR_POOL_TASK_FAILED'
+  | 'IBEX_ERR_DEADLINE_EXCEEDED'
+  | 'IBEX_ERR_CANCELLED'
   | 'IBEX_ERR_UNAUTHENTICATED'
   | 'IBEX_ERR_PERMISSION_DENIED'
   | 'IBEX_ERR_INTERNAL';
@@ -44,6 +46,8 @@ export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
   IBEX_ERR_POOL_SATURATED: status.RESOURCE_EXHAUSTED,
   IBEX_ERR_POOL_DEADLINE: status.DEADLINE_EXCEEDED,
   IBEX_ERR_POOL_TASK_FAILED: status.INTERNAL,
+  IBEX_ERR_DEADLINE_EXCEEDED: status.DEADLINE_EXCEEDED,
+  IBEX_ERR_CANCELLED: status.CANCELLED,
   IBEX_ERR_UNAUTHENTICATED: status.UNAUTHENTICATED,
   IBEX_ERR_PERMISSION_DENIED: status.PERMISSION_DENIED,
   IBEX_ERR_INTERNAL: status.INTERNAL,
@@ -79,6 +83,10 @@ export const Errors = {
         cause,
       },
     ),
+  /** The request deadline D passed before the answer was ready (SPEC §10). */
+  deadlineExceeded: () => new IbexError('IBEX_ERR_DEADLINE_EXCEEDED', 'deadline exceeded'),
+  /** The caller cancelled the call (SPEC §10); nobody is left to answer. */
+  cancelled: () => new IbexError('IBEX_ERR_CANCELLED', 'call cancelled'),
   unauthenticated: (reason: string) => new IbexError('IBEX_ERR_UNAUTHENTICATED', reason),
   permissionDenied: (reason: string) => new IbexError('IBEX_ERR_PERMISSION_DENIED', reason),
   internal: (reason: string, cause?: unknown) => new IbexError('IBEX_ERR_INTERNAL', reason, { cause }),

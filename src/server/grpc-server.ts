@@ -20,6 +20,7 @@ import {
 import { loadSync } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
+import { authorizeRequest } from '../auth/authorize-request.js';
 import type { Settings } from '../config/settings.js';
 import { GRPC_STATUS_BY_CODE, IbexError } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -256,6 +257,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         return;
       }
       const req = validateAssembleRequest(call.request);
+      // Needs the decoded org_id, so it cannot live in the authentication interceptor (issue 6).
+      authorizeRequest(req, ctx);
       ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
       assemble(req, ctx).then(
         (result) => {

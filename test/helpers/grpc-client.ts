@@ -5,21 +5,20 @@
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import {
-  Client,
-  type ClientReadableStream,
-  credentials,
-  Metadata,
-  type MethodDefinition,
-  type ServiceDefinition,
-  type StatusObject,
-} from '@grpc/grpc-js';
+import type { ClientReadableStream, ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
 import {
+  type CallOptions,
+  type CallOutcome,
+  createContextClient,
+  type HealthStatus,
+  methodOf,
+  type UnaryMethod,
+} from '../../src/client/context-client.js';
+import {
   type AssembleContextRequestInput,
   type AssembleContextResponse,
-  contextServiceDefinition,
   PROTO_LOADER_OPTIONS,
   type RecordMemoryFeedbackRequest,
   type RecordMemoryFeedbackResponse,
@@ -28,28 +27,10 @@ import {
   type WireInput,
 } from '../../src/server/proto.js';
 
-/** Per-call options. */
-export interface TestCallOptions {
-  /** Caller deadline, ms from now (sent as grpc-timeout). */
-  deadlineMs?: number;
-  /** Request metadata. */
-  metadata?: Metadata | Record<string, string>;
-  /** Aborting it cancels the call (the server sees `cancelled`). */
-  signal?: AbortSignal;
-}
+export type { CallOutcome, HealthStatus } from '../../src/client/context-client.js';
 
-/** Result of one unary call. */
-export interface CallOutcome<T> {
-  /** The decoded response, or null when the status is not OK. */
-  response: T | null;
-  /** Response headers (initial metadata); empty for a trailers-only answer. */
-  metadata: Metadata;
-  /** Final status: code, details, trailers. */
-  status: StatusObject;
-}
-
-/** Health status as grpc.health.v1 names it. */
-export type HealthStatus = 'UNKNOWN' | 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN';
+/** Per-call options: `deadlineMs` (ms from now), `metadata`, `signal` (aborting cancels the call). */
+export type TestCallOptions = CallOptions;
 
 /** The parts of a reflected FileDescriptorProto that clients such as grpcurl need to link it. */
 export interface ReflectedFile {
@@ -88,52 +69,8 @@ export interface TestClient {
   close(): void;
 }
 
-type AnyMethod = MethodDefinition<unknown, unknown>;
-
-function method(def: ServiceDefinition | Record<string, unknown>, name: string): AnyMethod {
-  const m = (def as Record<string, AnyMethod | undefined>)[name];
-  if (!m) throw new Error(`no method ${name}`);
-  return m;
-}
-
-function toMetadata(md: TestCallOptions['metadata']): Metadata {
-  if (md instanceof Metadata) return md;
-  const out = new Metadata();
-  for (const [k, v] of Object.entries(md ?? {})) out.set(k, v);
-  return out;
-}
-
-function unary<Res>(
-  client: Client,
-  m: AnyMethod,
-  req: unknown,
-  opts: TestCallOptions = {},
-): Promise<CallOutcome<Res>> {
-  return new Promise((resolve) => {
-    let response: Res | null = null;
-    let headers = new Metadata();
-    const call = client.makeUnaryRequest(
-      m.path,
-      m.requestSerialize,
-      m.responseDeserialize,
-      req,
-      toMetadata(opts.metadata),
-      opts.deadlineMs === undefined ? {} : { deadline: Date.now() + opts.deadlineMs },
-      (err, value) => {
-        response = err ? null : ((value as Res | undefined) ?? null);
-      },
-    );
-    call.on('metadata', (md: Metadata) => {
-      headers = md;
-    });
-    // grpc-js calls the callback before emitting `status`, so the response is known here.
-    call.on('status', (st: StatusObject) => resolve({ response, metadata: headers, status: st }));
-    if (opts.signal) {
-      if (opts.signal.aborted) call.cancel();
-      else opts.signal.addEventListener('abort', () => call.cancel(), { once: true });
-    }
-  });
-}
+type AnyMethod = UnaryMethod;
+const method = methodOf;
 
 const require = createRequire(import.meta.url);
 
@@ -185,12 +122,12 @@ interface ReflectionResponse {
  * Creates a client for `addr` (`host:port`, insecure). Close it with `close()` at the end of the test.
  */
 export function createTestClient(addr: string): TestClient {
-  const client = new Client(addr, credentials.createInsecure(), {
+  const context = createContextClient({
+    addr,
     // Tests send oversized requests on purpose; the server, not the client, must refuse them.
-    'grpc.max_send_message_length': -1,
-    'grpc.max_receive_message_length': -1,
+    channelOptions: { 'grpc.max_send_message_length': -1, 'grpc.max_receive_message_length': -1 },
   });
-  const def = contextServiceDefinition;
+  const client = context.raw;
   const health = healthService as unknown as ServiceDefinition;
 
   const reflect = (request: Record<string, unknown>): Promise<ReflectionResponse> =>
@@ -206,10 +143,10 @@ export function createTestClient(addr: string): TestClient {
     });
 
   return {
-    assemble: (req, opts) => unary(client, method(def, 'AssembleContext'), req, opts),
-    searchMemories: (req, opts) => unary(client, method(def, 'SearchMemories'), req, opts),
-    recordMemoryFeedback: (req, opts) => unary(client, method(def, 'RecordMemoryFeedback'), req, opts),
-    healthCheck: (service = '', opts) => unary(client, method(health, 'Check'), { service }, opts),
+    assemble: context.assemble,
+    searchMemories: context.searchMemories,
+    recordMemoryFeedback: context.recordMemoryFeedback,
+    healthCheck: context.healthCheck,
     healthWatch(service, onStatus) {
       const m = method(health, 'Watch');
       const stream: ClientReadableStream<{ status: HealthStatus }> = client.makeServerStreamRequest(
@@ -231,6 +168,6 @@ export function createTestClient(addr: string): TestClient {
       const res = await reflect({ file_containing_symbol: symbol });
       return (res.file_descriptor_response?.file_descriptor_proto ?? []).map(decodeFile);
     },
-    close: () => client.close(),
+    close: () => context.close(),
   };
 }

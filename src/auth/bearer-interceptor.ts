@@ -1,0 +1,79 @@
+/**
+ * Bearer-token authentication at the gRPC boundary (issue 6): a grpc-js server interceptor that checks
+ * `authorization: Bearer <token>` against the token file before the handler runs. It answers only
+ * "who is calling"; whether that caller may act for the request's org_id needs the decoded request and
+ * is decided by {@link authorizeRequest} after validation.
+ */
+import { type Metadata, ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
+import type { Logger } from '../telemetry/logger.js';
+import { attachCaller } from './caller.js';
+import type { TokenGrant } from './token-file.js';
+import { findGrant } from './verify-token.js';
+
+/** Details sent with UNAUTHENTICATED; stable so clients and tests can tell the cases apart. */
+export const UNAUTHENTICATED_DETAILS = {
+  missing: 'missing bearer token: send metadata "authorization: Bearer <token>"',
+  malformed: 'malformed authorization metadata: expected exactly one "Bearer <token>"',
+  invalid: 'invalid bearer token',
+} as const;
+
+/**
+ * Method paths that skip authentication: health checks, so load balancers and orchestrators can probe
+ * without a token. They reveal only SERVING / NOT_SERVING.
+ */
+const UNAUTHENTICATED_PREFIXES = ['/grpc.health.v1.Health/'] as const;
+
+const BEARER = /^Bearer[ \t]+([^ \t]+)[ \t]*$/i;
+
+type Verdict = { ok: true; grant: TokenGrant } | { ok: false; reason: keyof typeof UNAUTHENTICATED_DETAILS };
+
+function verify(metadata: Metadata, grants: readonly TokenGrant[]): Verdict {
+  const values = metadata.get('authorization');
+  if (values.length === 0) return { ok: false, reason: 'missing' };
+  const match = values.length === 1 && typeof values[0] === 'string' ? BEARER.exec(values[0]) : null;
+  if (match === null) return { ok: false, reason: 'malformed' };
+  const grant = findGrant(grants, match[1]!);
+  return grant === undefined ? { ok: false, reason: 'invalid' } : { ok: true, grant };
+}
+
+/**
+ * Creates the interceptor. A call without a valid token is answered UNAUTHENTICATED before its handler
+ * runs (the handler never sees it). A valid token's caller is attached to the call's metadata for
+ * {@link authorizeRequest}, and the `authorization` entry is removed so nothing downstream can log or
+ * forward it. Health checks pass without a token.
+ * @param grants from {@link loadTokenFile}; must not be empty.
+ * @param logger failures are logged at warn with peer, method and reason — never the token.
+ */
+export function bearerAuthInterceptor(grants: readonly TokenGrant[], logger: Logger): ServerInterceptor {
+  const log = logger.child({ component: 'auth' });
+  return (method, call) => {
+    if (UNAUTHENTICATED_PREFIXES.some((p) => method.path.startsWith(p))) {
+      return new ServerInterceptingCall(call);
+    }
+    const intercepting: ServerInterceptingCall = new ServerInterceptingCall(call, {
+      start: (next) => {
+        next({
+          onReceiveMetadata: (metadata, nextMetadata) => {
+            const verdict = verify(metadata, grants);
+            if (!verdict.ok) {
+              log.warn(
+                { peer: call.getPeer(), method: method.path, reason: verdict.reason },
+                'caller not authenticated',
+              );
+              intercepting.sendStatus({
+                code: status.UNAUTHENTICATED,
+                details: UNAUTHENTICATED_DETAILS[verdict.reason],
+                metadata: null,
+              });
+              return;
+            }
+            metadata.remove('authorization');
+            attachCaller(metadata, { name: verdict.grant.name, orgs: verdict.grant.orgs });
+            nextMetadata(metadata);
+          },
+        });
+      },
+    });
+    return intercepting;
+  };
+}

@@ -1,0 +1,148 @@
+/**
+ * `ibex-context load`: autocannon-style gRPC load against AssembleContext (issue 5). The engine is
+ * {@link runLoad} in src/client/load-driver.ts; this module parses flags, draws the progress line on a
+ * terminal and prints the report (a table, or one JSON object with `--json`).
+ */
+import { parseArgs } from 'node:util';
+import {
+  CONNECTION_FLAGS,
+  CONNECTION_USAGE,
+  connectionFromFlags,
+  numberFlag,
+} from '../../client/cli-options.js';
+import { type LoadOptions, runLoad } from '../../client/load-driver.js';
+import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
+import { type RequestSource, syntheticSource } from '../../client/request-source.js';
+import { canonicalUuid } from '../../retrieval/uuid.js';
+
+const USAGE = `usage: ibex-context load [options]
+
+  -c, --connections <n>     separate gRPC channels (default 10)
+  -d, --duration <s>        measured seconds (default 10)
+  -R, --rate <req/s>        total rate: open loop, latency from the intended send time
+  -p, --pipelining <n>      closed loop (no -R): calls in flight per connection (default 1)
+  -a, --max-requests <n>    stop after n measured requests (hard bound)
+      --warmup <s>          unrecorded traffic before the measured phase (default 0)
+      --timeout <ms>        per-call gRPC deadline (default 1000)
+      --connect-timeout <ms> wait this long for every channel to connect (default 5000)
+      --locomo <dir>        real LoCoMo turns as requests (as ingested by 'ibex-context ingest')
+      --org <uuid>          org the LoCoMo conversations were ingested under
+      --seed <n>            seed of the synthetic request generator (default 1)
+      --json                print one JSON object instead of the tables
+${CONNECTION_USAGE}`;
+
+/**
+ * CLI entry.
+ * @returns 0 when the run completed (gRPC errors are results, not failures), 2 for bad flags, 1 when the
+ *   service cannot be reached or the request source cannot be read.
+ */
+export async function run(argv: string[]): Promise<number> {
+  let opts: LoadOptions;
+  let json: boolean;
+  let locomo: { dir: string; org: string | undefined } | undefined;
+  let seed: number;
+  try {
+    const { values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        ...CONNECTION_FLAGS,
+        connections: { type: 'string', short: 'c' },
+        duration: { type: 'string', short: 'd' },
+        rate: { type: 'string', short: 'R' },
+        pipelining: { type: 'string', short: 'p' },
+        'max-requests': { type: 'string', short: 'a' },
+        warmup: { type: 'string' },
+        timeout: { type: 'string' },
+        'connect-timeout': { type: 'string' },
+        locomo: { type: 'string' },
+        org: { type: 'string' },
+        seed: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+    if (values.help) {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    json = values.json ?? false;
+    seed = numberFlag('seed', values.seed, 1, { integer: true });
+    const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
+    opts = {
+      ...connectionFromFlags(values),
+      connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
+      durationS: numberFlag('duration', values.duration, 10, { min: 0.001, max: 86_400 }),
+      pipelining: numberFlag('pipelining', values.pipelining, 1, { min: 1, max: 10_000, integer: true }),
+      warmupS: numberFlag('warmup', values.warmup, 0, { min: 0, max: 3600 }),
+      timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
+      connectTimeoutMs: numberFlag('connect-timeout', values['connect-timeout'], 5000, {
+        min: 1,
+        max: 600_000,
+      }),
+    };
+    if (rate > 0) opts.rate = rate;
+    if (values['max-requests'] !== undefined) {
+      opts.maxRequests = numberFlag('max-requests', values['max-requests'], 0, { min: 1, integer: true });
+    }
+    if (values.org !== undefined && values.locomo === undefined)
+      throw new Error('--org only applies with --locomo');
+    const org = values.org === undefined ? undefined : canonicalUuid(values.org);
+    if (org === null) throw new Error('--org must be a UUID');
+    if (values.locomo !== undefined) locomo = { dir: values.locomo, org };
+  } catch (err) {
+    process.stderr.write(`ibex-context load: ${(err as Error).message}\n${USAGE}\n`);
+    return 2;
+  }
+
+  let source: RequestSource;
+  try {
+    if (locomo) {
+      // Loaded on demand: the LoCoMo reader pulls in the ingest module (and its store).
+      const { locomoSource } = await import('../../client/locomo-requests.js');
+      source = await locomoSource(locomo.dir, locomo.org === undefined ? {} : { orgId: locomo.org });
+    } else {
+      source = syntheticSource({ seed });
+    }
+  } catch (err) {
+    process.stderr.write(`ibex-context load: ${(err as Error).message}\n`);
+    return 1;
+  }
+  opts.source = source;
+
+  const tty = process.stderr.isTTY === true;
+  const controller = new AbortController();
+  // The first Ctrl-C ends the run early and still prints the report of what was measured.
+  const onSigint = () => controller.abort();
+  process.once('SIGINT', onSigint);
+  opts.signal = controller.signal;
+  if (tty) {
+    process.stderr.write(
+      `${describeRun({
+        target: opts.addr,
+        open_loop: opts.rate !== undefined,
+        rate: opts.rate ?? null,
+        connections: opts.connections!,
+        pipelining: opts.pipelining!,
+        duration_s: opts.durationS!,
+        warmup_s: opts.warmupS!,
+        timeout_ms: opts.timeoutMs!,
+        source: source.name,
+      })}\n`,
+    );
+    opts.onProgress = (p) => process.stderr.write(`\r\x1b[2K${formatProgress(p)}`);
+  }
+  try {
+    const report = await runLoad(opts);
+    if (tty) process.stderr.write('\r\x1b[2K');
+    process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatLoadReport(report)}\n`);
+    return 0;
+  } catch (err) {
+    if (tty) process.stderr.write('\r\x1b[2K');
+    process.stderr.write(`ibex-context load: ${(err as Error).message}\n`);
+    return 1;
+  } finally {
+    process.removeListener('SIGINT', onSigint);
+  }
+}

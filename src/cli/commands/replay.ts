@@ -1,0 +1,153 @@
+/**
+ * `ibex-context replay --locomo <dir>`: one AssembleContext per turn of the later LoCoMo sessions
+ * against a running service, every answer checked (status, SPEC §6 output budget, memory blocks vs
+ * `memories_used`, level), then a summary (issue 4). Exit 0 only when every call was OK and no check
+ * failed.
+ */
+import { parseArgs } from 'node:util';
+import { CapabilityCatalog } from '../../budget/catalog.js';
+import {
+  CONNECTION_FLAGS,
+  CONNECTION_USAGE,
+  connectionFromFlags,
+  numberFlag,
+} from '../../client/cli-options.js';
+import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
+import { renderTable } from '../../client/stats.js';
+import { canonicalUuid } from '../../retrieval/uuid.js';
+import { readLocomo } from './ingest.js';
+
+const USAGE = `usage: ibex-context replay --locomo <dir> [options]
+
+      --locomo <dir>        LoCoMo conversations (the same files given to 'ibex-context ingest')
+      --concurrency <n>     calls in flight (default 4)
+      --limit <n>           at most n calls (default: every turn of the later sessions)
+      --timeout <ms>        per-call gRPC deadline (default 1000)
+      --org <uuid>          org the conversations were ingested under (default: ingest's default)
+      --catalog <file>      catalog override for the budget check (default $IBEX_CONTEXT_CATALOG_FILE)
+      --json                print one JSON object instead of the summary
+${CONNECTION_USAGE}`;
+
+/** The human summary of a replay. */
+export function formatReplayReport(r: ReplayReport): string {
+  const errors = Object.entries(r.errors).map(([code, n]) => `${code} ${n}`);
+  const rows = [
+    ['', 'value'],
+    ['calls', `${r.calls} (of ${r.turns_available} turns in ${r.conversations} conversations)`],
+    ['ok', String(r.ok)],
+    ['errors', errors.length === 0 ? '0' : errors.join(', ')],
+    ['levels', `L0 ${r.levels.L0} · L1 ${r.levels.L1} · L2 ${r.levels.L2}`],
+    [
+      'memories included',
+      `min ${r.memories_included.min} · median ${r.memories_included.median} · max ${r.memories_included.max}`,
+    ],
+    [
+      'tokens used',
+      `min ${r.tokens_used.min} · median ${r.tokens_used.median} · max ${r.tokens_used.max} · total ${r.tokens_used.total}`,
+    ],
+    [
+      'latency (client)',
+      `p50 ${r.latency_ms.p50} ms · p99 ${r.latency_ms.p99} ms · max ${r.latency_ms.max} ms`,
+    ],
+    ['total_ms (server)', `p50 ${r.server_total_ms.p50} ms · p99 ${r.server_total_ms.p99} ms`],
+    ['invariant violations', String(r.invariant_violations)],
+    ['budget not applicable', String(r.budget_unchecked)],
+    ['duration', `${r.duration_s} s`],
+  ];
+  const lines = [`replay @ ${r.target}`, renderTable(rows)];
+  const kinds = Object.entries(r.violations_by_kind).filter(([, n]) => n > 0);
+  if (kinds.length > 0) lines.push(`violations by kind: ${kinds.map(([k, n]) => `${k} ${n}`).join(', ')}`);
+  for (const [code, details] of Object.entries(r.error_details)) {
+    lines.push(`${code}: ${details.map((d) => `'${d}'`).join(', ')}`);
+  }
+  for (const s of r.violation_samples) {
+    lines.push(`  ${s.request_id} (${s.model}): ${s.details.join('; ')}`);
+  }
+  return lines.join('\n');
+}
+
+/**
+ * CLI entry.
+ * @returns 0 when every call was OK with no violation; 1 on any error status, violation, zero calls or
+ *   an unreachable service; 2 for bad flags.
+ */
+export async function run(argv: string[]): Promise<number> {
+  let opts: Omit<ReplayOptions, 'conversations'>;
+  let dir: string;
+  let json: boolean;
+  try {
+    const { values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        ...CONNECTION_FLAGS,
+        locomo: { type: 'string' },
+        concurrency: { type: 'string' },
+        limit: { type: 'string' },
+        timeout: { type: 'string' },
+        org: { type: 'string' },
+        catalog: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+    if (values.help) {
+      process.stdout.write(`${USAGE}\n`);
+      return 0;
+    }
+    if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
+    dir = values.locomo;
+    json = values.json ?? false;
+    opts = {
+      ...connectionFromFlags(values),
+      concurrency: numberFlag('concurrency', values.concurrency, 4, { min: 1, max: 1024, integer: true }),
+      timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
+      catalog: CapabilityCatalog.load(values.catalog ?? process.env.IBEX_CONTEXT_CATALOG_FILE ?? ''),
+    };
+    if (values.limit !== undefined) {
+      opts.limit = numberFlag('limit', values.limit, 0, { min: 1, integer: true });
+    }
+    if (values.org !== undefined) {
+      const org = canonicalUuid(values.org);
+      if (org === null) throw new Error('--org must be a UUID');
+      opts.orgId = org;
+    }
+  } catch (err) {
+    process.stderr.write(`ibex-context replay: ${(err as Error).message}\n${USAGE}\n`);
+    return 2;
+  }
+
+  const tty = process.stderr.isTTY === true;
+  const controller = new AbortController();
+  const onSigint = () => controller.abort();
+  process.once('SIGINT', onSigint);
+  try {
+    const conversations = await readLocomo(dir);
+    let lastDraw = 0;
+    const report = await runReplay({
+      ...opts,
+      conversations,
+      signal: controller.signal,
+      onProgress: tty
+        ? (done, total) => {
+            const now = Date.now();
+            if (now - lastDraw < 200 && done < total) return;
+            lastDraw = now;
+            process.stderr.write(`\r\x1b[2Kreplay ${done}/${total}`);
+          }
+        : undefined,
+    });
+    if (tty) process.stderr.write('\r\x1b[2K');
+    process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatReplayReport(report)}\n`);
+    const errorCount = Object.values(report.errors).reduce((s, n) => s + n, 0);
+    if (report.calls === 0) process.stderr.write('ibex-context replay: no turns to replay\n');
+    return errorCount === 0 && report.invariant_violations === 0 && report.calls > 0 ? 0 : 1;
+  } catch (err) {
+    if (tty) process.stderr.write('\r\x1b[2K');
+    process.stderr.write(`ibex-context replay: ${(err as Error).message}\n`);
+    return 1;
+  } finally {
+    process.removeListener('SIGINT', onSigint);
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * `ibex-context serve` (what `npm start` runs): the gRPC service on the embedded store unless the memory
+ * URL / Redis URL are set. SIGTERM/SIGINT drain gracefully and exit 0.
+ */
+import { type AuthSetup, setupAuth } from '../../auth/setup-auth.js';
+import { loadSettings } from '../../config/settings.js';
+import { startService } from '../../server/service.js';
+import { createLogger } from '../../telemetry/logger.js';
+
+/** Runs until a signal; returns the exit code (0 after a clean drain, 1 on a start-up failure). */
+export async function run(argv: string[]): Promise<number> {
+  if (argv.includes('--help')) {
+    console.log(
+      'usage: ibex-context serve   (configured by IBEX_CONTEXT_* environment variables; see README)',
+    );
+    return 0;
+  }
+  let settings: ReturnType<typeof loadSettings>;
+  try {
+    settings = loadSettings();
+  } catch (err) {
+    console.error(`ibex-context: invalid configuration: ${(err as Error).message}`);
+    return 1;
+  }
+  const logger = createLogger(settings);
+  // Before anything heavy starts: a bad TLS/token file or an unauthenticated public address exits 1 here.
+  let auth: AuthSetup;
+  try {
+    auth = setupAuth(settings, logger);
+  } catch (err) {
+    console.error(`ibex-context: ${(err as Error).message}`);
+    return 1;
+  }
+  let service: Awaited<ReturnType<typeof startService>>;
+  try {
+    service = await startService(settings, {
+      logger,
+      credentials: auth.credentials,
+      interceptors: auth.interceptors,
+      warnings: auth.warnings,
+    });
+  } catch (err) {
+    logger.fatal({ err }, 'start-up failed');
+    return 1;
+  }
+  return new Promise<number>((resolve) => {
+    const onSignal = (signal: NodeJS.Signals) => {
+      logger.info({ signal }, 'signal received');
+      service.stop().then(
+        () => resolve(0),
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          resolve(1);
+        },
+      );
+    };
+    process.once('SIGTERM', onSignal);
+    process.once('SIGINT', onSignal);
+  });
+}

@@ -1,0 +1,100 @@
+/**
+ * Text rendering of a {@link LoadReport}, laid out like autocannon's output, and the progress line.
+ */
+import type { LoadProgress, LoadReport } from './load-driver.js';
+import { formatBytes, formatCount, renderTable } from './stats.js';
+
+const ms = (v: number) => `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ms`;
+
+/** The run's header line(s), printed before the run starts and at the top of the report. */
+export function describeRun(
+  r: Pick<
+    LoadReport,
+    | 'target'
+    | 'open_loop'
+    | 'rate'
+    | 'connections'
+    | 'pipelining'
+    | 'duration_s'
+    | 'warmup_s'
+    | 'timeout_ms'
+    | 'source'
+  >,
+): string {
+  const mode = r.open_loop
+    ? `open loop at ${r.rate} req/s (latency from the intended send time)`
+    : `closed loop, ${r.pipelining} in flight per connection`;
+  const warmup = r.warmup_s > 0 ? ` after ${r.warmup_s}s warmup` : '';
+  return [
+    `Running ${r.duration_s}s load test @ ${r.target}${warmup}`,
+    `${r.connections} connections, ${mode}, timeout ${r.timeout_ms} ms`,
+    `source: ${r.source}`,
+  ].join('\n');
+}
+
+/** The human report: latency table, req/s + bytes/s table, totals, errors and degradation. */
+export function formatLoadReport(r: LoadReport): string {
+  const l = r.latency_ms;
+  const latency = renderTable([
+    ['Stat', '2.5%', '50%', '97.5%', '99%', '99.9%', 'Avg', 'Stdev', 'Max'],
+    [
+      'Latency',
+      ms(l.p2_5),
+      ms(l.p50),
+      ms(l.p97_5),
+      ms(l.p99),
+      ms(l.p99_9),
+      ms(l.avg),
+      ms(l.stdev),
+      ms(l.max),
+    ],
+  ]);
+  const q = r.rps;
+  const b = r.bytes.per_second;
+  const throughput = renderTable([
+    ['Stat', '1%', '2.5%', '50%', '97.5%', 'Avg', 'Stdev', 'Min'],
+    ['Req/Sec', ...[q.p1, q.p2_5, q.p50, q.p97_5, q.avg, q.stdev, q.min].map((v) => String(v))],
+    ['Bytes/Sec', ...[b.p1, b.p2_5, b.p50, b.p97_5, b.avg, b.stdev, b.min].map(formatBytes)],
+  ]);
+  const req = r.requests;
+  const errors = Object.entries(req.errors)
+    .sort((a, b2) => b2[1] - a[1])
+    .map(([code, n]) => `${code} ${n}`);
+  const lines = [
+    describeRun({ ...r }),
+    '',
+    latency,
+    '',
+    throughput,
+    '',
+    `Req/Bytes counts sampled once per second (${q.samples} samples).`,
+    `# of samples: ${req.completed}`,
+    '',
+    `${formatCount(req.sent)} requests in ${r.duration_s}s, ${formatBytes(r.bytes.total)} read` +
+      ` — ${r.throughput_rps} answers/s, ${r.sent_rps} sent/s` +
+      (r.open_loop ? `, send lag avg ${r.schedule_lag_ms.avg} ms max ${r.schedule_lag_ms.max} ms` : ''),
+    `ok ${req.ok} · levels L0 ${req.levels.L0} L1 ${req.levels.L1} L2 ${req.levels.L2}` +
+      (req.level_missing > 0 ? ` (no level ${req.level_missing})` : '') +
+      ` · degraded ${req.degraded.L1 + req.degraded.L2}`,
+    `errors ${req.error_total}${errors.length > 0 ? ` (${errors.join(', ')})` : ''}` +
+      ` · late ${req.late} · unfinished ${req.unfinished}` +
+      (req.warmup_sent > 0 ? ` · warmup requests ${req.warmup_sent} (not recorded)` : ''),
+  ];
+  lines.push(
+    `driver: event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,
+  );
+  if (r.stopped_by !== 'duration') lines.push(`stopped by ${r.stopped_by.replace('_', ' ')}`);
+  for (const w of r.warnings) lines.push(`warning: ${w}`);
+  return lines.join('\n');
+}
+
+/** One-line progress (drawn with `\r` on a terminal). */
+export function formatProgress(p: LoadProgress): string {
+  const width = 20;
+  const done = Math.min(width, Math.round((p.elapsedS / Math.max(p.totalS, 0.001)) * width));
+  const bar = `${'█'.repeat(done)}${'░'.repeat(width - done)}`;
+  return (
+    `${bar} ${p.elapsedS.toFixed(1)}/${p.totalS}s ${p.phase.padEnd(7)} ` +
+    `sent ${p.sent} ok ${p.ok} err ${p.errors} in-flight ${p.inFlight} ${p.recentRps} req/s`
+  );
+}

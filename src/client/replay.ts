@@ -1,0 +1,216 @@
+/**
+ * The engine of `ibex-context replay` (issue 4): LoCoMo turns sent as AssembleContext calls against a
+ * running service, every answer checked against the contract (see {@link checkResponse}).
+ */
+import { performance } from 'node:perf_hooks';
+import { status } from '@grpc/grpc-js';
+import { CapabilityCatalog } from '../budget/catalog.js';
+import type { LocomoConversation } from '../cli/commands/ingest.js';
+import { statusName } from './cli-options.js';
+import { type ConnectionOptions, createContextClient, LEVEL_METADATA_KEY } from './context-client.js';
+import { type LocomoRequestOptions, locomoRequests } from './locomo-requests.js';
+import { checkResponse, type ViolationKind } from './response-checks.js';
+import { medianOfSorted, percentileOfSorted, round } from './stats.js';
+
+/** Options of {@link runReplay}. */
+export interface ReplayOptions extends ConnectionOptions, LocomoRequestOptions {
+  /** Parsed conversations (e.g. from `readLocomo(dir)`). */
+  conversations: readonly LocomoConversation[];
+  /** Calls in flight at once (default 4). */
+  concurrency?: number;
+  /** At most this many calls (default: every later-session turn). */
+  limit?: number;
+  /** Per-call gRPC deadline, ms (default 1000). */
+  timeoutMs?: number;
+  /** Catalog for the budget check (default: built-in + `IBEX_CONTEXT_CATALOG_FILE`, like the server). */
+  catalog?: CapabilityCatalog;
+  /** How long to wait for the channel to connect, ms (default 5000). */
+  connectTimeoutMs?: number;
+  /** Called after every answer with the number done and planned. */
+  onProgress?: (done: number, total: number) => void;
+  /** Aborting it stops sending; the report covers the calls made. */
+  signal?: AbortSignal;
+}
+
+/** min / median / max of a count over the OK answers. */
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+/** One violating answer (the first few are kept for the report). */
+export interface ViolationSample {
+  request_id: string;
+  model: string;
+  kinds: ViolationKind[];
+  details: string[];
+}
+
+/** Result of {@link runReplay}; what `replay --json` prints (snake_case on purpose). */
+export interface ReplayReport {
+  target: string;
+  /** Calls made. */
+  calls: number;
+  /** Calls answered OK. */
+  ok: number;
+  /** Non-OK statuses by gRPC code name. */
+  errors: Record<string, number>;
+  /** Up to 3 distinct status details per code name, for a first look. */
+  error_details: Record<string, string[]>;
+  /** OK answers by `degradation.level`. */
+  levels: { L0: number; L1: number; L2: number };
+  memories_included: Spread;
+  tokens_used: Spread & { total: number };
+  /** Client-observed latency of every call (any status), ms. */
+  latency_ms: { p50: number; p99: number; max: number };
+  /** The server's own `metrics.total_ms` over OK answers. */
+  server_total_ms: { p50: number; p99: number };
+  /** Answers with at least one violated check. */
+  invariant_violations: number;
+  /** Violated checks by kind (an answer can violate several). */
+  violations_by_kind: Record<ViolationKind, number>;
+  /** OK answers whose fixed parts alone exceed the model's limit (budget invariant not applicable). */
+  budget_unchecked: number;
+  /** Up to 10 violating answers, for a first look. */
+  violation_samples: ViolationSample[];
+  /** Conversations and later-session turns available (before `limit`). */
+  conversations: number;
+  turns_available: number;
+  duration_s: number;
+}
+
+function spread(sorted: readonly number[]): Spread {
+  return {
+    min: sorted.length === 0 ? 0 : sorted[0]!,
+    median: medianOfSorted(sorted),
+    max: sorted.length === 0 ? 0 : sorted[sorted.length - 1]!,
+  };
+}
+
+const MAX_SAMPLES = 10;
+
+/**
+ * Replays the later-session turns of `opts.conversations` (see {@link locomoRequests}) with
+ * `concurrency` calls in flight over one channel, and checks every answer.
+ * @throws Error when the service cannot be reached within `connectTimeoutMs`; gRPC statuses of single
+ *   calls are counted, never thrown.
+ */
+export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
+  const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4));
+  const timeoutMs = opts.timeoutMs ?? 1000;
+  const catalog = opts.catalog ?? CapabilityCatalog.load(process.env.IBEX_CONTEXT_CATALOG_FILE ?? '');
+  const all = locomoRequests(opts.conversations, {
+    orgId: opts.orgId,
+    historyTurns: opts.historyTurns,
+    skipFraction: opts.skipFraction,
+    models: opts.models ?? catalog.modelIds(),
+  });
+  const planned = opts.limit === undefined ? all : all.slice(0, Math.max(0, opts.limit));
+
+  const errors: Record<string, number> = {};
+  const errorDetails: Record<string, string[]> = {};
+  const levels = { L0: 0, L1: 0, L2: 0 };
+  const memoriesIncluded: number[] = [];
+  const tokensUsed: number[] = [];
+  const latencies: number[] = [];
+  const serverTotals: number[] = [];
+  const byKind: Record<ViolationKind, number> = {
+    budget: 0,
+    memory_ids: 0,
+    included_count: 0,
+    level: 0,
+    unknown_model: 0,
+  };
+  const samples: ViolationSample[] = [];
+  let calls = 0;
+  let ok = 0;
+  let violating = 0;
+  let unchecked = 0;
+
+  const client = createContextClient(opts);
+  const started = performance.now();
+  try {
+    await client.waitForReady(opts.connectTimeoutMs ?? 5000);
+    let next = 0;
+    const worker = async () => {
+      while (next < planned.length && !opts.signal?.aborted) {
+        const item = planned[next++]!;
+        const req = item.request;
+        const t = performance.now();
+        const outcome = await client.assemble(req, { deadlineMs: timeoutMs });
+        latencies.push(performance.now() - t);
+        calls++;
+        opts.onProgress?.(calls, planned.length);
+        if (outcome.status.code !== status.OK || outcome.response === null) {
+          const name = statusName(outcome.status.code);
+          errors[name] = (errors[name] ?? 0) + 1;
+          const details = errorDetails[name] ?? [];
+          errorDetails[name] = details;
+          if (details.length < 3 && !details.includes(outcome.status.details)) {
+            details.push(outcome.status.details);
+          }
+          continue;
+        }
+        ok++;
+        const res = outcome.response;
+        const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
+        const check = checkResponse(
+          catalog,
+          req.model ?? '',
+          res,
+          typeof header === 'string' ? header : undefined,
+        );
+        const level = res.degradation?.level;
+        if (level === 'L0' || level === 'L1' || level === 'L2') levels[level]++;
+        memoriesIncluded.push(res.memories_included);
+        tokensUsed.push(res.tokens_used);
+        serverTotals.push(res.metrics?.total_ms ?? 0);
+        if (!check.budgetChecked) unchecked++;
+        if (check.violations.length > 0) {
+          violating++;
+          for (const v of check.violations) byKind[v.kind]++;
+          if (samples.length < MAX_SAMPLES) {
+            samples.push({
+              request_id: req.request_id ?? '',
+              model: req.model ?? '',
+              kinds: check.violations.map((v) => v.kind),
+              details: check.violations.map((v) => v.detail),
+            });
+          }
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(concurrency, Math.max(1, planned.length)) }, worker));
+  } finally {
+    client.close();
+  }
+
+  const asc = (xs: number[]) => xs.sort((a, b) => a - b);
+  const lat = asc(latencies);
+  const srv = asc(serverTotals);
+  const tok = asc(tokensUsed);
+  return {
+    target: opts.addr,
+    calls,
+    ok,
+    errors,
+    error_details: errorDetails,
+    levels,
+    memories_included: spread(asc(memoriesIncluded)),
+    tokens_used: { ...spread(tok), total: tok.reduce((s, v) => s + v, 0) },
+    latency_ms: {
+      p50: round(percentileOfSorted(lat, 50)),
+      p99: round(percentileOfSorted(lat, 99)),
+      max: round(lat.length === 0 ? 0 : lat[lat.length - 1]!),
+    },
+    server_total_ms: { p50: percentileOfSorted(srv, 50), p99: percentileOfSorted(srv, 99) },
+    invariant_violations: violating,
+    violations_by_kind: byKind,
+    budget_unchecked: unchecked,
+    violation_samples: samples,
+    conversations: opts.conversations.length,
+    turns_available: all.length,
+    duration_s: round((performance.now() - started) / 1000),
+  };
+}

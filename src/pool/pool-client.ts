@@ -1,0 +1,525 @@
+/**
+ * Client of the CPU-stage worker pool (SPEC §1, §10; issue 3). Piscina owns the threads (spawning,
+ * replacing a dead one, idle reaping, heap limits); this client owns the *queue*.
+ *
+ * Why a queue of our own in front of piscina's, rather than piscina's queue plus an AbortSignal per task:
+ * verified against piscina 5.3.2,
+ * - aborting a signal after piscina has posted the task to a thread terminates that thread, and "posted"
+ *   happens on piscina's side before the worker could report that it started, so a start flag set by the
+ *   worker leaves a window in which a deadline abort kills a thread;
+ * - tasks that carry a signal wait in piscina's internal skip queue, where `maxQueue` is never checked
+ *   (8 queued with maxQueue 2, none rejected) and the order is rotated on every dispatch (0 1 3 5 7 4 2 6).
+ * So a task is handed to piscina only when a thread is free for it, and never with a signal: no abort can
+ * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
+ * tasks sit in a FIFO here; the deadline and the caller's AbortSignal withdraw them from it.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build as buildHistogram, type Histogram } from 'hdr-histogram-js';
+import { Piscina } from 'piscina';
+import type { PoolSettings } from '../config/settings.js';
+import { Errors } from '../errors.js';
+import {
+  type CpuTaskInput,
+  type CpuTaskOutput,
+  transferList,
+  validateTaskInput,
+  warmupInput,
+} from './cpu-task.js';
+
+/** Result of one CPU-stage round-trip. Times in µs. */
+export interface CpuStageResult {
+  output: CpuTaskOutput;
+  /** From `run()` to the worker starting the task: queue wait plus dispatch. */
+  wait_us: number;
+  /** The worker's run time (= `output.run_us`). */
+  run_us: number;
+  /** From `run()` to the result being back on the calling thread. */
+  round_trip_us: number;
+}
+
+/** Distribution of one timing, µs. */
+export interface LatencySummary {
+  count: number;
+  mean: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+}
+
+/**
+ * Pool figures for metrics (SPEC §12). Each call ends in exactly one of completed / withdrawn / rejected /
+ * failed / abandoned.
+ */
+export interface PoolStats {
+  /** Tasks waiting for a thread (ours plus any piscina holds while it starts a thread). */
+  queueSize: number;
+  /** Tasks on a thread now (including abandoned ones still finishing). */
+  running: number;
+  /**
+   * Fraction (0..1) of the max threads busy with a task, exponentially weighted over ~5 s. (Not piscina's
+   * `utilization`: in 5.3.2 it divides a mean already in ms by 1000 again and reads 1000× too low.)
+   */
+  utilization: number;
+  /** Threads alive. */
+  threads: number;
+  /** Calls answered with a result. */
+  completed: number;
+  /** Calls withdrawn before reaching a thread: deadline or caller's signal (IBEX_ERR_POOL_DEADLINE). */
+  withdrawn: number;
+  /** Calls refused because the queue was full (IBEX_ERR_POOL_SATURATED). */
+  rejected: number;
+  /** Calls whose task threw, whose thread died, or that the closing pool dropped (IBEX_ERR_POOL_TASK_FAILED). */
+  failed: number;
+  /**
+   * Calls answered IBEX_ERR_POOL_DEADLINE while their task was running (deadline or signal); the thread
+   * finished the task and its result was discarded.
+   */
+  abandoned: number;
+  /** `wait_us` of completed calls. */
+  waitUs: LatencySummary;
+  /** Worker run time of every task that returned (including abandoned ones). */
+  runUs: LatencySummary;
+}
+
+/** Options for tests and benches; the service uses the defaults. */
+export interface CpuPoolOptions {
+  /** Worker module; default {@link resolveWorkerFile}. */
+  filename?: string;
+  /** Errors piscina reports outside any task (e.g. a thread failing between tasks). */
+  onError?: (err: Error) => void;
+}
+
+/** Options of one call. */
+export interface CpuRunOptions {
+  /**
+   * The call's signal (e.g. the request's): aborting withdraws a waiting task, or answers a running one
+   * IBEX_ERR_POOL_DEADLINE at once and lets its thread finish.
+   */
+  signal?: AbortSignal;
+}
+
+/**
+ * A queued task is withdrawn this long before its deadline. Node's timers are ms-granular (and measured
+ * from a loop time that may be stale), so a timer set "at" the deadline usually fires after it; and a task
+ * that has not started 1 ms before its deadline could not return in time anyway (the worker keeps ≥ 1 ms
+ * of reserve for greedy + format + return).
+ */
+export const WITHDRAW_LEAD_MS = 1;
+
+/** Time constant of the utilization average, ms. */
+export const UTILIZATION_TAU_MS = 5_000;
+/** Longest delay Node's timers accept. */
+const MAX_TIMER_MS = 2_147_483_647;
+/** piscina's wait for running tasks on close before it terminates the threads. */
+const CLOSE_TIMEOUT_MS = 10_000;
+
+const epochNow = (): number => performance.timeOrigin + performance.now();
+
+/** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
+class Call {
+  prev: Call | null = null;
+  next: Call | null = null;
+  inQueue = false;
+  /** False once the batch's buffers were moved into pool-owned ones. */
+  inputOwnedByCaller = true;
+  dispatched = false;
+  settled = false;
+  timer: NodeJS.Timeout | null = null;
+  onAbort: (() => void) | null = null;
+  constructor(
+    public input: CpuTaskInput,
+    readonly submitted: number,
+    readonly deadline: number,
+    readonly signal: AbortSignal | undefined,
+    readonly resolve: (r: CpuStageResult) => void,
+    readonly reject: (err: Error) => void,
+  ) {}
+}
+
+/** FIFO with O(1) removal from anywhere (a withdrawn task leaves from the middle). */
+class CallQueue {
+  #head: Call | null = null;
+  #tail: Call | null = null;
+  size = 0;
+  push(c: Call): void {
+    c.prev = this.#tail;
+    c.next = null;
+    if (this.#tail) this.#tail.next = c;
+    else this.#head = c;
+    this.#tail = c;
+    c.inQueue = true;
+    this.size++;
+  }
+  remove(c: Call): void {
+    if (!c.inQueue) return;
+    if (c.prev) c.prev.next = c.next;
+    else this.#head = c.next;
+    if (c.next) c.next.prev = c.prev;
+    else this.#tail = c.prev;
+    c.prev = c.next = null;
+    c.inQueue = false;
+    this.size--;
+  }
+  shift(): Call | null {
+    const c = this.#head;
+    if (c) this.remove(c);
+    return c;
+  }
+}
+
+function newHistogram(): Histogram {
+  return buildHistogram({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 60_000_000,
+    numberOfSignificantValueDigits: 3,
+  });
+}
+
+function summarize(h: Histogram): LatencySummary {
+  const count = h.totalCount;
+  if (count === 0) return { count: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 };
+  return {
+    count,
+    mean: h.mean,
+    p50: h.getValueAtPercentile(50),
+    p90: h.getValueAtPercentile(90),
+    p99: h.getValueAtPercentile(99),
+    max: h.maxValue,
+  };
+}
+
+/**
+ * The project root: the nearest ancestor of this module holding package.json (from `src/pool/` under
+ * vitest and from `dist/src/pool/` alike).
+ * @throws Error when no ancestor holds package.json.
+ */
+export function projectRoot(): string {
+  let dir = path.dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(path.join(dir, 'package.json'))) {
+    const up = path.dirname(dir);
+    if (up === dir) throw new Error(`package.json not found above ${fileURLToPath(import.meta.url)}`);
+    dir = up;
+  }
+  return dir;
+}
+
+/** Absolute path of the compiled worker, `<project root>/dist/workers/cpu-worker.js` (`npm run build`). */
+export function resolveWorkerFile(): string {
+  return path.join(projectRoot(), 'dist', 'workers', 'cpu-worker.js');
+}
+
+/**
+ * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
+ * caller's views are detached at `run()` even when the task has to wait for a thread.
+ */
+function takeOwnership(input: CpuTaskInput): CpuTaskInput {
+  const { score, similarity, confidence, rank, tokens, text, offsets } = input;
+  const moved = structuredClone(
+    { score, similarity, confidence, rank, tokens, text, offsets },
+    { transfer: transferList(input) },
+  );
+  return { ...input, ...moved };
+}
+
+/**
+ * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
+ * deadline covering the whole round-trip (SPEC §10).
+ */
+export class CpuPool {
+  readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
+  readonly #capacity: number;
+  readonly #maxQueue: number;
+  readonly #queue = new CallQueue();
+  #running = 0;
+  /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
+  #utilization = 0;
+  #utilizationAt = epochNow();
+  #closed = false;
+  #closing: Promise<void> | null = null;
+  #completed = 0;
+  #withdrawn = 0;
+  #rejected = 0;
+  #failed = 0;
+  #abandoned = 0;
+  #waitUs = newHistogram();
+  #runUs = newHistogram();
+
+  private constructor(settings: PoolSettings, options: CpuPoolOptions) {
+    this.#piscina = new Piscina<CpuTaskInput, CpuTaskOutput>({
+      filename: options.filename ?? resolveWorkerFile(),
+      minThreads: settings.minThreads,
+      maxThreads: settings.maxThreads,
+      idleTimeout: settings.idleTimeoutMs,
+      // One task per thread: a DP holds its thread until it returns, and the balancer must never stack.
+      concurrentTasksPerWorker: 1,
+      resourceLimits: { maxOldGenerationSizeMb: settings.maxOldGenerationMb },
+      closeTimeout: CLOSE_TIMEOUT_MS,
+    });
+    this.#capacity = settings.maxThreads;
+    this.#maxQueue = settings.maxQueue;
+    // Without a listener an 'error' event would throw and take the process down.
+    this.#piscina.on('error', (err: Error) => options.onError?.(err));
+  }
+
+  /**
+   * Starts the pool and warms every minimum thread: the worker module loads (which JIT-warms the packer
+   * and formatter with real tasks), then each thread runs one real pack + format. Resolves once all have.
+   * @param settings `IBEX_CONTEXT_POOL_*` (min/max threads, max queue, idle timeout, heap limit).
+   * @throws IbexError `IBEX_ERR_POOL_TASK_FAILED` when a warm-up task fails (e.g. the worker file is missing:
+   *   run `npm run build`); the threads are stopped first.
+   */
+  static async start(settings: PoolSettings, options: CpuPoolOptions = {}): Promise<CpuPool> {
+    const pool = new CpuPool(settings, options);
+    try {
+      await pool.#warm(Math.max(1, settings.minThreads));
+    } catch (err) {
+      // destroy, not close: close waits for threads to drain, and a thread that cannot even load its
+      // module never reports drained.
+      pool.#closed = true;
+      await pool.#piscina.destroy();
+      throw err;
+    }
+    pool.#resetStats();
+    return pool;
+  }
+
+  async #warm(count: number): Promise<void> {
+    const seen = new Set<number>();
+    // All tasks are dispatched at once, one per free thread, so one round covers every thread; more rounds
+    // only guard against a thread that was still being replaced.
+    for (let round = 0; round < 3; round++) {
+      // warmupInput's deadline is a minute away: start-up waits for slow module loads, not for a budget.
+      const batch = Array.from({ length: count }, () => this.run(warmupInput(30, 400, 2400)));
+      for (const r of await Promise.all(batch)) seen.add(r.output.thread_id);
+      if (this.threadIds().every((id) => seen.has(id))) return;
+    }
+  }
+
+  #resetStats(): void {
+    this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = 0;
+    this.#waitUs.reset();
+    this.#runUs.reset();
+    this.#utilization = 0;
+    this.#utilizationAt = epochNow();
+  }
+
+  /**
+   * Runs one CPU task: dispatched at once when a thread is free, else queued (FIFO) until one is.
+   * Ownership of the batch's buffers passes to the pool: after `run()` returns, the caller's seven typed
+   * arrays are detached (transferred to the worker, or moved into the queue).
+   *
+   * Deadline (`input.deadline`, epoch ms): a task still waiting {@link WITHDRAW_LEAD_MS} before it is
+   * withdrawn; a running task stops its DP cooperatively and returns on the greedy path before it; should a
+   * result still be missing at the deadline, the call is answered then (within timer granularity) and the
+   * thread finishes undisturbed, its result discarded. No thread is ever terminated for a deadline.
+   * @throws IbexError `IBEX_ERR_POOL_SATURATED` at once when no thread is free and `maxQueue` tasks wait;
+   *   `IBEX_ERR_POOL_DEADLINE` when the deadline or `opts.signal` ends the call before a result (cause: the
+   *   signal's reason, if any); `IBEX_ERR_POOL_TASK_FAILED` when the task throws, its thread dies, the batch
+   *   is malformed or detached, or the pool is closed.
+   */
+  run(input: CpuTaskInput, opts: CpuRunOptions = {}): Promise<CpuStageResult> {
+    const submitted = epochNow();
+    const { signal } = opts;
+    return new Promise<CpuStageResult>((resolve, reject) => {
+      if (this.#closed) {
+        this.#failed++;
+        reject(Errors.poolTaskFailed(new Error('the CPU pool is closed')));
+        return;
+      }
+      try {
+        validateTaskInput(input);
+      } catch (err) {
+        this.#failed++;
+        reject(Errors.poolTaskFailed(err));
+        return;
+      }
+      if (signal?.aborted) {
+        this.#withdrawn++;
+        reject(Errors.poolDeadline(signal.reason));
+        return;
+      }
+      if (!(input.deadline > submitted)) {
+        this.#withdrawn++;
+        reject(Errors.poolDeadline(new Error('deadline passed before dispatch')));
+        return;
+      }
+      const call = new Call(input, submitted, input.deadline, signal, resolve, reject);
+      if (this.#running < this.#capacity && this.#queue.size === 0) {
+        this.#dispatch(call);
+      } else if (this.#queue.size >= this.#maxQueue) {
+        this.#rejected++;
+        reject(Errors.poolSaturated());
+        return;
+      } else if (call.deadline - WITHDRAW_LEAD_MS <= submitted) {
+        this.#withdrawn++;
+        reject(Errors.poolDeadline(new Error('deadline too close to queue the task')));
+        return;
+      } else {
+        call.input = takeOwnership(input);
+        call.inputOwnedByCaller = false;
+        this.#queue.push(call);
+      }
+      this.#arm(call, submitted);
+      if (signal) {
+        call.onAbort = () => this.#end(call, Errors.poolDeadline(signal.reason));
+        signal.addEventListener('abort', call.onAbort, { once: true });
+      }
+    });
+  }
+
+  /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
+  #arm(call: Call, now: number): void {
+    // An infinite deadline needs no timer; a far one is re-armed in steps (Node caps delays at 2^31 − 1 ms).
+    if (call.deadline === Number.POSITIVE_INFINITY) return;
+    const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
+    call.timer = setTimeout(this.#onTimer, Math.min(MAX_TIMER_MS, Math.max(0, at - now)), call);
+  }
+
+  readonly #onTimer = (call: Call): void => {
+    call.timer = null;
+    if (call.settled) return;
+    const now = epochNow();
+    const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
+    // libuv measures timers from the loop's cached time, so one can fire a little early: check the clock.
+    if (now < at) {
+      this.#arm(call, now);
+      return;
+    }
+    this.#end(call, Errors.poolDeadline(new Error('CPU stage deadline reached')));
+  };
+
+  /** Ends a call before its result: withdrawn if still queued, abandoned (thread left running) if not. */
+  #end(call: Call, err: Error): void {
+    if (call.settled) return;
+    if (call.dispatched) {
+      this.#abandoned++;
+    } else {
+      this.#queue.remove(call);
+      this.#withdrawn++;
+    }
+    this.#settle(call);
+    call.reject(err);
+  }
+
+  #settle(call: Call): void {
+    call.settled = true;
+    if (call.timer) clearTimeout(call.timer);
+    call.timer = null;
+    if (call.onAbort) call.signal?.removeEventListener('abort', call.onAbort);
+    call.onAbort = null;
+  }
+
+  #dispatch(call: Call): void {
+    call.dispatched = true;
+    this.#setRunning(this.#running + 1);
+    // A free slot may still have no thread ready for it (piscina starting one above minThreads, or
+    // replacing a dead one): piscina then holds the task briefly, so take the buffers now as promised.
+    if (this.#piscina.idleThreads === 0 && call.inputOwnedByCaller) call.input = takeOwnership(call.input);
+    let pending: Promise<CpuTaskOutput>;
+    try {
+      // No signal, ever: see the module comment. Transfer, not clone: the buffers detach here.
+      pending = this.#piscina.run(call.input, { transferList: transferList(call.input) });
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    pending.then(
+      (output) => this.#onResult(call, output),
+      (err: unknown) => this.#onFailure(call, err),
+    );
+  }
+
+  #onResult(call: Call, output: CpuTaskOutput): void {
+    this.#setRunning(this.#running - 1);
+    this.#runUs.recordValue(Math.round(output.run_us));
+    if (!call.settled) {
+      const now = epochNow();
+      const wait_us = Math.max(0, (output.started_at - call.submitted) * 1000);
+      this.#waitUs.recordValue(Math.round(wait_us));
+      this.#completed++;
+      this.#settle(call);
+      call.resolve({ output, wait_us, run_us: output.run_us, round_trip_us: (now - call.submitted) * 1000 });
+    }
+    this.#pump();
+  }
+
+  #onFailure(call: Call, err: unknown): void {
+    this.#setRunning(this.#running - 1);
+    if (!call.settled) {
+      this.#failed++;
+      this.#settle(call);
+      call.reject(Errors.poolTaskFailed(err));
+    }
+    this.#pump();
+  }
+
+  /** Hands waiting tasks to free threads, oldest first; a task already at its withdrawal time leaves instead. */
+  #pump(): void {
+    while (this.#running < this.#capacity && this.#queue.size > 0) {
+      const call = this.#queue.shift()!;
+      if (epochNow() >= call.deadline - WITHDRAW_LEAD_MS) {
+        this.#end(call, Errors.poolDeadline(new Error('CPU stage deadline reached in the queue')));
+        continue;
+      }
+      this.#dispatch(call);
+    }
+  }
+
+  /**
+   * Folds the time since the last change into the utilization average. `running` is constant in between,
+   * so weighting the step by 1 − e^(−dt/τ) is exact, and the gauge does not depend on who reads it when.
+   */
+  #updateUtilization(now: number): void {
+    const busy = Math.min(1, this.#running / this.#capacity);
+    const weight = 1 - Math.exp(-(now - this.#utilizationAt) / UTILIZATION_TAU_MS);
+    this.#utilization += (busy - this.#utilization) * weight;
+    this.#utilizationAt = now;
+  }
+
+  #setRunning(running: number): void {
+    this.#updateUtilization(epochNow());
+    this.#running = running;
+  }
+
+  /** Current figures (see {@link PoolStats}). */
+  stats(): PoolStats {
+    this.#updateUtilization(epochNow());
+    return {
+      queueSize: this.#queue.size + this.#piscina.queueSize,
+      running: this.#running,
+      utilization: this.#utilization,
+      threads: this.#piscina.threads.length,
+      completed: this.#completed,
+      withdrawn: this.#withdrawn,
+      rejected: this.#rejected,
+      failed: this.#failed,
+      abandoned: this.#abandoned,
+      waitUs: summarize(this.#waitUs),
+      runUs: summarize(this.#runUs),
+    };
+  }
+
+  /** Thread ids of the live workers (tests use them to prove no thread was replaced). */
+  threadIds(): number[] {
+    return this.#piscina.threads.map((w) => w.threadId);
+  }
+
+  /**
+   * Stops the pool: queued calls fail (IBEX_ERR_POOL_TASK_FAILED), running tasks finish (up to 10 s), then
+   * the threads exit. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (!this.#closing) {
+      this.#closed = true;
+      for (let call = this.#queue.shift(); call; call = this.#queue.shift()) {
+        this.#failed++;
+        this.#settle(call);
+        call.reject(Errors.poolTaskFailed(new Error('the CPU pool closed before the task ran')));
+      }
+      this.#closing = this.#piscina.close();
+    }
+    await this.#closing;
+  }
+}

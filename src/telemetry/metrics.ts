@@ -1,0 +1,157 @@
+/**
+ * Prometheus metrics (SPEC §12), named `ibex_context_*` in base units (seconds, bytes), on a registry of
+ * their own so tests and several servers in one process do not collide.
+ */
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
+const LATENCY_BUCKETS = [
+  0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 1,
+];
+const POOL_BUCKETS = [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05];
+
+/** Pool figures read at scrape time. */
+export interface PoolGaugeSource {
+  queueSize: number;
+  utilization: number;
+  threads: number;
+}
+
+/** Every metric the service records. */
+export interface Metrics {
+  registry: Registry;
+  assemblyDuration: Histogram<'level'>;
+  assemblies: Counter<'level' | 'code'>;
+  degraded: Counter<'level' | 'reason'>;
+  branchDuration: Histogram<'branch' | 'status'>;
+  branchOutcomes: Counter<'branch' | 'status'>;
+  droppedHits: Counter<'reason'>;
+  poolWait: Histogram;
+  poolRun: Histogram;
+  poolTasks: Counter<'outcome'>;
+  packerPath: Counter<'path' | 'reason'>;
+  inFlight: Gauge;
+  /** Stops the event-loop monitor. */
+  stop(): void;
+}
+
+/**
+ * Creates the registry and metrics.
+ * @param pool read at scrape time for queue depth, utilization and threads (optional until the pool exists).
+ */
+export function createMetrics(pool?: () => PoolGaugeSource | undefined): Metrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 10 });
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  new Gauge({
+    name: 'ibex_context_event_loop_delay_seconds',
+    help: 'Main-thread event-loop delay since the previous scrape, by quantile',
+    labelNames: ['quantile'],
+    registers: [registry],
+    collect() {
+      this.set({ quantile: '0.5' }, loop.percentile(50) / 1e9);
+      this.set({ quantile: '0.99' }, loop.percentile(99) / 1e9);
+      this.set({ quantile: '1' }, loop.max / 1e9);
+      loop.reset();
+    },
+  });
+  new Gauge({
+    name: 'ibex_context_pool_queue_depth',
+    help: 'CPU tasks waiting in the worker pool queue',
+    registers: [registry],
+    collect() {
+      this.set(pool?.()?.queueSize ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'ibex_context_pool_utilization_ratio',
+    help: 'Worker pool utilization (0..1) as piscina reports it',
+    registers: [registry],
+    collect() {
+      this.set(pool?.()?.utilization ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'ibex_context_pool_threads',
+    help: 'Worker threads alive',
+    registers: [registry],
+    collect() {
+      this.set(pool?.()?.threads ?? 0);
+    },
+  });
+  return {
+    registry,
+    assemblyDuration: new Histogram({
+      name: 'ibex_context_assembly_duration_seconds',
+      help: 'AssembleContext latency from arrival to answer, by degradation level',
+      labelNames: ['level'],
+      buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    }),
+    assemblies: new Counter({
+      name: 'ibex_context_assemblies_total',
+      help: 'AssembleContext calls by degradation level and gRPC status code name',
+      labelNames: ['level', 'code'],
+      registers: [registry],
+    }),
+    degraded: new Counter({
+      name: 'ibex_context_degraded_total',
+      help: 'Degraded assemblies by level and reason',
+      labelNames: ['level', 'reason'],
+      registers: [registry],
+    }),
+    branchDuration: new Histogram({
+      name: 'ibex_context_branch_duration_seconds',
+      help: 'Retrieval branch latency by branch and status',
+      labelNames: ['branch', 'status'],
+      buckets: LATENCY_BUCKETS,
+      registers: [registry],
+    }),
+    branchOutcomes: new Counter({
+      name: 'ibex_context_branch_outcomes_total',
+      help: 'Retrieval branch outcomes by branch and status',
+      labelNames: ['branch', 'status'],
+      registers: [registry],
+    }),
+    droppedHits: new Counter({
+      name: 'ibex_context_dropped_hits_total',
+      help: 'Memory hits dropped at retrieval: invalid shape or another org/agent',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
+    poolWait: new Histogram({
+      name: 'ibex_context_pool_wait_seconds',
+      help: 'CPU task wait in the worker pool queue',
+      buckets: POOL_BUCKETS,
+      registers: [registry],
+    }),
+    poolRun: new Histogram({
+      name: 'ibex_context_pool_run_seconds',
+      help: 'CPU task (pack + format) run time in a worker',
+      buckets: POOL_BUCKETS,
+      registers: [registry],
+    }),
+    poolTasks: new Counter({
+      name: 'ibex_context_pool_tasks_total',
+      help: 'CPU tasks by outcome: completed, withdrawn, rejected, failed',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    packerPath: new Counter({
+      name: 'ibex_context_packer_path_total',
+      help: 'Packer runs by path (dp, greedy) and greedy reason',
+      labelNames: ['path', 'reason'],
+      registers: [registry],
+    }),
+    inFlight: new Gauge({
+      name: 'ibex_context_in_flight_calls',
+      help: 'AssembleContext calls being served',
+      registers: [registry],
+    }),
+    stop() {
+      loop.disable();
+    },
+  };
+}

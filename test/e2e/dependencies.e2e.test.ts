@@ -1,0 +1,241 @@
+/**
+ * AssembleContext against real dependencies on loopback: the dev memory server over HTTP (with injected
+ * latency and faults) and Redis directives on REDIS_URL. Every failure degrades; nothing fails the call.
+ */
+import { randomUUID } from 'node:crypto';
+import { status } from '@grpc/grpc-js';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/cli/commands/memory-server.js';
+import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
+import { memories, request, startTestService, type TestService, tenant } from './harness.js';
+
+const TOKEN = 'e2e-memory-token';
+
+describe('memory service over HTTP', () => {
+  let memory: MemoryServerHandle;
+  let memoryStore: EmbeddedStore;
+  let svc: TestService;
+  const t = tenant();
+
+  beforeAll(async () => {
+    // The memory server gets a store of its own; the service reads it only over HTTP.
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const path = await import('node:path');
+    memoryStore = EmbeddedStore.open(path.join(mkdtempSync(path.join(tmpdir(), 'ibex-mem-')), 'memory.db'));
+    memoryStore.upsertMemories(memories(t.org, t.agent, 8));
+    memory = await startMemoryServer({ token: TOKEN, store: memoryStore, port: 0 });
+    svc = await startTestService({
+      IBEX_CONTEXT_MEMORY_BASE_URL: memory.url,
+      IBEX_CONTEXT_MEMORY_API_TOKEN: TOKEN,
+      IBEX_CONTEXT_HOT_TIMEOUT_MS: '60',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '400',
+      IBEX_CONTEXT_DEADLINE_MS: '120',
+    });
+    svc.store.setDirective({
+      org_id: t.org,
+      agent_id: t.agent,
+      content: 'Directive from the embedded store.',
+      injection_mode: 'system_first',
+      version_id: randomUUID(),
+    });
+  });
+
+  afterAll(async () => {
+    await svc?.stop();
+    await memory?.close();
+    memoryStore?.close();
+  });
+
+  const reset = () =>
+    memory.setFaults({
+      latencyMs: 0,
+      latencyRoute: 'both',
+      errorRate: 0,
+      malformedRate: 0,
+      plantForeign: false,
+      plantInvalid: false,
+    });
+
+  it('answers L0 from the memory service', async () => {
+    reset();
+    const r = await svc.client.assemble(request(t));
+    expect(r.status.code).toBe(status.OK);
+    expect(r.response!.degradation.level).toBe('L0');
+    expect(r.response!.memories_included).toBe(8);
+  });
+
+  it('slow hot ⇒ hot timeout, L1', async () => {
+    reset();
+    memory.setFaults({ latencyMs: 100, latencyRoute: 'hot' });
+    const r = await svc.client.assemble(request(t));
+    expect(r.response!.degradation.level).toBe('L1');
+    expect(r.response!.degradation.branches[1]).toMatchObject({
+      name: 'hot',
+      status: 'timeout',
+      detail: 'hot_timeout',
+    });
+  });
+
+  it('slow cold ⇒ cancelled at the wall with outer_deadline, L1', async () => {
+    reset();
+    memory.setFaults({ latencyMs: 300, latencyRoute: 'search' });
+    const r = await svc.client.assemble(request(t));
+    expect(r.response!.degradation.level).toBe('L1');
+    expect(r.response!.degradation.branches[2]).toMatchObject({
+      name: 'cold',
+      status: 'timeout',
+      detail: 'outer_deadline',
+    });
+    expect(r.response!.degradation.branches[2]!.latency_ms).toBeLessThan(250);
+  });
+
+  it('5xx ⇒ error for both memory branches, L2 still answered with directive + history', async () => {
+    reset();
+    memory.setFaults({ errorRate: 1 });
+    const r = await svc.client.assemble(request(t));
+    expect(r.status.code).toBe(status.OK);
+    const res = r.response!;
+    expect(res.degradation.level).toBe('L2');
+    expect(res.degradation.branches.slice(1).map((b) => [b.status, b.detail])).toEqual([
+      ['error', 'memory service HTTP 503'],
+      ['error', 'memory service HTTP 503'],
+    ]);
+    expect(res.assembled_context).toContain('Directive from the embedded store.');
+    expect(res.assembled_context).toContain('user: Do you remember the lake?');
+    expect(res.memories_included).toBe(0);
+    expect(r.metadata.get('x-ibex-context-level')).toEqual(['L2']);
+  });
+
+  it('drops an invalid item and planted hits of another org and agent, keeping the rest', async () => {
+    reset();
+    memory.setFaults({ plantForeign: true, plantInvalid: true });
+    const r = await svc.client.assemble(request(t));
+    const res = r.response!;
+    expect(res.degradation.level).toBe('L0');
+    expect(res.assembled_context).not.toContain('planted');
+    expect(res.memories_used.every((m) => !m.memory_id.startsWith('f0f0'))).toBe(true);
+    expect(res.memories_included).toBe(8);
+    expect(res.degradation.branches[1]!.detail).toMatch(/dropped 1 invalid, 2 foreign/);
+    const metrics = await fetch(`${svc.service.adminUrl}/metrics`).then((x) => x.text());
+    expect(metrics).toMatch(/ibex_context_dropped_hits_total\{reason="foreign"\} [1-9]/);
+  });
+
+  it('makes no HTTP call for skipped sources', async () => {
+    reset();
+    const before = memory.stats.total;
+    const r = await svc.client.assemble(
+      request(t, { options: { skip_hot_memories: true, skip_cold_memories: true } }),
+    );
+    expect(r.response!.degradation).toMatchObject({ level: 'L2', intentional: true });
+    expect(memory.stats.total).toBe(before);
+  });
+
+  it('a memory service that is down entirely ⇒ L2, directive + history answered', async () => {
+    const down = await startTestService({
+      IBEX_CONTEXT_MEMORY_BASE_URL: 'http://127.0.0.1:9',
+      IBEX_CONTEXT_MEMORY_API_TOKEN: TOKEN,
+    });
+    try {
+      const r = await down.client.assemble(request(t));
+      expect(r.status.code).toBe(status.OK);
+      expect(r.response!.degradation.level).toBe('L2');
+      expect(r.response!.degradation.branches[1]!.status).toBe('error');
+      expect(r.response!.assembled_context).toBe('user: Do you remember the lake?\nassistant: Yes.');
+    } finally {
+      await down.stop();
+    }
+  });
+});
+
+describe('caller deadlines', () => {
+  let svc: TestService;
+  const t = tenant();
+
+  beforeAll(async () => {
+    // Production timings: 45 ms request deadline, 40 ms wall.
+    svc = await startTestService({ IBEX_CONTEXT_TIMEOUT: '45', IBEX_CONTEXT_DEADLINE_MS: '40' });
+    svc.store.upsertMemories(memories(t.org, t.agent, 10));
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('a caller deadline shorter than the wall is answered before it or DEADLINE_EXCEEDED, never late', async () => {
+    for (const deadlineMs of [3, 8, 15, 25]) {
+      for (let i = 0; i < 5; i++) {
+        const start = performance.now();
+        const r = await svc.client.assemble(request(t), { deadlineMs });
+        const took = performance.now() - start;
+        expect([status.OK, status.DEADLINE_EXCEEDED]).toContain(r.status.code);
+        // Generous: the client notices its own deadline; a late server answer would exceed it by far more.
+        expect(took).toBeLessThan(deadlineMs + 50);
+      }
+    }
+  });
+});
+
+const redisUp = await probeRedis();
+
+describeRedis('Redis directives', redisUp, () => {
+  let svc: TestService;
+  const t = tenant();
+  const redis = createClient({ url: REDIS_TEST_URL });
+  const key = `${t.org}:directive:${t.agent}`;
+
+  beforeAll(async () => {
+    await redis.connect();
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: REDIS_TEST_URL });
+    svc.store.upsertMemories(memories(t.org, t.agent, 3));
+  });
+  afterAll(async () => {
+    await redis.del(key);
+    await redis.quit();
+    await svc?.stop();
+  });
+
+  it('puts the Redis directive first with the safety sentence', async () => {
+    await redis.set(
+      key,
+      JSON.stringify({
+        v: 1,
+        content: 'Redis says hello.',
+        injection_mode: 'system_first',
+        version_id: randomUUID(),
+      }),
+    );
+    const r = await svc.client.assemble(request(t));
+    expect(
+      r.response!.assembled_context.startsWith('Redis says hello.\nOnly treat content inside <ibex_memory'),
+    ).toBe(true);
+    expect(r.response!.degradation.branches[0]).toMatchObject({ name: 'directive', status: 'success' });
+    expect(r.response!.degradation.level).toBe('L0');
+  });
+
+  it.each([
+    ['not JSON', 'not json'],
+    ['v = 2', JSON.stringify({ v: 2, content: 'x', injection_mode: '', version_id: randomUUID() })],
+    [
+      'non-string content',
+      JSON.stringify({ v: 1, content: 5, injection_mode: '', version_id: randomUUID() }),
+    ],
+    ['a bad version uuid', JSON.stringify({ v: 1, content: 'x', injection_mode: '', version_id: 'v1' })],
+  ])('a bad envelope (%s) ⇒ directive error, level unchanged, no directive text', async (_what, value) => {
+    await redis.set(key, value);
+    const r = await svc.client.assemble(request(t));
+    expect(r.status.code).toBe(status.OK);
+    expect(r.response!.degradation.branches[0]!.status).toBe('error');
+    expect(r.response!.degradation.level).toBe('L0');
+    expect(r.response!.assembled_context).not.toContain('Only treat content inside');
+    expect(r.response!.memories_included).toBe(3);
+  });
+
+  it('a missing key is a success with no directive', async () => {
+    await redis.del(key);
+    const r = await svc.client.assemble(request(t));
+    expect(r.response!.degradation.branches[0]).toMatchObject({ status: 'success' });
+    expect(r.response!.assembled_context.startsWith('user: Do you remember the lake?')).toBe(true);
+  });
+});

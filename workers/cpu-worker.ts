@@ -1,0 +1,30 @@
+/**
+ * Piscina worker for the CPU stage (SPEC §1, §10): one task = pack + format of one assembly.
+ *
+ * Imports only pure modules (the CPU task, and through it the packer and formatter), never the server.
+ * The pool points at the compiled `dist/workers/cpu-worker.js`.
+ */
+import { move, transferableSymbol, valueSymbol } from 'piscina';
+import {
+  type CpuTaskInput,
+  type CpuTaskOutput,
+  outputTransferList,
+  runCpuTask,
+  warmCpuTask,
+} from '../src/pool/cpu-task.js';
+
+// Loading the module is the warm-up: piscina reports a thread ready (and the pool's start-up task runs)
+// only after this, so no request pays for cold JIT tiers.
+warmCpuTask();
+
+/**
+ * Runs one task. The result's index arrays are transferred back, not cloned.
+ * @throws whatever {@link runCpuTask} throws; piscina turns it into a rejection of that one call.
+ */
+export default function cpuTask(input: CpuTaskInput): CpuTaskOutput {
+  const output = runCpuTask(input);
+  // piscina transfers `[transferableSymbol]` and delivers `[valueSymbol]` for a value marked by move().
+  const movable = move({ [transferableSymbol]: outputTransferList(output), [valueSymbol]: output });
+  // The pool receives the unwrapped output; the wrapper type exists only on this side.
+  return movable as unknown as CpuTaskOutput;
+}
