@@ -230,17 +230,22 @@ function refill(sel: Uint8Array, tokens: Int32Array, budget: number, total: numb
   return total;
 }
 
-/** Step 8: best single swap (largest positive gain that still fits), then refill; until nothing changes. */
+/**
+ * Step 8: best single swap (largest positive gain that still fits), then refill; until nothing changes.
+ * Stops early (keeping a valid, never worse selection) once `deadline` passes: each round is O(n²).
+ */
 function improve(
   sel: Uint8Array,
   tokens: Int32Array,
   values: Float64Array,
   budget: number,
   total: number,
+  deadline: number,
 ): number {
   const n = sel.length;
   // Each swap strictly raises the score; the cap only guards against pathological float ties.
   for (let round = 0; round < 4 * n + 16; round++) {
+    if (round > 0 && epochNow() > deadline) break;
     let bestGain = 0;
     let bs = -1;
     let bu = -1;
@@ -373,10 +378,11 @@ export function pack(input: PackInput): PackResult {
       const t = tokens[k]!;
       weights[k] = t === 0 ? 0 : Math.max(1, Math.floor(t / BUCKET_TOKENS));
     }
-    knapsack(weights, values, buckets, sel, deadline - margin);
+    const stopAt = deadline - margin;
+    knapsack(weights, values, buckets, sel, stopAt);
     let total = repair(sel, tokens, values, ids, budget);
     total = refill(sel, tokens, budget, total);
-    improve(sel, tokens, values, budget, total);
+    improve(sel, tokens, values, budget, total, stopAt);
     let bestScore = selectedScore(sel, values);
     let source: PackResult['source'] = 'adr0069';
 
@@ -390,8 +396,9 @@ export function pack(input: PackInput): PackResult {
       }
     };
 
+    // Refinements only ever replace ADR-0069's answer with a better one; out of time, they are skipped.
     const alt = new Uint8Array(n);
-    improve(alt, tokens, values, budget, refill(alt, tokens, budget, 0));
+    improve(alt, tokens, values, budget, refill(alt, tokens, budget, 0), stopAt);
     consider(alt, 'refill');
 
     const refineCeiling = Math.min(
@@ -399,12 +406,23 @@ export function pack(input: PackInput): PackResult {
       input.dpCellCeiling,
     );
     const unit = refineUnit(n, budget, refineCeiling);
-    if (unit > 0) {
+    if (unit > 0 && epochNow() < stopAt) {
       const capacity = Math.floor(budget / unit);
       for (let k = 0; k < n; k++) weights[k] = Math.ceil(tokens[k]! / unit);
-      knapsack(weights, values, capacity, alt, deadline - margin);
-      improve(alt, tokens, values, budget, refill(alt, tokens, budget, selectedTokens(alt, tokens)));
-      consider(alt, 'refined');
+      try {
+        knapsack(weights, values, capacity, alt, stopAt);
+        improve(
+          alt,
+          tokens,
+          values,
+          budget,
+          refill(alt, tokens, budget, selectedTokens(alt, tokens)),
+          stopAt,
+        );
+        consider(alt, 'refined');
+      } catch (err) {
+        if (!(err instanceof DeadlineReached)) throw err;
+      }
     }
     return finish('dp', null, source);
   } catch (err) {

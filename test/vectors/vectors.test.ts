@@ -18,7 +18,10 @@ interface Vector {
 }
 
 function load(kind: string): Vector[] {
-  const doc = JSON.parse(readFileSync(path.join(here, `${kind}.json`), 'utf8')) as { count: number; vectors: Vector[] };
+  const doc = JSON.parse(readFileSync(path.join(here, `${kind}.json`), 'utf8')) as {
+    count: number;
+    vectors: Vector[];
+  };
   expect(doc.vectors.length).toBe(doc.count);
   return doc.vectors;
 }
@@ -66,7 +69,10 @@ describe('pack vectors', () => {
 
   it('reaches the SPEC §8 quality target on DP-path vectors (mean ≥ 0.999, min ≥ 0.98 of the optimum)', () => {
     const ratios = vectors
-      .filter((v) => (v.expect.reference as { path: string }).path === 'dp' && (v.expect.optimum_score as number) > 0)
+      .filter(
+        (v) =>
+          (v.expect.reference as { path: string }).path === 'dp' && (v.expect.optimum_score as number) > 0,
+      )
       .map((v) => (run('pack', v.input).total_score as number) / (v.expect.optimum_score as number));
     expect(ratios.length).toBeGreaterThan(50);
     expect(ratios.reduce((a, b) => a + b, 0) / ratios.length).toBeGreaterThanOrEqual(0.999);
