@@ -188,14 +188,17 @@ describe('directive envelope (SPEC §4.2)', () => {
 });
 
 describe('toFtsQuery', () => {
-  it('quotes terms and joins them with OR', () => {
-    expect(toFtsQuery('Where did Caroline go?')).toBe('"where" OR "did" OR "caroline" OR "go"');
+  it('quotes content terms and joins them with OR, leaving out stopwords', () => {
+    expect(toFtsQuery('Where did Caroline go painting?')).toBe('"caroline" OR "painting"');
+  });
+
+  it('falls back to the stopwords when nothing else is left', () => {
+    expect(toFtsQuery('Where did you go?')).toBe('"where" OR "did" OR "you" OR "go"');
   });
 
   it('neutralises FTS5 syntax and dedupes', () => {
-    expect(toFtsQuery('"a" NEAR(b c) * OR OR ^d col:e')).toBe(
-      '"a" OR "near" OR "b" OR "c" OR "or" OR "d" OR "col" OR "e"',
-    );
+    expect(toFtsQuery('"a" NEAR(b c) * OR OR ^d col:e near')).toBe('"near" OR "col"');
+    expect(toFtsQuery('"a" (b c) * OR OR ^d e:f')).toBe('"a" OR "b" OR "c" OR "or" OR "d" OR "e" OR "f"');
   });
 
   it('returns null when nothing is searchable', () => {
@@ -206,7 +209,7 @@ describe('toFtsQuery', () => {
   it('keeps non-Latin letters and caps the term count', () => {
     expect(toFtsQuery('café 東京 ✓')).toBe('"café" OR "東京"');
     const many = Array.from({ length: 100 }, (_, i) => `w${i}`).join(' ');
-    expect(toFtsQuery(many)?.split(' OR ')).toHaveLength(32);
+    expect(toFtsQuery(many)?.split(' OR ')).toHaveLength(12);
   });
 });
 
