@@ -37,6 +37,8 @@ export interface Settings {
   catalogFile: string;
   /** Embedded SQLite store path. */
   embeddedDb: string;
+  /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
+  embeddedReadThreads: number;
   pool: PoolSettings;
   /** Grace period for in-flight calls on SIGTERM, ms. */
   shutdownGraceMs: number;
@@ -176,6 +178,7 @@ export function loadSettings(env: Env = process.env): Settings {
     nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
+    embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
     pool: {
       minThreads,
       maxThreads,

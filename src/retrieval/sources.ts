@@ -9,6 +9,7 @@ import { BranchErrors } from './branch-error.js';
 import { parseDirectiveObject } from './directive.js';
 import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore } from './embedded-store.js';
+import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
 import type { DirectiveSource, MemorySource } from './retrieve.js';
@@ -37,9 +38,10 @@ function storeFailure(err: unknown): never {
 
 /** {@link MemorySource} on the embedded store, scoped by org AND agent (SPEC §4.3). */
 export class EmbeddedMemorySource implements MemorySource {
-  readonly #store: EmbeddedStore;
-  constructor(store: EmbeddedStore) {
-    this.#store = store;
+  readonly #store: StoreReads;
+  /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
+  constructor(store: EmbeddedStore | StoreReads) {
+    this.#store = store instanceof EmbeddedStore ? inProcessReads(store) : store;
   }
   /**
    * `EmbeddedStore.hot` (limit 20, similarity = confidence). Synchronous underneath (sub-ms), so the
@@ -49,7 +51,7 @@ export class EmbeddedMemorySource implements MemorySource {
   async hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits> {
     signal.throwIfAborted();
     try {
-      return this.#store.hot(orgId, agentId);
+      return await this.#store.hot(orgId, agentId);
     } catch (err) {
       storeFailure(err);
     }
@@ -58,7 +60,7 @@ export class EmbeddedMemorySource implements MemorySource {
   async search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
     signal.throwIfAborted();
     try {
-      return this.#store.search(orgId, agentId, query);
+      return await this.#store.search(orgId, agentId, query);
     } catch (err) {
       storeFailure(err);
     }
@@ -69,9 +71,10 @@ export class EmbeddedMemorySource implements MemorySource {
 
 /** {@link DirectiveSource} on the embedded store, with the same SPEC §4.2 rules as Redis values. */
 export class EmbeddedDirectiveSource implements DirectiveSource {
-  readonly #store: EmbeddedStore;
-  constructor(store: EmbeddedStore) {
-    this.#store = store;
+  readonly #store: StoreReads;
+  /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
+  constructor(store: EmbeddedStore | StoreReads) {
+    this.#store = store instanceof EmbeddedStore ? inProcessReads(store) : store;
   }
   /**
    * @returns the directive, or `null` when none is stored or its content is empty.
@@ -81,7 +84,7 @@ export class EmbeddedDirectiveSource implements DirectiveSource {
     signal.throwIfAborted();
     let envelope: ReturnType<EmbeddedStore['getDirective']>;
     try {
-      envelope = this.#store.getDirective(orgId, agentId);
+      envelope = await this.#store.getDirective(orgId, agentId);
     } catch (err) {
       storeFailure(err);
     }
@@ -104,9 +107,22 @@ export async function createSources(
 ): Promise<RetrievalSources> {
   const logger = options.logger ?? silentLogger;
   const needsStore = settings.memoryBaseUrl === '' || settings.redisUrl === '';
+  // Opened here first so the schema exists before the read threads connect; kept for the process's life.
   const store = needsStore ? EmbeddedStore.open(settings.embeddedDb) : undefined;
+  let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
   try {
+    if (store) {
+      // Directive and hot reads are index lookups (tens to hundreds of µs) and stay in-process; FTS5
+      // search costs about a millisecond and goes to the store-read threads, off the event loop.
+      const local = inProcessReads(store);
+      if (settings.embeddedReadThreads > 0) {
+        const pooled = await PooledStoreReads.start(settings.embeddedDb, settings.embeddedReadThreads);
+        reads = { ...local, search: (o, a, q) => pooled.search(o, a, q), close: () => pooled.close() };
+      } else {
+        reads = local;
+      }
+    }
     memory =
       settings.memoryBaseUrl !== ''
         ? new HttpMemorySource({
@@ -115,11 +131,11 @@ export async function createSources(
             hotTimeoutMs: settings.hotTimeoutMs,
             coldTimeoutMs: settings.coldTimeoutMs,
           })
-        : new EmbeddedMemorySource(store!);
+        : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
       settings.redisUrl !== ''
         ? await RedisDirectiveSource.connect({ url: settings.redisUrl, logger })
-        : new EmbeddedDirectiveSource(store!);
+        : new EmbeddedDirectiveSource(reads!);
     let closed = false;
     const mem = memory;
     return {
@@ -132,12 +148,13 @@ export async function createSources(
       async close() {
         if (closed) return;
         closed = true;
-        await Promise.allSettled([mem.close(), directive.close()]);
+        await Promise.allSettled([mem.close(), directive.close(), reads?.close()]);
         store?.close();
       },
     };
   } catch (err) {
     await memory?.close();
+    await reads?.close();
     store?.close();
     throw err;
   }

@@ -24,7 +24,7 @@ describe('serve process', () => {
       token: 'tok',
       store,
       port: 0,
-      latencyMs: 150,
+      latencyMs: 400,
     });
     const child = spawn(process.execPath, [CLI, 'serve'], {
       cwd: ROOT,
@@ -44,14 +44,14 @@ describe('serve process', () => {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let log = '';
-    const addr = await new Promise<string>((resolve, reject) => {
+    const [addr, admin] = await new Promise<[string, string]>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`serve did not start:\n${log}`)), 15_000);
       child.stdout.setEncoding('utf8').on('data', (d: string) => {
         log += d;
-        const m = /"grpc":"([^"]+)".*ibex-context serving/.exec(log);
+        const m = /"grpc":"([^"]+)","admin":"([^"]+)".*ibex-context serving/.exec(log);
         if (m) {
           clearTimeout(timer);
-          resolve(m[1]!);
+          resolve([m[1]!, m[2]!]);
         }
       });
       child.on('exit', (code) => reject(new Error(`serve exited ${code}:\n${log}`)));
@@ -60,7 +60,12 @@ describe('serve process', () => {
     const client = createTestClient(addr);
     try {
       const calls = Array.from({ length: 8 }, () => client.assemble(request(t), { deadlineMs: 5000 }));
-      await new Promise((r) => setTimeout(r, 60));
+      // Signal only once every call is in flight on the server (a loaded machine may be slow to send).
+      for (let i = 0; i < 100; i++) {
+        const metrics = await fetch(`${admin}/metrics`).then((r) => r.text());
+        if (/ibex_context_in_flight_calls 8\b/.test(metrics)) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
       child.kill('SIGTERM');
       const results = await Promise.all(calls);
       expect(results.map((r) => r.status.code)).toEqual(Array(8).fill(status.OK));

@@ -1,0 +1,90 @@
+/**
+ * Reads of the embedded store, either in-process (synchronous better-sqlite3, for tools and tests) or in
+ * a small Piscina pool of store-read threads (the service), so SQLite never runs on the gRPC event loop.
+ */
+import path from 'node:path';
+import { Piscina } from 'piscina';
+import { projectRoot } from '../pool/pool-client.js';
+import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
+
+/** One read, as sent to a store-read thread. */
+export interface StoreReadTask {
+  db: string;
+  op: 'hot' | 'search' | 'directive';
+  orgId: string;
+  agentId: string;
+  query?: string;
+}
+
+/** The reads the embedded sources need; sync or async. */
+export interface StoreReads {
+  hot(orgId: string, agentId: string): StoreHit[] | Promise<StoreHit[]>;
+  search(orgId: string, agentId: string, query: string): StoreHit[] | Promise<StoreHit[]>;
+  getDirective(orgId: string, agentId: string): DirectiveEnvelope | null | Promise<DirectiveEnvelope | null>;
+  close(): Promise<void>;
+}
+
+/** Absolute path of the compiled store-read worker (`npm run build`). */
+export function resolveStoreWorkerFile(): string {
+  return path.join(projectRoot(), 'dist', 'workers', 'store-worker.js');
+}
+
+/** In-process reads on an open store (the caller owns and closes the store). */
+export function inProcessReads(store: EmbeddedStore): StoreReads {
+  return {
+    hot: (org, agent) => store.hot(org, agent),
+    search: (org, agent, query) => store.search(org, agent, query),
+    getDirective: (org, agent) => store.getDirective(org, agent),
+    close: async () => {},
+  };
+}
+
+/**
+ * Reads in `threads` store-read threads, each with its own connection to the WAL database `db`.
+ * No AbortSignal is passed to piscina: aborting a running task terminates its thread. A branch that gives
+ * up simply stops waiting (the read finishes in about a millisecond and is dropped).
+ */
+export class PooledStoreReads implements StoreReads {
+  readonly #pool: Piscina;
+  readonly #db: string;
+
+  private constructor(pool: Piscina, db: string) {
+    this.#pool = pool;
+    this.#db = db;
+  }
+
+  /**
+   * Starts the threads and opens each one's connection before resolving.
+   * @throws the worker's error when the database cannot be opened.
+   */
+  static async start(db: string, threads: number, filename = resolveStoreWorkerFile()): Promise<PooledStoreReads> {
+    const pool = new Piscina({
+      filename,
+      minThreads: threads,
+      maxThreads: threads,
+      idleTimeout: Number.POSITIVE_INFINITY,
+      // better-sqlite3 is synchronous: a second task per thread would only queue behind the first.
+      concurrentTasksPerWorker: 1,
+    });
+    const reads = new PooledStoreReads(pool, path.resolve(db));
+    const warm = '00000000-0000-4000-8000-000000000000';
+    await Promise.all(Array.from({ length: threads }, () => reads.getDirective(warm, warm)));
+    return reads;
+  }
+
+  hot(orgId: string, agentId: string): Promise<StoreHit[]> {
+    return this.#pool.run({ db: this.#db, op: 'hot', orgId, agentId } satisfies StoreReadTask);
+  }
+
+  search(orgId: string, agentId: string, query: string): Promise<StoreHit[]> {
+    return this.#pool.run({ db: this.#db, op: 'search', orgId, agentId, query } satisfies StoreReadTask);
+  }
+
+  getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {
+    return this.#pool.run({ db: this.#db, op: 'directive', orgId, agentId } satisfies StoreReadTask);
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.destroy();
+  }
+}

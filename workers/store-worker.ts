@@ -1,0 +1,33 @@
+/**
+ * Store-read worker: runs the embedded store's SQLite reads (hot, FTS5 search, directive) off the main
+ * thread. better-sqlite3 is synchronous, and a cold search over a large agent takes about a millisecond:
+ * on the main thread that would stall every other call's gRPC and retrieval I/O (SPEC §1).
+ * Imports only the store module, never the server.
+ */
+import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
+import type { StoreReadTask } from '../src/retrieval/store-reader.js';
+
+// One connection per database file per thread, opened on first use.
+const stores = new Map<string, EmbeddedStore>();
+
+function storeFor(path: string): EmbeddedStore {
+  let store = stores.get(path);
+  if (!store) {
+    store = EmbeddedStore.open(path);
+    stores.set(path, store);
+  }
+  return store;
+}
+
+/** Piscina task entry point: one read, answered with plain (cloneable) rows. */
+export default function storeRead(task: StoreReadTask): unknown {
+  const store = storeFor(task.db);
+  switch (task.op) {
+    case 'hot':
+      return store.hot(task.orgId, task.agentId);
+    case 'search':
+      return store.search(task.orgId, task.agentId, task.query ?? '');
+    case 'directive':
+      return store.getDirective(task.orgId, task.agentId);
+  }
+}
