@@ -11,20 +11,15 @@ export type EstimateKind = 'chars_div_4' | 'runes_div_3_5';
  * as Python's `len` counts it.
  */
 export function codePointLength(text: string): number {
-  const n = text.length;
-  let pairs = 0;
-  for (let i = 0; i < n - 1; i++) {
-    const c = text.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        pairs++;
-        i++;
-      }
-    }
-  }
-  return n - pairs;
+  // Native regex scans are ~100× faster than a charCodeAt loop on long text, and most text has no
+  // surrogates at all, so that case costs one scan.
+  if (!SURROGATE.test(text)) return text.length;
+  const pairs = text.match(SURROGATE_PAIRS);
+  return text.length - (pairs === null ? 0 : pairs.length);
 }
+
+const SURROGATE = /[\uD800-\uDFFF]/;
+const SURROGATE_PAIRS = /[\uD800-\uDBFF][\uDC00-\uDFFF]/g;
 
 /**
  * Estimate from a code-point length L: `chars_div_4` = ceil(L/4); `runes_div_3_5` = floor((2L+6)/7);

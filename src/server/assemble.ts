@@ -154,7 +154,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const rankingStart = monotonicNow();
     const scored = dedupeAndScore(retrieval.hot, retrieval.cold);
     const { kept, filtered } = applyMaxMemories(scored, req.maxMemories);
-    const candidates: CpuCandidate[] = kept.map((c) => ({
+    // Each candidate's wrapped-block cost is computed once: the packer charges it, the response reports it.
+    const costs = kept.map((c) => wrappedBlockTokens(c, nonceChars, kind));
+    const candidates: CpuCandidate[] = kept.map((c, i) => ({
       memory_id: c.memory_id,
       category: c.category,
       content: c.content,
@@ -162,7 +164,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       similarity: c.similarity,
       confidence: c.confidence,
       rank: c.rank,
-      tokens: wrappedBlockTokens(c, nonceChars, kind),
+      tokens: costs[i]!,
     }));
     const nonce = generateNonce(settings.nonceBytes);
     const input = encodeCandidates(candidates, {
@@ -216,7 +218,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     throwIfAborted(ctx);
 
     const level: DegradationLevel = stage ? degradationLevel(retrieval.branches) : 'L2';
-    const response = buildResponse(req, ctx, retrieval, budget, kept, filtered, stage, nonce, kind, {
+    const response = buildResponse(req, ctx, retrieval, budget, kept, costs, filtered, stage, nonce, kind, {
       budgetMs,
       rankingMs,
     });
@@ -260,6 +262,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     retrieval: RetrievalResult,
     budget: TokenBudget,
     kept: readonly ScoredCandidate[],
+    costs: readonly number[],
     filtered: readonly ScoredCandidate[],
     stage: CpuStageResult | null,
     nonce: string,
@@ -285,13 +288,15 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     let memoryTokens = 0;
     if (stage) {
       const out = stage.output;
-      for (const i of out.selected) rows.push(row(kept[i]!, 'included', costOf(kept[i]!)));
-      for (const i of out.excluded) rows.push(row(kept[i]!, 'budget', costOf(kept[i]!)));
+      for (const i of out.selected) rows.push(row(kept[i]!, 'included', costs[i]!));
+      for (const i of out.excluded) rows.push(row(kept[i]!, 'budget', costs[i]!));
       assembled = out.assembled_context;
       memoryTokens = out.pack.total_tokens;
     } else {
       // Degraded answer formatted on the main thread: directive + history, no memories (SPEC §10).
-      for (const c of kept) rows.push(row(c, 'failed', costOf(c)));
+      kept.forEach((c, i) => {
+        rows.push(row(c, 'failed', costs[i]!));
+      });
       assembled = formatContext({
         directive: retrieval.directive?.content ?? null,
         recentMessages: req.recentMessages,

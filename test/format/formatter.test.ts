@@ -4,7 +4,9 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { codePointLength } from '../../src/budget/estimate.js';
 import { compareCodePoints } from '../../src/format/code-point-order.js';
+import { escapeAttr, escapeBody, escapedLength } from '../../src/format/escape.js';
 import { formatContext, safetySentence } from '../../src/format/formatter.js';
 import { generateNonce } from '../../src/format/nonce.js';
 
@@ -125,6 +127,20 @@ describe('formatContext', () => {
           expect(out.split('</ibex_memory>').length - 1).toBe(memories.length);
         },
       ),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe('escapedLength', () => {
+  it('equals the code-point length of the escaped text (property)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 300 }), (t) => {
+        const cp = codePointLength(t);
+        expect(escapedLength(t, cp)).toBe(codePointLength(escapeBody(t)));
+        expect(escapedLength(t, cp, true)).toBe(codePointLength(escapeAttr(t)));
+        expect(cp).toBe(Array.from(t).length);
+      }),
       { numRuns: 500 },
     );
   });
