@@ -21,6 +21,8 @@ function storeFor(path: string): EmbeddedStore {
 
 /** Piscina task entry point: one read, answered with plain (cloneable) rows. */
 export default function storeRead(task: StoreReadTask): unknown {
+  // The branch gave up while this read was queued: nobody will look at the answer.
+  if (task.cancelled !== undefined && Atomics.load(task.cancelled, 0) === 1) return [];
   const store = storeFor(task.db);
   switch (task.op) {
     case 'hot':

@@ -75,7 +75,27 @@ export class RedisDirectiveSource implements DirectiveSource {
           Math.min(maxDelay, 50 * 2 ** Math.min(retries, 10)) + Math.random() * 50,
       },
     });
+    let resyncing = false;
     client.on('error', (err: unknown) => {
+      if (isReplyStreamError(err) && !resyncing) {
+        // node-redis resets its decoder but keeps the socket and the commands waiting for replies, so
+        // every later reply would go to the command sent before it: another agent's directive to this
+        // one. Drop the connection and everything waiting on it (those reads fail), then reconnect.
+        resyncing = true;
+        try {
+          client.destroy();
+        } catch {
+          // already closed
+        }
+        if (!source.#closed) {
+          client
+            .connect()
+            .catch(() => {})
+            .finally(() => {
+              resyncing = false;
+            });
+        }
+      }
       const now = performance.now();
       if (now - lastLog < ERROR_LOG_INTERVAL_MS) return;
       lastLog = now;
@@ -150,6 +170,19 @@ function replyCode(err: unknown): string | null {
   if (!(err instanceof ErrorReply)) return null;
   // Only the leading upper-case code: the rest of a reply may echo arguments.
   return /^[A-Z][A-Z_]*/.exec(err.message)?.[0] ?? 'reply';
+}
+
+/**
+ * True for an error thrown while decoding the reply stream (an unknown RESP type byte, …). node-redis
+ * raises those as plain `Error`s with no `code`, unlike its socket errors (own classes) and Node's
+ * transport errors (`code`), so the class and the missing code tell them apart without reading messages.
+ */
+function isReplyStreamError(err: unknown): boolean {
+  return (
+    err instanceof Error &&
+    Object.getPrototypeOf(err) === Error.prototype &&
+    (err as { code?: unknown }).code === undefined
+  );
 }
 
 /** node-redis errors do not set `name`, so they are told apart by class. */

@@ -9,10 +9,10 @@ import { BranchErrors } from './branch-error.js';
 import { parseDirectiveObject } from './directive.js';
 import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore } from './embedded-store.js';
-import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
 import type { DirectiveSource, MemorySource } from './retrieve.js';
+import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
 import type { RawHits } from './validate.js';
 
 /** The sources one service instance reads from. */
@@ -60,7 +60,7 @@ export class EmbeddedMemorySource implements MemorySource {
   async search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
     signal.throwIfAborted();
     try {
-      return await this.#store.search(orgId, agentId, query);
+      return await this.#store.search(orgId, agentId, query, signal);
     } catch (err) {
       storeFailure(err);
     }
@@ -118,7 +118,11 @@ export async function createSources(
       const local = inProcessReads(store);
       if (settings.embeddedReadThreads > 0) {
         const pooled = await PooledStoreReads.start(settings.embeddedDb, settings.embeddedReadThreads);
-        reads = { ...local, search: (o, a, q) => pooled.search(o, a, q), close: () => pooled.close() };
+        reads = {
+          ...local,
+          search: (o, a, q, signal) => pooled.search(o, a, q, signal),
+          close: () => pooled.close(),
+        };
       } else {
         reads = local;
       }

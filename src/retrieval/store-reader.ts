@@ -14,12 +14,23 @@ export interface StoreReadTask {
   orgId: string;
   agentId: string;
   query?: string;
+  /**
+   * Set to 1 (Atomics) by the caller once its branch has given up: a queued read then costs the thread
+   * nothing, so a backlog of abandoned searches drains at once instead of running each one.
+   */
+  cancelled?: Int32Array;
 }
 
 /** The reads the embedded sources need; sync or async. */
 export interface StoreReads {
   hot(orgId: string, agentId: string): StoreHit[] | Promise<StoreHit[]>;
-  search(orgId: string, agentId: string, query: string): StoreHit[] | Promise<StoreHit[]>;
+  /** @param signal the branch's signal: once it aborts the read may be skipped. */
+  search(
+    orgId: string,
+    agentId: string,
+    query: string,
+    signal?: AbortSignal,
+  ): StoreHit[] | Promise<StoreHit[]>;
   getDirective(orgId: string, agentId: string): DirectiveEnvelope | null | Promise<DirectiveEnvelope | null>;
   close(): Promise<void>;
 }
@@ -57,7 +68,11 @@ export class PooledStoreReads implements StoreReads {
    * Starts the threads and opens each one's connection before resolving.
    * @throws the worker's error when the database cannot be opened.
    */
-  static async start(db: string, threads: number, filename = resolveStoreWorkerFile()): Promise<PooledStoreReads> {
+  static async start(
+    db: string,
+    threads: number,
+    filename = resolveStoreWorkerFile(),
+  ): Promise<PooledStoreReads> {
     const pool = new Piscina({
       filename,
       minThreads: threads,
@@ -65,6 +80,8 @@ export class PooledStoreReads implements StoreReads {
       idleTimeout: Number.POSITIVE_INFINITY,
       // better-sqlite3 is synchronous: a second task per thread would only queue behind the first.
       concurrentTasksPerWorker: 1,
+      // A bound on abandoned work: past it a search fails at once (branch error) instead of queueing.
+      maxQueue: 256,
     });
     const reads = new PooledStoreReads(pool, path.resolve(db));
     const warm = '00000000-0000-4000-8000-000000000000';
@@ -76,8 +93,15 @@ export class PooledStoreReads implements StoreReads {
     return this.#pool.run({ db: this.#db, op: 'hot', orgId, agentId } satisfies StoreReadTask);
   }
 
-  search(orgId: string, agentId: string, query: string): Promise<StoreHit[]> {
-    return this.#pool.run({ db: this.#db, op: 'search', orgId, agentId, query } satisfies StoreReadTask);
+  search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<StoreHit[]> {
+    const cancelled = new Int32Array(new SharedArrayBuffer(4));
+    const onAbort = () => Atomics.store(cancelled, 0, 1);
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+    const task: StoreReadTask = { db: this.#db, op: 'search', orgId, agentId, query, cancelled };
+    return (this.#pool.run(task) as Promise<StoreHit[]>).finally(() => {
+      signal?.removeEventListener('abort', onAbort);
+    });
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {
