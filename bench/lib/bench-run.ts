@@ -1,0 +1,67 @@
+/**
+ * Plumbing shared by the load benches: a temporary store directory removed on exit, the machine
+ * description written next to the figures, and number-list flags.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+/** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */
+export function tempDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** What the figures were measured on. */
+export function machineInfo() {
+  return {
+    cpus: os.availableParallelism(),
+    cpu_model: os.cpus()[0]?.model ?? 'unknown',
+    memory_gb: Math.round(os.totalmem() / 2 ** 30),
+    loadavg_1m_at_start: Math.round(os.loadavg()[0]! * 100) / 100,
+    platform: `${os.platform()} ${os.release()}`,
+  };
+}
+
+/**
+ * Parses `500,1000,2000` into positive integers.
+ * @throws Error naming the flag for anything else.
+ */
+export function parseList(flag: string, text: string): number[] {
+  const values = text.split(',').map((v) => Number(v.trim()));
+  if (values.length === 0 || values.some((v) => !Number.isInteger(v) || v <= 0)) {
+    throw new Error(`${flag} must be a comma-separated list of positive integers, got '${text}'`);
+  }
+  return values;
+}
+
+/**
+ * Parses a positive number flag (`allowZero` for durations that may be skipped).
+ * @throws Error naming the flag.
+ */
+export function parseNumber(flag: string, text: string, allowZero = false): number {
+  const v = Number(text);
+  if (!Number.isFinite(v) || v < 0 || (v === 0 && !allowZero)) {
+    throw new Error(`${flag} must be a ${allowZero ? 'non-negative' : 'positive'} number, got '${text}'`);
+  }
+  return v;
+}
+
+/**
+ * Parses repeated `--service-env IBEX_CONTEXT_X=value` flags. Only `IBEX_CONTEXT_*` names are accepted:
+ * the service child never inherits them from the shell, so a run's settings are all in its results.
+ * @throws Error for a malformed pair or another variable.
+ */
+export function parseEnvPairs(pairs: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of pairs) {
+    const i = pair.indexOf('=');
+    const name = i > 0 ? pair.slice(0, i) : '';
+    if (!/^IBEX_CONTEXT_[A-Z0-9_]+$/.test(name)) {
+      throw new Error(`--service-env takes IBEX_CONTEXT_NAME=value, got '${pair}'`);
+    }
+    out[name] = pair.slice(i + 1);
+  }
+  return out;
+}

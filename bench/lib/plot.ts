@@ -1,0 +1,159 @@
+/**
+ * Line charts for bench results, rendered to SVG headlessly with Vega (no browser, no canvas): several
+ * series against one x axis, a linear or log y axis, axis titles and a legend.
+ */
+import { writeFileSync } from 'node:fs';
+import * as vega from 'vega';
+
+/** One line: its points in x order (points with a non-finite y are left out). */
+export interface Series {
+  name: string;
+  points: readonly { x: number; y: number }[];
+  /** Dashed stroke, for reference lines such as a target. */
+  dashed?: boolean;
+}
+
+/** A chart of {@link Series}. */
+export interface LineChart {
+  title: string;
+  /** Smaller text under the title (machine, run settings). */
+  subtitle?: string;
+  xTitle: string;
+  yTitle: string;
+  series: readonly Series[];
+  /** Log y axis; values ≤ 0 are drawn at {@link LineChart.yFloor}. Default linear. */
+  yLog?: boolean;
+  /** Smallest y drawn on a log axis (default 0.01). */
+  yFloor?: number;
+  /** Ticks exactly at the x values of the data (small discrete sets such as thread counts). */
+  xTicksAtData?: boolean;
+  width?: number;
+  height?: number;
+}
+
+/** The Vega spec of a chart (exported for tests and for tweaking by hand). */
+export function lineChartSpec(chart: LineChart): vega.Spec {
+  const floor = chart.yFloor ?? 0.01;
+  const values = chart.series.flatMap((s, order) =>
+    s.points
+      .filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y))
+      .map((p) => ({
+        series: s.name,
+        order,
+        dashed: s.dashed === true,
+        x: p.x,
+        y: chart.yLog ? Math.max(floor, p.y) : p.y,
+      })),
+  );
+  const xValues = [...new Set(values.map((v) => v.x))].sort((a, b) => a - b);
+  const spec: vega.Spec = {
+    $schema: 'https://vega.github.io/schema/vega/v5.json',
+    width: chart.width ?? 640,
+    height: chart.height ?? 360,
+    padding: 8,
+    background: 'white',
+    title: {
+      text: chart.title,
+      ...(chart.subtitle ? { subtitle: chart.subtitle } : {}),
+      anchor: 'start',
+      fontSize: 14,
+    },
+    data: [{ name: 'points', values }],
+    scales: [
+      {
+        name: 'x',
+        type: 'linear',
+        domain: { data: 'points', field: 'x' },
+        range: 'width',
+        zero: false,
+        nice: !chart.xTicksAtData,
+        padding: chart.xTicksAtData ? 24 : 0,
+      },
+      chart.yLog
+        ? { name: 'y', type: 'log', domain: { data: 'points', field: 'y' }, range: 'height', nice: false }
+        : {
+            name: 'y',
+            type: 'linear',
+            domain: { data: 'points', field: 'y' },
+            range: 'height',
+            zero: true,
+            nice: true,
+          },
+      {
+        name: 'color',
+        type: 'ordinal',
+        domain: chart.series.map((s) => s.name),
+        range: 'category',
+      },
+    ],
+    axes: [
+      {
+        orient: 'bottom',
+        scale: 'x',
+        title: chart.xTitle,
+        grid: true,
+        gridOpacity: 0.3,
+        ...(chart.xTicksAtData ? { values: xValues, format: 'd' } : {}),
+      },
+      {
+        orient: 'left',
+        scale: 'y',
+        title: chart.yTitle,
+        grid: true,
+        gridOpacity: 0.3,
+        ...(chart.yLog ? { format: '~g' } : {}),
+      },
+    ],
+    legends: [{ stroke: 'color', fill: 'color', orient: 'top-left', symbolType: 'stroke', labelLimit: 360 }],
+    marks: [
+      {
+        type: 'group',
+        from: { facet: { name: 'line', data: 'points', groupby: ['series', 'order', 'dashed'] } },
+        marks: [
+          {
+            type: 'line',
+            from: { data: 'line' },
+            encode: {
+              enter: {
+                x: { scale: 'x', field: 'x' },
+                y: { scale: 'y', field: 'y' },
+                stroke: { scale: 'color', field: 'series' },
+                strokeWidth: { value: 2 },
+                strokeDash: { signal: 'datum.dashed ? [6, 4] : [1, 0]' },
+              },
+            },
+          },
+          {
+            type: 'symbol',
+            from: { data: 'line' },
+            encode: {
+              enter: {
+                x: { scale: 'x', field: 'x' },
+                y: { scale: 'y', field: 'y' },
+                fill: { scale: 'color', field: 'series' },
+                size: { signal: 'datum.dashed ? 0 : 36' },
+                tooltip: { signal: "datum.series + ': ' + format(datum.y, '.3~g')" },
+              },
+            },
+          },
+        ],
+      },
+    ],
+  };
+  return spec;
+}
+
+/** Renders a chart to SVG text. */
+export async function renderLineChart(chart: LineChart): Promise<string> {
+  const view = new vega.View(vega.parse(lineChartSpec(chart)), { renderer: 'none' });
+  try {
+    return await view.toSVG();
+  } finally {
+    view.finalize();
+  }
+}
+
+/** Renders a chart and writes it to `file`. */
+export async function writeLineChart(file: string, chart: LineChart): Promise<void> {
+  writeFileSync(file, await renderLineChart(chart));
+}

@@ -1,0 +1,215 @@
+/**
+ * What the server did during one measured step, from two `/metrics` scrapes (before and after) plus the
+ * child's CPU times: pool wait and run, retrieval branch latencies, server-side assembly time, event-loop
+ * delay, degradation reasons and CPU split between the main thread and the other threads.
+ *
+ * Counters and histograms are differenced between the scrapes. The event-loop delay gauge is special: the
+ * service resets its monitor at every scrape, so the *after* scrape reads the delay over the step itself.
+ */
+import { machineCpu, type ProcessCpu, type ServiceProcess } from './service-process.js';
+
+/** One parsed exposition: `name{label="v",…}` (labels sorted) → value. */
+export type PromSamples = Map<string, number>;
+
+/** Parses the Prometheus text format (as prom-client writes it: no timestamps, no exemplars). */
+export function parsePrometheus(text: string): PromSamples {
+  const out: PromSamples = new Map();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$/.exec(line);
+    if (!m) continue;
+    const labels = [...(m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)]
+      .map((l) => `${l[1]}="${l[2]}"`)
+      .sort();
+    const value = m[3] === '+Inf' ? Number.POSITIVE_INFINITY : Number(m[3]);
+    out.set(labels.length ? `${m[1]}{${labels.join(',')}}` : m[1]!, value);
+  }
+  return out;
+}
+
+/** Labels of a sample key (`{}` when it has none). */
+function labelsOf(key: string): Record<string, string> {
+  const i = key.indexOf('{');
+  if (i < 0) return {};
+  const out: Record<string, string> = {};
+  for (const l of key.slice(i + 1, -1).matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+    out[l[1]!] = l[2]!;
+  return out;
+}
+
+function nameOf(key: string): string {
+  const i = key.indexOf('{');
+  return i < 0 ? key : key.slice(0, i);
+}
+
+/** Sum of every sample of `name` whose labels include `match`. */
+export function sumOf(s: PromSamples, name: string, match: Record<string, string> = {}): number {
+  let total = 0;
+  for (const [key, value] of s) {
+    if (nameOf(key) !== name) continue;
+    const labels = labelsOf(key);
+    if (Object.entries(match).every(([k, v]) => labels[k] === v)) total += value;
+  }
+  return total;
+}
+
+/** Distinct values of one label over the samples of `name`. */
+function labelValues(s: PromSamples, name: string, label: string): string[] {
+  const out = new Set<string>();
+  for (const key of s.keys()) {
+    if (nameOf(key) !== name) continue;
+    const v = labelsOf(key)[label];
+    if (v !== undefined) out.add(v);
+  }
+  return [...out].sort();
+}
+
+/** Mean and estimated p99 (linear within the bucket) of a histogram's growth between two scrapes, ms. */
+export interface HistogramDelta {
+  count: number;
+  mean_ms: number;
+  p99_ms: number;
+}
+
+/**
+ * The growth of histogram `name` (labels matching `match`, summed) between `a` and `b`.
+ * p99 is interpolated inside its bucket; in the +Inf bucket it is reported as the largest finite bound.
+ */
+export function histogramDelta(
+  a: PromSamples,
+  b: PromSamples,
+  name: string,
+  match: Record<string, string> = {},
+): HistogramDelta {
+  const count = sumOf(b, `${name}_count`, match) - sumOf(a, `${name}_count`, match);
+  const sum = sumOf(b, `${name}_sum`, match) - sumOf(a, `${name}_sum`, match);
+  if (count <= 0) return { count: 0, mean_ms: 0, p99_ms: 0 };
+  // The label text is kept as written: re-rendering a parsed bound could spell it differently.
+  const buckets = labelValues(b, `${name}_bucket`, 'le')
+    .map((le) => ({ le, bound: le === '+Inf' ? Number.POSITIVE_INFINITY : Number(le) }))
+    .sort((x, y) => x.bound - y.bound);
+  const bounds = buckets.map((x) => x.bound);
+  const cumulative = buckets.map(({ le }) => {
+    const l = { ...match, le };
+    return sumOf(b, `${name}_bucket`, l) - sumOf(a, `${name}_bucket`, l);
+  });
+  const target = 0.99 * count;
+  let p99 = 0;
+  for (let i = 0; i < bounds.length; i++) {
+    if (cumulative[i]! < target) continue;
+    const hi = bounds[i]!;
+    const lo = i === 0 ? 0 : bounds[i - 1]!;
+    if (!Number.isFinite(hi)) {
+      p99 = lo;
+      break;
+    }
+    const below = i === 0 ? 0 : cumulative[i - 1]!;
+    const inBucket = cumulative[i]! - below;
+    p99 = inBucket <= 0 ? hi : lo + ((hi - lo) * (target - below)) / inBucket;
+    break;
+  }
+  return { count, mean_ms: round3((sum / count) * 1000), p99_ms: round3(p99 * 1000) };
+}
+
+const round3 = (x: number) => Math.round(x * 1000) / 1000;
+const round2 = (x: number) => Math.round(x * 100) / 100;
+
+/** A point-in-time reading of the server (and of the machine). */
+export interface ServerSnapshot {
+  /** `performance.now()` of the reading, ms. */
+  at: number;
+  samples: PromSamples;
+  cpu: ProcessCpu | null;
+  machine: { busy_s: number; total_s: number } | null;
+}
+
+/** Reads `/metrics`, the child's CPU times and the machine's CPU times. */
+export async function snapshot(service: ServiceProcess): Promise<ServerSnapshot> {
+  const text = await service.metricsText();
+  return { at: performance.now(), samples: parsePrometheus(text), cpu: service.cpu(), machine: machineCpu() };
+}
+
+/** What the server did between two snapshots. CPU figures are in cores (CPU seconds per wall second). */
+export interface ServerStepStats {
+  window_s: number;
+  /** Server-side AssembleContext time, arrival to answer (any level). */
+  assembly: HistogramDelta;
+  /** Wait for a pool thread (queue + dispatch) and the worker's pack + format time. */
+  pool_wait: HistogramDelta;
+  pool_run: HistogramDelta;
+  /** Tasks by outcome (completed, rejected = pool_saturated, withdrawn = pool_deadline, failed). */
+  pool_tasks: Record<string, number>;
+  /** Busy fraction of the pool threads: Σ run time / (window × threads). */
+  pool_busy_ratio: number;
+  /** piscina-style utilization gauge (moving average) at the end of the step. */
+  pool_utilization_gauge: number;
+  pool_threads: number;
+  /** Latency of each retrieval branch (all statuses except skipped). */
+  branches: Record<string, HistogramDelta & { not_success: number }>;
+  /** Degradation reasons counted by the server (`hot_timeout`, `pool_saturated`, …). */
+  degraded_reasons: Record<string, number>;
+  /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 1 ms resolution). */
+  event_loop_delay_ms: { p50: number; p99: number; max: number };
+  /** Cores used by the server: all threads, the main (event-loop) thread, and the rest (pool, GC, libuv). */
+  cpu_cores: { total: number; main_thread: number; other_threads: number } | null;
+  /** Busy cores of the whole machine over the step (every process, the driver included). */
+  machine_busy_cores: number | null;
+}
+
+/** {@link ServerStepStats} between `a` and `b`. */
+export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats {
+  const windowS = Math.max(1e-9, (b.at - a.at) / 1000);
+  const pool_run = histogramDelta(a.samples, b.samples, 'ibex_context_pool_run_seconds');
+  const threads = sumOf(b.samples, 'ibex_context_pool_threads');
+  const runSumS =
+    sumOf(b.samples, 'ibex_context_pool_run_seconds_sum') -
+    sumOf(a.samples, 'ibex_context_pool_run_seconds_sum');
+  const pool_tasks: Record<string, number> = {};
+  for (const outcome of labelValues(b.samples, 'ibex_context_pool_tasks_total', 'outcome')) {
+    const n =
+      sumOf(b.samples, 'ibex_context_pool_tasks_total', { outcome }) -
+      sumOf(a.samples, 'ibex_context_pool_tasks_total', { outcome });
+    if (n > 0) pool_tasks[outcome] = n;
+  }
+  const branches: ServerStepStats['branches'] = {};
+  for (const branch of labelValues(b.samples, 'ibex_context_branch_duration_seconds_count', 'branch')) {
+    const h = histogramDelta(a.samples, b.samples, 'ibex_context_branch_duration_seconds', { branch });
+    const outcomes = (m: PromSamples) =>
+      sumOf(m, 'ibex_context_branch_outcomes_total', { branch }) -
+      sumOf(m, 'ibex_context_branch_outcomes_total', { branch, status: 'success' }) -
+      sumOf(m, 'ibex_context_branch_outcomes_total', { branch, status: 'skipped' });
+    branches[branch] = { ...h, not_success: outcomes(b.samples) - outcomes(a.samples) };
+  }
+  const degraded_reasons: Record<string, number> = {};
+  for (const reason of labelValues(b.samples, 'ibex_context_degraded_total', 'reason')) {
+    const n =
+      sumOf(b.samples, 'ibex_context_degraded_total', { reason }) -
+      sumOf(a.samples, 'ibex_context_degraded_total', { reason });
+    if (n > 0) degraded_reasons[reason] = n;
+  }
+  const eld = (q: string) =>
+    round3(sumOf(b.samples, 'ibex_context_event_loop_delay_seconds', { quantile: q }) * 1000);
+  let cpu_cores: ServerStepStats['cpu_cores'] = null;
+  if (a.cpu && b.cpu) {
+    const total = (b.cpu.total_s - a.cpu.total_s) / windowS;
+    const main = (b.cpu.main_thread_s - a.cpu.main_thread_s) / windowS;
+    cpu_cores = { total: round2(total), main_thread: round2(main), other_threads: round2(total - main) };
+  }
+  let machine_busy_cores: number | null = null;
+  if (a.machine && b.machine) machine_busy_cores = round2((b.machine.busy_s - a.machine.busy_s) / windowS);
+  return {
+    window_s: round3(windowS),
+    assembly: histogramDelta(a.samples, b.samples, 'ibex_context_assembly_duration_seconds'),
+    pool_wait: histogramDelta(a.samples, b.samples, 'ibex_context_pool_wait_seconds'),
+    pool_run,
+    pool_tasks,
+    pool_busy_ratio: threads > 0 ? round3(runSumS / (windowS * threads)) : 0,
+    pool_utilization_gauge: round3(sumOf(b.samples, 'ibex_context_pool_utilization_ratio')),
+    pool_threads: threads,
+    branches,
+    degraded_reasons,
+    event_loop_delay_ms: { p50: eld('0.5'), p99: eld('0.99'), max: eld('1') },
+    cpu_cores,
+    machine_busy_cores,
+  };
+}

@@ -1,0 +1,247 @@
+/**
+ * `npm run bench:load [-- --locomo <dir>] [--steps 500,1000,2000,3000,4000] [--step-seconds 10]`:
+ * latency against offered rate, open loop (issue 5).
+ *
+ * Starts the service as a child process on free loopback ports over a temporary embedded store (LoCoMo
+ * ingested with `--locomo`, else a generated set of the same shape and size), warms it up, then runs one
+ * open-loop step per rate. Latency is measured from each request's intended send time (coordinated
+ * omission corrected). Per step it records what the client saw and, from `/metrics` and `/proc` around
+ * the step, where the server spent the time: pool wait and run, retrieval branches, event-loop delay,
+ * CPU of the server's threads, the driver's own CPU and schedule lag, and the rest of the machine.
+ *
+ * Writes bench/results/load.json and bench/results/load.svg (p50/p99/p99.9 against rate, log y), prints
+ * a table, the highest rate with p99 ≤ 20 ms and no error, and where the time goes at that rate.
+ * Figures, not gates: on a small shared machine the driver competes with the server for the cores; the
+ * `drv cpu`, `drv lag` and `other` columns say how much.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { runLoad } from '../src/client/load-driver.js';
+import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './lib/bench-run.js';
+import { prepareLoadData } from './lib/load-data.js';
+import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
+import { projectPath } from './lib/paths.js';
+import { writeLineChart } from './lib/plot.js';
+import { explainFailure, startServiceProcess } from './lib/service-process.js';
+
+const USAGE = `usage: npm run bench:load -- [options]
+  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)
+  --steps <r1,r2,…>       offered rates, req/s (default 500,1000,2000,3000,4000)
+  --step-seconds <s>      measured seconds per step (default 10)
+  --ramp-seconds <s>      unrecorded seconds at each step's rate before it is measured (default 1)
+  --warmup-seconds <s>    unrecorded warm-up at the first rate after start-up (default 5)
+  --connections <n>       gRPC channels of the driver (default 10)
+  --timeout <ms>          per-call gRPC deadline of the client (default 1000)
+  --threads <n>           pool threads of the service (default: the service's own default)
+  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)
+  --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
+  --p99-target <ms>       latency target of the summary line (default 20)
+  --out <dir>             where load.json and load.svg go (default bench/results)`;
+
+interface Options {
+  locomo: string | undefined;
+  steps: number[];
+  stepSeconds: number;
+  rampSeconds: number;
+  warmupSeconds: number;
+  connections: number;
+  timeoutMs: number;
+  threads: number | undefined;
+  serviceEnv: Record<string, string>;
+  cpuProf: string | undefined;
+  p99TargetMs: number;
+  out: string;
+}
+
+function parseOptions(argv: string[]): Options | null {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      locomo: { type: 'string' },
+      steps: { type: 'string' },
+      'step-seconds': { type: 'string' },
+      'ramp-seconds': { type: 'string' },
+      'warmup-seconds': { type: 'string' },
+      connections: { type: 'string' },
+      timeout: { type: 'string' },
+      threads: { type: 'string' },
+      'service-env': { type: 'string', multiple: true },
+      'cpu-prof': { type: 'string' },
+      'p99-target': { type: 'string' },
+      out: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) return null;
+  const int = (flag: string, v: string) => {
+    const n = parseNumber(flag, v);
+    if (!Number.isInteger(n)) throw new Error(`${flag} must be an integer, got '${v}'`);
+    return n;
+  };
+  return {
+    locomo: values.locomo,
+    steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
+    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+    rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
+    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '5', true),
+    connections: int('--connections', values.connections ?? '10'),
+    timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
+    threads: values.threads === undefined ? undefined : int('--threads', values.threads),
+    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
+    cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
+    p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
+    out: path.resolve(values.out ?? projectPath('bench/results')),
+  };
+}
+
+async function main(argv: string[]): Promise<number> {
+  let opts: Options | null;
+  try {
+    opts = parseOptions(argv);
+  } catch (err) {
+    console.error(`${(err as Error).message}\n${USAGE}`);
+    return 2;
+  }
+  if (opts === null) {
+    console.log(USAGE);
+    return 0;
+  }
+  const db = path.join(tempDir('ibex-bench-load-'), 'bench.db');
+  const data = await prepareLoadData(db, opts.locomo);
+  console.error(
+    `data: ${data.kind}: ${data.agents} agents, ${data.memories} memories, ${data.requests} requests`,
+  );
+  const serviceEnv: Record<string, string> = { ...opts.serviceEnv };
+  if (opts.threads !== undefined) {
+    serviceEnv.IBEX_CONTEXT_POOL_MAX_THREADS = String(opts.threads);
+    serviceEnv.IBEX_CONTEXT_POOL_MIN_THREADS = String(opts.threads);
+  }
+  const service = await startServiceProcess({
+    db,
+    env: serviceEnv,
+    nodeArgs: opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : [],
+  });
+  const rows: StepRow[] = [];
+  try {
+    console.error(`service pid ${service.pid} on ${service.grpcAddr} (admin ${service.adminUrl})`);
+    const common = { connections: opts.connections, timeoutMs: opts.timeoutMs, source: data.source };
+    if (opts.warmupSeconds > 0) {
+      console.error(`warm-up: ${opts.warmupSeconds} s at ${opts.steps[0]} rps`);
+      await runLoad({
+        addr: service.grpcAddr,
+        rate: opts.steps[0]!,
+        durationS: opts.warmupSeconds,
+        ...common,
+      });
+    }
+    for (const rate of opts.steps) {
+      const row = await measureStep(service, {
+        rate,
+        seconds: opts.stepSeconds,
+        rampSeconds: opts.rampSeconds,
+        ...common,
+      });
+      rows.push(row);
+      console.error(
+        `${rate} rps: achieved ${row.achieved_rps}, p50 ${row.p50_ms} ms, p99 ${row.p99_ms} ms, ` +
+          `p99.9 ${row.p99_9_ms} ms, errors ${row.errors}, degraded ${row.degraded}` +
+          (row.driver.limited ? ' [driver-limited]' : ''),
+      );
+    }
+  } catch (err) {
+    throw explainFailure(service, err);
+  } finally {
+    await service.stop();
+  }
+
+  const clean = rows.filter((r) => isClean(r, opts.p99TargetMs));
+  const best = clean.length ? clean.reduce((a, b) => (b.rate > a.rate ? b : a)) : null;
+  const criterion = `p99 ≤ ${opts.p99TargetMs} ms and zero errors`;
+  const result = {
+    generated_at: new Date().toISOString(),
+    node: process.version,
+    machine: machineInfo(),
+    config: {
+      steps: opts.steps,
+      step_seconds: opts.stepSeconds,
+      ramp_seconds: opts.rampSeconds,
+      warmup_seconds: opts.warmupSeconds,
+      connections: opts.connections,
+      timeout_ms: opts.timeoutMs,
+      pool_threads: rows[0]?.server.pool_threads ?? null,
+      p99_target_ms: opts.p99TargetMs,
+      service_env: serviceEnv,
+      driver: 'in the bench process (one thread), service in a child process',
+    },
+    data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
+    steps: rows,
+    best: best
+      ? {
+          rate: best.rate,
+          criterion,
+          achieved_rps: best.achieved_rps,
+          p99_ms: best.p99_ms,
+          degraded: best.degraded,
+          driver_limited: best.driver.limited,
+          where_the_time_goes: whereTheTimeGoes(best),
+        }
+      : { rate: null, criterion },
+  };
+  mkdirSync(opts.out, { recursive: true });
+  const jsonFile = path.join(opts.out, 'load.json');
+  writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
+  const svgFile = path.join(opts.out, 'load.svg');
+  await writeLineChart(svgFile, {
+    title: 'AssembleContext latency against offered rate (open loop)',
+    subtitle:
+      `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
+      `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`,
+    xTitle: 'offered rate (requests/s)',
+    yTitle: 'latency (ms, log scale)',
+    yLog: true,
+    series: [
+      { name: 'p50', points: rows.map((r) => ({ x: r.rate, y: r.p50_ms })) },
+      { name: 'p99', points: rows.map((r) => ({ x: r.rate, y: r.p99_ms })) },
+      { name: 'p99.9', points: rows.map((r) => ({ x: r.rate, y: r.p99_9_ms })) },
+      {
+        name: `${opts.p99TargetMs} ms target`,
+        dashed: true,
+        points: rows.map((r) => ({ x: r.rate, y: opts.p99TargetMs })),
+      },
+    ],
+  });
+
+  console.table(Object.fromEntries(rows.map((r) => [`${r.rate} rps`, tableCells(r)])));
+  console.log(
+    'latencies ms (client, from the intended send time); srv = server handler mean; wait/run = pool means; ' +
+      'dir/hot/cold = branch means; eld = server event-loop delay; cpu in cores (server main thread in ' +
+      'parentheses); drv lag = driver send lag mean ms; other = cores used by other processes',
+  );
+  for (const r of rows) {
+    if (r.driver.limited)
+      console.log(
+        `note: at ${r.rate} rps the driver was saturated or late; that step measures the driver too`,
+      );
+  }
+  if (best) {
+    console.log(`highest rate with ${criterion}: ${best.rate} rps (${best.degraded} degraded answers)`);
+    console.log(`where the time goes at ${best.rate} rps:`);
+    for (const line of whereTheTimeGoes(best)) console.log(`  ${line}`);
+  } else {
+    console.log(`highest rate with ${criterion}: none of the steps met it`);
+  }
+  console.log(`wrote ${path.relative(process.cwd(), jsonFile)} and ${path.relative(process.cwd(), svgFile)}`);
+  return 0;
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    console.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
+    process.exitCode = 1;
+  },
+);

@@ -1,0 +1,220 @@
+/**
+ * Issue 6 "Faults", worker pool: a task that throws, a worker that exits, a worker over its memory limit,
+ * a full queue. Each is answered L2 with directive + history and `pool_failed` / `pool_saturated`, a
+ * concurrent call is answered in full, the next call is L0, and `ibex_context_pool_tasks_total{outcome}`
+ * and `ibex_context_degraded_total{reason}` moved.
+ *
+ * Throw / exit / queue-full use the test-only fault worker (test/fixtures/faulty-cpu-worker.ts), which
+ * the service cannot load through settings, so they run on the real pipeline wired by
+ * `startPoolFaultService`. The memory limit needs no hook: the real service, its real worker with a
+ * 16 MB heap, and a request whose memories need more than that to format.
+ */
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { status } from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import type { CallOutcome } from '../../src/client/context-client.js';
+import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import type { AssembleContextResponse } from '../../src/server/proto.js';
+import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { FAULT_PREFIX, moved, type PoolFaultService, scrape, startPoolFaultService } from './helpers.js';
+
+const N = 5;
+const DIRECTIVE = 'Pool fault directive.';
+
+/** A request whose recent messages ask the fault worker for `fault` (`throw`, `exit`, `sleep:300`). */
+function faulted(t: { org: string; agent: string }, fault: string) {
+  return request(t, {
+    recent_messages: [
+      { role: 'user', content: `${FAULT_PREFIX}${fault}` },
+      { role: 'user', content: 'Do you remember the lake?' },
+    ],
+  });
+}
+
+/** The degraded answer of a failed CPU stage (SPEC §10): directive + history, no memories, L2. */
+function expectPoolDegraded(r: CallOutcome<AssembleContextResponse>, reason: string) {
+  expect(r.status.code, r.status.details).toBe(status.OK);
+  const res = r.response!;
+  expect(res.degradation.level).toBe('L2');
+  expect(res.degradation.reasons).toEqual([reason]);
+  // Retrieval itself went fine: only the CPU stage failed.
+  expect(res.degradation.branches.map((b) => b.status)).toEqual(['success', 'success', 'success']);
+  expect(res.memories_included).toBe(0);
+  expect(res.memories_used.every((m) => m.exclusion === 'failed')).toBe(true);
+  expect(res.assembled_context).not.toContain('about sailing');
+  expect(res.assembled_context).toContain('user: Do you remember the lake?');
+}
+
+function expectFull(r: CallOutcome<AssembleContextResponse>, n = N) {
+  expect(r.status.code, r.status.details).toBe(status.OK);
+  expect(r.response!.degradation.level).toBe('L0');
+  expect(r.response!.memories_included).toBe(n);
+}
+
+describe('pool faults (fault-injecting worker)', () => {
+  let svc: PoolFaultService;
+  let store: EmbeddedStore;
+  const victim = tenant();
+  const other = tenant();
+
+  beforeAll(async () => {
+    const dir = fs.mkdtempSync(path.join((await import('node:os')).tmpdir(), 'ibex-faults-pool-'));
+    const db = path.join(dir, 'store.db');
+    store = EmbeddedStore.open(db);
+    store.upsertMemories(memories(victim.org, victim.agent, N));
+    store.upsertMemories(memories(other.org, other.agent, N));
+    store.setDirective({
+      org_id: victim.org,
+      agent_id: victim.agent,
+      content: DIRECTIVE,
+      injection_mode: 'system_first',
+      version_id: randomUUID(),
+    });
+    svc = await startPoolFaultService({
+      IBEX_CONTEXT_EMBEDDED_DB: db,
+      IBEX_CONTEXT_POOL_MIN_THREADS: '2',
+      IBEX_CONTEXT_POOL_MAX_THREADS: '2',
+      IBEX_CONTEXT_POOL_MAX_QUEUE: '1',
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    store?.close();
+  });
+
+  it.each([
+    ['a task that throws', 'throw'],
+    ['a worker that exits mid-task', 'exit'],
+  ])('%s ⇒ L2 pool_failed; the concurrent call and the next one are whole', async (_what, fault) => {
+    const threads = svc.pool.threadIds();
+    const before = await scrape(svc.adminUrl);
+    const [bad, good] = await Promise.all([
+      svc.client.assemble(faulted(victim, fault)),
+      svc.client.assemble(request(other)),
+    ]);
+    expectPoolDegraded(bad, 'pool_failed');
+    expect(bad.response!.assembled_context.startsWith(`${DIRECTIVE}\n`)).toBe(true);
+    expectFull(good);
+    // The pool is whole again (an exited thread is replaced), and serves both threads' worth of calls.
+    await vi.waitFor(() => expect(svc.pool.threadIds()).toHaveLength(2), { timeout: 5000, interval: 20 });
+    if (fault === 'throw') expect(svc.pool.threadIds()).toEqual(threads);
+    else expect(svc.pool.threadIds().filter((id) => threads.includes(id))).toHaveLength(1);
+    const next = await Promise.all([
+      svc.client.assemble(request(victim)),
+      svc.client.assemble(request(other)),
+    ]);
+    for (const r of next) expectFull(r);
+    const after = await scrape(svc.adminUrl);
+    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'failed' })).toBe(1);
+    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'completed' })).toBe(3);
+    expect(moved(before, after, 'ibex_context_degraded_total', { level: 'L2', reason: 'pool_failed' })).toBe(
+      1,
+    );
+    expect(moved(before, after, 'ibex_context_assemblies_total', { level: 'L2', code: 'OK' })).toBe(1);
+  });
+
+  it('queue full ⇒ L2 pool_saturated at once; the queued call waits its turn and is whole', async () => {
+    const before = await scrape(svc.adminUrl);
+    // Both threads blocked 1 s, then one call queued (max queue 1): the next call cannot be taken.
+    const sleepers = [1, 2].map(() => svc.client.assemble(faulted(other, 'sleep:1000')));
+    await vi.waitFor(() => expect(svc.pool.stats().running).toBe(2), { timeout: 5000, interval: 2 });
+    const queued = svc.client.assemble(request(other));
+    await vi.waitFor(() => expect(svc.pool.stats().queueSize).toBe(1), { timeout: 5000, interval: 2 });
+    const t0 = performance.now();
+    const bad = await svc.client.assemble(request(victim));
+    // Refused without waiting for a thread (the sleepers hold them for 1 s).
+    expect(performance.now() - t0).toBeLessThan(800);
+    expectPoolDegraded(bad, 'pool_saturated');
+    expect(bad.response!.assembled_context.startsWith(`${DIRECTIVE}\n`)).toBe(true);
+    for (const r of await Promise.all([...sleepers, queued])) expectFull(r);
+    expectFull(await svc.client.assemble(request(victim)));
+    const after = await scrape(svc.adminUrl);
+    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'rejected' })).toBe(1);
+    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'completed' })).toBe(4);
+    expect(
+      moved(before, after, 'ibex_context_degraded_total', { level: 'L2', reason: 'pool_saturated' }),
+    ).toBe(1);
+  });
+});
+
+describe('pool faults (real service and worker): a worker over its memory limit', () => {
+  let svc: TestService;
+  const victim = tenant();
+  const other = tenant();
+
+  beforeAll(async () => {
+    // A model with a 50M-token window: the packer selects every memory, and the worker must escape and
+    // format all of them — far more than its 16 MB heap holds.
+    const catalog = path.join((await import('node:os')).tmpdir(), `ibex-faults-catalog-${randomUUID()}.json`);
+    fs.writeFileSync(
+      catalog,
+      JSON.stringify({
+        schema_version: 1,
+        models: [
+          {
+            model_id: 'huge-window',
+            provider: 'test',
+            context_window: 50_000_000,
+            max_output_tokens: 1000,
+            supports_tools: false,
+            supports_vision: false,
+            supports_streaming: true,
+            tokenizer_family: 'o200k_base',
+          },
+        ],
+      }),
+    );
+    svc = await startTestService({
+      IBEX_CONTEXT_CATALOG_FILE: catalog,
+      IBEX_CONTEXT_POOL_MIN_THREADS: '2',
+      IBEX_CONTEXT_POOL_MAX_THREADS: '2',
+      IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB: '16',
+      IBEX_CONTEXT_TIMEOUT: '10000',
+      IBEX_CONTEXT_DEADLINE_MS: '3000',
+      IBEX_CONTEXT_HOT_TIMEOUT_MS: '3000',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '3000',
+      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '3000',
+    });
+    fs.rmSync(catalog, { force: true });
+    // 10 markup-heavy memories of 500 KB: escaped, 20 MB of context to build in the worker.
+    svc.store.upsertMemories(
+      memories(victim.org, victim.agent, 10).map((m) => ({
+        ...m,
+        content: `${m.content} ${'<&>'.repeat(170_000)}`,
+      })),
+    );
+    svc.store.upsertMemories(memories(other.org, other.agent, N));
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('⇒ L2 pool_failed; the thread is replaced, the concurrent call and the next one are whole', async () => {
+    const threads = svc.service.pool.threadIds();
+    const before = await scrape(svc.service.adminUrl);
+    const [bad, good] = await Promise.all([
+      svc.client.assemble(request(victim, { model: 'huge-window' })),
+      svc.client.assemble(request(other)),
+    ]);
+    expectPoolDegraded(bad, 'pool_failed');
+    expect(bad.response!.memories_used).toHaveLength(10);
+    expectFull(good);
+    await vi.waitFor(() => expect(svc.service.pool.threadIds()).toHaveLength(2), {
+      timeout: 5000,
+      interval: 20,
+    });
+    expect(svc.service.pool.threadIds().filter((id) => threads.includes(id))).toHaveLength(1);
+    const next = await Promise.all([
+      svc.client.assemble(request(other)),
+      svc.client.assemble(request(other)),
+    ]);
+    for (const r of next) expectFull(r);
+    const after = await scrape(svc.service.adminUrl);
+    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'failed' })).toBe(1);
+    expect(moved(before, after, 'ibex_context_degraded_total', { level: 'L2', reason: 'pool_failed' })).toBe(
+      1,
+    );
+  });
+});

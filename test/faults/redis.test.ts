@@ -1,0 +1,276 @@
+/**
+ * Issue 6 "Faults", Redis directives: down, slow, garbage. The directive never changes the level (SPEC
+ * §10), so each case checks that the call is answered at L0 with its memories and the directive branch
+ * says `error` / `timeout`, that a concurrent call of another agent is answered in full, that a normal
+ * call afterwards is fine, and that `ibex_context_branch_outcomes_total{branch="directive"}` counted it.
+ *
+ * "Slow" and protocol-level garbage use a fake Redis on loopback (a real `CLIENT PAUSE` would stall every
+ * other test using the shared Redis); garbage *values* also run against the real Redis (REDIS_URL) under
+ * the availability rule of test/helpers/redis.ts.
+ */
+import { randomUUID } from 'node:crypto';
+import { status } from '@grpc/grpc-js';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
+import { closedPort, type FakeRedis, moved, scrape, startFakeRedis } from './helpers.js';
+
+const N = 4;
+const keyOf = (t: { org: string; agent: string }) => `${t.org}:directive:${t.agent}`;
+const envelope = (content: string) =>
+  JSON.stringify({ v: 1, content, injection_mode: 'system_first', version_id: randomUUID() });
+
+/** Two tenants with memories in the service's embedded store. */
+function seed(svc: TestService) {
+  const victim = tenant();
+  const other = tenant();
+  svc.store.upsertMemories(memories(victim.org, victim.agent, N));
+  svc.store.upsertMemories(memories(other.org, other.agent, N));
+  return { victim, other };
+}
+
+/** The shared expectations: answered, L0, memories intact, directive branch as given. */
+function expectAnswered(
+  r: Awaited<ReturnType<TestService['client']['assemble']>>,
+  directive: { status: string; detail?: RegExp },
+) {
+  expect(r.status.code, r.status.details).toBe(status.OK);
+  const res = r.response!;
+  expect(res.degradation.level).toBe('L0');
+  expect(res.degradation.reasons).toEqual([]);
+  expect(res.memories_included).toBe(N);
+  expect(res.degradation.branches[0]!.status).toBe(directive.status);
+  if (directive.detail) expect(res.degradation.branches[0]!.detail).toMatch(directive.detail);
+  if (directive.status !== 'success')
+    expect(res.assembled_context).not.toContain('Only treat content inside');
+}
+
+describe('Redis down (nothing listening)', () => {
+  let svc: TestService;
+
+  beforeAll(async () => {
+    svc = await startTestService({
+      IBEX_CONTEXT_REDIS_URL: `redis://127.0.0.1:${await closedPort()}`,
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('⇒ directive error, level unchanged, every call answered, and counted', async () => {
+    const { victim, other } = seed(svc);
+    const before = await scrape(svc.service.adminUrl);
+    const [a, b] = await Promise.all([
+      svc.client.assemble(request(victim)),
+      svc.client.assemble(request(other)),
+    ]);
+    for (const r of [a, b]) {
+      expectAnswered(r, { status: 'error', detail: /^redis unavailable \(/ });
+      // No offline queue: the read fails at once instead of waiting for the 300 ms directive timeout.
+      expect(r.response!.degradation.branches[0]!.latency_ms).toBeLessThan(150);
+    }
+    const next = await svc.client.assemble(request(victim));
+    expectAnswered(next, { status: 'error', detail: /^redis unavailable \(/ });
+    const after = await scrape(svc.service.adminUrl);
+    expect(
+      moved(before, after, 'ibex_context_branch_outcomes_total', { branch: 'directive', status: 'error' }),
+    ).toBe(3);
+    expect(moved(before, after, 'ibex_context_assemblies_total', { level: 'L0', code: 'OK' })).toBe(3);
+    expect(moved(before, after, 'ibex_context_degraded_total')).toBe(0);
+  });
+});
+
+describe('fake Redis: slow and garbage replies', () => {
+  let redis: FakeRedis;
+  let svc: TestService;
+
+  beforeAll(async () => {
+    redis = await startFakeRedis();
+    svc = await startTestService({
+      IBEX_CONTEXT_REDIS_URL: redis.redisUrl,
+      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '100',
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    await redis?.close();
+  });
+
+  it('slow (a GET stalls 600 ms) ⇒ directive timeout, level unchanged; replies stay matched afterwards', async () => {
+    const { victim, other } = seed(svc);
+    redis.set(keyOf(victim), { stallMs: 600, answer: { value: envelope('Victim directive.') } });
+    redis.set(keyOf(other), { value: envelope('Other directive.') });
+    const before = await scrape(svc.service.adminUrl);
+    const [a, b] = await Promise.all([
+      svc.client.assemble(request(victim)),
+      svc.client.assemble(request(other)),
+    ]);
+    expectAnswered(a, { status: 'timeout', detail: /^directive_timeout$/ });
+    expect(a.response!.degradation.branches[0]!.latency_ms).toBeLessThan(400);
+    // One connection, replies in order: a GET sent behind the stalled one waits too (timeout), or went
+    // first (success). Either way the call is whole.
+    expect(['success', 'timeout']).toContain(b.response!.degradation.branches[0]!.status);
+    expectAnswered(b, { status: b.response!.degradation.branches[0]!.status });
+    // After the stall the late replies are discarded, not handed to the next GETs: each agent gets its own.
+    await new Promise((r) => setTimeout(r, 700));
+    redis.set(keyOf(victim), { value: envelope('Victim directive.') });
+    for (const [t, text] of [
+      [other, 'Other directive.'],
+      [victim, 'Victim directive.'],
+      [other, 'Other directive.'],
+    ] as const) {
+      const r = await svc.client.assemble(request(t));
+      expectAnswered(r, { status: 'success' });
+      expect(r.response!.assembled_context.startsWith(`${text}\n`)).toBe(true);
+    }
+    const after = await scrape(svc.service.adminUrl);
+    expect(
+      moved(before, after, 'ibex_context_branch_outcomes_total', { branch: 'directive', status: 'timeout' }),
+    ).toBeGreaterThanOrEqual(1);
+    expect(moved(before, after, 'ibex_context_assemblies_total', { level: 'L0', code: 'OK' })).toBe(5);
+  });
+
+  it.each([
+    ['not UTF-8', { value: Buffer.from([0xff, 0xfe, 0x7b, 0x7d]) }, /^bad directive: /],
+    ['not JSON', { value: 'garbage <<<' }, /^bad directive: /],
+    ['a JSON array', { value: '[1,2,3]' }, /^bad directive: /],
+    [
+      'v = 2',
+      { value: JSON.stringify({ v: 2, content: 'x', injection_mode: '', version_id: randomUUID() }) },
+      /^bad directive: /,
+    ],
+    [
+      'an error reply',
+      { raw: '-WRONGTYPE Operation against a key holding the wrong kind of value\r\n' },
+      /^redis error \(WRONGTYPE\)$/,
+    ],
+    ['an integer reply', { raw: ':42\r\n' }, /^bad directive: not a string value$/],
+  ] as const)(
+    'garbage (%s) ⇒ directive error, level unchanged, the other agent served',
+    async (_what, answer, detail) => {
+      const { victim, other } = seed(svc);
+      redis.set(keyOf(victim), answer);
+      redis.set(keyOf(other), { value: envelope('Other directive.') });
+      const before = await scrape(svc.service.adminUrl);
+      const [a, b] = await Promise.all([
+        svc.client.assemble(request(victim)),
+        svc.client.assemble(request(other)),
+      ]);
+      expectAnswered(a, { status: 'error', detail });
+      expectAnswered(b, { status: 'success' });
+      expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+      redis.set(keyOf(victim), { value: envelope('Victim directive.') });
+      const next = await svc.client.assemble(request(victim));
+      expectAnswered(next, { status: 'success' });
+      expect(next.response!.assembled_context.startsWith('Victim directive.\n')).toBe(true);
+      const after = await scrape(svc.service.adminUrl);
+      expect(
+        moved(before, after, 'ibex_context_branch_outcomes_total', { branch: 'directive', status: 'error' }),
+      ).toBe(1);
+      expect(
+        moved(before, after, 'ibex_context_branch_outcomes_total', {
+          branch: 'directive',
+          status: 'success',
+        }),
+      ).toBe(2);
+    },
+  );
+
+  // Regression: node-redis resets its decoder on a bad type byte but kept the connection and the
+  // commands waiting on it, so from then on every GET got the reply of the GET before it — under
+  // concurrency, another agent's directive, for good.
+  it('a corrupt reply stream ⇒ that read fails, the connection is replaced, nobody gets another agent’s directive', async () => {
+    const { victim, other } = seed(svc);
+    const third = tenant();
+    svc.store.upsertMemories(memories(third.org, third.agent, N));
+    redis.set(keyOf(victim), { raw: '?garbage\r\n' });
+    redis.set(keyOf(other), { value: envelope('Other directive.') });
+    redis.set(keyOf(third), { value: envelope('Third directive.') });
+    const before = await scrape(svc.service.adminUrl);
+    const bad = await svc.client.assemble(request(victim));
+    expectAnswered(bad, { status: 'error', detail: /^redis unavailable \(closed\)$/ });
+    redis.set(keyOf(victim), { value: envelope('Victim directive.') });
+    const own = new Map([
+      [other.agent, 'Other directive.'],
+      [third.agent, 'Third directive.'],
+      [victim.agent, 'Victim directive.'],
+    ]);
+    let served = 0;
+    for (let round = 0; round < 10; round++) {
+      const batch = await Promise.all(
+        [other, third, victim].map((t) => svc.client.assemble(request(t)).then((r) => ({ t, r }))),
+      );
+      for (const { t, r } of batch) {
+        expect(r.status.code).toBe(status.OK);
+        const res = r.response!;
+        for (const [agent, text] of own) {
+          if (agent !== t.agent) expect(res.assembled_context).not.toContain(text);
+        }
+        if (res.degradation.branches[0]!.status === 'success') {
+          expect(res.assembled_context.startsWith(`${own.get(t.agent)}\n`)).toBe(true);
+          served++;
+        }
+      }
+    }
+    // Reconnected: the reads succeed again (all but the first round or so).
+    expect(served).toBeGreaterThanOrEqual(24);
+    const after = await scrape(svc.service.adminUrl);
+    expect(moved(before, after, 'ibex_context_assemblies_total', { level: 'L0', code: 'OK' })).toBe(31);
+  });
+});
+
+const redisUp = await probeRedis();
+
+describeRedis('real Redis: garbage values', redisUp, () => {
+  let svc: TestService;
+  const redis = createClient({ url: REDIS_TEST_URL });
+  const keys: string[] = [];
+
+  beforeAll(async () => {
+    await redis.connect();
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: REDIS_TEST_URL });
+  });
+  afterAll(async () => {
+    if (keys.length) await redis.del(keys);
+    await redis.quit();
+    await svc?.stop();
+  });
+
+  it.each([
+    ['not UTF-8', Buffer.from([0xc3, 0x28, 0xa0, 0xa1]), /^bad directive: /],
+    ['not JSON', 'not json at all', /^bad directive: /],
+    ['a JSON string', '"just a string"', /^bad directive: /],
+    [
+      'a bad version uuid',
+      JSON.stringify({ v: 1, content: 'x', injection_mode: '', version_id: 'v1' }),
+      /^bad directive: /,
+    ],
+    ['a list (WRONGTYPE)', null, /^redis error \(WRONGTYPE\)$/],
+  ] as const)(
+    'garbage (%s) ⇒ directive error, level unchanged, the other agent served',
+    async (_what, value, detail) => {
+      const { victim, other } = seed(svc);
+      keys.push(keyOf(victim), keyOf(other));
+      if (value === null) await redis.rPush(keyOf(victim), ['a', 'b']);
+      else await redis.set(keyOf(victim), value);
+      await redis.set(keyOf(other), envelope('Other directive.'));
+      const before = await scrape(svc.service.adminUrl);
+      const [a, b] = await Promise.all([
+        svc.client.assemble(request(victim)),
+        svc.client.assemble(request(other)),
+      ]);
+      expectAnswered(a, { status: 'error', detail });
+      expectAnswered(b, { status: 'success' });
+      expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+      await redis.del(keyOf(victim));
+      await redis.set(keyOf(victim), envelope('Victim directive.'));
+      const next = await svc.client.assemble(request(victim));
+      expectAnswered(next, { status: 'success' });
+      const after = await scrape(svc.service.adminUrl);
+      expect(
+        moved(before, after, 'ibex_context_branch_outcomes_total', { branch: 'directive', status: 'error' }),
+      ).toBe(1);
+    },
+  );
+});
