@@ -73,6 +73,9 @@ export interface CallContextHandle {
   dispose(): void;
 }
 
+/** Time kept between the caller's deadline and ours for the answer's trip back, ms. */
+export const CALLER_DEADLINE_MARGIN_MS = 2;
+
 /** grpc-js's deadline timer and ours can disagree by a tick; within this many ms it is the deadline. */
 const DEADLINE_SLACK_MS = 2;
 
@@ -97,8 +100,10 @@ export function createCallContext(
   const callerWallMs = raw instanceof Date ? raw.getTime() : raw;
   let deadline = arrival + opts.timeoutMs;
   if (Number.isFinite(callerWallMs)) {
-    // grpc-js reports the caller's deadline on the wall clock; move it onto the monotonic one once.
-    deadline = Math.min(deadline, monotonicNow() + (callerWallMs - Date.now()));
+    // grpc-js reports the caller's deadline on the wall clock; move it onto the monotonic one once. The
+    // answer still has to travel back and the caller's timer counts from before the request was sent, so
+    // the server finishes CALLER_DEADLINE_MARGIN_MS early rather than answer just after the caller gave up.
+    deadline = Math.min(deadline, monotonicNow() + (callerWallMs - Date.now()) - CALLER_DEADLINE_MARGIN_MS);
   }
 
   let timer: NodeJS.Timeout | undefined;
