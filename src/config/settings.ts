@@ -44,6 +44,8 @@ export interface Settings {
   shutdownGraceMs: number;
   /** Time reserved for the CPU stage inside the request deadline, ms. */
   cpuStageReserveMs: number;
+  /** Calls in flight past which new calls are answered at once, degraded (L2 `overloaded`). */
+  maxInFlight: number;
   /** Max inbound gRPC message size, bytes. */
   maxReceiveMessageBytes: number;
   /** Max inbound metadata size, bytes. */
@@ -193,6 +195,7 @@ export function loadSettings(env: Env = process.env): Settings {
     },
     shutdownGraceMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_SHUTDOWN_GRACE_MS'], 10_000),
     cpuStageReserveMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_CPU_STAGE_RESERVE_MS'], 5),
+    maxInFlight: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_IN_FLIGHT'], 24),
     maxReceiveMessageBytes: parseWith(
       intText(1024),
       env,

@@ -80,8 +80,10 @@ export class PooledStoreReads implements StoreReads {
       idleTimeout: Number.POSITIVE_INFINITY,
       // better-sqlite3 is synchronous: a second task per thread would only queue behind the first.
       concurrentTasksPerWorker: 1,
-      // A bound on abandoned work: past it a search fails at once (branch error) instead of queueing.
-      maxQueue: 256,
+      // Load shedding: a search costs about a millisecond, so a few queued per thread already eat into the
+      // wall. Past that a search fails at once (cold branch `error`, an L1 answer now) instead of waiting
+      // out the wall while holding the call — under overload that wait is what makes answers late.
+      maxQueue: 4 * threads,
     });
     const reads = new PooledStoreReads(pool, path.resolve(db));
     const warm = '00000000-0000-4000-8000-000000000000';

@@ -94,10 +94,15 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const logger = deps.logger.child({ component: 'assemble' });
   const nonceChars = nonceLength(settings.nonceBytes);
 
+  let inFlight = 0;
   return async (req: ValidatedRequest, ctx: CallContext) => {
     metrics?.inFlight.inc();
+    inFlight++;
     try {
-      const result = await assembleOne(req, ctx);
+      // Load shedding: past the in-flight limit the service answers at once from what costs nothing
+      // (directive + history, L2 `overloaded`), so that an overloaded process still answers in time
+      // instead of letting every call wait out the retrieval wall.
+      const result = await assembleOne(req, ctx, inFlight > settings.maxInFlight);
       metrics?.assemblyDuration.observe({ level: result.level }, (monotonicNow() - ctx.arrival) / 1000);
       metrics?.assemblies.inc({ level: result.level, code: 'OK' });
       return result;
@@ -106,11 +111,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       metrics?.assemblies.inc({ level: 'none', code });
       throw err;
     } finally {
+      inFlight--;
       metrics?.inFlight.dec();
     }
   };
 
-  async function assembleOne(req: ValidatedRequest, ctx: CallContext) {
+  async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
     const resolved = catalog.resolve(req.model);
     const kind = resolved.policy.estimate_kind;
 
@@ -125,8 +131,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         orgId: req.orgId,
         agentId: req.agentId,
         query: req.query,
-        skipHot: req.skipHot,
-        skipCold: req.skipCold,
+        skipHot: req.skipHot || shed,
+        skipCold: req.skipCold || shed,
       },
       {
         wallMs,
@@ -137,6 +143,11 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       ctx.signal,
     );
     throwIfAborted(ctx);
+    if (shed) {
+      for (const b of retrieval.branches) {
+        if (b.name !== 'directive' && b.status === 'skipped') b.detail = 'overloaded';
+      }
+    }
     recordRetrieval(retrieval);
 
     const budgetStart = monotonicNow();
@@ -180,8 +191,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const rankingMs = monotonicNow() - rankingStart;
 
     let stage: CpuStageResult | null = null;
-    let poolReason: string | null = null;
+    let poolReason: string | null = shed ? 'overloaded' : null;
     try {
+      if (shed) throw Errors.poolSaturated();
       stage = await pool.run(input, { signal: ctx.signal });
       metrics?.poolTasks.inc({ outcome: 'completed' });
       metrics?.poolWait.observe(stage.wait_us / 1e6);
@@ -204,15 +216,16 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       }
     } catch (err) {
       throwIfAborted(ctx);
-      poolReason = poolReasonOf(err);
-      metrics?.poolTasks.inc({
-        outcome:
-          poolReason === 'pool_saturated'
-            ? 'rejected'
-            : poolReason === 'pool_deadline'
-              ? 'withdrawn'
-              : 'failed',
-      });
+      poolReason ??= poolReasonOf(err);
+      if (!shed)
+        metrics?.poolTasks.inc({
+          outcome:
+            poolReason === 'pool_saturated'
+              ? 'rejected'
+              : poolReason === 'pool_deadline'
+                ? 'withdrawn'
+                : 'failed',
+        });
       if (poolReason === 'pool_failed') logger.error({ err }, 'CPU stage failed; answering without memories');
     }
     throwIfAborted(ctx);

@@ -239,3 +239,51 @@ describeRedis('Redis directives', redisUp, () => {
     expect(r.response!.assembled_context.startsWith('user: Do you remember the lake?')).toBe(true);
   });
 });
+
+describe('load shedding', () => {
+  let svc: TestService;
+  let memory: MemoryServerHandle;
+  let memoryStore: EmbeddedStore;
+  const t = tenant();
+
+  beforeAll(async () => {
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const path = await import('node:path');
+    memoryStore = EmbeddedStore.open(path.join(mkdtempSync(path.join(tmpdir(), 'ibex-shed-')), 'memory.db'));
+    memoryStore.upsertMemories(memories(t.org, t.agent, 4));
+    // Slow memory service: the first calls stay in flight while the rest arrive.
+    memory = await startMemoryServer({ token: TOKEN, store: memoryStore, port: 0, latencyMs: 200 });
+    svc = await startTestService({
+      IBEX_CONTEXT_MEMORY_BASE_URL: memory.url,
+      IBEX_CONTEXT_MEMORY_API_TOKEN: TOKEN,
+      IBEX_CONTEXT_MAX_IN_FLIGHT: '2',
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    await memory?.close();
+    memoryStore?.close();
+  });
+
+  it('answers calls past the in-flight limit at once: L2 overloaded, directive + history, no memory I/O', async () => {
+    const before = memory.stats.total;
+    const results = await Promise.all(Array.from({ length: 6 }, () => svc.client.assemble(request(t))));
+    expect(results.every((r) => r.status.code === status.OK)).toBe(true);
+    const shed = results.filter((r) => r.response!.degradation.reasons.includes('overloaded'));
+    const full = results.filter((r) => !r.response!.degradation.reasons.includes('overloaded'));
+    expect(full).toHaveLength(2);
+    expect(shed).toHaveLength(4);
+    for (const r of shed) {
+      expect(r.response!.degradation).toMatchObject({ level: 'L2', intentional: false });
+      expect(r.response!.degradation.branches.slice(1).map((b) => [b.status, b.detail])).toEqual([
+        ['skipped', 'overloaded'],
+        ['skipped', 'overloaded'],
+      ]);
+      expect(r.response!.assembled_context).toBe('user: Do you remember the lake?\nassistant: Yes.');
+    }
+    for (const r of full) expect(r.response!.memories_included).toBe(4);
+    // Only the two admitted calls reached the memory service (hot + cold each).
+    expect(memory.stats.total - before).toBe(4);
+  });
+});
