@@ -20,11 +20,11 @@ import { machineInfo, tempDir } from './lib/bench-run.js';
 import { projectPath } from './lib/paths.js';
 import { snapshot, stepStats } from './lib/server-metrics.js';
 import {
-  findSaturation,
   latencyOf,
   numberFlags,
   outcomeTracker,
   printTable,
+  resolveSaturation,
   sampleRss,
   startBenchService,
   tallyJson,
@@ -48,21 +48,11 @@ async function main(): Promise<void> {
   });
   try {
     console.log(`service pid ${service.pid} on ${service.grpcAddr}; data ${data.describe}`);
-    let saturation: Awaited<ReturnType<typeof findSaturation>> | null = null;
-    let saturationRate = flags.rate ?? 0;
-    if (!saturationRate) {
-      console.log('finding the saturation rate (ramp):');
-      saturation = await findSaturation(service.grpcAddr, data.source, {
-        connections,
-        deadlineMs: DEADLINE_MS,
-        log: (l) => console.log(l),
-      });
-      saturationRate = saturation.rate;
-      if (saturationRate === 0)
-        throw new Error(
-          'not even the first ramp step was clean (a busy machine?); pass --rate <saturation rps>',
-        );
-    }
+    const { rate: saturationRate, saturation } = await resolveSaturation(service.grpcAddr, data.source, {
+      rate: flags.rate,
+      connections,
+      deadlineMs: DEADLINE_MS,
+    });
     const offered = 2 * saturationRate;
     console.log(`saturation ${saturationRate} rps → overload at ${offered} rps for ${seconds} s`);
 

@@ -474,6 +474,29 @@ export async function findSaturation(addr: string, source: RequestSource, opts: 
 // Flags and output
 
 /** `--name value` flags of a bench (numbers only). @throws Error for an unknown or non-numeric flag. */
+/**
+ * The saturation rate a bench runs against: `--rate` when given, else found by a ramp (logged).
+ * @returns the rate (req/s) and the ramp record (null when `--rate` was given).
+ * @throws Error when not even the first ramp step is clean.
+ */
+export async function resolveSaturation(
+  addr: string,
+  source: RequestSource,
+  opts: { rate?: number; connections: number; deadlineMs: number },
+): Promise<{ rate: number; saturation: Awaited<ReturnType<typeof findSaturation>> | null }> {
+  if (opts.rate) return { rate: opts.rate, saturation: null };
+  console.log('finding the saturation rate (ramp):');
+  const saturation = await findSaturation(addr, source, {
+    connections: opts.connections,
+    deadlineMs: opts.deadlineMs,
+    log: (l) => console.log(l),
+  });
+  if (saturation.rate === 0) {
+    throw new Error('not even the first ramp step was clean (a busy machine?); pass --rate <saturation rps>');
+  }
+  return { rate: saturation.rate, saturation };
+}
+
 export function numberFlags(argv: readonly string[], known: readonly string[]): Record<string, number> {
   const out: Record<string, number> = {};
   for (let i = 0; i < argv.length; i++) {

@@ -2,19 +2,10 @@
  * Seeded synthetic candidates for benchmarks (fixed seed ⇒ the same shapes every run).
  */
 import { type EstimateKind, estimateTokens } from '../../src/budget/estimate.js';
+import { seededRandom } from '../../src/client/request-source.js';
 import { interimScore } from '../../src/ranking/score.js';
 
-/** mulberry32: a tiny seeded PRNG, enough for reproducible shapes (not for anything secret). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom };
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789 .,;:!?<>&"\'中文日本語😀';
 
