@@ -195,7 +195,7 @@ export function loadSettings(env: Env = process.env): Settings {
     },
     shutdownGraceMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_SHUTDOWN_GRACE_MS'], 10_000),
     cpuStageReserveMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_CPU_STAGE_RESERVE_MS'], 5),
-    maxInFlight: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_IN_FLIGHT'], 24),
+    maxInFlight: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_IN_FLIGHT'], 128),
     maxReceiveMessageBytes: parseWith(
       intText(1024),
       env,

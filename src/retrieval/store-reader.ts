@@ -58,10 +58,12 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
 export class PooledStoreReads implements StoreReads {
   readonly #pool: Piscina;
   readonly #db: string;
+  readonly #maxQueue: number;
 
-  private constructor(pool: Piscina, db: string) {
+  private constructor(pool: Piscina, db: string, maxQueue: number) {
     this.#pool = pool;
     this.#db = db;
+    this.#maxQueue = maxQueue;
   }
 
   /**
@@ -73,6 +75,7 @@ export class PooledStoreReads implements StoreReads {
     threads: number,
     filename = resolveStoreWorkerFile(),
   ): Promise<PooledStoreReads> {
+    const maxQueue = 4 * threads;
     const pool = new Piscina({
       filename,
       minThreads: threads,
@@ -83,9 +86,9 @@ export class PooledStoreReads implements StoreReads {
       // Load shedding: a search costs about a millisecond, so a few queued per thread already eat into the
       // wall. Past that a search fails at once (cold branch `error`, an L1 answer now) instead of waiting
       // out the wall while holding the call — under overload that wait is what makes answers late.
-      maxQueue: 4 * threads,
+      maxQueue,
     });
-    const reads = new PooledStoreReads(pool, path.resolve(db));
+    const reads = new PooledStoreReads(pool, path.resolve(db), maxQueue);
     const warm = '00000000-0000-4000-8000-000000000000';
     await Promise.all(Array.from({ length: threads }, () => reads.getDirective(warm, warm)));
     return reads;
@@ -101,9 +104,16 @@ export class PooledStoreReads implements StoreReads {
     if (signal?.aborted) onAbort();
     else signal?.addEventListener('abort', onAbort, { once: true });
     const task: StoreReadTask = { db: this.#db, op: 'search', orgId, agentId, query, cancelled };
-    return (this.#pool.run(task) as Promise<StoreHit[]>).finally(() => {
-      signal?.removeEventListener('abort', onAbort);
-    });
+    return (this.#pool.run(task) as Promise<StoreHit[]>)
+      .catch((err: unknown) => {
+        // piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)".
+        if (this.#pool.queueSize >= this.#maxQueue)
+          throw Object.assign(new Error('store-read queue full'), { code: 'busy', cause: err });
+        throw err;
+      })
+      .finally(() => {
+        signal?.removeEventListener('abort', onAbort);
+      });
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {

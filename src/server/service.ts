@@ -3,7 +3,8 @@
  * gRPC server → admin endpoint → health SERVING. Used by `ibex-context serve` and by end-to-end tests,
  * which start it in-process on port 0.
  */
-import type { ServerCredentials, ServerInterceptor } from '@grpc/grpc-js';
+import { randomUUID } from 'node:crypto';
+import { Metadata, type ServerCredentials, type ServerInterceptor } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
@@ -12,6 +13,7 @@ import { createSources, type RetrievalSources } from '../retrieval/sources.js';
 import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import { createAssembler } from './assemble.js';
+import { monotonicNow } from './call-context.js';
 import { createGrpcServer, type GrpcServer } from './grpc-server.js';
 
 /** A running service. */
@@ -42,6 +44,58 @@ export interface StartOptions {
   warnings?: string[];
 }
 
+/** Warm-up assemblies run before SERVING. */
+const WARMUP_CALLS = 40;
+
+/**
+ * Runs the pipeline a few dozen times before the service reports SERVING, so that the first real calls do
+ * not pay for lazy compilation of the main thread's hot path (they would otherwise risk the 45 ms
+ * deadline). A fresh random tenant has no memories; with a remote memory service the memory branches are
+ * skipped so that start-up sends it nothing. No metrics, no logs.
+ */
+async function warmPipeline(
+  settings: Settings,
+  catalog: CapabilityCatalog,
+  sources: RetrievalSources,
+  pool: CpuPool,
+  logger: Logger,
+): Promise<void> {
+  const assemble = createAssembler({
+    settings,
+    catalog,
+    sources,
+    pool,
+    logger: logger.child({}, { level: 'silent' }),
+  });
+  const remote = sources.kind.memory === 'http';
+  const models = catalog.modelIds();
+  for (let i = 0; i < WARMUP_CALLS; i++) {
+    const arrival = monotonicNow();
+    await assemble(
+      {
+        orgId: randomUUID(),
+        agentId: randomUUID(),
+        sessionId: '',
+        query: 'warm up the pipeline',
+        model: models[i % models.length]!,
+        directiveVersionId: '',
+        availableTokens: 0,
+        recentMessages: [
+          { role: 'user', content: 'hello' },
+          { role: 'assistant', content: 'hi' },
+        ],
+        skipHot: remote,
+        skipCold: remote,
+        maxMemories: 0,
+        requestId: '',
+        traceId: '',
+        spanId: '',
+      },
+      { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
+    ).catch(() => undefined);
+  }
+}
+
 function hostOf(addr: string): string {
   return addr.slice(0, addr.lastIndexOf(':'));
 }
@@ -67,6 +121,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     pool = await CpuPool.start(settings.pool);
     const started = pool;
     closers.push(() => started.close());
+    await warmPipeline(settings, catalog, sources, started, logger);
     const grpc = createGrpcServer({
       assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics }),
       logger,
