@@ -85,9 +85,10 @@ function poolReasonOf(err: unknown): string {
 
 /**
  * Builds the AssembleContext pipeline.
- * @returns an {@link AssembleFn}: resolves with the response and its level; rejects with IbexError
- *   `IBEX_ERR_UNKNOWN_MODEL` (INVALID_ARGUMENT) or with the call's abort reason when the caller's deadline
- *   passed or it cancelled (the server answers DEADLINE_EXCEEDED / nothing).
+ * @returns an {@link AssembleFn}: resolves with the response and its level (dependency failures, pool
+ *   trouble and load shedding degrade it); rejects only with IbexError `IBEX_ERR_UNKNOWN_MODEL`
+ *   (INVALID_ARGUMENT), `IBEX_ERR_DEADLINE_EXCEEDED` once D has passed, or `IBEX_ERR_CANCELLED` when the
+ *   caller cancelled (SPEC §10, §11).
  */
 export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool, metrics } = deps;
