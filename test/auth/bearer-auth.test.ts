@@ -12,10 +12,11 @@ import { attachCaller } from '../../src/auth/caller.js';
 import { parseTokenFile } from '../../src/auth/token-file.js';
 import { isIbexError } from '../../src/errors.js';
 import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import type { AssembleContextRequestInput, AssembleContextResponse } from '../../src/server/proto.js';
+import type { AssembleContextRequestInput } from '../../src/server/proto.js';
 import { type ValidatedRequest, validateAssembleRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
+import { stubResponse } from '../helpers/stub-response.js';
 
 const ORG_A = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const ORG_B = '7c9e6679-7425-40de-944b-e07fc1f90ae7';
@@ -39,22 +40,7 @@ const TOKENS_JSON = JSON.stringify({
 const SETTINGS = { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 };
 
 function okResult(req: ValidatedRequest): AssembleResult {
-  const response: AssembleContextResponse = {
-    assembled_context: `org=${req.orgId}`,
-    tokens_used: 0,
-    memories_included: 0,
-    memories_used: [],
-    directive_tokens: 0,
-    history_tokens: 0,
-    memory_tokens: 0,
-    metrics: null as unknown as AssembleContextResponse['metrics'],
-    request_id: req.requestId,
-    trace_id: req.traceId,
-    span_id: req.spanId,
-    score_schema: 'interim_v1',
-    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
-  };
-  return { response, level: 'L0' };
+  return { response: stubResponse(req, { assembled_context: `org=${req.orgId}` }), level: 'L0' };
 }
 
 interface Harness {

@@ -19,6 +19,7 @@ import {
   type AssembleContextResponse,
   contextServiceDefinition,
 } from '../../src/server/proto.js';
+import { stubResponse } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
@@ -141,21 +142,7 @@ function call(port: number, creds: ChannelCredentials): Promise<StatusObject & {
 }
 
 function reachedResponse(orgId: string): AssembleContextResponse {
-  return {
-    assembled_context: `reached ${orgId}`,
-    tokens_used: 0,
-    memories_included: 0,
-    memories_used: [],
-    directive_tokens: 0,
-    history_tokens: 0,
-    memory_tokens: 0,
-    metrics: null as unknown as AssembleContextResponse['metrics'],
-    request_id: '',
-    trace_id: '',
-    span_id: '',
-    score_schema: 'interim_v1',
-    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
-  };
+  return stubResponse(undefined, { assembled_context: `reached ${orgId}` });
 }
 
 async function serve(settings: AuthSettings): Promise<{ grpc: GrpcServer; port: number }> {

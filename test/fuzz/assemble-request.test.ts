@@ -15,6 +15,7 @@ import type { AssembleContextRequestInput, AssembleContextResponse } from '../..
 import { LIMITS, type ValidatedRequest, validateAssembleRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
+import { stubResponse } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
@@ -194,21 +195,7 @@ function predict(req: AssembleContextRequestInput): { code: status; details: str
 }
 
 function minimalResponse(req: ValidatedRequest): AssembleContextResponse {
-  return {
-    assembled_context: '',
-    tokens_used: 0,
-    memories_included: 0,
-    memories_used: [],
-    directive_tokens: 0,
-    history_tokens: 0,
-    memory_tokens: 0,
-    metrics: null as unknown as AssembleContextResponse['metrics'],
-    request_id: req.requestId,
-    trace_id: req.traceId,
-    span_id: req.spanId,
-    score_schema: 'interim_v1',
-    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
-  };
+  return stubResponse(req);
 }
 
 describe('AssembleContext under random hostile requests (real gRPC)', () => {

@@ -17,14 +17,11 @@ import {
   type GrpcServer,
   LEVEL_HEADER,
 } from '../../src/server/grpc-server.js';
-import type {
-  AssembleContextRequestInput,
-  AssembleContextResponse,
-  DegradationLevel,
-} from '../../src/server/proto.js';
+import type { AssembleContextRequestInput, DegradationLevel } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type HealthStatus, type TestClient } from '../helpers/grpc-client.js';
+import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
@@ -38,33 +35,11 @@ const SETTINGS: TestSettings = {
 };
 
 function response(req: ValidatedRequest, level: DegradationLevel = 'L0'): AssembleResult {
-  const res: AssembleContextResponse = {
+  const res = stubResponse(req, {
     assembled_context: JSON.stringify({ orgId: req.orgId, agentId: req.agentId, model: req.model }),
-    tokens_used: 0,
-    memories_included: 0,
-    memories_used: [],
-    directive_tokens: 0,
-    history_tokens: 0,
-    memory_tokens: 0,
-    metrics: {
-      budget_calculation_ms: 0,
-      directive_load_ms: 0,
-      hot_memory_retrieval_ms: 0,
-      cold_memory_retrieval_ms: 0,
-      ranking_ms: 0,
-      packing_ms: 0,
-      formatting_ms: 0,
-      total_ms: 1,
-      candidates_evaluated: 0,
-      pool_wait_us: 12,
-      pool_run_us: 34,
-    },
-    request_id: req.requestId,
-    trace_id: req.traceId,
-    span_id: req.spanId,
-    score_schema: 'interim_v1',
+    metrics: { ...ZERO_METRICS, total_ms: 1, pool_wait_us: 12, pool_run_us: 34 },
     degradation: { level, intentional: false, reasons: [], branches: [] },
-  };
+  });
   return { response: res, level };
 }
 

@@ -1,0 +1,48 @@
+/**
+ * A complete, valid AssembleContextResponse for tests that inject their own `assemble` (server plumbing,
+ * auth, fuzzing, client tools): every field present, zero metrics, level L0. Tests override what they
+ * assert on.
+ */
+import type { AssembleContextResponse, AssemblyMetrics } from '../../src/server/proto.js';
+import type { ValidatedRequest } from '../../src/server/validate.js';
+
+/** All-zero metrics. */
+export const ZERO_METRICS: AssemblyMetrics = {
+  budget_calculation_ms: 0,
+  directive_load_ms: 0,
+  hot_memory_retrieval_ms: 0,
+  cold_memory_retrieval_ms: 0,
+  ranking_ms: 0,
+  packing_ms: 0,
+  formatting_ms: 0,
+  total_ms: 0,
+  candidates_evaluated: 0,
+  pool_wait_us: 0,
+  pool_run_us: 0,
+};
+
+/**
+ * @param req echoes its request/trace/span ids when given.
+ * @param fields overrides (shallow), e.g. `{ assembled_context: '…', metrics: {...ZERO_METRICS, total_ms: 1} }`.
+ */
+export function stubResponse(
+  req?: Pick<ValidatedRequest, 'requestId' | 'traceId' | 'spanId'>,
+  fields: Partial<AssembleContextResponse> = {},
+): AssembleContextResponse {
+  return {
+    assembled_context: '',
+    tokens_used: 0,
+    memories_included: 0,
+    memories_used: [],
+    directive_tokens: 0,
+    history_tokens: 0,
+    memory_tokens: 0,
+    metrics: ZERO_METRICS,
+    request_id: req?.requestId ?? '',
+    trace_id: req?.traceId ?? '',
+    span_id: req?.spanId ?? '',
+    score_schema: 'interim_v1',
+    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
+    ...fields,
+  };
+}
