@@ -14,23 +14,22 @@
  * lag is reported. Run on a quiet machine for figures that mean anything.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import { runLoad } from '../src/client/load-driver.js';
 import { machineInfo, tempDir } from './lib/bench-run.js';
 import { projectPath } from './lib/paths.js';
 import { snapshot, stepStats } from './lib/server-metrics.js';
 import {
+  BENCH_DEADLINE_MS,
   latencyOf,
   numberFlags,
   outcomeTracker,
   printTable,
-  resolveSaturation,
   sampleRss,
-  startBenchService,
+  startSaturatedBench,
   tallyJson,
 } from './lib/service-child.js';
 
-const DEADLINE_MS = 45;
+const DEADLINE_MS = BENCH_DEADLINE_MS;
 const MARGIN_MS = 2;
 const GOAL_WITHIN = 0.999;
 
@@ -39,20 +38,11 @@ async function main(): Promise<void> {
   const seconds = flags.seconds ?? 30;
   const connections = flags.connections ?? 8;
   const dir = tempDir('ibex-overload-');
-  console.log(
-    `bench:overload — ${os.availableParallelism()} CPUs, load average ${os.loadavg()[0]!.toFixed(2)}`,
-  );
-  const { service, data } = await startBenchService(dir, {
-    IBEX_CONTEXT_TIMEOUT: String(DEADLINE_MS),
-    IBEX_CONTEXT_DEADLINE_MS: '40',
+  const { service, data, saturationRate, saturation } = await startSaturatedBench('overload', dir, {
+    rate: flags.rate,
+    connections,
   });
   try {
-    console.log(`service pid ${service.pid} on ${service.grpcAddr}; data ${data.describe}`);
-    const { rate: saturationRate, saturation } = await resolveSaturation(service.grpcAddr, data.source, {
-      rate: flags.rate,
-      connections,
-      deadlineMs: DEADLINE_MS,
-    });
     const offered = 2 * saturationRate;
     console.log(`saturation ${saturationRate} rps → overload at ${offered} rps for ${seconds} s`);
 

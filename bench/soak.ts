@@ -14,23 +14,22 @@
  * run must stay within max(1 ms, 25 % of the mean p99).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import { runLoad } from '../src/client/load-driver.js';
 import { machineInfo, tempDir } from './lib/bench-run.js';
 import { projectPath } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
 import {
+  BENCH_DEADLINE_MS,
   latencyOf,
   numberFlags,
   outcomeTracker,
   printTable,
-  resolveSaturation,
   rssBytes,
-  startBenchService,
+  startSaturatedBench,
   tallyJson,
 } from './lib/service-child.js';
 
-const DEADLINE_MS = 45;
+const DEADLINE_MS = BENCH_DEADLINE_MS;
 const SAMPLE_MS = 10_000;
 const RSS_BAND = 0.1;
 
@@ -64,18 +63,11 @@ async function main(): Promise<void> {
   const warmupS = minutes >= 3 ? 60 : 20;
   const windowMs = minutes >= 3 ? 60_000 : 10_000;
   const dir = tempDir('ibex-soak-');
-  console.log(`bench:soak — ${os.availableParallelism()} CPUs, load average ${os.loadavg()[0]!.toFixed(2)}`);
-  const { service, data } = await startBenchService(dir, {
-    IBEX_CONTEXT_TIMEOUT: String(DEADLINE_MS),
-    IBEX_CONTEXT_DEADLINE_MS: '40',
+  const { service, data, saturationRate, saturation } = await startSaturatedBench('soak', dir, {
+    rate: flags.rate,
+    connections,
   });
   try {
-    console.log(`service pid ${service.pid} on ${service.grpcAddr}; data ${data.describe}`);
-    const { rate: saturationRate, saturation } = await resolveSaturation(service.grpcAddr, data.source, {
-      rate: flags.rate,
-      connections,
-      deadlineMs: DEADLINE_MS,
-    });
     const rate = Math.max(1, Math.round(saturationRate / 2));
     console.log(`saturation ${saturationRate} rps → soak at ${rate} rps for ${minutes} min`);
 

@@ -5,6 +5,7 @@
  * (each call's status, who decided it and when, against the caller's deadline), and the saturation ramp.
  */
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { type ChannelOptions, InterceptingCall, type Interceptor, status } from '@grpc/grpc-js';
 import { build, type Histogram } from 'hdr-histogram-js';
@@ -133,6 +134,45 @@ export async function startBenchService(
   const seeded = seedStore(db, data);
   const service = await startServiceProcess({ db, env });
   return { service, data: seeded };
+}
+
+/** Request deadline the overload and soak benches run the service and the client with, ms. */
+export const BENCH_DEADLINE_MS = 45;
+
+/**
+ * The common start of the overload and soak benches: prints the machine line, starts the service with the
+ * production deadlines (45 ms request deadline, 40 ms wall) on generated data, and resolves the saturation
+ * rate (`--rate` or a ramp). Stops the service again if the ramp fails.
+ */
+export async function startSaturatedBench(
+  name: string,
+  dir: string,
+  opts: { rate?: number; connections: number },
+): Promise<{
+  service: ServiceProcess;
+  data: BenchData;
+  saturationRate: number;
+  saturation: Awaited<ReturnType<typeof findSaturation>> | null;
+}> {
+  console.log(
+    `bench:${name} — ${os.availableParallelism()} CPUs, load average ${os.loadavg()[0]!.toFixed(2)}`,
+  );
+  const { service, data } = await startBenchService(dir, {
+    IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
+    IBEX_CONTEXT_DEADLINE_MS: '40',
+  });
+  try {
+    console.log(`service pid ${service.pid} on ${service.grpcAddr}; data ${data.describe}`);
+    const { rate, saturation } = await resolveSaturation(service.grpcAddr, data.source, {
+      rate: opts.rate,
+      connections: opts.connections,
+      deadlineMs: BENCH_DEADLINE_MS,
+    });
+    return { service, data, saturationRate: rate, saturation };
+  } catch (err) {
+    await service.stop();
+    throw err;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------
