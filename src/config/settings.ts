@@ -39,6 +39,11 @@ export interface Settings {
   embeddedDb: string;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
+  /**
+   * `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, in code points (SPEC §4.1); a longer hit
+   * is dropped as `oversize`. Default 65536.
+   */
+  maxMemoryChars: number;
   pool: PoolSettings;
   /** Grace period for in-flight calls on SIGTERM, ms. */
   shutdownGraceMs: number;
@@ -181,6 +186,7 @@ export function loadSettings(env: Env = process.env): Settings {
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
+    maxMemoryChars: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_MEMORY_CHARS'], 65_536),
     pool: {
       minThreads,
       maxThreads,
