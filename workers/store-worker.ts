@@ -26,9 +26,9 @@ export default function storeRead(task: StoreReadTask): unknown {
   const store = storeFor(task.db);
   switch (task.op) {
     case 'hot':
-      return store.hot(task.orgId, task.agentId);
+      return store.hot(task.orgId, task.agentId, { maxChars: task.maxChars });
     case 'search':
-      return store.search(task.orgId, task.agentId, task.query ?? '');
+      return store.search(task.orgId, task.agentId, task.query ?? '', { maxChars: task.maxChars });
     case 'directive':
       return store.getDirective(task.orgId, task.agentId);
   }

@@ -3,9 +3,14 @@
  * hot memories, cold search and directives when no memory service / Redis is configured, and backs the
  * dev memory server (`ibex-context memory-server`) and LoCoMo ingest.
  *
- * Calls are synchronous: each query is an indexed lookup or an FTS5 match over one agent's rows, well
- * under a millisecond at dev sizes, so a worker hop would cost more than it saves. Statements are
- * prepared once in the constructor.
+ * Calls are synchronous (the service runs searches in store-read threads, see store-reader.ts).
+ * Statements are prepared once in the constructor; hot reads and directives are cached per connection
+ * until a write ({@link ReadCache}); the schema and its migrations live in store-schema.ts.
+ *
+ * Caps (SPEC §4.1, issue 9.2): at most `limit` hits (hot 20, cold 10), and a memory longer than
+ * `maxMemoryChars` code points comes back as `{oversize: true, memory: {content: null, …}}` — decided by
+ * SQL on the length stored at write time, so its text is neither read from disk nor copied to the caller;
+ * validation then drops and counts it.
  *
  * Similarity (documented contract of this store):
  * - hot: `similarity = confidence` (a hot read has no query to be similar to; this keeps the interim
@@ -18,176 +23,53 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { Errors } from '../errors.js';
 import { toFtsQuery } from './fts-query.js';
-import { canonicalUuid } from './uuid.js';
+import { ReadCache } from './read-cache.js';
+import {
+  bm25ToSimilarity,
+  checkDirective,
+  checkMemory,
+  DEFAULT_MAX_MEMORY_CHARS,
+  type DirectiveEnvelope,
+  type DirectiveRow,
+  dbRow,
+  freezeHits,
+  limitArg,
+  type MemoryDbRow,
+  type MemoryRow,
+  maxCharsArg,
+  minConfidenceArg,
+  type OpenOptions,
+  type ReadOptions,
+  type StoreHit,
+  scopeToken,
+  toHit,
+  uuidArg,
+} from './store-rows.js';
+import { prepareConnection } from './store-schema.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from './validate.js';
 
-/** A memory to write. */
-export interface MemoryRow {
-  /** UUID; stored lower-case. Upserting an existing id replaces that memory. */
-  id: string;
-  org_id: string;
-  agent_id: string;
-  content: string;
-  /** e.g. `episodic`, `factual`. */
-  category: string;
-  /** In [0,1]. */
-  confidence: number;
-  /** Epoch milliseconds; hot reads are newest first. */
-  created_at: number;
-}
+export {
+  bm25ToSimilarity,
+  DEFAULT_MAX_MEMORY_CHARS,
+  type DirectiveEnvelope,
+  type DirectiveRow,
+  type MemoryRow,
+  type OpenOptions,
+  type ReadOptions,
+  type StoreHit,
+} from './store-rows.js';
 
-/** A directive to write; the fields of the SPEC §4.2 envelope. */
-export interface DirectiveRow {
-  org_id: string;
-  agent_id: string;
-  /** `null` is stored and read back as "" (SPEC §4.2). */
-  content: string | null;
-  injection_mode: string;
-  version_id: string;
-}
+// The content of an oversize row is never read: CASE evaluates the column only on its THEN branch.
+const MEMORY_COLUMNS =
+  'm.id, m.org_id, m.agent_id, CASE WHEN m.chars <= @maxChars THEN m.content END AS content, m.category, ' +
+  'm.confidence, m.created_at';
 
-/** A hit in the memory-wire item shape (SPEC §4.1), before validation. */
-export interface StoreHit {
-  memory: {
-    id: string;
-    org_id: string;
-    agent_id: string;
-    content: string;
-    category: string;
-    confidence: number;
-    /** ISO-8601 UTC. */
-    created_at: string;
-  };
-  similarity: number;
-  /** 1-based position in this answer. */
-  rank: number;
-  source: 'hot' | 'fts';
-}
-
-/** A stored directive as the SPEC §4.2 envelope object, for `parseDirectiveObject`. */
-export interface DirectiveEnvelope {
-  v: 1;
-  content: string | null;
-  injection_mode: string;
-  version_id: string;
-}
-
-/** Read options. `orgId: null` reads every org's rows for the agent (memory-server only). */
-export interface ReadOptions {
-  limit?: number;
-  /** Minimum confidence, in [0,1]; default 0. */
-  minConfidence?: number;
-}
-
-/** Open options. */
-export interface OpenOptions {
-  /** How long a write waits for another writer's lock, ms (better-sqlite3 `timeout`). Default 2000. */
-  busyTimeoutMs?: number;
-}
-
-interface MemoryDbRow {
-  id: string;
-  org_id: string;
-  agent_id: string;
-  content: string;
-  category: string;
-  confidence: number;
-  created_at: number;
-}
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS memories (
-  pk INTEGER PRIMARY KEY,
-  id TEXT NOT NULL UNIQUE,
-  org_id TEXT NOT NULL,
-  agent_id TEXT NOT NULL,
-  content TEXT NOT NULL,
-  category TEXT NOT NULL,
-  confidence REAL NOT NULL CHECK (confidence >= 0 AND confidence <= 1),
-  created_at INTEGER NOT NULL,
-  scope TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS memories_scope_recency
-  ON memories (org_id, agent_id, created_at DESC, confidence DESC, id);
-CREATE INDEX IF NOT EXISTS memories_agent_recency
-  ON memories (agent_id, created_at DESC, confidence DESC, id);
--- External-content FTS keyed on the explicit INTEGER PRIMARY KEY: an implicit rowid could be renumbered
--- by VACUUM and silently desynchronise the index. The \`scope\` column holds one token per agent
--- (\`a\` + the agent's 32 hex digits) so a search intersects with the agent's rows inside FTS5 instead
--- of scoring every agent's matches and filtering afterwards (about 4x faster at LoCoMo size).
-CREATE VIRTUAL TABLE IF NOT EXISTS memories_fts USING fts5(
-  content, scope, content='memories', content_rowid='pk', tokenize='unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER IF NOT EXISTS memories_ai AFTER INSERT ON memories BEGIN
-  INSERT INTO memories_fts (rowid, content, scope) VALUES (new.pk, new.content, new.scope);
-END;
-CREATE TRIGGER IF NOT EXISTS memories_ad AFTER DELETE ON memories BEGIN
-  INSERT INTO memories_fts (memories_fts, rowid, content, scope) VALUES ('delete', old.pk, old.content, old.scope);
-END;
-CREATE TRIGGER IF NOT EXISTS memories_au AFTER UPDATE ON memories BEGIN
-  INSERT INTO memories_fts (memories_fts, rowid, content, scope) VALUES ('delete', old.pk, old.content, old.scope);
-  INSERT INTO memories_fts (rowid, content, scope) VALUES (new.pk, new.content, new.scope);
-END;
-CREATE TABLE IF NOT EXISTS directives (
-  org_id TEXT NOT NULL,
-  agent_id TEXT NOT NULL,
-  content TEXT,
-  injection_mode TEXT NOT NULL,
-  version_id TEXT NOT NULL,
-  PRIMARY KEY (org_id, agent_id)
-) WITHOUT ROWID;
-`;
-
-const MEMORY_COLUMNS = 'm.id, m.org_id, m.agent_id, m.content, m.category, m.confidence, m.created_at';
-
-function uuidArg(field: string, value: string): string {
-  const id = canonicalUuid(value);
-  if (id === null) throw Errors.invalidArgument(field, `${field} must be a UUID`);
-  return id;
-}
-
-function limitArg(limit: number | undefined, fallback: number): number {
-  if (limit === undefined) return fallback;
-  if (!Number.isSafeInteger(limit) || limit < 1)
-    throw Errors.invalidArgument('limit', 'limit must be an integer ≥ 1');
-  return limit;
-}
-
-function minConfidenceArg(value: number | undefined): number {
-  if (value === undefined) return 0;
-  if (!Number.isFinite(value) || value < 0 || value > 1) {
-    throw Errors.invalidArgument('min_confidence', 'min_confidence must be in [0,1]');
-  }
-  return value;
-}
-
-/** FTS5 token naming one agent (letters and digits only, so unicode61 keeps it whole). */
-function scopeToken(agentId: string): string {
-  return `a${agentId.replaceAll('-', '')}`;
-}
-
-/** Maps FTS5 bm25 (≤ 0, lower is better) into [0,1): s = x/(1+x), x = −bm25. */
-export function bm25ToSimilarity(bm25: number): number {
-  const x = -bm25;
-  if (!Number.isFinite(x) || x <= 0) return 0;
-  return x / (1 + x);
-}
-
-function toHit(row: MemoryDbRow, similarity: number, rank: number, source: StoreHit['source']): StoreHit {
-  return {
-    memory: {
-      id: row.id,
-      org_id: row.org_id,
-      agent_id: row.agent_id,
-      content: row.content,
-      category: row.category,
-      confidence: row.confidence,
-      created_at: new Date(row.created_at).toISOString(),
-    },
-    similarity,
-    rank,
-    source,
-  };
+interface ReadParams {
+  org: string | null;
+  agent: string;
+  minConfidence: number;
+  maxChars: number;
+  limit: number;
 }
 
 /** SQLite-backed memory and directive store (SPEC §4.3). Not safe to use after {@link close}. */
@@ -195,17 +77,16 @@ export class EmbeddedStore {
   /** The database file path (`:memory:` for an in-memory store). */
   readonly path: string;
   readonly #db: Database.Database;
-  readonly #hotScoped: Database.Statement<[string, string, number, number], MemoryDbRow>;
-  readonly #hotAgent: Database.Statement<[string, number, number], MemoryDbRow>;
-  readonly #searchScoped: Database.Statement<
-    [string, string, string, number, number],
+  readonly #maxChars: number;
+  readonly #hotCache: ReadCache<readonly StoreHit[]> | undefined;
+  readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
+  readonly #hot: Database.Statement<ReadParams, MemoryDbRow>;
+  readonly #search: Database.Statement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
+  readonly #searchFiltered: Database.Statement<
+    ReadParams & { match: string },
     MemoryDbRow & { score: number }
   >;
-  readonly #searchAgent: Database.Statement<
-    [string, string, number, number],
-    MemoryDbRow & { score: number }
-  >;
-  readonly #upsert: Database.Statement<MemoryDbRow & { scope: string }>;
+  readonly #upsert: Database.Statement<MemoryDbRow & { scope: string; chars: number }>;
   readonly #deleteScope: Database.Statement<[string, string]>;
   readonly #getDirective: Database.Statement<
     [string, string],
@@ -214,35 +95,47 @@ export class EmbeddedStore {
   readonly #setDirective: Database.Statement<DirectiveRow>;
   readonly #deleteDirective: Database.Statement<[string, string]>;
 
-  private constructor(file: string, db: Database.Database) {
+  private constructor(file: string, db: Database.Database, options: OpenOptions) {
     this.path = file;
     this.#db = db;
-    this.#hotScoped = db.prepare(
-      `SELECT ${MEMORY_COLUMNS} FROM memories m WHERE m.org_id = ? AND m.agent_id = ? AND m.confidence >= ?
-       ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT ?`,
+    this.#maxChars = maxCharsArg(options.maxMemoryChars, DEFAULT_MAX_MEMORY_CHARS);
+    if (options.cache !== false) {
+      this.#hotCache = new ReadCache(db);
+      this.#directiveCache = new ReadCache(db);
+    }
+    // `@org IS NULL` is the memory wire's agent-across-orgs read; SQLite decides it once per statement
+    // step, and both indexes lead with what is bound.
+    this.#hot = db.prepare(
+      `SELECT ${MEMORY_COLUMNS} FROM memories m
+       WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
+       ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT @limit`,
     );
-    this.#hotAgent = db.prepare(
-      `SELECT ${MEMORY_COLUMNS} FROM memories m WHERE m.agent_id = ? AND m.confidence >= ?
-       ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT ?`,
+    // Ranked inside FTS5 on the index alone: only the best 2×`limit` rowids are joined with their rows
+    // (before: every match of the agent was joined, its content read, then sorted). The slack keeps the
+    // old tie-break (equal scores by id) at the cut, e.g. repeated one-line turns. The scope token
+    // already restricts to org+agent; the outer predicate is a second, independent guard.
+    this.#search = db.prepare(
+      `SELECT ${MEMORY_COLUMNS}, f.score AS score
+       FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
+             WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * @limit) f
+       JOIN memories m ON m.pk = f.rowid
+       WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
+       ORDER BY f.score, m.id LIMIT @limit`,
     );
-    this.#searchScoped = db.prepare(
+    // With a confidence floor (memory wire only) the filter must run before the limit.
+    this.#searchFiltered = db.prepare(
       `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
        FROM memories_fts JOIN memories m ON m.pk = memories_fts.rowid
-       WHERE memories_fts MATCH ? AND m.org_id = ? AND m.agent_id = ? AND m.confidence >= ?
-       ORDER BY score, m.id LIMIT ?`,
-    );
-    this.#searchAgent = db.prepare(
-      `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
-       FROM memories_fts JOIN memories m ON m.pk = memories_fts.rowid
-       WHERE memories_fts MATCH ? AND m.agent_id = ? AND m.confidence >= ?
-       ORDER BY score, m.id LIMIT ?`,
+       WHERE memories_fts MATCH @match AND m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org)
+         AND m.confidence >= @minConfidence
+       ORDER BY score, m.id LIMIT @limit`,
     );
     this.#upsert = db.prepare(
-      `INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, scope)
-       VALUES (@id, @org_id, @agent_id, @content, @category, @confidence, @created_at, @scope)
+      `INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, scope, chars)
+       VALUES (@id, @org_id, @agent_id, @content, @category, @confidence, @created_at, @scope, @chars)
        ON CONFLICT (id) DO UPDATE SET org_id = excluded.org_id, agent_id = excluded.agent_id,
          content = excluded.content, category = excluded.category, confidence = excluded.confidence,
-         created_at = excluded.created_at, scope = excluded.scope`,
+         created_at = excluded.created_at, scope = excluded.scope, chars = excluded.chars`,
     );
     this.#deleteScope = db.prepare('DELETE FROM memories WHERE org_id = ? AND agent_id = ?');
     this.#getDirective = db.prepare(
@@ -258,9 +151,10 @@ export class EmbeddedStore {
   }
 
   /**
-   * Opens (creating if needed) the store at `file`; the parent directory is created on first start.
+   * Opens (creating if needed) the store at `file`, migrating an older schema (store-schema.ts); the
+   * parent directory is created on first start.
    * @param file path of the SQLite file, or `:memory:`.
-   * @throws SqliteError when the file cannot be opened or is not a database.
+   * @throws SqliteError when the file cannot be opened or is not a database; Error for a newer schema.
    */
   static open(file: string, options: OpenOptions = {}): EmbeddedStore {
     if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
@@ -269,49 +163,68 @@ export class EmbeddedStore {
       db.pragma('journal_mode = WAL');
       // NORMAL is durable across application crashes in WAL mode; only an OS crash can lose the tail.
       db.pragma('synchronous = NORMAL');
-      db.exec(SCHEMA);
-      return new EmbeddedStore(file, db);
+      prepareConnection(db);
+      return new EmbeddedStore(file, db, options);
     } catch (err) {
       db.close();
       throw err;
     }
   }
 
+  #params(orgId: string | null, agentId: string, options: ReadOptions, limit: number): ReadParams {
+    return {
+      org: orgId === null ? null : uuidArg('org_id', orgId),
+      agent: uuidArg('agent_id', agentId),
+      minConfidence: minConfidenceArg(options.minConfidence),
+      maxChars: maxCharsArg(options.maxChars, this.#maxChars),
+      limit: limitArg(options.limit, limit),
+    };
+  }
+
   /**
-   * The agent's most recent memories, then highest confidence, then id (SPEC §4.3).
+   * The agent's most recent memories, then highest confidence, then id (SPEC §4.3), served from the
+   * read cache until a write. A fresh array each call; its hits are frozen, shared by every caller.
    * @param orgId the org to scope to; `null` = every org (only for the memory wire, which has no org).
-   * @returns wire-shaped hits, `rank` 1..n, `similarity = confidence`, `source = "hot"`.
+   * @returns wire-shaped hits, `rank` 1..n (at most `limit`, default 20), `similarity = confidence`,
+   *   `source = "hot"`; an oversize memory as `{oversize: true, memory.content: null}`.
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a non-UUID id or a bad option.
    */
   hot(orgId: string | null, agentId: string, options: ReadOptions = {}): StoreHit[] {
-    const agent = uuidArg('agent_id', agentId);
-    const limit = limitArg(options.limit, HOT_LIMIT);
-    const minConfidence = minConfidenceArg(options.minConfidence);
-    const rows =
-      orgId === null
-        ? this.#hotAgent.all(agent, minConfidence, limit)
-        : this.#hotScoped.all(uuidArg('org_id', orgId), agent, minConfidence, limit);
-    return rows.map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
+    const p = this.#params(orgId, agentId, options, HOT_LIMIT);
+    const read = () => freezeHits(this.#hot.all(p).map((row, i) => toHit(row, row.confidence, i + 1, 'hot')));
+    if (this.#hotCache === undefined) return read().slice();
+    return this.#hotCache
+      .get(`${p.org}|${p.agent}|${p.limit}|${p.minConfidence}|${p.maxChars}`, read)
+      .slice();
   }
 
   /**
    * FTS5 search over the agent's memories, best BM25 first (SPEC §4.3). Any text is accepted: it is
    * reduced to quoted terms by `toFtsQuery`, so it never raises an FTS5 syntax error.
    * @param orgId the org to scope to; `null` = every org (memory wire only).
-   * @returns wire-shaped hits, `rank` 1..n, `similarity = x/(1+x)` with x = −bm25, `source = "fts"`;
-   *   `[]` when the query has no searchable term.
+   * @returns wire-shaped hits, `rank` 1..n (at most `limit`, default 10), `similarity = x/(1+x)` with
+   *   x = −bm25, `source = "fts"`; `[]` when the query has no searchable term; oversize as {@link hot}.
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a non-UUID id or a bad option.
    */
   search(orgId: string | null, agentId: string, query: string, options: ReadOptions = {}): StoreHit[] {
-    const agent = uuidArg('agent_id', agentId);
-    const limit = limitArg(options.limit, SEARCH_LIMIT);
-    const minConfidence = minConfidenceArg(options.minConfidence);
+    const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
     const terms = toFtsQuery(query);
     if (terms === null) return [];
-    const match = `scope:"${scopeToken(agent)}" AND content:(${terms})`;
-    const rows =
-      orgId === null
-        ? this.#searchAgent.all(match, agent, minConfidence, limit)
-        : this.#searchScoped.all(match, uuidArg('org_id', orgId), agent, minConfidence, limit);
+    const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
+    const statement = p.minConfidence > 0 ? this.#searchFiltered : this.#search;
+    const rows = statement.all({ ...p, match });
     return rows.map((row, i) => toHit(row, bm25ToSimilarity(row.score), i + 1, 'fts'));
+  }
+
+  /** Merges the FTS5 index into one segment (after a bulk import: fewer segments, faster searches). */
+  optimize(): void {
+    this.#db.prepare("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')").run();
+    this.#noteWrite();
+  }
+
+  #noteWrite(): void {
+    this.#hotCache?.noteWrite();
+    this.#directiveCache?.noteWrite();
   }
 
   /**
@@ -321,9 +234,13 @@ export class EmbeddedStore {
    */
   upsertMemories(rows: readonly MemoryRow[]): number {
     const clean = rows.map(checkMemory);
-    this.#db.transaction(() => {
-      for (const row of clean) this.#upsert.run({ ...row, scope: scopeToken(row.agent_id) });
-    })();
+    try {
+      this.#db.transaction(() => {
+        for (const row of clean) this.#upsert.run(dbRow(row));
+      })();
+    } finally {
+      this.#noteWrite();
+    }
     return clean.length;
   }
 
@@ -343,17 +260,23 @@ export class EmbeddedStore {
       }
     }
     const dir = directive === undefined ? undefined : checkDirective(directive);
-    this.#db.transaction(() => {
-      this.#deleteScope.run(org, agent);
-      for (const row of clean) this.#upsert.run({ ...row, scope: scopeToken(agent) });
-      if (dir !== undefined) this.#setDirective.run(dir);
-    })();
+    try {
+      this.#db.transaction(() => {
+        this.#deleteScope.run(org, agent);
+        for (const row of clean) this.#upsert.run(dbRow(row));
+        if (dir !== undefined) this.#setDirective.run(dir);
+      })();
+    } finally {
+      this.#noteWrite();
+    }
     return clean.length;
   }
 
   /** Deletes one org+agent's memories; returns how many. */
   deleteMemories(orgId: string, agentId: string): number {
-    return this.#deleteScope.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
+    const changes = this.#deleteScope.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
+    this.#noteWrite();
+    return changes;
   }
 
   /**
@@ -363,18 +286,35 @@ export class EmbeddedStore {
    */
   setDirective(directive: DirectiveRow): void {
     this.#setDirective.run(checkDirective(directive));
+    this.#noteWrite();
   }
 
   /** Removes a directive; returns whether one existed. */
   deleteDirective(orgId: string, agentId: string): boolean {
-    return this.#deleteDirective.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes > 0;
+    const changes = this.#deleteDirective.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
+    this.#noteWrite();
+    return changes > 0;
   }
 
-  /** The stored directive as a SPEC §4.2 envelope, or `null` when none is stored. */
+  /**
+   * The stored directive as a SPEC §4.2 envelope (frozen, shared), or `null` when none is stored; served
+   * from the read cache until a write.
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` when org_id or agent_id is not a UUID.
+   */
   getDirective(orgId: string, agentId: string): DirectiveEnvelope | null {
-    const row = this.#getDirective.get(uuidArg('org_id', orgId), uuidArg('agent_id', agentId));
-    if (row === undefined) return null;
-    return { v: 1, content: row.content, injection_mode: row.injection_mode, version_id: row.version_id };
+    const org = uuidArg('org_id', orgId);
+    const agent = uuidArg('agent_id', agentId);
+    const read = (): DirectiveEnvelope | null => {
+      const row = this.#getDirective.get(org, agent);
+      if (row === undefined) return null;
+      return Object.freeze({
+        v: 1,
+        content: row.content,
+        injection_mode: row.injection_mode,
+        version_id: row.version_id,
+      });
+    };
+    return this.#directiveCache === undefined ? read() : this.#directiveCache.get(`${org}|${agent}`, read);
   }
 
   /** Row counts, for ingest summaries and tests. */
@@ -390,36 +330,4 @@ export class EmbeddedStore {
   close(): void {
     if (this.#db.open) this.#db.close();
   }
-}
-
-function checkMemory(row: MemoryRow): MemoryDbRow {
-  if (typeof row.content !== 'string' || typeof row.category !== 'string') {
-    throw Errors.invalidArgument('content', 'content and category must be strings');
-  }
-  if (!Number.isFinite(row.confidence) || row.confidence < 0 || row.confidence > 1) {
-    throw Errors.invalidArgument('confidence', 'confidence must be in [0,1]');
-  }
-  // ±8.64e15 ms is the Date range; beyond it the ISO rendering of a hit would throw.
-  if (!Number.isFinite(row.created_at) || Math.abs(row.created_at) > 8.64e15) {
-    throw Errors.invalidArgument('created_at', 'created_at must be epoch ms');
-  }
-  return {
-    id: uuidArg('id', row.id),
-    org_id: uuidArg('org_id', row.org_id),
-    agent_id: uuidArg('agent_id', row.agent_id),
-    content: row.content,
-    category: row.category,
-    confidence: row.confidence,
-    created_at: Math.trunc(row.created_at),
-  };
-}
-
-function checkDirective(d: DirectiveRow): DirectiveRow {
-  return {
-    org_id: uuidArg('org_id', d.org_id),
-    agent_id: uuidArg('agent_id', d.agent_id),
-    content: d.content,
-    injection_mode: d.injection_mode,
-    version_id: d.version_id,
-  };
 }

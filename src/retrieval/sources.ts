@@ -108,16 +108,24 @@ export async function createSources(
   const logger = options.logger ?? silentLogger;
   const needsStore = settings.memoryBaseUrl === '' || settings.redisUrl === '';
   // Opened here first so the schema exists before the read threads connect; kept for the process's life.
-  const store = needsStore ? EmbeddedStore.open(settings.embeddedDb) : undefined;
+  const store = needsStore
+    ? EmbeddedStore.open(settings.embeddedDb, { maxMemoryChars: settings.maxMemoryChars })
+    : undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
   try {
     if (store) {
-      // Directive and hot reads are index lookups (tens to hundreds of µs) and stay in-process; FTS5
-      // search costs about a millisecond and goes to the store-read threads, off the event loop.
+      // Directive and hot reads stay in-process: they are served from the store's read cache (a map
+      // lookup after a one-step `PRAGMA data_version` check) and re-read only after a write. FTS5 search
+      // costs hundreds of µs and goes to the store-read threads, off the event loop.
       const local = inProcessReads(store);
       if (settings.embeddedReadThreads > 0) {
-        const pooled = await PooledStoreReads.start(settings.embeddedDb, settings.embeddedReadThreads);
+        const pooled = await PooledStoreReads.start(
+          settings.embeddedDb,
+          settings.embeddedReadThreads,
+          undefined,
+          settings.maxMemoryChars,
+        );
         reads = {
           ...local,
           search: (o, a, q, signal) => pooled.search(o, a, q, signal),

@@ -14,6 +14,8 @@ export interface StoreReadTask {
   orgId: string;
   agentId: string;
   query?: string;
+  /** Content cap, code points (`IBEX_CONTEXT_MAX_MEMORY_CHARS`): longer rows come back `oversize`. */
+  maxChars?: number;
   /**
    * Set to 1 (Atomics) by the caller once its branch has given up: a queued read then costs the thread
    * nothing, so a backlog of abandoned searches drains at once instead of running each one.
@@ -59,21 +61,25 @@ export class PooledStoreReads implements StoreReads {
   readonly #pool: Piscina;
   readonly #db: string;
   readonly #maxQueue: number;
+  readonly #maxChars: number | undefined;
 
-  private constructor(pool: Piscina, db: string, maxQueue: number) {
+  private constructor(pool: Piscina, db: string, maxQueue: number, maxChars: number | undefined) {
     this.#pool = pool;
     this.#db = db;
     this.#maxQueue = maxQueue;
+    this.#maxChars = maxChars;
   }
 
   /**
    * Starts the threads and opens each one's connection before resolving.
+   * @param maxChars content cap of every read, code points (default the store's, 65536).
    * @throws the worker's error when the database cannot be opened.
    */
   static async start(
     db: string,
     threads: number,
     filename = resolveStoreWorkerFile(),
+    maxChars?: number,
   ): Promise<PooledStoreReads> {
     const maxQueue = 4 * threads;
     const pool = new Piscina({
@@ -88,14 +94,15 @@ export class PooledStoreReads implements StoreReads {
       // out the wall while holding the call — under overload that wait is what makes answers late.
       maxQueue,
     });
-    const reads = new PooledStoreReads(pool, path.resolve(db), maxQueue);
+    const reads = new PooledStoreReads(pool, path.resolve(db), maxQueue, maxChars);
     const warm = '00000000-0000-4000-8000-000000000000';
     await Promise.all(Array.from({ length: threads }, () => reads.getDirective(warm, warm)));
     return reads;
   }
 
   hot(orgId: string, agentId: string): Promise<StoreHit[]> {
-    return this.#pool.run({ db: this.#db, op: 'hot', orgId, agentId } satisfies StoreReadTask);
+    const task: StoreReadTask = { db: this.#db, op: 'hot', orgId, agentId, maxChars: this.#maxChars };
+    return this.#pool.run(task);
   }
 
   search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<StoreHit[]> {
@@ -103,7 +110,15 @@ export class PooledStoreReads implements StoreReads {
     const onAbort = () => Atomics.store(cancelled, 0, 1);
     if (signal?.aborted) onAbort();
     else signal?.addEventListener('abort', onAbort, { once: true });
-    const task: StoreReadTask = { db: this.#db, op: 'search', orgId, agentId, query, cancelled };
+    const task: StoreReadTask = {
+      db: this.#db,
+      op: 'search',
+      orgId,
+      agentId,
+      query,
+      cancelled,
+      maxChars: this.#maxChars,
+    };
     return (this.#pool.run(task) as Promise<StoreHit[]>)
       .catch((err: unknown) => {
         // piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)".

@@ -57,7 +57,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
       ...memoriesOf(ORG, OTHER_AGENT, 3, 'otheragent'),
     ]);
     const hot = store.hot(ORG, AGENT);
-    expect(hot.map((h) => h.memory.content.split(' ')[0])).toEqual(['mine', 'mine', 'mine']);
+    expect(hot.map((h) => h.memory.content!.split(' ')[0])).toEqual(['mine', 'mine', 'mine']);
     const found = store.search(ORG, AGENT, 'memory about gardening painting sailing');
     expect(found.length).toBe(3);
     for (const h of found) {
@@ -82,7 +82,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
       },
     ]);
     const hits = store.search(ORG, AGENT, 'Zeppelin!');
-    expect(hits.map((h) => h.memory.content.slice(0, 8))).toEqual(['zeppelin', 'a long n']);
+    expect(hits.map((h) => h.memory.content!.slice(0, 8))).toEqual(['zeppelin', 'a long n']);
     expect(hits.map((h) => h.rank)).toEqual([1, 2]);
     expect(hits.every((h) => h.source === 'fts')).toBe(true);
     expect(hits[0]!.similarity).toBeGreaterThan(hits[1]!.similarity);
@@ -166,7 +166,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
   it('replaceAgent swaps one agent atomically and leaves others alone', () => {
     store.upsertMemories([...memoriesOf(ORG, AGENT, 4, 'old'), ...memoriesOf(ORG, OTHER_AGENT, 2, 'keep')]);
     store.replaceAgent(ORG, AGENT, memoriesOf(ORG, AGENT, 2, 'new'));
-    expect(store.hot(ORG, AGENT).map((h) => h.memory.content.split(' ')[0])).toEqual(['new', 'new']);
+    expect(store.hot(ORG, AGENT).map((h) => h.memory.content!.split(' ')[0])).toEqual(['new', 'new']);
     expect(store.search(ORG, AGENT, 'old')).toEqual([]);
     expect(store.hot(ORG, OTHER_AGENT)).toHaveLength(2);
     expect(() => store.replaceAgent(ORG, AGENT, memoriesOf(ORG, OTHER_AGENT, 1))).toThrow(/is not of org/);

@@ -302,7 +302,7 @@ export function locomoDirective(conv: LocomoConversation, orgId: string): Direct
   };
 }
 
-/** Replaces each conversation's agent (memories + directive) in `store`. */
+/** Replaces each conversation's agent (memories + directive) in `store`, then merges the FTS5 index. */
 export function ingestLocomo(
   store: EmbeddedStore,
   conversations: readonly LocomoConversation[],
@@ -324,6 +324,9 @@ export function ingestLocomo(
     summary.memories += rows.length;
     summary.directives++;
   }
+  // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
+  // after the import makes each search read one segment (issue 10: 460 → 340 µs a query).
+  store.optimize();
   return summary;
 }
 

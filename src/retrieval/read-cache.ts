@@ -1,0 +1,57 @@
+/**
+ * Per-connection cache of the embedded store's hot reads and directives (issue 10: "served from memory,
+ * invalidated on writes"). A hot read or a directive is the same answer until some connection commits a
+ * write, so it is read, dated and shaped once and then served from memory.
+ *
+ * Invalidation: SQLite's `PRAGMA data_version` changes when another connection (the `ingest` CLI, the
+ * memory server, another process) commits, and this connection's own writes bump a counter; either change
+ * empties the cache before the next read. Checking costs one pragma step per read (about a microsecond),
+ * far less than the 20-row read, ISO dating and object building it replaces.
+ */
+import type Database from 'better-sqlite3';
+
+/** Most cached answers; past it the oldest entry goes (a memory server may be asked for many agents). */
+export const READ_CACHE_ENTRIES = 4096;
+
+export class ReadCache<V> {
+  readonly #dataVersion: Database.Statement<[], number>;
+  readonly #entries = new Map<string, V>();
+  #seenVersion = -1;
+  #writes = 0;
+  #seenWrites = 0;
+  readonly #capacity: number;
+
+  /** @param db the connection whose reads are cached; it must outlive the cache. */
+  constructor(db: Database.Database, capacity = READ_CACHE_ENTRIES) {
+    this.#dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+    this.#capacity = capacity;
+  }
+
+  /** Call after every write through this connection (its own commits do not move `data_version`). */
+  noteWrite(): void {
+    this.#writes++;
+  }
+
+  /** The cached answer for `key`, or `load()`'s (cached) when absent or stale. */
+  get(key: string, load: () => V): V {
+    const version = this.#dataVersion.get() as number;
+    if (version !== this.#seenVersion || this.#writes !== this.#seenWrites) {
+      this.#entries.clear();
+      this.#seenVersion = version;
+      this.#seenWrites = this.#writes;
+    }
+    if (this.#entries.has(key)) return this.#entries.get(key) as V;
+    const value = load();
+    if (this.#entries.size >= this.#capacity) {
+      const oldest = this.#entries.keys().next().value as string;
+      this.#entries.delete(oldest);
+    }
+    this.#entries.set(key, value);
+    return value;
+  }
+
+  /** Entries held now (tests). */
+  get size(): number {
+    return this.#entries.size;
+  }
+}
