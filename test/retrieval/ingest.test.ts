@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import {
   ingestLocomo,
@@ -13,6 +14,7 @@ import {
 } from '../../src/cli/commands/ingest.js';
 import { parseDirectiveObject } from '../../src/retrieval/directive.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { SCHEMA_VERSION } from '../../src/retrieval/store-schema.js';
 import { uuidV5 } from '../../src/retrieval/uuid.js';
 import { makeTempDir, removeTempDir } from './fixtures.js';
 
@@ -129,6 +131,7 @@ describe('ingest into the embedded store', () => {
         ['conv-7', 3],
       ]);
       expect(store.counts()).toEqual({ memories: 8, directives: 2, agents: 2 });
+      expect(ftsSegments(db)).toBe(1);
 
       const agent = locomoAgentId('26.json');
       const hot = store.hot(LOCOMO_ORG_ID, agent);
@@ -181,5 +184,109 @@ describe('ingest into the embedded store', () => {
       spy.mockRestore();
       err.mockRestore();
     }
+  });
+});
+
+/** FTS5 segments of the store's index (distinct segment ids in its `_idx` shadow table). */
+function ftsSegments(file: string): number {
+  const db = new Database(file, { readonly: true });
+  try {
+    return (db.prepare('SELECT COUNT(DISTINCT segid) AS n FROM memories_fts_idx').get() as { n: number }).n;
+  } finally {
+    db.close();
+  }
+}
+
+/** The schema every store file had before `PRAGMA user_version` 2 (commit ff49bfe). */
+const SCHEMA_V0 = `
+CREATE TABLE memories (pk INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, org_id TEXT NOT NULL,
+  agent_id TEXT NOT NULL, content TEXT NOT NULL, category TEXT NOT NULL,
+  confidence REAL NOT NULL CHECK (confidence >= 0 AND confidence <= 1), created_at INTEGER NOT NULL,
+  scope TEXT NOT NULL);
+CREATE INDEX memories_scope_recency ON memories (org_id, agent_id, created_at DESC, confidence DESC, id);
+CREATE INDEX memories_agent_recency ON memories (agent_id, created_at DESC, confidence DESC, id);
+CREATE VIRTUAL TABLE memories_fts USING fts5(content, scope, content='memories', content_rowid='pk',
+  tokenize='unicode61 remove_diacritics 2');
+CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
+  INSERT INTO memories_fts (rowid, content, scope) VALUES (new.pk, new.content, new.scope);
+END;
+CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
+  INSERT INTO memories_fts (memories_fts, rowid, content, scope) VALUES ('delete', old.pk, old.content, old.scope);
+END;
+CREATE TRIGGER memories_au AFTER UPDATE ON memories BEGIN
+  INSERT INTO memories_fts (memories_fts, rowid, content, scope) VALUES ('delete', old.pk, old.content, old.scope);
+  INSERT INTO memories_fts (rowid, content, scope) VALUES (new.pk, new.content, new.scope);
+END;
+CREATE TABLE directives (org_id TEXT NOT NULL, agent_id TEXT NOT NULL, content TEXT,
+  injection_mode TEXT NOT NULL, version_id TEXT NOT NULL, PRIMARY KEY (org_id, agent_id)) WITHOUT ROWID;
+`;
+
+describe('schema migration (PRAGMA user_version)', () => {
+  const org = '3f0c9a52-7d1e-4b6a-8c2f-0a1b2c3d4e5f';
+  const agent = '6a7b8c9d-0e1f-4a2b-9c3d-4e5f6a7b8c90';
+  const rows: [string, string][] = [
+    ['0d5e9c8a-1b2c-4d3e-8f4a-5b6c7d8e9f01', 'Ann: I adopted a cat named Miso.'],
+    ['0d5e9c8a-1b2c-4d3e-8f4a-5b6c7d8e9f02', '用户喜欢喝绿茶，每天早上都喝一杯'],
+    ['0d5e9c8a-1b2c-4d3e-8f4a-5b6c7d8e9f03', '😀'.repeat(12)],
+  ];
+
+  function oldStore(file: string, userVersion = 0): void {
+    const db = new Database(file);
+    db.exec(SCHEMA_V0);
+    const insert = db.prepare(
+      'INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    rows.forEach(([id, content], i) => {
+      insert.run(
+        id,
+        org,
+        agent,
+        content,
+        'episodic',
+        0.9,
+        1_700_000_000_000 + i,
+        `a${agent.replaceAll('-', '')}`,
+      );
+    });
+    db.prepare("INSERT INTO directives VALUES (?, ?, 'Be brief.', 'system_first', ?)").run(
+      org,
+      agent,
+      rows[0]![0],
+    );
+    db.pragma(`user_version = ${userVersion}`);
+    db.close();
+  }
+
+  it('an old-schema file opens, is migrated once, and serves hot, search (CJK too), caps and directives', () => {
+    const file = path.join(dir, 'old.db');
+    oldStore(file);
+    const store = EmbeddedStore.open(file, { maxMemoryChars: 12 });
+    try {
+      expect(store.counts()).toEqual({ memories: 3, directives: 1, agents: 1 });
+      expect(store.search(org, agent, 'Miso').map((h) => h.memory.id)).toEqual([rows[0]![0]]);
+      expect(store.search(org, agent, '绿茶').map((h) => h.memory.id)).toEqual([rows[1]![0]]);
+      // The stored length is filled by the migration, in code points: 12 emoji (24 UTF-16 units) fit a
+      // cap of 12; the 16- and 32-character memories do not.
+      expect(store.hot(org, agent).map((h) => h.oversize ?? false)).toEqual([false, true, true]);
+      expect(store.getDirective(org, agent)?.content).toBe('Be brief.');
+      // Writes after the migration keep the index in step.
+      store.deleteMemories(org, agent);
+      expect(store.search(org, agent, 'Miso')).toEqual([]);
+    } finally {
+      store.close();
+    }
+    const db = new Database(file, { readonly: true });
+    expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+    db.close();
+    // Opening again is a no-op.
+    EmbeddedStore.open(file).close();
+  });
+
+  it('a file from a newer schema is refused with its version, not rewritten', () => {
+    const file = path.join(dir, 'newer.db');
+    oldStore(file, SCHEMA_VERSION + 1);
+    expect(() => EmbeddedStore.open(file)).toThrow(
+      `schema version ${SCHEMA_VERSION + 1} is newer than this build`,
+    );
   });
 });

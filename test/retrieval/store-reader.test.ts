@@ -1,9 +1,14 @@
 /**
- * Store-read threads (the service's embedded FTS5 searches): same answers as in-process reads, and a
- * search whose branch already gave up is skipped by the worker.
+ * Reads of the embedded store: store-read threads (the service's FTS5 searches) answer as in-process
+ * reads do and skip a search whose branch gave up; both apply the caps (at most `limit` hits, oversize
+ * memories without their text, issue 9.2); hot reads and directives come from the read cache until a
+ * write (issue 10).
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { retrieve } from '../../src/retrieval/retrieve.js';
+import { EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
 import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
 import { memoriesOf, removeTempDir, tempStore } from './fixtures.js';
 
@@ -37,5 +42,119 @@ describe('PooledStoreReads', () => {
     expect(await reads.search(org, agent, 'memory about sailing', controller.signal)).toEqual([]);
     // The thread is still fine afterwards.
     expect((await reads.search(org, agent, 'sailing')).length).toBeGreaterThan(0);
+  });
+
+  it('applies the content cap in the thread: an oversize row crosses without its text', async () => {
+    const capped = await PooledStoreReads.start(fixture.file, 1, undefined, 28);
+    try {
+      const hits = await capped.search(org, agent, 'gardening');
+      // `note memory 0 about gardening` is 29 code points, `note memory 5 …` too; nothing fits 28.
+      expect(hits.length).toBeGreaterThan(0);
+      expect(hits.every((h) => h.oversize === true && h.memory.content === null)).toBe(true);
+      expect((await reads.search(org, agent, 'gardening')).every((h) => h.oversize === undefined)).toBe(true);
+    } finally {
+      await capped.close();
+    }
+  });
+});
+
+const ORG = randomUUID();
+const AGENT = randomUUID();
+let store: EmbeddedStore;
+let dir: string;
+let file: string;
+
+beforeEach(() => {
+  ({ store, dir, file } = tempStore());
+});
+afterEach(() => {
+  store.close();
+  removeTempDir(dir);
+});
+
+/** One memory of `content` for ORG/AGENT, created at `i` minutes. */
+function memory(content: string, i = 0) {
+  return {
+    id: randomUUID(),
+    org_id: ORG,
+    agent_id: AGENT,
+    content,
+    category: 'factual',
+    confidence: 0.8,
+    created_at: Date.UTC(2024, 0, 1) + i * 60_000,
+  };
+}
+
+describe('caps and the read cache (issue 9.2, issue 10)', () => {
+  it('a memory longer than maxMemoryChars code points comes back oversize, without its text', async () => {
+    store.close();
+    store = EmbeddedStore.open(file, { maxMemoryChars: 10 });
+    // 10 emoji = 10 code points (20 UTF-16 units): kept; 11 = oversize.
+    store.upsertMemories([memory('😀'.repeat(10), 0), memory(`${'😀'.repeat(10)}x`, 1)]);
+    const hot = store.hot(ORG, AGENT);
+    expect(hot.map((h) => [h.memory.content, h.oversize])).toEqual([
+      [null, true],
+      ['😀'.repeat(10), undefined],
+    ]);
+    expect(store.hot(ORG, AGENT, { maxChars: 11 }).every((h) => h.oversize === undefined)).toBe(true);
+    const sources = {
+      memory: new EmbeddedMemorySource(store),
+      directive: new EmbeddedDirectiveSource(store),
+      kind: { memory: 'embedded', directive: 'embedded' } as const,
+      close: async () => {},
+    };
+    const t = { wallMs: 500, directiveMs: 500, hotMs: 500, coldMs: 500 };
+    const r = await retrieve(
+      sources,
+      { orgId: ORG, agentId: AGENT, query: '', skipHot: false, skipCold: true },
+      t,
+      new AbortController().signal,
+    );
+    expect(r.hot.map((h) => h.content)).toEqual(['😀'.repeat(10)]);
+    expect(r.dropped.invalid).toBe(1);
+  });
+
+  it('hot and search return at most limit hits (hot 20, cold 10)', () => {
+    store.upsertMemories(Array.from({ length: 30 }, (_, i) => memory(`gardening note ${i}`, i)));
+    expect(store.hot(ORG, AGENT)).toHaveLength(20);
+    expect(store.search(ORG, AGENT, 'gardening')).toHaveLength(10);
+    expect(store.search(ORG, AGENT, 'gardening', { limit: 3 })).toHaveLength(3);
+  });
+
+  it('hot and directive reads are served from the cache until a write by this or another connection', () => {
+    store.upsertMemories([memory('first note', 0)]);
+    const a = store.hot(ORG, AGENT);
+    // A cache hit hands out the very same (frozen) hit objects.
+    expect(store.hot(ORG, AGENT)[0]).toBe(a[0]);
+    expect(Object.isFrozen(a[0])).toBe(true);
+    // Another connection (as `ingest` would be) writes: the next read sees it.
+    const writer = EmbeddedStore.open(file);
+    try {
+      writer.upsertMemories([memory('second note', 1)]);
+      expect(store.hot(ORG, AGENT).map((h) => h.memory.content)).toEqual(['second note', 'first note']);
+      const version = randomUUID();
+      expect(store.getDirective(ORG, AGENT)).toBeNull();
+      writer.setDirective({
+        org_id: ORG,
+        agent_id: AGENT,
+        content: 'v1',
+        injection_mode: '',
+        version_id: version,
+      });
+      expect(store.getDirective(ORG, AGENT)?.content).toBe('v1');
+    } finally {
+      writer.close();
+    }
+    // This connection's own write.
+    store.setDirective({
+      org_id: ORG,
+      agent_id: AGENT,
+      content: 'v2',
+      injection_mode: '',
+      version_id: randomUUID(),
+    });
+    expect(store.getDirective(ORG, AGENT)?.content).toBe('v2');
+    store.deleteMemories(ORG, AGENT);
+    expect(store.hot(ORG, AGENT)).toEqual([]);
   });
 });
