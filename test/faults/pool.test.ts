@@ -176,6 +176,9 @@ describe('pool faults (real service and worker): a worker over its memory limit'
       IBEX_CONTEXT_HOT_TIMEOUT_MS: '3000',
       IBEX_CONTEXT_COLD_TIMEOUT_MS: '3000',
       IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '3000',
+      // The memories below are 510,000 characters: above the default cap (65,536) they would be dropped
+      // as oversize before reaching the worker this test must overload.
+      IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000000',
     });
     fs.rmSync(catalog, { force: true });
     // 10 markup-heavy memories of 500 KB: escaped, 20 MB of context to build in the worker.
