@@ -193,9 +193,29 @@ export class EmbeddedStore {
     const p = this.#params(orgId, agentId, options, HOT_LIMIT);
     const read = () => freezeHits(this.#hot.all(p).map((row, i) => toHit(row, row.confidence, i + 1, 'hot')));
     if (this.#hotCache === undefined) return read().slice();
-    return this.#hotCache
-      .get(`${p.org}|${p.agent}|${p.limit}|${p.minConfidence}|${p.maxChars}`, read)
-      .slice();
+    return this.#hotCache.get(this.#hotKey(p), read).slice();
+  }
+
+  /**
+   * The default hot read (limit 20, no confidence floor, the store's cap) of one org+agent when the read
+   * cache holds it fresh, else `hits: undefined` with the cache generation to pass to {@link cacheHot}
+   * once the caller has read it elsewhere (a store-read thread). No SQL beyond the cache's
+   * `PRAGMA data_version` check.
+   */
+  cachedHot(orgId: string, agentId: string): { hits: StoreHit[] | undefined; generation: number } {
+    if (this.#hotCache === undefined) return { hits: undefined, generation: 0 };
+    const hits = this.#hotCache.peek(this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT)));
+    return { hits: hits?.slice(), generation: this.#hotCache.generation };
+  }
+
+  /** Caches `hits` (a default hot read done elsewhere) unless a write intervened since `generation`. */
+  cacheHot(orgId: string, agentId: string, hits: readonly StoreHit[], generation: number): void {
+    const key = this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT));
+    this.#hotCache?.put(key, freezeHits(hits.slice()), generation);
+  }
+
+  #hotKey(p: ReadParams): string {
+    return `${p.org}|${p.agent}|${p.limit}|${p.minConfidence}|${p.maxChars}`;
   }
 
   /**

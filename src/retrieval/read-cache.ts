@@ -19,6 +19,7 @@ export class ReadCache<V> {
   #seenVersion = -1;
   #writes = 0;
   #seenWrites = 0;
+  #generation = 0;
   readonly #capacity: number;
 
   /** @param db the connection whose reads are cached; it must outlive the cache. */
@@ -34,20 +35,45 @@ export class ReadCache<V> {
 
   /** The cached answer for `key`, or `load()`'s (cached) when absent or stale. */
   get(key: string, load: () => V): V {
+    const hit = this.peek(key);
+    if (hit !== undefined) return hit;
+    const generation = this.#generation;
+    const value = load();
+    this.put(key, value, generation);
+    return value;
+  }
+
+  /**
+   * The cached answer for `key` when it is still fresh (empties a stale cache first). For a load that
+   * happens elsewhere (a store-read thread): note {@link generation} before starting it, then {@link put}.
+   */
+  peek(key: string): V | undefined {
     const version = this.#dataVersion.get() as number;
     if (version !== this.#seenVersion || this.#writes !== this.#seenWrites) {
       this.#entries.clear();
+      this.#generation++;
       this.#seenVersion = version;
       this.#seenWrites = this.#writes;
     }
-    if (this.#entries.has(key)) return this.#entries.get(key) as V;
-    const value = load();
+    return this.#entries.get(key);
+  }
+
+  /** Changes whenever the cache is emptied; read it before a load that {@link put} will store. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /**
+   * Stores a loaded answer unless the cache was emptied since `generation` was read: an answer loaded
+   * across a write might predate it, and must not outlive the invalidation.
+   */
+  put(key: string, value: V, generation: number): void {
+    if (generation !== this.#generation) return;
     if (this.#entries.size >= this.#capacity) {
       const oldest = this.#entries.keys().next().value as string;
       this.#entries.delete(oldest);
     }
     this.#entries.set(key, value);
-    return value;
   }
 
   /** Entries held now (tests). */

@@ -102,7 +102,7 @@ export class PooledStoreReads implements StoreReads {
 
   hot(orgId: string, agentId: string): Promise<StoreHit[]> {
     const task: StoreReadTask = { db: this.#db, op: 'hot', orgId, agentId, maxChars: this.#maxChars };
-    return this.#pool.run(task);
+    return (this.#pool.run(task) as Promise<StoreHit[]>).catch((err: unknown) => this.#busy(err));
   }
 
   search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<StoreHit[]> {
@@ -120,15 +120,17 @@ export class PooledStoreReads implements StoreReads {
       maxChars: this.#maxChars,
     };
     return (this.#pool.run(task) as Promise<StoreHit[]>)
-      .catch((err: unknown) => {
-        // piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)".
-        if (this.#pool.queueSize >= this.#maxQueue)
-          throw Object.assign(new Error('store-read queue full'), { code: 'busy', cause: err });
-        throw err;
-      })
+      .catch((err: unknown) => this.#busy(err))
       .finally(() => {
         signal?.removeEventListener('abort', onAbort);
       });
+  }
+
+  /** piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)". */
+  #busy(err: unknown): never {
+    if (this.#pool.queueSize >= this.#maxQueue)
+      throw Object.assign(new Error('store-read queue full'), { code: 'busy', cause: err });
+    throw err;
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {

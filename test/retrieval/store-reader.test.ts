@@ -6,9 +6,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { loadSettings } from '../../src/config/settings.js';
+import { EmbeddedStore, type StoreHit } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
-import { EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
+import { createSources, EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
 import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
 import { memoriesOf, removeTempDir, tempStore } from './fixtures.js';
 
@@ -156,5 +157,26 @@ describe('caps and the read cache (issue 9.2, issue 10)', () => {
     expect(store.getDirective(ORG, AGENT)?.content).toBe('v2');
     store.deleteMemories(ORG, AGENT);
     expect(store.hot(ORG, AGENT)).toEqual([]);
+  });
+});
+
+describe('service sources: hot misses read in a store-read thread, then cached (issue 9.2, issue 10)', () => {
+  it('a hot read is cached after its first (threaded) read and a later write is seen at once', async () => {
+    store.upsertMemories([memory('first note', 0)]);
+    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: file }));
+    try {
+      const signal = new AbortController().signal;
+      const first = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
+      expect(first.map((h) => h.memory.content)).toEqual(['first note']);
+      const again = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
+      // Served from the cache: the very same frozen hit, not a new structured clone.
+      expect(again[0]).toBe(first[0]);
+      expect(Object.isFrozen(again[0])).toBe(true);
+      store.upsertMemories([memory('second note', 1)]);
+      const after = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
+      expect(after.map((h) => h.memory.content)).toEqual(['second note', 'first note']);
+    } finally {
+      await sources.close();
+    }
   });
 });
