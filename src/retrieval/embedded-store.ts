@@ -113,12 +113,13 @@ export class EmbeddedStore {
     // Ranked inside FTS5 on the index alone: only the best 2×`limit` rowids are joined with their rows
     // (before: every match of the agent was joined, its content read, then sorted). The slack keeps the
     // old tie-break (equal scores by id) at the cut, e.g. repeated one-line turns. The scope token
-    // already restricts to org+agent; the outer predicate is a second, independent guard.
+    // already restricts to org+agent; the outer predicate is a second, independent guard. CROSS JOIN
+    // fixes the order: left alone, the planner walks all the agent's rows by index and probes the top-k.
     this.#search = db.prepare(
       `SELECT ${MEMORY_COLUMNS}, f.score AS score
        FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
              WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * @limit) f
-       JOIN memories m ON m.pk = f.rowid
+       CROSS JOIN memories m ON m.pk = f.rowid
        WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
        ORDER BY f.score, m.id LIMIT @limit`,
     );
