@@ -180,3 +180,24 @@ describe('service sources: hot misses read in a store-read thread, then cached (
     }
   });
 });
+
+describe('ReadCache generations (a load that straddles a write is not cached)', () => {
+  it('put with the generation read before a write by another connection is refused', () => {
+    store.upsertMemories([memory('before', 0)]);
+    const { hits, generation } = store.cachedHot(ORG, AGENT);
+    expect(hits).toBeUndefined();
+    const stale = store.hot(ORG, AGENT); // what a thread read before the write below
+    const writer = EmbeddedStore.open(file);
+    try {
+      writer.upsertMemories([memory('after', 1)]);
+    } finally {
+      writer.close();
+    }
+    // The write is noticed (cache emptied, generation moved) before the late answer arrives…
+    expect(store.cachedHot(ORG, AGENT).generation).not.toBe(generation);
+    store.cacheHot(ORG, AGENT, stale, generation);
+    // …so the stale answer is not served; the next read has the write.
+    expect(store.cachedHot(ORG, AGENT).hits).toBeUndefined();
+    expect(store.hot(ORG, AGENT).map((h) => h.memory.content)).toEqual(['after', 'before']);
+  });
+});
