@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { type Client, type ClientUnaryCall, Metadata, status } from '@grpc/grpc-js';
 import { build } from 'hdr-histogram-js';
 import type { AssembleContextResponse } from '../server/proto.js';
-import { statusName } from './cli-options.js';
+import { errorKey } from './cli-options.js';
 import {
   ASSEMBLE_METHOD,
   type CallOutcome,
@@ -336,7 +336,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadReport> {
       hist.recordValue(Math.max(1, Math.round((doneAt - intendedAt) * 1000)));
       const code = outcome.status.code;
       if (code !== status.OK) {
-        const name = statusName(code);
+        const name = errorKey(outcome.status);
         errors[name] = (errors[name] ?? 0) + 1;
         errorTotal++;
         const details = errorDetails[name] ?? [];

@@ -468,7 +468,9 @@ describe('ibex-context healthcheck (compiled CLI)', () => {
     await grpc.drain(500);
     const down = await runCli(['healthcheck', '--addr', addr]);
     expect(down.code).toBe(1);
-    expect(down.stderr).toContain(`${addr}: UNAVAILABLE`);
+    expect(down.stderr.trim()).toBe(
+      `ibex-context healthcheck: cannot reach the service at ${addr} (connection refused); is it running, and is --addr right?`,
+    );
   });
 });
 

@@ -9,8 +9,8 @@ import {
   CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
+  describeStatus,
   numberFlag,
-  statusName,
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 
@@ -18,6 +18,9 @@ const USAGE = `usage: ibex-context healthcheck [options]
 
       --service <name>      service to check (default "": the whole server)
       --timeout <ms>        deadline (default 2000)
+  -h, --help                this text
+
+A refused connection fails at once (no wait for the deadline), with one line naming the address.
 ${CONNECTION_USAGE}`;
 
 /**
@@ -58,7 +61,7 @@ export async function run(argv: string[]): Promise<number> {
     const outcome = await client.healthCheck(service, { deadlineMs: timeoutMs });
     if (outcome.status.code !== status.OK || outcome.response === null) {
       process.stderr.write(
-        `${conn.addr}: ${statusName(outcome.status.code)}: ${outcome.status.details || 'no details'}\n`,
+        `ibex-context healthcheck: ${describeStatus(outcome.status, conn.addr, timeoutMs)}\n`,
       );
       return 1;
     }
