@@ -193,23 +193,53 @@ async function main(argv: string[]): Promise<number> {
   const jsonFile = path.join(opts.out, 'load.json');
   writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
   const svgFile = path.join(opts.out, 'load.svg');
+  const errorsSvgFile = path.join(opts.out, 'load-errors.svg');
+  // Plotting (issue 13): a log rate axis so the 50–500 req/s decision region is readable, and a
+  // percentile left out where it falls among client timeouts — it would be the --timeout, not a latency.
+  const calls = (r: StepRow) => Math.max(1, Math.round(r.sent_rps * opts.stepSeconds));
+  const timeouts = (r: StepRow) =>
+    (r.errors_by_code['DEADLINE_EXCEEDED (client --timeout)'] ?? 0) + (r.errors_by_code.UNFINISHED ?? 0);
+  const latency = (q: number, pick: (r: StepRow) => number) =>
+    rows
+      .filter((r) => timeouts(r) / calls(r) <= 1 - q && pick(r) < opts.timeoutMs)
+      .map((r) => ({ x: r.rate, y: pick(r) }));
+  const subtitle =
+    `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
+    `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`;
   await writeLineChart(svgFile, {
     title: 'AssembleContext latency against offered rate (open loop)',
-    subtitle:
-      `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
-      `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`,
-    xTitle: 'offered rate (requests/s)',
+    subtitle: `${subtitle}; a percentile is not drawn where it falls among client timeouts`,
+    xTitle: 'offered rate (requests/s, log scale)',
     yTitle: 'latency (ms, log scale)',
+    xLog: true,
     yLog: true,
+    xTicksAtData: true,
     series: [
-      { name: 'p50', points: rows.map((r) => ({ x: r.rate, y: r.p50_ms })) },
-      { name: 'p99', points: rows.map((r) => ({ x: r.rate, y: r.p99_ms })) },
-      { name: 'p99.9', points: rows.map((r) => ({ x: r.rate, y: r.p99_9_ms })) },
+      { name: 'p50', points: latency(0.5, (r) => r.p50_ms) },
+      { name: 'p99', points: latency(0.99, (r) => r.p99_ms) },
+      { name: 'p99.9', points: latency(0.999, (r) => r.p99_9_ms) },
       {
         name: `${opts.p99TargetMs} ms target`,
         dashed: true,
         points: rows.map((r) => ({ x: r.rate, y: opts.p99TargetMs })),
       },
+    ],
+  });
+  const pct = (n: number, r: StepRow) => Math.round((n / calls(r)) * 10_000) / 100;
+  await writeLineChart(errorsSvgFile, {
+    title: 'Errors and degraded answers against offered rate (open loop)',
+    subtitle,
+    xTitle: 'offered rate (requests/s, log scale)',
+    yTitle: '% of calls sent',
+    xLog: true,
+    xTicksAtData: true,
+    series: [
+      {
+        name: 'errors (any status, incl. client timeouts)',
+        points: rows.map((r) => ({ x: r.rate, y: pct(r.errors, r) })),
+      },
+      { name: 'client timeouts', points: rows.map((r) => ({ x: r.rate, y: pct(timeouts(r), r) })) },
+      { name: 'degraded (L1 + L2)', points: rows.map((r) => ({ x: r.rate, y: pct(r.degraded, r) })) },
     ],
   });
 
@@ -232,7 +262,10 @@ async function main(argv: string[]): Promise<number> {
   } else {
     console.log(`highest rate with ${criterion}: none of the steps met it`);
   }
-  console.log(`wrote ${path.relative(process.cwd(), jsonFile)} and ${path.relative(process.cwd(), svgFile)}`);
+  console.log(
+    `wrote ${path.relative(process.cwd(), jsonFile)}, ${path.relative(process.cwd(), svgFile)} and ` +
+      `${path.relative(process.cwd(), errorsSvgFile)}`,
+  );
   return 0;
 }
 

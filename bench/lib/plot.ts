@@ -25,6 +25,8 @@ export interface LineChart {
   yLog?: boolean;
   /** Smallest y drawn on a log axis (default 0.01). */
   yFloor?: number;
+  /** Log x axis (rates spanning decades); values ≤ 0 are left out. Default linear. */
+  xLog?: boolean;
   /** Ticks exactly at the x values of the data (small discrete sets such as thread counts). */
   xTicksAtData?: boolean;
   width?: number;
@@ -36,7 +38,7 @@ export function lineChartSpec(chart: LineChart): vega.Spec {
   const floor = chart.yFloor ?? 0.01;
   const values = chart.series.flatMap((s, order) =>
     s.points
-      .filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y))
+      .filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y) && (!chart.xLog || p.x > 0))
       .map((p) => ({
         series: s.name,
         order,
@@ -60,15 +62,24 @@ export function lineChartSpec(chart: LineChart): vega.Spec {
     },
     data: [{ name: 'points', values }],
     scales: [
-      {
-        name: 'x',
-        type: 'linear',
-        domain: { data: 'points', field: 'x' },
-        range: 'width',
-        zero: false,
-        nice: !chart.xTicksAtData,
-        padding: chart.xTicksAtData ? 24 : 0,
-      },
+      chart.xLog
+        ? {
+            name: 'x',
+            type: 'log',
+            domain: { data: 'points', field: 'x' },
+            range: 'width',
+            nice: false,
+            padding: chart.xTicksAtData ? 24 : 0,
+          }
+        : {
+            name: 'x',
+            type: 'linear',
+            domain: { data: 'points', field: 'x' },
+            range: 'width',
+            zero: false,
+            nice: !chart.xTicksAtData,
+            padding: chart.xTicksAtData ? 24 : 0,
+          },
       chart.yLog
         ? { name: 'y', type: 'log', domain: { data: 'points', field: 'y' }, range: 'height', nice: false }
         : {
@@ -93,7 +104,7 @@ export function lineChartSpec(chart: LineChart): vega.Spec {
         title: chart.xTitle,
         grid: true,
         gridOpacity: 0.3,
-        ...(chart.xTicksAtData ? { values: xValues, format: 'd' } : {}),
+        ...(chart.xTicksAtData ? { values: xValues, format: 'd' } : chart.xLog ? { format: '~g' } : {}),
       },
       {
         orient: 'left',
