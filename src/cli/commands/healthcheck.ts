@@ -18,6 +18,12 @@ const USAGE = `usage: ibex-context healthcheck [options]
 
       --service <name>      service to check (default "": the whole server)
       --timeout <ms>        deadline (default 2000)
+      --local               check the service of this container from its own IBEX_CONTEXT_* settings
+                            (the Docker HEALTHCHECK): its gRPC address (a wildcard host becomes
+                            loopback), TLS when IBEX_CONTEXT_TLS_CERT is set (its own certificate is not
+                            verified; no token is sent); with mutual TLS (IBEX_CONTEXT_TLS_CLIENT_CA) the
+                            admin /readyz at IBEX_CONTEXT_ADMIN_ADDR instead, as the gRPC port would need
+                            a client certificate
   -h, --help                this text
 
 A refused connection fails at once (no wait for the deadline), with one line naming the address.
@@ -28,6 +34,46 @@ ${CONNECTION_USAGE}`;
  * @returns 0 when SERVING; 1 for any other health status or a gRPC error (UNAVAILABLE when nothing
  *   listens, DEADLINE_EXCEEDED after the deadline); 2 for bad flags.
  */
+/** What `--local` checks, from the server's own settings. */
+export type LocalTarget = { kind: 'grpc'; addr: string; tls: boolean } | { kind: 'admin'; url: string };
+
+/** A wildcard listen host (0.0.0.0, ::, [::]) as the loopback address to dial. */
+export function dialable(listenAddr: string): string {
+  const i = listenAddr.lastIndexOf(':');
+  const host = listenAddr.slice(0, i);
+  const port = listenAddr.slice(i + 1);
+  if (host === '0.0.0.0' || host === '') return `127.0.0.1:${port}`;
+  if (host === '[::]' || host === '::') return `[::1]:${port}`;
+  return listenAddr;
+}
+
+/**
+ * The target of `healthcheck --local` from the service's environment: gRPC at IBEX_CONTEXT_GRPC_ADDR
+ * (TLS iff IBEX_CONTEXT_TLS_CERT is set), or the admin `/readyz` under mutual TLS.
+ */
+export function localTarget(env: NodeJS.ProcessEnv = process.env): LocalTarget {
+  const grpc = env.IBEX_CONTEXT_GRPC_ADDR?.trim() || '127.0.0.1:9092';
+  const admin = env.IBEX_CONTEXT_ADMIN_ADDR?.trim() || '127.0.0.1:9464';
+  if (env.IBEX_CONTEXT_TLS_CLIENT_CA?.trim())
+    return { kind: 'admin', url: `http://${dialable(admin)}/readyz` };
+  return { kind: 'grpc', addr: dialable(grpc), tls: Boolean(env.IBEX_CONTEXT_TLS_CERT?.trim()) };
+}
+
+async function checkAdmin(url: string, timeoutMs: number): Promise<number> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
+    const body = await res.text();
+    if (res.status === 200) {
+      process.stdout.write(`${url}: ready\n`);
+      return 0;
+    }
+    process.stderr.write(`ibex-context healthcheck: ${url}: HTTP ${res.status} ${body.slice(0, 200)}\n`);
+  } catch (err) {
+    process.stderr.write(`ibex-context healthcheck: ${url}: ${(err as Error).message}\n`);
+  }
+  return 1;
+}
+
 export async function run(argv: string[]): Promise<number> {
   let conn: ConnectionOptions;
   let service: string;
@@ -41,6 +87,7 @@ export async function run(argv: string[]): Promise<number> {
         ...CONNECTION_FLAGS,
         service: { type: 'string' },
         timeout: { type: 'string' },
+        local: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -48,9 +95,15 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(`${USAGE}\n`);
       return 0;
     }
-    conn = connectionFromFlags(values);
     service = values.service ?? '';
     timeoutMs = numberFlag('timeout', values.timeout, 2000, { min: 1, max: 600_000 });
+    if (values.local) {
+      const target = localTarget();
+      if (target.kind === 'admin') return await checkAdmin(target.url, timeoutMs);
+      conn = { addr: target.addr, ...(target.tls ? { tls: { skipVerify: true } } : {}) };
+    } else {
+      conn = connectionFromFlags(values);
+    }
   } catch (err) {
     process.stderr.write(`ibex-context healthcheck: ${(err as Error).message}\n${USAGE}\n`);
     return 2;
