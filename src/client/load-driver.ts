@@ -123,7 +123,7 @@ export interface LoadReport {
     /** Of those, answered with any status (ok + errors). */
     completed: number;
     ok: number;
-    /** Non-OK statuses by gRPC code name (`DEADLINE_EXCEEDED`). */
+    /** Non-OK statuses by gRPC code name (`UNAVAILABLE`); DEADLINE_EXCEEDED split by whose deadline (cli-options `errorKey`). */
     errors: Record<string, number>;
     /** Sum of `errors`. */
     error_total: number;
