@@ -143,22 +143,34 @@ export function unavailableCause(details: string): string {
 export type DeadlineSide = 'client' | 'server';
 
 /**
- * Tells whose deadline fired (issue 13). grpc-js reports its own (the caller's `--timeout`) as
- * `Deadline exceeded after <t>s, …`; anything else came from the service, whose cap is
- * IBEX_CONTEXT_TIMEOUT (SPEC §10) and which answers `deadline exceeded`.
+ * Tells whose deadline fired (issue 13). grpc-js reports the caller's own deadline as
+ * `Deadline exceeded…` (its client timer: `Deadline exceeded after <t>s, …`; its server enforcing the
+ * propagated grpc-timeout: `Deadline exceeded`). The service answers `deadline exceeded` when its
+ * deadline D passed — D is the sooner of its cap (IBEX_CONTEXT_TIMEOUT, SPEC §10) and the caller's
+ * deadline — so that text is the caller's when the call lasted about its timeout (`elapsedMs` ≥ 90 % of
+ * `timeoutMs`), else the server's cap. Without timings it is taken as the server's.
  */
-export function deadlineSide(details: string): DeadlineSide {
-  return /^Deadline exceeded after/.test(details) ? 'client' : 'server';
+export function deadlineSide(details: string, elapsedMs?: number, timeoutMs?: number): DeadlineSide {
+  if (details.startsWith('Deadline exceeded')) return 'client';
+  if (elapsedMs !== undefined && timeoutMs !== undefined && elapsedMs >= 0.9 * timeoutMs) return 'client';
+  return 'server';
 }
 
 /**
  * Key of a non-OK status in an error breakdown: the code name, with DEADLINE_EXCEEDED split into
- * `DEADLINE_EXCEEDED (client --timeout)` and `DEADLINE_EXCEEDED (server cap)`.
+ * `DEADLINE_EXCEEDED (client --timeout)` and `DEADLINE_EXCEEDED (server cap)` by {@link deadlineSide}.
+ * @param elapsedMs how long the call took, ms (from its send); with `timeoutMs`, the client's deadline.
  */
-export function errorKey(st: Pick<StatusObject, 'code' | 'details'>): string {
+export function errorKey(
+  st: Pick<StatusObject, 'code' | 'details'>,
+  elapsedMs?: number,
+  timeoutMs?: number,
+): string {
   const name = statusName(st.code);
   if (st.code !== status.DEADLINE_EXCEEDED) return name;
-  return deadlineSide(st.details) === 'client' ? `${name} (client --timeout)` : `${name} (server cap)`;
+  return deadlineSide(st.details, elapsedMs, timeoutMs) === 'client'
+    ? `${name} (client --timeout)`
+    : `${name} (server cap)`;
 }
 
 /**
@@ -169,13 +181,14 @@ export function describeStatus(
   st: Pick<StatusObject, 'code' | 'details'>,
   addr: string,
   timeoutMs: number,
+  elapsedMs?: number,
 ): string {
   const name = statusName(st.code);
   if (st.code === status.UNAVAILABLE) return unreachableMessage(addr, unavailableCause(st.details));
   if (st.code === status.DEADLINE_EXCEEDED) {
-    return deadlineSide(st.details) === 'client'
+    return deadlineSide(st.details, elapsedMs, timeoutMs) === 'client'
       ? `${name}: the client's deadline (--timeout ${timeoutMs} ms) passed before the answer came`
-      : `${name}: the service's deadline (its IBEX_CONTEXT_TIMEOUT cap, or less than ${timeoutMs} ms left) passed: ${st.details}`;
+      : `${name}: the service's deadline (its IBEX_CONTEXT_TIMEOUT cap) passed first: ${st.details}`;
   }
   return `${name}: ${st.details || 'no details'}`;
 }

@@ -336,7 +336,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadReport> {
       hist.recordValue(Math.max(1, Math.round((doneAt - intendedAt) * 1000)));
       const code = outcome.status.code;
       if (code !== status.OK) {
-        const name = errorKey(outcome.status);
+        const name = errorKey(outcome.status, doneAt - sentAt, timeoutMs);
         errors[name] = (errors[name] ?? 0) + 1;
         errorTotal++;
         const details = errorDetails[name] ?? [];

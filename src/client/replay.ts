@@ -143,7 +143,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
         calls++;
         opts.onProgress?.(calls, planned.length);
         if (outcome.status.code !== status.OK || outcome.response === null) {
-          const name = errorKey(outcome.status);
+          const name = errorKey(outcome.status, latencies.at(-1), timeoutMs);
           errors[name] = (errors[name] ?? 0) + 1;
           const details = errorDetails[name] ?? [];
           errorDetails[name] = details;

@@ -216,13 +216,16 @@ export async function run(argv: string[]): Promise<number> {
 
   const client = createContextClient(conn);
   try {
+    const started = performance.now();
     const outcome = await client.assemble(req, { deadlineMs: timeoutMs });
+    const elapsedMs = performance.now() - started;
     if (outcome.status.code !== status.OK || outcome.response === null) {
       const code = statusName(outcome.status.code);
       const extra: Record<string, unknown> = { code, details: outcome.status.details };
       if (outcome.status.code === status.DEADLINE_EXCEEDED)
-        extra.deadline = deadlineSide(outcome.status.details);
-      printCommandError('assemble', describeStatus(outcome.status, conn.addr, timeoutMs), json, extra);
+        extra.deadline = deadlineSide(outcome.status.details, elapsedMs, timeoutMs);
+      const message = describeStatus(outcome.status, conn.addr, timeoutMs, elapsedMs);
+      printCommandError('assemble', message, json, extra);
       return 1;
     }
     const res = outcome.response;
