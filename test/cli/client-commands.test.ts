@@ -107,6 +107,9 @@ describe('a refused connection is one line naming the address', () => {
     expect(assemble.stderr).toBe(`ibex-context assemble: ${line}\n`);
     const health = await runCli(['healthcheck', '--addr', addr]);
     expect(health.stderr).toBe(`ibex-context healthcheck: ${line}\n`);
+    const healthJson = await runCli(['healthcheck', '--addr', addr, '--json']);
+    expect(healthJson.code).toBe(1);
+    expect(JSON.parse(healthJson.stdout)).toEqual({ error: line, target: addr });
     const replay = await runCli(['replay', '--locomo', dir, '--addr', addr]);
     expect(replay.code).toBe(1);
     expect(replay.stderr).toBe(`ibex-context replay: ${line}\n`);

@@ -11,6 +11,7 @@ import {
   connectionFromFlags,
   describeStatus,
   numberFlag,
+  printCommandError,
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 
@@ -18,6 +19,7 @@ const USAGE = `usage: ibex-context healthcheck [options]
 
       --service <name>      service to check (default "": the whole server)
       --timeout <ms>        deadline (default 2000)
+      --json                print {"target", "status"} or {"error", "target"} as JSON on stdout
       --local               check the service of this container from its own IBEX_CONTEXT_* settings
                             (the Docker HEALTHCHECK): its gRPC address (a wildcard host becomes
                             loopback), TLS when IBEX_CONTEXT_TLS_CERT is set (its own certificate is not
@@ -59,17 +61,21 @@ export function localTarget(env: NodeJS.ProcessEnv = process.env): LocalTarget {
   return { kind: 'grpc', addr: dialable(grpc), tls: Boolean(env.IBEX_CONTEXT_TLS_CERT?.trim()) };
 }
 
-async function checkAdmin(url: string, timeoutMs: number): Promise<number> {
+async function checkAdmin(url: string, timeoutMs: number, json: boolean): Promise<number> {
   try {
     const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
     const body = await res.text();
     if (res.status === 200) {
-      process.stdout.write(`${url}: ready\n`);
+      process.stdout.write(
+        json ? `${JSON.stringify({ target: url, status: 'ready' })}\n` : `${url}: ready\n`,
+      );
       return 0;
     }
-    process.stderr.write(`ibex-context healthcheck: ${url}: HTTP ${res.status} ${body.slice(0, 200)}\n`);
+    printCommandError('healthcheck', `${url}: HTTP ${res.status} ${body.slice(0, 200)}`, json, {
+      target: url,
+    });
   } catch (err) {
-    process.stderr.write(`ibex-context healthcheck: ${url}: ${(err as Error).message}\n`);
+    printCommandError('healthcheck', `${url}: ${(err as Error).message}`, json, { target: url });
   }
   return 1;
 }
@@ -78,6 +84,7 @@ export async function run(argv: string[]): Promise<number> {
   let conn: ConnectionOptions;
   let service: string;
   let timeoutMs: number;
+  let json = argv.includes('--json');
   try {
     const { values } = parseArgs({
       args: argv,
@@ -88,6 +95,7 @@ export async function run(argv: string[]): Promise<number> {
         service: { type: 'string' },
         timeout: { type: 'string' },
         local: { type: 'boolean' },
+        json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -95,17 +103,19 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(`${USAGE}\n`);
       return 0;
     }
+    json = values.json ?? false;
     service = values.service ?? '';
     timeoutMs = numberFlag('timeout', values.timeout, 2000, { min: 1, max: 600_000 });
     if (values.local) {
       const target = localTarget();
-      if (target.kind === 'admin') return await checkAdmin(target.url, timeoutMs);
+      if (target.kind === 'admin') return await checkAdmin(target.url, timeoutMs, json);
       conn = { addr: target.addr, ...(target.tls ? { tls: { skipVerify: true } } : {}) };
     } else {
       conn = connectionFromFlags(values);
     }
   } catch (err) {
-    process.stderr.write(`ibex-context healthcheck: ${(err as Error).message}\n${USAGE}\n`);
+    printCommandError('healthcheck', (err as Error).message, json);
+    if (!json) process.stderr.write(`${USAGE}\n`);
     return 2;
   }
   const client = createContextClient(conn);
@@ -113,17 +123,20 @@ export async function run(argv: string[]): Promise<number> {
     // waitForReady is left off: an unreachable server must fail fast, not wait out the deadline.
     const outcome = await client.healthCheck(service, { deadlineMs: timeoutMs });
     if (outcome.status.code !== status.OK || outcome.response === null) {
-      process.stderr.write(
-        `ibex-context healthcheck: ${describeStatus(outcome.status, conn.addr, timeoutMs)}\n`,
-      );
+      const message = describeStatus(outcome.status, conn.addr, timeoutMs);
+      printCommandError('healthcheck', message, json, { target: conn.addr });
       return 1;
     }
     const health = outcome.response.status;
     if (health === 'SERVING') {
-      process.stdout.write(`${conn.addr}: SERVING\n`);
+      process.stdout.write(
+        json ? `${JSON.stringify({ target: conn.addr, status: health })}\n` : `${conn.addr}: SERVING\n`,
+      );
       return 0;
     }
-    process.stderr.write(`${conn.addr}: ${health}\n`);
+    if (json)
+      process.stdout.write(`${JSON.stringify({ error: health, target: conn.addr, status: health })}\n`);
+    else process.stderr.write(`${conn.addr}: ${health}\n`);
     return 1;
   } finally {
     client.close();
