@@ -1,6 +1,6 @@
 /**
  * `ibex-context healthcheck`: `grpc.health.v1.Health/Check` (SPEC §2) with a 2 s deadline; exit 0 iff
- * the answer is SERVING. The Dockerfile's HEALTHCHECK runs it, so it prints one short line and never
+ * the answer is SERVING. The Dockerfile's HEALTHCHECK runs `healthcheck --local` (issue 13), so it prints one short line and never
  * waits longer than the deadline.
  */
 import { parseArgs } from 'node:util';
@@ -31,11 +31,6 @@ const USAGE = `usage: ibex-context healthcheck [options]
 A refused connection fails at once (no wait for the deadline), with one line naming the address.
 ${CONNECTION_USAGE}`;
 
-/**
- * CLI entry.
- * @returns 0 when SERVING; 1 for any other health status or a gRPC error (UNAVAILABLE when nothing
- *   listens, DEADLINE_EXCEEDED after the deadline); 2 for bad flags.
- */
 /** What `--local` checks, from the server's own settings. */
 export type LocalTarget = { kind: 'grpc'; addr: string; tls: boolean } | { kind: 'admin'; url: string };
 
@@ -80,6 +75,12 @@ async function checkAdmin(url: string, timeoutMs: number, json: boolean): Promis
   return 1;
 }
 
+/**
+ * CLI entry.
+ * @returns 0 when SERVING (or `/readyz` 200 with `--local` under mutual TLS); 1 for any other health
+ *   status or a gRPC error (UNAVAILABLE when nothing listens, DEADLINE_EXCEEDED after the deadline);
+ *   2 for bad flags.
+ */
 export async function run(argv: string[]): Promise<number> {
   let conn: ConnectionOptions;
   let service: string;
