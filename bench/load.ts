@@ -22,7 +22,7 @@ import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './l
 import { prepareLoadData } from './lib/load-data.js';
 import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
-import { writeLineChart } from './lib/plot.js';
+import { writeLoadCharts } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
 const USAGE = `usage: npm run bench:load -- [options]
@@ -192,55 +192,14 @@ async function main(argv: string[]): Promise<number> {
   mkdirSync(opts.out, { recursive: true });
   const jsonFile = path.join(opts.out, 'load.json');
   writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
-  const svgFile = path.join(opts.out, 'load.svg');
-  const errorsSvgFile = path.join(opts.out, 'load-errors.svg');
-  // Plotting (issue 13): a log rate axis so the 50–500 req/s decision region is readable, and a
-  // percentile left out where it falls among client timeouts — it would be the --timeout, not a latency.
-  const calls = (r: StepRow) => Math.max(1, Math.round(r.sent_rps * opts.stepSeconds));
-  const timeouts = (r: StepRow) =>
-    (r.errors_by_code['DEADLINE_EXCEEDED (client --timeout)'] ?? 0) + (r.errors_by_code.UNFINISHED ?? 0);
-  const latency = (q: number, pick: (r: StepRow) => number) =>
-    rows
-      .filter((r) => timeouts(r) / calls(r) <= 1 - q && pick(r) < opts.timeoutMs)
-      .map((r) => ({ x: r.rate, y: pick(r) }));
-  const subtitle =
-    `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
-    `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`;
-  await writeLineChart(svgFile, {
-    title: 'AssembleContext latency against offered rate (open loop)',
-    subtitle: `${subtitle}; a percentile is not drawn where it falls among client timeouts`,
-    xTitle: 'offered rate (requests/s, log scale)',
-    yTitle: 'latency (ms, log scale)',
-    xLog: true,
-    yLog: true,
-    xTicksAtData: true,
-    series: [
-      { name: 'p50', points: latency(0.5, (r) => r.p50_ms) },
-      { name: 'p99', points: latency(0.99, (r) => r.p99_ms) },
-      { name: 'p99.9', points: latency(0.999, (r) => r.p99_9_ms) },
-      {
-        name: `${opts.p99TargetMs} ms target`,
-        dashed: true,
-        points: rows.map((r) => ({ x: r.rate, y: opts.p99TargetMs })),
-      },
-    ],
-  });
-  const pct = (n: number, r: StepRow) => Math.round((n / calls(r)) * 10_000) / 100;
-  await writeLineChart(errorsSvgFile, {
-    title: 'Errors and degraded answers against offered rate (open loop)',
-    subtitle,
-    xTitle: 'offered rate (requests/s, log scale)',
-    yTitle: '% of calls sent',
-    xLog: true,
-    xTicksAtData: true,
-    series: [
-      {
-        name: 'errors (any status, incl. client timeouts)',
-        points: rows.map((r) => ({ x: r.rate, y: pct(r.errors, r) })),
-      },
-      { name: 'client timeouts', points: rows.map((r) => ({ x: r.rate, y: pct(timeouts(r), r) })) },
-      { name: 'degraded (L1 + L2)', points: rows.map((r) => ({ x: r.rate, y: pct(r.degraded, r) })) },
-    ],
+  const { svgFile, errorsSvgFile } = await writeLoadCharts(opts.out, {
+    rows,
+    stepSeconds: opts.stepSeconds,
+    timeoutMs: opts.timeoutMs,
+    p99TargetMs: opts.p99TargetMs,
+    subtitle:
+      `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
+      `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`,
   });
 
   console.table(Object.fromEntries(rows.map((r) => [`${r.rate} rps`, tableCells(r)])));
