@@ -23,18 +23,20 @@ ENV NODE_ENV=production \
     IBEX_CONTEXT_ADMIN_ADDR=0.0.0.0:9464 \
     IBEX_CONTEXT_EMBEDDED_DB=/var/lib/ibex-context/ibex-context.db
 WORKDIR /app
-RUN groupadd --system ibex && useradd --system --gid ibex --home /app ibex \
-    && mkdir -p /var/lib/ibex-context && chown ibex:ibex /var/lib/ibex-context
+# Numeric UID/GID (10001): Kubernetes' runAsNonRoot can only be verified against a numeric USER.
+RUN groupadd --system --gid 10001 ibex && useradd --system --uid 10001 --gid 10001 --home /app ibex \
+    && mkdir -p /var/lib/ibex-context && chown 10001:10001 /var/lib/ibex-context
 COPY --from=build /app/package.json ./package.json
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist/src ./dist/src
 COPY --from=build /app/dist/workers ./dist/workers
 COPY --from=build /app/proto ./proto
-USER ibex
+USER 10001:10001
 EXPOSE 9092 9464
-# The service's own CLI asks grpc.health.v1.Health; nothing is downloaded.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["node", "dist/src/cli/main.js", "healthcheck", "--addr", "127.0.0.1:9092"]
+# The service's own CLI asks grpc.health.v1.Health at the address and with the TLS the service was given
+# (IBEX_CONTEXT_GRPC_ADDR, IBEX_CONTEXT_TLS_CERT); under mutual TLS it asks the admin /readyz instead.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+  CMD ["node", "dist/src/cli/main.js", "healthcheck", "--local"]
 # Off loopback the service refuses to start without authentication: mount a token file or TLS material
 # (IBEX_CONTEXT_AUTH_TOKENS_FILE, IBEX_CONTEXT_TLS_*), or set IBEX_CONTEXT_ALLOW_INSECURE=true knowingly.
 ENTRYPOINT ["node", "dist/src/cli/main.js"]

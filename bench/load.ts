@@ -22,7 +22,7 @@ import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './l
 import { prepareLoadData } from './lib/load-data.js';
 import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
-import { writeLineChart } from './lib/plot.js';
+import { writeLoadCharts } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
 const USAGE = `usage: npm run bench:load -- [options]
@@ -192,25 +192,14 @@ async function main(argv: string[]): Promise<number> {
   mkdirSync(opts.out, { recursive: true });
   const jsonFile = path.join(opts.out, 'load.json');
   writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
-  const svgFile = path.join(opts.out, 'load.svg');
-  await writeLineChart(svgFile, {
-    title: 'AssembleContext latency against offered rate (open loop)',
+  const { svgFile, errorsSvgFile } = await writeLoadCharts(opts.out, {
+    rows,
+    stepSeconds: opts.stepSeconds,
+    timeoutMs: opts.timeoutMs,
+    p99TargetMs: opts.p99TargetMs,
     subtitle:
       `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
       `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`,
-    xTitle: 'offered rate (requests/s)',
-    yTitle: 'latency (ms, log scale)',
-    yLog: true,
-    series: [
-      { name: 'p50', points: rows.map((r) => ({ x: r.rate, y: r.p50_ms })) },
-      { name: 'p99', points: rows.map((r) => ({ x: r.rate, y: r.p99_ms })) },
-      { name: 'p99.9', points: rows.map((r) => ({ x: r.rate, y: r.p99_9_ms })) },
-      {
-        name: `${opts.p99TargetMs} ms target`,
-        dashed: true,
-        points: rows.map((r) => ({ x: r.rate, y: opts.p99TargetMs })),
-      },
-    ],
   });
 
   console.table(Object.fromEntries(rows.map((r) => [`${r.rate} rps`, tableCells(r)])));
@@ -232,7 +221,10 @@ async function main(argv: string[]): Promise<number> {
   } else {
     console.log(`highest rate with ${criterion}: none of the steps met it`);
   }
-  console.log(`wrote ${path.relative(process.cwd(), jsonFile)} and ${path.relative(process.cwd(), svgFile)}`);
+  console.log(
+    `wrote ${path.relative(process.cwd(), jsonFile)}, ${path.relative(process.cwd(), svgFile)} and ` +
+      `${path.relative(process.cwd(), errorsSvgFile)}`,
+  );
   return 0;
 }
 

@@ -12,10 +12,49 @@ async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
+/** Input shape of each JSON command (SPEC §13's table), for `--help`. */
+const INPUTS: Record<JsonCommand, string> = {
+  estimate: '{text, tokenizer_family, estimate_kind?}',
+  budget:
+    '{model, directive (string|null), recent_messages[{role,content}], tool_schemas[], nonce_bytes, available_tokens?}',
+  pack:
+    '{token_budget, tokenizer_family, dp_cell_ceiling, max_consecutive_skips,\n' +
+    '   candidates[{memory_id, content, category, similarity, confidence, rank, source}]}',
+  format:
+    '{directive (string|null), recent_messages[{role,content}], memories[{memory_id, category, content}],\n' +
+    '   tool_schemas[], nonce}',
+};
+
+/** Output fields of each JSON command (SPEC §13). */
+const OUTPUTS: Record<JsonCommand, string> = {
+  estimate: 'tokens, estimate_kind',
+  budget: 'the TokenBudget fields of SPEC §6, snake_case',
+  pack: 'memory_ids, total_tokens, total_score, skipped_count, was_budget_reached, path, candidates_evaluated',
+  format: 'assembled_context, memories_included',
+};
+
+/** `ibex-context <command> --help`. */
+export function jsonCommandUsage(command: JsonCommand): string {
+  return [
+    `usage: ibex-context ${command} [--jsonl] < input.json`,
+    '',
+    `Reads one input on stdin and prints the result as one JSON line (SPEC §13).`,
+    `  input:  ${INPUTS[command]}`,
+    `  output: ${OUTPUTS[command]}`,
+    '',
+    '  --jsonl     one input per line in, one output per line out, same order; a rejected line prints',
+    '              its {"error"} and the others go on',
+    '  -h, --help  this text',
+    '',
+    'A rejected input prints {"error": "<field>: <reason>; <field>: <reason>"} naming every problem,',
+    'and exits 1. Examples: the "input" of each vector in test/vectors/' + `${command}.json.`,
+  ].join('\n');
+}
+
 /**
  * Runs `command` over stdin.
- * @param argv remaining arguments: `--jsonl` or nothing.
- * @returns process exit code: 0 all good, 1 some input rejected, 2 bad usage.
+ * @param argv remaining arguments: `--jsonl`, `--help` or nothing.
+ * @returns process exit code: 0 all good (or `--help`), 1 some input rejected, 2 bad usage.
  */
 export async function runJsonCli(
   command: JsonCommand,
@@ -23,6 +62,10 @@ export async function runJsonCli(
   input: NodeJS.ReadableStream = process.stdin,
   output: NodeJS.WritableStream = process.stdout,
 ): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    output.write(`${jsonCommandUsage(command)}\n`);
+    return 0;
+  }
   const unknown = argv.filter((a) => a !== '--jsonl');
   if (unknown.length > 0) {
     output.write(`${JSON.stringify({ error: `arguments: unknown ${unknown.join(' ')}` })}\n`);

@@ -10,6 +10,7 @@ import { estimateTokens } from '../budget/estimate.js';
 import { formatContext } from '../format/formatter.js';
 import { pack } from '../pack/packer.js';
 import { interimScore } from '../ranking/score.js';
+import { describeIssues } from './input-issues.js';
 
 /** Names of the JSON commands. */
 export const JSON_COMMANDS = ['estimate', 'budget', 'pack', 'format'] as const;
@@ -66,11 +67,8 @@ function getCatalog(): CapabilityCatalog {
 
 function parse<C extends JsonCommand>(command: C, input: unknown): z.infer<(typeof schemas)[C]> {
   const result = schemas[command].safeParse(input);
-  if (!result.success) {
-    const issue = result.error.issues[0]!;
-    const field = issue.path.length > 0 ? issue.path.join('.') : 'input';
-    throw new InputError(`${field}: ${issue.message}`);
-  }
+  // Every problem at once, in the SPEC's words (issue 13).
+  if (!result.success) throw new InputError(describeIssues(result.error.issues, input));
   return result.data as z.infer<(typeof schemas)[C]>;
 }
 

@@ -15,7 +15,7 @@ const COMMANDS: Record<
   },
   ingest: {
     summary: 'load LoCoMo conversations into the embedded store',
-    load: () => import('./commands/ingest.js'),
+    load: () => import('./commands/ingest-cli.js'),
   },
   replay: {
     summary: 'replay LoCoMo turns against a running service',

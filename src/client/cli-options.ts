@@ -2,8 +2,19 @@
  * Flags shared by the client commands (`load`, `replay`, `assemble`, `healthcheck`): where the service
  * is and how to authenticate to it, plus small number parsers that fail with the flag's name.
  */
-import { status } from '@grpc/grpc-js';
-import { type ConnectionOptions, DEFAULT_ADDR, readPemFile, TOKEN_ENV } from './context-client.js';
+import { type StatusObject, status } from '@grpc/grpc-js';
+import {
+  type ConnectionOptions,
+  createContextClient,
+  DEFAULT_ADDR,
+  readPemFile,
+  TOKEN_ENV,
+} from './context-client.js';
+
+export { printCommandError } from '../cli/command-error.js';
+
+/** Port dialled when `--addr` names only a host (SPEC §3's default gRPC port). */
+export const DEFAULT_PORT = 9092;
 
 /** `parseArgs` option specs of the connection flags. */
 export const CONNECTION_FLAGS = {
@@ -18,7 +29,8 @@ export const CONNECTION_FLAGS = {
 
 /** Usage text of {@link CONNECTION_FLAGS}. */
 export const CONNECTION_USAGE = [
-  `  --addr <host:port>        service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_ADDR})`,
+  `  --addr <host[:port]>      service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_ADDR};`,
+  `                            port ${DEFAULT_PORT} when omitted)`,
   '  --tls                     use TLS with the system roots (default: insecure)',
   '  --tls-ca <pem file>       use TLS, trusting this CA bundle',
   '  --tls-server-name <name>  name to verify the server certificate against',
@@ -47,7 +59,7 @@ export function connectionFromFlags(
   values: ConnectionFlagValues,
   env: NodeJS.ProcessEnv = process.env,
 ): ConnectionOptions {
-  const addr = values.addr ?? (env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_ADDR);
+  const addr = withDefaultPort(values.addr ?? (env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_ADDR));
   const token = values.token ?? env[TOKEN_ENV];
   const conn: ConnectionOptions = { addr };
   if (token) conn.token = token;
@@ -90,4 +102,113 @@ export function numberFlag(
 /** Name of a gRPC status code (`DEADLINE_EXCEEDED`), or `CODE_<n>` for a code grpc-js does not know. */
 export function statusName(code: number): string {
   return (status as unknown as Record<number, string | undefined>)[code] ?? `CODE_${code}`;
+}
+
+/**
+ * Adds {@link DEFAULT_PORT} to an address that names only a host (`127.0.0.1`, `[::1]`, `svc.local`):
+ * grpc-js would otherwise dial 443 without a word (issue 13). Addresses with a port, and grpc-js
+ * targets with a scheme (`dns:///…`, `unix:…`), are returned unchanged.
+ * @throws Error for an empty address.
+ */
+export function withDefaultPort(addr: string): string {
+  const a = addr.trim();
+  if (a === '') throw new Error('--addr must not be empty');
+  if (a.startsWith('[')) return a.includes(']:') ? a : `${a}:${DEFAULT_PORT}`;
+  if (/^[^:]+:\d+$/.test(a)) return a;
+  // A bare IPv6 literal needs brackets to carry a port.
+  if (/^[0-9a-f:.]+$/i.test(a) && (a.match(/:/g)?.length ?? 0) >= 2) return `[${a}]:${DEFAULT_PORT}`;
+  if (a.includes(':')) return a; // a grpc-js target with a scheme: dns:///…, unix:…, ipv4:…
+  return `${a}:${DEFAULT_PORT}`;
+}
+
+/** Text of a connection failure: one line naming the address (issue 13). */
+export function unreachableMessage(addr: string, cause: string): string {
+  return `cannot reach the service at ${addr} (${cause}); is it running, and is --addr right?`;
+}
+
+/**
+ * Short cause of an UNAVAILABLE status from grpc-js details (`connect ECONNREFUSED 127.0.0.1:9092` ⇒
+ * `connection refused`), without grpc-js's trailing `Resolution note:` noise.
+ */
+export function unavailableCause(details: string): string {
+  if (/ECONNREFUSED/.test(details)) return 'connection refused';
+  if (/ENOTFOUND|EAI_AGAIN|Name resolution failed|DNS resolution failed/i.test(details))
+    return 'name not resolved';
+  if (/ETIMEDOUT|EHOSTUNREACH|ENETUNREACH/.test(details)) return 'host unreachable';
+  const first = details.split(/\n|Resolution note:|,/)[0]?.trim() ?? '';
+  return first === '' ? 'unavailable' : first.replace(/\.$/, '');
+}
+
+/** Which side's deadline ended a DEADLINE_EXCEEDED call. */
+export type DeadlineSide = 'client' | 'server';
+
+/**
+ * Tells whose deadline fired (issue 13). grpc-js reports the caller's own deadline as
+ * `Deadline exceeded…` (its client timer: `Deadline exceeded after <t>s, …`; its server enforcing the
+ * propagated grpc-timeout: `Deadline exceeded`). The service answers `deadline exceeded` when its
+ * deadline D passed — D is the sooner of its cap (IBEX_CONTEXT_TIMEOUT, SPEC §10) and the caller's
+ * deadline — so that text is the caller's when the call lasted about its timeout (`elapsedMs` ≥ 90 % of
+ * `timeoutMs`), else the server's cap. Without timings it is taken as the server's.
+ */
+export function deadlineSide(details: string, elapsedMs?: number, timeoutMs?: number): DeadlineSide {
+  if (details.startsWith('Deadline exceeded')) return 'client';
+  if (elapsedMs !== undefined && timeoutMs !== undefined && elapsedMs >= 0.9 * timeoutMs) return 'client';
+  return 'server';
+}
+
+/**
+ * Key of a non-OK status in an error breakdown: the code name, with DEADLINE_EXCEEDED split into
+ * `DEADLINE_EXCEEDED (client --timeout)` and `DEADLINE_EXCEEDED (server cap)` by {@link deadlineSide}.
+ * @param elapsedMs how long the call took, ms (from its send); with `timeoutMs`, the client's deadline.
+ */
+export function errorKey(
+  st: Pick<StatusObject, 'code' | 'details'>,
+  elapsedMs?: number,
+  timeoutMs?: number,
+): string {
+  const name = statusName(st.code);
+  if (st.code !== status.DEADLINE_EXCEEDED) return name;
+  return deadlineSide(st.details, elapsedMs, timeoutMs) === 'client'
+    ? `${name} (client --timeout)`
+    : `${name} (server cap)`;
+}
+
+/**
+ * One line describing a failed call for a person: the address for UNAVAILABLE, whose deadline fired
+ * for DEADLINE_EXCEEDED (with the client's timeout in ms), else `CODE: details`.
+ */
+export function describeStatus(
+  st: Pick<StatusObject, 'code' | 'details'>,
+  addr: string,
+  timeoutMs: number,
+  elapsedMs?: number,
+): string {
+  const name = statusName(st.code);
+  if (st.code === status.UNAVAILABLE) return unreachableMessage(addr, unavailableCause(st.details));
+  if (st.code === status.DEADLINE_EXCEEDED) {
+    return deadlineSide(st.details, elapsedMs, timeoutMs) === 'client'
+      ? `${name}: the client's deadline (--timeout ${timeoutMs} ms) passed before the answer came`
+      : `${name}: the service's deadline (its IBEX_CONTEXT_TIMEOUT cap) passed first: ${st.details}`;
+  }
+  return `${name}: ${st.details || 'no details'}`;
+}
+
+/**
+ * Checks within `timeoutMs` that something answers gRPC at `conn.addr`: one health check without
+ * wait-for-ready, so a refused connection fails at once instead of after a connect timeout.
+ * Any answer, even NOT_SERVING or UNIMPLEMENTED, counts as reachable.
+ * @returns null when reachable, else the one-line message of {@link unreachableMessage}.
+ */
+export async function probeService(conn: ConnectionOptions, timeoutMs = 1000): Promise<string | null> {
+  const client = createContextClient(conn);
+  try {
+    const outcome = await client.healthCheck('', { deadlineMs: timeoutMs });
+    const { code, details } = outcome.status;
+    if (code === status.UNAVAILABLE) return unreachableMessage(conn.addr, unavailableCause(details));
+    if (code === status.DEADLINE_EXCEEDED)
+      return unreachableMessage(conn.addr, `no answer within ${timeoutMs} ms`);
+    return null;
+  } finally {
+    client.close();
+  }
 }

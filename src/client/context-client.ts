@@ -79,6 +79,11 @@ export interface TlsOptions {
   cert?: Buffer;
   /** PEM private key of {@link TlsOptions.cert}. */
   key?: Buffer;
+  /**
+   * Skip verifying the server certificate. Only for `healthcheck --local`, which probes its own
+   * container's process on loopback and sends no token (issue 13).
+   */
+  skipVerify?: boolean;
 }
 
 /** How to reach the service. */
@@ -160,7 +165,8 @@ export function toMetadata(md: CallOptions['metadata']): Metadata {
 export function channelCredentials(tls: ConnectionOptions['tls']): ChannelCredentials {
   if (!tls) return credentials.createInsecure();
   if (tls === true) return credentials.createSsl();
-  return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
+  const verify = tls.skipVerify ? { rejectUnauthorized: false, checkServerIdentity: () => undefined } : {};
+  return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null, verify);
 }
 
 /**

@@ -13,7 +13,7 @@ import { performance } from 'node:perf_hooks';
 import { type Client, type ClientUnaryCall, Metadata, status } from '@grpc/grpc-js';
 import { build } from 'hdr-histogram-js';
 import type { AssembleContextResponse } from '../server/proto.js';
-import { statusName } from './cli-options.js';
+import { errorKey } from './cli-options.js';
 import {
   ASSEMBLE_METHOD,
   type CallOutcome,
@@ -123,7 +123,7 @@ export interface LoadReport {
     /** Of those, answered with any status (ok + errors). */
     completed: number;
     ok: number;
-    /** Non-OK statuses by gRPC code name (`DEADLINE_EXCEEDED`). */
+    /** Non-OK statuses by gRPC code name (`UNAVAILABLE`); DEADLINE_EXCEEDED split by whose deadline (cli-options `errorKey`). */
     errors: Record<string, number>;
     /** Sum of `errors`. */
     error_total: number;
@@ -336,7 +336,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadReport> {
       hist.recordValue(Math.max(1, Math.round((doneAt - intendedAt) * 1000)));
       const code = outcome.status.code;
       if (code !== status.OK) {
-        const name = statusName(code);
+        const name = errorKey(outcome.status, doneAt - sentAt, timeoutMs);
         errors[name] = (errors[name] ?? 0) + 1;
         errorTotal++;
         const details = errorDetails[name] ?? [];

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import { status } from '@grpc/grpc-js';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import type { LocomoConversation } from '../cli/commands/ingest.js';
-import { statusName } from './cli-options.js';
+import { errorKey } from './cli-options.js';
 import { type ConnectionOptions, createContextClient, LEVEL_METADATA_KEY } from './context-client.js';
 import { type LocomoRequestOptions, locomoRequests } from './locomo-requests.js';
 import { checkResponse, type ViolationKind } from './response-checks.js';
@@ -143,7 +143,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
         calls++;
         opts.onProgress?.(calls, planned.length);
         if (outcome.status.code !== status.OK || outcome.response === null) {
-          const name = statusName(outcome.status.code);
+          const name = errorKey(outcome.status, latencies.at(-1), timeoutMs);
           errors[name] = (errors[name] ?? 0) + 1;
           const details = errorDetails[name] ?? [];
           errorDetails[name] = details;

@@ -17,7 +17,6 @@ import {
   type sendUnaryData,
   status,
 } from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
 import { authorizeRequest } from '../auth/authorize-request.js';
@@ -37,10 +36,10 @@ import {
   CONTEXT_SERVICE_NAME,
   contextServiceDefinition,
   type DegradationLevel,
-  linkFileDescriptors,
-  PROTO_LOADER_OPTIONS,
-  packageDefinition,
+  PROTO_DIR,
+  PROTO_FILES,
 } from './proto.js';
+import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateAssembleRequest } from './validate.js';
 
 /** What the injected pipeline returns for one assembly. */
@@ -150,14 +149,16 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
   };
 }
 
-/** Our protos plus the health proto (so grpcurl can describe it too), linked for strict clients. */
+/**
+ * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
+ * strict reflection clients accept (issue 13; src/server/reflection-descriptors.ts).
+ */
 function reflectionDefinition() {
-  const root = path.resolve(path.dirname(healthProtoPath), '../..');
-  const health = loadSync(path.relative(root, healthProtoPath), {
-    ...PROTO_LOADER_OPTIONS,
-    includeDirs: [root],
-  });
-  return linkFileDescriptors({ ...health, ...packageDefinition });
+  const healthRoot = path.resolve(path.dirname(healthProtoPath), '../..');
+  return reflectionPackageDefinition([
+    { dir: PROTO_DIR, files: PROTO_FILES },
+    { dir: healthRoot, files: [path.relative(healthRoot, healthProtoPath)] },
+  ]);
 }
 
 type Outcome =

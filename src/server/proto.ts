@@ -6,7 +6,6 @@
  * absent message fields decode as `null`.
  */
 import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
@@ -47,7 +46,7 @@ export function resolveProtoDir(fromDir: string = path.dirname(fileURLToPath(imp
 /** Absolute path of the project's `proto/` directory. */
 export const PROTO_DIR = resolveProtoDir();
 
-/** Package definition of both protos (and google/protobuf/timestamp); reflection needs the whole of it. */
+/** Package definition of both protos (and google/protobuf/timestamp). */
 export const packageDefinition: PackageDefinition = loadSync([...PROTO_FILES], {
   ...PROTO_LOADER_OPTIONS,
   includeDirs: [PROTO_DIR],
@@ -58,132 +57,7 @@ export const contextServiceDefinition = packageDefinition[
   CONTEXT_SERVICE_NAME
 ] as unknown as ServiceDefinition;
 
-// ---- Reflection descriptors ----
-
-interface FieldDesc {
-  typeName?: string;
-  extendee?: string;
-}
-interface MessageDesc {
-  name: string;
-  field: FieldDesc[];
-  extension: FieldDesc[];
-  nestedType: MessageDesc[];
-  enumType: { name: string }[];
-}
-interface FileDesc {
-  name: string;
-  package: string;
-  dependency: string[];
-  messageType: MessageDesc[];
-  enumType: { name: string }[];
-  service: { name: string; method: { inputType?: string; outputType?: string }[] }[];
-  extension: FieldDesc[];
-}
-interface DescriptorCodec {
-  decode(bytes: Uint8Array): FileDesc;
-  encode(file: FileDesc): { finish(): Uint8Array };
-}
-
-/**
- * Returns a copy of `def` whose file descriptors list their imports and use fully qualified type names.
- *
- * proto-loader merges files per package and emits descriptors with no `dependency` entries and
- * package-relative type names (`auth.v1.PrincipalContext`); @grpc/reflection serves them as is, and
- * strict clients (grpcurl, via Go's protodesc) then refuse to link a message that uses a type from
- * another package (grpc/grpc-node#3034). Linking here keeps `grpcurl describe` working.
- */
-export function linkFileDescriptors(def: PackageDefinition): PackageDefinition {
-  // The descriptor codec of the protobufjs that proto-loader itself uses, so the encodings match.
-  const fromLoader = createRequire(createRequire(import.meta.url).resolve('@grpc/proto-loader'));
-  const codec = (fromLoader('protobufjs/ext/descriptor') as { FileDescriptorProto: DescriptorCodec })
-    .FileDescriptorProto;
-
-  // Only message and enum entries carry descriptors at the top level; that is all reflection reads.
-  const protosOf = (entry: object): Buffer[] => {
-    const protos = (entry as { fileDescriptorProtos?: unknown }).fileDescriptorProtos;
-    return Array.isArray(protos) ? (protos as Buffer[]) : [];
-  };
-  const decoded = new Map<string, FileDesc>();
-  for (const entry of Object.values(def)) {
-    for (const bytes of protosOf(entry)) {
-      const file = codec.decode(bytes);
-      if (!decoded.has(file.name)) decoded.set(file.name, file);
-    }
-  }
-
-  const owner = new Map<string, string>();
-  const indexMessage = (scope: string, m: MessageDesc, fileName: string) => {
-    const fqn = `${scope}.${m.name}`;
-    owner.set(fqn, fileName);
-    for (const e of m.enumType) owner.set(`${fqn}.${e.name}`, fileName);
-    for (const n of m.nestedType) indexMessage(fqn, n, fileName);
-  };
-  for (const file of decoded.values()) {
-    const pkg = file.package ? `.${file.package}` : '';
-    for (const m of file.messageType) indexMessage(pkg, m, file.name);
-    for (const e of file.enumType) owner.set(`${pkg}.${e.name}`, file.name);
-    for (const s of file.service) owner.set(`${pkg}.${s.name}`, file.name);
-  }
-
-  // Protobuf scoping: try the innermost scope first, then each enclosing one.
-  const resolve = (ref: string, scope: string): string | undefined => {
-    if (ref.startsWith('.')) return owner.has(ref) ? ref : undefined;
-    for (let s = scope; ; s = s.slice(0, Math.max(0, s.lastIndexOf('.')))) {
-      const candidate = `${s}.${ref}`;
-      if (owner.has(candidate)) return candidate;
-      if (s === '') return undefined;
-    }
-  };
-
-  const encoded = new Map<string, Buffer>();
-  for (const file of decoded.values()) {
-    const deps = new Set(file.dependency);
-    const link = (ref: string | undefined, scope: string): string | undefined => {
-      if (!ref) return ref;
-      const fqn = resolve(ref, scope);
-      if (fqn === undefined) return ref;
-      const from = owner.get(fqn)!;
-      if (from !== file.name) deps.add(from);
-      return fqn;
-    };
-    const linkMessage = (scope: string, m: MessageDesc) => {
-      const fqn = `${scope}.${m.name}`;
-      for (const f of [...m.field, ...m.extension]) {
-        f.typeName = link(f.typeName, fqn);
-        f.extendee = link(f.extendee, fqn);
-      }
-      for (const n of m.nestedType) linkMessage(fqn, n);
-    };
-    const pkg = file.package ? `.${file.package}` : '';
-    for (const m of file.messageType) linkMessage(pkg, m);
-    for (const f of file.extension) {
-      f.typeName = link(f.typeName, pkg);
-      f.extendee = link(f.extendee, pkg);
-    }
-    for (const s of file.service) {
-      for (const m of s.method) {
-        m.inputType = link(m.inputType, pkg);
-        m.outputType = link(m.outputType, pkg);
-      }
-    }
-    file.dependency = [...deps];
-    encoded.set(file.name, Buffer.from(codec.encode(file).finish()));
-  }
-
-  const out: PackageDefinition = {};
-  for (const [name, entry] of Object.entries(def)) {
-    const protos = protosOf(entry);
-    out[name] =
-      protos.length === 0
-        ? entry
-        : ({
-            ...entry,
-            fileDescriptorProtos: protos.map((b) => encoded.get(codec.decode(b).name) ?? b),
-          } as typeof entry);
-  }
-  return out;
-}
+// Reflection serves real file descriptors built in reflection-descriptors.ts (issue 13).
 
 // ---- Wire shapes (decoded with PROTO_LOADER_OPTIONS; all fields present) ----
 

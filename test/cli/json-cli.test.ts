@@ -57,7 +57,7 @@ describe('ibex-context JSON commands', () => {
     expect(lines).toHaveLength(3);
     expect(lines[0].memory_ids).toEqual((v.expect.reference as { memory_ids: string[] }).memory_ids);
     expect(lines[1].error).toMatch(/^input: invalid JSON/);
-    expect(lines[2]).toEqual({ error: 'token_budget: Invalid input: expected number, received string' });
+    expect(lines[2]).toEqual({ error: 'token_budget: must be a number, got string "x"' });
   });
 
   it('rejects invalid JSON, an invalid field and an unknown model with a JSON error and a non-zero exit', async () => {

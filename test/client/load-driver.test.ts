@@ -290,7 +290,7 @@ describe('runLoad, closed loop', () => {
     const fake = await startFake({ delayMs: 200 });
     const report = await runLoad({ addr: fake.addr, connections: 1, durationS: 0.5, timeoutMs: 50 });
     expect(report.requests.ok).toBe(0);
-    expect(report.requests.errors.DEADLINE_EXCEEDED).toBe(report.requests.sent);
+    expect(report.requests.errors['DEADLINE_EXCEEDED (client --timeout)']).toBe(report.requests.sent);
     expect(report.requests.sent).toBeGreaterThanOrEqual(3);
     expect(report.requests.unfinished).toBe(0);
   });
@@ -394,6 +394,6 @@ describe('ibex-context load (compiled CLI)', () => {
     expect(bad.stderr).toContain('--connections must be an integer');
     const down = await runCli(['load', '--addr', '127.0.0.1:1', '-d', '1', '--connect-timeout', '300']);
     expect(down.code).toBe(1);
-    expect(down.stderr).toContain('cannot connect to 127.0.0.1:1');
+    expect(down.stderr).toContain('cannot reach the service at 127.0.0.1:1 (connection refused)');
   });
 });

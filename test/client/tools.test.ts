@@ -468,7 +468,9 @@ describe('ibex-context healthcheck (compiled CLI)', () => {
     await grpc.drain(500);
     const down = await runCli(['healthcheck', '--addr', addr]);
     expect(down.code).toBe(1);
-    expect(down.stderr).toContain(`${addr}: UNAVAILABLE`);
+    expect(down.stderr.trim()).toBe(
+      `ibex-context healthcheck: cannot reach the service at ${addr} (connection refused); is it running, and is --addr right?`,
+    );
   });
 });
 
@@ -539,6 +541,12 @@ describe.skipIf(!hasOpenssl())('client TLS (certificates made with openssl at te
     expect(ok.code).toBe(0);
     const plaintext = await runCli(['healthcheck', '--addr', addr, '--timeout', '1000']);
     expect(plaintext.code).toBe(1);
+    // The Docker HEALTHCHECK: TLS because the service has a certificate, whose name/CA it does not check.
+    const local = await runCli(['healthcheck', '--local'], '', {
+      env: { IBEX_CONTEXT_GRPC_ADDR: addr, IBEX_CONTEXT_TLS_CERT: path.join(pki, 'server.crt') },
+    });
+    expect(local.stdout.trim()).toBe(`${addr}: SERVING`);
+    expect(local.code).toBe(0);
 
     const res = await runCli(
       [

@@ -170,7 +170,7 @@ describe('ingest into the embedded store', () => {
     const err = vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
     try {
       const org = '0b8e2f3c-1111-4a2b-9c3d-4e5f6a7b8c9d';
-      expect(await run(['--locomo', data, '--db', db, '--org', org.toUpperCase()])).toBe(0);
+      expect(await run(['--locomo', data, '--db', db, '--org', org.toUpperCase(), '--json'])).toBe(0);
       expect(await run(['--db', db])).toBe(2);
       expect(await run(['--locomo', data, '--org', 'nope'])).toBe(2);
       expect(await run(['--locomo', path.join(dir, 'missing'), '--db', db])).toBe(1);

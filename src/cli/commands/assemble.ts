@@ -8,7 +8,10 @@ import {
   CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
+  deadlineSide,
+  describeStatus,
   numberFlag,
+  printCommandError,
   statusName,
 } from '../../client/cli-options.js';
 import {
@@ -28,7 +31,10 @@ const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model 
       --max-memories <n>        options.max_memories (0..100; 0 = no cap)
       --available-tokens <n>    available_tokens
       --timeout <ms>            gRPC deadline (default 1000)
-      --json                    print the response object (or {"error", "code", "details"}) as JSON
+      --json                    print the response as JSON: assembled_context first, memories_used
+                                last, scores to 4 decimals, latencies to 0.01 ms (errors as
+                                {"error", "code", "details"[, "deadline": "client"|"server"]})
+  -h, --help                    this text
 ${CONNECTION_USAGE}`;
 
 /**
@@ -41,10 +47,54 @@ export function parseMessageFlag(text: string): Message {
   return { role: text.slice(0, i), content: text.slice(i + 1) };
 }
 
+const round = (x: number, places: number): number => {
+  const f = 10 ** places;
+  return Math.round(x * f) / f;
+};
+
+/**
+ * The response as `--json` prints it (issue 13): `assembled_context` first and `memories_used` last so
+ * the context is not buried under hundreds of rows, scores (float32 on the wire) rounded to 4 decimals
+ * and latencies to 0.01 ms so float noise such as 0.9819999933242798 reads as 0.982.
+ */
+export function presentResponse(res: AssembleContextResponse): Record<string, unknown> {
+  const { assembled_context, memories_used, metrics, degradation, ...rest } = res;
+  const ms = (x: number) => round(x, 2);
+  return {
+    assembled_context,
+    ...rest,
+    degradation: degradation && {
+      ...degradation,
+      branches: (degradation.branches ?? []).map((b) => ({ ...b, latency_ms: ms(b.latency_ms) })),
+    },
+    metrics: metrics && {
+      ...metrics,
+      budget_calculation_ms: ms(metrics.budget_calculation_ms),
+      directive_load_ms: ms(metrics.directive_load_ms),
+      hot_memory_retrieval_ms: ms(metrics.hot_memory_retrieval_ms),
+      cold_memory_retrieval_ms: ms(metrics.cold_memory_retrieval_ms),
+      ranking_ms: ms(metrics.ranking_ms),
+      packing_ms: ms(metrics.packing_ms),
+      formatting_ms: ms(metrics.formatting_ms),
+      total_ms: ms(metrics.total_ms),
+    },
+    memories_used: (memories_used ?? []).map((u) => ({
+      ...u,
+      composite_score: round(u.composite_score, 4),
+      relevance_score: round(u.relevance_score, 4),
+      recency_score: round(u.recency_score, 4),
+      usefulness_score: round(u.usefulness_score, 4),
+      similarity: round(u.similarity, 4),
+      confidence: round(u.confidence, 4),
+    })),
+  };
+}
+
 /** The table printed under the context: token counts, memories, level, branches, metrics. */
 export function formatAssembleSummary(res: AssembleContextResponse, levelHeader: string | undefined): string {
   const d = res.degradation;
   const m = res.metrics;
+  const r2 = (x: number) => round(x, 2);
   const byExclusion = new Map<string, number>();
   for (const u of res.memories_used ?? [])
     byExclusion.set(u.exclusion, (byExclusion.get(u.exclusion) ?? 0) + 1);
@@ -78,9 +128,10 @@ export function formatAssembleSummary(res: AssembleContextResponse, levelHeader:
     rows.push(
       [
         'metrics ms',
-        `total ${m.total_ms} · budget ${m.budget_calculation_ms} · directive ${m.directive_load_ms} · ` +
-          `hot ${m.hot_memory_retrieval_ms} · cold ${m.cold_memory_retrieval_ms} · ranking ${m.ranking_ms} · ` +
-          `packing ${m.packing_ms} · formatting ${m.formatting_ms}`,
+        `total ${r2(m.total_ms)} · budget ${r2(m.budget_calculation_ms)} · ` +
+          `directive ${r2(m.directive_load_ms)} · hot ${r2(m.hot_memory_retrieval_ms)} · ` +
+          `cold ${r2(m.cold_memory_retrieval_ms)} · ranking ${r2(m.ranking_ms)} · ` +
+          `packing ${r2(m.packing_ms)} · formatting ${r2(m.formatting_ms)}`,
       ],
       ['pool µs', `wait ${m.pool_wait_us} · run ${m.pool_run_us}`],
       ['candidates_evaluated', String(m.candidates_evaluated)],
@@ -100,7 +151,7 @@ export async function run(argv: string[]): Promise<number> {
   let conn: ConnectionOptions;
   let req: AssembleContextRequestInput;
   let timeoutMs: number;
-  let json: boolean;
+  let json = argv.includes('--json');
   try {
     const { values } = parseArgs({
       args: argv,
@@ -158,26 +209,28 @@ export async function run(argv: string[]): Promise<number> {
       },
     };
   } catch (err) {
-    process.stderr.write(`ibex-context assemble: ${(err as Error).message}\n${USAGE}\n`);
+    printCommandError('assemble', (err as Error).message, json);
+    if (!json) process.stderr.write(`${USAGE}\n`);
     return 2;
   }
 
   const client = createContextClient(conn);
   try {
+    const started = performance.now();
     const outcome = await client.assemble(req, { deadlineMs: timeoutMs });
+    const elapsedMs = performance.now() - started;
     if (outcome.status.code !== status.OK || outcome.response === null) {
       const code = statusName(outcome.status.code);
-      if (json) {
-        const error = `${code}: ${outcome.status.details}`;
-        process.stdout.write(`${JSON.stringify({ error, code, details: outcome.status.details })}\n`);
-      } else {
-        process.stderr.write(`ibex-context assemble: ${code}: ${outcome.status.details}\n`);
-      }
+      const extra: Record<string, unknown> = { code, details: outcome.status.details };
+      if (outcome.status.code === status.DEADLINE_EXCEEDED)
+        extra.deadline = deadlineSide(outcome.status.details, elapsedMs, timeoutMs);
+      const message = describeStatus(outcome.status, conn.addr, timeoutMs, elapsedMs);
+      printCommandError('assemble', message, json, extra);
       return 1;
     }
     const res = outcome.response;
     if (json) {
-      process.stdout.write(`${JSON.stringify(res, null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify(presentResponse(res), null, 2)}\n`);
     } else {
       const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
       const context = res.assembled_context === '' ? '(empty context)' : res.assembled_context;

@@ -10,9 +10,7 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
-import { loadSettings } from '../../config/settings.js';
-import { type DirectiveRow, EmbeddedStore, type MemoryRow } from '../../retrieval/embedded-store.js';
+import type { DirectiveRow, EmbeddedStore, MemoryRow } from '../../retrieval/embedded-store.js';
 import { canonicalUuid, uuidV5 } from '../../retrieval/uuid.js';
 
 /** Default org of ingested LoCoMo agents. */
@@ -330,55 +328,5 @@ export function ingestLocomo(
   return summary;
 }
 
-const USAGE = 'usage: ibex-context ingest --locomo <dir|file> [--db <path>] [--org <uuid>]';
-
-/**
- * CLI entry. Prints the {@link IngestSummary} as one JSON line on stdout.
- * @returns 0 on success, 2 for bad arguments, 1 when reading or writing fails (JSON `{"error"}` on stderr).
- */
-export async function run(argv: string[]): Promise<number> {
-  let locomo: string;
-  let db: string;
-  let org: string;
-  try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      options: {
-        locomo: { type: 'string' },
-        db: { type: 'string' },
-        org: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
-    if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
-    locomo = values.locomo;
-    const orgId = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
-    if (orgId === null) throw new Error('--org must be a UUID');
-    org = orgId;
-    // Only the store path is read from the environment, so unrelated settings cannot block an import.
-    db =
-      values.db ??
-      loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB }).embeddedDb;
-  } catch (err) {
-    process.stderr.write(`${JSON.stringify({ error: (err as Error).message })}\n${USAGE}\n`);
-    return 2;
-  }
-  let store: EmbeddedStore | undefined;
-  try {
-    const conversations = await readLocomo(locomo);
-    store = EmbeddedStore.open(db);
-    const summary = ingestLocomo(store, conversations, org);
-    process.stdout.write(`${JSON.stringify(summary)}\n`);
-    return 0;
-  } catch (err) {
-    process.stderr.write(`${JSON.stringify({ error: `ingest: ${(err as Error).message}` })}\n`);
-    return 1;
-  } finally {
-    store?.close();
-  }
-}
+/** The CLI entry lives in ingest-cli.ts (the command line of issue 13); re-exported for callers of this module. */
+export { run } from './ingest-cli.js';

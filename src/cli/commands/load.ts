@@ -9,6 +9,8 @@ import {
   CONNECTION_USAGE,
   connectionFromFlags,
   numberFlag,
+  printCommandError,
+  probeService,
 } from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
@@ -28,8 +30,12 @@ const USAGE = `usage: ibex-context load [options]
       --locomo <dir>        real LoCoMo turns as requests (as ingested by 'ibex-context ingest')
       --org <uuid>          org the LoCoMo conversations were ingested under
       --seed <n>            seed of the synthetic request generator (default 1)
-      --json                print one JSON object instead of the tables
-${CONNECTION_USAGE}`;
+      --json                print one JSON object instead of the tables (errors too: {"error": …})
+  -h, --help                this text
+${CONNECTION_USAGE}
+
+Errors are counted by gRPC code; DEADLINE_EXCEEDED is split into "(client --timeout)" and
+"(server cap)" (the service caps every call at its IBEX_CONTEXT_TIMEOUT).`;
 
 /**
  * CLI entry.
@@ -38,7 +44,7 @@ ${CONNECTION_USAGE}`;
  */
 export async function run(argv: string[]): Promise<number> {
   let opts: LoadOptions;
-  let json: boolean;
+  let json = argv.includes('--json');
   let locomo: { dir: string; org: string | undefined } | undefined;
   let seed: number;
   try {
@@ -92,7 +98,8 @@ export async function run(argv: string[]): Promise<number> {
     if (org === null) throw new Error('--org must be a UUID');
     if (values.locomo !== undefined) locomo = { dir: values.locomo, org };
   } catch (err) {
-    process.stderr.write(`ibex-context load: ${(err as Error).message}\n${USAGE}\n`);
+    printCommandError('load', (err as Error).message, json);
+    if (!json) process.stderr.write(`${USAGE}\n`);
     return 2;
   }
 
@@ -106,10 +113,16 @@ export async function run(argv: string[]): Promise<number> {
       source = syntheticSource({ seed });
     }
   } catch (err) {
-    process.stderr.write(`ibex-context load: ${(err as Error).message}\n`);
+    printCommandError('load', (err as Error).message, json);
     return 1;
   }
   opts.source = source;
+  // A refused connection is known at once: say so in a line instead of waiting out --connect-timeout.
+  const unreachable = await probeService(opts, Math.min(1000, opts.connectTimeoutMs!));
+  if (unreachable !== null) {
+    printCommandError('load', unreachable, json, { target: opts.addr });
+    return 1;
+  }
 
   const tty = process.stderr.isTTY === true;
   const controller = new AbortController();
@@ -140,7 +153,7 @@ export async function run(argv: string[]): Promise<number> {
     return 0;
   } catch (err) {
     if (tty) process.stderr.write('\r\x1b[2K');
-    process.stderr.write(`ibex-context load: ${(err as Error).message}\n`);
+    printCommandError('load', (err as Error).message, json, { target: opts.addr });
     return 1;
   } finally {
     process.removeListener('SIGINT', onSigint);

@@ -11,6 +11,8 @@ import {
   CONNECTION_USAGE,
   connectionFromFlags,
   numberFlag,
+  printCommandError,
+  probeService,
 } from '../../client/cli-options.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
 import { renderTable } from '../../client/stats.js';
@@ -25,8 +27,21 @@ const USAGE = `usage: ibex-context replay --locomo <dir> [options]
       --timeout <ms>        per-call gRPC deadline (default 1000)
       --org <uuid>          org the conversations were ingested under (default: ingest's default)
       --catalog <file>      catalog override for the budget check (default $IBEX_CONTEXT_CATALOG_FILE)
-      --json                print one JSON object instead of the summary
+      --json                print one JSON object instead of the summary (errors too: {"error": …})
+  -h, --help                this text
 ${CONNECTION_USAGE}`;
+
+/**
+ * Warning printed when calls succeeded but none got a memory: the usual cause is an --org (or store)
+ * other than the one the conversations were ingested into, which would otherwise pass silently.
+ */
+export function noMemoryWarning(r: Pick<ReplayReport, 'ok' | 'memories_included'>): string | null {
+  if (r.ok === 0 || r.memories_included.max > 0) return null;
+  return (
+    `warning: none of the ${r.ok} OK answers included a memory; check that --org is the org ` +
+    "'ibex-context ingest' printed and that the service reads the store ingest wrote"
+  );
+}
 
 /** The human summary of a replay. */
 export function formatReplayReport(r: ReplayReport): string {
@@ -74,7 +89,7 @@ export function formatReplayReport(r: ReplayReport): string {
 export async function run(argv: string[]): Promise<number> {
   let opts: Omit<ReplayOptions, 'conversations'>;
   let dir: string;
-  let json: boolean;
+  let json = argv.includes('--json');
   try {
     const { values } = parseArgs({
       args: argv,
@@ -114,8 +129,14 @@ export async function run(argv: string[]): Promise<number> {
       opts.orgId = org;
     }
   } catch (err) {
-    process.stderr.write(`ibex-context replay: ${(err as Error).message}\n${USAGE}\n`);
+    printCommandError('replay', (err as Error).message, json);
+    if (!json) process.stderr.write(`${USAGE}\n`);
     return 2;
+  }
+  const unreachable = await probeService(opts);
+  if (unreachable !== null) {
+    printCommandError('replay', unreachable, json, { target: opts.addr });
+    return 1;
   }
 
   const tty = process.stderr.isTTY === true;
@@ -142,10 +163,12 @@ export async function run(argv: string[]): Promise<number> {
     process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatReplayReport(report)}\n`);
     const errorCount = Object.values(report.errors).reduce((s, n) => s + n, 0);
     if (report.calls === 0) process.stderr.write('ibex-context replay: no turns to replay\n');
+    const warning = noMemoryWarning(report);
+    if (warning !== null) process.stderr.write(`ibex-context replay: ${warning}\n`);
     return errorCount === 0 && report.invariant_violations === 0 && report.calls > 0 ? 0 : 1;
   } catch (err) {
     if (tty) process.stderr.write('\r\x1b[2K');
-    process.stderr.write(`ibex-context replay: ${(err as Error).message}\n`);
+    printCommandError('replay', (err as Error).message, json);
     return 1;
   } finally {
     process.removeListener('SIGINT', onSigint);

@@ -2,6 +2,7 @@
  * `ibex-context serve` (what `npm start` runs): the gRPC service on the embedded store unless the memory
  * URL / Redis URL are set. SIGTERM/SIGINT drain gracefully and exit 0.
  */
+import os from 'node:os';
 import { type AuthSetup, setupAuth } from '../../auth/setup-auth.js';
 import { loadSettings } from '../../config/settings.js';
 import { startService } from '../../server/service.js';
@@ -9,11 +10,14 @@ import { createLogger } from '../../telemetry/logger.js';
 
 /** Runs until a signal; returns the exit code (0 after a clean drain, 1 on a start-up failure). */
 export async function run(argv: string[]): Promise<number> {
-  if (argv.includes('--help')) {
-    console.log(
-      'usage: ibex-context serve   (configured by IBEX_CONTEXT_* environment variables; see README)',
-    );
+  if (argv.includes('--help') || argv.includes('-h')) {
+    const { serveUsage } = await import('./serve-help.js');
+    console.log(serveUsage());
     return 0;
+  }
+  if (argv.length > 0) {
+    console.error(`ibex-context serve: unknown argument ${argv[0]} (serve takes no flags; see --help)`);
+    return 2;
   }
   let settings: ReturnType<typeof loadSettings>;
   try {
@@ -23,6 +27,14 @@ export async function run(argv: string[]): Promise<number> {
     return 1;
   }
   const logger = createLogger(settings);
+  const cores = os.availableParallelism();
+  if (settings.pool.maxThreads > cores) {
+    // Allowed (a pod may be given more cores later) but worth a word: extra threads only add switches.
+    logger.warn(
+      { pool_max_threads: settings.pool.maxThreads, cores },
+      'IBEX_CONTEXT_POOL_MAX_THREADS exceeds the cores available; threads beyond the cores add context switches, not throughput',
+    );
+  }
   // Before anything heavy starts: a bad TLS/token file or an unauthenticated public address exits 1 here.
   let auth: AuthSetup;
   try {

@@ -1,0 +1,110 @@
+/**
+ * `ibex-context ingest`: the command line around {@link ingestLocomo} (issue 13): flags, a progress line on
+ * a terminal, a short table of what was written (or one JSON object with `--json`).
+ */
+import { parseArgs } from 'node:util';
+import { renderTable } from '../../client/stats.js';
+import { loadSettings } from '../../config/settings.js';
+import { EmbeddedStore } from '../../retrieval/embedded-store.js';
+import { canonicalUuid } from '../../retrieval/uuid.js';
+import { printCommandError } from '../command-error.js';
+import { type IngestSummary, ingestLocomo, LOCOMO_ORG_ID, readLocomo } from './ingest.js';
+
+// A function, not a constant: ingest.ts re-exports run(), so this module may be evaluated before
+// ingest.ts has defined LOCOMO_ORG_ID.
+const usage = () => `usage: ibex-context ingest --locomo <dir|file> [options]
+
+      --locomo <dir|file>   LoCoMo conversations (a directory of *.json, or one file)
+      --db <path>           embedded store to write (default $IBEX_CONTEXT_EMBEDDED_DB or ./var/ibex-context.db)
+      --org <uuid>          org to ingest under (default ${LOCOMO_ORG_ID})
+      --json                print the summary as one JSON object (errors as {"error"})
+  -h, --help                this text
+
+Each conversation becomes one agent (its memories and directive replace what that agent had).
+Prints the org and a table of agents; pass the org and an agent to 'assemble', the dir to 'replay'.`;
+
+/** The human summary of an ingest: where, which org, and one row per agent. */
+export function formatIngestSummary(summary: IngestSummary): string {
+  const rows = [
+    ['agent_id', 'sample', 'speakers', 'memories'],
+    ...summary.agents.map((a) => [a.agent_id, a.sample_id, a.speakers.join(' & '), String(a.memories)]),
+    ['total', '', `${summary.agents.length} agents`, String(summary.memories)],
+  ];
+  return [`ingested into ${summary.db}`, `org_id ${summary.org_id}`, renderTable(rows)].join('\n');
+}
+
+/**
+ * CLI entry. Prints a table (or with `--json` the {@link IngestSummary} as one JSON line) on stdout, and
+ * a progress line on stderr when it is a terminal.
+ * @returns 0 on success, 2 for bad arguments, 1 when reading or writing fails (the error as text on
+ *   stderr, or `{"error"}` on stdout with `--json`).
+ */
+export async function run(argv: string[]): Promise<number> {
+  let locomo: string;
+  let db: string;
+  let org: string;
+  let json = argv.includes('--json');
+  try {
+    const { values } = parseArgs({
+      args: argv,
+      strict: true,
+      options: {
+        locomo: { type: 'string' },
+        db: { type: 'string' },
+        org: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+    if (values.help) {
+      process.stdout.write(`${usage()}\n`);
+      return 0;
+    }
+    json = values.json ?? false;
+    if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
+    locomo = values.locomo;
+    const orgId = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
+    if (orgId === null) throw new Error('--org must be a UUID');
+    org = orgId;
+    // Only the store path is read from the environment, so unrelated settings cannot block an import.
+    db =
+      values.db ??
+      loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB }).embeddedDb;
+  } catch (err) {
+    printCommandError('ingest', (err as Error).message, json);
+    if (!json) process.stderr.write(`${usage()}\n`);
+    return 2;
+  }
+  const tty = process.stderr.isTTY === true;
+  let store: EmbeddedStore | undefined;
+  try {
+    const conversations = await readLocomo(locomo);
+    store = EmbeddedStore.open(db);
+    // One conversation at a time, so a terminal sees progress; the summary is the same as one call's.
+    let summary: IngestSummary | undefined;
+    for (const [i, conv] of conversations.entries()) {
+      const one = ingestLocomo(store, [conv], org);
+      if (summary === undefined) summary = one;
+      else {
+        summary.agents.push(...one.agents);
+        summary.memories += one.memories;
+        summary.directives += one.directives;
+      }
+      if (tty) {
+        process.stderr.write(
+          `\r\x1b[2Kingest ${i + 1}/${conversations.length} conversations, ${summary.memories} memories`,
+        );
+      }
+    }
+    summary ??= ingestLocomo(store, [], org);
+    if (tty) process.stderr.write('\r\x1b[2K');
+    process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
+    return 0;
+  } catch (err) {
+    if (tty) process.stderr.write('\r\x1b[2K');
+    printCommandError('ingest', (err as Error).message, json);
+    return 1;
+  } finally {
+    store?.close();
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * `ibex-context serve --help`: the environment variables the service reads, with their defaults.
+ * The list is not written by hand: {@link settingNames} runs `loadSettings` over an empty environment that
+ * records every name it is asked for, so a variable added to src/config/settings.ts shows up here (and in
+ * the test that checks the README table) without anyone remembering to list it (issue 13).
+ */
+import os from 'node:os';
+import { loadSettings, type Settings } from '../../config/settings.js';
+
+/**
+ * Every environment variable name `loadSettings` reads, in the order it reads them (aliases included:
+ * with nothing set, each alias is consulted).
+ */
+export function settingNames(): string[] {
+  const seen: string[] = [];
+  const recorder = new Proxy<Record<string, string | undefined>>(
+    {},
+    {
+      get(_target, key) {
+        if (typeof key === 'string' && !seen.includes(key)) seen.push(key);
+        return undefined;
+      },
+    },
+  );
+  loadSettings(recorder);
+  return seen;
+}
+
+/** What one variable means, and its default as the code computes it from the defaults. */
+interface SettingDoc {
+  meaning: string;
+  default: (s: Settings) => string;
+}
+
+const ms = (v: number) => `${v} ms`;
+const quoted = (v: string) => (v === '' ? '""' : v);
+
+/**
+ * Meaning and default of each variable. Aliases (MEMORY_BASE_URL, REDIS_URL, …) point at the
+ * `IBEX_CONTEXT_*` name they stand for.
+ */
+export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
+  IBEX_CONTEXT_TIMEOUT: {
+    meaning: 'outer retrieval budget and the cap of every call',
+    default: (s) => ms(s.timeoutMs),
+  },
+  IBEX_CONTEXT_TIMEOUT_MS: { aliasOf: 'IBEX_CONTEXT_TIMEOUT' },
+  IBEX_CONTEXT_DEADLINE_MS: {
+    meaning: 'retrieval wall; effective = min(TIMEOUT, DEADLINE_MS)',
+    default: (s) => ms(s.deadlineMs),
+  },
+  IBEX_CONTEXT_POOL_MAX_THREADS: {
+    meaning: 'CPU-stage worker threads at most (more than the cores only adds switches)',
+    default: (s) => `${s.pool.maxThreads} (the cores)`,
+  },
+  IBEX_CONTEXT_POOL_MIN_THREADS: {
+    meaning: 'worker threads kept warm, all started before SERVING',
+    default: (s) => `${s.pool.minThreads} (min(max threads, cores))`,
+  },
+  IBEX_CONTEXT_MEMORY_BASE_URL: {
+    meaning: 'memory service origin; blank = embedded store',
+    default: (s) => quoted(s.memoryBaseUrl),
+  },
+  MEMORY_BASE_URL: { aliasOf: 'IBEX_CONTEXT_MEMORY_BASE_URL' },
+  IBEX_CONTEXT_MEMORY_API_TOKEN: {
+    meaning: 'memory service bearer token (required with the URL)',
+    default: () => '""',
+  },
+  MEMORY_API_TOKEN: { aliasOf: 'IBEX_CONTEXT_MEMORY_API_TOKEN' },
+  IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: {
+    meaning: 'directive branch timeout',
+    default: (s) => ms(s.directiveTimeoutMs),
+  },
+  IBEX_CONTEXT_HOT_TIMEOUT_MS: { meaning: 'hot memory branch timeout', default: (s) => ms(s.hotTimeoutMs) },
+  IBEX_CONTEXT_COLD_TIMEOUT_MS: {
+    meaning: 'cold search branch timeout',
+    default: (s) => ms(s.coldTimeoutMs),
+  },
+  IBEX_CONTEXT_REDIS_URL: {
+    meaning: 'Redis directive store; blank = embedded directives',
+    default: (s) => quoted(s.redisUrl),
+  },
+  REDIS_URL: { aliasOf: 'IBEX_CONTEXT_REDIS_URL' },
+  IBEX_CONTEXT_GRPC_ADDR: { meaning: 'gRPC listen address (host:port)', default: (s) => s.grpcAddr },
+  IBEX_CONTEXT_ADMIN_ADDR: {
+    meaning: 'admin HTTP: /metrics, /healthz, /readyz',
+    default: (s) => s.adminAddr,
+  },
+  IBEX_CONTEXT_PACKER_DP_CELL_CEILING: {
+    meaning: 'DP table ceiling in cells (SPEC §8)',
+    default: (s) => String(s.dpCellCeiling),
+  },
+  IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS: {
+    meaning: 'greedy fallback skip limit',
+    default: (s) => String(s.maxConsecutiveSkips),
+  },
+  IBEX_CONTEXT_FORMATTER_NONCE_BYTES: {
+    meaning: 'nonce entropy in bytes (1..64)',
+    default: (s) => String(s.nonceBytes),
+  },
+  IBEX_CONTEXT_CATALOG_FILE: {
+    meaning: 'capability catalog override file',
+    default: (s) => quoted(s.catalogFile),
+  },
+  IBEX_CONTEXT_EMBEDDED_DB: { meaning: 'embedded SQLite store', default: (s) => s.embeddedDb },
+  IBEX_CONTEXT_EMBEDDED_READ_THREADS: {
+    meaning: 'threads running FTS5 searches (0 = event loop)',
+    default: (s) => String(s.embeddedReadThreads),
+  },
+  IBEX_CONTEXT_POOL_MAX_QUEUE: {
+    meaning: 'queued CPU tasks before pool_saturated',
+    default: (s) => `${s.pool.maxQueue} (64 × max threads)`,
+  },
+  IBEX_CONTEXT_POOL_IDLE_TIMEOUT_MS: {
+    meaning: 'idle worker retirement above min threads',
+    default: (s) => ms(s.pool.idleTimeoutMs),
+  },
+  IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB: {
+    meaning: 'worker heap limit, MB',
+    default: (s) => String(s.pool.maxOldGenerationMb),
+  },
+  IBEX_CONTEXT_SHUTDOWN_GRACE_MS: {
+    meaning: 'SIGTERM: time in-flight calls get to finish',
+    default: (s) => ms(s.shutdownGraceMs),
+  },
+  IBEX_CONTEXT_CPU_STAGE_RESERVE_MS: {
+    meaning: 'share of the deadline kept for the CPU stage',
+    default: (s) => ms(s.cpuStageReserveMs),
+  },
+  IBEX_CONTEXT_MAX_IN_FLIGHT: {
+    meaning: 'calls in flight past which new calls get L2 overloaded',
+    default: (s) => String(s.maxInFlight),
+  },
+  IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES: {
+    meaning: 'largest accepted request, bytes',
+    default: (s) => String(s.maxReceiveMessageBytes),
+  },
+  IBEX_CONTEXT_MAX_METADATA_BYTES: {
+    meaning: 'largest accepted request metadata, bytes',
+    default: (s) => String(s.maxMetadataBytes),
+  },
+  IBEX_CONTEXT_TLS_CERT: { meaning: 'server TLS certificate (PEM file)', default: () => '""' },
+  IBEX_CONTEXT_TLS_KEY: { meaning: 'server TLS key (PEM file)', default: () => '""' },
+  IBEX_CONTEXT_TLS_CLIENT_CA: {
+    meaning: 'CA of client certificates: enables mutual TLS',
+    default: () => '""',
+  },
+  IBEX_CONTEXT_AUTH_TOKENS_FILE: { meaning: 'bearer-token file (token → org ids)', default: () => '""' },
+  IBEX_CONTEXT_ALLOW_INSECURE: {
+    meaning: 'allow a non-loopback bind with no authentication',
+    default: (s) => String(s.auth.allowInsecure),
+  },
+  IBEX_CONTEXT_LOG_LEVEL: { meaning: 'pino level', default: (s) => s.logLevel },
+};
+
+/** Names `loadSettings` reads that {@link SETTING_DOCS} does not describe (should be none). */
+export function undocumentedSettings(): string[] {
+  return settingNames().filter((n) => !(n in SETTING_DOCS));
+}
+
+/** The full `serve --help` text: usage, then one line per variable with its default. */
+export function serveUsage(): string {
+  const defaults = loadSettings({});
+  const names = settingNames();
+  const aliases = new Map<string, string[]>();
+  for (const n of names) {
+    const d = SETTING_DOCS[n];
+    if (d && 'aliasOf' in d) aliases.set(d.aliasOf, [...(aliases.get(d.aliasOf) ?? []), n]);
+  }
+  const rows: [string, string, string][] = [];
+  for (const n of names) {
+    const d = SETTING_DOCS[n];
+    if (d && 'aliasOf' in d) continue;
+    const label = [n, ...(aliases.get(n) ?? [])].join(', ');
+    rows.push(
+      d ? [label, d.default(defaults), d.meaning] : [label, '?', '(not described yet: see the README)'],
+    );
+  }
+  const w0 = Math.max(...rows.map((r) => r[0].length));
+  const w1 = Math.max(...rows.map((r) => r[1].length));
+  return [
+    'usage: ibex-context serve',
+    '',
+    'Runs the gRPC service until SIGTERM/SIGINT (then drains and exits 0). It takes no flags: it is',
+    'configured by these environment variables (an invalid value stops start-up, naming the variable;',
+    'timeouts take ms or text such as "45ms" / "0.05s"; of two names the first one set wins).',
+    `Defaults shown for this machine (${os.availableParallelism()} cores).`,
+    '',
+    ...rows.map(([n, def, m]) => `  ${n.padEnd(w0)}  ${def.padEnd(w1)}  ${m}`),
+  ].join('\n');
+}
