@@ -1,7 +1,9 @@
 /**
  * `npm run bench:pack`: packer latency on the five shapes of the core issue (o200k family, contents 40–4000
- * random characters, fixed seed) and packer quality over the shared pack vectors. Figures, not gates.
- * Writes bench/results/pack.json.
+ * random characters, fixed seed), each timed with and without the branch-and-bound refinement in the same
+ * run (issue 12: p99 may grow by at most 20 %), and packer quality over the shared pack vectors and over 200
+ * generated DP-path instances (bench/pack-quality.ts). Figures, not gates. Writes bench/results/pack.json.
+ * BENCH_TIME_MS sets the time per task (default 1500); QUALITY_INSTANCES the instance count (default 200).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Bench } from 'tinybench';
@@ -10,6 +12,7 @@ import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/c
 import { pack } from '../src/pack/packer.js';
 import { projectPath } from './lib/paths.js';
 import { packColumns, syntheticCandidates } from './lib/synthetic.js';
+import { packQuality } from './pack-quality.js';
 
 interface Shape {
   case: string;
@@ -67,6 +70,12 @@ async function main() {
     };
     const probe = pack(input);
     const sum = cols.tokens.reduce((a, b) => a + b, 0);
+    // Interleaved so both variants see the same machine load; `before` is the packer without issue 12's
+    // branch-and-bound (searchNodeLimit 0), everything else equal.
+    const before = { ...input, searchNodeLimit: 0 };
+    bench.add(`${shape.case}:before`, () => {
+      pack(before);
+    });
     bench.add(shape.case, () => {
       pack(input);
     });
@@ -82,19 +91,35 @@ async function main() {
     });
   }
   await bench.run();
-  const cases = rows.map((row, i) => {
-    const task = bench.tasks[i]!;
-    const r = task.result as { latency?: { p50: number; p99: number; samplesCount: number } };
-    const lat = r.latency!;
+  const latency = (name: string) => {
+    const task = bench.tasks.find((t) => t.name === name)!;
+    return (task.result as { latency: { p50: number; p99: number; samplesCount: number } }).latency;
+  };
+  const us = (ms: number) => Math.round(ms * 1000 * 10) / 10;
+  const cases = rows.map((row) => {
+    const lat = latency(row.case);
+    const before = latency(`${row.case}:before`);
     return {
       ...row,
-      p50_us: Math.round(lat.p50 * 1000 * 10) / 10,
-      p99_us: Math.round(lat.p99 * 1000 * 10) / 10,
+      p50_us: us(lat.p50),
+      p99_us: us(lat.p99),
       samples: lat.samplesCount,
+      before_p99_us: us(before.p99),
+      p99_ratio: Math.round((lat.p99 / before.p99) * 1000) / 1000,
     };
   });
   const quality = packerQuality();
-  const result = { generated_at: new Date().toISOString(), node: process.version, cases, quality };
+  const generated = packQuality(0x12, Number(process.env.QUALITY_INSTANCES ?? 200), [
+    DEFAULT_DP_CELL_CEILING,
+    50,
+  ]);
+  const result = {
+    generated_at: new Date().toISOString(),
+    node: process.version,
+    cases,
+    quality,
+    generated_quality: generated,
+  };
   mkdirSync(projectPath('bench/results'), { recursive: true });
   writeFileSync(projectPath('bench/results/pack.json'), `${JSON.stringify(result, null, 2)}\n`);
   console.table(
@@ -106,9 +131,22 @@ async function main() {
       token_sum: c.token_sum,
       p50_us: c.p50_us,
       p99_us: c.p99_us,
+      before_p99_us: c.before_p99_us,
+      p99_ratio: c.p99_ratio,
       samples: c.samples,
     })),
   );
+  console.table(
+    generated.rows.map((r) => ({
+      dp_cell_ceiling: r.dp_cell_ceiling,
+      algorithm: r.algorithm,
+      instances: r.instances,
+      mean: r.mean.toFixed(5),
+      min: r.min.toFixed(4),
+      below_0999: r.below_0999,
+    })),
+  );
+  console.log(`instances where ours < ADR-0069: ${generated.below_reference}`);
   console.log(
     `quality over ${quality.dp_instances} DP-path vectors: mean ${quality.mean_ratio.toFixed(6)}, min ${quality.min_ratio.toFixed(6)} of the optimum`,
   );

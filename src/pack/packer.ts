@@ -11,6 +11,8 @@
  */
 import { Errors } from '../errors.js';
 import { compareCodePoints } from '../format/code-point-order.js';
+import { DeadlineReached, epochNow, knapsack } from './knapsack.js';
+import { DEFAULT_SEARCH_NODE_LIMIT, improveBySearch } from './search.js';
 
 /** DP capacity unit in tokens (ADR-0069). */
 export const BUCKET_TOKENS = 16;
@@ -50,6 +52,16 @@ export interface PackInput {
    * 0 disables refinement (ADR-0069 plus refill-from-empty only).
    */
   refineCellCeiling?: number;
+  /**
+   * Node limit of the exact-weight branch-and-bound that runs last on the DP path (issue 12); default
+   * {@link DEFAULT_SEARCH_NODE_LIMIT}. 0 disables it.
+   */
+  searchNodeLimit?: number;
+  /**
+   * Returns the ADR-0069 algorithm's answer alone (steps 1–9, no refinement): the reference that the
+   * refined answer is never below. For benches and tests.
+   */
+  adr0069Only?: boolean;
 }
 
 /** Packer output (SPEC §8 step 9). */
@@ -71,111 +83,11 @@ export interface PackResult {
   /** n × (buckets + 1) with 16-token buckets: the size that decided the path. */
   cells: number;
   buckets: number;
-  /** Which answer won on the DP path: `adr0069`, `refined` or `refill`; `greedy`/`trivial` otherwise. */
-  source: 'adr0069' | 'refined' | 'refill' | 'greedy' | 'trivial';
-}
-
-/** Thrown inside the DP when the deadline is nearly spent; never escapes {@link pack}. */
-class DeadlineReached extends Error {}
-
-// Scratch reused across calls (one packer per thread, calls never interleave).
-let bestRow = new Float64Array(0);
-let keepTable = new Uint8Array(0);
-let rowMeta = new Int32Array(0);
-
-function ensureScratch(capacity: number, cells: number, rows: number): void {
-  if (bestRow.length < capacity + 1) bestRow = new Float64Array(Math.max(capacity + 1, bestRow.length * 2));
-  if (keepTable.length < cells) keepTable = new Uint8Array(Math.max(cells, keepTable.length * 2));
-  if (rowMeta.length < rows * 3) rowMeta = new Int32Array(Math.max(rows * 3, rowMeta.length * 2));
-}
-
-const epochNow = (): number => performance.timeOrigin + performance.now();
-
-/**
- * Bucketed 0/1 knapsack over items already in canonical order.
- *
- * Same recurrence as ADR-0069 (take at c iff best[c − w] + v > best[c], strict; backtrack from the last
- * item at full capacity), computed only on cells that can matter: a row's capacities above the prefix
- * weight sum all equal its value at that sum, and capacities the backtrack can never reach (below
- * capacity − remaining weight) are skipped. Every visited cell holds exactly the value the full table would.
- *
- * @param weights bucket weights per canonical position
- * @param values scores per canonical position
- * @param capacity table capacity in buckets
- * @param out 1 at selected canonical positions (overwritten)
- * @returns cells computed
- * @throws DeadlineReached when `deadline` passes between rows
- */
-function knapsack(
-  weights: Int32Array,
-  values: Float64Array,
-  capacity: number,
-  out: Uint8Array,
-  deadline: number,
-): number {
-  const n = weights.length;
-  // suffix[i] = takeable weight of items i..n-1 (capped so sums cannot overflow).
-  const suffix = new Float64Array(n + 1);
-  for (let i = n - 1; i >= 0; i--) {
-    const w = weights[i]!;
-    suffix[i] = suffix[i + 1]! + (w <= capacity ? w : 0);
-  }
-  ensureScratch(capacity, n * (capacity + 1), n);
-  const best = bestRow;
-  const keep = keepTable;
-  const meta = rowMeta;
-  best[0] = 0;
-  let prefix = 0;
-  let cursor = 0;
-  let computed = 0;
-  const checkClock = Number.isFinite(deadline);
-  for (let i = 0; i < n; i++) {
-    if (checkClock && (i & 3) === 0 && epochNow() > deadline) throw new DeadlineReached();
-    const w = weights[i]!;
-    const v = values[i]!;
-    const takeable = w <= capacity;
-    const hi = takeable ? Math.min(capacity, prefix + w) : prefix;
-    // Cells above the previous prefix still hold 0: they equal the value at the prefix.
-    if (hi > prefix) best.fill(best[prefix]!, prefix + 1, hi + 1);
-    const lo = Math.max(0, Math.min(capacity - suffix[i + 1]!, hi));
-    meta[3 * i] = lo;
-    meta[3 * i + 1] = hi;
-    meta[3 * i + 2] = cursor;
-    const base = cursor - lo;
-    if (!takeable || w > hi) {
-      keep.fill(0, cursor, cursor + hi - lo + 1);
-    } else {
-      // Capacities below w cannot take the item; the rest compare in place, high to low, so best[c − w]
-      // still holds the previous row's value.
-      const mid = Math.max(lo, w);
-      for (let c = hi; c >= mid; c--) {
-        const candidate = best[c - w]! + v;
-        if (candidate > best[c]!) {
-          best[c] = candidate;
-          keep[base + c] = 1;
-        } else {
-          keep[base + c] = 0;
-        }
-      }
-      if (mid > lo) keep.fill(0, cursor, cursor + mid - lo);
-    }
-    cursor += hi - lo + 1;
-    computed += hi - lo + 1;
-    prefix = hi;
-  }
-  out.fill(0);
-  let c = capacity;
-  for (let i = n - 1; i >= 0; i--) {
-    const lo = meta[3 * i]!;
-    const hi = meta[3 * i + 1]!;
-    if (c > hi) c = hi;
-    if (c < lo) throw new Error(`knapsack backtrack left the computed band at row ${i}`);
-    if (keep[meta[3 * i + 2]! - lo + c] === 1) {
-      out[i] = 1;
-      c -= weights[i]!;
-    }
-  }
-  return computed;
+  /**
+   * Which answer won on the DP path: `adr0069`, `refined` (finer table), `refill` (refill from empty) or
+   * `search` (branch-and-bound); `greedy`/`trivial` otherwise.
+   */
+  source: 'adr0069' | 'refined' | 'refill' | 'search' | 'greedy' | 'trivial';
 }
 
 /** Sum of tokens of the selected canonical positions. */
@@ -383,6 +295,7 @@ export function pack(input: PackInput): PackResult {
     let total = repair(sel, tokens, values, ids, budget);
     total = refill(sel, tokens, budget, total);
     improve(sel, tokens, values, budget, total, stopAt);
+    if (input.adr0069Only) return finish('dp', null, 'adr0069');
     let bestScore = selectedScore(sel, values);
     let source: PackResult['source'] = 'adr0069';
 
@@ -398,6 +311,19 @@ export function pack(input: PackInput): PackResult {
 
     // Refinements only ever replace ADR-0069's answer with a better one; out of time, they are skipped.
     const alt = new Uint8Array(n);
+    // First the exact-weight branch-and-bound seeded with ADR-0069's answer: when it explores its whole
+    // tree the answer is optimal and the table refinements below cannot beat it, so they are skipped.
+    const nodeLimit = input.searchNodeLimit ?? DEFAULT_SEARCH_NODE_LIMIT;
+    if (nodeLimit > 0 && epochNow() < stopAt) {
+      alt.set(sel);
+      const outcome = improveBySearch(alt, tokens, values, budget, nodeLimit, stopAt);
+      if (outcome.improved) {
+        refill(alt, tokens, budget, selectedTokens(alt, tokens));
+        consider(alt, 'search');
+      }
+      if (outcome.complete) return finish('dp', null, source);
+    }
+    alt.fill(0);
     improve(alt, tokens, values, budget, refill(alt, tokens, budget, 0), stopAt);
     consider(alt, 'refill');
 
