@@ -106,7 +106,7 @@ function hostOf(addr: string): string {
  */
 export async function startService(settings: Settings, opts: StartOptions): Promise<RunningService> {
   const logger = opts.logger;
-  const catalog = CapabilityCatalog.load(settings.catalogFile);
+  const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens: settings.exactTokens });
   const closers: (() => Promise<void>)[] = [];
   const closeAll = async () => {
     for (const close of closers.reverse())
