@@ -11,7 +11,7 @@ import { runJsonCommand } from '../src/cli/json-commands.js';
 import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/config/settings.js';
 import { pack } from '../src/pack/packer.js';
 import { projectPath } from './lib/paths.js';
-import { packColumns, syntheticCandidates } from './lib/synthetic.js';
+import { packColumns, seededRandom, syntheticCandidates } from './lib/synthetic.js';
 import { packQuality } from './pack-quality.js';
 
 interface Shape {
@@ -90,6 +90,39 @@ async function main() {
       cells: probe.cells,
     });
   }
+  // Case f: the search's worst case, scores proportional to size (strongly correlated, where the
+  // branch-and-bound bound is weakest): it stops at its node limit, so this bounds what it can add.
+  {
+    const rand = seededRandom(7);
+    const n = 120;
+    const tokens = Int32Array.from({ length: n }, () => 100 + Math.floor(rand() * 900));
+    const input = {
+      ids: Array.from({ length: n }, (_, i) => `m${String(i).padStart(3, '0')}`),
+      scores: Float64Array.from(tokens, (t) => (t + 100) / 1100),
+      tokens,
+      budget: 20_000,
+      dpCellCeiling: DEFAULT_DP_CELL_CEILING,
+      maxConsecutiveSkips: DEFAULT_MAX_CONSECUTIVE_SKIPS,
+    };
+    const before = { ...input, searchNodeLimit: 0 };
+    bench.add('f:before', () => {
+      pack(before);
+    });
+    bench.add('f', () => {
+      pack(input);
+    });
+    const probe = pack(input);
+    rows.push({
+      case: 'f',
+      n,
+      budget: input.budget,
+      note: 'worst case of the search: n=120, scores ∝ tokens, budget 20000',
+      token_sum: tokens.reduce((a, b) => a + b, 0),
+      path: probe.path,
+      source: probe.source,
+      cells: probe.cells,
+    });
+  }
   await bench.run();
   const latency = (name: string) => {
     const task = bench.tasks.find((t) => t.name === name)!;
@@ -104,7 +137,9 @@ async function main() {
       p50_us: us(lat.p50),
       p99_us: us(lat.p99),
       samples: lat.samplesCount,
+      before_p50_us: us(before.p50),
       before_p99_us: us(before.p99),
+      p50_ratio: Math.round((lat.p50 / before.p50) * 1000) / 1000,
       p99_ratio: Math.round((lat.p99 / before.p99) * 1000) / 1000,
     };
   });
@@ -131,7 +166,9 @@ async function main() {
       token_sum: c.token_sum,
       p50_us: c.p50_us,
       p99_us: c.p99_us,
+      before_p50_us: c.before_p50_us,
       before_p99_us: c.before_p99_us,
+      p50_ratio: c.p50_ratio,
       p99_ratio: c.p99_ratio,
       samples: c.samples,
     })),
