@@ -11,6 +11,7 @@ import { calculateBudget, wrappedBlockTokens } from '../../src/budget/budget-cal
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { type EstimateKind, estimateFromLength, estimateTokens } from '../../src/budget/estimate.js';
 import { runJsonCommand } from '../../src/cli/json-commands.js';
+import { exactTokensSetting } from '../../src/config/settings.js';
 import { formatContext } from '../../src/format/formatter.js';
 import { generateNonce } from '../../src/format/nonce.js';
 import { pack } from '../../src/pack/packer.js';
@@ -68,6 +69,15 @@ describe('exact counts: catalog selection (IBEX_CONTEXT_EXACT_TOKENS)', () => {
     expect(exact.family('claude').estimate_kind).toBe('runes_div_3_5');
     expect(exact.family('unknown').estimate_kind).toBe('chars_div_4');
     expect(CapabilityCatalog.create().family('o200k_base').estimate_kind).toBe('chars_div_4');
+  });
+
+  it('reads IBEX_CONTEXT_EXACT_TOKENS as a boolean word, default false, and names it when invalid', () => {
+    expect(exactTokensSetting({})).toBe(false);
+    expect(exactTokensSetting({ IBEX_CONTEXT_EXACT_TOKENS: ' TRUE ' })).toBe(true);
+    expect(exactTokensSetting({ IBEX_CONTEXT_EXACT_TOKENS: '0' })).toBe(false);
+    expect(() => exactTokensSetting({ IBEX_CONTEXT_EXACT_TOKENS: 'maybe' })).toThrow(
+      /^IBEX_CONTEXT_EXACT_TOKENS/,
+    );
   });
 
   it('accepts a bpe kind from a catalog file', () => {
