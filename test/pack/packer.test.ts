@@ -45,6 +45,8 @@ function greedyScore(items: readonly Item[], budget: number, maxSkips: number): 
 }
 
 function bruteForce(items: readonly Item[], budget: number): number {
+  // SPEC §8 step 2: a budget ≤ 0 packs nothing, even zero-token items.
+  if (budget <= 0) return 0;
   let best = 0;
   for (let mask = 0; mask < 1 << items.length; mask++) {
     let t = 0;
