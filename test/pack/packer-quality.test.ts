@@ -4,7 +4,7 @@
  * and stays within the budget when its node limit or deadline cuts it short.
  */
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { pack } from '../../src/pack/packer.js';
 import { improveBySearch } from '../../src/pack/search.js';
 
@@ -95,6 +95,31 @@ describe('pack beyond ADR-0069: fixed cases', () => {
     // The clock is read every 1024 nodes; this tree is smaller, so it completes: the answer is still right.
     expect(out.complete).toBe(true);
     expect(Array.from(sel)).toEqual([0, 1, 1]);
+  });
+});
+
+describe('search deadline (injected clock)', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  it('stops at its first clock check once the deadline has passed, keeping a valid selection', () => {
+    // Scores proportional to size: the fractional bound prunes little, so the tree has far more than 1024
+    // nodes and the search must read the clock.
+    const n = 60;
+    const tokens = Int32Array.from({ length: n }, (_, i) => 100 + ((i * 37) % 900));
+    const values = Float64Array.from(tokens, (t) => (t + 100) / 1100);
+    const sel = new Uint8Array(n);
+    const start = performance.now();
+    // Every reading inside the search is a minute later than the deadline's base.
+    vi.spyOn(performance, 'now').mockReturnValue(start + 60_000);
+    const deadline = performance.timeOrigin + start + 1000;
+    const out = improveBySearch(sel, tokens, values, 5000, 1_000_000, deadline);
+    expect(out).toMatchObject({ complete: false, nodes: 1024 });
+    expect(
+      improveBySearch(new Uint8Array(n), tokens, values, 5000, 1_000_000, Number.POSITIVE_INFINITY).nodes,
+    ).toBeGreaterThan(1024);
+    let used = 0;
+    for (let i = 0; i < n; i++) if (sel[i] === 1) used += tokens[i]!;
+    expect(used).toBeLessThanOrEqual(5000);
   });
 });
 
