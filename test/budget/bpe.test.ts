@@ -5,7 +5,10 @@
  * generated prompts.
  */
 import fc from 'fast-check';
+import cl100k from 'gpt-tokenizer/encoding/cl100k_base';
+import o200k from 'gpt-tokenizer/encoding/o200k_base';
 import { beforeEach, describe, expect, it } from 'vitest';
+import { MAX_EXACT_CHUNK } from '../../src/budget/bpe.js';
 import { blockCacheStats, configureBlockCache } from '../../src/budget/bpe-cache.js';
 import { calculateBudget, wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
@@ -16,19 +19,62 @@ import { formatContext } from '../../src/format/formatter.js';
 import { generateNonce } from '../../src/format/nonce.js';
 import { pack } from '../../src/pack/packer.js';
 
+const ORDINARY = { allowedSpecial: new Set<string>(), disallowedSpecial: new Set<string>() };
 const CJK_2000 = '中文日本語'.repeat(400);
 const FAMILY_500 = '👨‍👩‍👧‍👦'.repeat(500);
 const ONES_HISTORY = [{ role: 'user', content: '1\n'.repeat(20_000) }];
 
 describe('exact counts: the bpe_* kinds', () => {
-  it('counts the issue A/B texts exactly where chars_div_4 undercounts', () => {
-    expect(estimateTokens(CJK_2000, 'chars_div_4')).toBe(500);
-    expect(estimateTokens(CJK_2000, 'bpe_o200k_base')).toBe(1200);
-    expect(estimateTokens(CJK_2000, 'bpe_cl100k_base')).toBe(2400);
-    expect(estimateTokens(FAMILY_500, 'chars_div_4')).toBe(875);
-    expect(estimateTokens(FAMILY_500, 'bpe_o200k_base')).toBe(5500);
-    expect(estimateTokens(FAMILY_500, 'bpe_cl100k_base')).toBe(9000);
+  it('counts ordinary text exactly (what the tokenizer itself returns)', () => {
+    const prose = 'The quick brown fox, jumps over the lazy dog! 123456 中文，日本語。 '.repeat(200);
+    expect(estimateTokens(prose, 'bpe_o200k_base')).toBe(o200k.countTokens(prose, ORDINARY));
+    expect(estimateTokens(prose, 'bpe_cl100k_base')).toBe(cl100k.countTokens(prose, ORDINARY));
     expect(estimateTokens('1\n'.repeat(20_000), 'bpe_cl100k_base')).toBe(40_000);
+  });
+
+  it('counts the issue A/B texts (one long pre-token chunk each) within two tokens per 256-character cut', () => {
+    // The tokenizer's exact counts, against which chars_div_4 estimates 500 and 875.
+    expect(o200k.countTokens(CJK_2000, ORDINARY)).toBe(1200);
+    expect(cl100k.countTokens(CJK_2000, ORDINARY)).toBe(2400);
+    expect(o200k.countTokens(FAMILY_500, ORDINARY)).toBe(5500);
+    expect(cl100k.countTokens(FAMILY_500, ORDINARY)).toBe(9000);
+    expect(estimateTokens(CJK_2000, 'chars_div_4')).toBe(500);
+    expect(estimateTokens(FAMILY_500, 'chars_div_4')).toBe(875);
+    // Ours never undercounts them; the margin plus the cut itself add at most two tokens per cut.
+    const cases: [string, EstimateKind, number][] = [
+      [CJK_2000, 'bpe_o200k_base', 1200],
+      [CJK_2000, 'bpe_cl100k_base', 2400],
+      [FAMILY_500, 'bpe_o200k_base', 5500],
+      [FAMILY_500, 'bpe_cl100k_base', 9000],
+    ];
+    for (const [text, kind, exact] of cases) {
+      const ours = estimateTokens(text, kind);
+      expect(ours).toBeGreaterThanOrEqual(exact);
+      expect(ours - exact).toBeLessThanOrEqual(2 * Math.ceil(text.length / MAX_EXACT_CHUNK));
+    }
+  });
+
+  it('bounds the cost of one huge pre-token chunk (BPE on it is quadratic) and never undercounts it', () => {
+    // 'a' × 32,768 is one chunk: 4,096 tokens exactly, 1.6 s to find out. Pieces of 256 + 1 per cut.
+    const text = 'a'.repeat(32_768);
+    expect(estimateTokens(text, 'bpe_o200k_base')).toBe(32 * 128 + 127);
+    expect(estimateTokens(text, 'bpe_cl100k_base')).toBe(32 * 128 + 127);
+  });
+
+  it('never undercounts text with long pre-token chunks (property)', () => {
+    const runChar = fc.constantFrom('a', 'b', 'e', 'é', 'Z', '中', '語', '-', '=', ' ', '\n', '/', '1');
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(runChar, fc.integer({ min: 1, max: 400 })), { minLength: 1, maxLength: 6 }),
+        fc.constantFrom<EstimateKind>('bpe_o200k_base', 'bpe_cl100k_base'),
+        (runs, kind) => {
+          const text = runs.map(([c, k]) => c.repeat(k)).join('');
+          const exact = (kind === 'bpe_o200k_base' ? o200k : cl100k).countTokens(text, ORDINARY);
+          expect(estimateTokens(text, kind)).toBeGreaterThanOrEqual(exact);
+        },
+      ),
+      { numRuns: 100 },
+    );
   });
 
   it('counts special-token text as ordinary text instead of refusing it', () => {
@@ -54,7 +100,7 @@ describe('exact counts: the bpe_* kinds', () => {
         tokenizer_family: 'o200k_base',
         estimate_kind: 'bpe_cl100k_base',
       }),
-    ).toEqual({ tokens: 2400, estimate_kind: 'bpe_cl100k_base' });
+    ).toEqual({ tokens: estimateTokens(CJK_2000, 'bpe_cl100k_base'), estimate_kind: 'bpe_cl100k_base' });
     expect(() =>
       runJsonCommand('estimate', { text: 'x', tokenizer_family: 'claude', estimate_kind: 'bpe_p50k' }),
     ).toThrow(/^estimate_kind: /);
