@@ -28,6 +28,29 @@ export interface SearchOutcome {
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
 
+// Scratch reused across calls (one packer per thread, calls never interleave): no allocation per call.
+let scratchIdx = new Int32Array(0);
+let scratchW = new Float64Array(0);
+let scratchV = new Float64Array(0);
+let scratchPrefW = new Float64Array(0);
+let scratchPrefV = new Float64Array(0);
+let scratchTake = new Uint8Array(0);
+let scratchBestTake = new Uint8Array(0);
+let scratchState = new Uint8Array(0);
+
+function ensureScratch(n: number): void {
+  if (scratchIdx.length >= n + 1) return;
+  const size = Math.max(n + 1, 2 * scratchIdx.length);
+  scratchIdx = new Int32Array(size);
+  scratchW = new Float64Array(size);
+  scratchV = new Float64Array(size);
+  scratchPrefW = new Float64Array(size + 1);
+  scratchPrefV = new Float64Array(size + 1);
+  scratchTake = new Uint8Array(size);
+  scratchBestTake = new Uint8Array(size);
+  scratchState = new Uint8Array(size + 1);
+}
+
 /**
  * Searches for a selection better than `sel` under `budget` with exact token weights.
  *
@@ -53,7 +76,8 @@ export function improveBySearch(
   // Free items (0 tokens, positive score) are always in; items heavier than the budget never.
   let freeValue = 0;
   let m = 0;
-  const idx = new Int32Array(n);
+  ensureScratch(n);
+  const idx = scratchIdx;
   for (let i = 0; i < n; i++) {
     const t = tokens[i]!;
     const v = values[i]!;
@@ -66,14 +90,13 @@ export function improveBySearch(
   if (m === 0 || nodeLimit <= 0) return { improved: false, complete: m === 0, nodes: 0 };
 
   // Efficiency order; ties by lighter first so the bound's critical item is as tight as possible.
-  const items = Array.from(idx.subarray(0, m)).sort((a, b) => {
-    const d = values[b]! * tokens[a]! - values[a]! * tokens[b]!;
-    return d !== 0 ? d : tokens[a]! - tokens[b]!;
-  });
-  const w = new Float64Array(m);
-  const v = new Float64Array(m);
-  const prefW = new Float64Array(m + 1);
-  const prefV = new Float64Array(m + 1);
+  const items = efficiencyOrder(idx.subarray(0, m), tokens, values);
+  const w = scratchW;
+  const v = scratchV;
+  const prefW = scratchPrefW;
+  const prefV = scratchPrefV;
+  prefW[0] = 0;
+  prefV[0] = 0;
   for (let k = 0; k < m; k++) {
     w[k] = tokens[items[k]!]!;
     v[k] = values[items[k]!]!;
@@ -95,8 +118,9 @@ export function improveBySearch(
     return whole + ((limit - prefW[lo]!) * v[lo]!) / w[lo]!;
   };
 
-  const take = new Uint8Array(m);
-  const bestTake = new Uint8Array(m);
+  const take = scratchTake;
+  const bestTake = scratchBestTake;
+  take.fill(0, 0, m);
   let best = incumbent;
   let found = false;
   let nodes = 0;
@@ -105,7 +129,7 @@ export function improveBySearch(
 
   // Iterative DFS, include-branch first. `k` is the depth; `state[k]`: 0 = try include, 1 = try exclude,
   // 2 = done. Values and capacity are kept incrementally.
-  const state = new Uint8Array(m + 1);
+  const state = scratchState;
   let k = 0;
   let cap = budget;
   let val = 0;
@@ -114,7 +138,7 @@ export function improveBySearch(
     if (k === m) {
       if (val > best + epsilon) {
         best = val;
-        bestTake.set(take);
+        bestTake.set(take.subarray(0, m));
         found = true;
       }
       k--;
@@ -167,4 +191,26 @@ export function improveBySearch(
   for (let i = 0; i < n; i++) if (tokens[i] === 0 && values[i]! > 0) sel[i] = 1;
   for (let q = 0; q < m; q++) if (bestTake[q] === 1) sel[items[q]!] = 1;
   return { improved: true, complete: !stopped, nodes };
+}
+
+/** Sorts `idx` in place by score per token descending, then tokens ascending. */
+function efficiencyOrder(idx: Int32Array, tokens: Int32Array, values: Float64Array): Int32Array {
+  const m = idx.length;
+  // a before b iff v_a/t_a > v_b/t_b (cross-multiplied: no division), or equal and t_a < t_b.
+  const before = (a: number, b: number): boolean => {
+    const d = values[a]! * tokens[b]! - values[b]! * tokens[a]!;
+    return d !== 0 ? d > 0 : tokens[a]! < tokens[b]!;
+  };
+  if (m > 128) return idx.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
+  // Insertion sort: for the usual few dozen candidates it beats a comparator sort's call overhead.
+  for (let i = 1; i < m; i++) {
+    const x = idx[i]!;
+    let j = i - 1;
+    while (j >= 0 && before(x, idx[j]!)) {
+      idx[j + 1] = idx[j]!;
+      j--;
+    }
+    idx[j + 1] = x;
+  }
+  return idx;
 }
