@@ -7,8 +7,8 @@
 import fc from 'fast-check';
 import cl100k from 'gpt-tokenizer/encoding/cl100k_base';
 import o200k from 'gpt-tokenizer/encoding/o200k_base';
-import { beforeEach, describe, expect, it } from 'vitest';
-import { MAX_EXACT_CHUNK } from '../../src/budget/bpe.js';
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { MAX_EXACT_CHUNK, warmBpe } from '../../src/budget/bpe.js';
 import { blockCacheStats, configureBlockCache } from '../../src/budget/bpe-cache.js';
 import { calculateBudget, wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
@@ -23,6 +23,9 @@ const ORDINARY = { allowedSpecial: new Set<string>(), disallowedSpecial: new Set
 const CJK_2000 = '中文日本語'.repeat(400);
 const FAMILY_500 = '👨‍👩‍👧‍👦'.repeat(500);
 const ONES_HISTORY = [{ role: 'user', content: '1\n'.repeat(20_000) }];
+
+// Loading both encodings takes about a second, several on a loaded machine: outside the tests' timeouts.
+beforeAll(() => warmBpe(), 60_000);
 
 describe('exact counts: the bpe_* kinds', () => {
   it('counts ordinary text exactly (what the tokenizer itself returns)', () => {
