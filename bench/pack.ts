@@ -1,7 +1,9 @@
 /**
  * `npm run bench:pack`: packer latency on the five shapes of the core issue (o200k family, contents 40–4000
- * random characters, fixed seed) and packer quality over the shared pack vectors. Figures, not gates.
- * Writes bench/results/pack.json.
+ * random characters, fixed seed), each timed with and without the branch-and-bound refinement in the same
+ * run (issue 12: p99 may grow by at most 20 %), and packer quality over the shared pack vectors and over 200
+ * generated DP-path instances (bench/pack-quality.ts). Figures, not gates. Writes bench/results/pack.json.
+ * BENCH_TIME_MS sets the time per task (default 1500); QUALITY_INSTANCES the instance count (default 200).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Bench } from 'tinybench';
@@ -9,7 +11,8 @@ import { runJsonCommand } from '../src/cli/json-commands.js';
 import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/config/settings.js';
 import { pack } from '../src/pack/packer.js';
 import { projectPath } from './lib/paths.js';
-import { packColumns, syntheticCandidates } from './lib/synthetic.js';
+import { packColumns, seededRandom, syntheticCandidates } from './lib/synthetic.js';
+import { packQuality } from './pack-quality.js';
 
 interface Shape {
   case: string;
@@ -67,6 +70,12 @@ async function main() {
     };
     const probe = pack(input);
     const sum = cols.tokens.reduce((a, b) => a + b, 0);
+    // Interleaved so both variants see the same machine load; `before` is the packer without issue 12's
+    // branch-and-bound (searchNodeLimit 0), everything else equal.
+    const before = { ...input, searchNodeLimit: 0 };
+    bench.add(`${shape.case}:before`, () => {
+      pack(before);
+    });
     bench.add(shape.case, () => {
       pack(input);
     });
@@ -81,20 +90,71 @@ async function main() {
       cells: probe.cells,
     });
   }
+  // Case f: the search's worst case, scores proportional to size (strongly correlated, where the
+  // branch-and-bound bound is weakest): it stops at its node limit, so this bounds what it can add.
+  {
+    const rand = seededRandom(7);
+    const n = 120;
+    const tokens = Int32Array.from({ length: n }, () => 100 + Math.floor(rand() * 900));
+    const input = {
+      ids: Array.from({ length: n }, (_, i) => `m${String(i).padStart(3, '0')}`),
+      scores: Float64Array.from(tokens, (t) => (t + 100) / 1100),
+      tokens,
+      budget: 20_000,
+      dpCellCeiling: DEFAULT_DP_CELL_CEILING,
+      maxConsecutiveSkips: DEFAULT_MAX_CONSECUTIVE_SKIPS,
+    };
+    const before = { ...input, searchNodeLimit: 0 };
+    bench.add('f:before', () => {
+      pack(before);
+    });
+    bench.add('f', () => {
+      pack(input);
+    });
+    const probe = pack(input);
+    rows.push({
+      case: 'f',
+      n,
+      budget: input.budget,
+      note: 'worst case of the search: n=120, scores ∝ tokens, budget 20000',
+      token_sum: tokens.reduce((a, b) => a + b, 0),
+      path: probe.path,
+      source: probe.source,
+      cells: probe.cells,
+    });
+  }
   await bench.run();
-  const cases = rows.map((row, i) => {
-    const task = bench.tasks[i]!;
-    const r = task.result as { latency?: { p50: number; p99: number; samplesCount: number } };
-    const lat = r.latency!;
+  const latency = (name: string) => {
+    const task = bench.tasks.find((t) => t.name === name)!;
+    return (task.result as { latency: { p50: number; p99: number; samplesCount: number } }).latency;
+  };
+  const us = (ms: number) => Math.round(ms * 1000 * 10) / 10;
+  const cases = rows.map((row) => {
+    const lat = latency(row.case);
+    const before = latency(`${row.case}:before`);
     return {
       ...row,
-      p50_us: Math.round(lat.p50 * 1000 * 10) / 10,
-      p99_us: Math.round(lat.p99 * 1000 * 10) / 10,
+      p50_us: us(lat.p50),
+      p99_us: us(lat.p99),
       samples: lat.samplesCount,
+      before_p50_us: us(before.p50),
+      before_p99_us: us(before.p99),
+      p50_ratio: Math.round((lat.p50 / before.p50) * 1000) / 1000,
+      p99_ratio: Math.round((lat.p99 / before.p99) * 1000) / 1000,
     };
   });
   const quality = packerQuality();
-  const result = { generated_at: new Date().toISOString(), node: process.version, cases, quality };
+  const generated = packQuality(0x12, Number(process.env.QUALITY_INSTANCES ?? 200), [
+    DEFAULT_DP_CELL_CEILING,
+    50,
+  ]);
+  const result = {
+    generated_at: new Date().toISOString(),
+    node: process.version,
+    cases,
+    quality,
+    generated_quality: generated,
+  };
   mkdirSync(projectPath('bench/results'), { recursive: true });
   writeFileSync(projectPath('bench/results/pack.json'), `${JSON.stringify(result, null, 2)}\n`);
   console.table(
@@ -106,9 +166,24 @@ async function main() {
       token_sum: c.token_sum,
       p50_us: c.p50_us,
       p99_us: c.p99_us,
+      before_p50_us: c.before_p50_us,
+      before_p99_us: c.before_p99_us,
+      p50_ratio: c.p50_ratio,
+      p99_ratio: c.p99_ratio,
       samples: c.samples,
     })),
   );
+  console.table(
+    generated.rows.map((r) => ({
+      dp_cell_ceiling: r.dp_cell_ceiling,
+      algorithm: r.algorithm,
+      instances: r.instances,
+      mean: r.mean.toFixed(5),
+      min: r.min.toFixed(4),
+      below_0999: r.below_0999,
+    })),
+  );
+  console.log(`instances where ours < ADR-0069: ${generated.below_reference}`);
   console.log(
     `quality over ${quality.dp_instances} DP-path vectors: mean ${quality.mean_ratio.toFixed(6)}, min ${quality.min_ratio.toFixed(6)} of the optimum`,
   );

@@ -6,6 +6,8 @@ import { escapedLength } from '../format/escape.js';
 import { safetySentence } from '../format/formatter.js';
 import { nonceLength } from '../format/nonce.js';
 import type { ChatMessage } from '../types.js';
+import { isBpeKind } from './bpe.js';
+import { bpeFormatterOverheadTokens, bpeWrappedBlockTokens } from './bpe-cache.js';
 import type { ResolvedModel } from './catalog.js';
 import { codePointLength, type EstimateKind, estimateFromLength, estimateTokens } from './estimate.js';
 
@@ -72,7 +74,10 @@ export function calculateBudget(input: BudgetInput): TokenBudget {
   let overheadText = '';
   if (hasDirective) overheadText += `\n${safetySentence('n'.repeat(nonceLength(input.nonceBytes)))}`;
   overheadText += '\n\n'.repeat(Math.min(3, Math.max(0, sections - 1)));
-  const overheadTokens = estimateTokens(overheadText, kind);
+  const joins = Math.min(3, Math.max(0, sections - 1));
+  const overheadTokens = isBpeKind(kind)
+    ? bpeFormatterOverheadTokens(hasDirective, nonceLength(input.nonceBytes), joins, kind)
+    : estimateTokens(overheadText, kind);
 
   let usable = Math.max(
     0,
@@ -105,12 +110,16 @@ const BLOCK_FIXED = OPEN_PREFIX + OPEN_ID + OPEN_CATEGORY + 2 + 1 + 1 + '</ibex_
  * it to the next block (SPEC §6: the packer charges this so the output invariant holds). Estimates are
  * subadditive, so the sum of block costs bounds the estimate of the memories section.
  * @param nonceChars length of the nonce (base64url, nothing to escape).
+ * @param nonce the nonce itself; `bpe_*` kinds count it exactly when given (else a bound), and cache the
+ *   rest of the block per memory (src/budget/bpe-cache.ts).
  */
 export function wrappedBlockTokens(
   memory: { memory_id: string; category: string; content: string },
   nonceChars: number,
   kind: EstimateKind,
+  nonce?: string,
 ): number {
+  if (isBpeKind(kind)) return bpeWrappedBlockTokens(memory, kind, nonce, nonceChars);
   const length =
     BLOCK_FIXED +
     nonceChars +

@@ -21,7 +21,7 @@ const modelSchema = z.object({
 
 const familySchema = z.object({
   tokenizer_family: z.string().min(1),
-  estimate_kind: z.enum(['chars_div_4', 'runes_div_3_5']),
+  estimate_kind: z.enum(['chars_div_4', 'runes_div_3_5', 'bpe_o200k_base', 'bpe_cl100k_base']),
   safety_buffer_fraction: z.number().min(0).max(1),
 });
 
@@ -42,6 +42,20 @@ export interface FamilyPolicy {
   /** Fraction of the context window kept as safety buffer, in [0,1]. */
   safety_buffer_fraction: number;
 }
+
+/** How the catalog is built beyond its rows. */
+export interface CatalogOptions {
+  /**
+   * IBEX_CONTEXT_EXACT_TOKENS: `o200k_base` and `cl100k_base` use `bpe_o200k_base` / `bpe_cl100k_base`
+   * (exact counts) whatever the rows say; `claude` and others keep theirs (SPEC §5, issue 12).
+   */
+  exactTokens?: boolean;
+}
+
+const EXACT_KINDS = [
+  ['o200k_base', 'bpe_o200k_base'],
+  ['cl100k_base', 'bpe_cl100k_base'],
+] as const;
 
 /** A model together with its family policy. */
 export interface ResolvedModel {
@@ -64,7 +78,7 @@ export class CapabilityCatalog {
    * @throws IbexError `IBEX_ERR_CATALOG` on a schema error or a model whose family is unknown to it
    *   (models fall back to the `unknown` family only when the family is literally `unknown`).
    */
-  static create(overrides: unknown[] = []): CapabilityCatalog {
+  static create(overrides: unknown[] = [], options: CatalogOptions = {}): CapabilityCatalog {
     const models = new Map<string, ModelCapability>();
     const families = new Map<string, FamilyPolicy>();
     for (const raw of [builtin, ...overrides]) {
@@ -76,6 +90,13 @@ export class CapabilityCatalog {
       for (const f of parsed.data.families) families.set(f.tokenizer_family, f);
       for (const m of parsed.data.models) models.set(m.model_id, { ...m, model_id: m.model_id });
     }
+    if (options.exactTokens) {
+      // IBEX_CONTEXT_EXACT_TOKENS: the two OpenAI families count with their own encodings (SPEC §5).
+      for (const [name, kind] of EXACT_KINDS) {
+        const f = families.get(name);
+        if (f) families.set(name, { ...f, estimate_kind: kind });
+      }
+    }
     for (const m of models.values()) {
       if (!families.has(m.tokenizer_family)) {
         throw Errors.catalog(`model ${m.model_id} names unknown tokenizer_family ${m.tokenizer_family}`);
@@ -85,18 +106,19 @@ export class CapabilityCatalog {
   }
 
   /**
-   * Loads the built-in catalog plus an optional override file (IBEX_CONTEXT_CATALOG_FILE).
+   * Loads the built-in catalog plus an optional override file (IBEX_CONTEXT_CATALOG_FILE); `options` as
+   * for {@link CapabilityCatalog.create}.
    * @throws IbexError `IBEX_ERR_CATALOG` when the file cannot be read or parsed.
    */
-  static load(overrideFile = ''): CapabilityCatalog {
-    if (overrideFile.trim() === '') return CapabilityCatalog.create();
+  static load(overrideFile = '', options: CatalogOptions = {}): CapabilityCatalog {
+    if (overrideFile.trim() === '') return CapabilityCatalog.create([], options);
     let raw: unknown;
     try {
       raw = JSON.parse(readFileSync(overrideFile, 'utf8'));
     } catch (err) {
       throw Errors.catalog(`cannot read ${overrideFile}`, err);
     }
-    return CapabilityCatalog.create([raw]);
+    return CapabilityCatalog.create([raw], options);
   }
 
   /**

@@ -1,10 +1,12 @@
 /**
- * Token estimation on Unicode code points (SPEC §5, ADR-0067). Estimates, not tokenizer output.
+ * Token estimation on Unicode code points (SPEC §5, ADR-0067), and the dispatch to exact counts for the
+ * `bpe_*` kinds (src/budget/bpe.ts).
  */
 import { Errors } from '../errors.js';
+import { type BpeKind, bpeCount, isBpeKind } from './bpe.js';
 
-/** The two estimate kinds of SPEC §5. */
-export type EstimateKind = 'chars_div_4' | 'runes_div_3_5';
+/** The estimate kinds of SPEC §5: two code-point estimates and two exact BPE counts. */
+export type EstimateKind = 'chars_div_4' | 'runes_div_3_5' | BpeKind;
 
 /**
  * Number of Unicode code points in `text` (not UTF-16 units). A lone surrogate counts as one code point,
@@ -26,12 +28,15 @@ const SURROGATE_PAIRS = /[\uD800-\uDBFF][\uDC00-\uDFFF]/g;
  * 0 when L = 0 (SPEC §5). Both are subadditive, which the budget invariant relies on.
  */
 export function estimateFromLength(length: number, kind: EstimateKind): number {
+  // A BPE count needs the text; a length cannot stand in for it.
+  if (isBpeKind(kind)) throw new TypeError(`estimateFromLength: ${kind} counts text, not a length`);
   if (length <= 0) return 0;
   return kind === 'chars_div_4' ? Math.ceil(length / 4) : Math.floor((2 * length + 6) / 7);
 }
 
-/** Estimated tokens of `text` under `kind`. */
+/** Tokens of `text` under `kind`: the estimate, or the exact count for a `bpe_*` kind. */
 export function estimateTokens(text: string, kind: EstimateKind): number {
+  if (isBpeKind(kind)) return bpeCount(text, kind);
   return estimateFromLength(codePointLength(text), kind);
 }
 

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { calculateBudget } from '../budget/budget-calculator.js';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import { estimateTokens } from '../budget/estimate.js';
+import { exactTokensSetting } from '../config/settings.js';
 import { formatContext } from '../format/formatter.js';
 import { pack } from '../pack/packer.js';
 import { interimScore } from '../ranking/score.js';
@@ -24,7 +25,12 @@ const message = z.object({ role: z.string(), content: z.string() });
 const unit = z.number().refine(Number.isFinite, 'must be finite').pipe(z.number().min(0).max(1));
 
 const schemas = {
-  estimate: z.object({ text: z.string(), tokenizer_family: z.string().min(1) }),
+  estimate: z.object({
+    text: z.string(),
+    tokenizer_family: z.string().min(1),
+    // An explicit kind overrides the family's (SPEC §13).
+    estimate_kind: z.enum(['chars_div_4', 'runes_div_3_5', 'bpe_o200k_base', 'bpe_cl100k_base']).optional(),
+  }),
   budget: z.object({
     model: z.string(),
     directive: z.string().nullable().default(null),
@@ -61,7 +67,9 @@ const schemas = {
 
 let catalog: CapabilityCatalog | undefined;
 function getCatalog(): CapabilityCatalog {
-  catalog ??= CapabilityCatalog.load(process.env.IBEX_CONTEXT_CATALOG_FILE ?? '');
+  catalog ??= CapabilityCatalog.load(process.env.IBEX_CONTEXT_CATALOG_FILE ?? '', {
+    exactTokens: exactTokensSetting(),
+  });
   return catalog;
 }
 
@@ -80,8 +88,8 @@ function parse<C extends JsonCommand>(command: C, input: unknown): z.infer<(type
 export function runJsonCommand(command: JsonCommand, input: unknown): Record<string, unknown> {
   switch (command) {
     case 'estimate': {
-      const { text, tokenizer_family } = parse('estimate', input);
-      const kind = getCatalog().family(tokenizer_family).estimate_kind;
+      const { text, tokenizer_family, estimate_kind } = parse('estimate', input);
+      const kind = estimate_kind ?? getCatalog().family(tokenizer_family).estimate_kind;
       return { tokens: estimateTokens(text, kind), estimate_kind: kind };
     }
     case 'budget': {

@@ -35,6 +35,8 @@ export interface Settings {
   nonceBytes: number;
   /** Optional capability-catalog override file (same schema as the built-in one). */
   catalogFile: string;
+  /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (SPEC §5). */
+  exactTokens: boolean;
   /** Embedded SQLite store path. */
   embeddedDb: string;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
@@ -124,6 +126,15 @@ const urlText = z
 
 const text = z.string();
 
+/**
+ * IBEX_CONTEXT_EXACT_TOKENS (default false): also read on its own by the JSON CLI, which takes no other
+ * setting.
+ * @throws IbexError `IBEX_ERR_CONFIG` for a value that is not a boolean word.
+ */
+export function exactTokensSetting(env: Env = process.env): boolean {
+  return parseWith(boolText, env, ['IBEX_CONTEXT_EXACT_TOKENS'], false);
+}
+
 /** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
 /** Default greedy skip limit (SPEC §3). */
@@ -184,6 +195,7 @@ export function loadSettings(env: Env = process.env): Settings {
     ),
     nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
+    exactTokens: exactTokensSetting(env),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
     maxMemoryChars: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_MEMORY_CHARS'], 65_536),

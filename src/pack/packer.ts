@@ -3,14 +3,19 @@
  *
  * The ADR-0069 algorithm (16-token buckets, floor weights, strict-improvement DP, repair, refill, local
  * improvement) always runs and decides the path. On the DP path the packer may then refine its answer as
- * SPEC §8 allows: a second, finer table with rounded-up weights (so its selection always fits exactly), and
- * plain refill-from-empty; the best of these wins only when it is strictly better, so the result is never
- * below ADR-0069's and equals it whenever ADR-0069 is already optimal.
+ * SPEC §8 allows: first a branch-and-bound on exact token weights seeded with ADR-0069's answer (issue 12;
+ * bounded by a node limit and the deadline; when it completes the answer is optimal and nothing else
+ * runs), else plain refill-from-empty and a second, finer table with rounded-up weights (so its selection
+ * always fits exactly). A refinement wins only when strictly better, so the result is never below
+ * ADR-0069's and equals it whenever ADR-0069 is already optimal.
  *
  * Everything runs on typed arrays with scratch buffers reused across calls: no per-cell allocation.
  */
 import { Errors } from '../errors.js';
 import { compareCodePoints } from '../format/code-point-order.js';
+import { DeadlineReached, epochNow, knapsack } from './knapsack.js';
+import { DEFAULT_SEARCH_NODE_LIMIT, improveBySearch } from './search.js';
+import { greedy, improve, refill, repair, selectedScore, selectedTokens } from './steps.js';
 
 /** DP capacity unit in tokens (ADR-0069). */
 export const BUCKET_TOKENS = 16;
@@ -50,6 +55,16 @@ export interface PackInput {
    * 0 disables refinement (ADR-0069 plus refill-from-empty only).
    */
   refineCellCeiling?: number;
+  /**
+   * Node limit of the exact-weight branch-and-bound that runs last on the DP path (issue 12); default
+   * {@link DEFAULT_SEARCH_NODE_LIMIT}. 0 disables it.
+   */
+  searchNodeLimit?: number;
+  /**
+   * Returns the ADR-0069 algorithm's answer alone (steps 1–9, no refinement): the reference that the
+   * refined answer is never below. For benches and tests.
+   */
+  adr0069Only?: boolean;
 }
 
 /** Packer output (SPEC §8 step 9). */
@@ -71,221 +86,11 @@ export interface PackResult {
   /** n × (buckets + 1) with 16-token buckets: the size that decided the path. */
   cells: number;
   buckets: number;
-  /** Which answer won on the DP path: `adr0069`, `refined` or `refill`; `greedy`/`trivial` otherwise. */
-  source: 'adr0069' | 'refined' | 'refill' | 'greedy' | 'trivial';
-}
-
-/** Thrown inside the DP when the deadline is nearly spent; never escapes {@link pack}. */
-class DeadlineReached extends Error {}
-
-// Scratch reused across calls (one packer per thread, calls never interleave).
-let bestRow = new Float64Array(0);
-let keepTable = new Uint8Array(0);
-let rowMeta = new Int32Array(0);
-
-function ensureScratch(capacity: number, cells: number, rows: number): void {
-  if (bestRow.length < capacity + 1) bestRow = new Float64Array(Math.max(capacity + 1, bestRow.length * 2));
-  if (keepTable.length < cells) keepTable = new Uint8Array(Math.max(cells, keepTable.length * 2));
-  if (rowMeta.length < rows * 3) rowMeta = new Int32Array(Math.max(rows * 3, rowMeta.length * 2));
-}
-
-const epochNow = (): number => performance.timeOrigin + performance.now();
-
-/**
- * Bucketed 0/1 knapsack over items already in canonical order.
- *
- * Same recurrence as ADR-0069 (take at c iff best[c − w] + v > best[c], strict; backtrack from the last
- * item at full capacity), computed only on cells that can matter: a row's capacities above the prefix
- * weight sum all equal its value at that sum, and capacities the backtrack can never reach (below
- * capacity − remaining weight) are skipped. Every visited cell holds exactly the value the full table would.
- *
- * @param weights bucket weights per canonical position
- * @param values scores per canonical position
- * @param capacity table capacity in buckets
- * @param out 1 at selected canonical positions (overwritten)
- * @returns cells computed
- * @throws DeadlineReached when `deadline` passes between rows
- */
-function knapsack(
-  weights: Int32Array,
-  values: Float64Array,
-  capacity: number,
-  out: Uint8Array,
-  deadline: number,
-): number {
-  const n = weights.length;
-  // suffix[i] = takeable weight of items i..n-1 (capped so sums cannot overflow).
-  const suffix = new Float64Array(n + 1);
-  for (let i = n - 1; i >= 0; i--) {
-    const w = weights[i]!;
-    suffix[i] = suffix[i + 1]! + (w <= capacity ? w : 0);
-  }
-  ensureScratch(capacity, n * (capacity + 1), n);
-  const best = bestRow;
-  const keep = keepTable;
-  const meta = rowMeta;
-  best[0] = 0;
-  let prefix = 0;
-  let cursor = 0;
-  let computed = 0;
-  const checkClock = Number.isFinite(deadline);
-  for (let i = 0; i < n; i++) {
-    if (checkClock && (i & 3) === 0 && epochNow() > deadline) throw new DeadlineReached();
-    const w = weights[i]!;
-    const v = values[i]!;
-    const takeable = w <= capacity;
-    const hi = takeable ? Math.min(capacity, prefix + w) : prefix;
-    // Cells above the previous prefix still hold 0: they equal the value at the prefix.
-    if (hi > prefix) best.fill(best[prefix]!, prefix + 1, hi + 1);
-    const lo = Math.max(0, Math.min(capacity - suffix[i + 1]!, hi));
-    meta[3 * i] = lo;
-    meta[3 * i + 1] = hi;
-    meta[3 * i + 2] = cursor;
-    const base = cursor - lo;
-    if (!takeable || w > hi) {
-      keep.fill(0, cursor, cursor + hi - lo + 1);
-    } else {
-      // Capacities below w cannot take the item; the rest compare in place, high to low, so best[c − w]
-      // still holds the previous row's value.
-      const mid = Math.max(lo, w);
-      for (let c = hi; c >= mid; c--) {
-        const candidate = best[c - w]! + v;
-        if (candidate > best[c]!) {
-          best[c] = candidate;
-          keep[base + c] = 1;
-        } else {
-          keep[base + c] = 0;
-        }
-      }
-      if (mid > lo) keep.fill(0, cursor, cursor + mid - lo);
-    }
-    cursor += hi - lo + 1;
-    computed += hi - lo + 1;
-    prefix = hi;
-  }
-  out.fill(0);
-  let c = capacity;
-  for (let i = n - 1; i >= 0; i--) {
-    const lo = meta[3 * i]!;
-    const hi = meta[3 * i + 1]!;
-    if (c > hi) c = hi;
-    if (c < lo) throw new Error(`knapsack backtrack left the computed band at row ${i}`);
-    if (keep[meta[3 * i + 2]! - lo + c] === 1) {
-      out[i] = 1;
-      c -= weights[i]!;
-    }
-  }
-  return computed;
-}
-
-/** Sum of tokens of the selected canonical positions. */
-function selectedTokens(sel: Uint8Array, tokens: Int32Array): number {
-  let t = 0;
-  for (let i = 0; i < sel.length; i++) if (sel[i] === 1) t += tokens[i]!;
-  return t;
-}
-
-/** float64 sum of selected scores in canonical (= output) order. */
-function selectedScore(sel: Uint8Array, values: Float64Array): number {
-  let s = 0;
-  for (let i = 0; i < sel.length; i++) if (sel[i] === 1) s += values[i]!;
-  return s;
-}
-
-/** Step 6: while over budget, drop the selected item with the lowest (score, memory_id). */
-function repair(
-  sel: Uint8Array,
-  tokens: Int32Array,
-  values: Float64Array,
-  ids: readonly string[],
-  budget: number,
-) {
-  let total = selectedTokens(sel, tokens);
-  while (total > budget) {
-    let worst = -1;
-    for (let i = 0; i < sel.length; i++) {
-      if (sel[i] !== 1) continue;
-      if (
-        worst < 0 ||
-        values[i]! < values[worst]! ||
-        (values[i] === values[worst] && compareCodePoints(ids[i]!, ids[worst]!) < 0)
-      ) {
-        worst = i;
-      }
-    }
-    sel[worst] = 0;
-    total -= tokens[worst]!;
-  }
-  return total;
-}
-
-/** Step 7: add every unselected item, in canonical order, whose tokens fit what is left. */
-function refill(sel: Uint8Array, tokens: Int32Array, budget: number, total: number): number {
-  for (let i = 0; i < sel.length; i++) {
-    if (sel[i] === 0 && total + tokens[i]! <= budget) {
-      sel[i] = 1;
-      total += tokens[i]!;
-    }
-  }
-  return total;
-}
-
-/**
- * Step 8: best single swap (largest positive gain that still fits), then refill; until nothing changes.
- * Stops early (keeping a valid, never worse selection) once `deadline` passes: each round is O(n²).
- */
-function improve(
-  sel: Uint8Array,
-  tokens: Int32Array,
-  values: Float64Array,
-  budget: number,
-  total: number,
-  deadline: number,
-): number {
-  const n = sel.length;
-  // Each swap strictly raises the score; the cap only guards against pathological float ties.
-  for (let round = 0; round < 4 * n + 16; round++) {
-    if (round > 0 && epochNow() > deadline) break;
-    let bestGain = 0;
-    let bs = -1;
-    let bu = -1;
-    for (let s = 0; s < n; s++) {
-      if (sel[s] !== 1) continue;
-      const room = budget - total + tokens[s]!;
-      const vs = values[s]!;
-      for (let u = 0; u < n; u++) {
-        if (sel[u] !== 0 || tokens[u]! > room) continue;
-        const gain = values[u]! - vs;
-        if (gain > bestGain) {
-          bestGain = gain;
-          bs = s;
-          bu = u;
-        }
-      }
-    }
-    if (bs < 0) break;
-    sel[bs] = 0;
-    sel[bu] = 1;
-    total = refill(sel, tokens, budget, total - tokens[bs]! + tokens[bu]!);
-  }
-  return total;
-}
-
-/** Greedy fallback (step 4): canonical walk, stop once consecutive skips exceed the limit. */
-function greedy(sel: Uint8Array, tokens: Int32Array, budget: number, maxSkips: number): number {
-  sel.fill(0);
-  let total = 0;
-  let skips = 0;
-  for (let i = 0; i < sel.length; i++) {
-    if (total + tokens[i]! <= budget) {
-      sel[i] = 1;
-      total += tokens[i]!;
-      skips = 0;
-    } else if (++skips > maxSkips) {
-      break;
-    }
-  }
-  return total;
+  /**
+   * Which answer won on the DP path: `adr0069`, `refined` (finer table), `refill` (refill from empty) or
+   * `search` (branch-and-bound); `greedy`/`trivial` otherwise.
+   */
+  source: 'adr0069' | 'refined' | 'refill' | 'search' | 'greedy' | 'trivial';
 }
 
 /** Canonical order of the input: score descending, then memory_id ascending (code points), then input index. */
@@ -383,6 +188,7 @@ export function pack(input: PackInput): PackResult {
     let total = repair(sel, tokens, values, ids, budget);
     total = refill(sel, tokens, budget, total);
     improve(sel, tokens, values, budget, total, stopAt);
+    if (input.adr0069Only) return finish('dp', null, 'adr0069');
     let bestScore = selectedScore(sel, values);
     let source: PackResult['source'] = 'adr0069';
 
@@ -398,6 +204,19 @@ export function pack(input: PackInput): PackResult {
 
     // Refinements only ever replace ADR-0069's answer with a better one; out of time, they are skipped.
     const alt = new Uint8Array(n);
+    // First the exact-weight branch-and-bound seeded with ADR-0069's answer: when it explores its whole
+    // tree the answer is optimal and the table refinements below cannot beat it, so they are skipped.
+    const nodeLimit = input.searchNodeLimit ?? DEFAULT_SEARCH_NODE_LIMIT;
+    if (nodeLimit > 0 && epochNow() < stopAt) {
+      alt.set(sel);
+      const outcome = improveBySearch(alt, tokens, values, budget, nodeLimit, stopAt);
+      if (outcome.improved) {
+        refill(alt, tokens, budget, selectedTokens(alt, tokens));
+        consider(alt, 'search');
+      }
+      if (outcome.complete) return finish('dp', null, source);
+    }
+    alt.fill(0);
     improve(alt, tokens, values, budget, refill(alt, tokens, budget, 0), stopAt);
     consider(alt, 'refill');
 

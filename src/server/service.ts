@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServerCredentials, type ServerInterceptor } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import { warmBpe } from '../budget/bpe.js';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
 import { CpuPool } from '../pool/pool-client.js';
@@ -106,7 +107,9 @@ function hostOf(addr: string): string {
  */
 export async function startService(settings: Settings, opts: StartOptions): Promise<RunningService> {
   const logger = opts.logger;
-  const catalog = CapabilityCatalog.load(settings.catalogFile);
+  const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens: settings.exactTokens });
+  // Exact counts load their encodings (~0.5 s each) before traffic, not inside the first call's deadline.
+  if (settings.exactTokens) warmBpe();
   const closers: (() => Promise<void>)[] = [];
   const closeAll = async () => {
     for (const close of closers.reverse())

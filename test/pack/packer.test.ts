@@ -45,6 +45,8 @@ function greedyScore(items: readonly Item[], budget: number, maxSkips: number): 
 }
 
 function bruteForce(items: readonly Item[], budget: number): number {
+  // SPEC §8 step 2: a budget ≤ 0 packs nothing, even zero-token items.
+  if (budget <= 0) return 0;
   let best = 0;
   for (let mask = 0; mask < 1 << items.length; mask++) {
     let t = 0;
@@ -86,23 +88,27 @@ describe('pack: fixed cases', () => {
 
   it('takes the optimum where floor-rounded 16-token buckets strand the budget', () => {
     // Budget 32 = 2 buckets and every item weighs 1 bucket, so ADR-0069's table takes d + a (34 tokens),
-    // repair drops a and nothing else fits: 0.8. The exact refinement table finds a + b = 32 tokens: 1.1.
+    // repair drops a and nothing else fits: 0.8. The exact refinement table (search off) and the
+    // branch-and-bound both find a + b = 32 tokens: 1.1.
     const items = [
       { id: 'a', score: 0.6, tokens: 9 },
       { id: 'b', score: 0.5, tokens: 23 },
       { id: 'c', score: 0.4, tokens: 12 },
       { id: 'd', score: 0.8, tokens: 25 },
     ];
-    const adr = pack(toInput(items, 32, { refineCellCeiling: 0 }));
+    const adr = pack(toInput(items, 32, { adr0069Only: true }));
     expect(idsOf(items, adr.selected)).toEqual(['d']);
     expect(adr.total_score).toBe(0.8);
+    const table = pack(toInput(items, 32, { searchNodeLimit: 0 }));
+    expect(idsOf(items, table.selected)).toEqual(['a', 'b']);
+    expect(table).toMatchObject({ total_tokens: 32, total_score: 1.1, source: 'refined' });
     const r = pack(toInput(items, 32));
     expect(idsOf(items, r.selected)).toEqual(['a', 'b']);
     expect(r).toMatchObject({
       total_tokens: 32,
       total_score: 1.1,
       path: 'dp',
-      source: 'refined',
+      source: 'search',
       skipped_count: 2,
     });
   });
@@ -231,7 +237,7 @@ describe('pack: properties', () => {
   it('keeps ADR-0069 answers when refinement is disabled or cannot help (never below them)', () => {
     fc.assert(
       fc.property(itemsArb(tokens, 50), budget, (items, b) => {
-        const adr = pack(toInput(items, b, { refineCellCeiling: 0 }));
+        const adr = pack(toInput(items, b, { adr0069Only: true }));
         const refined = pack(toInput(items, b));
         expect(refined.path).toBe(adr.path);
         expect(refined.total_score).toBeGreaterThanOrEqual(adr.total_score - 1e-9);
