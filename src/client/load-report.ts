@@ -1,7 +1,7 @@
 /**
  * Text rendering of a {@link LoadReport}, laid out like autocannon's output, and the progress line.
  */
-import type { LoadProgress, LoadReport } from './load-driver.js';
+import type { LoadProgress, LoadReport } from './load-types.js';
 import { formatBytes, formatCount, renderTable } from './stats.js';
 
 const ms = (v: number) => `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ms`;
