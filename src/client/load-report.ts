@@ -4,6 +4,7 @@
 import type { LoadProgress, LoadReport } from './load-types.js';
 import { formatBytes, formatCount, renderTable } from './stats.js';
 
+const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
 const ms = (v: number) => `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ms`;
 
 /** The run's header line(s), printed before the run starts and at the top of the report. */
@@ -79,9 +80,12 @@ export function formatLoadReport(r: LoadReport): string {
     `errors ${req.error_total}${errors.length > 0 ? ` (${errors.join(', ')})` : ''}` +
       ` · late ${req.late} · unfinished ${req.unfinished}` +
       (req.warmup_sent > 0 ? ` · warmup requests ${req.warmup_sent} (not recorded)` : ''),
+    `packing: constrained ${r.packing.constrained_sent} sent (${pct(r.packing.constrained_share)}) · ` +
+      `packer chose (≥ 1 candidate excluded for budget) in ${r.packing.budget_choice} OK answers ` +
+      `(${pct(r.packing.budget_choice_share)})`,
   ];
   lines.push(
-    `driver: event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,
+    `driver (${r.transport}): event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,
   );
   if (r.stopped_by !== 'duration') lines.push(`stopped by ${r.stopped_by.replace('_', ' ')}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);

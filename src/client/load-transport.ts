@@ -29,6 +29,8 @@ export interface DriverTransport {
   readonly name: TransportName;
   /** Resolves when every connection is up. @throws Error `cannot connect to <addr> within <ms> ms`. */
   ready(timeoutMs: number): Promise<void>;
+  /** Encodes `requests` ahead of the run where the transport sends pre-encoded frames. */
+  prepare(requests: readonly AssembleContextRequestInput[]): void;
   /**
    * Starts one call on connection `conn` (0-based); `done` runs exactly once.
    * @param timeoutMs sent as the call's deadline, ms.
@@ -60,6 +62,7 @@ function h2Transport(conn: ConnectionOptions, connections: number): DriverTransp
     ready: async (timeoutMs) => {
       await Promise.all(channels.map((c) => c.ready(conn.addr, timeoutMs)));
     },
+    prepare: (requests) => frameOf.prepare(requests),
     call: (i, req, timeoutMs, keepBody, done) =>
       channels[i]!.call(frameOf(req), { timeoutMs, keepBody }, done),
     close: () => {
@@ -83,6 +86,7 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
     ready: async (timeoutMs) => {
       await Promise.all(clients.map((c) => waitForReady(c, conn.addr, timeoutMs)));
     },
+    prepare: () => {},
     call: (i, req, timeoutMs, keepBody, done) => {
       let ended = false;
       let body: Buffer | null = null;

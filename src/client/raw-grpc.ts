@@ -40,9 +40,9 @@ export function encodeRequestFrame(req: AssembleContextRequestInput): Buffer {
  * A cache of {@link encodeRequestFrame} keyed by the request object: sources hand out the same objects
  * again, so each distinct request is encoded once per run.
  */
-export function frameCache(): (req: AssembleContextRequestInput) => Buffer {
+export function frameCache(): FrameCache {
   const cache = new WeakMap<object, Buffer>();
-  return (req) => {
+  const frameOf = (req: AssembleContextRequestInput) => {
     let frame = cache.get(req);
     if (frame === undefined) {
       frame = encodeRequestFrame(req);
@@ -50,7 +50,17 @@ export function frameCache(): (req: AssembleContextRequestInput) => Buffer {
     }
     return frame;
   };
+  return Object.assign(frameOf, {
+    prepare: (requests: readonly AssembleContextRequestInput[]) => {
+      for (const r of requests) frameOf(r);
+    },
+  });
 }
+
+/** {@link frameCache}'s lookup, plus `prepare` to encode a known list up front (outside the measurement). */
+export type FrameCache = ((req: AssembleContextRequestInput) => Buffer) & {
+  prepare(requests: readonly AssembleContextRequestInput[]): void;
+};
 
 /** The end of one raw call. `body` is the response message without its prefix (null when none). */
 export interface RawOutcome {
@@ -98,6 +108,8 @@ export class RawChannel {
   private readonly session: ClientHttp2Session;
   private readonly baseHeaders: http2.OutgoingHttpHeaders;
   private closedError: Error | null = null;
+  /** Request headers per grpc-timeout value: built once, not per call. */
+  private readonly headersByTimeout = new Map<number, http2.OutgoingHttpHeaders>();
 
   /**
    * Opens the connection (lazily: {@link RawChannel.ready} waits for it).
@@ -198,7 +210,13 @@ export class RawChannel {
       return { expire };
     }
     try {
-      stream = this.session.request({ ...this.baseHeaders, 'grpc-timeout': `${Math.ceil(opts.timeoutMs)}m` });
+      const ms = Math.ceil(opts.timeoutMs);
+      let headers = this.headersByTimeout.get(ms);
+      if (headers === undefined) {
+        headers = { ...this.baseHeaders, 'grpc-timeout': `${ms}m` };
+        this.headersByTimeout.set(ms, headers);
+      }
+      stream = this.session.request(headers);
     } catch (err) {
       const reason = (err as Error).message;
       setImmediate(() => finish(UNAVAILABLE, `cannot start a stream: ${reason}`));
