@@ -16,70 +16,30 @@
 import { performance } from 'node:perf_hooks';
 import { build } from 'hdr-histogram-js';
 import { statusName } from './cli-options.js';
-import { ASSEMBLE_METHOD } from './context-client.js';
-import { type DriverCall, openTransport } from './load-transport.js';
-import type { LoadOptions, LoadProgress, LoadReport, StopReason } from './load-types.js';
+import { warningsOf } from './load-report.js';
+import { type DriverCall, openTransport, readAnswer } from './load-transport.js';
+import {
+  LOAD_DEFAULTS,
+  type LoadOptions,
+  type LoadProgress,
+  type LoadReport,
+  resolveLoadOptions,
+  type StopReason,
+} from './load-types.js';
 import type { RawOutcome } from './raw-grpc.js';
-import { summarizeResponse } from './raw-grpc.js';
-import { syntheticSource } from './request-source.js';
 import { round, sampleStats } from './stats.js';
 
+export { warningsOf } from './load-report.js';
 export type { LatencyStats, LoadOptions, LoadProgress, LoadReport, StopReason } from './load-types.js';
-
-const DEFAULTS = {
-  connections: 10,
-  durationS: 10,
-  pipelining: 1,
-  warmupS: 0,
-  timeoutMs: 1000,
-  connectTimeoutMs: 5000,
-  lateMarginMs: 2,
-  tickMs: 1,
-  progressIntervalMs: 1000,
-} as const;
 
 /** Extra time, beyond the call deadline, that the drain waits for calls to end. */
 const DRAIN_GRACE_MS = 250;
 /** Period of the sweep that ends calls past their deadline on the driver's side, ms. */
 const SWEEP_MS = 25;
 
-function positive(name: string, value: number, integer: boolean): number {
-  if (!Number.isFinite(value) || value <= 0 || (integer && !Number.isInteger(value))) {
-    throw new RangeError(
-      `runLoad: ${name} must be a positive ${integer ? 'integer' : 'number'}, got ${value}`,
-    );
-  }
-  return value;
-}
-
-/** Average send lag above which the open-loop schedule is not being kept, ms. */
-const LAG_WARNING_MS = 2;
-
-/** The conditions of a finished run that make its numbers doubtful. */
-export function warningsOf(r: LoadReport): string[] {
-  const out: string[] = [];
-  if (r.open_loop && r.schedule_lag_ms.avg > LAG_WARNING_MS) {
-    out.push(
-      `the driver sent ${r.schedule_lag_ms.avg} ms late on average (max ${r.schedule_lag_ms.max} ms): it could ` +
-        'not keep its own schedule, and that lag is inside the latencies; lower -c/-R or give the driver its own cores',
-    );
-  }
-  if (r.requests.unfinished > 0) {
-    out.push(`${r.requests.unfinished} call(s) were still unanswered after the deadline and were cancelled`);
-  }
-  if (r.requests.level_missing > 0) {
-    out.push(`${r.requests.level_missing} OK answer(s) carried no degradation level`);
-  }
-  if (r.packing.unreadable > 0) {
-    out.push(`${r.packing.unreadable} OK answer(s) could not be read or failed --verify`);
-  }
-  return out;
-}
-
-/** In-flight bookkeeping of one call. */
+/** In-flight bookkeeping of one call; past `expiresAt` (performance.now()) it ends DEADLINE_EXCEEDED. */
 interface Pending {
   call: DriverCall;
-  /** performance.now() after which the driver ends the call with DEADLINE_EXCEEDED. */
   expiresAt: number;
   cancelledByUs: boolean;
 }
@@ -89,32 +49,26 @@ interface Pending {
  * @throws RangeError for invalid options; Error when a connection cannot be made within `connectTimeoutMs`.
  */
 export async function runLoad(opts: LoadOptions): Promise<LoadReport> {
-  const connections = positive('connections', opts.connections ?? DEFAULTS.connections, true);
-  const durationS = positive('durationS', opts.durationS ?? DEFAULTS.durationS, false);
-  const pipelining = positive('pipelining', opts.pipelining ?? DEFAULTS.pipelining, true);
-  const timeoutMs = positive('timeoutMs', opts.timeoutMs ?? DEFAULTS.timeoutMs, false);
-  const tickMs = positive('tickMs', opts.tickMs ?? DEFAULTS.tickMs, false);
-  const progressMs = positive(
-    'progressIntervalMs',
-    opts.progressIntervalMs ?? DEFAULTS.progressIntervalMs,
-    false,
-  );
-  const warmupS = opts.warmupS ?? DEFAULTS.warmupS;
-  if (!Number.isFinite(warmupS) || warmupS < 0)
-    throw new RangeError(`runLoad: warmupS must be ≥ 0, got ${warmupS}`);
-  const rate = opts.rate ?? 0;
-  if (!Number.isFinite(rate) || rate < 0) throw new RangeError(`runLoad: rate must be ≥ 0, got ${rate}`);
-  const openLoop = rate > 0;
-  const maxRequests = opts.maxRequests ?? Number.POSITIVE_INFINITY;
-  if (!(maxRequests >= 1)) throw new RangeError(`runLoad: maxRequests must be ≥ 1, got ${maxRequests}`);
-  const lateMarginMs = opts.lateMarginMs ?? DEFAULTS.lateMarginMs;
-  const source = opts.source ?? syntheticSource();
-  const verify = opts.verify ?? false;
-  const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'h2');
+  const {
+    connections,
+    durationS,
+    pipelining,
+    timeoutMs,
+    tickMs,
+    progressMs,
+    warmupS,
+    rate,
+    openLoop,
+    maxRequests,
+    lateMarginMs,
+    source,
+    verify,
+    transportName,
+  } = resolveLoadOptions(opts);
 
   const transport = openTransport(transportName, opts, connections);
   try {
-    await transport.ready(opts.connectTimeoutMs ?? DEFAULTS.connectTimeoutMs);
+    await transport.ready(opts.connectTimeoutMs ?? LOAD_DEFAULTS.connectTimeoutMs);
     // Encoding thousands of distinct LoCoMo turns inside the run would charge it to the first pass.
     if (source.requests) transport.prepare(source.requests);
     return await drive();
@@ -195,22 +149,10 @@ export async function runLoad(opts: LoadOptions): Promise<LoadReport> {
       }
       ok++;
       if (doneAt - sentAt > timeoutMs + lateMarginMs) late++;
-      let level = o.level;
-      if (o.body !== null) {
-        try {
-          const s = summarizeResponse(o.body);
-          if (s.budgetExcluded > 0) budgetChoice++;
-          if (level === '') level = s.level;
-          if (verify) {
-            const full = ASSEMBLE_METHOD.responseDeserialize(o.body) as { degradation?: { level?: string } };
-            if ((full.degradation?.level ?? '') !== level) unreadable++;
-          }
-        } catch {
-          unreadable++;
-        }
-      } else {
-        unreadable++;
-      }
+      const answer = readAnswer(o, verify);
+      if (answer.budgetChoice) budgetChoice++;
+      if (answer.unreadable) unreadable++;
+      const level = answer.level;
       if (level === 'L0' || level === 'L1' || level === 'L2') levels[level]++;
       else levelMissing++;
     };
@@ -243,8 +185,7 @@ export async function runLoad(opts: LoadOptions): Promise<LoadReport> {
       });
     };
 
-    // Ends calls past their deadline (a server that never answers); the server's own DEADLINE_EXCEEDED
-    // usually comes first.
+    // Ends calls past their deadline (a server that never answers); the server's own status usually wins.
     const sweeper = setInterval(() => {
       const now = performance.now();
       for (const p of inFlight.keys()) {

@@ -102,3 +102,27 @@ export function formatProgress(p: LoadProgress): string {
     `sent ${p.sent} ok ${p.ok} err ${p.errors} in-flight ${p.inFlight} ${p.recentRps} req/s`
   );
 }
+
+/** Average send lag above which the open-loop schedule is not being kept, ms. */
+const LAG_WARNING_MS = 2;
+
+/** The conditions of a finished run that make its numbers doubtful. */
+export function warningsOf(r: LoadReport): string[] {
+  const out: string[] = [];
+  if (r.open_loop && r.schedule_lag_ms.avg > LAG_WARNING_MS) {
+    out.push(
+      `the driver sent ${r.schedule_lag_ms.avg} ms late on average (max ${r.schedule_lag_ms.max} ms): it could ` +
+        'not keep its own schedule, and that lag is inside the latencies; lower -c/-R or give the driver its own cores',
+    );
+  }
+  if (r.requests.unfinished > 0) {
+    out.push(`${r.requests.unfinished} call(s) were still unanswered after the deadline and were cancelled`);
+  }
+  if (r.requests.level_missing > 0) {
+    out.push(`${r.requests.level_missing} OK answer(s) carried no degradation level`);
+  }
+  if (r.packing.unreadable > 0) {
+    out.push(`${r.packing.unreadable} OK answer(s) could not be read or failed --verify`);
+  }
+  return out;
+}

@@ -16,7 +16,7 @@ import {
   type UnaryMethod,
   waitForReady,
 } from './context-client.js';
-import { frameCache, type RawCall, RawChannel, type RawOutcome } from './raw-grpc.js';
+import { frameCache, type RawCall, RawChannel, type RawOutcome, summarizeResponse } from './raw-grpc.js';
 
 /** Transport names accepted by `load --transport`. */
 export type TransportName = 'h2' | 'grpc-js';
@@ -124,4 +124,34 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
       for (const c of clients) c.close();
     },
   };
+}
+
+/** What the driver reads from one OK answer. */
+export interface AnswerReading {
+  /** The level header, else `degradation.level` from the body ('' when neither). */
+  level: string;
+  /** At least one candidate was excluded for `budget`: the packer had to choose. */
+  budgetChoice: boolean;
+  /** The body was missing or malformed, or (with `verify`) its full decode disagreed with the header. */
+  unreadable: boolean;
+}
+
+/**
+ * Reads an OK outcome: counters from the response bytes ({@link summarizeResponse}) and, with `verify`,
+ * a full protobuf decode whose `degradation.level` must equal the level reported.
+ */
+export function readAnswer(o: RawOutcome, verify: boolean): AnswerReading {
+  if (o.body === null) return { level: o.level, budgetChoice: false, unreadable: true };
+  try {
+    const s = summarizeResponse(o.body);
+    const level = o.level === '' ? s.level : o.level;
+    let unreadable = false;
+    if (verify) {
+      const full = ASSEMBLE_METHOD.responseDeserialize(o.body) as { degradation?: { level?: string } | null };
+      unreadable = (full.degradation?.level ?? '') !== level;
+    }
+    return { level, budgetChoice: s.budgetExcluded > 0, unreadable };
+  } catch {
+    return { level: o.level, budgetChoice: false, unreadable: true };
+  }
 }

@@ -4,7 +4,7 @@
  */
 import type { ConnectionOptions } from './context-client.js';
 import type { TransportName } from './load-transport.js';
-import type { RequestSource } from './request-source.js';
+import { type RequestSource, syntheticSource } from './request-source.js';
 import type { SampleStats } from './stats.js';
 
 /** Options of {@link runLoad}. Durations in seconds, timeouts in milliseconds, rates in requests/s. */
@@ -166,4 +166,72 @@ export interface LoadReport {
   rps: SampleStats & { samples: number };
   /** Response bytes received during the measured phase (message bodies, after framing). */
   bytes: { total: number; per_second: SampleStats };
+}
+
+/** Defaults of {@link LoadOptions}. */
+export const LOAD_DEFAULTS = {
+  connections: 10,
+  durationS: 10,
+  pipelining: 1,
+  warmupS: 0,
+  timeoutMs: 1000,
+  connectTimeoutMs: 5000,
+  lateMarginMs: 2,
+  tickMs: 1,
+  progressIntervalMs: 1000,
+} as const;
+
+function positive(name: string, value: number, integer: boolean): number {
+  if (!Number.isFinite(value) || value <= 0 || (integer && !Number.isInteger(value))) {
+    throw new RangeError(
+      `runLoad: ${name} must be a positive ${integer ? 'integer' : 'number'}, got ${value}`,
+    );
+  }
+  return value;
+}
+
+/**
+ * {@link LoadOptions} with defaults applied and checked.
+ * @throws RangeError naming the first invalid option.
+ */
+export function resolveLoadOptions(opts: LoadOptions) {
+  const connections = positive('connections', opts.connections ?? LOAD_DEFAULTS.connections, true);
+  const durationS = positive('durationS', opts.durationS ?? LOAD_DEFAULTS.durationS, false);
+  const pipelining = positive('pipelining', opts.pipelining ?? LOAD_DEFAULTS.pipelining, true);
+  const timeoutMs = positive('timeoutMs', opts.timeoutMs ?? LOAD_DEFAULTS.timeoutMs, false);
+  const tickMs = positive('tickMs', opts.tickMs ?? LOAD_DEFAULTS.tickMs, false);
+  const progressMs = positive(
+    'progressIntervalMs',
+    opts.progressIntervalMs ?? LOAD_DEFAULTS.progressIntervalMs,
+    false,
+  );
+  const warmupS = opts.warmupS ?? LOAD_DEFAULTS.warmupS;
+  if (!Number.isFinite(warmupS) || warmupS < 0)
+    throw new RangeError(`runLoad: warmupS must be ≥ 0, got ${warmupS}`);
+  const rate = opts.rate ?? 0;
+  if (!Number.isFinite(rate) || rate < 0) throw new RangeError(`runLoad: rate must be ≥ 0, got ${rate}`);
+  const openLoop = rate > 0;
+  const maxRequests = opts.maxRequests ?? Number.POSITIVE_INFINITY;
+  if (!(maxRequests >= 1)) throw new RangeError(`runLoad: maxRequests must be ≥ 1, got ${maxRequests}`);
+  const lateMarginMs = opts.lateMarginMs ?? LOAD_DEFAULTS.lateMarginMs;
+  const source = opts.source ?? syntheticSource();
+  const verify = opts.verify ?? false;
+  const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'h2');
+
+  return {
+    connections,
+    durationS,
+    pipelining,
+    timeoutMs,
+    tickMs,
+    progressMs,
+    warmupS,
+    rate,
+    openLoop,
+    maxRequests,
+    lateMarginMs,
+    source,
+    verify,
+    transportName,
+  };
 }
