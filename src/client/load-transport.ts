@@ -114,7 +114,7 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
       // grpc-js calls the callback before emitting `status`, so the body is known here.
       call.on('status', (st: StatusObject) => finish(st.code, st.details));
       return {
-        expire: (code = 4, details = 'Deadline exceeded (driver side)') => {
+        expire: (code = 4, details = `Deadline exceeded after ${timeoutMs} ms (driver)`) => {
           finish(code, details);
           call.cancel();
         },

