@@ -324,3 +324,66 @@ describe('replay pacing', () => {
     expect(report.retried).toEqual({});
   });
 });
+
+describe('the driver side of the deadline', () => {
+  it('ends calls to a server that never answers as DEADLINE_EXCEEDED, worded like the client timer', async () => {
+    // A bare HTTP/2 server that accepts every stream and never answers: only the driver can end them.
+    const http2 = await import('node:http2');
+    const silent = http2.createServer();
+    const held: unknown[] = [];
+    silent.on('stream', (stream) => held.push(stream));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const port = (silent.address() as { port: number }).port;
+    try {
+      const report = await runLoad({
+        addr: `127.0.0.1:${port}`,
+        connections: 1,
+        rate: 20,
+        durationS: 0.5,
+        timeoutMs: 150,
+        source: cyclingSource('silent', requests(2)),
+      });
+      expect(report.requests.sent).toBe(10);
+      expect(report.requests.errors).toEqual({ DEADLINE_EXCEEDED: 10 });
+      expect(report.requests.error_details.DEADLINE_EXCEEDED).toEqual([
+        'Deadline exceeded after 150 ms (driver)',
+      ]);
+      expect(report.requests.unfinished).toBe(0);
+      expect(held).toHaveLength(10);
+      expect(report.latency_ms.min).toBeGreaterThanOrEqual(150);
+    } finally {
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  });
+});
+
+describe('ibex-context load --constrained (compiled CLI)', () => {
+  it('probes, mixes and reports the constrained share and packer choices in --json', async () => {
+    const { runCli } = await import('../helpers/cli.js');
+    const fake = await startFake();
+    // The synthetic source's agents are not the double's two: it gives them 4 candidates × 100 tokens.
+    const res = await runCli([
+      'load',
+      '--addr',
+      fake.addr,
+      '-c',
+      '2',
+      '-d',
+      '1',
+      '-R',
+      '100',
+      '--constrained',
+      '1',
+      '--json',
+    ]);
+    expect(res.stderr).toBe('');
+    expect(res.code).toBe(0);
+    const report = JSON.parse(res.stdout) as { packing: Record<string, number>; requests: { ok: number } };
+    expect(report.requests.ok).toBe(100);
+    expect(report.packing.constrained_sent).toBe(100);
+    expect(report.packing.budget_choice).toBe(100);
+    const bad = await runCli(['load', '--addr', fake.addr, '--constrained', '2']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--constrained must be a number in 0..1');
+  });
+});
