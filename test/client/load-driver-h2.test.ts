@@ -4,6 +4,11 @@
  * constrained calls and packer choices), `--verify`, the grpc-js transport counting the same, and
  * `replay` pacing and retries.
  */
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { ServerCredentials } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
@@ -385,5 +390,84 @@ describe('ibex-context load --constrained (compiled CLI)', () => {
     const bad = await runCli(['load', '--addr', fake.addr, '--constrained', '2']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--constrained must be a number in 0..1');
+  });
+});
+
+function hasOpenssl(): boolean {
+  try {
+    execFileSync('openssl', ['version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+const OPENSSL = hasOpenssl();
+if (!OPENSSL)
+  console.warn('NOTICE: openssl not found; the load driver TLS test is skipped (install openssl)');
+
+describe.skipIf(!OPENSSL)('the h2 driver over TLS (certificates made with openssl at test time)', () => {
+  it('connects with --tls-ca semantics, sends the token, and refuses a server it cannot verify', async () => {
+    const pki = mkdtempSync(path.join(tmpdir(), 'ibex-load-tls-'));
+    try {
+      const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: pki, stdio: 'pipe' });
+      const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+      ssl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', '/CN=test-ca', '-days', '1');
+      writeFileSync(path.join(pki, 'server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+      ssl('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
+      ssl(
+        'x509',
+        '-req',
+        '-in',
+        'server.csr',
+        '-CA',
+        'ca.crt',
+        '-CAkey',
+        'ca.key',
+        '-CAcreateserial',
+        '-out',
+        'server.crt',
+        '-days',
+        '1',
+        '-extfile',
+        'server.ext',
+      );
+      const seenAuth = new Set<string>();
+      const grpc = createGrpcServer({
+        assemble: async (req, ctx) => {
+          for (const v of ctx.metadata.get('authorization')) seenAuth.add(String(v));
+          return answer(req, 'L0');
+        },
+        logger: createLogger({ logLevel: 'silent' }),
+        settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
+      });
+      const creds = ServerCredentials.createSsl(null, [
+        {
+          private_key: readFileSync(path.join(pki, 'server.key')),
+          cert_chain: readFileSync(path.join(pki, 'server.crt')),
+        },
+      ]);
+      const port = await grpc.bind('127.0.0.1:0', creds);
+      grpc.markServing();
+      servers.push(grpc);
+      const addr = `127.0.0.1:${port}`;
+      const report = await runLoad({
+        addr,
+        tls: { ca: readFileSync(path.join(pki, 'ca.crt')) },
+        token: 'tls-s3cret',
+        connections: 2,
+        rate: 50,
+        durationS: 0.4,
+        source: cyclingSource('tls', requests(4)),
+      });
+      expect(report.requests.ok).toBe(20);
+      expect([...seenAuth]).toEqual(['Bearer tls-s3cret']);
+      expect(JSON.stringify(report)).not.toContain('tls-s3cret');
+      // The system roots do not know the test CA: the connection is refused before any call.
+      await expect(
+        runLoad({ addr, tls: true, connections: 1, rate: 10, durationS: 0.2, connectTimeoutMs: 2000 }),
+      ).rejects.toThrow(/cannot connect to 127\.0\.0\.1:\d+/);
+    } finally {
+      rmSync(pki, { recursive: true, force: true });
+    }
   });
 });
