@@ -9,6 +9,13 @@
  * the step, where the server spent the time: pool wait and run, retrieval branches, event-loop delay,
  * CPU of the server's threads, the driver's own CPU and schedule lag, and the rest of the machine.
  *
+ * Issue 10: the driver sends pre-encoded frames over node:http2 (`--transport grpc-js` to compare); every
+ * step records CPU per call per thread from `/proc/<pid>/task/<tid>/stat` (server main thread, pool workers
+ * `ibex-pool`, store readers `ibex-store`, the rest; and the driver), after a 30 s warm-up by default (a
+ * shorter one leaves JIT in the figures); half the calls carry an `available_tokens` (the budget mix,
+ * `--constrained`) and every step reports the constrained share and the share where the packer chose.
+ * `--h2load` drives the first rate once more with nghttp2's h2load for a cross-check of the driver.
+ *
  * Writes bench/results/load.json and bench/results/load.svg (p50/p99/p99.9 against rate, log y), prints
  * a table, the highest rate with p99 ≤ 20 ms and no error, and where the time goes at that rate.
  * Figures, not gates: on a small shared machine the driver competes with the server for the cores; the
