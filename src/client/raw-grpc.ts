@@ -7,6 +7,7 @@
  * the protobuf bytes for a few counters without building the response object).
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
+import { performance } from 'node:perf_hooks';
 import protobuf from 'protobufjs';
 import type { AssembleContextRequestInput } from '../server/proto.js';
 import { ASSEMBLE_METHOD, type ConnectionOptions, LEVEL_METADATA_KEY } from './context-client.js';
@@ -106,13 +107,33 @@ function headerString(v: string | string[] | undefined): string {
   return Array.isArray(v) ? (v[0] ?? '') : (v ?? '');
 }
 
-/** One HTTP/2 connection to the service. */
+/** After a lost connection, at most one reconnect attempt per this many ms (calls in between fail fast). */
+const RECONNECT_MS = 100;
+
+/** HTTP/2 RST_STREAM codes with a gRPC meaning (gRPC over HTTP/2, "Errors"). */
+const RST_REFUSED_STREAM = 7;
+const RST_CANCEL = 8;
+
+/** Connection-level failures: the call never reached the service's handler (gRPC says UNAVAILABLE). */
+const CONNECTION_ERRORS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ERR_HTTP2_GOAWAY_SESSION',
+  'ERR_HTTP2_INVALID_SESSION',
+  // A stream still pending when its session failed to connect: never sent.
+  'ERR_HTTP2_STREAM_CANCEL',
+]);
+
+/** One HTTP/2 connection to the service, reopened (at most every 100 ms) after it is lost. */
 export class RawChannel {
-  private readonly session: ClientHttp2Session;
+  private session!: ClientHttp2Session;
   private readonly baseHeaders: http2.OutgoingHttpHeaders;
   private closedError: Error | null = null;
+  private connectedAt = 0;
   /** Request headers per grpc-timeout value: built once, not per call. */
   private readonly headersByTimeout = new Map<number, http2.OutgoingHttpHeaders>();
+  private readonly open: () => ClientHttp2Session;
 
   /**
    * Opens the connection (lazily: {@link RawChannel.ready} waits for it).
@@ -124,22 +145,18 @@ export class RawChannel {
     const authority = typeof tls === 'object' && tls.serverName ? tls.serverName : host;
     if (tls) {
       const t = tls === true ? {} : tls;
-      this.session = http2.connect(`https://${host}:${port}`, {
-        ca: t.ca,
-        cert: t.cert,
-        key: t.key,
-        servername: t.serverName ?? (isIp(host) ? undefined : host),
-        ALPNProtocols: ['h2'],
-      });
+      this.open = () =>
+        http2.connect(`https://${host}:${port}`, {
+          ca: t.ca,
+          cert: t.cert,
+          key: t.key,
+          servername: t.serverName ?? (isIp(host) ? undefined : host),
+          ALPNProtocols: ['h2'],
+        });
     } else {
-      this.session = http2.connect(`http://${host}:${port}`);
+      this.open = () => http2.connect(`http://${host}:${port}`);
     }
-    this.session.on('error', (err) => {
-      this.closedError = err;
-    });
-    this.session.on('close', () => {
-      this.closedError ??= new Error('connection closed');
-    });
+    this.connect();
     this.baseHeaders = {
       ':method': 'POST',
       ':path': ASSEMBLE_PATH,
@@ -151,13 +168,33 @@ export class RawChannel {
     if (conn.token) this.baseHeaders.authorization = `Bearer ${conn.token}`;
   }
 
+  private connect(): void {
+    const session = this.open();
+    this.session = session;
+    this.closedError = null;
+    this.connectedAt = performance.now();
+    session.on('error', (err) => {
+      if (this.session === session) this.closedError = err;
+    });
+    session.on('close', () => {
+      if (this.session === session) this.closedError ??= new Error('connection closed');
+    });
+  }
+
   /**
    * Resolves once the connection is up; rejects naming `addr` when it is not within `timeoutMs`.
    * @throws Error `cannot connect to <addr> within <ms> ms: <reason>`.
    */
   ready(addr: string, timeoutMs: number): Promise<void> {
     const s = this.session;
-    if (!s.connecting && !s.destroyed) return Promise.resolve();
+    if (this.closedError !== null || s.destroyed) {
+      return Promise.reject(
+        new Error(
+          `cannot connect to ${addr} within ${timeoutMs} ms: ${this.closedError?.message ?? 'closed'}`,
+        ),
+      );
+    }
+    if (!s.connecting) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const fail = (reason: string) => {
         clearTimeout(timer);
@@ -211,7 +248,9 @@ export class RawChannel {
     };
     // A call that cannot start ends on the next turn of the loop, never inside `call`: a closed-loop
     // caller that starts its next call from `done` would otherwise recurse without bound.
-    if (this.closedError !== null || this.session.destroyed || this.session.closed) {
+    const dead = () => this.closedError !== null || this.session.destroyed || this.session.closed;
+    if (dead() && performance.now() - this.connectedAt >= RECONNECT_MS) this.connect();
+    if (dead()) {
       const reason = this.closedError?.message ?? 'closed';
       setImmediate(() => finish(UNAVAILABLE, `connection lost: ${reason}`));
       return { expire };
@@ -246,10 +285,14 @@ export class RawChannel {
         st === undefined ? 'no grpc-status in the trailers' : decodeGrpcMessage(trailers['grpc-message']),
       );
     });
-    stream.on('error', (err) => finish(INTERNAL, `stream error: ${err.message}`));
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      const lost = CONNECTION_ERRORS.has(err.code ?? '') || stream?.rstCode === RST_REFUSED_STREAM;
+      finish(lost ? UNAVAILABLE : INTERNAL, `${lost ? 'connection lost' : 'stream error'}: ${err.message}`);
+    });
     stream.on('close', () => {
       const rst = stream?.rstCode ?? 0;
-      finish(rst === http2.constants.NGHTTP2_CANCEL ? CANCELLED : INTERNAL, `stream closed (rst ${rst})`);
+      const code = rst === RST_CANCEL ? CANCELLED : rst === RST_REFUSED_STREAM ? UNAVAILABLE : INTERNAL;
+      finish(code, `stream closed (rst ${rst})`);
     });
     stream.end(frame);
     return { expire };

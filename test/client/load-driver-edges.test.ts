@@ -208,3 +208,25 @@ describe.skipIf(!OPENSSL)('the h2 driver over TLS (certificates made with openss
     }
   });
 });
+
+describe('a lost connection', () => {
+  it('counts calls after the server stops as UNAVAILABLE (never INTERNAL, never left hanging)', async () => {
+    const fake = await startFake();
+    const grpc = servers[servers.length - 1]!;
+    setTimeout(() => void grpc.drain(0), 400);
+    const report = await runLoad({
+      addr: fake.addr,
+      connections: 2,
+      rate: 100,
+      durationS: 1,
+      timeoutMs: 500,
+      source: cyclingSource('lost', requests(4)),
+    });
+    expect(report.requests.sent).toBe(100);
+    expect(report.requests.unfinished).toBe(0);
+    expect(Object.keys(report.requests.errors)).toEqual(['UNAVAILABLE']);
+    expect(report.requests.ok).toBe(fake.tally.calls);
+    expect(report.requests.ok).toBeGreaterThan(10);
+    expect(report.requests.ok + report.requests.errors.UNAVAILABLE!).toBe(100);
+  });
+});
