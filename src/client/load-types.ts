@@ -29,7 +29,7 @@ export interface LoadOptions extends ConnectionOptions {
   connectTimeoutMs?: number;
   /** An OK answer later than deadline + this many ms is counted as `late` (default 2). */
   lateMarginMs?: number;
-  /** Open-loop scheduler period, ms (default 1). */
+  /** Shortest open-loop timer delay, ms (default 1): the timer is armed for the next intended send, never sooner. */
   tickMs?: number;
   /** Period of {@link LoadOptions.onProgress}, ms (default 1000). */
   progressIntervalMs?: number;
