@@ -9,6 +9,13 @@
  * the step, where the server spent the time: pool wait and run, retrieval branches, event-loop delay,
  * CPU of the server's threads, the driver's own CPU and schedule lag, and the rest of the machine.
  *
+ * Issue 10: the driver sends pre-encoded frames over node:http2 (`--transport grpc-js` to compare); every
+ * step records CPU per call per thread from `/proc/<pid>/task/<tid>/stat` (server main thread, pool workers
+ * `ibex-pool`, store readers `ibex-store`, the rest; and the driver), after a 30 s warm-up by default (a
+ * shorter one leaves JIT in the figures); half the calls carry an `available_tokens` (the budget mix,
+ * `--constrained`) and every step reports the constrained share and the share where the packer chose.
+ * `--h2load` drives the first rate once more with nghttp2's h2load for a cross-check of the driver.
+ *
  * Writes bench/results/load.json and bench/results/load.svg (p50/p99/p99.9 against rate, log y), prints
  * a table, the highest rate with p99 ≤ 20 ms and no error, and where the time goes at that rate.
  * Figures, not gates: on a small shared machine the driver competes with the server for the cores; the
@@ -17,8 +24,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
 import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './lib/bench-run.js';
+import { type H2loadResult, hasH2load, runH2load } from './lib/h2load.js';
 import { prepareLoadData } from './lib/load-data.js';
 import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
@@ -30,7 +39,13 @@ const USAGE = `usage: npm run bench:load -- [options]
   --steps <r1,r2,…>       offered rates, req/s (default 500,1000,2000,3000,4000)
   --step-seconds <s>      measured seconds per step (default 10)
   --ramp-seconds <s>      unrecorded seconds at each step's rate before it is measured (default 1)
-  --warmup-seconds <s>    unrecorded warm-up at the first rate after start-up (default 5)
+  --warmup-seconds <s>    unrecorded warm-up at the first rate after start-up (default 30: a shorter one
+                          leaves JIT time in the CPU figures; shorten it only on a shared machine)
+  --constrained <share>   share of calls with an available_tokens that fits 30–80 % of the candidates'
+                          tokens (the budget mix; default 0.5)
+  --seed <n>              seed of the budget mix (default 1)
+  --transport <h2|grpc-js> driver transport (default h2)
+  --h2load                after the steps, drive the first rate with h2load (nghttp2-client) too and report both
   --connections <n>       gRPC channels of the driver (default 10)
   --timeout <ms>          per-call gRPC deadline of the client (default 1000)
   --threads <n>           pool threads of the service (default: the service's own default)
@@ -47,6 +62,10 @@ interface Options {
   warmupSeconds: number;
   connections: number;
   timeoutMs: number;
+  constrained: number;
+  seed: number;
+  transport: 'h2' | 'grpc-js';
+  h2load: boolean;
   threads: number | undefined;
   serviceEnv: Record<string, string>;
   cpuProf: string | undefined;
@@ -66,6 +85,10 @@ function parseOptions(argv: string[]): Options | null {
       'warmup-seconds': { type: 'string' },
       connections: { type: 'string' },
       timeout: { type: 'string' },
+      constrained: { type: 'string' },
+      seed: { type: 'string' },
+      transport: { type: 'string' },
+      h2load: { type: 'boolean' },
       threads: { type: 'string' },
       'service-env': { type: 'string', multiple: true },
       'cpu-prof': { type: 'string' },
@@ -85,15 +108,30 @@ function parseOptions(argv: string[]): Options | null {
     steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
     stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
     rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '5', true),
+    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
     connections: int('--connections', values.connections ?? '10'),
     timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
+    constrained: shareOf(values.constrained ?? '0.5'),
+    seed: int('--seed', values.seed ?? '1'),
+    transport: transportOf(values.transport ?? 'h2'),
+    h2load: values.h2load ?? false,
     threads: values.threads === undefined ? undefined : int('--threads', values.threads),
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
     cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
     p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
     out: path.resolve(values.out ?? projectPath('bench/results')),
   };
+}
+
+function shareOf(v: string): number {
+  const n = parseNumber('--constrained', v, true);
+  if (n > 1) throw new Error(`--constrained must be in 0..1, got '${v}'`);
+  return n;
+}
+
+function transportOf(v: string): 'h2' | 'grpc-js' {
+  if (v !== 'h2' && v !== 'grpc-js') throw new Error(`--transport must be h2 or grpc-js, got '${v}'`);
+  return v;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -124,9 +162,27 @@ async function main(argv: string[]): Promise<number> {
     nodeArgs: opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : [],
   });
   const rows: StepRow[] = [];
+  let h2: H2loadResult | null = null;
   try {
     console.error(`service pid ${service.pid} on ${service.grpcAddr} (admin ${service.adminUrl})`);
-    const common = { connections: opts.connections, timeoutMs: opts.timeoutMs, source: data.source };
+    let source = data.source;
+    if (opts.constrained > 0) {
+      const tokens = await probeCandidateTokens({ addr: service.grpcAddr }, source.requests ?? []);
+      source = mixedSource(
+        source,
+        budgetMix(tokens, { share: opts.constrained, seed: opts.seed }),
+        opts.constrained,
+      );
+      console.error(
+        `budget mix: ${opts.constrained} constrained, candidates' tokens probed for ${tokens.size} agents`,
+      );
+    }
+    const common = {
+      connections: opts.connections,
+      timeoutMs: opts.timeoutMs,
+      source,
+      transport: opts.transport,
+    };
     if (opts.warmupSeconds > 0) {
       console.error(`warm-up: ${opts.warmupSeconds} s at ${opts.steps[0]} rps`);
       await runLoad({
@@ -150,6 +206,19 @@ async function main(argv: string[]): Promise<number> {
           (row.driver.limited ? ' [driver-limited]' : ''),
       );
     }
+    if (opts.h2load) {
+      if (!hasH2load()) throw new Error('--h2load: h2load is not installed (apt-get install nghttp2-client)');
+      const req = (data.source.requests ?? [])[0];
+      if (req === undefined) throw new Error('--h2load: the request source lists no requests');
+      h2 = await runH2load(service.grpcAddr, req, {
+        rate: opts.steps[0]!,
+        connections: opts.connections,
+        durationS: opts.stepSeconds,
+        dir: path.dirname(db),
+        serverPid: service.pid,
+      });
+      console.error(`h2load at ${h2.rate} rps: ${JSON.stringify(h2)}`);
+    }
   } catch (err) {
     throw explainFailure(service, err);
   } finally {
@@ -170,6 +239,9 @@ async function main(argv: string[]): Promise<number> {
       warmup_seconds: opts.warmupSeconds,
       connections: opts.connections,
       timeout_ms: opts.timeoutMs,
+      constrained_share: opts.constrained,
+      seed: opts.seed,
+      transport: opts.transport,
       pool_threads: rows[0]?.server.pool_threads ?? null,
       p99_target_ms: opts.p99TargetMs,
       service_env: serviceEnv,
@@ -177,6 +249,7 @@ async function main(argv: string[]): Promise<number> {
     },
     data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
     steps: rows,
+    h2load_cross_check: h2,
     best: best
       ? {
           rate: best.rate,

@@ -12,6 +12,10 @@ import {
   runCpuTask,
   warmCpuTask,
 } from '../src/pool/cpu-task.js';
+import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
+
+// bench:load splits the server's CPU per thread by name (issue 10).
+nameThisThread(THREAD_NAMES.pool);
 
 // Loading the module is the warm-up: piscina reports a thread ready (and the pool's start-up task runs)
 // only after this, so no request pays for cold JIT tiers.

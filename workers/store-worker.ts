@@ -4,8 +4,12 @@
  * on the main thread that would stall every other call's gRPC and retrieval I/O (SPEC §1).
  * Imports only the store module, never the server.
  */
+import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import type { StoreReadTask } from '../src/retrieval/store-reader.js';
+
+// bench:load splits the server's CPU per thread by name (issue 10).
+nameThisThread(THREAD_NAMES.store);
 
 // One connection per database file per thread, opened on first use.
 const stores = new Map<string, EmbeddedStore>();

@@ -10,6 +10,7 @@ import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
 import type { RequestSource } from '../../src/client/request-source.js';
 import { parsePrometheus, type ServerStepStats, snapshot, stepStats, sumOf } from './server-metrics.js';
 import type { ServiceProcess } from './service-process.js';
+import { readThreads, type ThreadCpuStep, threadCpuStep } from './thread-cpu.js';
 
 /** Options of {@link measureStep}. */
 export interface StepOptions {
@@ -21,6 +22,8 @@ export interface StepOptions {
   /** Per-call gRPC deadline of the client, ms. */
   timeoutMs: number;
   source: RequestSource;
+  /** Driver transport (default h2). */
+  transport?: 'h2' | 'grpc-js';
 }
 
 /** Driver ELU above which the driver, not the server, probably set the pace. */
@@ -61,6 +64,16 @@ export interface StepRow {
    * With the cores the machine has, these bound the rate it can sustain.
    */
   cpu_ms_per_call: { server_main: number; server_other: number; driver: number } | null;
+  /**
+   * CPU per thread group from `/proc/<pid>/task/<tid>/stat` deltas over the measured run (issue 10): the
+   * server's main thread, pool workers, store readers and the rest, and the driver process (this one).
+   * ms per answered call and cores. Null where `/proc` is missing.
+   */
+  cpu_per_thread: { server: ThreadCpuStep | null; driver: ThreadCpuStep | null };
+  /** The budget mix of the step: constrained share sent and share of OK answers where the packer chose. */
+  packing: LoadReport['packing'];
+  /** Driver transport. */
+  transport: string;
   /** Cores busy on the machine beyond the server and the driver (other processes: noise). */
   other_processes_cores: number | null;
   warnings: string[];
@@ -69,7 +82,11 @@ export interface StepRow {
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
 /** Builds a {@link StepRow} from the client report and the server stats of the same window. */
-export function stepRow(report: LoadReport, server: ServerStepStats): StepRow {
+export function stepRow(
+  report: LoadReport,
+  server: ServerStepStats,
+  perThread: StepRow['cpu_per_thread'] = { server: null, driver: null },
+): StepRow {
   const r = report.requests;
   const driverCores = report.duration_s > 0 ? report.driver.cpu_s / report.duration_s : 0;
   const limited =
@@ -108,6 +125,9 @@ export function stepRow(report: LoadReport, server: ServerStepStats): StepRow {
             server_other: round2((server.cpu_cores.other_threads * 1000) / report.throughput_rps),
             driver: round2((driverCores * 1000) / report.throughput_rps),
           },
+    cpu_per_thread: perThread,
+    packing: report.packing,
+    transport: report.transport,
     other_processes_cores:
       server.machine_busy_cores === null || server.cpu_cores === null
         ? null
@@ -139,12 +159,25 @@ export async function measureStep(service: ServiceProcess, opts: StepOptions): P
     connections: opts.connections,
     timeoutMs: opts.timeoutMs,
     source: opts.source,
+    transport: opts.transport ?? 'h2',
   };
   if (opts.rampSeconds > 0) await runLoad({ ...common, durationS: opts.rampSeconds });
   const before = await snapshot(service);
+  const serverBefore = readThreads(service.pid);
+  const driverBefore = readThreads(process.pid);
+  const startedAt = performance.now();
   const report = await runLoad({ ...common, durationS: opts.seconds });
+  const windowS = (performance.now() - startedAt) / 1000;
+  const serverAfter = readThreads(service.pid);
+  const driverAfter = readThreads(process.pid);
   const after = await snapshot(service);
-  return stepRow(report, stepStats(before, after));
+  // Every answered call (the drain included) was paid for inside the window.
+  const calls = report.requests.completed;
+  const perThread = {
+    server: serverBefore && serverAfter ? threadCpuStep(serverBefore, serverAfter, windowS, calls) : null,
+    driver: driverBefore && driverAfter ? threadCpuStep(driverBefore, driverAfter, windowS, calls) : null,
+  };
+  return stepRow(report, stepStats(before, after), perThread);
 }
 
 /** A step is clean when it met the latency target with no error (degraded answers are reported apart). */
@@ -171,6 +204,13 @@ export function tableCells(row: StepRow): Record<string, string | number> {
     'eld p99': s.event_loop_delay_ms.p99,
     'srv cpu': s.cpu_cores ? `${s.cpu_cores.total} (${s.cpu_cores.main_thread})` : '-',
     'drv cpu': row.driver.cpu_cores,
+    'ms/call main/pool/store/other': row.cpu_per_thread.server?.ms_per_call
+      ? (['main', 'pool', 'store', 'other'] as const)
+          .map((g) => row.cpu_per_thread.server!.ms_per_call![g])
+          .join('/')
+      : '-',
+    'drv ms/call': row.cpu_per_thread.driver?.ms_per_call?.total ?? '-',
+    'constr/chose': `${row.packing.constrained_share}/${row.packing.budget_choice_share}`,
     'drv lag': row.driver.schedule_lag_ms.avg,
     other: row.other_processes_cores ?? '-',
   };
@@ -204,6 +244,19 @@ export function whereTheTimeGoes(row: StepRow): string[] {
         `${s.cpu_cores.other_threads}), driver ${row.driver.cpu_cores}, other processes ${row.other_processes_cores ?? '?'}`,
     );
   }
+  const pt = row.cpu_per_thread;
+  if (pt.server?.ms_per_call) {
+    const m = pt.server.ms_per_call;
+    lines.push(
+      `CPU per call from /proc per thread (ms): server ${m.total} = main ${m.main} + pool ${m.pool} ` +
+        `(${pt.server.threads.pool} threads) + store ${m.store} (${pt.server.threads.store}) + other ${m.other}; ` +
+        `driver (${row.transport}) ${pt.driver?.ms_per_call?.total ?? '?'}`,
+    );
+  }
+  lines.push(
+    `budget mix: ${(row.packing.constrained_share * 100).toFixed(1)} % of calls constrained, the packer chose ` +
+      `(≥ 1 candidate excluded for budget) in ${(row.packing.budget_choice_share * 100).toFixed(1)} % of OK answers`,
+  );
   if (row.cpu_ms_per_call) {
     const c = row.cpu_ms_per_call;
     lines.push(

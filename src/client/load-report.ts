@@ -1,9 +1,10 @@
 /**
  * Text rendering of a {@link LoadReport}, laid out like autocannon's output, and the progress line.
  */
-import type { LoadProgress, LoadReport } from './load-driver.js';
+import type { LoadProgress, LoadReport } from './load-types.js';
 import { formatBytes, formatCount, renderTable } from './stats.js';
 
+const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
 const ms = (v: number) => `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ms`;
 
 /** The run's header line(s), printed before the run starts and at the top of the report. */
@@ -79,9 +80,12 @@ export function formatLoadReport(r: LoadReport): string {
     `errors ${req.error_total}${errors.length > 0 ? ` (${errors.join(', ')})` : ''}` +
       ` · late ${req.late} · unfinished ${req.unfinished}` +
       (req.warmup_sent > 0 ? ` · warmup requests ${req.warmup_sent} (not recorded)` : ''),
+    `packing: constrained ${r.packing.constrained_sent} sent (${pct(r.packing.constrained_share)}) · ` +
+      `packer chose (≥ 1 candidate excluded for budget) in ${r.packing.budget_choice} OK answers ` +
+      `(${pct(r.packing.budget_choice_share)})`,
   ];
   lines.push(
-    `driver: event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,
+    `driver (${r.transport}): event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,
   );
   if (r.stopped_by !== 'duration') lines.push(`stopped by ${r.stopped_by.replace('_', ' ')}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);
@@ -97,4 +101,28 @@ export function formatProgress(p: LoadProgress): string {
     `${bar} ${p.elapsedS.toFixed(1)}/${p.totalS}s ${p.phase.padEnd(7)} ` +
     `sent ${p.sent} ok ${p.ok} err ${p.errors} in-flight ${p.inFlight} ${p.recentRps} req/s`
   );
+}
+
+/** Average send lag above which the open-loop schedule is not being kept, ms. */
+const LAG_WARNING_MS = 2;
+
+/** The conditions of a finished run that make its numbers doubtful. */
+export function warningsOf(r: LoadReport): string[] {
+  const out: string[] = [];
+  if (r.open_loop && r.schedule_lag_ms.avg > LAG_WARNING_MS) {
+    out.push(
+      `the driver sent ${r.schedule_lag_ms.avg} ms late on average (max ${r.schedule_lag_ms.max} ms): it could ` +
+        'not keep its own schedule, and that lag is inside the latencies; lower -c/-R or give the driver its own cores',
+    );
+  }
+  if (r.requests.unfinished > 0) {
+    out.push(`${r.requests.unfinished} call(s) were still unanswered after the deadline and were cancelled`);
+  }
+  if (r.requests.level_missing > 0) {
+    out.push(`${r.requests.level_missing} OK answer(s) carried no degradation level`);
+  }
+  if (r.packing.unreadable > 0) {
+    out.push(`${r.packing.unreadable} OK answer(s) could not be read or failed --verify`);
+  }
+  return out;
 }

@@ -3,10 +3,13 @@
  * running service, every answer checked against the contract (see {@link checkResponse}).
  */
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { status } from '@grpc/grpc-js';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import type { LocomoConversation } from '../cli/commands/ingest.js';
-import { errorKey } from './cli-options.js';
+import type { AssembleContextRequestInput } from '../server/proto.js';
+import type { BudgetMix } from './budget-mix.js';
+import { errorKey, statusName } from './cli-options.js';
 import { type ConnectionOptions, createContextClient, LEVEL_METADATA_KEY } from './context-client.js';
 import { type LocomoRequestOptions, locomoRequests } from './locomo-requests.js';
 import { checkResponse, type ViolationKind } from './response-checks.js';
@@ -16,8 +19,21 @@ import { medianOfSorted, percentileOfSorted, round } from './stats.js';
 export interface ReplayOptions extends ConnectionOptions, LocomoRequestOptions {
   /** Parsed conversations (e.g. from `readLocomo(dir)`). */
   conversations: readonly LocomoConversation[];
-  /** Calls in flight at once (default 4). */
+  /** At most this many calls in flight (default 4; with `rate`, a cap so a stalled server cannot pile up calls). */
   concurrency?: number;
+  /**
+   * Calls per second, paced from the start (open loop; a call never waits for the previous answer,
+   * only for a free `concurrency` slot). Absent or 0 = as fast as `concurrency` allows.
+   */
+  rate?: number;
+  /**
+   * Retries of a call answered DEADLINE_EXCEEDED, UNAVAILABLE or RESOURCE_EXHAUSTED (default 0): on a
+   * busy machine the server's 45 ms deadline is missed when it is not scheduled, which says nothing about
+   * the answers replay checks. Only the last attempt's status counts; retries are reported.
+   */
+  retries?: number;
+  /** The budget mix: constrained twins of the requests (see src/client/budget-mix.ts). */
+  mix?: BudgetMix;
   /** At most this many calls (default: every later-session turn). */
   limit?: number;
   /** Per-call gRPC deadline, ms (default 1000). */
@@ -50,19 +66,29 @@ export interface ViolationSample {
 /** Result of {@link runReplay}; what `replay --json` prints (snake_case on purpose). */
 export interface ReplayReport {
   target: string;
+  /** Pacing, calls/s (null = unpaced). */
+  rate: number | null;
+  /**
+   * The budget mix: calls sent with `available_tokens`; of their OK answers, those where the packer chose
+   * (≥ 1 candidate excluded for `budget`) and those whose `memory_tokens` exceeded `available_tokens`
+   * (counted as invariant violations too).
+   */
+  constrained: { calls: number; budget_choice: number; over_budget: number };
   /** Calls made. */
   calls: number;
   /** Calls answered OK. */
   ok: number;
-  /** Non-OK statuses by gRPC code name. */
+  /** Non-OK statuses by gRPC code name (of the last attempt of each call). */
   errors: Record<string, number>;
+  /** Retried attempts by the status that caused the retry. */
+  retried: Record<string, number>;
   /** Up to 3 distinct status details per code name, for a first look. */
   error_details: Record<string, string[]>;
   /** OK answers by `degradation.level`. */
   levels: { L0: number; L1: number; L2: number };
   memories_included: Spread;
   tokens_used: Spread & { total: number };
-  /** Client-observed latency of every call (any status), ms. */
+  /** Client-observed latency of every attempt (any status, retries included), ms. */
   latency_ms: { p50: number; p99: number; max: number };
   /** The server's own `metrics.total_ms` over OK answers. */
   server_total_ms: { p50: number; p99: number };
@@ -89,6 +115,10 @@ function spread(sorted: readonly number[]): Spread {
 }
 
 const MAX_SAMPLES = 10;
+/** Statuses that say the server was overloaded or late, not that the request or answer was wrong. */
+const TRANSIENT = new Set<number>([status.DEADLINE_EXCEEDED, status.UNAVAILABLE, status.RESOURCE_EXHAUSTED]);
+/** Pause before the first retry, ms (doubled, tripled… for the next ones). */
+const RETRY_PAUSE_MS = 50;
 
 /**
  * Replays the later-session turns of `opts.conversations` (see {@link locomoRequests}) with
@@ -125,6 +155,9 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const samples: ViolationSample[] = [];
   let calls = 0;
   let ok = 0;
+  const constrained = { calls: 0, budget_choice: 0, over_budget: 0 };
+  const retries = Math.max(0, Math.floor(opts.retries ?? 0));
+  const retried: Record<string, number> = {};
   let violating = 0;
   let unchecked = 0;
 
@@ -132,56 +165,86 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const started = performance.now();
   try {
     await client.waitForReady(opts.connectTimeoutMs ?? 5000);
-    let next = 0;
-    const worker = async () => {
-      while (next < planned.length && !opts.signal?.aborted) {
-        const item = planned[next++]!;
-        const req = item.request;
-        const t = performance.now();
-        const outcome = await client.assemble(req, { deadlineMs: timeoutMs });
-        latencies.push(performance.now() - t);
-        calls++;
-        opts.onProgress?.(calls, planned.length);
-        if (outcome.status.code !== status.OK || outcome.response === null) {
-          const name = errorKey(outcome.status, latencies.at(-1), timeoutMs);
-          errors[name] = (errors[name] ?? 0) + 1;
-          const details = errorDetails[name] ?? [];
-          errorDetails[name] = details;
-          if (details.length < 3 && !details.includes(outcome.status.details)) {
-            details.push(outcome.status.details);
-          }
-          continue;
+    const timed = async (req: AssembleContextRequestInput) => {
+      const t = performance.now();
+      const outcome = await client.assemble(req, { deadlineMs: timeoutMs });
+      latencies.push(performance.now() - t);
+      return outcome;
+    };
+    const one = async (base: AssembleContextRequestInput) => {
+      const req = opts.mix ? opts.mix.apply(base) : base;
+      const limit = req.available_tokens ?? 0;
+      if (limit > 0) constrained.calls++;
+      let outcome = await timed(req);
+      // Overload statuses are the machine's state, not the answer's: retried after a pause, and counted.
+      for (let a = 0; a < retries && TRANSIENT.has(outcome.status.code) && !opts.signal?.aborted; a++) {
+        const name = statusName(outcome.status.code);
+        retried[name] = (retried[name] ?? 0) + 1;
+        await sleep(RETRY_PAUSE_MS * (a + 1));
+        outcome = await timed(req);
+      }
+      calls++;
+      opts.onProgress?.(calls, planned.length);
+      if (outcome.status.code !== status.OK || outcome.response === null) {
+        const name = errorKey(outcome.status, latencies.at(-1), timeoutMs);
+        errors[name] = (errors[name] ?? 0) + 1;
+        const details = errorDetails[name] ?? [];
+        errorDetails[name] = details;
+        if (details.length < 3 && !details.includes(outcome.status.details)) {
+          details.push(outcome.status.details);
         }
-        ok++;
-        const res = outcome.response;
-        const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
-        const check = checkResponse(
-          catalog,
-          req.model ?? '',
-          res,
-          typeof header === 'string' ? header : undefined,
-        );
-        const level = res.degradation?.level;
-        if (level === 'L0' || level === 'L1' || level === 'L2') levels[level]++;
-        memoriesIncluded.push(res.memories_included);
-        tokensUsed.push(res.tokens_used);
-        serverTotals.push(res.metrics?.total_ms ?? 0);
-        if (!check.budgetChecked) unchecked++;
-        if (check.violations.length > 0) {
-          violating++;
-          for (const v of check.violations) byKind[v.kind]++;
-          if (samples.length < MAX_SAMPLES) {
-            samples.push({
-              request_id: req.request_id ?? '',
-              model: req.model ?? '',
-              kinds: check.violations.map((v) => v.kind),
-              details: check.violations.map((v) => v.detail),
-            });
-          }
+        return;
+      }
+      ok++;
+      const res = outcome.response;
+      const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
+      const check = checkResponse(
+        catalog,
+        req.model ?? '',
+        res,
+        typeof header === 'string' ? header : undefined,
+      );
+      const level = res.degradation?.level;
+      if (level === 'L0' || level === 'L1' || level === 'L2') levels[level]++;
+      memoriesIncluded.push(res.memories_included);
+      tokensUsed.push(res.tokens_used);
+      serverTotals.push(res.metrics?.total_ms ?? 0);
+      if (!check.budgetChecked) unchecked++;
+      if (limit > 0) {
+        if ((res.memories_used ?? []).some((u) => u.exclusion === 'budget')) constrained.budget_choice++;
+        // SPEC §6: available_tokens caps usable_budget, the memories' share of the window.
+        if (res.memory_tokens > limit) {
+          constrained.over_budget++;
+          check.violations.push({
+            kind: 'budget',
+            detail: `memory_tokens ${res.memory_tokens} > available_tokens ${limit}`,
+          });
+        }
+      }
+      if (check.violations.length > 0) {
+        violating++;
+        for (const v of check.violations) byKind[v.kind]++;
+        if (samples.length < MAX_SAMPLES) {
+          samples.push({
+            request_id: req.request_id ?? '',
+            model: req.model ?? '',
+            kinds: check.violations.map((v) => v.kind),
+            details: check.violations.map((v) => v.detail),
+          });
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(concurrency, Math.max(1, planned.length)) }, worker));
+    const interval = opts.rate ? 1000 / opts.rate : 0;
+    const pending = new Set<Promise<void>>();
+    for (let i = 0; i < planned.length && !opts.signal?.aborted; i++) {
+      const wait = started + i * interval - performance.now();
+      if (wait >= 1) await sleep(wait);
+      while (pending.size >= concurrency) await Promise.race(pending);
+      if (opts.signal?.aborted) break;
+      const p: Promise<void> = one(planned[i]!.request).finally(() => pending.delete(p));
+      pending.add(p);
+    }
+    await Promise.all(pending);
   } finally {
     client.close();
   }
@@ -192,9 +255,12 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const tok = asc(tokensUsed);
   return {
     target: opts.addr,
+    rate: opts.rate ? opts.rate : null,
+    constrained,
     calls,
     ok,
     errors,
+    retried,
     error_details: errorDetails,
     levels,
     memories_included: spread(asc(memoriesIncluded)),

@@ -11,6 +11,8 @@ export interface RequestSource {
   readonly name: string;
   /** The next request. Callers must not mutate it (sources may hand out the same object again). */
   next(): AssembleContextRequestInput;
+  /** The distinct requests it cycles over, when known (the budget mix probes their agents). */
+  readonly requests?: readonly AssembleContextRequestInput[];
 }
 
 /** Options of {@link syntheticSource}. */
@@ -101,6 +103,7 @@ export function syntheticSource(opts: SyntheticSourceOptions = {}): RequestSourc
   let i = 0;
   return {
     name: `synthetic(seed=${seed}, ${pairs.length} agents)`,
+    requests,
     next: () => requests[i++ % requests.length]!,
   };
 }
@@ -109,5 +112,5 @@ export function syntheticSource(opts: SyntheticSourceOptions = {}): RequestSourc
 export function cyclingSource(name: string, requests: readonly AssembleContextRequestInput[]): RequestSource {
   if (requests.length === 0) throw new Error(`${name}: no requests`);
   let i = 0;
-  return { name, next: () => requests[i++ % requests.length]! };
+  return { name, requests, next: () => requests[i++ % requests.length]! };
 }

@@ -4,6 +4,7 @@
  * terminal and prints the report (a table, or one JSON object with `--json`).
  */
 import { parseArgs } from 'node:util';
+import { budgetMix, mixedSource, probeCandidateTokens } from '../../client/budget-mix.js';
 import {
   CONNECTION_FLAGS,
   CONNECTION_USAGE,
@@ -29,7 +30,12 @@ const USAGE = `usage: ibex-context load [options]
       --connect-timeout <ms> wait this long for every channel to connect (default 5000)
       --locomo <dir>        real LoCoMo turns as requests (as ingested by 'ibex-context ingest')
       --org <uuid>          org the LoCoMo conversations were ingested under
-      --seed <n>            seed of the synthetic request generator (default 1)
+      --seed <n>            seed of the synthetic request generator and of the budget mix (default 1)
+      --constrained <share> share of calls (0..1) sent with an available_tokens that fits 30–80 % of the
+                            candidates' tokens, probed per agent before the run (default 0)
+      --transport <h2|grpc-js>  h2: pre-encoded frames over node:http2 (default); grpc-js: a grpc-js channel
+                            per connection (costs the driver more; for comparison)
+      --verify              decode every OK answer in full and check its level (costs driver CPU)
       --json                print one JSON object instead of the tables (errors too: {"error": …})
   -h, --help                this text
 ${CONNECTION_USAGE}
@@ -47,6 +53,7 @@ export async function run(argv: string[]): Promise<number> {
   let json = argv.includes('--json');
   let locomo: { dir: string; org: string | undefined } | undefined;
   let seed: number;
+  let constrained: number;
   try {
     const { values } = parseArgs({
       args: argv,
@@ -65,6 +72,9 @@ export async function run(argv: string[]): Promise<number> {
         locomo: { type: 'string' },
         org: { type: 'string' },
         seed: { type: 'string' },
+        constrained: { type: 'string' },
+        transport: { type: 'string' },
+        verify: { type: 'boolean' },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -76,6 +86,10 @@ export async function run(argv: string[]): Promise<number> {
     json = values.json ?? false;
     seed = numberFlag('seed', values.seed, 1, { integer: true });
     const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
+    constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
+    const transport = values.transport ?? 'h2';
+    if (transport !== 'h2' && transport !== 'grpc-js')
+      throw new Error(`--transport must be h2 or grpc-js, got '${transport}'`);
     opts = {
       ...connectionFromFlags(values),
       connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
@@ -87,6 +101,8 @@ export async function run(argv: string[]): Promise<number> {
         min: 1,
         max: 600_000,
       }),
+      transport,
+      verify: values.verify ?? false,
     };
     if (rate > 0) opts.rate = rate;
     if (values['max-requests'] !== undefined) {
@@ -116,13 +132,24 @@ export async function run(argv: string[]): Promise<number> {
     printCommandError('load', (err as Error).message, json);
     return 1;
   }
-  opts.source = source;
   // A refused connection is known at once: say so in a line instead of waiting out --connect-timeout.
   const unreachable = await probeService(opts, Math.min(1000, opts.connectTimeoutMs!));
   if (unreachable !== null) {
     printCommandError('load', unreachable, json, { target: opts.addr });
     return 1;
   }
+  if (constrained > 0) {
+    try {
+      // The probe is a few unconstrained calls per agent, before the run (and before any warmup).
+      const requests = source.requests ?? [];
+      const tokens = await probeCandidateTokens(opts, requests, { connectTimeoutMs: opts.connectTimeoutMs });
+      source = mixedSource(source, budgetMix(tokens, { share: constrained, seed }), constrained);
+    } catch (err) {
+      printCommandError('load', `--constrained: ${(err as Error).message}`, json);
+      return 1;
+    }
+  }
+  opts.source = source;
 
   const tty = process.stderr.isTTY === true;
   const controller = new AbortController();

@@ -6,6 +6,7 @@
  */
 import { parseArgs } from 'node:util';
 import { CapabilityCatalog } from '../../budget/catalog.js';
+import { budgetMix, probeCandidateTokens } from '../../client/budget-mix.js';
 import {
   CONNECTION_FLAGS,
   CONNECTION_USAGE,
@@ -14,6 +15,7 @@ import {
   printCommandError,
   probeService,
 } from '../../client/cli-options.js';
+import { locomoRequests } from '../../client/locomo-requests.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
 import { renderTable } from '../../client/stats.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
@@ -22,7 +24,15 @@ import { readLocomo } from './ingest.js';
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 
       --locomo <dir>        LoCoMo conversations (the same files given to 'ibex-context ingest')
-      --concurrency <n>     calls in flight (default 4)
+  -R, --rate <calls/s>      pace the calls from the start, open loop (default 100, a rate a busy 2-core
+                            machine holds; 0 = unpaced, as fast as --concurrency allows)
+      --concurrency <n>     at most n calls in flight (default 16 when paced, 4 unpaced)
+      --constrained <share> share of calls (0..1) with an available_tokens that fits 30–80 % of the
+                            candidates' tokens, probed per agent first (default 0); memory_tokens over
+                            available_tokens is a violation
+      --seed <n>            seed of the budget mix (default 1)
+      --retries <n>         retry a call answered DEADLINE_EXCEEDED, UNAVAILABLE or RESOURCE_EXHAUSTED up to
+                            n times (default 2; retries are reported; the last status counts)
       --limit <n>           at most n calls (default: every turn of the later sessions)
       --timeout <ms>        per-call gRPC deadline (default 1000)
       --org <uuid>          org the conversations were ingested under (default: ingest's default)
@@ -49,7 +59,20 @@ export function formatReplayReport(r: ReplayReport): string {
   const rows = [
     ['', 'value'],
     ['calls', `${r.calls} (of ${r.turns_available} turns in ${r.conversations} conversations)`],
+    ['pacing', r.rate === null ? 'unpaced' : `${r.rate} calls/s`],
+    [
+      'constrained',
+      `${r.constrained.calls} calls · packer chose in ${r.constrained.budget_choice} · over budget ${r.constrained.over_budget}`,
+    ],
     ['ok', String(r.ok)],
+    [
+      'retried',
+      Object.keys(r.retried).length === 0
+        ? '0'
+        : Object.entries(r.retried)
+            .map(([code, n]) => `${code} ${n}`)
+            .join(', '),
+    ],
     ['errors', errors.length === 0 ? '0' : errors.join(', ')],
     ['levels', `L0 ${r.levels.L0} · L1 ${r.levels.L1} · L2 ${r.levels.L2}`],
     [
@@ -90,6 +113,8 @@ export async function run(argv: string[]): Promise<number> {
   let opts: Omit<ReplayOptions, 'conversations'>;
   let dir: string;
   let json = argv.includes('--json');
+  let constrained = 0;
+  let seed = 1;
   try {
     const { values } = parseArgs({
       args: argv,
@@ -99,6 +124,10 @@ export async function run(argv: string[]): Promise<number> {
         ...CONNECTION_FLAGS,
         locomo: { type: 'string' },
         concurrency: { type: 'string' },
+        rate: { type: 'string', short: 'R' },
+        constrained: { type: 'string' },
+        seed: { type: 'string' },
+        retries: { type: 'string' },
         limit: { type: 'string' },
         timeout: { type: 'string' },
         org: { type: 'string' },
@@ -116,10 +145,18 @@ export async function run(argv: string[]): Promise<number> {
     json = values.json ?? false;
     opts = {
       ...connectionFromFlags(values),
-      concurrency: numberFlag('concurrency', values.concurrency, 4, { min: 1, max: 1024, integer: true }),
+      rate: numberFlag('rate', values.rate, 100, { min: 0, max: 100_000 }),
       timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
       catalog: CapabilityCatalog.load(values.catalog ?? process.env.IBEX_CONTEXT_CATALOG_FILE ?? ''),
     };
+    opts.concurrency = numberFlag('concurrency', values.concurrency, opts.rate ? 16 : 4, {
+      min: 1,
+      max: 1024,
+      integer: true,
+    });
+    opts.retries = numberFlag('retries', values.retries, 2, { min: 0, max: 10, integer: true });
+    constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
+    seed = numberFlag('seed', values.seed, 1, { integer: true });
     if (values.limit !== undefined) {
       opts.limit = numberFlag('limit', values.limit, 0, { min: 1, integer: true });
     }
@@ -145,6 +182,11 @@ export async function run(argv: string[]): Promise<number> {
   process.once('SIGINT', onSigint);
   try {
     const conversations = await readLocomo(dir);
+    if (constrained > 0) {
+      const requests = locomoRequests(conversations, { orgId: opts.orgId }).map((r) => r.request);
+      const tokens = await probeCandidateTokens(opts, requests);
+      opts.mix = budgetMix(tokens, { share: constrained, seed });
+    }
     let lastDraw = 0;
     const report = await runReplay({
       ...opts,

@@ -1,0 +1,157 @@
+/**
+ * How the load driver puts calls on the wire (issue 10). `h2` (the default) sends pre-encoded frames over
+ * one `node:http2` session per connection ({@link RawChannel}); `grpc-js` makes one grpc-js channel per
+ * connection, for runs that need grpc-js channel options (interceptors in tests) or a comparison with a
+ * real gRPC client's cost. Both report the same {@link RawOutcome}: status, level header, bytes, and the
+ * response bytes only when asked.
+ */
+import { type Client, type ClientUnaryCall, Metadata, type StatusObject } from '@grpc/grpc-js';
+import type { AssembleContextRequestInput } from '../server/proto.js';
+import {
+  ASSEMBLE_METHOD,
+  type ConnectionOptions,
+  connectionMetadata,
+  createRawClient,
+  LEVEL_METADATA_KEY,
+  type UnaryMethod,
+  waitForReady,
+} from './context-client.js';
+import { frameCache, type RawCall, RawChannel, type RawOutcome, summarizeResponse } from './raw-grpc.js';
+
+/** Transport names accepted by `load --transport`. */
+export type TransportName = 'h2' | 'grpc-js';
+
+/** A call in flight; see {@link RawCall}. */
+export type DriverCall = RawCall;
+
+/** `connections` independent connections to one service. */
+export interface DriverTransport {
+  readonly name: TransportName;
+  /** Resolves when every connection is up. @throws Error `cannot connect to <addr> within <ms> ms`. */
+  ready(timeoutMs: number): Promise<void>;
+  /** Encodes `requests` ahead of the run where the transport sends pre-encoded frames. */
+  prepare(requests: readonly AssembleContextRequestInput[]): void;
+  /**
+   * Starts one call on connection `conn` (0-based); `done` runs exactly once.
+   * @param timeoutMs sent as the call's deadline, ms.
+   */
+  call(
+    conn: number,
+    req: AssembleContextRequestInput,
+    timeoutMs: number,
+    keepBody: boolean,
+    done: (o: RawOutcome) => void,
+  ): DriverCall;
+  close(): void;
+}
+
+/** Opens `connections` connections with transport `name`. */
+export function openTransport(
+  name: TransportName,
+  conn: ConnectionOptions,
+  connections: number,
+): DriverTransport {
+  return name === 'h2' ? h2Transport(conn, connections) : grpcJsTransport(conn, connections);
+}
+
+function h2Transport(conn: ConnectionOptions, connections: number): DriverTransport {
+  const channels = Array.from({ length: connections }, () => new RawChannel(conn));
+  const frameOf = frameCache();
+  return {
+    name: 'h2',
+    ready: async (timeoutMs) => {
+      await Promise.all(channels.map((c) => c.ready(conn.addr, timeoutMs)));
+    },
+    prepare: (requests) => frameOf.prepare(requests),
+    call: (i, req, timeoutMs, keepBody, done) =>
+      channels[i]!.call(frameOf(req), { timeoutMs, keepBody }, done),
+    close: () => {
+      for (const c of channels) c.close();
+    },
+  };
+}
+
+function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTransport {
+  // A local subchannel pool gives each channel its own TCP connection; with the global pool all channels
+  // to one address would share one HTTP/2 connection and `-c` would mean nothing.
+  const clients: Client[] = Array.from({ length: connections }, () =>
+    createRawClient(conn, { 'grpc.use_local_subchannel_pool': 1 }),
+  );
+  const base = connectionMetadata(conn);
+  const hasBase = Boolean(conn.token);
+  // The response stays bytes: decoding is the caller's choice, as with the h2 transport.
+  const method: UnaryMethod = { ...ASSEMBLE_METHOD, responseDeserialize: (buf: Buffer) => buf };
+  return {
+    name: 'grpc-js',
+    ready: async (timeoutMs) => {
+      await Promise.all(clients.map((c) => waitForReady(c, conn.addr, timeoutMs)));
+    },
+    prepare: () => {},
+    call: (i, req, timeoutMs, keepBody, done) => {
+      let ended = false;
+      let body: Buffer | null = null;
+      let level = '';
+      const finish = (code: number, details: string) => {
+        if (ended) return;
+        ended = true;
+        done({ code, details, level, bytes: body?.length ?? 0, body: keepBody ? body : null });
+      };
+      const call: ClientUnaryCall = clients[i]!.makeUnaryRequest(
+        method.path,
+        method.requestSerialize,
+        method.responseDeserialize,
+        req,
+        hasBase ? base.clone() : new Metadata(),
+        { deadline: Date.now() + timeoutMs },
+        (err, value) => {
+          body = err ? null : ((value as Buffer | undefined) ?? null);
+        },
+      );
+      call.on('metadata', (md: Metadata) => {
+        const v = md.get(LEVEL_METADATA_KEY)[0];
+        if (typeof v === 'string') level = v;
+      });
+      // grpc-js calls the callback before emitting `status`, so the body is known here.
+      call.on('status', (st: StatusObject) => finish(st.code, st.details));
+      return {
+        expire: (code = 4, details = `Deadline exceeded after ${timeoutMs} ms (driver)`) => {
+          finish(code, details);
+          call.cancel();
+        },
+      };
+    },
+    close: () => {
+      for (const c of clients) c.close();
+    },
+  };
+}
+
+/** What the driver reads from one OK answer. */
+export interface AnswerReading {
+  /** The level header, else `degradation.level` from the body ('' when neither). */
+  level: string;
+  /** At least one candidate was excluded for `budget`: the packer had to choose. */
+  budgetChoice: boolean;
+  /** The body was missing or malformed, or (with `verify`) its full decode disagreed with the header. */
+  unreadable: boolean;
+}
+
+/**
+ * Reads an OK outcome: counters from the response bytes ({@link summarizeResponse}) and, with `verify`,
+ * a full protobuf decode whose `degradation.level` must equal the level reported.
+ */
+export function readAnswer(o: RawOutcome, verify: boolean): AnswerReading {
+  if (o.body === null) return { level: o.level, budgetChoice: false, unreadable: true };
+  try {
+    const s = summarizeResponse(o.body);
+    const level = o.level === '' ? s.level : o.level;
+    let unreadable = false;
+    if (verify) {
+      const full = ASSEMBLE_METHOD.responseDeserialize(o.body) as { degradation?: { level?: string } | null };
+      unreadable = (full.degradation?.level ?? '') !== level;
+    }
+    return { level, budgetChoice: s.budgetExcluded > 0, unreadable };
+  } catch {
+    return { level: o.level, budgetChoice: false, unreadable: true };
+  }
+}

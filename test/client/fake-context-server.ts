@@ -1,0 +1,132 @@
+/**
+ * A test double of the service for the load driver's tests (issue 10): a real gRPC server on 127.0.0.1
+ * whose pipeline answers like a packer over 4 equal candidates per agent, counting what it was asked.
+ */
+import { afterEach } from 'vitest';
+import { Errors } from '../../src/errors.js';
+import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
+import type {
+  AssembleContextRequestInput,
+  AssembleContextResponse,
+  DegradationLevel,
+} from '../../src/server/proto.js';
+import type { ValidatedRequest } from '../../src/server/validate.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+
+export const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
+export const AGENTS = ['a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d', 'b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5e'];
+/** Candidates per answer and their token estimates: agent 0 has 4 × 100, agent 1 has 4 × 250. */
+export const CANDIDATE_TOKENS = [100, 250];
+
+function metrics() {
+  return {
+    budget_calculation_ms: 0,
+    directive_load_ms: 0,
+    hot_memory_retrieval_ms: 0,
+    cold_memory_retrieval_ms: 0,
+    ranking_ms: 0,
+    packing_ms: 0,
+    formatting_ms: 0,
+    total_ms: 1,
+    candidates_evaluated: 4,
+    pool_wait_us: 0,
+    pool_run_us: 0,
+  };
+}
+
+/** A packer stand-in: candidates in order while they fit `availableTokens` (0 = all fit). */
+export function answer(req: ValidatedRequest, level: DegradationLevel, bodyLevel = level): AssembleResult {
+  const each = CANDIDATE_TOKENS[AGENTS.indexOf(req.agentId)] ?? 100;
+  let room = req.availableTokens > 0 ? req.availableTokens : Number.POSITIVE_INFINITY;
+  const rows = [0, 1, 2, 3].map((i) => {
+    const fits = each <= room;
+    if (fits) room -= each;
+    return {
+      memory_id: `m${i}`,
+      composite_score: 0.5,
+      relevance_score: 0.5,
+      recency_score: 0,
+      usefulness_score: 0,
+      rank: i + 1,
+      category: 'fact',
+      exclusion: fits ? ('included' as const) : ('budget' as const),
+      similarity: 0.5,
+      confidence: 1,
+      token_estimate: each,
+    };
+  });
+  const included = rows.filter((r) => r.exclusion === 'included').length;
+  const response: AssembleContextResponse = {
+    // The walker must not be fooled by the word in the text.
+    assembled_context: `budget budget user: ${req.query}`,
+    tokens_used: 3 + included * each,
+    memories_included: included,
+    memories_used: rows,
+    directive_tokens: 0,
+    history_tokens: 3,
+    memory_tokens: included * each,
+    metrics: metrics(),
+    request_id: req.requestId,
+    trace_id: req.traceId,
+    span_id: req.spanId,
+    score_schema: 'interim_v1',
+    degradation: { level: bodyLevel, intentional: false, reasons: [], branches: [] },
+  };
+  return { response, level };
+}
+
+export interface Tally {
+  calls: number;
+  constrained: number;
+  budgetAnswers: number;
+  available: { agent: string; tokens: number }[];
+}
+
+export const servers: GrpcServer[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
+});
+
+export async function startFake(
+  b: { l1Every?: number; lieEvery?: number; deadlineFirstOf?: number; bare?: boolean } = {},
+): Promise<{ addr: string; tally: Tally }> {
+  const tally: Tally = { calls: 0, constrained: 0, budgetAnswers: 0, available: [] };
+  const seenQueries = new Map<string, number>();
+  const assemble = async (req: ValidatedRequest): Promise<AssembleResult> => {
+    const n = ++tally.calls;
+    const attempt = (seenQueries.get(req.query) ?? 0) + 1;
+    seenQueries.set(req.query, attempt);
+    // Every n-th distinct query misses the deadline on its first attempt: an overloaded server.
+    if (b.deadlineFirstOf && attempt === 1 && Number(req.query.slice(1)) % b.deadlineFirstOf === 0) {
+      throw Errors.deadlineExceeded();
+    }
+    if (req.availableTokens > 0) {
+      tally.constrained++;
+      tally.available.push({ agent: req.agentId, tokens: req.availableTokens });
+    }
+    const level: DegradationLevel = b.l1Every && n % b.l1Every === 0 ? 'L1' : 'L0';
+    const result = answer(req, level, b.lieEvery && n % b.lieEvery === 0 ? 'L2' : level);
+    // Replay checks memory blocks against memories_used: a bare answer has neither.
+    if (b.bare) Object.assign(result.response, { memories_used: [], memories_included: 0, memory_tokens: 0 });
+    if (result.response.memories_used.some((r) => r.exclusion === 'budget')) tally.budgetAnswers++;
+    return result;
+  };
+  const grpc = createGrpcServer({
+    assemble,
+    logger: createLogger({ logLevel: 'silent' }),
+    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
+  });
+  const port = await grpc.bind('127.0.0.1:0');
+  grpc.markServing();
+  servers.push(grpc);
+  return { addr: `127.0.0.1:${port}`, tally };
+}
+
+export function requests(n: number): AssembleContextRequestInput[] {
+  return Array.from({ length: n }, (_, i) => ({
+    org_id: ORG,
+    agent_id: AGENTS[i % AGENTS.length]!,
+    query: `q${i}`,
+    model: 'gpt-4o',
+  }));
+}
