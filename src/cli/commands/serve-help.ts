@@ -102,6 +102,14 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'capability catalog override file',
     default: (s) => quoted(s.catalogFile),
   },
+  IBEX_CONTEXT_EXACT_TOKENS: {
+    meaning: 'exact BPE counts for o200k_base / cl100k_base (SPEC §5)',
+    default: (s) => String(s.exactTokens),
+  },
+  IBEX_CONTEXT_MAX_MEMORY_CHARS: {
+    meaning: 'longest memory kept, code points; longer hits dropped as oversize',
+    default: (s) => String(s.maxMemoryChars),
+  },
   IBEX_CONTEXT_EMBEDDED_DB: { meaning: 'embedded SQLite store', default: (s) => s.embeddedDb },
   IBEX_CONTEXT_EMBEDDED_READ_THREADS: {
     meaning: 'threads running FTS5 searches (0 = event loop)',
