@@ -37,6 +37,8 @@ export interface Settings {
   catalogFile: string;
   /** Embedded SQLite store path. */
   embeddedDb: string;
+  /** PostgreSQL store (issue 15); `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
+  postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
   pool: PoolSettings;
@@ -63,6 +65,16 @@ export interface PoolSettings {
   idleTimeoutMs: number;
   /** Worker heap limit (resourceLimits.maxOldGenerationSizeMb). */
   maxOldGenerationMb: number;
+}
+
+/** PostgreSQL store settings (issue 15). */
+export interface PostgresSettings {
+  /** `postgres://…` URL; "" = off. May hold a password: never logged. IBEX_CONTEXT_POSTGRES_URL. */
+  url: string;
+  /** Schema of the tables, created and migrated at start-up. IBEX_CONTEXT_POSTGRES_SCHEMA. */
+  schema: string;
+  /** Connections per process (pool bound). IBEX_CONTEXT_POSTGRES_POOL_MAX. */
+  poolMax: number;
 }
 
 /** Caller authentication at the gRPC boundary. */
@@ -118,6 +130,14 @@ const urlText = z
   .refine((v) => v === '' || URL.canParse(v), 'must be a URL or blank');
 
 const text = z.string();
+
+const pgUrlText = z
+  .string()
+  .trim()
+  .refine(
+    (v) => v === '' || (URL.canParse(v) && /^postgres(ql)?:$/.test(new URL(v).protocol)),
+    'must be a postgres:// URL or blank',
+  );
 
 /** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
@@ -180,6 +200,19 @@ export function loadSettings(env: Env = process.env): Settings {
     nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
+    postgres: {
+      url: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_URL'], ''),
+      schema: parseWith(
+        z
+          .string()
+          .trim()
+          .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case identifier'),
+        env,
+        ['IBEX_CONTEXT_POSTGRES_SCHEMA'],
+        'ibex_context',
+      ),
+      poolMax: parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POSTGRES_POOL_MAX'], 8),
+    },
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
     pool: {
       minThreads,

@@ -1,7 +1,8 @@
 /**
  * Chooses and builds the retrieval sources from settings (SPEC §3, §4.3): the memory service over HTTP
- * when a base URL is set, else the embedded store; Redis for directives when a URL is set, else the
- * embedded store's directives. The embedded store is opened once and shared by both.
+ * when a base URL is set, else PostgreSQL when its URL is set (issue 15), else the embedded store; Redis
+ * for directives when a URL is set, else the store serving memories (PostgreSQL or embedded; with a
+ * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
  */
 import type { Settings } from '../config/settings.js';
 import type { Directive } from '../types.js';
@@ -11,6 +12,8 @@ import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore } from './embedded-store.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
+import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
+import { PgStore } from './postgres/pg-store.js';
 import type { DirectiveSource, MemorySource } from './retrieve.js';
 import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
 import type { RawHits } from './validate.js';
@@ -21,7 +24,7 @@ export interface RetrievalSources {
   memory: MemorySource;
   /** Closes every source and the embedded store; idempotent. */
   close(): Promise<void>;
-  kind: { memory: 'http' | 'embedded'; directive: 'redis' | 'embedded' };
+  kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
 }
 
 /** Options of {@link createSources}. */
@@ -106,12 +109,33 @@ export async function createSources(
   options: CreateSourcesOptions = {},
 ): Promise<RetrievalSources> {
   const logger = options.logger ?? silentLogger;
-  const needsStore = settings.memoryBaseUrl === '' || settings.redisUrl === '';
+  const usePg = settings.postgres.url !== '';
+  const memoryKind = settings.memoryBaseUrl !== '' ? 'http' : usePg ? 'postgres' : 'embedded';
+  const directiveKind = settings.redisUrl !== '' ? 'redis' : usePg ? 'postgres' : 'embedded';
+  const needsStore = memoryKind === 'embedded' || directiveKind === 'embedded';
+  // Migrated here, before any read; replicas starting together serialise on an advisory lock.
+  const pgStore =
+    memoryKind === 'postgres' || directiveKind === 'postgres'
+      ? await PgStore.open({
+          url: settings.postgres.url,
+          schema: settings.postgres.schema,
+          poolMax: settings.postgres.poolMax,
+          onIdleError: (err) =>
+            logger.warn({ code: (err as { code?: unknown }).code }, 'postgres idle connection lost'),
+        })
+      : undefined;
+  const pgTimes = {
+    directiveMs: settings.directiveTimeoutMs,
+    hotMs: settings.hotTimeoutMs,
+    coldMs: settings.coldTimeoutMs,
+    wallMs: settings.wallMs,
+  };
   // Opened here first so the schema exists before the read threads connect; kept for the process's life.
-  const store = needsStore ? EmbeddedStore.open(settings.embeddedDb) : undefined;
+  let store: EmbeddedStore | undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
   try {
+    store = needsStore ? EmbeddedStore.open(settings.embeddedDb) : undefined;
     if (store) {
       // Directive and hot reads are index lookups (tens to hundreds of µs) and stay in-process; FTS5
       // search costs about a millisecond and goes to the store-read threads, off the event loop.
@@ -128,38 +152,50 @@ export async function createSources(
       }
     }
     memory =
-      settings.memoryBaseUrl !== ''
+      memoryKind === 'http'
         ? new HttpMemorySource({
             baseUrl: settings.memoryBaseUrl,
             token: settings.memoryApiToken,
             hotTimeoutMs: settings.hotTimeoutMs,
             coldTimeoutMs: settings.coldTimeoutMs,
           })
-        : new EmbeddedMemorySource(reads!);
+        : memoryKind === 'postgres'
+          ? new PgMemorySource(pgStore!, pgTimes, maxMemoryChars(settings))
+          : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
-      settings.redisUrl !== ''
+      directiveKind === 'redis'
         ? await RedisDirectiveSource.connect({ url: settings.redisUrl, logger })
-        : new EmbeddedDirectiveSource(reads!);
+        : directiveKind === 'postgres'
+          ? new PgDirectiveSource(pgStore!, pgTimes)
+          : new EmbeddedDirectiveSource(reads!);
     let closed = false;
     const mem = memory;
     return {
       memory: mem,
       directive,
-      kind: {
-        memory: settings.memoryBaseUrl !== '' ? 'http' : 'embedded',
-        directive: settings.redisUrl !== '' ? 'redis' : 'embedded',
-      },
+      kind: { memory: memoryKind, directive: directiveKind },
       async close() {
         if (closed) return;
         closed = true;
         await Promise.allSettled([mem.close(), directive.close(), reads?.close()]);
         store?.close();
+        await pgStore?.close();
       },
     };
   } catch (err) {
     await memory?.close();
     await reads?.close();
     store?.close();
+    await pgStore?.close();
     throw err;
   }
+}
+
+/**
+ * IBEX_CONTEXT_MAX_MEMORY_CHARS (SPEC §3, default 65536 code points), read defensively: the setting is
+ * being added on another branch (deps); until it lands the SPEC default applies.
+ */
+function maxMemoryChars(settings: Settings): number {
+  const value = (settings as Settings & { maxMemoryChars?: number }).maxMemoryChars;
+  return typeof value === 'number' && value > 0 ? value : 65_536;
 }
