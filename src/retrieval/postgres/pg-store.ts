@@ -29,6 +29,8 @@ export interface PgStoreOptions {
   poolMax?: number;
   /** How long a read waits for a free connection or a new one, ms. Default 1000. */
   connectTimeoutMs?: number;
+  /** `application_name` of the connections (pg_stat_activity). Default `ibex-context`. */
+  applicationName?: string;
   /** Called for errors of idle connections (e.g. a terminated backend); default: ignored. */
   onIdleError?: (err: Error) => void;
 }
@@ -136,7 +138,7 @@ export class PgStore {
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 1000,
       idleTimeoutMillis: 30_000,
       options: `-c search_path=${schema}`,
-      application_name: 'ibex-context',
+      application_name: opts.applicationName ?? 'ibex-context',
     };
     const pool = new pg.Pool(config);
     // Without a listener an idle connection's error (terminated backend, restart) would crash the process.
