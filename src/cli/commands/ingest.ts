@@ -327,7 +327,9 @@ export function ingestLocomo(
   return summary;
 }
 
-const USAGE = 'usage: ibex-context ingest --locomo <dir|file> [--db <path>] [--org <uuid>]';
+const USAGE =
+  'usage: ibex-context ingest --locomo <dir|file> [--db <path> | --postgres <url>] [--org <uuid>]\n' +
+  'store: --postgres, else --db, else IBEX_CONTEXT_POSTGRES_URL (schema IBEX_CONTEXT_POSTGRES_SCHEMA), else IBEX_CONTEXT_EMBEDDED_DB';
 
 /**
  * CLI entry. Prints the {@link IngestSummary} as one JSON line on stdout.
@@ -337,6 +339,7 @@ export async function run(argv: string[]): Promise<number> {
   let locomo: string;
   let db: string;
   let org: string;
+  let postgres: { url: string; schema: string } | null = null;
   try {
     const { values } = parseArgs({
       args: argv,
@@ -344,6 +347,7 @@ export async function run(argv: string[]): Promise<number> {
       options: {
         locomo: { type: 'string' },
         db: { type: 'string' },
+        postgres: { type: 'string' },
         org: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -357,13 +361,26 @@ export async function run(argv: string[]): Promise<number> {
     const orgId = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
     if (orgId === null) throw new Error('--org must be a UUID');
     org = orgId;
-    // Only the store path is read from the environment, so unrelated settings cannot block an import.
-    db =
-      values.db ??
-      loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB }).embeddedDb;
+    if (values.postgres !== undefined && !/^postgres(ql)?:\/\/\S+$/.test(values.postgres.trim()))
+      throw new Error('--postgres must be a postgres:// URL');
+    // Only the store settings are read from the environment, so unrelated settings cannot block an import.
+    const env = loadSettings({
+      IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB,
+      IBEX_CONTEXT_POSTGRES_URL: values.postgres ?? process.env.IBEX_CONTEXT_POSTGRES_URL,
+      IBEX_CONTEXT_POSTGRES_SCHEMA: process.env.IBEX_CONTEXT_POSTGRES_SCHEMA,
+    });
+    if (values.postgres !== undefined && values.db !== undefined) throw new Error('give --db or --postgres');
+    db = values.db ?? env.embeddedDb;
+    if (values.db === undefined && env.postgres.url !== '')
+      postgres = { url: env.postgres.url, schema: env.postgres.schema };
   } catch (err) {
     process.stderr.write(`${JSON.stringify({ error: (err as Error).message })}\n${USAGE}\n`);
     return 2;
+  }
+  if (postgres !== null) {
+    // Loaded on demand so the embedded path never loads `pg`.
+    const { runPostgresIngest } = await import('../../retrieval/postgres/ingest-locomo.js');
+    return runPostgresIngest(locomo, postgres, org);
   }
   let store: EmbeddedStore | undefined;
   try {
