@@ -1,7 +1,8 @@
 /**
  * `npm run bench:replicas [-- --rate 400 --seconds 10 --locomo <dir> --pg-url <url>]` (issue 15): two
  * `serve` processes sharing one PostgreSQL database, the LoCoMo load split between them, against the same
- * load on one replica; and the top-10 overlap of PostgreSQL's cold search with the embedded store's.
+ * load on one replica; and the top-10 overlap of PostgreSQL's cold search with the embedded store's, with
+ * both stores' recall@10 of LoCoMo's QA evidence turns.
  *
  * Steps: LoCoMo is ingested into a fresh schema (and into a temporary embedded store for the overlap);
  * one replica takes the whole offered rate, then two replicas take half each at the same time (requests
@@ -20,7 +21,12 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import { ingestLocomo, LOCOMO_ORG_ID, readLocomo } from '../src/cli/commands/ingest.js';
+import {
+  ingestLocomo,
+  LOCOMO_ORG_ID,
+  type LocomoConversation,
+  readLocomo,
+} from '../src/cli/commands/ingest.js';
 import { locomoRequests } from '../src/client/locomo-requests.js';
 import { cyclingSource } from '../src/client/request-source.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
@@ -160,6 +166,36 @@ async function overlap(store: PgStore, embedded: EmbeddedStore, reqs: AssembleCo
   };
 }
 
+/**
+ * Recall@10 of LoCoMo's QA evidence (the turns that answer each question) for both stores' cold search,
+ * with the question as the query: a ground truth, where the overlap above only compares the two.
+ */
+async function evidenceRecall(store: PgStore, embedded: EmbeddedStore, conversations: LocomoConversation[]) {
+  let questions = 0;
+  let pgSum = 0;
+  let embeddedSum = 0;
+  for (const conv of conversations) {
+    const byDia = new Map(conv.sessions.flatMap((s) => s.turns.map((t) => [t.diaId, t.memoryId] as const)));
+    for (const qa of conv.qa) {
+      const evidence = qa.evidence.flatMap((e) => byDia.get(e) ?? []);
+      if (evidence.length === 0) continue;
+      const recall = (ids: string[]) => evidence.filter((e) => ids.includes(e)).length / evidence.length;
+      const a = await store.search(LOCOMO_ORG_ID, conv.agentId, qa.question, { timeoutMs: 5000 });
+      pgSum += recall(a.map((h) => h.memory.id));
+      embeddedSum += recall(
+        embedded.search(LOCOMO_ORG_ID, conv.agentId, qa.question).map((h) => h.memory.id),
+      );
+      questions++;
+    }
+  }
+  const r3 = (x: number) => Math.round(x * 1000) / 1000;
+  return {
+    questions,
+    postgres_recall_at_10: questions > 0 ? r3(pgSum / questions) : null,
+    embedded_recall_at_10: questions > 0 ? r3(embeddedSum / questions) : null,
+  };
+}
+
 async function main(): Promise<number> {
   const names = ['rate', 'seconds', 'ramp-seconds', 'connections', 'threads', 'pool-max'];
   names.push('overlap-queries', 'locomo', 'pg-url', 'out');
@@ -203,6 +239,8 @@ async function main(): Promise<number> {
       requests.filter((_, i) => i % step === 0).slice(0, overlapQueries),
     );
     console.error(`top-10 overlap with the embedded store: ${JSON.stringify(quality)}`);
+    const evidence = await evidenceRecall(store, embedded, conversations);
+    console.error(`QA evidence recall@10: ${JSON.stringify(evidence)}`);
 
     const env = {
       IBEX_CONTEXT_POSTGRES_URL: url,
@@ -229,6 +267,7 @@ async function main(): Promise<number> {
       one_replica: one,
       two_replicas: two,
       cold_search_vs_embedded: quality,
+      qa_evidence_recall: evidence,
     };
     mkdirSync(out, { recursive: true });
     writeFileSync(path.join(out, 'replicas.json'), `${JSON.stringify(result, null, 2)}\n`);

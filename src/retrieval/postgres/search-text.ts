@@ -10,7 +10,7 @@
  *   inside a longer run (its bigrams are adjacent there) and nowhere else; a longer run (a sentence
  *   typed without spaces) contributes its bigrams as separate terms.
  * Bigrams need no extension (pg_trgm is contrib and may be missing), and they are kept in the same
- * `tsvector` as the words, so one GIN index and one `ts_rank_cd` cover both.
+ * `tsvector` as the words, so one GIN index and one `ts_rank` cover both.
  *
  * User text is never syntax: a query keeps only runs of letters, digits and marks (no quote, minus or
  * parenthesis can survive), joined with `or`, which `websearch_to_tsquery` reads as OR and which can
@@ -24,7 +24,7 @@ const CJK_RE = new RegExp(`[${CJK}]`, 'u');
 const RUN_RE = new RegExp(`[${CJK}]+|(?:(?![${CJK}])[\\p{L}\\p{N}\\p{M}])+`, 'gu');
 
 /**
- * Most distinct terms kept from one query: ts_rank_cd over an OR costs about linearly in the terms'
+ * Most distinct terms kept from one query: ranking an OR costs about linearly in the terms'
  * matches, and a chat turn rarely has more than 8 content words (same bound as the embedded store).
  */
 export const MAX_QUERY_TERMS = 8;
