@@ -87,6 +87,11 @@ interface PhaseRow {
   errors_by_code: Record<string, number>;
   degraded: number;
   server_cpu_cores: number | null;
+  /** The driver's own loop was saturated or late (then latencies include driver time). */
+  driver_limited: boolean;
+  /** Cores busy beyond the servers and the driver: other processes on a shared machine. */
+  other_processes_cores: number | null;
+  warnings: string[];
 }
 
 function phaseRow(replica: number, row: StepRow): PhaseRow {
@@ -100,6 +105,9 @@ function phaseRow(replica: number, row: StepRow): PhaseRow {
     errors_by_code: row.errors_by_code,
     degraded: row.degraded,
     server_cpu_cores: row.server.cpu_cores?.total ?? null,
+    driver_limited: row.driver.limited,
+    other_processes_cores: row.other_processes_cores,
+    warnings: row.warnings,
   };
 }
 
@@ -127,7 +135,8 @@ async function runPhase(
     ),
   );
   const window = (performance.now() - t0) / 1000;
-  const dbCpuS = cpuDelta(before, await backendCpu(admin));
+  const afterCpu = await backendCpu(admin);
+  const dbCpuS = cpuDelta(before, afterCpu);
   const replicas = rows.map((r, i) => phaseRow(i + 1, r));
   const total = replicas.reduce((a, r) => a + r.achieved_rps, 0);
   return {
@@ -271,9 +280,10 @@ async function main(): Promise<number> {
     };
     mkdirSync(out, { recursive: true });
     writeFileSync(path.join(out, 'replicas.json'), `${JSON.stringify(result, null, 2)}\n`);
+    const cells = ({ warnings: _w, errors_by_code: _e, ...r }: PhaseRow) => r;
     console.table([
-      ...one.replicas.map((r) => ({ phase: 'one', ...r })),
-      ...two.replicas.map((r) => ({ phase: 'two', ...r })),
+      ...one.replicas.map((r) => ({ phase: 'one', ...cells(r) })),
+      ...two.replicas.map((r) => ({ phase: 'two', ...cells(r) })),
     ]);
     console.log(
       `database CPU: one replica ${one.database_cpu_cores} cores (${one.database_cpu_ms_per_call} ms/call), ` +

@@ -99,10 +99,13 @@ export class EmbeddedDirectiveSource implements DirectiveSource {
 /**
  * Builds the sources for `settings`:
  * - memory: {@link HttpMemorySource} when `settings.memoryBaseUrl` is set (token `memoryApiToken`, undici
- *   timeouts = the branch timeouts), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
+ *   timeouts = the branch timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
+ *   (issue 15), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
  * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
- *   connection, never fails for an unreachable Redis), else {@link EmbeddedDirectiveSource}.
- * @throws SqliteError when the embedded store is needed and cannot be opened; TypeError for a bad URL.
+ *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
+ *   set, else {@link EmbeddedDirectiveSource}.
+ * @throws SqliteError when the embedded store is needed and cannot be opened; TypeError for a bad URL;
+ *   the connection or migration error when PostgreSQL is needed and cannot be reached (start-up fails).
  */
 export async function createSources(
   settings: Settings,

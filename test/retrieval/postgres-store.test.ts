@@ -7,12 +7,14 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import fc from 'fast-check';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadSettings } from '../../src/config/settings.js';
 import { MIGRATIONS } from '../../src/retrieval/postgres/migrations.js';
 import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
 import { PgStore } from '../../src/retrieval/postgres/pg-store.js';
 import { indexText, toWebSearchQuery } from '../../src/retrieval/postgres/search-text.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
+import { createSources } from '../../src/retrieval/sources.js';
 import { validateHits } from '../../src/retrieval/validate.js';
 import {
   adminQuery,
@@ -43,6 +45,17 @@ function memory(id: string, content: string, over: Partial<{ org: string; agent:
     created_at: over.at ?? Date.UTC(2024, 5, 1),
   };
 }
+
+describe('IBEX_CONTEXT_POSTGRES_* settings', () => {
+  it('defaults off, schema ibex_context, pool 8; a bad value names its variable', () => {
+    expect(loadSettings({}).postgres).toEqual({ url: '', schema: 'ibex_context', poolMax: 8 });
+    const bad = (env: Record<string, string>, variable: string) =>
+      expect(() => loadSettings(env)).toThrow(new RegExp(`^${variable}`));
+    bad({ IBEX_CONTEXT_POSTGRES_URL: 'http://db:5432/x' }, 'IBEX_CONTEXT_POSTGRES_URL');
+    bad({ IBEX_CONTEXT_POSTGRES_SCHEMA: 'Bad-Name' }, 'IBEX_CONTEXT_POSTGRES_SCHEMA');
+    bad({ IBEX_CONTEXT_POSTGRES_POOL_MAX: '0' }, 'IBEX_CONTEXT_POSTGRES_POOL_MAX');
+  });
+});
 
 describePg('PostgreSQL store', reachable, () => {
   let store: PgStore;
@@ -229,6 +242,27 @@ describePg('PostgreSQL store', reachable, () => {
     expect(r.cold.map((h) => h.content)).toEqual(['own note about the lighthouse']);
     expect(r.dropped).toEqual({ invalid: 0, foreign: 0 });
     expect(r.directive?.content).toBe('Be brief.');
+  });
+
+  it('precedence: memory URL, then PostgreSQL, then embedded (directives from PostgreSQL without Redis)', async () => {
+    const env = { IBEX_CONTEXT_POSTGRES_URL: PG_TEST_URL, IBEX_CONTEXT_POSTGRES_SCHEMA: schema };
+    const pgOnly = await createSources(loadSettings(env));
+    const withHttp = await createSources(
+      loadSettings({
+        ...env,
+        IBEX_CONTEXT_MEMORY_BASE_URL: 'http://127.0.0.1:1',
+        IBEX_CONTEXT_MEMORY_API_TOKEN: 't',
+      }),
+    );
+    try {
+      expect(pgOnly.kind).toEqual({ memory: 'postgres', directive: 'postgres' });
+      expect(withHttp.kind).toEqual({ memory: 'http', directive: 'postgres' });
+      const hits = await pgOnly.memory.search(ORG, AGENT, 'lighthouse', new AbortController().signal);
+      expect(hits).toHaveLength(1);
+    } finally {
+      await pgOnly.close();
+      await withHttp.close();
+    }
   });
 
   it('concurrent migration by two processes: each migration applied exactly once', async () => {
