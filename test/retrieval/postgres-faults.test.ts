@@ -110,6 +110,23 @@ describePg('PostgreSQL store faults', reachable, () => {
     expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
   });
 
+  it('abort alone (statement_timeout far away) sends the cancel request: the backend stops at once', async () => {
+    await slowReads(3);
+    try {
+      const ctl = new AbortController();
+      const reason = new DOMException('hot_timeout', 'TimeoutError');
+      setTimeout(() => ctl.abort(reason), 50);
+      const t0 = performance.now();
+      await expect(store.hot(ORG, AGENT, { timeoutMs: 10_000, signal: ctl.signal })).rejects.toBe(reason);
+      // Rejected when the cancelled statement ended, long before its 3 s sleep or 10 s timeout.
+      expect(performance.now() - t0).toBeLessThan(2000);
+      expect(await waitFor(async () => (await activeStatements()) === 0, 1500)).toBe(true);
+    } finally {
+      await slowReads(0);
+    }
+    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+  });
+
   it('statement_timeout alone (no abort) ends a slow statement: PgStatementTimeout → branch `timeout`', async () => {
     await slowReads(2);
     try {
