@@ -39,6 +39,8 @@ export interface Settings {
   exactTokens: boolean;
   /** Embedded SQLite store path. */
   embeddedDb: string;
+  /** PostgreSQL store (issue 15); `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
+  postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
   /**
@@ -70,6 +72,16 @@ export interface PoolSettings {
   idleTimeoutMs: number;
   /** Worker heap limit (resourceLimits.maxOldGenerationSizeMb). */
   maxOldGenerationMb: number;
+}
+
+/** PostgreSQL store settings (issue 15). */
+export interface PostgresSettings {
+  /** `postgres://…` URL; "" = off. May hold a password: never logged. IBEX_CONTEXT_POSTGRES_URL. */
+  url: string;
+  /** Schema of the tables, created and migrated at start-up. IBEX_CONTEXT_POSTGRES_SCHEMA. */
+  schema: string;
+  /** Connections per process (pool bound). IBEX_CONTEXT_POSTGRES_POOL_MAX. */
+  poolMax: number;
 }
 
 /** Caller authentication at the gRPC boundary. */
@@ -134,6 +146,13 @@ const text = z.string();
 export function exactTokensSetting(env: Env = process.env): boolean {
   return parseWith(boolText, env, ['IBEX_CONTEXT_EXACT_TOKENS'], false);
 }
+const pgUrlText = z
+  .string()
+  .trim()
+  .refine(
+    (v) => v === '' || (URL.canParse(v) && /^postgres(ql)?:$/.test(new URL(v).protocol)),
+    'must be a postgres:// URL or blank',
+  );
 
 /** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
@@ -197,6 +216,19 @@ export function loadSettings(env: Env = process.env): Settings {
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
     exactTokens: exactTokensSetting(env),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
+    postgres: {
+      url: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_URL'], ''),
+      schema: parseWith(
+        z
+          .string()
+          .trim()
+          .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case identifier'),
+        env,
+        ['IBEX_CONTEXT_POSTGRES_SCHEMA'],
+        'ibex_context',
+      ),
+      poolMax: parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POSTGRES_POOL_MAX'], 8),
+    },
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
     maxMemoryChars: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_MEMORY_CHARS'], 65_536),
     pool: {

@@ -1,7 +1,8 @@
 /**
  * Chooses and builds the retrieval sources from settings (SPEC §3, §4.3): the memory service over HTTP
- * when a base URL is set, else the embedded store; Redis for directives when a URL is set, else the
- * embedded store's directives. The embedded store is opened once and shared by both.
+ * when a base URL is set, else PostgreSQL when its URL is set (issue 15), else the embedded store; Redis
+ * for directives when a URL is set, else the store serving memories (PostgreSQL or embedded; with a
+ * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
  */
 import type { Settings } from '../config/settings.js';
 import type { Directive } from '../types.js';
@@ -11,6 +12,8 @@ import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore, type StoreHit } from './embedded-store.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
+import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
+import { PgStore } from './postgres/pg-store.js';
 import type { DirectiveSource, MemorySource } from './retrieve.js';
 import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
 import type { RawHits } from './validate.js';
@@ -21,7 +24,7 @@ export interface RetrievalSources {
   memory: MemorySource;
   /** Closes every source and the embedded store; idempotent. */
   close(): Promise<void>;
-  kind: { memory: 'http' | 'embedded'; directive: 'redis' | 'embedded' };
+  kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
 }
 
 /** Options of {@link createSources}. */
@@ -117,31 +120,56 @@ function hotThroughCache(
 /**
  * Builds the sources for `settings`:
  * - memory: {@link HttpMemorySource} when `settings.memoryBaseUrl` is set (token `memoryApiToken`, undici
- *   timeouts = the branch timeouts), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
+ *   timeouts = the branch timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
+ *   (issue 15), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
  * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
- *   connection, never fails for an unreachable Redis), else {@link EmbeddedDirectiveSource}.
- * @throws SqliteError when the embedded store is needed and cannot be opened; TypeError for a bad URL.
+ *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
+ *   set, else {@link EmbeddedDirectiveSource}.
+ * @throws SqliteError when the embedded store is needed and cannot be opened; TypeError for a bad URL;
+ *   the connection or migration error when PostgreSQL is needed and cannot be reached (start-up fails).
  */
 export async function createSources(
   settings: Settings,
   options: CreateSourcesOptions = {},
 ): Promise<RetrievalSources> {
   const logger = options.logger ?? silentLogger;
-  const needsStore = settings.memoryBaseUrl === '' || settings.redisUrl === '';
+  const usePg = settings.postgres.url !== '';
+  const memoryKind = settings.memoryBaseUrl !== '' ? 'http' : usePg ? 'postgres' : 'embedded';
+  const directiveKind = settings.redisUrl !== '' ? 'redis' : usePg ? 'postgres' : 'embedded';
+  const needsStore = memoryKind === 'embedded' || directiveKind === 'embedded';
+  // Migrated here, before any read; replicas starting together serialise on an advisory lock.
+  const pgStore =
+    memoryKind === 'postgres' || directiveKind === 'postgres'
+      ? await PgStore.open({
+          url: settings.postgres.url,
+          schema: settings.postgres.schema,
+          poolMax: settings.postgres.poolMax,
+          onIdleError: (err) =>
+            logger.warn({ code: (err as { code?: unknown }).code }, 'postgres idle connection lost'),
+        })
+      : undefined;
+  const pgTimes = {
+    directiveMs: settings.directiveTimeoutMs,
+    hotMs: settings.hotTimeoutMs,
+    coldMs: settings.coldTimeoutMs,
+    wallMs: settings.wallMs,
+  };
   // Opened here first so the schema exists before the read threads connect; kept for the process's life.
-  const store = needsStore
-    ? EmbeddedStore.open(settings.embeddedDb, { maxMemoryChars: settings.maxMemoryChars })
-    : undefined;
+  let store: EmbeddedStore | undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
   try {
+    store = needsStore
+      ? EmbeddedStore.open(settings.embeddedDb, { maxMemoryChars: settings.maxMemoryChars })
+      : undefined;
     if (store) {
+      const opened = store;
       // Directives and hot reads are served from the store's read cache on this thread (a map lookup
       // after a one-step `PRAGMA data_version` check). A hot miss (first read, or after a write) is read
       // in a store-read thread like every FTS5 search: 20 memories at the 64K cap take tens of ms to
       // decode from SQLite's UTF-8 on this thread, far less to receive as a structured clone
       // (bench:store). Only when that queue is full is the miss read here, as it always was before.
-      const local = inProcessReads(store);
+      const local = inProcessReads(opened);
       if (settings.embeddedReadThreads > 0) {
         const pooled = await PooledStoreReads.start(
           settings.embeddedDb,
@@ -151,7 +179,7 @@ export async function createSources(
         );
         reads = {
           ...local,
-          hot: (o, a) => hotThroughCache(store, pooled, o, a),
+          hot: (o, a) => hotThroughCache(opened, pooled, o, a),
           search: (o, a, q, signal) => pooled.search(o, a, q, signal),
           close: () => pooled.close(),
         };
@@ -160,38 +188,41 @@ export async function createSources(
       }
     }
     memory =
-      settings.memoryBaseUrl !== ''
+      memoryKind === 'http'
         ? new HttpMemorySource({
             baseUrl: settings.memoryBaseUrl,
             token: settings.memoryApiToken,
             hotTimeoutMs: settings.hotTimeoutMs,
             coldTimeoutMs: settings.coldTimeoutMs,
           })
-        : new EmbeddedMemorySource(reads!);
+        : memoryKind === 'postgres'
+          ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
+          : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
-      settings.redisUrl !== ''
+      directiveKind === 'redis'
         ? await RedisDirectiveSource.connect({ url: settings.redisUrl, logger })
-        : new EmbeddedDirectiveSource(reads!);
+        : directiveKind === 'postgres'
+          ? new PgDirectiveSource(pgStore!, pgTimes)
+          : new EmbeddedDirectiveSource(reads!);
     let closed = false;
     const mem = memory;
     return {
       memory: mem,
       directive,
-      kind: {
-        memory: settings.memoryBaseUrl !== '' ? 'http' : 'embedded',
-        directive: settings.redisUrl !== '' ? 'redis' : 'embedded',
-      },
+      kind: { memory: memoryKind, directive: directiveKind },
       async close() {
         if (closed) return;
         closed = true;
         await Promise.allSettled([mem.close(), directive.close(), reads?.close()]);
         store?.close();
+        await pgStore?.close();
       },
     };
   } catch (err) {
     await memory?.close();
     await reads?.close();
     store?.close();
+    await pgStore?.close();
     throw err;
   }
 }

@@ -140,6 +140,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       ready,
       draining,
       warnings: opts.warnings ?? [],
+      stores: sources.kind,
     }));
     closers.push(() => admin.close());
     grpc.markServing();

@@ -12,6 +12,8 @@ export interface Readiness {
   draining: boolean;
   /** Warnings repeated on /readyz, e.g. insecure binding. */
   warnings: string[];
+  /** Active stores (issue 15), e.g. `{memory: 'postgres', directive: 'redis'}`; shown on /readyz. */
+  stores?: { memory: string; directive: string };
 }
 
 /** A running admin server. */
@@ -60,6 +62,7 @@ export async function startAdminServer(
         JSON.stringify({
           status: ok ? 'ready' : r.draining ? 'draining' : 'starting',
           warnings: r.warnings,
+          ...(r.stores === undefined ? {} : { stores: r.stores }),
         }),
       );
       return;

@@ -240,7 +240,11 @@ describe('ibex-context serve', () => {
       );
       const res = await fetch(`${String(up.admin)}/readyz`);
       expect(res.status).toBe(200);
-      expect(await res.json()).toEqual({ status: 'ready', warnings: [warning?.msg] });
+      expect(await res.json()).toEqual({
+        status: 'ready',
+        warnings: [warning?.msg],
+        stores: { memory: 'embedded', directive: 'embedded' },
+      });
     } finally {
       child.kill('SIGTERM');
       // Shutdown behaviour is tested elsewhere; here the child must only be gone before the test ends.

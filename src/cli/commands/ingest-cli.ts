@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { renderTable } from '../../client/stats.js';
 import { loadSettings } from '../../config/settings.js';
 import { EmbeddedStore } from '../../retrieval/embedded-store.js';
+import type { PgStore } from '../../retrieval/postgres/pg-store.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
 import { printCommandError } from '../command-error.js';
 import { type IngestSummary, ingestLocomo, LOCOMO_ORG_ID, readLocomo } from './ingest.js';
@@ -16,6 +17,8 @@ const usage = () => `usage: ibex-context ingest --locomo <dir|file> [options]
 
       --locomo <dir|file>   LoCoMo conversations (a directory of *.json, or one file)
       --db <path>           embedded store to write (default $IBEX_CONTEXT_EMBEDDED_DB or ./var/ibex-context.db)
+      --postgres <url>      PostgreSQL store to write instead (default $IBEX_CONTEXT_POSTGRES_URL, schema
+                            $IBEX_CONTEXT_POSTGRES_SCHEMA); --db wins over the variable
       --org <uuid>          org to ingest under (default ${LOCOMO_ORG_ID})
       --json                print the summary as one JSON object (errors as {"error"})
   -h, --help                this text
@@ -43,6 +46,7 @@ export async function run(argv: string[]): Promise<number> {
   let locomo: string;
   let db: string;
   let org: string;
+  let postgres: { url: string; schema: string } | null = null;
   let json = argv.includes('--json');
   try {
     const { values } = parseArgs({
@@ -51,6 +55,7 @@ export async function run(argv: string[]): Promise<number> {
       options: {
         locomo: { type: 'string' },
         db: { type: 'string' },
+        postgres: { type: 'string' },
         org: { type: 'string' },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -66,16 +71,25 @@ export async function run(argv: string[]): Promise<number> {
     const orgId = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
     if (orgId === null) throw new Error('--org must be a UUID');
     org = orgId;
-    // Only the store path is read from the environment, so unrelated settings cannot block an import.
-    db =
-      values.db ??
-      loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB }).embeddedDb;
+    if (values.postgres !== undefined && values.db !== undefined) throw new Error('give --db or --postgres');
+    if (values.postgres !== undefined && !/^postgres(ql)?:\/\/\S+$/.test(values.postgres.trim()))
+      throw new Error('--postgres must be a postgres:// URL');
+    // Only the store settings are read from the environment, so unrelated settings cannot block an import.
+    const env = loadSettings({
+      IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB,
+      IBEX_CONTEXT_POSTGRES_URL: values.postgres ?? process.env.IBEX_CONTEXT_POSTGRES_URL,
+      IBEX_CONTEXT_POSTGRES_SCHEMA: process.env.IBEX_CONTEXT_POSTGRES_SCHEMA,
+    });
+    db = values.db ?? env.embeddedDb;
+    if (values.db === undefined && env.postgres.url !== '')
+      postgres = { url: env.postgres.url, schema: env.postgres.schema };
   } catch (err) {
     printCommandError('ingest', (err as Error).message, json);
     if (!json) process.stderr.write(`${usage()}\n`);
     return 2;
   }
   const tty = process.stderr.isTTY === true;
+  if (postgres !== null) return ingestPostgres(locomo, postgres, org, json);
   let store: EmbeddedStore | undefined;
   try {
     const conversations = await readLocomo(locomo);
@@ -106,5 +120,34 @@ export async function run(argv: string[]): Promise<number> {
     return 1;
   } finally {
     store?.close();
+  }
+}
+
+/**
+ * `ingest --postgres`: the same import into the PostgreSQL store (issue 15), `pg` loaded on demand so the
+ * embedded path never loads it. The URL may hold a password and is never printed (the summary names the
+ * schema only).
+ * @returns 0 on success, 1 when reading or writing fails.
+ */
+async function ingestPostgres(
+  locomo: string,
+  pg: { url: string; schema: string },
+  org: string,
+  json: boolean,
+): Promise<number> {
+  const { PgStore: Store } = await import('../../retrieval/postgres/pg-store.js');
+  const { ingestLocomoPostgres } = await import('../../retrieval/postgres/ingest-locomo.js');
+  let store: PgStore | undefined;
+  try {
+    const conversations = await readLocomo(locomo);
+    store = await Store.open({ url: pg.url, schema: pg.schema, poolMax: 2 });
+    const summary = await ingestLocomoPostgres(store, conversations, org);
+    process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
+    return 0;
+  } catch (err) {
+    printCommandError('ingest', (err as Error).message, json);
+    return 1;
+  } finally {
+    await store?.close();
   }
 }

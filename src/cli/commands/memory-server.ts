@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { parseArgs } from 'node:util';
 import { loadSettings } from '../../config/settings.js';
 import { EmbeddedStore, type StoreHit } from '../../retrieval/embedded-store.js';
+import type { WireStore } from '../../retrieval/postgres/wire-store.js';
 import { canonicalUuid, uuidV5 } from '../../retrieval/uuid.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../../retrieval/validate.js';
 
@@ -34,12 +35,17 @@ export interface MemoryServerFaults {
   plantInvalid: boolean;
 }
 
-/** Options of {@link startMemoryServer}. Give `store` (not closed on close) or `db` (opened and closed). */
+/**
+ * Options of {@link startMemoryServer}. Give `store` (not closed on close), or `postgres` / `db` (opened
+ * and closed; `postgres` wins).
+ */
 export interface MemoryServerOptions extends Partial<MemoryServerFaults> {
   /** Bearer token clients must send; required and non-blank. */
   token: string;
   store?: EmbeddedStore;
   db?: string;
+  /** PostgreSQL store (issue 15): URL and schema. */
+  postgres?: { url: string; schema: string };
   /** Default 127.0.0.1. */
   host?: string;
   /** Default 8088; 0 = any free port. */
@@ -197,10 +203,15 @@ function parseParams(
  */
 export async function startMemoryServer(opts: MemoryServerOptions): Promise<MemoryServerHandle> {
   if (opts.token.trim() === '') throw new Error('memory-server: a bearer token is required');
-  if (opts.store === undefined && opts.db === undefined)
-    throw new Error('memory-server: store or db is required');
+  if (opts.store === undefined && opts.db === undefined && opts.postgres === undefined)
+    throw new Error('memory-server: store, postgres or db is required');
   const ownsStore = opts.store === undefined;
-  const store = opts.store ?? EmbeddedStore.open(opts.db!);
+  // Loaded on demand so the embedded path never loads `pg`.
+  const store: WireStore =
+    opts.store ??
+    (opts.postgres
+      ? await (await import('../../retrieval/postgres/wire-store.js')).openPgWireStore(opts.postgres)
+      : EmbeddedStore.open(opts.db!));
   const expected = digest(opts.token);
   const random = opts.random ?? Math.random;
   const faults: MemoryServerFaults = {
@@ -218,20 +229,20 @@ export async function startMemoryServer(opts: MemoryServerOptions): Promise<Memo
   const answer = (
     res: http.ServerResponse,
     route: 'hot' | 'search',
-    build: () => StoreHit[],
+    build: () => StoreHit[] | Promise<StoreHit[]>,
     agentId: string,
   ) => {
-    const respond = () => {
+    const respond = async () => {
       if (res.destroyed) return;
       if (random() < faults.errorRate) return problem(res, 503, 'injected fault');
       if (random() < faults.malformedRate) return send(res, 200, '{"data": {"results": [{"memory": ');
       let hits: WireHit[];
       try {
-        hits = planted(build(), agentId, faults);
+        hits = planted(await build(), agentId, faults);
       } catch {
         return problem(res, 500, 'store error');
       }
-      send(res, 200, JSON.stringify({ data: { results: hits } }));
+      if (!res.destroyed) send(res, 200, JSON.stringify({ data: { results: hits } }));
     };
     const delay =
       faults.latencyRoute === 'both' || faults.latencyRoute === route ? delayFor(faults, random) : 0;
@@ -301,7 +312,7 @@ export async function startMemoryServer(opts: MemoryServerOptions): Promise<Memo
       });
     });
   } catch (err) {
-    if (ownsStore) store.close();
+    if (ownsStore) await store.close();
     throw err;
   }
   const addr = server.address() as AddressInfo;
@@ -317,8 +328,8 @@ export async function startMemoryServer(opts: MemoryServerOptions): Promise<Memo
       closed ??= new Promise<void>((resolve) => {
         for (const t of pending) clearTimeout(t);
         pending.clear();
-        server.close(() => {
-          if (ownsStore) store.close();
+        server.close(async () => {
+          if (ownsStore) await store.close();
           resolve();
         });
         server.closeAllConnections();
@@ -332,7 +343,9 @@ const USAGE = `usage: ibex-context memory-server [--db <path>] [--port 8088] [--
   [--latency-ms <n>] [--latency-dist fixed|uniform|exponential] [--latency-route both|hot|search]
   [--error-rate <0..1>]
   [--malformed-rate <0..1>] [--plant-foreign] [--plant-invalid]
-token: --token or IBEX_CONTEXT_MEMORY_API_TOKEN; db: --db or IBEX_CONTEXT_EMBEDDED_DB`;
+  [--postgres <url>]
+token: --token or IBEX_CONTEXT_MEMORY_API_TOKEN; store: --postgres, else --db, else
+IBEX_CONTEXT_POSTGRES_URL (schema IBEX_CONTEXT_POSTGRES_SCHEMA), else IBEX_CONTEXT_EMBEDDED_DB`;
 
 function rate(name: string, value: string | undefined): number {
   if (value === undefined) return 0;
@@ -355,6 +368,7 @@ export async function run(argv: string[]): Promise<number> {
       strict: true,
       options: {
         db: { type: 'string' },
+        postgres: { type: 'string' },
         port: { type: 'string' },
         host: { type: 'string' },
         token: { type: 'string' },
@@ -388,12 +402,19 @@ export async function run(argv: string[]): Promise<number> {
       values.token ?? process.env.IBEX_CONTEXT_MEMORY_API_TOKEN ?? process.env.MEMORY_API_TOKEN ?? '';
     if (token.trim() === '') throw new Error('a token is required: --token or IBEX_CONTEXT_MEMORY_API_TOKEN');
     // Only the store path is read from the environment, so unrelated settings cannot block a dev server.
-    const db =
-      values.db ??
-      loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB }).embeddedDb;
+    if (values.postgres !== undefined && !/^postgres(ql)?:\/\/\S+$/.test(values.postgres.trim()))
+      throw new Error('--postgres must be a postgres:// URL');
+    const env = loadSettings({
+      IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB,
+      IBEX_CONTEXT_POSTGRES_URL: values.postgres ?? (values.db ? '' : process.env.IBEX_CONTEXT_POSTGRES_URL),
+      IBEX_CONTEXT_POSTGRES_SCHEMA: process.env.IBEX_CONTEXT_POSTGRES_SCHEMA,
+    });
     opts = {
       token,
-      db,
+      db: values.db ?? env.embeddedDb,
+      ...(env.postgres.url === ''
+        ? {}
+        : { postgres: { url: env.postgres.url, schema: env.postgres.schema } }),
       port,
       host: values.host ?? '127.0.0.1',
       latencyMs,

@@ -115,6 +115,18 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'threads running FTS5 searches (0 = event loop)',
     default: (s) => String(s.embeddedReadThreads),
   },
+  IBEX_CONTEXT_POSTGRES_URL: {
+    meaning: 'PostgreSQL store shared by replicas; blank = off (never logged)',
+    default: (s) => quoted(s.postgres.url === '' ? '' : 'set'),
+  },
+  IBEX_CONTEXT_POSTGRES_SCHEMA: {
+    meaning: 'schema of the PostgreSQL store (migrated at start-up)',
+    default: (s) => s.postgres.schema,
+  },
+  IBEX_CONTEXT_POSTGRES_POOL_MAX: {
+    meaning: 'PostgreSQL connections per replica',
+    default: (s) => String(s.postgres.poolMax),
+  },
   IBEX_CONTEXT_POOL_MAX_QUEUE: {
     meaning: 'queued CPU tasks before pool_saturated',
     default: (s) => `${s.pool.maxQueue} (64 × max threads)`,

@@ -1,0 +1,101 @@
+/**
+ * The retrieval sources on the PostgreSQL store (issue 15): {@link MemorySource} and
+ * {@link DirectiveSource} with the embedded store's contract (SPEC §4.3), scoped by org AND agent.
+ * Failures become branch outcomes: a statement past its time is `timeout` (`<branch>_timeout`), a
+ * database that cannot answer is `error` (`postgres unavailable (<code>)`).
+ */
+import type { Directive } from '../../types.js';
+import { BranchError, BranchErrors } from '../branch-error.js';
+import { parseDirectiveObject } from '../directive.js';
+import type { DirectiveSource, MemorySource } from '../retrieve.js';
+import type { RawHits } from '../validate.js';
+import { PgStatementTimeout, type PgStore } from './pg-store.js';
+
+/** Branch times (ms) the sources give their statements; the same values the retrieval stage enforces. */
+export interface PgBranchTimes {
+  directiveMs: number;
+  hotMs: number;
+  coldMs: number;
+  /** The retrieval wall; a statement never gets more than this. */
+  wallMs: number;
+}
+
+function failure(branch: 'directive' | 'hot' | 'cold', err: unknown, signal: AbortSignal): never {
+  if (signal.aborted) throw signal.reason;
+  if (err instanceof BranchError) throw err;
+  if (err instanceof PgStatementTimeout)
+    throw new BranchError('IBEX_RETRIEVAL_UNAVAILABLE', 'timeout', `${branch}_timeout`, err);
+  const code = (err as { code?: unknown })?.code;
+  // SQLSTATEs and socket codes only: a message may quote memory text.
+  throw BranchErrors.unavailable('postgres', typeof code === 'string' ? code : 'error', err);
+}
+
+/** {@link MemorySource} on a {@link PgStore}: hot (limit 20) and search (limit 10), size-capped in SQL. */
+export class PgMemorySource implements MemorySource {
+  readonly #store: PgStore;
+  readonly #times: PgBranchTimes;
+  readonly #maxChars: number;
+  /**
+   * @param store an open store, owned by the caller.
+   * @param times branch times, ms.
+   * @param maxChars IBEX_CONTEXT_MAX_MEMORY_CHARS: longer memories (code points) are never returned.
+   */
+  constructor(store: PgStore, times: PgBranchTimes, maxChars: number) {
+    this.#store = store;
+    this.#times = times;
+    this.#maxChars = maxChars;
+  }
+  /** @throws BranchError `hot_timeout` (statement_timeout) or `postgres unavailable (<code>)`. */
+  async hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits> {
+    try {
+      return await this.#store.hot(orgId, agentId, {
+        timeoutMs: Math.min(this.#times.hotMs, this.#times.wallMs),
+        signal,
+        maxChars: this.#maxChars,
+      });
+    } catch (err) {
+      failure('hot', err, signal);
+    }
+  }
+  /** @throws as {@link PgMemorySource.hot}, with `cold_timeout`. */
+  async search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
+    try {
+      return await this.#store.search(orgId, agentId, query, {
+        timeoutMs: Math.min(this.#times.coldMs, this.#times.wallMs),
+        signal,
+        maxChars: this.#maxChars,
+      });
+    } catch (err) {
+      failure('cold', err, signal);
+    }
+  }
+  /** The store is owned by whoever opened it. */
+  async close(): Promise<void> {}
+}
+
+/** {@link DirectiveSource} on a {@link PgStore}, with the same SPEC §4.2 rules as Redis values. */
+export class PgDirectiveSource implements DirectiveSource {
+  readonly #store: PgStore;
+  readonly #times: PgBranchTimes;
+  constructor(store: PgStore, times: PgBranchTimes) {
+    this.#store = store;
+    this.#times = times;
+  }
+  /**
+   * @returns the directive, or `null` when none is stored or its content is empty.
+   * @throws BranchError `bad directive: …`, `directive_timeout` or `postgres unavailable (<code>)`.
+   */
+  async get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null> {
+    let envelope: Awaited<ReturnType<PgStore['getDirective']>>;
+    try {
+      envelope = await this.#store.getDirective(orgId, agentId, {
+        timeoutMs: Math.min(this.#times.directiveMs, this.#times.wallMs),
+        signal,
+      });
+    } catch (err) {
+      failure('directive', err, signal);
+    }
+    return envelope === null ? null : parseDirectiveObject(envelope);
+  }
+  async close(): Promise<void> {}
+}
