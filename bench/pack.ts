@@ -10,6 +10,7 @@ import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/c
 import { pack } from '../src/pack/packer.js';
 import { projectPath } from './lib/paths.js';
 import { packColumns, syntheticCandidates } from './lib/synthetic.js';
+import { textMeasureFigures } from './text-measures.js';
 
 interface Shape {
   case: string;
@@ -94,7 +95,15 @@ async function main() {
     };
   });
   const quality = packerQuality();
-  const result = { generated_at: new Date().toISOString(), node: process.version, cases, quality };
+  // Text measures (issue 9 item 5, branch wire): a separate block of figures, target ≤ 1 ns per UTF-16 unit.
+  const textMeasures = await textMeasureFigures(Math.min(time, 500));
+  const result = {
+    generated_at: new Date().toISOString(),
+    node: process.version,
+    cases,
+    quality,
+    text_measures: textMeasures,
+  };
   mkdirSync(projectPath('bench/results'), { recursive: true });
   writeFileSync(projectPath('bench/results/pack.json'), `${JSON.stringify(result, null, 2)}\n`);
   console.table(
@@ -112,6 +121,7 @@ async function main() {
   console.log(
     `quality over ${quality.dp_instances} DP-path vectors: mean ${quality.mean_ratio.toFixed(6)}, min ${quality.min_ratio.toFixed(6)} of the optimum`,
   );
+  console.table(textMeasures);
   console.log('wrote bench/results/pack.json');
 }
 
