@@ -70,6 +70,14 @@ function throwIfAborted(ctx: CallContext): void {
   if (ctx.signal.aborted || monotonicNow() >= ctx.deadline) throw Errors.deadlineExceeded();
 }
 
+/** UTF-8 bytes of the request's history (≤ 100 spans summed). */
+function historyByteLength(req: ValidatedRequest): number {
+  const { spans, count } = req.history;
+  let bytes = 0;
+  for (let i = 0; i < 4 * count; i += 2) bytes += spans[i + 1]! - spans[i]!;
+  return bytes;
+}
+
 function poolReasonOf(err: unknown): string {
   if (isIbexError(err, 'IBEX_ERR_POOL_SATURATED')) return 'pool_saturated';
   if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) return 'pool_deadline';
@@ -89,6 +97,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const reserve = new StageReserve(settings.cpuStageReserveMs);
 
   let inFlight = 0;
+  /** Calls waiting for their CPU-stage result (queued or running). */
+  let awaitingPool = 0;
   return async (req: ValidatedRequest, ctx: CallContext) => {
     metrics?.inFlight.inc();
     inFlight++;
@@ -128,8 +138,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
 
     // The wall ends early enough to leave the CPU stage and the degraded answer their measured share of D
     // (SPEC §10 answer guarantee): running p99s of this process's round-trips and degraded answers.
+    const historyBytes = historyByteLength(req);
     const left = ctx.deadline - monotonicNow();
-    const wallMs = Math.max(0, Math.min(settings.wallMs, left - reserve.cpuShareMs(left)));
+    const wallMs = Math.max(0, Math.min(settings.wallMs, left - reserve.cpuShareMs(left, historyBytes)));
     const retrieval = await retrieve(
       sources,
       {
@@ -172,6 +183,16 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       tokens: 0,
     }));
     const nonce = generateNonce(settings.nonceBytes);
+    // Calls queued for the pool with ours may miss their deadlines at the same instant, and their degraded
+    // answers are then built one after another on this thread: keep room for them too (at most half of
+    // what is left, so a queue never starves the CPU stage of a short deadline).
+    const queued = awaitingPool;
+    const cpuDeadline =
+      ctx.deadline -
+      Math.min(
+        reserve.degradedMs(historyBytes) * (1 + queued),
+        Math.max(0, (ctx.deadline - monotonicNow()) / 2),
+      );
     const input = encodeCandidates(
       candidates,
       {
@@ -182,7 +203,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         directive,
         recentMessages: [],
         toolSchemas: [],
-        deadline: ctx.deadline - reserve.degradedMs(),
+        deadline: cpuDeadline,
         budgetModel: resolved,
         nonceBytes: settings.nonceBytes,
         availableTokens: req.availableTokens,
@@ -196,7 +217,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     let poolReason: string | null = shed ? 'overloaded' : null;
     try {
       if (shed) throw Errors.poolSaturated();
-      stage = await pool.run(input, { signal: ctx.signal });
+      awaitingPool++;
+      try {
+        stage = await pool.run(input, { signal: ctx.signal });
+      } finally {
+        awaitingPool--;
+      }
       reserve.roundTrip.record(stage.round_trip_us / 1000);
       if (stage.output.invalid !== null)
         throw Errors.invalidArgument('message.content', stage.output.invalid);
@@ -221,6 +247,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       }
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_INVALID_ARGUMENT')) throw err;
+      if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) reserve.lateness.record(monotonicNow() - cpuDeadline);
       throwIfAborted(ctx);
       poolReason ??= poolReasonOf(err);
       if (!shed)
@@ -358,7 +385,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     response.tokens_used = estimateTokens(response.assembled_context, budget.estimate_kind);
     response.metrics.candidates_evaluated = kept.length;
     const end = monotonicNow();
-    reserve.degraded.record(end - start);
+    reserve.recordDegraded(end - start, historyByteLength(req));
     response.metrics.total_ms = roundMs(end - ctx.arrival);
     return response;
   }

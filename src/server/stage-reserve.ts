@@ -39,8 +39,16 @@ export class RunningP99 {
   }
 }
 
-/** Least time kept for the degraded answer (format + encode + send), ms. */
-export const MIN_DEGRADED_RESERVE_MS = 2;
+/** Least time kept for the degraded answer (format + encode + send, and a late timer), ms. */
+export const MIN_DEGRADED_RESERVE_MS = 5;
+/**
+ * Prior cost of the degraded answer per MiB of history (decode, format, estimate, encode), ms, until this
+ * process has measured its own: deliberately slow (a loaded 2-core machine), the measurements replace it.
+ */
+export const PRIOR_DEGRADED_MS_PER_MIB = 25;
+/** Histories from this size on teach the per-MiB cost (smaller ones are dominated by fixed costs). */
+const PER_MIB_FROM_BYTES = 256 * 1024;
+const MIB = 1024 * 1024;
 /** Headroom factor on the measured p99s: a loaded machine is slower than the window remembers. */
 const HEADROOM = 1.5;
 
@@ -48,26 +56,47 @@ const HEADROOM = 1.5;
 export class StageReserve {
   /** CPU-stage round-trip (queue wait + run + return), ms. */
   readonly roundTrip = new RunningP99();
-  /** Building the L2 degraded answer on the main thread, ms. */
+  /** Building the L2 degraded answer on the main thread, ms (histories under 256 KiB). */
   readonly degraded = new RunningP99();
+  /** The same per MiB of history, for histories of 256 KiB and more: its cost grows with the history. */
+  readonly degradedPerMiB = new RunningP99();
+  /**
+   * How late the main thread learns that the CPU stage missed its deadline (timer granularity, a busy
+   * event loop), ms: the degraded answer starts that much after the CPU task's deadline.
+   */
+  readonly lateness = new RunningP99();
 
   constructor(
     /** Floor of the CPU-stage share, ms (`IBEX_CONTEXT_CPU_STAGE_RESERVE_MS`). */
     readonly floorMs: number,
   ) {}
 
-  /** Time the degraded answer keeps before D, ms: the CPU task's deadline is D minus this. */
-  degradedMs(): number {
-    return Math.max(MIN_DEGRADED_RESERVE_MS, HEADROOM * this.degraded.p99 + 1);
+  /** Records one degraded answer's cost (`ms`) for a history of `historyBytes` UTF-8 bytes. */
+  recordDegraded(ms: number, historyBytes: number): void {
+    if (historyBytes >= PER_MIB_FROM_BYTES) this.degradedPerMiB.record(ms / (historyBytes / MIB));
+    else this.degraded.record(ms);
+  }
+
+  /**
+   * Time the degraded answer keeps before D, ms: the CPU task's deadline is D minus this. Its cost is a
+   * fixed part plus a part proportional to the history it formats (measured p99s, a prior per MiB until
+   * measured), with headroom.
+   * @param historyBytes UTF-8 bytes of the request's history.
+   */
+  degradedMs(historyBytes = 0): number {
+    const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
+    const measured = this.degraded.p99 + (historyBytes / MIB) * perMiB + this.lateness.p99;
+    return Math.max(MIN_DEGRADED_RESERVE_MS, HEADROOM * measured + 1);
   }
 
   /**
    * Share of D the retrieval wall leaves to the CPU stage and the answer, ms: the measured round-trip
    * plus the degraded reserve, at least the floor, at most half of what is left (retrieval keeps the rest).
    * @param leftMs time until D, ms.
+   * @param historyBytes UTF-8 bytes of the request's history.
    */
-  cpuShareMs(leftMs: number): number {
-    const measured = HEADROOM * this.roundTrip.p99 + this.degradedMs();
+  cpuShareMs(leftMs: number, historyBytes = 0): number {
+    const measured = HEADROOM * this.roundTrip.p99 + this.degradedMs(historyBytes);
     return Math.min(Math.max(this.floorMs, measured), Math.max(this.floorMs, leftMs / 2));
   }
 }
