@@ -10,9 +10,17 @@
  * points ≥ bytes/4) are decided here; the rest is left to the CPU stage.
  */
 import protobuf from 'protobufjs/minimal.js';
-import type { ChatMessage } from '../types.js';
+import { type HistoryBytes, utf8, utf8CodePoints } from './history-bytes.js';
 import { LIMITS, MAX_UTF8_BYTES_PER_CODE_POINT } from './limits.js';
 import type { PrincipalContext, Timestamp } from './proto.js';
+
+export {
+  CONTENT_OVER,
+  checkHistoryContents,
+  decodeHistory,
+  encodeHistory,
+  type HistoryBytes,
+} from './history-bytes.js';
 
 const { Reader } = protobuf;
 type ProtoReader = protobuf.Reader;
@@ -36,23 +44,6 @@ export const MALFORMED_REQUEST = 'request is not a valid AssembleContextRequest'
  * (a UUID, a ≤ 256-code-point model), whatever whitespace surrounds it in a sane request.
  */
 export const MAX_DECODED_ID_BYTES = 64 * 1024;
-
-/**
- * History messages as byte spans into `source` (UTF-8, not decoded): message i's role is
- * `source[spans[4i], spans[4i+1])`, its content `source[spans[4i+2], spans[4i+3])`.
- */
-export interface HistoryBytes {
-  source: Uint8Array;
-  /** 4 × count byte offsets into `source`. */
-  spans: Uint32Array;
-  /** Number of messages (≤ 100 once validated). */
-  count: number;
-  /**
-   * True when some content's code-point length cannot be decided from its byte length (32,768 < bytes ≤
-   * 131,072): the CPU stage (or {@link checkHistoryContents}) decides it.
-   */
-  contentPending: boolean;
-}
 
 /** An undecided string field: its byte span, and its text when it was decoded. */
 export interface WireString {
@@ -130,10 +121,6 @@ function span(r: ProtoReader): [number, number] {
   return [start, start + length];
 }
 
-function utf8(buf: Uint8Array, start: number, end: number): string {
-  return Buffer.from(buf.buffer, buf.byteOffset + start, end - start).toString('utf8');
-}
-
 function stringField(r: ProtoReader, buf: Uint8Array, cap = Number.POSITIVE_INFINITY): WireString {
   const [start, end] = span(r);
   const bytes = end - start;
@@ -143,13 +130,6 @@ function stringField(r: ProtoReader, buf: Uint8Array, cap = Number.POSITIVE_INFI
 function fullString(r: ProtoReader, buf: Uint8Array): string {
   const [start, end] = span(r);
   return utf8(buf, start, end);
-}
-
-/** Code points of UTF-8 text as Node decodes it (invalid sequences become U+FFFD, one each). */
-export function utf8CodePoints(buf: Uint8Array, start: number, end: number): number {
-  let count = 0;
-  for (const _ of utf8(buf, start, end)) count++;
-  return count;
 }
 
 function decodeTimestamp(r: ProtoReader, end: number): Timestamp {
@@ -355,52 +335,4 @@ export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
   }
   out.history.count = Math.min(out.messageCount, LIMITS.recentMessages);
   return out;
-}
-
-/** The messages of `h` decoded to strings (raw role and content). Costs one pass over their bytes. */
-export function decodeHistory(h: HistoryBytes): ChatMessage[] {
-  const out: ChatMessage[] = new Array(h.count);
-  for (let i = 0; i < h.count; i++) {
-    out[i] = {
-      role: utf8(h.source, h.spans[4 * i]!, h.spans[4 * i + 1]!),
-      content: utf8(h.source, h.spans[4 * i + 2]!, h.spans[4 * i + 3]!),
-    };
-  }
-  return out;
-}
-
-/** History bytes of already-decoded messages (the object path: tests, tools, warm-up). */
-export function encodeHistory(messages: readonly ChatMessage[]): HistoryBytes {
-  const parts: Buffer[] = [];
-  const spans = new Uint32Array(4 * messages.length);
-  let at = 0;
-  let contentPending = false;
-  messages.forEach((m, i) => {
-    const role = Buffer.from(m.role, 'utf8');
-    const content = Buffer.from(m.content, 'utf8');
-    spans.set([at, at + role.length, at + role.length, at + role.length + content.length], 4 * i);
-    at += role.length + content.length;
-    parts.push(role, content);
-    if (content.length > LIMITS.contentChars) contentPending = true;
-  });
-  return { source: Buffer.concat(parts, at), spans, count: messages.length, contentPending };
-}
-
-/** The SPEC §11 detail for a content over its limit. */
-export const CONTENT_OVER = `message.content exceeds ${LIMITS.contentChars} characters`;
-
-/**
- * Decides the contents left pending by the wire (exact code points). The main thread calls it only where
- * an answer must be decided before the CPU stage (an invalid request that a later check would refuse).
- * @returns true when some content exceeds 32,768 code points.
- */
-export function checkHistoryContents(h: HistoryBytes): boolean {
-  if (!h.contentPending) return false;
-  for (let i = 0; i < h.count; i++) {
-    const start = h.spans[4 * i + 2]!;
-    const end = h.spans[4 * i + 3]!;
-    if (end - start > LIMITS.contentChars && utf8CodePoints(h.source, start, end) > LIMITS.contentChars)
-      return true;
-  }
-  return false;
 }
