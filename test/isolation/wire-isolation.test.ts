@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
+import protobuf from 'protobufjs/minimal.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
@@ -47,6 +48,21 @@ describe('wire isolation on the embedded store (issue 9)', () => {
   it('transport cap: accepts the largest SPEC §11 request size and the server option says so', () => {
     expect(svc.settings.maxReceiveMessageBytes).toBe(MAX_ASSEMBLE_REQUEST_BYTES);
     expect(MAX_ASSEMBLE_REQUEST_BYTES).toBe(13_233_235);
+  });
+
+  it('transport cap: a request of exactly the cap is served, one byte more is RESOURCE_EXHAUSTED', async () => {
+    const padded = (total: number) => {
+      const head = decodeBomb(quiet.org, quiet.agent, 0);
+      // session_id (field 3) fills the rest: tag + 4-byte varint length + payload.
+      const payload = total - head.length - 5;
+      const w = protobuf.Writer.create().uint32(26).uint32(payload).finish();
+      expect(w.length).toBe(5);
+      return Buffer.concat([head, w, Buffer.alloc(payload, 0x61)]);
+    };
+    const atCap = await assembleRaw(svc.service.grpcAddr, padded(MAX_ASSEMBLE_REQUEST_BYTES), 20_000);
+    expect(atCap.status.code).toBe(status.OK);
+    const over = await assembleRaw(svc.service.grpcAddr, padded(MAX_ASSEMBLE_REQUEST_BYTES + 1), 20_000);
+    expect(over.status.code).toBe(status.RESOURCE_EXHAUSTED);
   });
 
   it('decode bomb: 2,000,000 empty messages → INVALID_ARGUMENT `recent_messages exceeds 100 items`', async () => {
