@@ -119,7 +119,13 @@ export interface CpuTaskOutput {
   selected: Int32Array;
   /** Unselected candidate indices in canonical order (exclusion `budget`). */
   excluded: Int32Array;
+  /** The formatted context; '' when the task computed the budget (`budgetModel`): see `assembled_utf8`. */
   assembled_context: string;
+  /**
+   * With `budgetModel`: the formatted context as UTF-8 bytes, transferred back (not cloned as a string and
+   * encoded again on the main thread: the answer writes these bytes as they are; issue 10). Else empty.
+   */
+  assembled_utf8: Uint8Array;
   memories_included: number;
   pack: CpuPackRecord;
   /** Budget and wrapped-block costs, µs (0 without `budgetModel`). */
@@ -246,7 +252,7 @@ export function transferList(input: CpuTaskInput): ArrayBuffer[] {
 
 /** The buffers to transfer back with a result. */
 export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
-  return buffersOf([output.selected, output.excluded, output.costs]);
+  return buffersOf([output.selected, output.excluded, output.costs, output.assembled_utf8]);
 }
 
 /**

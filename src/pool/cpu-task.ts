@@ -45,6 +45,13 @@ export function historyOf(input: CpuTaskInput): ChatMessage[] {
   return out;
 }
 
+/** UTF-8 of `text` in a buffer of its own (never a slice of Node's shared pool: it is transferred). */
+function utf8Of(text: string): Uint8Array {
+  const out = new Uint8Array(Buffer.byteLength(text, 'utf8'));
+  Buffer.from(out.buffer, 0, out.length).write(text, 'utf8');
+  return out;
+}
+
 const CONTENT_OVER = `message.content exceeds ${LIMITS.contentChars} characters`;
 
 function invalidOutput(message: string, n: number, t0: number): CpuTaskOutput {
@@ -57,6 +64,7 @@ function invalidOutput(message: string, n: number, t0: number): CpuTaskOutput {
     selected: empty,
     excluded: new Int32Array(0),
     assembled_context: '',
+    assembled_utf8: new Uint8Array(0),
     memories_included: 0,
     pack: {
       path: 'dp',
@@ -175,7 +183,8 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     tokens_used: budget ? estimateTokens(formatted.assembled_context, budget.estimate_kind) : null,
     selected: r.selected,
     excluded: r.excluded,
-    assembled_context: formatted.assembled_context,
+    assembled_context: budget ? '' : formatted.assembled_context,
+    assembled_utf8: budget ? utf8Of(formatted.assembled_context) : new Uint8Array(0),
     memories_included: formatted.memories_included,
     pack: {
       path: r.path,

@@ -21,7 +21,12 @@ import type { BranchOutcome, ScoredCandidate } from '../types.js';
 import { abortCause, type CallContext, monotonicNow } from './call-context.js';
 import type { AssembleFn } from './grpc-server.js';
 import { LIMITS } from './limits.js';
-import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from './proto.js';
+import {
+  ASSEMBLED_UTF8,
+  type AssembleContextResponse,
+  type DegradationLevel,
+  type MemoryUsed,
+} from './proto.js';
 import { baseResponse, roundMs, usedRow } from './response-parts.js';
 import { StageReserve } from './stage-reserve.js';
 import type { ValidatedRequest } from './validate.js';
@@ -321,6 +326,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     });
     const response = baseResponse(req, ctx, retrieval, budget, rows, rankingMs);
     response.assembled_context = out.assembled_context;
+    if (out.assembled_utf8.length > 0) response[ASSEMBLED_UTF8] = out.assembled_utf8;
     response.tokens_used = out.tokens_used ?? 0;
     response.memories_included = out.memories_included;
     response.memory_tokens = out.pack.total_tokens;

@@ -39,6 +39,7 @@ import {
   linkFileDescriptors,
   PROTO_LOADER_OPTIONS,
   packageDefinition,
+  serializeAssembleResponse,
 } from './proto.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.js';
@@ -291,6 +292,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     AssembleContext: {
       ...contextServiceDefinition.AssembleContext!,
       requestDeserialize: decodeAssembleRequest,
+      responseSerialize: serializeAssembleResponse,
     },
   };
   server.addService(serviceDefinition, {

@@ -7,7 +7,13 @@ import fc from 'fast-check';
 import protobuf from 'protobufjs/minimal.js';
 import { describe, expect, it } from 'vitest';
 import { IbexError } from '../../src/errors.js';
-import { type AssembleContextRequestInput, contextServiceDefinition } from '../../src/server/proto.js';
+import {
+  ASSEMBLED_UTF8,
+  type AssembleContextRequestInput,
+  type AssembleContextResponse,
+  contextServiceDefinition,
+  serializeAssembleResponse,
+} from '../../src/server/proto.js';
 import { validateAssembleRequest, validateWireRequest } from '../../src/server/validate.js';
 import {
   checkHistoryContents,
@@ -16,6 +22,7 @@ import {
   MALFORMED_REQUEST,
   TOO_MANY_FIELDS,
 } from '../../src/server/wire-request.js';
+import { stubResponse } from '../helpers/stub-response.js';
 import { decodeBomb } from './wire-helpers.js';
 
 const encode = (req: AssembleContextRequestInput): Buffer =>
@@ -135,5 +142,24 @@ describe('AssembleContext decoded on the wire (issue 9 item 1)', () => {
     expect(b).toEqual(a);
     expect(b?.permissions).toBe('9223372036854775807');
     expect(b?.issuedAtMs).toBe(1_700_000_000_005);
+  });
+
+  it("writes the CPU stage's UTF-8 context bytes as assembled_context (string field left empty), any length", () => {
+    const decode = (b: Buffer) =>
+      contextServiceDefinition.AssembleContext!.responseDeserialize(b) as AssembleContextResponse;
+    fc.assert(
+      fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), fc.nat(20_000), (text, pad) => {
+        const context = text + 'x'.repeat(pad);
+        const base = stubResponse({ requestId: 'r', traceId: 't', spanId: 's' } as never);
+        const withBytes = { ...base, assembled_context: '', [ASSEMBLED_UTF8]: Buffer.from(context, 'utf8') };
+        const out = decode(serializeAssembleResponse(withBytes));
+        expect(out.assembled_context).toBe(context);
+        expect(out.request_id).toBe('r');
+        expect(
+          decode(serializeAssembleResponse({ ...base, assembled_context: context })).assembled_context,
+        ).toBe(context);
+      }),
+      { numRuns: 50 },
+    );
   });
 });
