@@ -13,6 +13,7 @@ import { pack } from '../src/pack/packer.js';
 import { projectPath } from './lib/paths.js';
 import { packColumns, seededRandom, syntheticCandidates } from './lib/synthetic.js';
 import { packQuality } from './pack-quality.js';
+import { textMeasureFigures } from './text-measures.js';
 
 interface Shape {
   case: string;
@@ -148,12 +149,15 @@ async function main() {
     DEFAULT_DP_CELL_CEILING,
     50,
   ]);
+  // Text measures (issue 9 item 5, branch wire): a separate block of figures, target ≤ 1 ns per UTF-16 unit.
+  const textMeasures = await textMeasureFigures(Math.min(time, 500));
   const result = {
     generated_at: new Date().toISOString(),
     node: process.version,
     cases,
     quality,
     generated_quality: generated,
+    text_measures: textMeasures,
   };
   mkdirSync(projectPath('bench/results'), { recursive: true });
   writeFileSync(projectPath('bench/results/pack.json'), `${JSON.stringify(result, null, 2)}\n`);
@@ -187,6 +191,7 @@ async function main() {
   console.log(
     `quality over ${quality.dp_instances} DP-path vectors: mean ${quality.mean_ratio.toFixed(6)}, min ${quality.min_ratio.toFixed(6)} of the optimum`,
   );
+  console.table(textMeasures);
   console.log('wrote bench/results/pack.json');
 }
 

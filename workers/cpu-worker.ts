@@ -5,6 +5,8 @@
  * The pool points at the compiled `dist/workers/cpu-worker.js`.
  */
 import { move, transferableSymbol, valueSymbol } from 'piscina';
+import { warmBpe } from '../src/budget/bpe.js';
+import { exactTokensSetting } from '../src/config/settings.js';
 import {
   type CpuTaskInput,
   type CpuTaskOutput,
@@ -20,6 +22,8 @@ nameThisThread(THREAD_NAMES.pool);
 // Loading the module is the warm-up: piscina reports a thread ready (and the pool's start-up task runs)
 // only after this, so no request pays for cold JIT tiers.
 warmCpuTask();
+// Exact counts (SPEC §5) run here; their encodings take ~0.5 s to load, so not inside a call's deadline.
+if (exactTokensSetting()) warmBpe();
 
 /**
  * Runs one task. The result's index arrays are transferred back, not cloned.

@@ -2,14 +2,14 @@
  * BudgetCalculator (SPEC §6): how many tokens are left for memories once every fixed part of the prompt
  * is reserved, and what each memory's wrapped block costs.
  */
-import { escapedLength } from '../format/escape.js';
+import { escapedCodePointLength } from '../format/escape.js';
 import { safetySentence } from '../format/formatter.js';
 import { nonceLength } from '../format/nonce.js';
 import type { ChatMessage } from '../types.js';
 import { isBpeKind } from './bpe.js';
 import { bpeFormatterOverheadTokens, bpeWrappedBlockTokens } from './bpe-cache.js';
 import type { ResolvedModel } from './catalog.js';
-import { codePointLength, type EstimateKind, estimateFromLength, estimateTokens } from './estimate.js';
+import { type EstimateKind, estimateFromLength, estimateTokens } from './estimate.js';
 
 /** Budget below this many tokens is `is_constrained`. */
 export const CONSTRAINED_BELOW = 256;
@@ -123,8 +123,8 @@ export function wrappedBlockTokens(
   const length =
     BLOCK_FIXED +
     nonceChars +
-    escapedLength(memory.memory_id, codePointLength(memory.memory_id), true) +
-    escapedLength(memory.category, codePointLength(memory.category), true) +
-    escapedLength(memory.content, codePointLength(memory.content));
+    escapedCodePointLength(memory.memory_id, true) +
+    escapedCodePointLength(memory.category, true) +
+    escapedCodePointLength(memory.content);
   return estimateFromLength(length, kind);
 }

@@ -3,9 +3,11 @@
  * setting stops start-up with an error naming the variable. For variables with aliases the first
  * name that is set wins.
  */
+
 import os from 'node:os';
 import { z } from 'zod';
 import { Errors } from '../errors.js';
+import { MAX_ASSEMBLE_REQUEST_BYTES } from '../server/limits.js';
 import { timeoutMsSchema } from './timeout.js';
 
 /** Validated settings. Durations in ms, sizes as stated. */
@@ -250,7 +252,8 @@ export function loadSettings(env: Env = process.env): Settings {
       intText(1024),
       env,
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
-      4 * 1024 * 1024,
+      // The largest request SPEC §11 allows (issue 9), and nothing larger.
+      MAX_ASSEMBLE_REQUEST_BYTES,
     ),
     maxMetadataBytes: parseWith(intText(1024), env, ['IBEX_CONTEXT_MAX_METADATA_BYTES'], 16 * 1024),
     auth: {

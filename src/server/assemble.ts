@@ -5,23 +5,32 @@
  */
 import { status } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { calculateBudget, type TokenBudget, wrappedBlockTokens } from '../budget/budget-calculator.js';
-import type { CapabilityCatalog } from '../budget/catalog.js';
-import { estimateTokens } from '../budget/estimate.js';
+import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
+import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
+import { codePointLength, estimateTokens } from '../budget/estimate.js';
 import type { Settings } from '../config/settings.js';
 import { Errors, GRPC_STATUS_BY_CODE, IbexError, isIbexError } from '../errors.js';
 import { formatContext } from '../format/formatter.js';
-import { generateNonce, nonceLength } from '../format/nonce.js';
+import { generateNonce } from '../format/nonce.js';
 import { type CpuCandidate, encodeCandidates } from '../pool/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
-import { applyMaxMemories, dedupeAndScore, SCORE_SCHEMA } from '../ranking/score.js';
+import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import type { BranchOutcome, ScoredCandidate } from '../types.js';
 import { abortCause, type CallContext, monotonicNow } from './call-context.js';
 import type { AssembleFn } from './grpc-server.js';
-import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from './proto.js';
+import { LIMITS } from './limits.js';
+import {
+  ASSEMBLED_UTF8,
+  type AssembleContextResponse,
+  type DegradationLevel,
+  type MemoryUsed,
+} from './proto.js';
+import { baseResponse, roundMs, usedRow } from './response-parts.js';
+import { StageReserve } from './stage-reserve.js';
 import type { ValidatedRequest } from './validate.js';
+import { CONTENT_OVER, checkHistoryContents, decodeHistory } from './wire-request.js';
 
 /** What the pipeline needs; built once at start-up. */
 export interface AssemblerDeps {
@@ -33,18 +42,7 @@ export interface AssemblerDeps {
   metrics?: Metrics;
 }
 
-/** Time kept between the CPU task's deadline and D for encoding and sending the answer, ms. */
-const ANSWER_MARGIN_MS = 1;
-
-/** Rounds ms half-to-even to a non-negative integer (SPEC §2 AssemblyMetrics). */
-export function roundMs(ms: number): number {
-  if (!(ms > 0)) return 0;
-  const floor = Math.floor(ms);
-  const diff = ms - floor;
-  if (diff > 0.5) return floor + 1;
-  if (diff < 0.5) return floor;
-  return floor % 2 === 0 ? floor : floor + 1;
-}
+export { roundMs } from './response-parts.js';
 
 /**
  * Degradation level (SPEC §10): a memory source is usable iff not skipped and `success` (zero hits count).
@@ -77,6 +75,14 @@ function throwIfAborted(ctx: CallContext): void {
   if (ctx.signal.aborted || monotonicNow() >= ctx.deadline) throw Errors.deadlineExceeded();
 }
 
+/** UTF-8 bytes of the request's history (≤ 100 spans summed). */
+function historyByteLength(req: ValidatedRequest): number {
+  const { spans, count } = req.history;
+  let bytes = 0;
+  for (let i = 0; i < 4 * count; i += 2) bytes += spans[i + 1]! - spans[i]!;
+  return bytes;
+}
+
 function poolReasonOf(err: unknown): string {
   if (isIbexError(err, 'IBEX_ERR_POOL_SATURATED')) return 'pool_saturated';
   if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) return 'pool_deadline';
@@ -93,9 +99,11 @@ function poolReasonOf(err: unknown): string {
 export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool, metrics } = deps;
   const logger = deps.logger.child({ component: 'assemble' });
-  const nonceChars = nonceLength(settings.nonceBytes);
+  const reserve = new StageReserve(settings.cpuStageReserveMs);
 
   let inFlight = 0;
+  /** Calls waiting for their CPU-stage result (queued or running). */
+  let awaitingPool = 0;
   return async (req: ValidatedRequest, ctx: CallContext) => {
     metrics?.inFlight.inc();
     inFlight++;
@@ -117,15 +125,27 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     }
   };
 
-  async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
-    const resolved = catalog.resolve(req.model);
-    const kind = resolved.policy.estimate_kind;
+  /**
+   * `unknown model` comes after every SPEC §11 check, so a pending history content is decided first (on
+   * the main thread: only for a request that is refused either way).
+   */
+  function resolveModel(req: ValidatedRequest): ResolvedModel {
+    try {
+      return catalog.resolve(req.model);
+    } catch (err) {
+      if (checkHistoryContents(req.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
+      throw err;
+    }
+  }
 
-    // The wall ends early enough to leave the CPU stage its share of D (SPEC §10).
-    const wallMs = Math.max(
-      0,
-      Math.min(settings.wallMs, ctx.deadline - monotonicNow() - settings.cpuStageReserveMs),
-    );
+  async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
+    const resolved = resolveModel(req);
+
+    // The wall ends early enough to leave the CPU stage and the degraded answer their measured share of D
+    // (SPEC §10 answer guarantee): running p99s of this process's round-trips and degraded answers.
+    const historyBytes = historyByteLength(req);
+    const left = ctx.deadline - monotonicNow();
+    const wallMs = Math.max(0, Math.min(settings.wallMs, left - reserve.cpuShareMs(left, historyBytes)));
     const retrieval = await retrieve(
       sources,
       {
@@ -151,24 +171,13 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     }
     recordRetrieval(retrieval);
 
-    const budgetStart = monotonicNow();
-    const directive = retrieval.directive?.content ?? null;
-    const budget = calculateBudget({
-      model: resolved,
-      directive,
-      recentMessages: req.recentMessages,
-      toolSchemas: [],
-      nonceBytes: settings.nonceBytes,
-      availableTokens: req.availableTokens,
-    });
-    const budgetMs = monotonicNow() - budgetStart;
-
     const rankingStart = monotonicNow();
+    const directive = retrieval.directive?.content ?? null;
     const scored = dedupeAndScore(retrieval.hot, retrieval.cold);
     const { kept, filtered } = applyMaxMemories(scored, req.maxMemories);
-    // Each candidate's wrapped-block cost is computed once: the packer charges it, the response reports it.
-    const costs = kept.map((c) => wrappedBlockTokens(c, nonceChars, kind));
-    const candidates: CpuCandidate[] = kept.map((c, i) => ({
+    // Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's (SPEC §1 isolation
+    // rule): the main thread encodes bytes. Filtered candidates ride along only to be costed.
+    const candidates: CpuCandidate[] = [...kept, ...filtered].map((c) => ({
       memory_id: c.memory_id,
       category: c.category,
       content: c.content,
@@ -176,26 +185,52 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       similarity: c.similarity,
       confidence: c.confidence,
       rank: c.rank,
-      tokens: costs[i]!,
+      tokens: 0,
     }));
     const nonce = generateNonce(settings.nonceBytes);
-    const input = encodeCandidates(candidates, {
-      budget: budget.usable_budget,
-      dpCellCeiling: settings.dpCellCeiling,
-      maxConsecutiveSkips: settings.maxConsecutiveSkips,
-      nonce,
-      directive,
-      recentMessages: req.recentMessages,
-      toolSchemas: [],
-      deadline: ctx.deadline - ANSWER_MARGIN_MS,
-    });
+    // Calls queued for the pool with ours may miss their deadlines at the same instant, and their degraded
+    // answers are then built one after another on this thread: keep room for them too (at most half of
+    // what is left, so a queue never starves the CPU stage of a short deadline).
+    const queued = awaitingPool;
+    const cpuDeadline =
+      ctx.deadline -
+      Math.min(
+        reserve.degradedMs(historyBytes) * (1 + queued),
+        Math.max(0, (ctx.deadline - monotonicNow()) / 2),
+      );
+    const input = encodeCandidates(
+      candidates,
+      {
+        budget: 0,
+        dpCellCeiling: settings.dpCellCeiling,
+        maxConsecutiveSkips: settings.maxConsecutiveSkips,
+        nonce,
+        directive,
+        recentMessages: [],
+        toolSchemas: [],
+        deadline: cpuDeadline,
+        budgetModel: resolved,
+        nonceBytes: settings.nonceBytes,
+        availableTokens: req.availableTokens,
+        packCount: kept.length,
+      },
+      req.history,
+    );
     const rankingMs = monotonicNow() - rankingStart;
 
     let stage: CpuStageResult | null = null;
     let poolReason: string | null = shed ? 'overloaded' : null;
     try {
       if (shed) throw Errors.poolSaturated();
-      stage = await pool.run(input, { signal: ctx.signal });
+      awaitingPool++;
+      try {
+        stage = await pool.run(input, { signal: ctx.signal });
+      } finally {
+        awaitingPool--;
+      }
+      reserve.roundTrip.record(stage.round_trip_us / 1000);
+      if (stage.output.invalid !== null)
+        throw Errors.invalidArgument('message.content', stage.output.invalid);
       metrics?.poolTasks.inc({ outcome: 'completed' });
       metrics?.poolWait.observe(stage.wait_us / 1e6);
       metrics?.poolRun.observe(stage.run_us / 1e6);
@@ -207,7 +242,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         logger.warn(
           {
             n: stage.output.pack.candidates_evaluated,
-            buckets: Math.max(1, Math.floor(budget.usable_budget / 16)),
+            buckets: Math.max(1, Math.floor((stage.output.budget?.usable_budget ?? 0) / 16)),
             cells: stage.output.pack.cells,
             ceiling: settings.dpCellCeiling,
             reason: stage.output.pack.greedy_reason,
@@ -216,6 +251,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         );
       }
     } catch (err) {
+      if (isIbexError(err, 'IBEX_ERR_INVALID_ARGUMENT')) throw err;
+      if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) reserve.lateness.record(monotonicNow() - cpuDeadline);
       throwIfAborted(ctx);
       poolReason ??= poolReasonOf(err);
       if (!shed)
@@ -232,10 +269,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     throwIfAborted(ctx);
 
     const level: DegradationLevel = stage ? degradationLevel(retrieval.branches) : 'L2';
-    const response = buildResponse(req, ctx, retrieval, budget, kept, costs, filtered, stage, nonce, kind, {
-      budgetMs,
-      rankingMs,
-    });
+    const response = stage
+      ? buildResponse(req, ctx, retrieval, stage.output.budget!, kept, filtered, stage, rankingMs)
+      : degradedResponse(req, ctx, retrieval, resolved, kept, filtered, nonce, rankingMs);
     response.degradation = {
       level,
       intentional: req.skipHot || req.skipCold,
@@ -270,85 +306,93 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     if (r.dropped.foreign > 0) metrics.droppedHits.inc({ reason: 'foreign' }, r.dropped.foreign);
   }
 
+  /** The answer from a CPU-stage result: its budget, costs, pack, context and tokens_used. */
   function buildResponse(
     req: ValidatedRequest,
     ctx: CallContext,
     retrieval: RetrievalResult,
     budget: TokenBudget,
     kept: readonly ScoredCandidate[],
-    costs: readonly number[],
     filtered: readonly ScoredCandidate[],
-    stage: CpuStageResult | null,
-    nonce: string,
-    kind: TokenBudget['estimate_kind'],
-    times: { budgetMs: number; rankingMs: number },
+    stage: CpuStageResult,
+    rankingMs: number,
   ): AssembleContextResponse {
-    const row = (c: ScoredCandidate, exclusion: MemoryUsed['exclusion'], tokens: number): MemoryUsed => ({
-      memory_id: c.memory_id,
-      composite_score: c.score,
-      relevance_score: c.similarity,
-      recency_score: 0,
-      usefulness_score: 0,
-      rank: c.rank,
-      category: c.category,
-      exclusion,
-      similarity: c.similarity,
-      confidence: c.confidence,
-      token_estimate: tokens,
-    });
-    const costOf = (c: ScoredCandidate) => wrappedBlockTokens(c, nonceChars, kind);
+    const out = stage.output;
     const rows: MemoryUsed[] = [];
-    let assembled: string;
-    let memoryTokens = 0;
-    if (stage) {
-      const out = stage.output;
-      for (const i of out.selected) rows.push(row(kept[i]!, 'included', costs[i]!));
-      for (const i of out.excluded) rows.push(row(kept[i]!, 'budget', costs[i]!));
-      assembled = out.assembled_context;
-      memoryTokens = out.pack.total_tokens;
-    } else {
-      // Degraded answer formatted on the main thread: directive + history, no memories (SPEC §10).
-      kept.forEach((c, i) => {
-        rows.push(row(c, 'failed', costs[i]!));
-      });
-      assembled = formatContext({
-        directive: retrieval.directive?.content ?? null,
-        recentMessages: req.recentMessages,
-        memories: [],
-        toolSchemas: [],
-        nonce,
-      }).assembled_context;
+    for (const i of out.selected) rows.push(usedRow(kept[i]!, 'included', out.costs[i]!));
+    for (const i of out.excluded) rows.push(usedRow(kept[i]!, 'budget', out.costs[i]!));
+    filtered.forEach((c, j) => {
+      rows.push(usedRow(c, 'filter', out.costs[kept.length + j]!));
+    });
+    const response = baseResponse(req, ctx, retrieval, budget, rows, rankingMs);
+    response.assembled_context = out.assembled_context;
+    if (out.assembled_utf8.length > 0) response[ASSEMBLED_UTF8] = out.assembled_utf8;
+    response.tokens_used = out.tokens_used ?? 0;
+    response.memories_included = out.memories_included;
+    response.memory_tokens = out.pack.total_tokens;
+    const m = response.metrics;
+    m.budget_calculation_ms = roundMs(out.budget_us / 1000);
+    m.packing_ms = roundMs(out.pack_us / 1000);
+    m.formatting_ms = roundMs(out.format_us / 1000);
+    m.candidates_evaluated = out.pack.candidates_evaluated;
+    m.pool_wait_us = Math.min(2 ** 31 - 1, Math.max(0, Math.round(stage.wait_us)));
+    m.pool_run_us = Math.min(2 ** 31 - 1, Math.max(0, Math.round(stage.run_us)));
+    m.total_ms = roundMs(monotonicNow() - ctx.arrival);
+    return response;
+  }
+
+  /**
+   * The L2 degraded answer (SPEC §10): directive + history formatted on the main thread, no memories —
+   * the one allowed main-thread pass over history, which is decoded for it (and its pending content
+   * lengths decided: an over-long content is still INVALID_ARGUMENT). Memory rows are `failed` /
+   * `filter` with token_estimate 0: their costs were the CPU stage's, which did not run. Its cost feeds
+   * the measured reserve.
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a history content over 32,768 code points.
+   */
+  function degradedResponse(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    retrieval: RetrievalResult,
+    resolved: ResolvedModel,
+    kept: readonly ScoredCandidate[],
+    filtered: readonly ScoredCandidate[],
+    nonce: string,
+    rankingMs: number,
+  ): AssembleContextResponse {
+    const start = monotonicNow();
+    const messages = decodeHistory(req.history);
+    if (req.history.contentPending) {
+      for (const m of messages) {
+        if (m.content.length > LIMITS.contentChars && codePointLength(m.content) > LIMITS.contentChars)
+          throw Errors.invalidArgument('message.content', CONTENT_OVER);
+      }
     }
-    for (const c of filtered) rows.push(row(c, 'filter', costOf(c)));
-    const branch = (name: string) => retrieval.branches.find((b) => b.name === name)?.latency_ms ?? 0;
-    const packUs = stage?.output.pack_us ?? 0;
-    const formatUs = stage?.output.format_us ?? 0;
-    return {
-      assembled_context: assembled,
-      tokens_used: estimateTokens(assembled, kind),
-      memories_included: stage?.output.memories_included ?? 0,
-      memories_used: rows,
-      directive_tokens: budget.directive_tokens,
-      history_tokens: budget.messages_tokens,
-      memory_tokens: memoryTokens,
-      metrics: {
-        budget_calculation_ms: roundMs(times.budgetMs),
-        directive_load_ms: roundMs(branch('directive')),
-        hot_memory_retrieval_ms: roundMs(branch('hot')),
-        cold_memory_retrieval_ms: roundMs(branch('cold')),
-        ranking_ms: roundMs(times.rankingMs),
-        packing_ms: roundMs(packUs / 1000),
-        formatting_ms: roundMs(formatUs / 1000),
-        total_ms: roundMs(monotonicNow() - ctx.arrival),
-        candidates_evaluated: stage?.output.pack.candidates_evaluated ?? kept.length,
-        pool_wait_us: Math.min(2 ** 31 - 1, Math.max(0, Math.round(stage?.wait_us ?? 0))),
-        pool_run_us: Math.min(2 ** 31 - 1, Math.max(0, Math.round(stage?.run_us ?? 0))),
-      },
-      request_id: req.requestId,
-      trace_id: req.traceId,
-      span_id: req.spanId,
-      score_schema: SCORE_SCHEMA,
-      degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
-    };
+    const directive = retrieval.directive?.content ?? null;
+    const budget = calculateBudget({
+      model: resolved,
+      directive,
+      recentMessages: messages,
+      toolSchemas: [],
+      nonceBytes: settings.nonceBytes,
+      availableTokens: req.availableTokens,
+    });
+    const rows = [
+      ...kept.map((c) => usedRow(c, 'failed', 0)),
+      ...filtered.map((c) => usedRow(c, 'filter', 0)),
+    ];
+    const response = baseResponse(req, ctx, retrieval, budget, rows, rankingMs);
+    response.assembled_context = formatContext({
+      directive,
+      recentMessages: messages,
+      memories: [],
+      toolSchemas: [],
+      nonce,
+    }).assembled_context;
+    response.tokens_used = estimateTokens(response.assembled_context, budget.estimate_kind);
+    response.metrics.candidates_evaluated = kept.length;
+    const end = monotonicNow();
+    reserve.recordDegraded(end - start, historyByteLength(req));
+    response.metrics.total_ms = roundMs(end - ctx.arrival);
+    return response;
   }
 }

@@ -88,12 +88,14 @@ const DEADLINE_SLACK_MS = 2;
  * the pipeline might still be observing for bookkeeping.
  * @param opts.timeoutMs IBEX_CONTEXT_TIMEOUT in ms (`settings.timeoutMs`).
  * @param opts.arrival handler start on the {@link monotonicNow} clock; defaults to now.
+ * @param opts.clock the monotonic clock (tests inject one; default {@link monotonicNow}).
  */
 export function createCallContext(
   call: CallLike,
-  opts: { timeoutMs: number; arrival?: number },
+  opts: { timeoutMs: number; arrival?: number; clock?: () => number },
 ): CallContextHandle {
-  const arrival = opts.arrival ?? monotonicNow();
+  const clock = opts.clock ?? monotonicNow;
+  const arrival = opts.arrival ?? clock();
   const controller = new AbortController();
 
   const raw = call.getDeadline();
@@ -103,7 +105,7 @@ export function createCallContext(
     // grpc-js reports the caller's deadline on the wall clock; move it onto the monotonic one once. The
     // answer still has to travel back and the caller's timer counts from before the request was sent, so
     // the server finishes CALLER_DEADLINE_MARGIN_MS early rather than answer just after the caller gave up.
-    deadline = Math.min(deadline, monotonicNow() + (callerWallMs - Date.now()) - CALLER_DEADLINE_MARGIN_MS);
+    deadline = Math.min(deadline, clock() + (callerWallMs - Date.now()) - CALLER_DEADLINE_MARGIN_MS);
   }
 
   let timer: NodeJS.Timeout | undefined;
@@ -116,7 +118,7 @@ export function createCallContext(
     if (controller.signal.aborted) return;
     const callerDeadlinePassed =
       Number.isFinite(callerWallMs) && Date.now() >= callerWallMs - DEADLINE_SLACK_MS;
-    const ownDeadlinePassed = monotonicNow() >= deadline - DEADLINE_SLACK_MS;
+    const ownDeadlinePassed = clock() >= deadline - DEADLINE_SLACK_MS;
     controller.abort(callerDeadlinePassed || ownDeadlinePassed ? deadlineReason() : cancelledReason());
   };
 
@@ -127,16 +129,28 @@ export function createCallContext(
     call.removeListener('cancelled', onCancelled);
   };
 
-  const left = deadline - monotonicNow();
+  // libuv measures timers from the loop's cached time, so a timer can fire before D by up to a ms (issue 9
+  // item 4, issue 11.3): the clock, not the timer, decides; an early firing re-arms for what is left.
+  const arm = (ms: number) => {
+    timer = setTimeout(onTimer, Math.max(1, Math.ceil(ms)));
+    timer.unref();
+  };
+  const onTimer = () => {
+    timer = undefined;
+    if (disposed) return;
+    const rest = deadline - clock();
+    if (rest > 0) arm(rest);
+    else abortForDeadline();
+  };
+
+  const left = deadline - clock();
   if (left <= 0) {
     abortForDeadline();
   } else if (call.cancelled === true) {
     controller.abort(cancelledReason());
   } else {
     call.on('cancelled', onCancelled);
-    // Rounded up: a timer that fires before D would turn an on-time answer into DEADLINE_EXCEEDED.
-    timer = setTimeout(abortForDeadline, Math.ceil(left));
-    timer.unref();
+    arm(left);
   }
 
   return { ctx: { signal: controller.signal, deadline, arrival, metadata: call.metadata }, dispose };

@@ -31,16 +31,17 @@ import {
   monotonicNow,
 } from './call-context.js';
 import {
-  type AssembleContextRequest,
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
   contextServiceDefinition,
   type DegradationLevel,
   PROTO_DIR,
   PROTO_FILES,
+  serializeAssembleResponse,
 } from './proto.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
-import { type ValidatedRequest, validateAssembleRequest } from './validate.js';
+import { type ValidatedRequest, validateWireRequest } from './validate.js';
+import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.js';
 
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
@@ -169,8 +170,8 @@ type Outcome =
 /**
  * Creates the gRPC server with ContextAssemblyService, `grpc.health.v1.Health` (NOT_SERVING until
  * {@link GrpcServer.markServing}) and server reflection registered. Channel options:
- * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (larger requests get
- * RESOURCE_EXHAUSTED), metadata capped at settings.maxMetadataBytes, keepalive for a proxied fleet.
+ * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (default: the largest request SPEC §11
+ * allows, `MAX_ASSEMBLE_REQUEST_BYTES`, ≈ 13.2 MB; larger requests get RESOURCE_EXHAUSTED), metadata capped at settings.maxMetadataBytes, keepalive for a proxied fleet.
  */
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   const { assemble, settings } = opts;
@@ -216,7 +217,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   };
 
   const handleAssemble = (
-    call: ServerUnaryCall<AssembleContextRequest, AssembleContextResponse>,
+    call: ServerUnaryCall<WireAssembleRequest, AssembleContextResponse>,
     callback: sendUnaryData<AssembleContextResponse>,
   ): void => {
     const arrival = monotonicNow();
@@ -257,7 +258,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         onAbort(ctx.signal);
         return;
       }
-      const req = validateAssembleRequest(call.request);
+      const req = validateWireRequest(call.request);
       // Needs the decoded org_id, so it cannot live in the authentication interceptor (issue 6).
       authorizeRequest(req, ctx);
       ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
@@ -286,7 +287,16 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       callback({ code: status.UNIMPLEMENTED, details });
     };
 
-  server.addService(contextServiceDefinition, {
+  // AssembleContext is decoded on the wire (issue 9): grpc-js passes whatever requestDeserialize returns.
+  const serviceDefinition = {
+    ...contextServiceDefinition,
+    AssembleContext: {
+      ...contextServiceDefinition.AssembleContext!,
+      requestDeserialize: decodeAssembleRequest,
+      responseSerialize: serializeAssembleResponse,
+    },
+  };
+  server.addService(serviceDefinition, {
     AssembleContext: handleAssemble,
     SearchMemories: unimplemented(UNIMPLEMENTED_DETAILS.SearchMemories),
     RecordMemoryFeedback: unimplemented(UNIMPLEMENTED_DETAILS.RecordMemoryFeedback),

@@ -181,9 +181,17 @@ export interface Degradation {
   branches: BranchOutcomeMessage[];
 }
 
+/**
+ * Where a response carries `assembled_context` as UTF-8 bytes made by the CPU stage; the response's
+ * string field is then '' and {@link serializeAssembleResponse} writes these bytes as field 1.
+ */
+export const ASSEMBLED_UTF8: unique symbol = Symbol('assembled_context as UTF-8');
+
 /** `ibex.context.v1.AssembleContextResponse`. */
 export interface AssembleContextResponse {
   assembled_context: string;
+  /** See {@link ASSEMBLED_UTF8}; never on the wire as such. */
+  [ASSEMBLED_UTF8]?: Uint8Array;
   tokens_used: number;
   memories_included: number;
   memories_used: MemoryUsed[];
@@ -260,3 +268,24 @@ export type WireInput<T> = T extends (infer U)[]
 
 /** What a client may send as an AssembleContextRequest. */
 export type AssembleContextRequestInput = WireInput<AssembleContextRequest>;
+
+/**
+ * AssembleContext's response serializer: the loader's, plus field 1 (`assembled_context`) written from
+ * {@link ASSEMBLED_UTF8} bytes when present — one copy instead of re-encoding a string that may be
+ * megabytes long on the main thread. Decoders accept fields in any order; for a repeated scalar the last wins.
+ */
+export function serializeAssembleResponse(response: AssembleContextResponse): Buffer {
+  const rest = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
+  const utf8 = response[ASSEMBLED_UTF8];
+  if (!utf8 || utf8.length === 0) return rest;
+  const head: number[] = [0x0a];
+  for (let v = utf8.length; ; v = Math.floor(v / 128)) {
+    if (v < 0x80) {
+      head.push(v);
+      break;
+    }
+    head.push((v & 0x7f) | 0x80);
+  }
+  // After the rest: protobufjs writes the empty string field too, and the last occurrence wins.
+  return Buffer.concat([rest, Buffer.from(head), utf8]);
+}

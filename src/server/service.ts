@@ -16,6 +16,8 @@ import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import { createAssembler } from './assemble.js';
 import { monotonicNow } from './call-context.js';
 import { createGrpcServer, type GrpcServer } from './grpc-server.js';
+import { withHistoryView } from './validate.js';
+import { encodeHistory } from './wire-request.js';
 
 /** A running service. */
 export interface RunningService {
@@ -73,7 +75,7 @@ async function warmPipeline(
   for (let i = 0; i < WARMUP_CALLS; i++) {
     const arrival = monotonicNow();
     await assemble(
-      {
+      withHistoryView({
         orgId: randomUUID(),
         agentId: randomUUID(),
         sessionId: '',
@@ -81,17 +83,17 @@ async function warmPipeline(
         model: models[i % models.length]!,
         directiveVersionId: '',
         availableTokens: 0,
-        recentMessages: [
+        history: encodeHistory([
           { role: 'user', content: 'hello' },
           { role: 'assistant', content: 'hi' },
-        ],
+        ]),
         skipHot: remote,
         skipCold: remote,
         maxMemories: 0,
         requestId: '',
         traceId: '',
         spanId: '',
-      },
+      }),
       { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
     ).catch(() => undefined);
   }

@@ -4,17 +4,19 @@
  */
 import { Errors } from '../errors.js';
 import type { ChatMessage } from '../types.js';
-import type { AssembleContextRequestInput, Timestamp, WireInput } from './proto.js';
+import { LIMITS } from './limits.js';
+import type { AssembleContextRequestInput, PrincipalContext, Timestamp, WireInput } from './proto.js';
+import {
+  CONTENT_OVER,
+  checkHistoryContents,
+  decodeHistory,
+  encodeHistory,
+  type HistoryBytes,
+  type WireAssembleRequest,
+  type WireString,
+} from './wire-request.js';
 
-/** Limits of SPEC §11, in Unicode code points (items for `recent_messages`). */
-export const LIMITS = {
-  modelChars: 256,
-  queryChars: 8192,
-  recentMessages: 100,
-  roleChars: 64,
-  contentChars: 32_768,
-  maxMemories: 100,
-} as const;
+export { LIMITS } from './limits.js';
 
 /** The caller principal as forwarded by the auth layer; not interpreted here. */
 export interface ValidatedPrincipal {
@@ -51,8 +53,17 @@ export interface ValidatedRequest {
   directiveVersionId: string;
   /** As given; only 0 < n < usable_budget has an effect (SPEC §6). */
   availableTokens: number;
-  /** ≤ 100 messages, raw role and content. */
-  recentMessages: ChatMessage[];
+  /**
+   * ≤ 100 messages, raw role and content, as UTF-8 byte spans (issue 9: history is not materialised on the
+   * main thread). Roles are checked; contents are checked unless `history.contentPending`, in which case
+   * the CPU stage decides them (same SPEC §11 message).
+   */
+  history: HistoryBytes;
+  /**
+   * `history` decoded to strings, on every access (one pass over its bytes). For tools and tests; the
+   * service reads it only for the L2 degraded answer (SPEC §10), the one allowed main-thread pass.
+   */
+  readonly recentMessages: ChatMessage[];
   skipHot: boolean;
   skipCold: boolean;
   /** 0 = no cap, else 1..100. */
@@ -62,6 +73,17 @@ export interface ValidatedRequest {
   spanId: string;
   /** Present iff the request carried `principal_context`. */
   principal?: ValidatedPrincipal;
+}
+
+/**
+ * Completes a request with its `recentMessages` view (a getter decoding `history`, non-enumerable so
+ * that copies and logs never materialise history).
+ */
+export function withHistoryView(req: Omit<ValidatedRequest, 'recentMessages'>): ValidatedRequest {
+  return Object.defineProperty(req, 'recentMessages', {
+    get: () => decodeHistory(req.history),
+    enumerable: false,
+  }) as ValidatedRequest;
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -166,7 +188,7 @@ export function validateAssembleRequest(req: AssembleContextRequestInput): Valid
     );
   }
 
-  const validated: ValidatedRequest = {
+  const validated = withHistoryView({
     orgId,
     agentId,
     sessionId: str(req.session_id),
@@ -174,32 +196,99 @@ export function validateAssembleRequest(req: AssembleContextRequestInput): Valid
     model,
     directiveVersionId: str(req.directive_version_id),
     availableTokens: Number(req.available_tokens ?? 0) | 0,
-    recentMessages,
+    history: { ...encodeHistory(recentMessages), contentPending: false },
     skipHot: options.skip_hot_memories === true,
     skipCold: options.skip_cold_memories === true,
     maxMemories,
     requestId: str(req.request_id),
     traceId: str(req.trace_id),
     spanId: str(req.span_id),
+  });
+  if (req.principal_context != null) validated.principal = principalOf(req.principal_context);
+  return validated;
+}
+
+function principalOf(p: WireInput<PrincipalContext>): ValidatedPrincipal {
+  return {
+    orgId: str(p.org_id),
+    principalId: str(p.principal_id),
+    agentId: str(p.agent_id),
+    principalType: str(p.principal_type),
+    authzSnapshotId: str(p.authz_snapshot_id),
+    authzSnapshotDigest: str(p.authz_snapshot_digest),
+    authority: str(p.authority),
+    issuedAtMs: timestampMs(p.issued_at),
+    expiresAtMs: timestampMs(p.expires_at),
+    requestId: str(p.request_id),
+    traceId: str(p.trace_id),
+    source: str(p.source),
+    permissions: int64(p.permissions),
+    tokenId: str(p.token_id),
   };
-  const p = req.principal_context;
-  if (p != null) {
-    validated.principal = {
-      orgId: str(p.org_id),
-      principalId: str(p.principal_id),
-      agentId: str(p.agent_id),
-      principalType: str(p.principal_type),
-      authzSnapshotId: str(p.authz_snapshot_id),
-      authzSnapshotDigest: str(p.authz_snapshot_digest),
-      authority: str(p.authority),
-      issuedAtMs: timestampMs(p.issued_at),
-      expiresAtMs: timestampMs(p.expires_at),
-      requestId: str(p.request_id),
-      traceId: str(p.trace_id),
-      source: str(p.source),
-      permissions: int64(p.permissions),
-      tokenId: str(p.token_id),
-    };
+}
+
+function wireUuid(field: 'org_id' | 'agent_id', s: WireString): string {
+  // An undecoded id (over 64 KiB) cannot be a UUID.
+  if (s.text === null) throw Errors.invalidArgument(field, `${field} must be a UUID`);
+  return requiredUuid(field, s.text);
+}
+
+/**
+ * Validates a request decoded on the wire ({@link decodeAssembleRequest}) in the SPEC §11 order, with the
+ * same messages as {@link validateAssembleRequest}, deciding lengths from byte lengths where they decide
+ * (UTF-8: bytes ≥ code points ≥ bytes/4). Contents of 32,768 < bytes ≤ 131,072 are left to the CPU stage
+ * (`history.contentPending`), except when `max_memories` is invalid: then they are decided here, so the
+ * answer keeps the SPEC order.
+ * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` with the SPEC §11 detail (or the wire's refusal: malformed
+ *   bytes, too many fields).
+ */
+export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
+  if (w.refused) throw Errors.invalidArgument(w.refused.field, w.refused.message);
+  const countOver = w.messageCount > LIMITS.recentMessages;
+  const countError = () =>
+    Errors.invalidArgument('recent_messages', `recent_messages exceeds ${LIMITS.recentMessages} items`);
+  if (countOver && w.stoppedEarly) throw countError();
+
+  const orgId = wireUuid('org_id', w.org_id);
+  const agentId = wireUuid('agent_id', w.agent_id);
+  const model = w.model.text === null ? null : w.model.text.trim();
+  if (model === '') throw Errors.invalidArgument('model', 'model is required');
+  if (model === null || exceedsCodePoints(model, LIMITS.modelChars)) {
+    throw Errors.invalidArgument('model', `model exceeds ${LIMITS.modelChars} characters`);
   }
+  const query = w.query.text;
+  if (query === null || exceedsCodePoints(query, LIMITS.queryChars)) {
+    throw Errors.invalidArgument('query', `query exceeds ${LIMITS.queryChars} characters`);
+  }
+  if (countOver) throw countError();
+  if (w.roleOver) {
+    throw Errors.invalidArgument('message.role', `message.role exceeds ${LIMITS.roleChars} characters`);
+  }
+  if (w.contentOver) throw Errors.invalidArgument('message.content', CONTENT_OVER);
+  const maxMemories = w.max_memories;
+  if (maxMemories < 0 || maxMemories > LIMITS.maxMemories) {
+    if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
+    throw Errors.invalidArgument(
+      'max_memories',
+      `max_memories must be in 0..${LIMITS.maxMemories}, got ${maxMemories}`,
+    );
+  }
+  const validated = withHistoryView({
+    orgId,
+    agentId,
+    sessionId: w.session_id,
+    query,
+    model,
+    directiveVersionId: w.directive_version_id,
+    availableTokens: w.available_tokens | 0,
+    history: w.history,
+    skipHot: w.skip_hot_memories,
+    skipCold: w.skip_cold_memories,
+    maxMemories,
+    requestId: w.request_id,
+    traceId: w.trace_id,
+    spanId: w.span_id,
+  });
+  if (w.principal_context != null) validated.principal = principalOf(w.principal_context);
   return validated;
 }

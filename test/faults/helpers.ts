@@ -12,7 +12,7 @@ import path from 'node:path';
 import { type ChannelOptions, InterceptingCall, type Interceptor } from '@grpc/grpc-js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings, type Settings } from '../../src/config/settings.js';
-import type { CpuTaskInput } from '../../src/pool/cpu-task.js';
+import { type CpuTaskInput, historyOf } from '../../src/pool/cpu-task.js';
 import { CpuPool, projectRoot } from '../../src/pool/pool-client.js';
 import { createSources } from '../../src/retrieval/sources.js';
 import { createAssembler } from '../../src/server/assemble.js';
@@ -341,7 +341,7 @@ export const FAULT_PREFIX = 'FAULT:';
 
 /** The fault a task's recent messages ask for, if any. */
 export function faultOf(input: CpuTaskInput): Fault | null {
-  for (const m of input.recentMessages) {
+  for (const m of historyOf(input)) {
     if (!m.content.startsWith(FAULT_PREFIX)) continue;
     const [kind, arg] = m.content.slice(FAULT_PREFIX.length).split(':');
     if (kind === 'throw' || kind === 'exit') return { fault: kind };

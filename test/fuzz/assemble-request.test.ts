@@ -9,10 +9,11 @@ import { Writable } from 'node:stream';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { isIbexError } from '../../src/errors.js';
+import { Errors, isIbexError } from '../../src/errors.js';
 import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import type { AssembleContextRequestInput, AssembleContextResponse } from '../../src/server/proto.js';
 import { LIMITS, type ValidatedRequest, validateAssembleRequest } from '../../src/server/validate.js';
+import { CONTENT_OVER, checkHistoryContents } from '../../src/server/wire-request.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 import { stubResponse } from '../helpers/stub-response.js';
@@ -210,7 +211,11 @@ describe('AssembleContext under random hostile requests (real gRPC)', () => {
       },
     });
     grpc = createGrpcServer({
-      assemble: async (req) => ({ response: minimalResponse(req), level: 'L0' }),
+      // The pipeline decides contents whose bytes cannot (issue 9: the CPU stage does); the stub does too.
+      assemble: async (req) => {
+        if (checkHistoryContents(req.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
+        return { response: minimalResponse(req), level: 'L0' };
+      },
       logger: createLogger({ logLevel: 'info' }, sink),
       settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
     });

@@ -43,11 +43,28 @@ describe('createCallContext', () => {
     expect((ctx.signal.reason as DOMException).name).toBe('TimeoutError');
   });
 
-  it('aborts with the deadline reason when the deadline passes', async () => {
-    const { ctx } = createCallContext(new FakeCall(), { timeoutMs: 20 });
-    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
-    expect(monotonicNow()).toBeGreaterThanOrEqual(ctx.deadline);
+  it('aborts with the deadline reason when the deadline passes (injected clock, fake timers)', () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let now = 1_000;
+    const { ctx } = createCallContext(new FakeCall(), { timeoutMs: 20, clock: () => now });
+    expect(ctx.deadline).toBe(1_020);
+    now = 1_020;
+    vi.advanceTimersByTime(20);
     expect(abortCause(ctx.signal)).toBe('deadline');
+  });
+
+  it('deadline timer that fires early re-checks the clock and re-arms instead of aborting before D', () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    let now = 1_000;
+    const { ctx, dispose } = createCallContext(new FakeCall(), { timeoutMs: 20, clock: () => now });
+    // The timer fires at its 20 ms, but the monotonic clock says 0.66 ms remain (libuv's stale loop time).
+    now = 1_019.34;
+    vi.advanceTimersByTime(20);
+    expect(ctx.signal.aborted).toBe(false);
+    now = 1_020;
+    vi.advanceTimersByTime(1);
+    expect(abortCause(ctx.signal)).toBe('deadline');
+    dispose();
   });
 
   it('aborts with AbortError when the caller cancels', () => {

@@ -160,8 +160,8 @@ describe('gRPC server', () => {
         'message.role exceeds 64 characters',
       ],
       [
-        'content too long',
-        { ...valid(), recent_messages: [{ role: 'user', content: 'c'.repeat(32769) }] },
+        'content too long for its bytes (decided on the wire)',
+        { ...valid(), recent_messages: [{ role: 'user', content: 'c'.repeat(4 * 32768 + 1) }] },
         'message.content exceeds 32768 characters',
       ],
       [
@@ -191,6 +191,20 @@ describe('gRPC server', () => {
       expect(out.status.details).toBe(details);
       expect(out.response).toBeNull();
       expect(called).toBe(false);
+    });
+
+    it('leaves a content whose bytes cannot decide its length (32,769 ASCII) to the pipeline', async () => {
+      let pending: boolean | undefined;
+      h.use(async (r) => {
+        pending = r.history.contentPending;
+        return response(r);
+      });
+      const out = await h.client.assemble({
+        ...valid(),
+        recent_messages: [{ role: 'user', content: 'c'.repeat(32769) }],
+      });
+      expect(out.status.code).toBe(status.OK);
+      expect(pending).toBe(true);
     });
 
     it('passes a catalog rejection through as INVALID_ARGUMENT', async () => {

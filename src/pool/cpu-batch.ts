@@ -1,0 +1,282 @@
+/**
+ * The CPU task's batch (SPEC §1, §10): what crosses the thread boundary and how. Candidates travel as typed
+ * arrays over one ArrayBuffer that is *transferred*, never cloned: numeric columns, plus one UTF-8 byte
+ * array holding every id, category and content — and, for the assembly, the history's role and content
+ * bytes (issue 9) — with a Uint32Array of byte offsets. Only small scalars are cloned.
+ */
+import type { TokenBudget } from '../budget/budget-calculator.js';
+import type { ResolvedModel } from '../budget/catalog.js';
+
+/** One candidate as the assembly hands it to the CPU stage. */
+export interface CpuCandidate {
+  memory_id: string;
+  category: string;
+  /** Untrusted memory text. */
+  content: string;
+  /** Interim score (SPEC §7), the packer's value. */
+  score: number;
+  similarity: number;
+  confidence: number;
+  rank: number;
+  /** Packer cost in tokens: in the assembly, the whole wrapped block's cost (SPEC §6, §8 step 3). */
+  tokens: number;
+}
+
+/** The small values that are cloned to the worker with each task. */
+export interface CpuTaskScalars {
+  /** Usable budget in tokens (SPEC §6). */
+  budget: number;
+  /** DP table ceiling in cells (SPEC §3, §8 step 4). */
+  dpCellCeiling: number;
+  /** Greedy fallback's consecutive-skip limit (SPEC §3). */
+  maxConsecutiveSkips: number;
+  /** This assembly's nonce (SPEC §9). */
+  nonce: string;
+  directive: string | null;
+  /** History as strings; ignored when `historyCount` > 0 (history then travels as bytes in `text`). */
+  recentMessages: { role: string; content: string }[];
+  toolSchemas: string[];
+  /**
+   * Messages whose role and content bytes follow the candidates' in `text` (see `offsets`). The assembly
+   * sends history this way (issue 9: bytes, not strings, on the main thread); 0 or absent = none.
+   */
+  historyCount?: number;
+  /** Some history content may exceed 32,768 code points: the CPU stage decides (SPEC §11 message). */
+  historyContentPending?: boolean;
+  /**
+   * When set, the CPU stage computes the TokenBudget (SPEC §6) from the directive, history and tool schemas,
+   * each candidate's wrapped-block cost (overwriting `tokens`), packs under its usable_budget (ignoring
+   * `budget`) and reports `tokens_used`. The assembly sets it; vectors and benches pass costs themselves.
+   */
+  budgetModel?: ResolvedModel;
+  /** Nonce entropy in bytes for the budget's formatter overhead; with `budgetModel`. */
+  nonceBytes?: number;
+  /** The request's available_tokens (SPEC §6); with `budgetModel`. */
+  availableTokens?: number;
+  /**
+   * Candidates [0, packCount) are packed; the rest are only costed (the `filter` rows of max_memories).
+   * Absent = all.
+   */
+  packCount?: number;
+  /**
+   * Absolute deadline of the CPU stage in ms on the epoch clock `performance.timeOrigin + performance.now()`
+   * (the clock of `monotonicNow()`); never `Date.now()`. The round-trip must be over by then (SPEC §10).
+   */
+  deadline: number;
+}
+
+/**
+ * What crosses to the worker. The seven typed arrays are transferred (see {@link transferList}): after
+ * dispatch they are detached in the sender. They may be views on one shared-by-them ArrayBuffer
+ * ({@link encodeCandidates} builds exactly that); they must not be views on a Node Buffer pool slab.
+ */
+export interface CpuTaskInput extends CpuTaskScalars {
+  score: Float64Array;
+  similarity: Float64Array;
+  confidence: Float64Array;
+  rank: Int32Array;
+  tokens: Int32Array;
+  /** UTF-8 of every candidate's id, category and content, in that order, concatenated. */
+  text: Uint8Array;
+  /**
+   * 3n+1+2h byte offsets into `text`: field f (0 id, 1 category, 2 content) of candidate i is
+   * [o[3i+f], o[3i+f+1]); then h history messages, role k at [o[3n+2k], o[3n+2k+1]), content at
+   * [o[3n+2k+1], o[3n+2k+2]).
+   */
+  offsets: Uint32Array;
+}
+
+/** Pack record of one task: the packer's result without the index arrays (SPEC §8 step 9). */
+export interface CpuPackRecord {
+  path: 'dp' | 'greedy';
+  /** `cell_ceiling` or `deadline` on the greedy path; null on the DP path. */
+  greedy_reason: string | null;
+  total_tokens: number;
+  total_score: number;
+  skipped_count: number;
+  was_budget_reached: boolean;
+  candidates_evaluated: number;
+  /** n × (buckets + 1) with 16-token buckets: the size that decided the path. */
+  cells: number;
+  /** Which answer won: `adr0069`, `refined`, `refill`, `greedy` or `trivial`. */
+  source: string;
+}
+
+/** What comes back from the worker; `selected` and `excluded` are transferred. */
+export interface CpuTaskOutput {
+  /**
+   * SPEC §11 detail when the CPU stage found the request invalid (a history content over 32,768 code
+   * points that bytes could not decide); everything else is then empty.
+   */
+  invalid: string | null;
+  /** The TokenBudget, when the task computed it (`budgetModel`); else null. */
+  budget: TokenBudget | null;
+  /** Each candidate's packer cost in tokens (wrapped block when `budgetModel`), input order; transferred. */
+  costs: Int32Array;
+  /** Estimate of `assembled_context` under the model's kind, when `budgetModel`; else null. */
+  tokens_used: number | null;
+  /** Candidate indices (into the input columns) in packed (canonical) order. */
+  selected: Int32Array;
+  /** Unselected candidate indices in canonical order (exclusion `budget`). */
+  excluded: Int32Array;
+  /** The formatted context; '' when the task computed the budget (`budgetModel`): see `assembled_utf8`. */
+  assembled_context: string;
+  /**
+   * With `budgetModel`: the formatted context as UTF-8 bytes, transferred back (not cloned as a string and
+   * encoded again on the main thread: the answer writes these bytes as they are; issue 10). Else empty.
+   */
+  assembled_utf8: Uint8Array;
+  memories_included: number;
+  pack: CpuPackRecord;
+  /** Budget and wrapped-block costs, µs (0 without `budgetModel`). */
+  budget_us: number;
+  /** Packer time, µs. */
+  pack_us: number;
+  /** Decoding the selected memories + formatter, µs. */
+  format_us: number;
+  /** Whole task in the worker (validation, id decode, pack, format), µs. */
+  run_us: number;
+  /** When the task began, epoch ms (same clock as `deadline`), for queue-wait accounting. */
+  started_at: number;
+  /** Thread that ran it (0 = main thread, i.e. inline). */
+  thread_id: number;
+}
+
+const F64 = Float64Array.BYTES_PER_ELEMENT;
+const I32 = Int32Array.BYTES_PER_ELEMENT;
+
+/**
+ * Encodes candidates into the typed-array batch of {@link CpuTaskInput}. All seven arrays are views on
+ * one freshly allocated ArrayBuffer, so a dispatch transfers exactly one buffer.
+ * @param candidates in any order (the packer sorts canonically); indices in the output refer to this order.
+ * @param scalars everything else the task needs; `deadline` on the epoch clock.
+ */
+export function encodeCandidates(
+  candidates: readonly CpuCandidate[],
+  scalars: CpuTaskScalars,
+  history?: HistoryBytesLike,
+): CpuTaskInput {
+  const n = candidates.length;
+  const h = history?.count ?? 0;
+  let historyBytes = 0;
+  for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 3]! - history!.spans[4 * k + 2]!;
+  for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 1]! - history!.spans[4 * k]!;
+  // One pass: room for the worst case (3 UTF-8 bytes per UTF-16 unit) instead of measuring every string
+  // first, which doubled the main thread's encoding time. The slack rides along in the transfer, uncopied.
+  let units = 0;
+  for (const c of candidates) units += c.memory_id.length + c.category.length + c.content.length;
+  // Layout keeps every view aligned: 3 float64 columns, 2 int32 columns, offsets, then the bytes.
+  const numericBytes = 3 * n * F64 + 2 * n * I32 + (3 * n + 1 + 2 * h) * I32;
+  const buffer = new ArrayBuffer(numericBytes + 3 * units + historyBytes);
+  const score = new Float64Array(buffer, 0, n);
+  const similarity = new Float64Array(buffer, n * F64, n);
+  const confidence = new Float64Array(buffer, 2 * n * F64, n);
+  const rank = new Int32Array(buffer, 3 * n * F64, n);
+  const tokens = new Int32Array(buffer, 3 * n * F64 + n * I32, n);
+  const offsets = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32, 3 * n + 1 + 2 * h);
+  // A Buffer view (no copy) writes UTF-8 natively without a subarray per string.
+  const bytes = Buffer.from(buffer, numericBytes, 3 * units + historyBytes);
+  let at = 0;
+  for (let i = 0; i < n; i++) {
+    const c = candidates[i]!;
+    score[i] = c.score;
+    similarity[i] = c.similarity;
+    confidence[i] = c.confidence;
+    rank[i] = c.rank;
+    tokens[i] = c.tokens;
+    offsets[3 * i] = at;
+    at += bytes.write(c.memory_id, at, 'utf8');
+    offsets[3 * i + 1] = at;
+    at += bytes.write(c.category, at, 'utf8');
+    offsets[3 * i + 2] = at;
+    at += bytes.write(c.content, at, 'utf8');
+  }
+  offsets[3 * n] = at;
+  // History bytes are copied once, straight from the request buffer (a memcpy per field, no decoding).
+  for (let k = 0; k < h; k++) {
+    const sp = history!.spans;
+    bytes.set(history!.source.subarray(sp[4 * k]!, sp[4 * k + 1]!), at);
+    at += sp[4 * k + 1]! - sp[4 * k]!;
+    offsets[3 * n + 2 * k + 1] = at;
+    bytes.set(history!.source.subarray(sp[4 * k + 2]!, sp[4 * k + 3]!), at);
+    at += sp[4 * k + 3]! - sp[4 * k + 2]!;
+    offsets[3 * n + 2 * k + 2] = at;
+  }
+  const text = new Uint8Array(buffer, numericBytes, at);
+  return {
+    ...scalars,
+    historyCount: h,
+    historyContentPending: history?.contentPending ?? false,
+    score,
+    similarity,
+    confidence,
+    rank,
+    tokens,
+    text,
+    offsets,
+  };
+}
+
+/** History as byte spans (the shape of `HistoryBytes` in src/server/wire-request.ts). */
+export interface HistoryBytesLike {
+  source: Uint8Array;
+  /** role start, role end, content start, content end per message. */
+  spans: Uint32Array;
+  count: number;
+  contentPending: boolean;
+}
+
+/** Distinct transferable buffers of some views; SharedArrayBuffers are shared already and cannot be transferred. */
+function buffersOf(views: readonly ArrayBufferView[]): ArrayBuffer[] {
+  const out: ArrayBuffer[] = [];
+  for (const v of views) {
+    const b = v.buffer;
+    // A buffer listed twice is a DataCloneError, hence the dedupe.
+    if (b instanceof ArrayBuffer && !out.includes(b)) out.push(b);
+  }
+  return out;
+}
+
+/** The buffers to transfer with a task (each once). */
+export function transferList(input: CpuTaskInput): ArrayBuffer[] {
+  return buffersOf([
+    input.score,
+    input.similarity,
+    input.confidence,
+    input.rank,
+    input.tokens,
+    input.text,
+    input.offsets,
+  ]);
+}
+
+/** The buffers to transfer back with a result. */
+export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
+  return buffersOf([output.selected, output.excluded, output.costs, output.assembled_utf8]);
+}
+
+/**
+ * Checks the batch's shape (a detached batch has zero-length arrays and fails here).
+ * @throws TypeError naming the first inconsistent field.
+ */
+export function validateTaskInput(input: CpuTaskInput): void {
+  const n = input.score.length;
+  const columns = ['similarity', 'confidence', 'rank', 'tokens'] as const;
+  for (const name of columns) {
+    if (input[name].length !== n)
+      throw new TypeError(`CpuTaskInput.${name} has ${input[name].length} entries, expected ${n}`);
+  }
+  const o = input.offsets;
+  const h = input.historyCount ?? 0;
+  const entries = 3 * n + 1 + 2 * h;
+  if (o.length !== entries) {
+    throw new TypeError(
+      `CpuTaskInput.offsets has ${o.length} entries, expected ${entries} (detached batch?)`,
+    );
+  }
+  if (o[entries - 1]! > input.text.length)
+    throw new TypeError('CpuTaskInput.offsets point past the end of text');
+  for (let k = 0; k < entries - 1; k++) {
+    if (o[k]! > o[k + 1]!) throw new TypeError(`CpuTaskInput.offsets are not ascending at ${k}`);
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * History as bytes (SPEC §1 isolation rule, issue 9): the request's messages as UTF-8 byte spans into the
+ * request buffer, decoded only by the CPU stage — or by the main thread for the L2 degraded answer.
+ */
+import type { ChatMessage } from '../types.js';
+import { LIMITS } from './limits.js';
+
+/**
+ * History messages as byte spans into `source` (UTF-8, not decoded): message i's role is
+ * `source[spans[4i], spans[4i+1])`, its content `source[spans[4i+2], spans[4i+3])`.
+ */
+export interface HistoryBytes {
+  source: Uint8Array;
+  /** 4 × count byte offsets into `source`. */
+  spans: Uint32Array;
+  /** Number of messages (≤ 100 once validated). */
+  count: number;
+  /**
+   * True when some content's code-point length cannot be decided from its byte length (32,768 < bytes ≤
+   * 131,072): the CPU stage (or {@link checkHistoryContents}) decides it.
+   */
+  contentPending: boolean;
+}
+
+/** UTF-8 text of `buf[start, end)` (Node's decoder: invalid sequences become U+FFFD). */
+export function utf8(buf: Uint8Array, start: number, end: number): string {
+  return Buffer.from(buf.buffer, buf.byteOffset + start, end - start).toString('utf8');
+}
+
+/** Code points of UTF-8 text as Node decodes it (invalid sequences become U+FFFD, one each). */
+export function utf8CodePoints(buf: Uint8Array, start: number, end: number): number {
+  let count = 0;
+  for (const _ of utf8(buf, start, end)) count++;
+  return count;
+}
+
+/** The messages of `h` decoded to strings (raw role and content). Costs one pass over their bytes. */
+export function decodeHistory(h: HistoryBytes): ChatMessage[] {
+  const out: ChatMessage[] = new Array(h.count);
+  for (let i = 0; i < h.count; i++) {
+    out[i] = {
+      role: utf8(h.source, h.spans[4 * i]!, h.spans[4 * i + 1]!),
+      content: utf8(h.source, h.spans[4 * i + 2]!, h.spans[4 * i + 3]!),
+    };
+  }
+  return out;
+}
+
+/** History bytes of already-decoded messages (the object path: tests, tools, warm-up). */
+export function encodeHistory(messages: readonly ChatMessage[]): HistoryBytes {
+  const parts: Buffer[] = [];
+  const spans = new Uint32Array(4 * messages.length);
+  let at = 0;
+  let contentPending = false;
+  messages.forEach((m, i) => {
+    const role = Buffer.from(m.role, 'utf8');
+    const content = Buffer.from(m.content, 'utf8');
+    spans.set([at, at + role.length, at + role.length, at + role.length + content.length], 4 * i);
+    at += role.length + content.length;
+    parts.push(role, content);
+    if (content.length > LIMITS.contentChars) contentPending = true;
+  });
+  return { source: Buffer.concat(parts, at), spans, count: messages.length, contentPending };
+}
+
+/** The SPEC §11 detail for a content over its limit. */
+export const CONTENT_OVER = `message.content exceeds ${LIMITS.contentChars} characters`;
+
+/**
+ * Decides the contents left pending by the wire (exact code points). The main thread calls it only where
+ * an answer must be decided before the CPU stage (an invalid request that a later check would refuse).
+ * @returns true when some content exceeds 32,768 code points.
+ */
+export function checkHistoryContents(h: HistoryBytes): boolean {
+  if (!h.contentPending) return false;
+  for (let i = 0; i < h.count; i++) {
+    const start = h.spans[4 * i + 2]!;
+    const end = h.spans[4 * i + 3]!;
+    if (end - start > LIMITS.contentChars && utf8CodePoints(h.source, start, end) > LIMITS.contentChars)
+      return true;
+  }
+  return false;
+}

@@ -1,0 +1,81 @@
+/**
+ * Parts of the AssembleContext answer shared by the CPU-stage answer and the L2 degraded answer
+ * (SPEC §2 AssembleContextResponse, MemoryUsed).
+ */
+
+import type { TokenBudget } from '../budget/budget-calculator.js';
+import { SCORE_SCHEMA } from '../ranking/score.js';
+import type { RetrievalResult } from '../retrieval/retrieve.js';
+import type { ScoredCandidate } from '../types.js';
+import { type CallContext, monotonicNow } from './call-context.js';
+import type { AssembleContextResponse, MemoryUsed } from './proto.js';
+import type { ValidatedRequest } from './validate.js';
+
+/** Rounds ms half-to-even to a non-negative integer (SPEC §2 AssemblyMetrics). */
+export function roundMs(ms: number): number {
+  if (!(ms > 0)) return 0;
+  const floor = Math.floor(ms);
+  const diff = ms - floor;
+  if (diff > 0.5) return floor + 1;
+  if (diff < 0.5) return floor;
+  return floor % 2 === 0 ? floor : floor + 1;
+}
+
+/** One MemoryUsed row of a scored candidate; `tokens` is its packer cost (0 when not measured). */
+export function usedRow(c: ScoredCandidate, exclusion: MemoryUsed['exclusion'], tokens: number): MemoryUsed {
+  return {
+    memory_id: c.memory_id,
+    composite_score: c.score,
+    relevance_score: c.similarity,
+    recency_score: 0,
+    usefulness_score: 0,
+    rank: c.rank,
+    category: c.category,
+    exclusion,
+    similarity: c.similarity,
+    confidence: c.confidence,
+    token_estimate: tokens,
+  };
+}
+
+/**
+ * The fields both answers share; the caller fills context, tokens and the CPU-stage
+ * metrics. Budget fields from `budget`; times in ms, rounded half-to-even.
+ */
+export function baseResponse(
+  req: ValidatedRequest,
+  ctx: CallContext,
+  retrieval: RetrievalResult,
+  budget: TokenBudget,
+  rows: MemoryUsed[],
+  rankingMs: number,
+): AssembleContextResponse {
+  const branch = (name: string) => retrieval.branches.find((b) => b.name === name)?.latency_ms ?? 0;
+  return {
+    assembled_context: '',
+    tokens_used: 0,
+    memories_included: 0,
+    memories_used: rows,
+    directive_tokens: budget.directive_tokens,
+    history_tokens: budget.messages_tokens,
+    memory_tokens: 0,
+    metrics: {
+      budget_calculation_ms: 0,
+      directive_load_ms: roundMs(branch('directive')),
+      hot_memory_retrieval_ms: roundMs(branch('hot')),
+      cold_memory_retrieval_ms: roundMs(branch('cold')),
+      ranking_ms: roundMs(rankingMs),
+      packing_ms: 0,
+      formatting_ms: 0,
+      total_ms: roundMs(monotonicNow() - ctx.arrival),
+      candidates_evaluated: 0,
+      pool_wait_us: 0,
+      pool_run_us: 0,
+    },
+    request_id: req.requestId,
+    trace_id: req.traceId,
+    span_id: req.spanId,
+    score_schema: SCORE_SCHEMA,
+    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
+  };
+}

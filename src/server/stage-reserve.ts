@@ -1,0 +1,102 @@
+/**
+ * The measured share of a request deadline D kept after retrieval (SPEC §10 answer guarantee; issue 9
+ * item 4): the retrieval wall leaves the CPU stage its round-trip, and the CPU task leaves the degraded
+ * answer its cost, both as running p99s of what this process actually took — not a fixed guess.
+ */
+
+/** Samples in each running window. */
+export const RESERVE_WINDOW = 256;
+/** The p99 is recomputed after this many new samples (a sort of {@link RESERVE_WINDOW} numbers). */
+const RECOMPUTE_EVERY = 16;
+
+/** Running p99 over the last {@link RESERVE_WINDOW} samples; 0 until the first sample. */
+export class RunningP99 {
+  readonly #ring = new Float64Array(RESERVE_WINDOW);
+  #count = 0;
+  #next = 0;
+  #sinceRecompute = 0;
+  #p99 = 0;
+
+  /** Adds one sample (ms; negative or non-finite values are ignored). */
+  record(ms: number): void {
+    if (!(ms >= 0) || !Number.isFinite(ms)) return;
+    this.#ring[this.#next] = ms;
+    this.#next = (this.#next + 1) % RESERVE_WINDOW;
+    if (this.#count < RESERVE_WINDOW) this.#count++;
+    // The first samples recompute at once: a cold process must not keep a stale zero for 16 calls.
+    if (++this.#sinceRecompute >= RECOMPUTE_EVERY || this.#count <= RECOMPUTE_EVERY) this.#recompute();
+  }
+
+  /** The p99 of the window, ms (nearest rank). */
+  get p99(): number {
+    return this.#p99;
+  }
+
+  #recompute(): void {
+    this.#sinceRecompute = 0;
+    const sorted = this.#ring.slice(0, this.#count).sort();
+    this.#p99 = sorted[Math.min(this.#count - 1, Math.ceil(0.99 * this.#count) - 1)] ?? 0;
+  }
+}
+
+/** Least time kept for the degraded answer (format + encode + send, and a late timer), ms. */
+export const MIN_DEGRADED_RESERVE_MS = 5;
+/**
+ * Prior cost of the degraded answer per MiB of history (decode, format, estimate, encode), ms, until this
+ * process has measured its own: deliberately slow (a loaded 2-core machine), the measurements replace it.
+ */
+export const PRIOR_DEGRADED_MS_PER_MIB = 25;
+/** Histories from this size on teach the per-MiB cost (smaller ones are dominated by fixed costs). */
+const PER_MIB_FROM_BYTES = 256 * 1024;
+const MIB = 1024 * 1024;
+/** Headroom factor on the measured p99s: a loaded machine is slower than the window remembers. */
+const HEADROOM = 1.5;
+
+/** The two measured reserves of one process. */
+export class StageReserve {
+  /** CPU-stage round-trip (queue wait + run + return), ms. */
+  readonly roundTrip = new RunningP99();
+  /** Building the L2 degraded answer on the main thread, ms (histories under 256 KiB). */
+  readonly degraded = new RunningP99();
+  /** The same per MiB of history, for histories of 256 KiB and more: its cost grows with the history. */
+  readonly degradedPerMiB = new RunningP99();
+  /**
+   * How late the main thread learns that the CPU stage missed its deadline (timer granularity, a busy
+   * event loop), ms: the degraded answer starts that much after the CPU task's deadline.
+   */
+  readonly lateness = new RunningP99();
+
+  constructor(
+    /** Floor of the CPU-stage share, ms (`IBEX_CONTEXT_CPU_STAGE_RESERVE_MS`). */
+    readonly floorMs: number,
+  ) {}
+
+  /** Records one degraded answer's cost (`ms`) for a history of `historyBytes` UTF-8 bytes. */
+  recordDegraded(ms: number, historyBytes: number): void {
+    if (historyBytes >= PER_MIB_FROM_BYTES) this.degradedPerMiB.record(ms / (historyBytes / MIB));
+    else this.degraded.record(ms);
+  }
+
+  /**
+   * Time the degraded answer keeps before D, ms: the CPU task's deadline is D minus this. Its cost is a
+   * fixed part plus a part proportional to the history it formats (measured p99s, a prior per MiB until
+   * measured), with headroom.
+   * @param historyBytes UTF-8 bytes of the request's history.
+   */
+  degradedMs(historyBytes = 0): number {
+    const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
+    const measured = this.degraded.p99 + (historyBytes / MIB) * perMiB + this.lateness.p99;
+    return Math.max(MIN_DEGRADED_RESERVE_MS, HEADROOM * measured + 1);
+  }
+
+  /**
+   * Share of D the retrieval wall leaves to the CPU stage and the answer, ms: the measured round-trip
+   * plus the degraded reserve, at least the floor, at most half of what is left (retrieval keeps the rest).
+   * @param leftMs time until D, ms.
+   * @param historyBytes UTF-8 bytes of the request's history.
+   */
+  cpuShareMs(leftMs: number, historyBytes = 0): number {
+    const measured = HEADROOM * this.roundTrip.p99 + this.degradedMs(historyBytes);
+    return Math.min(Math.max(this.floorMs, measured), Math.max(this.floorMs, leftMs / 2));
+  }
+}

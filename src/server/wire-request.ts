@@ -1,0 +1,338 @@
+/**
+ * AssembleContext request decoding on the wire (SPEC §1 isolation rule, §11; issue 9 item 1).
+ *
+ * grpc-js hands the method's `requestDeserialize` the raw request bytes; {@link decodeAssembleRequest}
+ * walks them with protobufjs's `Reader` and materialises only what the main thread routes on (ids, model,
+ * query, flags, options, principal_context, request/trace/span ids). History stays bytes: each message's
+ * role and content are byte spans into the request buffer, counted as they pass (the walk stops at the
+ * 101st message, so a two-million-message request costs what a 101-message one does) and copied once,
+ * straight into the CPU task's transferred buffer. Lengths that bytes alone decide (UTF-8: bytes ≥ code
+ * points ≥ bytes/4) are decided here; the rest is left to the CPU stage.
+ */
+import protobuf from 'protobufjs/minimal.js';
+import { type HistoryBytes, utf8, utf8CodePoints } from './history-bytes.js';
+import { LIMITS, MAX_UTF8_BYTES_PER_CODE_POINT } from './limits.js';
+import type { PrincipalContext, Timestamp } from './proto.js';
+
+export {
+  CONTENT_OVER,
+  checkHistoryContents,
+  decodeHistory,
+  encodeHistory,
+  type HistoryBytes,
+} from './history-bytes.js';
+
+const { Reader } = protobuf;
+type ProtoReader = protobuf.Reader;
+
+/**
+ * Top-level fields a request may carry. Real encoders write about 13 plus one per message; a request made
+ * of millions of repeated scalar fields is refused with {@link TOO_MANY_FIELDS} before it can cost the
+ * main thread time in proportion to its size.
+ */
+export const MAX_REQUEST_FIELDS = 1024;
+/** Fields one history message may carry (role and content, plus room for unknown ones). */
+export const MAX_MESSAGE_FIELDS = 16;
+/** Detail of the INVALID_ARGUMENT answer to a request with more than {@link MAX_REQUEST_FIELDS} fields. */
+export const TOO_MANY_FIELDS = `request has more than ${MAX_REQUEST_FIELDS} fields`;
+/** Detail for a history message with more than {@link MAX_MESSAGE_FIELDS} fields. */
+export const MESSAGE_TOO_MANY_FIELDS = `message has more than ${MAX_MESSAGE_FIELDS} fields`;
+/** Detail for bytes that are not a protobuf AssembleContextRequest. */
+export const MALFORMED_REQUEST = 'request is not a valid AssembleContextRequest';
+/**
+ * Id-like strings (org_id, agent_id, model) longer than this many bytes are not decoded: none can be valid
+ * (a UUID, a ≤ 256-code-point model), whatever whitespace surrounds it in a sane request.
+ */
+export const MAX_DECODED_ID_BYTES = 64 * 1024;
+
+/** An undecided string field: its byte span, and its text when it was decoded. */
+export interface WireString {
+  /** Decoded text; null when longer than the field's decode cap (see `bytes`). */
+  text: string | null;
+  /** UTF-8 byte length on the wire. */
+  bytes: number;
+}
+
+/** What {@link decodeAssembleRequest} returns: routing fields decoded, history as bytes. */
+export interface WireAssembleRequest {
+  /** Set when the request is refused before validation (malformed bytes, too many fields). */
+  refused: { field: string; message: string } | null;
+  org_id: WireString;
+  agent_id: WireString;
+  model: WireString;
+  query: WireString;
+  session_id: string;
+  directive_version_id: string;
+  available_tokens: number;
+  request_id: string;
+  trace_id: string;
+  span_id: string;
+  skip_hot_memories: boolean;
+  skip_cold_memories: boolean;
+  max_memories: number;
+  principal_context: PrincipalContext | null;
+  /** Messages seen, counting stops at 101. */
+  messageCount: number;
+  /** Byte spans of the first ≤ 100 messages. */
+  history: HistoryBytes;
+  /** Some role exceeds 64 code points: decided on the wire (a role of 65..256 bytes is decoded to count). */
+  roleOver: boolean;
+  /** Some content has more than 131,072 bytes, hence more than 32,768 code points. */
+  contentOver: boolean;
+  /**
+   * The walk stopped at the 101st message before seeing org_id, agent_id, query or model (a non-canonical
+   * field order): the count error is then answered without the checks SPEC §11 orders before it.
+   */
+  stoppedEarly: boolean;
+}
+
+const EMPTY_STRING: WireString = { text: '', bytes: 0 };
+
+function emptyRequest(source: Uint8Array): WireAssembleRequest {
+  return {
+    refused: null,
+    org_id: EMPTY_STRING,
+    agent_id: EMPTY_STRING,
+    model: EMPTY_STRING,
+    query: EMPTY_STRING,
+    session_id: '',
+    directive_version_id: '',
+    available_tokens: 0,
+    request_id: '',
+    trace_id: '',
+    span_id: '',
+    skip_hot_memories: false,
+    skip_cold_memories: false,
+    max_memories: 0,
+    principal_context: null,
+    messageCount: 0,
+    history: { source, spans: new Uint32Array(0), count: 0, contentPending: false },
+    roleOver: false,
+    contentOver: false,
+    stoppedEarly: false,
+  };
+}
+
+/** Reads a length-delimited field's span and moves past it (protobufjs checks the bounds). */
+function span(r: ProtoReader): [number, number] {
+  const length = r.uint32();
+  const start = r.pos;
+  r.skip(length);
+  return [start, start + length];
+}
+
+function stringField(r: ProtoReader, buf: Uint8Array, cap = Number.POSITIVE_INFINITY): WireString {
+  const [start, end] = span(r);
+  const bytes = end - start;
+  return { text: bytes > cap ? null : utf8(buf, start, end), bytes };
+}
+
+function fullString(r: ProtoReader, buf: Uint8Array): string {
+  const [start, end] = span(r);
+  return utf8(buf, start, end);
+}
+
+function decodeTimestamp(r: ProtoReader, end: number): Timestamp {
+  const ts: Timestamp = { seconds: '0', nanos: 0 };
+  while (r.pos < end) {
+    const tag = r.uint32();
+    if (tag === 8) ts.seconds = r.int64().toString();
+    else if (tag === 16) ts.nanos = r.int32();
+    else r.skipType(tag & 7);
+  }
+  return ts;
+}
+
+const PRINCIPAL_STRINGS: Record<number, keyof PrincipalContext> = {
+  1: 'org_id',
+  2: 'principal_id',
+  3: 'agent_id',
+  4: 'principal_type',
+  5: 'authz_snapshot_id',
+  6: 'authz_snapshot_digest',
+  7: 'authority',
+  10: 'request_id',
+  11: 'trace_id',
+  12: 'source',
+  14: 'token_id',
+};
+
+function decodePrincipal(r: ProtoReader, buf: Uint8Array, end: number): PrincipalContext {
+  const p: PrincipalContext = {
+    org_id: '',
+    principal_id: '',
+    agent_id: '',
+    principal_type: '',
+    authz_snapshot_id: '',
+    authz_snapshot_digest: '',
+    authority: '',
+    issued_at: null,
+    expires_at: null,
+    request_id: '',
+    trace_id: '',
+    source: '',
+    permissions: '0',
+    token_id: '',
+  };
+  let fields = 0;
+  while (r.pos < end) {
+    if (++fields > MAX_REQUEST_FIELDS) throw new RangeError(TOO_MANY_FIELDS);
+    const tag = r.uint32();
+    const field = tag >>> 3;
+    const wireType = tag & 7;
+    const name = PRINCIPAL_STRINGS[field];
+    if (name && wireType === 2) (p as unknown as Record<string, string>)[name] = fullString(r, buf);
+    else if ((field === 8 || field === 9) && wireType === 2) {
+      const [start, stop] = span(r);
+      const sub = Reader.create(buf.subarray(0, stop));
+      sub.pos = start;
+      p[field === 8 ? 'issued_at' : 'expires_at'] = decodeTimestamp(sub, stop);
+    } else if (field === 13 && wireType === 0) p.permissions = r.int64().toString();
+    else r.skipType(wireType);
+  }
+  return p;
+}
+
+function decodeOptions(r: ProtoReader, end: number, out: WireAssembleRequest): void {
+  let fields = 0;
+  while (r.pos < end) {
+    if (++fields > MAX_REQUEST_FIELDS) throw new RangeError(TOO_MANY_FIELDS);
+    const tag = r.uint32();
+    // The four weights (3..6) are a forward contract: accepted, not read.
+    if (tag === 8) out.skip_cold_memories = r.bool();
+    else if (tag === 16) out.skip_hot_memories = r.bool();
+    else if (tag === 56) out.max_memories = r.int32();
+    else r.skipType(tag & 7);
+  }
+}
+
+/**
+ * Records one history message's role and content spans and decides what bytes can decide: a role of
+ * more than 256 bytes is over 64 code points, one of ≤ 64 bytes is within, anything between is decoded
+ * (≤ 256 bytes); a content of more than 131,072 bytes is over, ≤ 32,768 bytes within, between pending.
+ */
+function readMessage(
+  r: ProtoReader,
+  buf: Uint8Array,
+  end: number,
+  i: number,
+  out: WireAssembleRequest,
+): void {
+  const spans = out.history.spans;
+  let role: [number, number] = [0, 0];
+  let content: [number, number] = [0, 0];
+  let fields = 0;
+  while (r.pos < end) {
+    if (++fields > MAX_MESSAGE_FIELDS) throw new RangeError(MESSAGE_TOO_MANY_FIELDS);
+    const tag = r.uint32();
+    // proto3: the last occurrence of a scalar field wins.
+    if (tag === 10) role = span(r);
+    else if (tag === 18) content = span(r);
+    else r.skipType(tag & 7);
+  }
+  spans[4 * i] = role[0];
+  spans[4 * i + 1] = role[1];
+  spans[4 * i + 2] = content[0];
+  spans[4 * i + 3] = content[1];
+  const roleBytes = role[1] - role[0];
+  if (roleBytes > LIMITS.roleChars * MAX_UTF8_BYTES_PER_CODE_POINT) out.roleOver = true;
+  else if (roleBytes > LIMITS.roleChars && utf8CodePoints(buf, role[0], role[1]) > LIMITS.roleChars)
+    out.roleOver = true;
+  const contentBytes = content[1] - content[0];
+  if (contentBytes > LIMITS.contentChars * MAX_UTF8_BYTES_PER_CODE_POINT) out.contentOver = true;
+  else if (contentBytes > LIMITS.contentChars) out.history.contentPending = true;
+}
+
+/**
+ * The AssembleContext method's `requestDeserialize`: decodes the routing fields of the raw request and
+ * keeps history as byte spans (see the module comment). Never throws: bytes that are not a request, or
+ * that carry more than {@link MAX_REQUEST_FIELDS} fields, come back with `refused` set, which the handler
+ * answers INVALID_ARGUMENT. Cost: bounded by the number of fields read, at most 101 history messages of
+ * which only roles of 65..256 bytes are decoded, plus the decoded routing strings.
+ * @param buf the request message bytes as grpc-js received them (kept, not copied, by `history.source`).
+ */
+export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
+  const out = emptyRequest(buf);
+  out.history.spans = new Uint32Array(4 * LIMITS.recentMessages);
+  const r = Reader.create(buf);
+  const seen = new Set<number>();
+  let fields = 0;
+  try {
+    while (r.pos < r.len) {
+      if (++fields > MAX_REQUEST_FIELDS) throw new RangeError(TOO_MANY_FIELDS);
+      const tag = r.uint32();
+      const field = tag >>> 3;
+      const wireType = tag & 7;
+      if (field === 7 && wireType === 0) out.available_tokens = r.int32();
+      else if (wireType !== 2 || field < 1 || field > 13) r.skipType(wireType);
+      else {
+        seen.add(field);
+        switch (field) {
+          case 1:
+            out.agent_id = stringField(r, buf, MAX_DECODED_ID_BYTES);
+            break;
+          case 2:
+            out.org_id = stringField(r, buf, MAX_DECODED_ID_BYTES);
+            break;
+          case 3:
+            out.session_id = fullString(r, buf);
+            break;
+          case 4:
+            // Beyond 4 × 8192 bytes the query is over its limit whatever it holds: not decoded.
+            out.query = stringField(r, buf, LIMITS.queryChars * MAX_UTF8_BYTES_PER_CODE_POINT);
+            break;
+          case 5:
+            out.model = stringField(r, buf, MAX_DECODED_ID_BYTES);
+            break;
+          case 6:
+            out.directive_version_id = fullString(r, buf);
+            break;
+          case 8: {
+            const [start, end] = span(r);
+            if (out.messageCount === LIMITS.recentMessages) {
+              // The 101st: the count is decided, and walking on would cost in proportion to the rest.
+              out.messageCount++;
+              out.stoppedEarly = [1, 2, 4, 5].some((f) => !seen.has(f));
+              return out;
+            }
+            const sub = Reader.create(buf.subarray(0, end));
+            sub.pos = start;
+            readMessage(sub, buf, end, out.messageCount, out);
+            out.messageCount++;
+            break;
+          }
+          case 9: {
+            const [start, end] = span(r);
+            const sub = Reader.create(buf.subarray(0, end));
+            sub.pos = start;
+            decodeOptions(sub, end, out);
+            break;
+          }
+          case 10:
+            out.request_id = fullString(r, buf);
+            break;
+          case 11:
+            out.trace_id = fullString(r, buf);
+            break;
+          case 12:
+            out.span_id = fullString(r, buf);
+            break;
+          case 13: {
+            const [start, end] = span(r);
+            const sub = Reader.create(buf.subarray(0, end));
+            sub.pos = start;
+            out.principal_context = decodePrincipal(sub, buf, end);
+            break;
+          }
+        }
+      }
+    }
+  } catch (err) {
+    const message =
+      err instanceof RangeError && err.message.includes('fields') ? err.message : MALFORMED_REQUEST;
+    out.refused = { field: 'request', message };
+    return out;
+  }
+  out.history.count = Math.min(out.messageCount, LIMITS.recentMessages);
+  return out;
+}

@@ -1,0 +1,165 @@
+/**
+ * Issue 9 item 1: the AssembleContext request decoded on the wire answers exactly what the decoded object
+ * answers (SPEC §11 order and messages), without materialising what it need not.
+ */
+import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
+import protobuf from 'protobufjs/minimal.js';
+import { describe, expect, it } from 'vitest';
+import { IbexError } from '../../src/errors.js';
+import {
+  ASSEMBLED_UTF8,
+  type AssembleContextRequestInput,
+  type AssembleContextResponse,
+  contextServiceDefinition,
+  serializeAssembleResponse,
+} from '../../src/server/proto.js';
+import { validateAssembleRequest, validateWireRequest } from '../../src/server/validate.js';
+import {
+  checkHistoryContents,
+  decodeAssembleRequest,
+  decodeHistory,
+  MALFORMED_REQUEST,
+  TOO_MANY_FIELDS,
+} from '../../src/server/wire-request.js';
+import { stubResponse } from '../helpers/stub-response.js';
+import { decodeBomb } from './wire-helpers.js';
+
+const encode = (req: AssembleContextRequestInput): Buffer =>
+  contextServiceDefinition.AssembleContext!.requestSerialize(req) as Buffer;
+
+function outcome(run: () => unknown): { ok: unknown } | { error: string } {
+  try {
+    return { ok: run() };
+  } catch (err) {
+    if (err instanceof IbexError) return { error: err.message };
+    throw err;
+  }
+}
+
+const ORG = randomUUID();
+const AGENT = randomUUID();
+const E = '😀';
+
+const around = (n: number) => fc.constantFrom(n - 1, n, n + 1);
+const textOf = (len: fc.Arbitrary<number>) =>
+  fc.tuple(len, fc.constantFrom('a', E, '绿')).map(([n, ch]) => ch.repeat(Math.max(0, n)));
+
+const request: fc.Arbitrary<AssembleContextRequestInput> = fc.record({
+  org_id: fc.constantFrom(ORG, '', '  ', 'not-a-uuid', ` ${ORG.toUpperCase()} `),
+  agent_id: fc.constantFrom(AGENT, '', 'x'),
+  model: fc.oneof(fc.constantFrom('gpt-4o', '', '  ', ' claude-sonnet-4-5 '), textOf(around(256))),
+  query: fc.oneof(fc.constantFrom('', 'sailing'), textOf(around(8192))),
+  recent_messages: fc.oneof(
+    fc.array(
+      fc.record({
+        role: fc.oneof(fc.constantFrom('user', ''), textOf(around(64))),
+        content: fc.oneof(fc.constantFrom('hi', ''), textOf(around(32_768))),
+      }),
+      { maxLength: 3 },
+    ),
+    fc
+      .integer({ min: 99, max: 102 })
+      .map((n) => Array.from({ length: n }, () => ({ role: 'user', content: 'hi' }))),
+  ),
+  options: fc.record({
+    max_memories: fc.integer({ min: -2, max: 102 }),
+    skip_hot_memories: fc.boolean(),
+    skip_cold_memories: fc.boolean(),
+  }),
+  available_tokens: fc.integer({ min: -5, max: 5000 }),
+  request_id: fc.string(),
+  session_id: fc.string(),
+});
+
+describe('AssembleContext decoded on the wire (issue 9 item 1)', () => {
+  it('answers what the decoded object answers: same SPEC §11 message, same fields, same history', () => {
+    fc.assert(
+      fc.property(request, (req) => {
+        const fromObject = outcome(() => validateAssembleRequest(req));
+        const wire = decodeAssembleRequest(encode(req));
+        const fromWire = outcome(() => validateWireRequest(wire));
+        if ('error' in fromObject && 'ok' in fromWire && fromObject.error.startsWith('message.content')) {
+          // A content of 32,769..131,072 bytes is the CPU stage's to decide.
+          expect(wire.history.contentPending).toBe(true);
+          expect(checkHistoryContents(wire.history)).toBe(true);
+          return;
+        }
+        if ('error' in fromObject) {
+          expect(fromWire).toEqual(fromObject);
+          return;
+        }
+        expect('ok' in fromWire).toBe(true);
+        const a = fromObject.ok as ReturnType<typeof validateAssembleRequest>;
+        const b = (fromWire as { ok: ReturnType<typeof validateWireRequest> }).ok;
+        const { history: _ha, ...restA } = a;
+        const { history: _hb, ...restB } = b;
+        expect(restB).toEqual(restA);
+        expect(decodeHistory(b.history)).toEqual(a.recentMessages);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('decode bomb: stops counting at the 101st message, whatever follows', () => {
+    const wire = decodeAssembleRequest(decodeBomb(ORG, AGENT, 2_000_000));
+    expect(wire.messageCount).toBe(101);
+    expect(wire.history.count).toBe(0);
+    expect(() => validateWireRequest(wire)).toThrow('recent_messages exceeds 100 items');
+  });
+
+  it('a request whose messages come before org_id is refused for its count (non-canonical order)', () => {
+    const w = protobuf.Writer.create();
+    for (let i = 0; i < 101; i++) w.uint32(66).fork().uint32(10).string('user').ldelim();
+    w.uint32(18).string('not a uuid');
+    const wire = decodeAssembleRequest(Buffer.from(w.finish()));
+    expect(wire.stoppedEarly).toBe(true);
+    expect(() => validateWireRequest(wire)).toThrow('recent_messages exceeds 100 items');
+  });
+
+  it('refuses more than 1024 top-level fields and bytes that are not a request', () => {
+    const w = protobuf.Writer.create();
+    for (let i = 0; i < 2000; i++) w.uint32(26).string('');
+    expect(decodeAssembleRequest(Buffer.from(w.finish())).refused?.message).toBe(TOO_MANY_FIELDS);
+    expect(decodeAssembleRequest(Buffer.from([0x12, 0x50, 0x41])).refused?.message).toBe(MALFORMED_REQUEST);
+  });
+
+  it('decodes principal_context like the loader does, int64 permissions exactly', () => {
+    const req: AssembleContextRequestInput = {
+      org_id: ORG,
+      agent_id: AGENT,
+      model: 'gpt-4o',
+      principal_context: {
+        org_id: ORG,
+        principal_id: 'p',
+        issued_at: { seconds: '1700000000', nanos: 5_000_000 },
+        permissions: '9223372036854775807',
+        token_id: 't',
+      },
+    };
+    const a = validateAssembleRequest(req).principal;
+    const b = validateWireRequest(decodeAssembleRequest(encode(req))).principal;
+    expect(b).toEqual(a);
+    expect(b?.permissions).toBe('9223372036854775807');
+    expect(b?.issuedAtMs).toBe(1_700_000_000_005);
+  });
+
+  it("writes the CPU stage's UTF-8 context bytes as assembled_context (string field left empty), any length", () => {
+    const decode = (b: Buffer) =>
+      contextServiceDefinition.AssembleContext!.responseDeserialize(b) as AssembleContextResponse;
+    fc.assert(
+      fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), fc.nat(20_000), (text, pad) => {
+        const context = text + 'x'.repeat(pad);
+        const base = stubResponse({ requestId: 'r', traceId: 't', spanId: 's' } as never);
+        const withBytes = { ...base, assembled_context: '', [ASSEMBLED_UTF8]: Buffer.from(context, 'utf8') };
+        const out = decode(serializeAssembleResponse(withBytes));
+        expect(out.assembled_context).toBe(context);
+        expect(out.request_id).toBe('r');
+        expect(
+          decode(serializeAssembleResponse({ ...base, assembled_context: context })).assembled_context,
+        ).toBe(context);
+      }),
+      { numRuns: 50 },
+    );
+  });
+});

@@ -1,0 +1,57 @@
+/**
+ * Issue 9 item 4: the share of D kept after retrieval is measured (running p99s), not a fixed 5 ms.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  MIN_DEGRADED_RESERVE_MS,
+  PRIOR_DEGRADED_MS_PER_MIB,
+  RESERVE_WINDOW,
+  RunningP99,
+  StageReserve,
+} from '../../src/server/stage-reserve.js';
+
+describe('RunningP99', () => {
+  it('is the nearest-rank p99 of the last 256 samples', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.double({ min: 0, max: 1000, noNaN: true }), { minLength: 1, maxLength: 600 }),
+        (xs) => {
+          const p = new RunningP99();
+          for (const x of xs) p.record(x);
+          // Recomputed every 16 samples: compare with the window as it was at the last recompute.
+          const upTo = xs.length <= 16 ? xs.length : xs.length - ((xs.length - 16) % 16);
+          const window = xs.slice(Math.max(0, upTo - RESERVE_WINDOW), upTo).sort((a, b) => a - b);
+          expect(p.p99).toBe(window[Math.ceil(0.99 * window.length) - 1]);
+        },
+      ),
+    );
+  });
+
+  it('ignores negative and non-finite samples', () => {
+    const p = new RunningP99();
+    for (const x of [-1, Number.NaN, Number.POSITIVE_INFINITY]) p.record(x);
+    expect(p.p99).toBe(0);
+  });
+});
+
+describe('StageReserve', () => {
+  it('keeps the floor before anything is measured, and a prior per MiB of history', () => {
+    const r = new StageReserve(5);
+    expect(r.degradedMs()).toBe(MIN_DEGRADED_RESERVE_MS);
+    expect(r.degradedMs(4 * 1024 * 1024)).toBe(1.5 * 4 * PRIOR_DEGRADED_MS_PER_MIB + 1);
+    expect(r.cpuShareMs(45)).toBe(5);
+  });
+
+  it('grows with measured round-trips, degraded costs and timer lateness, capped at half of what is left', () => {
+    const r = new StageReserve(5);
+    r.roundTrip.record(10);
+    r.recordDegraded(2, 1000);
+    r.lateness.record(3);
+    expect(r.degradedMs()).toBe(1.5 * (2 + 3) + 1);
+    expect(r.cpuShareMs(2000)).toBe(1.5 * 10 + 1.5 * (2 + 3) + 1);
+    expect(r.cpuShareMs(40)).toBe(20);
+    r.recordDegraded(8, 2 * 1024 * 1024); // 4 ms per MiB replaces the prior
+    expect(r.degradedMs(1024 * 1024)).toBe(1.5 * (2 + 4 + 3) + 1);
+  });
+});
