@@ -11,7 +11,8 @@
  *   (8 queued with maxQueue 2, none rejected) and the order is rotated on every dispatch (0 1 3 5 7 4 2 6).
  * So a task is handed to piscina only when a thread is free for it, and never with a signal: no abort can
  * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
- * tasks sit in a FIFO here; the deadline and the caller's AbortSignal withdraw them from it.
+ * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: SPEC §1 isolation rule,
+ * issue 9); the deadline and the caller's AbortSignal withdraw them from it.
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
@@ -27,6 +28,7 @@ import {
   validateTaskInput,
   warmupInput,
 } from './cpu-task.js';
+import { type FairEntry, FairQueue } from './fair-queue.js';
 
 /** Result of one CPU-stage round-trip. Times in µs. */
 export interface CpuStageResult {
@@ -99,6 +101,11 @@ export interface CpuRunOptions {
    * IBEX_ERR_POOL_DEADLINE at once and lets its thread finish.
    */
   signal?: AbortSignal;
+  /**
+   * The caller's org id: the queue is fair across orgs (round-robin between per-org FIFOs; a full queue
+   * sheds the org with the most waiting calls first). Calls without one share the org `""`.
+   */
+  orgId?: string;
 }
 
 /**
@@ -119,10 +126,10 @@ const CLOSE_TIMEOUT_MS = 10_000;
 const epochNow = (): number => performance.timeOrigin + performance.now();
 
 /** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
-class Call {
-  prev: Call | null = null;
-  next: Call | null = null;
-  inQueue = false;
+class Call implements FairEntry {
+  fqPrev: FairEntry | null = null;
+  fqNext: FairEntry | null = null;
+  fqLine: FairEntry['fqLine'] = null;
   /** False once the batch's buffers were moved into pool-owned ones. */
   inputOwnedByCaller = true;
   dispatched = false;
@@ -134,40 +141,10 @@ class Call {
     readonly submitted: number,
     readonly deadline: number,
     readonly signal: AbortSignal | undefined,
+    readonly orgId: string,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
   ) {}
-}
-
-/** FIFO with O(1) removal from anywhere (a withdrawn task leaves from the middle). */
-class CallQueue {
-  #head: Call | null = null;
-  #tail: Call | null = null;
-  size = 0;
-  push(c: Call): void {
-    c.prev = this.#tail;
-    c.next = null;
-    if (this.#tail) this.#tail.next = c;
-    else this.#head = c;
-    this.#tail = c;
-    c.inQueue = true;
-    this.size++;
-  }
-  remove(c: Call): void {
-    if (!c.inQueue) return;
-    if (c.prev) c.prev.next = c.next;
-    else this.#head = c.next;
-    if (c.next) c.next.prev = c.prev;
-    else this.#tail = c.prev;
-    c.prev = c.next = null;
-    c.inQueue = false;
-    this.size--;
-  }
-  shift(): Call | null {
-    const c = this.#head;
-    if (c) this.remove(c);
-    return c;
-  }
 }
 
 function newHistogram(): Histogram {
@@ -232,7 +209,7 @@ export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
   readonly #capacity: number;
   readonly #maxQueue: number;
-  readonly #queue = new CallQueue();
+  readonly #queue = new FairQueue<Call>();
   #running = 0;
   /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
   #utilization = 0;
@@ -307,7 +284,8 @@ export class CpuPool {
   }
 
   /**
-   * Runs one CPU task: dispatched at once when a thread is free, else queued (FIFO) until one is.
+   * Runs one CPU task: dispatched at once when a thread is free, else queued until one is. Queued tasks
+   * leave round-robin across orgs (`opts.orgId`), first in first out within an org.
    * Ownership of the batch's buffers passes to the pool: after `run()` returns, the caller's seven typed
    * arrays are detached (transferred to the worker, or moved into the queue).
    *
@@ -315,7 +293,9 @@ export class CpuPool {
    * withdrawn; a running task stops its DP cooperatively and returns on the greedy path before it; should a
    * result still be missing at the deadline, the call is answered then (within timer granularity) and the
    * thread finishes undisturbed, its result discarded. No thread is ever terminated for a deadline.
-   * @throws IbexError `IBEX_ERR_POOL_SATURATED` at once when no thread is free and `maxQueue` tasks wait;
+   * @throws IbexError `IBEX_ERR_POOL_SATURATED` at once when no thread is free and `maxQueue` tasks wait
+   *   (unless another org has at least two more waiting: then that org's newest waiting call is refused
+   *   instead, with this error, and this call is queued);
    *   `IBEX_ERR_POOL_DEADLINE` when the deadline or `opts.signal` ends the call before a result (cause: the
    *   signal's reason, if any); `IBEX_ERR_POOL_TASK_FAILED` when the task throws, its thread dies, the batch
    *   is malformed or detached, or the pool is closed.
@@ -346,10 +326,15 @@ export class CpuPool {
         reject(Errors.poolDeadline(new Error('deadline passed before dispatch')));
         return;
       }
-      const call = new Call(input, submitted, input.deadline, signal, resolve, reject);
+      const orgId = opts.orgId ?? '';
+      const call = new Call(input, submitted, input.deadline, signal, orgId, resolve, reject);
       if (this.#running < this.#capacity && this.#queue.size === 0) {
         this.#dispatch(call);
-      } else if (this.#queue.size >= this.#maxQueue) {
+      } else if (
+        this.#queue.size >= this.#maxQueue &&
+        // A call that could not be queued anyway must not cost another org its place.
+        (call.deadline - WITHDRAW_LEAD_MS <= submitted || !this.#shedForOrg(orgId))
+      ) {
         this.#rejected++;
         reject(Errors.poolSaturated());
         return;
@@ -360,7 +345,7 @@ export class CpuPool {
       } else {
         call.input = takeOwnership(input);
         call.inputOwnedByCaller = false;
-        this.#queue.push(call);
+        this.#queue.push(orgId, call);
       }
       this.#arm(call, submitted);
       if (signal) {
@@ -368,6 +353,21 @@ export class CpuPool {
         signal.addEventListener('abort', call.onAbort, { once: true });
       }
     });
+  }
+
+  /**
+   * Full queue: refuses the newest waiting call of the org with the most waiting calls, if that org has at
+   * least two more than `orgId`, so that a flooding org cannot lock others out of the queue.
+   * @returns whether room was made.
+   */
+  #shedForOrg(orgId: string): boolean {
+    const victim = this.#queue.newestOfLargest();
+    if (victim === null || this.#queue.sizeOf(victim.orgId) < this.#queue.sizeOf(orgId) + 2) return false;
+    this.#queue.remove(victim);
+    this.#rejected++;
+    this.#settle(victim);
+    victim.reject(Errors.poolSaturated());
+    return true;
   }
 
   /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
@@ -455,7 +455,10 @@ export class CpuPool {
     this.#pump();
   }
 
-  /** Hands waiting tasks to free threads, oldest first; a task already at its withdrawal time leaves instead. */
+  /**
+   * Hands waiting tasks to free threads, round-robin across orgs and oldest first within one; a task already
+   * at its withdrawal time leaves instead.
+   */
   #pump(): void {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shift()!;
@@ -513,7 +516,7 @@ export class CpuPool {
   async close(): Promise<void> {
     if (!this.#closing) {
       this.#closed = true;
-      for (let call = this.#queue.shift(); call; call = this.#queue.shift()) {
+      for (const call of this.#queue.drain()) {
         this.#failed++;
         this.#settle(call);
         call.reject(Errors.poolTaskFailed(new Error('the CPU pool closed before the task ran')));
