@@ -195,7 +195,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     let poolReason: string | null = shed ? 'overloaded' : null;
     try {
       if (shed) throw Errors.poolSaturated();
-      stage = await pool.run(input, { signal: ctx.signal });
+      stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId });
       metrics?.poolTasks.inc({ outcome: 'completed' });
       metrics?.poolWait.observe(stage.wait_us / 1e6);
       metrics?.poolRun.observe(stage.run_us / 1e6);
