@@ -6,6 +6,7 @@
 import os from 'node:os';
 import { z } from 'zod';
 import { Errors } from '../errors.js';
+import { DEFAULT_MAX_MEMORY_CHARS } from '../retrieval/validate.js';
 import { timeoutMsSchema } from './timeout.js';
 
 /** Validated settings. Durations in ms, sizes as stated. */
@@ -33,6 +34,11 @@ export interface Settings {
   maxConsecutiveSkips: number;
   /** Nonce entropy in bytes, 1..64. */
   nonceBytes: number;
+  /**
+   * Longest memory content kept, code points (SPEC §3, §4.1): a longer hit is dropped as `oversize`, and
+   * memory-service bodies are capped at what `limit` such hits take. IBEX_CONTEXT_MAX_MEMORY_CHARS.
+   */
+  maxMemoryChars: number;
   /** Optional capability-catalog override file (same schema as the built-in one). */
   catalogFile: string;
   /** Embedded SQLite store path. */
@@ -125,6 +131,7 @@ export const DEFAULT_DP_CELL_CEILING = 437_570;
 export const DEFAULT_MAX_CONSECUTIVE_SKIPS = 5;
 /** Default nonce entropy in bytes (SPEC §3). */
 export const DEFAULT_NONCE_BYTES = 16;
+export { DEFAULT_MAX_MEMORY_CHARS };
 
 /**
  * Reads and validates every setting.
@@ -178,6 +185,13 @@ export function loadSettings(env: Env = process.env): Settings {
       DEFAULT_MAX_CONSECUTIVE_SKIPS,
     ),
     nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
+    // Up to 2^24: the body cap (limit × 6 bytes per code point) must stay far below what Node can buffer.
+    maxMemoryChars: parseWith(
+      intText(1, 16_777_216),
+      env,
+      ['IBEX_CONTEXT_MAX_MEMORY_CHARS'],
+      DEFAULT_MAX_MEMORY_CHARS,
+    ),
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),

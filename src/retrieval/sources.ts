@@ -134,12 +134,15 @@ export async function createSources(
             token: settings.memoryApiToken,
             hotTimeoutMs: settings.hotTimeoutMs,
             coldTimeoutMs: settings.coldTimeoutMs,
+            maxMemoryChars: settings.maxMemoryChars,
           })
         : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
       settings.redisUrl !== ''
         ? await RedisDirectiveSource.connect({ url: settings.redisUrl, logger })
         : new EmbeddedDirectiveSource(reads!);
+    // The body-decoder thread starts now, not inside the first large body's branch timeout (issue 9).
+    if (memory instanceof HttpMemorySource) memory.warm();
     let closed = false;
     const mem = memory;
     return {

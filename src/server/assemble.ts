@@ -142,6 +142,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         coldMs: settings.coldTimeoutMs,
       },
       ctx.signal,
+      settings.maxMemoryChars,
     );
     throwIfAborted(ctx);
     if (shed) {
@@ -268,6 +269,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     }
     if (r.dropped.invalid > 0) metrics.droppedHits.inc({ reason: 'invalid' }, r.dropped.invalid);
     if (r.dropped.foreign > 0) metrics.droppedHits.inc({ reason: 'foreign' }, r.dropped.foreign);
+    if (r.bounded.oversize > 0) metrics.droppedHits.inc({ reason: 'oversize' }, r.bounded.oversize);
+    if (r.bounded.ignored > 0) metrics.droppedHits.inc({ reason: 'past_limit' }, r.bounded.ignored);
   }
 
   function buildResponse(
