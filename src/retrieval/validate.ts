@@ -25,8 +25,8 @@ const JSON_BYTES_PER_CODE_POINT = 6;
 
 /**
  * Response-body cap for a memory-service answer to `limit` items (SPEC §4.1): the envelope plus `limit`
- * items whose content is at the memory cap. Hot (20 items, 65,536 code points) → 7,946,624 bytes; cold
- * (10) → 3,973,824 bytes. A bigger body fails the branch (`response too large`).
+ * items whose content is at the memory cap. Hot (20 items, 65,536 code points) → 7,947,264 bytes; cold
+ * (10) → 3,974,144 bytes. A bigger body fails the branch (`response too large`).
  * @param limit items requested (SPEC §4.1: 20 hot, 10 cold).
  * @param maxChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points.
  * @returns bytes.
