@@ -6,7 +6,8 @@
  * pre-encoded request bytes at a fixed rate and tallies the outcomes by gRPC code and level.
  *
  * Protocol: workerData = {@link AttackerData}; posts `{ memoryUrl }` once listening; on `{ attack: ms }`
- * sends for that long, then posts `{ result }` ({@link NoisyResult} per kind); on `{ stop: true }` exits.
+ * sends for that long (only `kinds`, when given), then posts `{ result }` ({@link NoisyResult} per kind);
+ * on `{ stop: true }` exits.
  */
 import http from 'node:http';
 import type net from 'node:net';
@@ -153,12 +154,13 @@ function heavyRequests(): Record<string, AssembleContextRequestInput> {
 /** Pre-encoded bytes go out as they are: the sender must not spend a second encoding 2 M messages each time. */
 const RAW_ASSEMBLE: UnaryMethod = { ...ASSEMBLE_METHOD, requestSerialize: (b: unknown) => b as Buffer };
 
-async function attack(client: Client, encoded: Record<string, Buffer>, ms: number) {
+async function attack(client: Client, encoded: Record<string, Buffer>, ms: number, kinds?: string[]) {
   const results: Record<string, NoisyResult> = {};
   const pending: Promise<void>[] = [];
   const period = 1000 / data.ratePerKind;
   const start = performance.now();
   for (const [kind, bytes] of Object.entries(encoded)) {
+    if (kinds && !kinds.includes(kind)) continue;
     const r: NoisyResult = {
       sent: 0,
       answered: 0,
@@ -226,7 +228,7 @@ async function main(): Promise<void> {
     encoded[kind] = ASSEMBLE_METHOD.requestSerialize(req) as Buffer;
   let client: Client | null = null;
   port.postMessage({ memoryUrl: memory.url });
-  port.on('message', (msg: { attack?: number; grpcAddr?: string; stop?: boolean }) => {
+  port.on('message', (msg: { attack?: number; grpcAddr?: string; kinds?: string[]; stop?: boolean }) => {
     if (msg.stop) {
       client?.close();
       memory.server.closeAllConnections();
@@ -236,7 +238,7 @@ async function main(): Promise<void> {
     }
     if (msg.attack !== undefined && msg.grpcAddr) {
       client ??= createRawClient({ addr: msg.grpcAddr });
-      void attack(client, encoded, msg.attack).then((result) => port.postMessage({ result }));
+      void attack(client, encoded, msg.attack, msg.kinds).then((result) => port.postMessage({ result }));
     }
   });
 }

@@ -180,15 +180,13 @@ export class HttpMemorySource implements MemorySource {
         res.body.destroy();
         throw BranchErrors.tooLarge();
       }
-      const chunks: Buffer[] = [];
-      let size = 0;
+      const sink = new BodySink(Number.isFinite(declared) ? declared : 0);
       for await (const chunk of res.body) {
-        size += (chunk as Buffer).length;
         // Leaving the loop by throwing destroys the body, which stops reading from the socket.
-        if (size > maxBytes) throw BranchErrors.tooLarge();
-        chunks.push(chunk as Buffer);
+        if (sink.size + (chunk as Buffer).length > maxBytes) throw BranchErrors.tooLarge();
+        sink.add(chunk as Buffer);
       }
-      payload = ownedCopy(chunks, size);
+      payload = sink.bytes();
     } catch (err) {
       throw classify(branch, err, signal);
     }
@@ -197,17 +195,30 @@ export class HttpMemorySource implements MemorySource {
 }
 
 /**
- * The body in one Uint8Array that owns its ArrayBuffer (undici's chunks may be views on shared slabs), so
- * that a large body can be transferred to the decoder thread. One copy, bounded by the cap.
+ * Collects a body into one ArrayBuffer of its own (undici's chunks may be views on shared slabs), so that a
+ * large body can be transferred to the decoder thread. Each chunk is copied as it arrives: with a declared
+ * length the buffer is allocated once, so no single step copies more than a chunk (no multi-MB memcpy
+ * stalling the event loop at the end); a chunked body grows by doubling.
  */
-function ownedCopy(chunks: readonly Buffer[], size: number): Uint8Array {
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
+class BodySink {
+  #buf: Uint8Array;
+  size = 0;
+  constructor(expected: number) {
+    this.#buf = new Uint8Array(Math.max(expected, 16 * 1024));
   }
-  return out;
+  add(chunk: Uint8Array): void {
+    if (this.size + chunk.length > this.#buf.length) {
+      const grown = new Uint8Array(Math.max(this.#buf.length * 2, this.size + chunk.length));
+      grown.set(this.#buf.subarray(0, this.size));
+      this.#buf = grown;
+    }
+    this.#buf.set(chunk, this.size);
+    this.size += chunk.length;
+  }
+  /** The body: a view of exactly `size` bytes on a buffer nothing else references. */
+  bytes(): Uint8Array {
+    return this.#buf.subarray(0, this.size);
+  }
 }
 
 /** Maps transport errors to branch errors by undici / errno `code`, never by message text. */
