@@ -63,8 +63,8 @@ export class BodyDecoder {
 
   /**
    * @param body owns its whole ArrayBuffer when larger than {@link INLINE_BODY_BYTES}: it is transferred.
-   * @param signal the branch's: once aborted, a decode still queued is skipped and the call rejects with
-   *   the signal's reason.
+   * @param signal the branch's: once it aborts, the call rejects at once with its reason, and a decode
+   *   still queued is skipped.
    * @throws BranchError `invalid JSON`, `bad shape: …`, `body decoder busy`; the signal's reason.
    */
   async decode(
@@ -75,25 +75,36 @@ export class BodyDecoder {
     signal: AbortSignal,
   ): Promise<ValidatedHits> {
     if (body.byteLength <= INLINE_BODY_BYTES) return decodeMemoryBody(body, orgId, agentId, limits);
-    const cancelled = new Int32Array(new SharedArrayBuffer(4));
-    const onAbort = () => Atomics.store(cancelled, 0, 1);
-    signal.addEventListener('abort', onAbort, { once: true });
+    if (signal.aborted) throw signal.reason;
     const pool = this.#threads();
-    try {
-      if (pool.queueSize >= MAX_QUEUE) throw BranchErrors.decoderBusy();
-      const task: BodyDecodeTask = { body, orgId, agentId, limits, cancelled };
-      // No signal to piscina: aborting a running task would terminate the thread.
-      const result = await pool.run(task, { transferList: [body.buffer as ArrayBuffer] });
-      if (signal.aborted) throw signal.reason;
-      if (result.ok) return result.value;
-      if (result.code === 'cancelled') throw signal.reason;
-      throw new BranchError(result.code, 'error', result.detail);
-    } finally {
-      signal.removeEventListener('abort', onAbort);
-    }
+    if (pool.queueSize >= MAX_QUEUE) throw BranchErrors.decoderBusy();
+    const cancelled = new Int32Array(new SharedArrayBuffer(4));
+    const task: BodyDecodeTask = { body, orgId, agentId, limits, cancelled };
+    // No signal to piscina: aborting a running task would terminate the thread. An abort instead flags
+    // the task (skipped if still queued) and answers the caller at once; a running decode finishes unread.
+    const result = await new Promise<BodyDecodeResult>((resolve, reject) => {
+      const onAbort = () => {
+        Atomics.store(cancelled, 0, 1);
+        reject(signal.reason);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      pool.run(task, { transferList: [body.buffer as ArrayBuffer] }).then(
+        (r) => {
+          signal.removeEventListener('abort', onAbort);
+          resolve(r);
+        },
+        (err: unknown) => {
+          signal.removeEventListener('abort', onAbort);
+          reject(err);
+        },
+      );
+    });
+    if (result.ok) return result.value;
+    if (result.code === 'cancelled') throw signal.reason;
+    throw new BranchError(result.code, 'error', result.detail);
   }
 
-  /** Stops the thread (a decode in progress finishes first). Idempotent. */
+  /** Stops the thread (a decode in progress is abandoned: nobody waits for it at shutdown). Idempotent. */
   async close(): Promise<void> {
     const pool = this.#pool;
     this.#pool = null;
