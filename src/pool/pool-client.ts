@@ -14,10 +14,6 @@
  * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: SPEC §1 isolation rule,
  * issue 9); the deadline and the caller's AbortSignal withdraw them from it.
  */
-import { existsSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { build as buildHistogram, type Histogram } from 'hdr-histogram-js';
 import { Piscina } from 'piscina';
 import type { PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
@@ -28,7 +24,13 @@ import {
   validateTaskInput,
   warmupInput,
 } from './cpu-task.js';
-import { type FairEntry, FairQueue } from './fair-queue.js';
+import { FairQueue } from './fair-queue.js';
+import { Call, takeOwnership } from './pool-call.js';
+import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';
+import { projectRoot, resolveWorkerFile } from './worker-file.js';
+
+export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
+export { projectRoot, resolveWorkerFile };
 
 /** Result of one CPU-stage round-trip. Times in µs. */
 export interface CpuStageResult {
@@ -39,51 +41,6 @@ export interface CpuStageResult {
   run_us: number;
   /** From `run()` to the result being back on the calling thread. */
   round_trip_us: number;
-}
-
-/** Distribution of one timing, µs. */
-export interface LatencySummary {
-  count: number;
-  mean: number;
-  p50: number;
-  p90: number;
-  p99: number;
-  max: number;
-}
-
-/**
- * Pool figures for metrics (SPEC §12). Each call ends in exactly one of completed / withdrawn / rejected /
- * failed / abandoned.
- */
-export interface PoolStats {
-  /** Tasks waiting for a thread (ours plus any piscina holds while it starts a thread). */
-  queueSize: number;
-  /** Tasks on a thread now (including abandoned ones still finishing). */
-  running: number;
-  /**
-   * Fraction (0..1) of the max threads busy with a task, exponentially weighted over ~5 s. (Not piscina's
-   * `utilization`: in 5.3.2 it divides a mean already in ms by 1000 again and reads 1000× too low.)
-   */
-  utilization: number;
-  /** Threads alive. */
-  threads: number;
-  /** Calls answered with a result. */
-  completed: number;
-  /** Calls withdrawn before reaching a thread: deadline or caller's signal (IBEX_ERR_POOL_DEADLINE). */
-  withdrawn: number;
-  /** Calls refused because the queue was full (IBEX_ERR_POOL_SATURATED). */
-  rejected: number;
-  /** Calls whose task threw, whose thread died, or that the closing pool dropped (IBEX_ERR_POOL_TASK_FAILED). */
-  failed: number;
-  /**
-   * Calls answered IBEX_ERR_POOL_DEADLINE while their task was running (deadline or signal); the thread
-   * finished the task and its result was discarded.
-   */
-  abandoned: number;
-  /** `wait_us` of completed calls. */
-  waitUs: LatencySummary;
-  /** Worker run time of every task that returned (including abandoned ones). */
-  runUs: LatencySummary;
 }
 
 /** Options for tests and benches; the service uses the defaults. */
@@ -116,90 +73,12 @@ export interface CpuRunOptions {
  */
 export const WITHDRAW_LEAD_MS = 1;
 
-/** Time constant of the utilization average, ms. */
-export const UTILIZATION_TAU_MS = 5_000;
 /** Longest delay Node's timers accept. */
 const MAX_TIMER_MS = 2_147_483_647;
 /** piscina's wait for running tasks on close before it terminates the threads. */
 const CLOSE_TIMEOUT_MS = 10_000;
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
-
-/** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
-class Call implements FairEntry {
-  fqPrev: FairEntry | null = null;
-  fqNext: FairEntry | null = null;
-  fqLine: FairEntry['fqLine'] = null;
-  /** False once the batch's buffers were moved into pool-owned ones. */
-  inputOwnedByCaller = true;
-  dispatched = false;
-  settled = false;
-  timer: NodeJS.Timeout | null = null;
-  onAbort: (() => void) | null = null;
-  constructor(
-    public input: CpuTaskInput,
-    readonly submitted: number,
-    readonly deadline: number,
-    readonly signal: AbortSignal | undefined,
-    readonly orgId: string,
-    readonly resolve: (r: CpuStageResult) => void,
-    readonly reject: (err: Error) => void,
-  ) {}
-}
-
-function newHistogram(): Histogram {
-  return buildHistogram({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
-}
-
-function summarize(h: Histogram): LatencySummary {
-  const count = h.totalCount;
-  if (count === 0) return { count: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 };
-  return {
-    count,
-    mean: h.mean,
-    p50: h.getValueAtPercentile(50),
-    p90: h.getValueAtPercentile(90),
-    p99: h.getValueAtPercentile(99),
-    max: h.maxValue,
-  };
-}
-
-/**
- * The project root: the nearest ancestor of this module holding package.json (from `src/pool/` under
- * vitest and from `dist/src/pool/` alike).
- * @throws Error when no ancestor holds package.json.
- */
-export function projectRoot(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(path.join(dir, 'package.json'))) {
-    const up = path.dirname(dir);
-    if (up === dir) throw new Error(`package.json not found above ${fileURLToPath(import.meta.url)}`);
-    dir = up;
-  }
-  return dir;
-}
-
-/** Absolute path of the compiled worker, `<project root>/dist/workers/cpu-worker.js` (`npm run build`). */
-export function resolveWorkerFile(): string {
-  return path.join(projectRoot(), 'dist', 'workers', 'cpu-worker.js');
-}
-
-/**
- * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
- * caller's views are detached at `run()` even when the task has to wait for a thread.
- */
-function takeOwnership(input: CpuTaskInput): CpuTaskInput {
-  const { score, similarity, confidence, rank, tokens, text, offsets } = input;
-  const moved = structuredClone(
-    { score, similarity, confidence, rank, tokens, text, offsets },
-    { transfer: transferList(input) },
-  );
-  return { ...input, ...moved };
-}
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
@@ -212,8 +91,7 @@ export class CpuPool {
   readonly #queue = new FairQueue<Call>();
   #running = 0;
   /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
-  #utilization = 0;
-  #utilizationAt = epochNow();
+  readonly #busy = new BusyAverage(epochNow());
   #closed = false;
   #closing: Promise<void> | null = null;
   #completed = 0;
@@ -279,8 +157,7 @@ export class CpuPool {
     this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = 0;
     this.#waitUs.reset();
     this.#runUs.reset();
-    this.#utilization = 0;
-    this.#utilizationAt = epochNow();
+    this.#busy.reset(epochNow());
   }
 
   /**
@@ -470,29 +347,18 @@ export class CpuPool {
     }
   }
 
-  /**
-   * Folds the time since the last change into the utilization average. `running` is constant in between,
-   * so weighting the step by 1 − e^(−dt/τ) is exact, and the gauge does not depend on who reads it when.
-   */
-  #updateUtilization(now: number): void {
-    const busy = Math.min(1, this.#running / this.#capacity);
-    const weight = 1 - Math.exp(-(now - this.#utilizationAt) / UTILIZATION_TAU_MS);
-    this.#utilization += (busy - this.#utilization) * weight;
-    this.#utilizationAt = now;
-  }
-
   #setRunning(running: number): void {
-    this.#updateUtilization(epochNow());
+    this.#busy.update(epochNow(), Math.min(1, this.#running / this.#capacity));
     this.#running = running;
   }
 
   /** Current figures (see {@link PoolStats}). */
   stats(): PoolStats {
-    this.#updateUtilization(epochNow());
+    this.#busy.update(epochNow(), Math.min(1, this.#running / this.#capacity));
     return {
       queueSize: this.#queue.size + this.#piscina.queueSize,
       running: this.#running,
-      utilization: this.#utilization,
+      utilization: this.#busy.value,
       threads: this.#piscina.threads.length,
       completed: this.#completed,
       withdrawn: this.#withdrawn,

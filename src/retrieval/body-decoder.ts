@@ -10,7 +10,7 @@
  */
 import path from 'node:path';
 import { Piscina } from 'piscina';
-import { projectRoot } from '../pool/pool-client.js';
+import { projectRoot } from '../pool/worker-file.js';
 import { BranchError, type BranchErrorCode, BranchErrors } from './branch-error.js';
 import { decodeMemoryBody, type HitLimits, type ValidatedHits } from './validate.js';
 
