@@ -61,6 +61,40 @@ describe('BodyDecoder', () => {
     expect(isBranchError(err2) && err2.detail).toBe('bad shape: data.results is not an array');
   });
 
+  it('serves large bodies round-robin across orgs: a quiet org waits behind one noisy body, not all', async () => {
+    const QUIET_ORG = '44444444-4444-4444-8444-444444444444';
+    const order: string[] = [];
+    const noisy = [0, 1, 2, 3, 4].map((i) =>
+      decoder
+        .decode(
+          body(5000, (j) => `n${j}`),
+          ORG,
+          AGENT,
+          LIMITS,
+          never,
+        )
+        .then(() => order.push(`noisy-${i}`)),
+    );
+    const quiet = decoder
+      .decode(
+        body(3000, (j) => `q${j}`),
+        QUIET_ORG,
+        AGENT,
+        LIMITS,
+        never,
+      )
+      .then((v) => {
+        order.push('quiet');
+        return v;
+      });
+    await Promise.all([...noisy, quiet]);
+    // noisy-0 went to the thread at once; the quiet body joined the rotation after the noisy org's line
+    // head, so it is served after one more noisy body (FIFO: last).
+    expect(order).toEqual(['noisy-0', 'noisy-1', 'quiet', 'noisy-2', 'noisy-3', 'noisy-4']);
+    // Scoped to its own org: every hit of the body is another org's.
+    expect((await quiet).foreign).toBe(20);
+  });
+
   it("rejects with the branch signal's reason once it aborts", async () => {
     const ctl = new AbortController();
     const reason = new DOMException('hot_timeout', 'TimeoutError');

@@ -32,6 +32,12 @@ describe('pool fairness over gRPC (one thread)', () => {
       IBEX_CONTEXT_EMBEDDED_DB: db,
       // Generous: the flood takes FLOOD × 150 ms of the one thread; nothing here may time out.
       IBEX_CONTEXT_TIMEOUT: '20000',
+      IBEX_CONTEXT_DEADLINE_MS: '10000',
+      IBEX_CONTEXT_HOT_TIMEOUT_MS: '10000',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '10000',
+      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '10000',
+      // Store reads on the main thread: the store-read queue's own shedding is not under test here.
+      IBEX_CONTEXT_EMBEDDED_READ_THREADS: '0',
       IBEX_CONTEXT_POOL_MIN_THREADS: '1',
       IBEX_CONTEXT_POOL_MAX_THREADS: '1',
       IBEX_CONTEXT_POOL_MAX_QUEUE: '16',
@@ -54,14 +60,14 @@ describe('pool fairness over gRPC (one thread)', () => {
         return r;
       }),
     );
-    // Sent once the flood is queued in the pool (retrieval is quick on the embedded store).
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Sent once the flood is in the pool: one task running, the rest queued.
+    while (svc.pool.stats().queueSize < FLOOD - 1) await new Promise((resolve) => setTimeout(resolve, 5));
     const quiet = await svc.client.assemble(request(QUIET), { deadlineMs: 20_000 }).then((r) => {
       order.push('quiet');
       return r;
     });
     expect(quiet.status.code, quiet.status.details).toBe(status.OK);
-    expect(quiet.response!.degradation.level).toBe('L0');
+    expect(quiet.response!.degradation.level, JSON.stringify(quiet.response!.degradation)).toBe('L0');
     expect(quiet.response!.memories_included).toBe(3);
     const results = await Promise.all(noisy);
     for (const r of results) expect(r.status.code, r.status.details).toBe(status.OK);
