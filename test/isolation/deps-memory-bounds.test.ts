@@ -103,6 +103,35 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
     await server?.close();
   });
 
+  it('IBEX_CONTEXT_MAX_MEMORY_CHARS=1000 lowers both caps: 1,001-char memory oversize, a 300 KB body too large', async () => {
+    const small = await startTestService({
+      IBEX_CONTEXT_MEMORY_BASE_URL: server.url,
+      IBEX_CONTEXT_MEMORY_API_TOKEN: 'bounds-token',
+      IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000',
+      IBEX_CONTEXT_TIMEOUT: '5000',
+      IBEX_CONTEXT_DEADLINE_MS: '2000',
+      IBEX_CONTEXT_HOT_TIMEOUT_MS: '2000',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '2000',
+    });
+    try {
+      const heavy = tenant();
+      const kept = item(heavy, 'k'.repeat(1000), 1);
+      const cold = [kept, item(heavy, 'o'.repeat(1001), 2)];
+      // Cold cap with 1,000 chars: 1,024 + 10 × (6,000 + 4,096) = 101,984 bytes; hot gets 300 KB.
+      const hot = Array.from({ length: 20 }, (_, i) => item(heavy, 'h'.repeat(15_000), i + 1));
+      bodies.set(heavy.agent, { hot: envelope(hot), cold: envelope(cold) });
+      expect(bodies.get(heavy.agent)!.hot.length).toBeGreaterThan(maxBodyBytes(20, 1000));
+      const r = await small.client.assemble(request(heavy), { deadlineMs: 5000 });
+      expect(r.status.code, r.status.details).toBe(status.OK);
+      const res = r.response as AssembleContextResponse;
+      expect(res.degradation.branches[1]).toMatchObject({ status: 'error', detail: 'response too large' });
+      expect(res.degradation.branches[2]).toMatchObject({ status: 'success', detail: 'dropped 1 oversize' });
+      expect(res.memories_used.map((m) => m.memory_id)).toEqual([kept.memory.id]);
+    } finally {
+      await small.stop();
+    }
+  });
+
   it('5,000 hits for limit=20: only the first 20 hot / 10 cold are looked at, the rest counted; L0', async () => {
     const heavy = tenant();
     const hot = Array.from({ length: 5000 }, (_, i) => item(heavy, `hot memory ${i} about sailing`, i + 1));
