@@ -7,6 +7,7 @@
 import os from 'node:os';
 import { z } from 'zod';
 import { Errors } from '../errors.js';
+import { DEFAULT_MAX_MEMORY_CHARS } from '../retrieval/validate.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../server/limits.js';
 import { timeoutMsSchema } from './timeout.js';
 
@@ -35,6 +36,11 @@ export interface Settings {
   maxConsecutiveSkips: number;
   /** Nonce entropy in bytes, 1..64. */
   nonceBytes: number;
+  /**
+   * Longest memory content kept, code points (SPEC §3, §4.1): a longer hit is dropped as `oversize`, and
+   * memory-service bodies are capped at what `limit` such hits take. IBEX_CONTEXT_MAX_MEMORY_CHARS.
+   */
+  maxMemoryChars: number;
   /** Optional capability-catalog override file (same schema as the built-in one). */
   catalogFile: string;
   /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (SPEC §5). */
@@ -45,11 +51,6 @@ export interface Settings {
   postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
-  /**
-   * `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, in code points (SPEC §4.1); a longer hit
-   * is dropped as `oversize`. Default 65536.
-   */
-  maxMemoryChars: number;
   pool: PoolSettings;
   /** Grace period for in-flight calls on SIGTERM, ms. */
   shutdownGraceMs: number;
@@ -162,6 +163,7 @@ export const DEFAULT_DP_CELL_CEILING = 437_570;
 export const DEFAULT_MAX_CONSECUTIVE_SKIPS = 5;
 /** Default nonce entropy in bytes (SPEC §3). */
 export const DEFAULT_NONCE_BYTES = 16;
+export { DEFAULT_MAX_MEMORY_CHARS };
 
 /**
  * Reads and validates every setting.
@@ -215,6 +217,13 @@ export function loadSettings(env: Env = process.env): Settings {
       DEFAULT_MAX_CONSECUTIVE_SKIPS,
     ),
     nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
+    // Up to 2^24: the body cap (limit × 6 bytes per code point) must stay far below what Node can buffer.
+    maxMemoryChars: parseWith(
+      intText(1, 16_777_216),
+      env,
+      ['IBEX_CONTEXT_MAX_MEMORY_CHARS'],
+      DEFAULT_MAX_MEMORY_CHARS,
+    ),
     catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
     exactTokens: exactTokensSetting(env),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
@@ -232,7 +241,6 @@ export function loadSettings(env: Env = process.env): Settings {
       poolMax: parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POSTGRES_POOL_MAX'], 8),
     },
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
-    maxMemoryChars: parseWith(intText(1), env, ['IBEX_CONTEXT_MAX_MEMORY_CHARS'], 65_536),
     pool: {
       minThreads,
       maxThreads,

@@ -11,12 +11,9 @@
  *   (8 queued with maxQueue 2, none rejected) and the order is rotated on every dispatch (0 1 3 5 7 4 2 6).
  * So a task is handed to piscina only when a thread is free for it, and never with a signal: no abort can
  * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
- * tasks sit in a FIFO here; the deadline and the caller's AbortSignal withdraw them from it.
+ * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: SPEC §1 isolation rule,
+ * issue 9); the deadline and the caller's AbortSignal withdraw them from it.
  */
-import { existsSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { build as buildHistogram, type Histogram } from 'hdr-histogram-js';
 import { Piscina } from 'piscina';
 import type { PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
@@ -27,6 +24,13 @@ import {
   validateTaskInput,
   warmupInput,
 } from './cpu-task.js';
+import { FairQueue } from './fair-queue.js';
+import { Call, takeOwnership } from './pool-call.js';
+import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';
+import { projectRoot, resolveWorkerFile } from './worker-file.js';
+
+export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
+export { projectRoot, resolveWorkerFile };
 
 /** Result of one CPU-stage round-trip. Times in µs. */
 export interface CpuStageResult {
@@ -37,51 +41,6 @@ export interface CpuStageResult {
   run_us: number;
   /** From `run()` to the result being back on the calling thread. */
   round_trip_us: number;
-}
-
-/** Distribution of one timing, µs. */
-export interface LatencySummary {
-  count: number;
-  mean: number;
-  p50: number;
-  p90: number;
-  p99: number;
-  max: number;
-}
-
-/**
- * Pool figures for metrics (SPEC §12). Each call ends in exactly one of completed / withdrawn / rejected /
- * failed / abandoned.
- */
-export interface PoolStats {
-  /** Tasks waiting for a thread (ours plus any piscina holds while it starts a thread). */
-  queueSize: number;
-  /** Tasks on a thread now (including abandoned ones still finishing). */
-  running: number;
-  /**
-   * Fraction (0..1) of the max threads busy with a task, exponentially weighted over ~5 s. (Not piscina's
-   * `utilization`: in 5.3.2 it divides a mean already in ms by 1000 again and reads 1000× too low.)
-   */
-  utilization: number;
-  /** Threads alive. */
-  threads: number;
-  /** Calls answered with a result. */
-  completed: number;
-  /** Calls withdrawn before reaching a thread: deadline or caller's signal (IBEX_ERR_POOL_DEADLINE). */
-  withdrawn: number;
-  /** Calls refused because the queue was full (IBEX_ERR_POOL_SATURATED). */
-  rejected: number;
-  /** Calls whose task threw, whose thread died, or that the closing pool dropped (IBEX_ERR_POOL_TASK_FAILED). */
-  failed: number;
-  /**
-   * Calls answered IBEX_ERR_POOL_DEADLINE while their task was running (deadline or signal); the thread
-   * finished the task and its result was discarded.
-   */
-  abandoned: number;
-  /** `wait_us` of completed calls. */
-  waitUs: LatencySummary;
-  /** Worker run time of every task that returned (including abandoned ones). */
-  runUs: LatencySummary;
 }
 
 /** Options for tests and benches; the service uses the defaults. */
@@ -99,6 +58,11 @@ export interface CpuRunOptions {
    * IBEX_ERR_POOL_DEADLINE at once and lets its thread finish.
    */
   signal?: AbortSignal;
+  /**
+   * The caller's org id: the queue is fair across orgs (round-robin between per-org FIFOs; a full queue
+   * sheds the org with the most waiting calls first). Calls without one share the org `""`.
+   */
+  orgId?: string;
 }
 
 /**
@@ -109,120 +73,12 @@ export interface CpuRunOptions {
  */
 export const WITHDRAW_LEAD_MS = 1;
 
-/** Time constant of the utilization average, ms. */
-export const UTILIZATION_TAU_MS = 5_000;
 /** Longest delay Node's timers accept. */
 const MAX_TIMER_MS = 2_147_483_647;
 /** piscina's wait for running tasks on close before it terminates the threads. */
 const CLOSE_TIMEOUT_MS = 10_000;
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
-
-/** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
-class Call {
-  prev: Call | null = null;
-  next: Call | null = null;
-  inQueue = false;
-  /** False once the batch's buffers were moved into pool-owned ones. */
-  inputOwnedByCaller = true;
-  dispatched = false;
-  settled = false;
-  timer: NodeJS.Timeout | null = null;
-  onAbort: (() => void) | null = null;
-  constructor(
-    public input: CpuTaskInput,
-    readonly submitted: number,
-    readonly deadline: number,
-    readonly signal: AbortSignal | undefined,
-    readonly resolve: (r: CpuStageResult) => void,
-    readonly reject: (err: Error) => void,
-  ) {}
-}
-
-/** FIFO with O(1) removal from anywhere (a withdrawn task leaves from the middle). */
-class CallQueue {
-  #head: Call | null = null;
-  #tail: Call | null = null;
-  size = 0;
-  push(c: Call): void {
-    c.prev = this.#tail;
-    c.next = null;
-    if (this.#tail) this.#tail.next = c;
-    else this.#head = c;
-    this.#tail = c;
-    c.inQueue = true;
-    this.size++;
-  }
-  remove(c: Call): void {
-    if (!c.inQueue) return;
-    if (c.prev) c.prev.next = c.next;
-    else this.#head = c.next;
-    if (c.next) c.next.prev = c.prev;
-    else this.#tail = c.prev;
-    c.prev = c.next = null;
-    c.inQueue = false;
-    this.size--;
-  }
-  shift(): Call | null {
-    const c = this.#head;
-    if (c) this.remove(c);
-    return c;
-  }
-}
-
-function newHistogram(): Histogram {
-  return buildHistogram({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 60_000_000,
-    numberOfSignificantValueDigits: 3,
-  });
-}
-
-function summarize(h: Histogram): LatencySummary {
-  const count = h.totalCount;
-  if (count === 0) return { count: 0, mean: 0, p50: 0, p90: 0, p99: 0, max: 0 };
-  return {
-    count,
-    mean: h.mean,
-    p50: h.getValueAtPercentile(50),
-    p90: h.getValueAtPercentile(90),
-    p99: h.getValueAtPercentile(99),
-    max: h.maxValue,
-  };
-}
-
-/**
- * The project root: the nearest ancestor of this module holding package.json (from `src/pool/` under
- * vitest and from `dist/src/pool/` alike).
- * @throws Error when no ancestor holds package.json.
- */
-export function projectRoot(): string {
-  let dir = path.dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(path.join(dir, 'package.json'))) {
-    const up = path.dirname(dir);
-    if (up === dir) throw new Error(`package.json not found above ${fileURLToPath(import.meta.url)}`);
-    dir = up;
-  }
-  return dir;
-}
-
-/** Absolute path of the compiled worker, `<project root>/dist/workers/cpu-worker.js` (`npm run build`). */
-export function resolveWorkerFile(): string {
-  return path.join(projectRoot(), 'dist', 'workers', 'cpu-worker.js');
-}
-
-/**
- * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
- * caller's views are detached at `run()` even when the task has to wait for a thread.
- */
-function takeOwnership(input: CpuTaskInput): CpuTaskInput {
-  const { score, similarity, confidence, rank, tokens, text, offsets } = input;
-  const moved = structuredClone(
-    { score, similarity, confidence, rank, tokens, text, offsets },
-    { transfer: transferList(input) },
-  );
-  return { ...input, ...moved };
-}
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
@@ -232,11 +88,10 @@ export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
   readonly #capacity: number;
   readonly #maxQueue: number;
-  readonly #queue = new CallQueue();
+  readonly #queue = new FairQueue<Call>();
   #running = 0;
   /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
-  #utilization = 0;
-  #utilizationAt = epochNow();
+  readonly #busy = new BusyAverage(epochNow());
   #closed = false;
   #closing: Promise<void> | null = null;
   #completed = 0;
@@ -302,12 +157,12 @@ export class CpuPool {
     this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = 0;
     this.#waitUs.reset();
     this.#runUs.reset();
-    this.#utilization = 0;
-    this.#utilizationAt = epochNow();
+    this.#busy.reset(epochNow());
   }
 
   /**
-   * Runs one CPU task: dispatched at once when a thread is free, else queued (FIFO) until one is.
+   * Runs one CPU task: dispatched at once when a thread is free, else queued until one is. Queued tasks
+   * leave round-robin across orgs (`opts.orgId`), first in first out within an org.
    * Ownership of the batch's buffers passes to the pool: after `run()` returns, the caller's seven typed
    * arrays are detached (transferred to the worker, or moved into the queue).
    *
@@ -315,7 +170,9 @@ export class CpuPool {
    * withdrawn; a running task stops its DP cooperatively and returns on the greedy path before it; should a
    * result still be missing at the deadline, the call is answered then (within timer granularity) and the
    * thread finishes undisturbed, its result discarded. No thread is ever terminated for a deadline.
-   * @throws IbexError `IBEX_ERR_POOL_SATURATED` at once when no thread is free and `maxQueue` tasks wait;
+   * @throws IbexError `IBEX_ERR_POOL_SATURATED` at once when no thread is free and `maxQueue` tasks wait
+   *   (unless another org has at least two more waiting: then that org's newest waiting call is refused
+   *   instead, with this error, and this call is queued);
    *   `IBEX_ERR_POOL_DEADLINE` when the deadline or `opts.signal` ends the call before a result (cause: the
    *   signal's reason, if any); `IBEX_ERR_POOL_TASK_FAILED` when the task throws, its thread dies, the batch
    *   is malformed or detached, or the pool is closed.
@@ -346,10 +203,15 @@ export class CpuPool {
         reject(Errors.poolDeadline(new Error('deadline passed before dispatch')));
         return;
       }
-      const call = new Call(input, submitted, input.deadline, signal, resolve, reject);
+      const orgId = opts.orgId ?? '';
+      const call = new Call(input, submitted, input.deadline, signal, orgId, resolve, reject);
       if (this.#running < this.#capacity && this.#queue.size === 0) {
         this.#dispatch(call);
-      } else if (this.#queue.size >= this.#maxQueue) {
+      } else if (
+        this.#queue.size >= this.#maxQueue &&
+        // A call that could not be queued anyway must not cost another org its place.
+        (call.deadline - WITHDRAW_LEAD_MS <= submitted || !this.#shedForOrg(orgId))
+      ) {
         this.#rejected++;
         reject(Errors.poolSaturated());
         return;
@@ -360,7 +222,7 @@ export class CpuPool {
       } else {
         call.input = takeOwnership(input);
         call.inputOwnedByCaller = false;
-        this.#queue.push(call);
+        this.#queue.push(orgId, call);
       }
       this.#arm(call, submitted);
       if (signal) {
@@ -368,6 +230,21 @@ export class CpuPool {
         signal.addEventListener('abort', call.onAbort, { once: true });
       }
     });
+  }
+
+  /**
+   * Full queue: refuses the newest waiting call of the org with the most waiting calls, if that org has at
+   * least two more than `orgId`, so that a flooding org cannot lock others out of the queue.
+   * @returns whether room was made.
+   */
+  #shedForOrg(orgId: string): boolean {
+    const victim = this.#queue.newestOfLargest();
+    if (victim === null || this.#queue.sizeOf(victim.orgId) < this.#queue.sizeOf(orgId) + 2) return false;
+    this.#queue.remove(victim);
+    this.#rejected++;
+    this.#settle(victim);
+    victim.reject(Errors.poolSaturated());
+    return true;
   }
 
   /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
@@ -455,7 +332,10 @@ export class CpuPool {
     this.#pump();
   }
 
-  /** Hands waiting tasks to free threads, oldest first; a task already at its withdrawal time leaves instead. */
+  /**
+   * Hands waiting tasks to free threads, round-robin across orgs and oldest first within one; a task already
+   * at its withdrawal time leaves instead.
+   */
   #pump(): void {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shift()!;
@@ -467,29 +347,18 @@ export class CpuPool {
     }
   }
 
-  /**
-   * Folds the time since the last change into the utilization average. `running` is constant in between,
-   * so weighting the step by 1 − e^(−dt/τ) is exact, and the gauge does not depend on who reads it when.
-   */
-  #updateUtilization(now: number): void {
-    const busy = Math.min(1, this.#running / this.#capacity);
-    const weight = 1 - Math.exp(-(now - this.#utilizationAt) / UTILIZATION_TAU_MS);
-    this.#utilization += (busy - this.#utilization) * weight;
-    this.#utilizationAt = now;
-  }
-
   #setRunning(running: number): void {
-    this.#updateUtilization(epochNow());
+    this.#busy.update(epochNow(), Math.min(1, this.#running / this.#capacity));
     this.#running = running;
   }
 
   /** Current figures (see {@link PoolStats}). */
   stats(): PoolStats {
-    this.#updateUtilization(epochNow());
+    this.#busy.update(epochNow(), Math.min(1, this.#running / this.#capacity));
     return {
       queueSize: this.#queue.size + this.#piscina.queueSize,
       running: this.#running,
-      utilization: this.#utilization,
+      utilization: this.#busy.value,
       threads: this.#piscina.threads.length,
       completed: this.#completed,
       withdrawn: this.#withdrawn,
@@ -513,7 +382,7 @@ export class CpuPool {
   async close(): Promise<void> {
     if (!this.#closing) {
       this.#closed = true;
-      for (let call = this.#queue.shift(); call; call = this.#queue.shift()) {
+      for (const call of this.#queue.drain()) {
         this.#failed++;
         this.#settle(call);
         call.reject(Errors.poolTaskFailed(new Error('the CPU pool closed before the task ran')));

@@ -15,7 +15,8 @@ export type BranchErrorCode =
   | 'IBEX_RETRIEVAL_BAD_SHAPE'
   | 'IBEX_RETRIEVAL_BAD_DIRECTIVE'
   | 'IBEX_RETRIEVAL_UNAVAILABLE'
-  | 'IBEX_RETRIEVAL_STORE_REPLY';
+  | 'IBEX_RETRIEVAL_STORE_REPLY'
+  | 'IBEX_RETRIEVAL_DECODER_BUSY';
 
 /** One branch failure; `detail` never contains credentials. */
 export class BranchError extends Error {
@@ -49,7 +50,10 @@ export const BranchErrors = {
       `memory service unreachable (${reason})`,
       cause,
     ),
+  /** SPEC §4.1: a body beyond the cap derived from `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS`. */
   tooLarge: () => new BranchError('IBEX_RETRIEVAL_TOO_LARGE', 'error', 'response too large'),
+  /** Issue 9: too many large bodies already wait for the body-decoder thread. */
+  decoderBusy: () => new BranchError('IBEX_RETRIEVAL_DECODER_BUSY', 'error', 'body decoder busy'),
   invalidJson: (cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_INVALID_JSON', 'error', 'invalid JSON', cause),
   badShape: (where: string) => new BranchError('IBEX_RETRIEVAL_BAD_SHAPE', 'error', `bad shape: ${where}`),

@@ -1,14 +1,23 @@
 /**
  * Memory service client over HTTP/1.1 (SPEC §4.1): one undici keep-alive pool per origin, no retries,
- * a capped response body, the request's AbortSignal wired into every call.
+ * the request's AbortSignal wired into every call. Answers are bounded (issue 9 item 2): the body is read
+ * up to a cap derived from the requested `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS` (beyond it the
+ * connection is aborted and the branch fails `response too large`), items past `limit` are ignored and
+ * counted, oversize memories dropped and counted, and a large body is decoded off the event loop
+ * ({@link BodyDecoder}). The source returns hits already validated and scoped.
  */
 import { Pool } from 'undici';
+import { BodyDecoder } from './body-decoder.js';
 import { BranchErrors, isBranchError } from './branch-error.js';
 import type { MemorySource } from './retrieve.js';
-import { HOT_LIMIT, type RawHits, SEARCH_LIMIT, unwrapMemoryResponse } from './validate.js';
-
-/** Default cap on a response body: 8 MiB, far above 20 hits, far below what could hurt the process. */
-export const DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
+import {
+  DEFAULT_MAX_MEMORY_CHARS,
+  type HitLimits,
+  HOT_LIMIT,
+  maxBodyBytes,
+  SEARCH_LIMIT,
+  type ValidatedHits,
+} from './validate.js';
 
 /** Options of {@link HttpMemorySource}. */
 export interface HttpMemorySourceOptions {
@@ -24,8 +33,15 @@ export interface HttpMemorySourceOptions {
   hotTimeoutMs: number;
   /** undici's own headers/body timeouts for the cold call, ms (surface as `cold_http_timeout`). */
   coldTimeoutMs: number;
-  /** Response bodies beyond this many bytes fail the branch with `response too large`. Default 8 MiB. */
+  /** `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points: longer memories are dropped (`oversize`). Default 65,536. */
+  maxMemoryChars?: number;
+  /**
+   * Lowers the body cap below the one derived from `limit` and `maxMemoryChars` ({@link maxBodyBytes}:
+   * ~7.9 MB hot, ~4.0 MB cold by default), bytes. Tests use it; the service does not.
+   */
   maxResponseBytes?: number;
+  /** Where large bodies are decoded; default a {@link BodyDecoder} owned (and closed) by this source. */
+  decoder?: BodyDecoder;
   /** Max sockets to the origin. Default 128. */
   connections?: number;
   /** TCP connect timeout, ms. Default 1000. */
@@ -47,7 +63,10 @@ export class HttpMemorySource implements MemorySource {
   readonly #auth: string;
   readonly #hotTimeoutMs: number;
   readonly #coldTimeoutMs: number;
-  readonly #maxBytes: number;
+  readonly #hot: { limits: HitLimits; maxBytes: number };
+  readonly #cold: { limits: HitLimits; maxBytes: number };
+  readonly #decoder: BodyDecoder;
+  readonly #ownsDecoder: boolean;
 
   /** @throws TypeError when `baseUrl` is not an absolute http(s) URL. */
   constructor(options: HttpMemorySourceOptions) {
@@ -59,29 +78,45 @@ export class HttpMemorySource implements MemorySource {
     this.#auth = `Bearer ${options.token}`;
     this.#hotTimeoutMs = options.hotTimeoutMs;
     this.#coldTimeoutMs = options.coldTimeoutMs;
-    this.#maxBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    const maxChars = options.maxMemoryChars ?? DEFAULT_MAX_MEMORY_CHARS;
+    const capped = (limit: number) => ({
+      limits: { limit, maxChars },
+      maxBytes: Math.min(maxBodyBytes(limit, maxChars), options.maxResponseBytes ?? Number.POSITIVE_INFINITY),
+    });
+    this.#hot = capped(HOT_LIMIT);
+    this.#cold = capped(SEARCH_LIMIT);
+    this.#ownsDecoder = options.decoder === undefined;
+    this.#decoder = options.decoder ?? new BodyDecoder();
     this.#pool = new Pool(url.origin, {
       connections: options.connections ?? 128,
       pipelining: 1,
       connectTimeout: options.connectTimeoutMs ?? 1000,
       keepAliveTimeout: options.keepAliveTimeoutMs ?? 30_000,
-      // Defence in depth: undici enforces the cap itself too, whatever path reads the body.
-      maxResponseSize: this.#maxBytes,
+      // Defence in depth: undici enforces the larger cap itself too, whatever path reads the body.
+      maxResponseSize: Math.max(this.#hot.maxBytes, this.#cold.maxBytes),
     });
   }
 
-  /** `GET /v1/memories/hot?agent_id=<uuid>&limit=20&min_confidence=0.0` → the `results` items. */
-  hot(_orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits> {
+  /**
+   * `GET /v1/memories/hot?agent_id=<uuid>&limit=20&min_confidence=0.0` → the first 20 `results` items,
+   * validated and scoped to `orgId`/`agentId`.
+   */
+  hot(orgId: string, agentId: string, signal: AbortSignal): Promise<ValidatedHits> {
     const path = `${this.#prefix}/v1/memories/hot?agent_id=${encodeURIComponent(agentId)}&limit=${HOT_LIMIT}&min_confidence=0.0`;
-    return this.#call('hot', 'GET', path, undefined, this.#hotTimeoutMs, signal);
+    return this.#call('hot', orgId, agentId, 'GET', path, undefined, this.#hotTimeoutMs, signal);
   }
 
-  /** `POST /v1/memories/search` with `{"agent_id","query","limit":10,"min_confidence":0.0}`. */
-  search(_orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
+  /**
+   * `POST /v1/memories/search` with `{"agent_id","query","limit":10,"min_confidence":0.0}` → the first 10
+   * items, validated and scoped.
+   */
+  search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<ValidatedHits> {
     // Built by hand so the wire carries `0.0` exactly as SPEC §4.1 writes it (JSON.stringify prints `0`).
     const body = `{"agent_id":${jsonString(agentId)},"query":${jsonString(query)},"limit":${SEARCH_LIMIT},"min_confidence":0.0}`;
     return this.#call(
       'cold',
+      orgId,
+      agentId,
       'POST',
       `${this.#prefix}/v1/memories/search`,
       body,
@@ -90,8 +125,14 @@ export class HttpMemorySource implements MemorySource {
     );
   }
 
+  /** Starts the body-decoder thread now (service start-up), so no branch pays for it. */
+  warm(): void {
+    this.#decoder.warm();
+  }
+
   /** Closes the pool; sockets still busy after 1 s are destroyed so shutdown cannot hang. */
   async close(): Promise<void> {
+    if (this.#ownsDecoder) await this.#decoder.close();
     let timer: NodeJS.Timeout | undefined;
     const grace = new Promise<'late'>((resolve) => {
       timer = setTimeout(() => resolve('late'), 1000);
@@ -106,15 +147,18 @@ export class HttpMemorySource implements MemorySource {
 
   async #call(
     branch: Branch,
+    orgId: string,
+    agentId: string,
     method: 'GET' | 'POST',
     path: string,
     body: string | undefined,
     timeoutMs: number,
     signal: AbortSignal,
-  ): Promise<RawHits> {
+  ): Promise<ValidatedHits> {
+    const { limits, maxBytes } = branch === 'hot' ? this.#hot : this.#cold;
     const headers: Record<string, string> = { authorization: this.#auth, accept: 'application/json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
-    let text: string;
+    let payload: Uint8Array;
     try {
       const res = await this.#pool.request({
         method,
@@ -131,29 +175,49 @@ export class HttpMemorySource implements MemorySource {
         throw BranchErrors.httpStatus(res.statusCode);
       }
       const declared = Number(res.headers['content-length']);
-      if (Number.isFinite(declared) && declared > this.#maxBytes) {
+      if (Number.isFinite(declared) && declared > maxBytes) {
+        // Destroying the body aborts the connection: nothing more of it is read.
         res.body.destroy();
         throw BranchErrors.tooLarge();
       }
-      const chunks: Buffer[] = [];
-      let size = 0;
+      const sink = new BodySink(Number.isFinite(declared) ? declared : 0);
       for await (const chunk of res.body) {
-        size += (chunk as Buffer).length;
         // Leaving the loop by throwing destroys the body, which stops reading from the socket.
-        if (size > this.#maxBytes) throw BranchErrors.tooLarge();
-        chunks.push(chunk as Buffer);
+        if (sink.size + (chunk as Buffer).length > maxBytes) throw BranchErrors.tooLarge();
+        sink.add(chunk as Buffer);
       }
-      text = chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
+      payload = sink.bytes();
     } catch (err) {
       throw classify(branch, err, signal);
     }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch (err) {
-      throw BranchErrors.invalidJson(err);
+    return this.#decoder.decode(payload, orgId, agentId, limits, signal);
+  }
+}
+
+/**
+ * Collects a body into one ArrayBuffer of its own (undici's chunks may be views on shared slabs), so that a
+ * large body can be transferred to the decoder thread. Each chunk is copied as it arrives: with a declared
+ * length the buffer is allocated once, so no single step copies more than a chunk (no multi-MB memcpy
+ * stalling the event loop at the end); a chunked body grows by doubling.
+ */
+class BodySink {
+  #buf: Uint8Array;
+  size = 0;
+  constructor(expected: number) {
+    this.#buf = new Uint8Array(Math.max(expected, 16 * 1024));
+  }
+  add(chunk: Uint8Array): void {
+    if (this.size + chunk.length > this.#buf.length) {
+      const grown = new Uint8Array(Math.max(this.#buf.length * 2, this.size + chunk.length));
+      grown.set(this.#buf.subarray(0, this.size));
+      this.#buf = grown;
     }
-    return unwrapMemoryResponse(parsed);
+    this.#buf.set(chunk, this.size);
+    this.size += chunk.length;
+  }
+  /** The body: a view of exactly `size` bytes on a buffer nothing else references. */
+  bytes(): Uint8Array {
+    return this.#buf.subarray(0, this.size);
   }
 }
 

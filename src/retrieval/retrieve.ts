@@ -7,10 +7,21 @@
 import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
 import { isBranchError } from './branch-error.js';
 import type { RetrievalSources } from './sources.js';
-import { droppedDetail, type RawHits, validateHits } from './validate.js';
+import {
+  DEFAULT_MAX_MEMORY_CHARS,
+  droppedDetail,
+  HOT_LIMIT,
+  type RawHits,
+  SEARCH_LIMIT,
+  type ValidatedHits,
+  validateHits,
+} from './validate.js';
 
 export type { RetrievalSources } from './sources.js';
-export type { RawHits } from './validate.js';
+export type { RawHits, ValidatedHits } from './validate.js';
+
+/** What a memory source answers: raw items (validated here) or hits it already validated and bounded. */
+export type SourceHits = RawHits | ValidatedHits;
 
 /** One retrieval's inputs. `orgId`/`agentId` are UUIDs validated upstream (any case accepted). */
 export interface RetrievalRequest {
@@ -45,6 +56,12 @@ export interface RetrievalResult {
   branches: BranchOutcome[];
   /** Items dropped over hot+cold: wrong shape/values, or another org's/agent's. */
   dropped: { invalid: number; foreign: number };
+  /**
+   * What the bounds of SPEC §4.1 removed over hot+cold (issue 9): hits whose content is over
+   * `IBEX_CONTEXT_MAX_MEMORY_CHARS` (dropped, reason `oversize`), and items past the requested limit
+   * (`ignored`: not validated, not scored).
+   */
+  bounded: { oversize: number; ignored: number };
 }
 
 /** Where directives come from (Redis or the embedded store). */
@@ -61,12 +78,13 @@ export interface DirectiveSource {
 /** Where memories come from (memory service over HTTP, or the embedded store). */
 export interface MemorySource {
   /**
-   * Hot memories of the agent, unvalidated (SPEC §4.1 item shape).
+   * Hot memories of the agent: raw items (SPEC §4.1 item shape; retrieve keeps the first 20 and validates
+   * them) or hits the source validated, scoped and bounded itself (the HTTP source, issue 9).
    * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
    */
-  hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits>;
-  /** Cold search for `query`, unvalidated. Throws as {@link MemorySource.hot}. */
-  search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits>;
+  hot(orgId: string, agentId: string, signal: AbortSignal): Promise<SourceHits>;
+  /** Cold search for `query`; as {@link MemorySource.hot}, first 10 items. */
+  search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<SourceHits>;
   close(): Promise<void>;
 }
 
@@ -147,6 +165,10 @@ async function runBranch<T>(
   }
 }
 
+function isRawHits(value: SourceHits): value is RawHits {
+  return Array.isArray(value);
+}
+
 function skipped(name: BranchName, detail: string): Settled<never> {
   return { outcome: { name, status: 'skipped', latency_ms: 0, detail }, value: undefined };
 }
@@ -164,15 +186,21 @@ function skipped(name: BranchName, detail: string): Settled<never> {
  * - `signal` is the request's: when it aborts, every branch is aborted (`timeout`/`outer_deadline` when
  *   its reason is a TimeoutError, else `error`/`cancelled`).
  *
+ * - Bounds (SPEC §4.1, issue 9): only the first 20 hot / 10 cold items are looked at (the rest counted
+ *   `ignored`); a hit longer than `maxMemoryChars` code points is dropped as `oversize`. Sources that
+ *   validate themselves (HTTP) apply the same bounds before their hits reach this thread.
+ *
  * Latencies are `performance.now()` differences in ms. Never throws for dependency failures; returns at
  * most about 1 ms after the wall (timer resolution), provided sources honour or ignore, but never block
  * on, their signal.
+ * @param maxMemoryChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points (default 65,536).
  */
 export async function retrieve(
   sources: RetrievalSources,
   req: RetrievalRequest,
   t: RetrievalTimeouts,
   signal: AbortSignal,
+  maxMemoryChars = DEFAULT_MAX_MEMORY_CHARS,
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
@@ -193,10 +221,10 @@ export async function retrieve(
     const directiveP = runBranch('directive', t.directiveMs, wall, (s) =>
       sources.directive.get(orgId, agentId, s),
     );
-    const hotP: Promise<Settled<RawHits>> = req.skipHot
+    const hotP: Promise<Settled<SourceHits>> = req.skipHot
       ? Promise.resolve(skipped('hot', 'skip_hot_memories'))
       : runBranch('hot', t.hotMs, wall, (s) => sources.memory.hot(orgId, agentId, s));
-    const coldP: Promise<Settled<RawHits>> = req.skipCold
+    const coldP: Promise<Settled<SourceHits>> = req.skipCold
       ? Promise.resolve(skipped('cold', 'skip_cold_memories'))
       : req.query.trim() === ''
         ? Promise.resolve(skipped('cold', 'empty_query'))
@@ -204,16 +232,22 @@ export async function retrieve(
     const [d, h, c] = await Promise.all([directiveP, hotP, coldP]);
 
     const dropped = { invalid: 0, foreign: 0 };
-    const take = (settled: Settled<RawHits>): MemoryHit[] => {
+    const bounded = { oversize: 0, ignored: 0 };
+    const take = (settled: Settled<SourceHits>, limit: number): MemoryHit[] => {
       if (settled.outcome.status !== 'success' || settled.value === undefined) return [];
-      const v = validateHits(settled.value, orgId, agentId);
+      const value = settled.value;
+      const v = isRawHits(value)
+        ? validateHits(value, orgId, agentId, { limit, maxChars: maxMemoryChars })
+        : value;
       dropped.invalid += v.invalid;
       dropped.foreign += v.foreign;
-      settled.outcome.detail = droppedDetail(v.invalid, v.foreign);
+      bounded.oversize += v.oversize;
+      bounded.ignored += v.ignored;
+      settled.outcome.detail = droppedDetail(v.invalid, v.foreign, v.oversize, v.ignored);
       return v.hits;
     };
-    const hot = take(h);
-    const cold = take(c);
+    const hot = take(h, HOT_LIMIT);
+    const cold = take(c, SEARCH_LIMIT);
     if (d.outcome.status === 'success' && d.value == null) d.outcome.detail = 'no directive';
     return {
       directive: d.value ?? null,
@@ -221,6 +255,7 @@ export async function retrieve(
       cold,
       branches: [d.outcome, h.outcome, c.outcome],
       dropped,
+      bounded,
     };
   } finally {
     clearTimeout(wallTimer);

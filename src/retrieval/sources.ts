@@ -194,6 +194,7 @@ export async function createSources(
             token: settings.memoryApiToken,
             hotTimeoutMs: settings.hotTimeoutMs,
             coldTimeoutMs: settings.coldTimeoutMs,
+            maxMemoryChars: settings.maxMemoryChars,
           })
         : memoryKind === 'postgres'
           ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
@@ -204,6 +205,8 @@ export async function createSources(
         : directiveKind === 'postgres'
           ? new PgDirectiveSource(pgStore!, pgTimes)
           : new EmbeddedDirectiveSource(reads!);
+    // The body-decoder thread starts now, not inside the first large body's branch timeout (issue 9).
+    if (memory instanceof HttpMemorySource) memory.warm();
     let closed = false;
     const mem = memory;
     return {

@@ -11,6 +11,58 @@ import { canonicalUuid } from './uuid.js';
 export const HOT_LIMIT = 20;
 /** Cold search size (SPEC §4.1 `limit: 10`). */
 export const SEARCH_LIMIT = 10;
+/** Default `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, code points (SPEC §3). */
+export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
+/** Room for the envelope around the results, bytes. */
+const ENVELOPE_BYTES = 1024;
+/** Room per item for everything but the content (ids, category, source, numbers, extra fields), bytes. */
+const ITEM_OVERHEAD_BYTES = 4096;
+/**
+ * Bytes one code point of content may take in a JSON body: 6 for a `\uXXXX` escape of a BMP character
+ * (raw UTF-8 takes at most 4). Only astral characters written as two escapes could exceed it.
+ */
+const JSON_BYTES_PER_CODE_POINT = 6;
+
+/**
+ * Response-body cap for a memory-service answer to `limit` items (SPEC §4.1): the envelope plus `limit`
+ * items whose content is at the memory cap. Hot (20 items, 65,536 code points) → 7,947,264 bytes; cold
+ * (10) → 3,974,144 bytes. A bigger body fails the branch (`response too large`).
+ * @param limit items requested (SPEC §4.1: 20 hot, 10 cold).
+ * @param maxChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points.
+ * @returns bytes.
+ */
+export function maxBodyBytes(limit: number, maxChars: number): number {
+  return ENVELOPE_BYTES + limit * (maxChars * JSON_BYTES_PER_CODE_POINT + ITEM_OVERHEAD_BYTES);
+}
+
+/**
+ * Whether `text` has more than `max` code points, without allocating and reading at most `2 × max + 1`
+ * UTF-16 units (a string of ≤ max units cannot exceed; one of > 2 × max units must).
+ */
+export function exceedsCodePoints(text: string, max: number): boolean {
+  const units = text.length;
+  if (units <= max) return false;
+  if (units > 2 * max) return true;
+  let points = 0;
+  for (let i = 0; i < units; i++) {
+    const c = text.charCodeAt(i);
+    // A high surrogate followed by a low one is one code point; a lone surrogate counts as one.
+    if (c >= 0xd800 && c <= 0xdbff && i + 1 < units) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) i++;
+    }
+    if (++points > max) return true;
+  }
+  return false;
+}
+
+/** Bounds applied while validating a branch's items (SPEC §4.1). */
+export interface HitLimits {
+  /** Items requested: later items are ignored (not validated, not scored) and counted. */
+  limit: number;
+  /** `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longer content is dropped as `oversize`. Code points. */
+  maxChars: number;
+}
 
 /**
  * Items as a source received them, before validation: `results` of an HTTP body or embedded-store rows,
@@ -27,6 +79,10 @@ export interface ValidatedHits {
   invalid: number;
   /** Valid items dropped because their org_id or agent_id is not the request's. */
   foreign: number;
+  /** Otherwise valid items dropped because their content exceeds the memory cap (reason `oversize`). */
+  oversize: number;
+  /** Items past the requested limit, not looked at. */
+  ignored: number;
 }
 
 function isRecord(value: unknown): value is Record<string, unknown> {
@@ -68,34 +124,76 @@ export function validateHit(item: unknown): MemoryHit | null {
   };
 }
 
+const UNBOUNDED: HitLimits = { limit: Number.POSITIVE_INFINITY, maxChars: Number.POSITIVE_INFINITY };
+
 /**
  * Validates a branch's items and keeps only the request's org and agent: a retrieval never widens
- * visibility (SPEC §4.1). Order is preserved.
+ * visibility (SPEC §4.1). Order is preserved. Only the first `limits.limit` items are looked at; a hit
+ * whose content exceeds `limits.maxChars` code points is dropped as `oversize` (checked after shape,
+ * before scoping: the work per item is bounded by the cap, never by the text's length).
  * @param orgId request org, any case (compared canonically).
  * @param agentId request agent, any case.
  */
-export function validateHits(items: RawHits, orgId: string, agentId: string): ValidatedHits {
+export function validateHits(
+  items: RawHits,
+  orgId: string,
+  agentId: string,
+  limits: HitLimits = UNBOUNDED,
+): ValidatedHits {
   const org = orgId.toLowerCase();
   const agent = agentId.toLowerCase();
   const hits: MemoryHit[] = [];
   let invalid = 0;
   let foreign = 0;
-  for (const item of items) {
-    const hit = validateHit(item);
+  let oversize = 0;
+  const n = Math.min(items.length, limits.limit);
+  for (let i = 0; i < n; i++) {
+    const hit = validateHit(items[i]);
     if (hit === null) invalid++;
+    else if (exceedsCodePoints(hit.content, limits.maxChars)) oversize++;
     else if (hit.org_id !== org || hit.agent_id !== agent) foreign++;
     else hits.push(hit);
   }
-  return { hits, invalid, foreign };
+  return { hits, invalid, foreign, oversize, ignored: items.length - n };
 }
 
-/** Branch detail for dropped items: `dropped 1 invalid, 2 foreign`, `dropped 2 invalid`, or "". */
-export function droppedDetail(invalid: number, foreign: number): string {
+/**
+ * Branch detail for dropped and ignored items: `dropped 1 invalid, 2 foreign`, `dropped 2 oversize`,
+ * `ignored 4980 past limit`, both joined by `; `, or "".
+ */
+export function droppedDetail(invalid: number, foreign: number, oversize = 0, ignored = 0): string {
   const parts: string[] = [];
   if (invalid > 0) parts.push(`${invalid} invalid`);
   if (foreign > 0) parts.push(`${foreign} foreign`);
-  return parts.length === 0 ? '' : `dropped ${parts.join(', ')}`;
+  if (oversize > 0) parts.push(`${oversize} oversize`);
+  const dropped = parts.length === 0 ? '' : `dropped ${parts.join(', ')}`;
+  if (ignored === 0) return dropped;
+  return dropped === '' ? `ignored ${ignored} past limit` : `${dropped}; ignored ${ignored} past limit`;
 }
+
+/**
+ * Decodes and validates one memory-service body (SPEC §4.1): UTF-8 → JSON → envelope → the first
+ * `limits.limit` items validated and scoped. Pure and synchronous: runs inline for small bodies and in
+ * the body-decoder thread for large ones (see `body-decoder.ts`).
+ * @param body the raw response body, at most {@link maxBodyBytes} bytes.
+ * @throws BranchError `invalid JSON` or `bad shape: …`.
+ */
+export function decodeMemoryBody(
+  body: Uint8Array,
+  orgId: string,
+  agentId: string,
+  limits: HitLimits,
+): ValidatedHits {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(utf8.decode(body));
+  } catch (err) {
+    throw BranchErrors.invalidJson(err);
+  }
+  return validateHits(unwrapMemoryResponse(parsed), orgId, agentId, limits);
+}
+
+const utf8 = new TextDecoder('utf-8');
 
 /**
  * Unwraps the memory service envelope `{"data": {"results": [...]}}` (SPEC §4.1).

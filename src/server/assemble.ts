@@ -162,6 +162,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         coldMs: settings.coldTimeoutMs,
       },
       ctx.signal,
+      settings.maxMemoryChars,
     );
     throwIfAborted(ctx);
     if (shed) {
@@ -224,7 +225,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       if (shed) throw Errors.poolSaturated();
       awaitingPool++;
       try {
-        stage = await pool.run(input, { signal: ctx.signal });
+        stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId });
       } finally {
         awaitingPool--;
       }
@@ -304,6 +305,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     }
     if (r.dropped.invalid > 0) metrics.droppedHits.inc({ reason: 'invalid' }, r.dropped.invalid);
     if (r.dropped.foreign > 0) metrics.droppedHits.inc({ reason: 'foreign' }, r.dropped.foreign);
+    if (r.bounded.oversize > 0) metrics.droppedHits.inc({ reason: 'oversize' }, r.bounded.oversize);
+    if (r.bounded.ignored > 0) metrics.droppedHits.inc({ reason: 'past_limit' }, r.bounded.ignored);
   }
 
   /** The answer from a CPU-stage result: its budget, costs, pack, context and tokens_used. */

@@ -24,10 +24,22 @@ interface Body {
   text: string;
   /** Whether the branch must succeed (status < 400 and a `{data:{results:[…]}}` envelope). */
   success: boolean;
-  /** Ids of the valid hits of the request's org and agent. */
-  own: string[];
-  invalid: number;
-  foreign: number;
+  /** The leading results in order: an own hit's lower-case id, or what else the item is. */
+  lead: (string | 'foreign' | 'invalid')[];
+  /** Invalid results after `lead`. */
+  tail: number;
+}
+
+/** What the service must count for `b` when it looks at only the first `limit` items (SPEC §4.1). */
+function expected(b: Body, limit: number) {
+  const seen = b.lead.slice(0, limit);
+  const tailSeen = Math.max(0, Math.min(b.tail, limit - b.lead.length));
+  return {
+    own: seen.filter((k) => k !== 'foreign' && k !== 'invalid'),
+    invalid: seen.filter((k) => k === 'invalid').length + tailSeen,
+    foreign: seen.filter((k) => k === 'foreign').length,
+    ignored: Math.max(0, b.lead.length + b.tail - limit),
+  };
 }
 
 const uuid = fc.uuid().map((u) => u.toLowerCase());
@@ -146,16 +158,15 @@ const envelope: fc.Arbitrary<Body> = fc
     const head = extra.length
       ? `${JSON.stringify(Object.fromEntries(extra.map((k) => [k, extraKeys[k]]))).slice(0, -1)},`
       : '{';
-    const own = items
-      .filter((i) => i.kind === 'own')
-      .map((i) => (i.value as { memory: { id: string } }).memory.id.toLowerCase());
+    const lead = items.map((i) =>
+      i.kind === 'own' ? (i.value as { memory: { id: string } }).memory.id.toLowerCase() : i.kind,
+    );
     return {
       status: 200,
       text: `${head}"data":{"results":[${parts.join(',')}]}}`,
       success: true,
-      own,
-      invalid: items.filter((i) => i.kind === 'invalid').length + padding + (deep > 0 ? 1 : 0),
-      foreign: items.filter((i) => i.kind === 'foreign').length,
+      lead,
+      tail: padding + (deep > 0 ? 1 : 0),
     };
   });
 
@@ -182,9 +193,8 @@ function other(text: string, statusCode = 200): Body {
     status: statusCode,
     text,
     success: statusCode < 400 && ok && isEnvelope(parsed),
-    own: [],
-    invalid: results.length,
-    foreign: 0,
+    lead: [],
+    tail: results.length,
   };
 }
 
@@ -201,7 +211,7 @@ const hostile: fc.Arbitrary<Body> = fc.oneof(
   fc.integer({ min: 1, max: 100_000 }).map((d) => other(`${'['.repeat(d)}`)),
   fc
     .tuple(fc.constantFrom(400, 401, 404, 409, 422, 429, 500, 502, 503), envelope)
-    .map(([code, b]) => ({ ...b, status: code, success: false, own: [], invalid: 0, foreign: 0 })),
+    .map(([code, b]) => ({ ...b, status: code, success: false, lead: [], tail: 0 })),
 );
 
 const body: fc.Arbitrary<Body> = fc.oneof(
@@ -249,7 +259,8 @@ describe('random memory-service bodies', () => {
     const t = { org: ORG, agent: AGENT };
     let runs = 0;
     const before = await scrape(svc.service.adminUrl);
-    let dropped = { invalid: 0, foreign: 0 };
+    let dropped = { invalid: 0, foreign: 0, ignored: 0 };
+    const limits = [20, 10];
     await fc.assert(
       fc.asyncProperty(body, body, async (hot, cold) => {
         runs++;
@@ -260,6 +271,7 @@ describe('random memory-service bodies', () => {
         const res = r.response!;
         const successes = [hot, cold].filter((b) => b.success).length;
         expect(res.degradation.level).toBe(['L2', 'L1', 'L0'][successes]);
+        const own = new Set<string>();
         for (const [i, b] of [hot, cold].entries()) {
           const branch = res.degradation.branches[i + 1]!;
           if (!b.success) {
@@ -267,14 +279,22 @@ describe('random memory-service bodies', () => {
             continue;
           }
           expect(branch.status).toBe('success');
+          // Items past the limit (20 hot, 10 cold) are ignored and counted, never validated.
+          const e = expected(b, limits[i]!);
           const parts: string[] = [];
-          if (b.invalid > 0) parts.push(`${b.invalid} invalid`);
-          if (b.foreign > 0) parts.push(`${b.foreign} foreign`);
-          expect(branch.detail).toBe(parts.length ? `dropped ${parts.join(', ')}` : '');
-          dropped = { invalid: dropped.invalid + b.invalid, foreign: dropped.foreign + b.foreign };
+          if (e.invalid > 0) parts.push(`${e.invalid} invalid`);
+          if (e.foreign > 0) parts.push(`${e.foreign} foreign`);
+          const droppedText = parts.length ? `dropped ${parts.join(', ')}` : '';
+          const ignoredText = e.ignored > 0 ? `ignored ${e.ignored} past limit` : '';
+          expect(branch.detail).toBe([droppedText, ignoredText].filter(Boolean).join('; '));
+          dropped = {
+            invalid: dropped.invalid + e.invalid,
+            foreign: dropped.foreign + e.foreign,
+            ignored: dropped.ignored + e.ignored,
+          };
+          for (const id of e.own) own.add(id);
         }
         // Only the request's own valid hits can be used, and nothing foreign or invalid is in the text.
-        const own = new Set([...(hot.success ? hot.own : []), ...(cold.success ? cold.own : [])]);
         for (const m of res.memories_used) expect(own.has(m.memory_id)).toBe(true);
         expect(res.memories_included).toBeLessThanOrEqual(own.size);
         expect(res.assembled_context).not.toContain('FOREIGN-');
@@ -295,6 +315,9 @@ describe('random memory-service bodies', () => {
     );
     expect(moved(before, after, 'ibex_context_dropped_hits_total', { reason: 'foreign' })).toBe(
       dropped.foreign,
+    );
+    expect(moved(before, after, 'ibex_context_dropped_hits_total', { reason: 'past_limit' })).toBe(
+      dropped.ignored,
     );
   });
 });

@@ -171,6 +171,7 @@ describe('pool faults (real service and worker): a worker over its memory limit'
       IBEX_CONTEXT_POOL_MIN_THREADS: '2',
       IBEX_CONTEXT_POOL_MAX_THREADS: '2',
       IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB: '16',
+      // The 510,000-character memories below must reach the worker, not be dropped as oversize (issue 9).
       IBEX_CONTEXT_TIMEOUT: '10000',
       IBEX_CONTEXT_DEADLINE_MS: '3000',
       IBEX_CONTEXT_HOT_TIMEOUT_MS: '3000',

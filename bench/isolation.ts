@@ -1,0 +1,305 @@
+/**
+ * `npm run bench:isolation [-- --seconds 10 --quiet-rate 25 --noisy-rate 10]` (issue 9, SPEC §1
+ * isolation rule): does one tenant's heavy traffic take another tenant's answers down?
+ *
+ * The service runs as a child process (bench/lib `startBenchService`) with production deadlines and a
+ * memory service over HTTP. A quiet org sends small requests open loop at 25 req/s (the project's load
+ * driver, 45 ms client deadline), first alone, then while a noisy org sends each heavy request of issue 9
+ * at 10 req/s: a decode bomb of 2,000,000 empty messages, 30 × 32,768-emoji history, a memory service
+ * answering 5,000 hits for limit=20, 20 hot memories of 300 KB HTML, and 100 × 32,768 CJK history.
+ * The noisy side (memory service + senders of pre-encoded bytes) runs in a worker thread of this process
+ * (`isolation-attacker.ts`), off the event loop that measures the quiet org.
+ *
+ * A middle phase runs the memory-service kinds alone (5,000 hits, 300 KB HTML): the dependency half of
+ * the issue, whose isolation does not depend on how requests are decoded.
+ *
+ * Reported: quiet OK and L0 rates and p99 (alone / under memory attack / under full attack), the server's event-loop delay p99
+ * (its `ibex_context_event_loop_delay_seconds`, reset at each scrape, so per phase), noisy outcomes by
+ * code and level; plus the main-thread cost of JSON-parsing memory bodies at the sizes the caps allow,
+ * which is why large bodies are decoded in a thread. Targets are printed beside the figures. Writes
+ * bench/results/isolation.json. Figures from a shared machine are noise: re-run on a quiet one.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { Bench } from 'tinybench';
+import { type LoadReport, runLoad } from '../src/client/load-driver.js';
+import { cyclingSource } from '../src/client/request-source.js';
+import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
+import type { AssembleContextRequestInput } from '../src/server/proto.js';
+import type { AttackerData, NoisyResult } from './isolation-attacker.js';
+import { machineInfo, tempDir } from './lib/bench-run.js';
+import { projectPath } from './lib/paths.js';
+import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
+import { BENCH_DEADLINE_MS, numberFlags, printTable, startBenchService } from './lib/service-child.js';
+import type { ServiceProcess } from './lib/service-process.js';
+
+const TARGETS = {
+  quiet_ok_rate: 0.99,
+  quiet_l0_rate: 0.95,
+  quiet_p99_ratio_max: 2,
+  event_loop_delay_p99_ms: 2,
+  noisy_answered_rate: 0.95,
+  decode_bomb_code: 'INVALID_ARGUMENT',
+};
+
+const QUIET = { org: 'a1a1a1a1-0000-4000-8000-000000000001', agent: 'a1a1a1a1-0000-4000-8000-0000000000a1' };
+const NOISY_ORG = 'b2b2b2b2-0000-4000-8000-000000000002';
+const AGENTS = {
+  hits5000: 'b2b2b2b2-0000-4000-8000-0000000005a0',
+  html: 'b2b2b2b2-0000-4000-8000-000000000a7e',
+};
+
+function quietRequests(): AssembleContextRequestInput[] {
+  return Array.from({ length: 16 }, (_, i) => ({
+    org_id: QUIET.org,
+    agent_id: QUIET.agent,
+    model: 'gpt-4o',
+    query: `what happened on the lake, take ${i}?`,
+    recent_messages: [
+      { role: 'user', content: `Do you remember the boat trip (${i})?` },
+      { role: 'assistant', content: 'Yes, on tuesday.' },
+    ],
+  }));
+}
+
+function quietFigures(r: LoadReport, server: ServerStepStats) {
+  const sent = Math.max(1, r.requests.sent);
+  return {
+    sent: r.requests.sent,
+    ok_rate: r.requests.ok / sent,
+    l0_rate: r.requests.levels.L0 / sent,
+    levels: r.requests.levels,
+    errors: r.requests.errors,
+    p50_ms: r.latency_ms.p50,
+    p99_ms: r.latency_ms.p99,
+    max_ms: r.latency_ms.max,
+    event_loop_delay_ms: server.event_loop_delay_ms,
+    server: {
+      degraded_reasons: server.degraded_reasons,
+      pool_tasks: server.pool_tasks,
+      cpu_cores: server.cpu_cores,
+      machine_busy_cores: server.machine_busy_cores,
+    },
+    driver: r.driver,
+    warnings: r.warnings,
+  };
+}
+
+async function quietPhase(service: ServiceProcess, seconds: number, rate: number) {
+  const before = await snapshot(service);
+  const report = await runLoad({
+    addr: service.grpcAddr,
+    rate,
+    durationS: seconds,
+    connections: 2,
+    timeoutMs: BENCH_DEADLINE_MS,
+    source: cyclingSource('quiet org', quietRequests()),
+  });
+  const after = await snapshot(service);
+  return quietFigures(report, stepStats(before, after));
+}
+
+/**
+ * Main-thread cost of `JSON.parse` + validation of memory bodies (the work a body-decoder thread takes
+ * off the event loop), median ms per body: at the inline threshold, 5,000 small hits, and the hot cap.
+ */
+async function parseCosts() {
+  const org = QUIET.org;
+  const agent = QUIET.agent;
+  const item = (i: number, content: string) => ({
+    memory: {
+      id: `${agent.slice(0, 24)}${i.toString(16).padStart(12, '0')}`,
+      org_id: org,
+      agent_id: agent,
+      content,
+      category: 'factual',
+      confidence: 0.5,
+    },
+    similarity: 0.5,
+    rank: i + 1,
+    source: 'bench',
+  });
+  const encode = (items: unknown[]) => new TextEncoder().encode(JSON.stringify({ data: { results: items } }));
+  const bodies: Record<string, Uint8Array> = {
+    inline_64kib: encode(Array.from({ length: 20 }, (_, i) => item(i, 'x'.repeat(3000)))),
+    hits_5000: encode(Array.from({ length: 5000 }, (_, i) => item(i, `memory ${i} about the lake`))),
+    // At the hot cap: 20 memories of 65,536 code points, non-ASCII (3 bytes each in UTF-8).
+    hot_cap_20x65536_cjk: encode(Array.from({ length: 20 }, (_, i) => item(i, '漢'.repeat(65_536)))),
+  };
+  const bench = new Bench({ iterations: 10, warmupIterations: 2, time: 0 });
+  for (const [name, body] of Object.entries(bodies))
+    bench.add(name, () => {
+      decodeMemoryBody(body, org, agent, { limit: 20, maxChars: 65_536 });
+    });
+  await bench.run();
+  const out: Record<string, { bytes: number; median_ms: number }> = {};
+  for (const task of bench.tasks) {
+    const r = task.result as { latency?: { p50?: number } } | undefined;
+    out[task.name] = {
+      bytes: bodies[task.name]!.length,
+      median_ms: Math.round((r?.latency?.p50 ?? Number.NaN) * 1000) / 1000,
+    };
+  }
+  return { hot_cap_bytes: maxBodyBytes(20, 65_536), bodies: out };
+}
+
+function startAttacker(data: AttackerData): Promise<{ worker: Worker; memoryUrl: string }> {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const worker = new Worker(path.join(here, 'isolation-attacker.js'), { workerData: data });
+  return new Promise((resolve, reject) => {
+    worker.once('error', reject);
+    worker.once('message', (m: { memoryUrl: string }) => resolve({ worker, memoryUrl: m.memoryUrl }));
+  });
+}
+
+function attack(
+  worker: Worker,
+  grpcAddr: string,
+  ms: number,
+  kinds?: string[],
+): Promise<Record<string, NoisyResult>> {
+  return new Promise((resolve, reject) => {
+    worker.once('error', reject);
+    worker.once('message', (m: { result: Record<string, NoisyResult> }) => resolve(m.result));
+    worker.postMessage({ attack: ms, grpcAddr, kinds });
+  });
+}
+
+/** The memory-service kinds of the attack (the dependency half of issue 9). */
+const MEMORY_KINDS = ['memory_5000_hits', 'memory_html_300kb'];
+
+async function main(): Promise<void> {
+  const flags = numberFlags(process.argv.slice(2), ['seconds', 'quiet-rate', 'noisy-rate']);
+  const seconds = flags.seconds ?? 10;
+  const quietRate = flags['quiet-rate'] ?? 25;
+  const noisyRate = flags['noisy-rate'] ?? 10;
+  const machine = machineInfo();
+  console.log(`bench:isolation — ${machine.cpus} CPUs, load average ${machine.loadavg_1m_at_start}`);
+
+  const parse = await parseCosts();
+  console.log('main-thread JSON.parse + validation of one memory body (median):');
+  printTable(Object.entries(parse.bodies).map(([k, v]) => [k, `${v.median_ms} ms (${v.bytes} bytes)`]));
+
+  const { worker, memoryUrl } = await startAttacker({
+    quiet: QUIET,
+    noisyOrg: NOISY_ORG,
+    agents: AGENTS,
+    ratePerKind: noisyRate,
+    timeoutMs: 2000,
+  });
+  const dir = tempDir('ibex-isolation-');
+  const { service } = await startBenchService(dir, {
+    IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
+    IBEX_CONTEXT_MEMORY_BASE_URL: memoryUrl,
+    IBEX_CONTEXT_MEMORY_API_TOKEN: 'bench-isolation-token',
+  });
+  try {
+    console.log(`service pid ${service.pid} on ${service.grpcAddr}; memory service ${memoryUrl}`);
+    // Warm-up: connections, JIT, the body-decoder thread; not recorded.
+    await runLoad({
+      addr: service.grpcAddr,
+      rate: quietRate,
+      durationS: 2,
+      connections: 2,
+      timeoutMs: BENCH_DEADLINE_MS,
+      source: cyclingSource('quiet warm-up', quietRequests()),
+    });
+    const alone = await quietPhase(service, seconds, quietRate);
+    const memoryAttack = attack(worker, service.grpcAddr, seconds * 1000, MEMORY_KINDS);
+    const underMemoryAttack = await quietPhase(service, seconds, quietRate);
+    const noisyMemory = await memoryAttack;
+    const attackDone = attack(worker, service.grpcAddr, seconds * 1000);
+    const underAttack = await quietPhase(service, seconds, quietRate);
+    const noisy = await attackDone;
+
+    const noisySent = Object.values(noisy).reduce((s, r) => s + r.sent, 0);
+    const noisyAnswered = Object.values(noisy).reduce((s, r) => s + (r.codes.OK ?? 0), 0);
+    const p99Ratio = underAttack.p99_ms / Math.max(1e-9, alone.p99_ms);
+    const checks = {
+      quiet_ok_rate: underAttack.ok_rate >= TARGETS.quiet_ok_rate,
+      quiet_l0_rate: underAttack.l0_rate >= TARGETS.quiet_l0_rate,
+      quiet_p99_ratio: p99Ratio <= TARGETS.quiet_p99_ratio_max,
+      event_loop_delay_p99: underAttack.event_loop_delay_ms.p99 <= TARGETS.event_loop_delay_p99_ms,
+      noisy_answered_rate: noisyAnswered / Math.max(1, noisySent) >= TARGETS.noisy_answered_rate,
+      decode_bomb_invalid_argument:
+        (noisy.decode_bomb?.codes.INVALID_ARGUMENT ?? 0) === (noisy.decode_bomb?.answered ?? -1),
+    };
+    const pct = (x: number) => `${(100 * x).toFixed(1)} %`;
+    console.log(`\nquiet org at ${quietRate} req/s, ${seconds} s per phase (target beside each figure):`);
+    const m = underMemoryAttack;
+    // Main-thread CPU the service spent per noisy memory call, beyond the quiet load: robust to a busy
+    // machine (CPU seconds, not wall time), unlike the event-loop delay.
+    const mainCpuS = (q: typeof alone) => (q.server.cpu_cores?.main_thread ?? Number.NaN) * seconds;
+    const memorySent = Object.values(noisyMemory).reduce((sum, r) => sum + r.sent, 0);
+    const mainMsPerMemoryCall =
+      Math.round(((mainCpuS(m) - mainCpuS(alone)) / Math.max(1, memorySent)) * 1e6) / 1e3;
+    console.log('columns: alone / memory kinds only / all heavy kinds');
+    printTable([
+      ['OK rate', `${pct(alone.ok_rate)} / ${pct(m.ok_rate)} / ${pct(underAttack.ok_rate)}  (≥ 99 %)`],
+      ['L0 rate', `${pct(alone.l0_rate)} / ${pct(m.l0_rate)} / ${pct(underAttack.l0_rate)}  (≥ 95 %)`],
+      [
+        'p99',
+        `${alone.p99_ms} / ${m.p99_ms} / ${underAttack.p99_ms} ms, all-kinds ×${p99Ratio.toFixed(2)}  (≤ ×2)`,
+      ],
+      [
+        'event-loop delay p99',
+        `${alone.event_loop_delay_ms.p99} / ${m.event_loop_delay_ms.p99} / ${underAttack.event_loop_delay_ms.p99} ms  (≤ 2 ms)`,
+      ],
+      ['main-thread CPU per noisy memory call', `${mainMsPerMemoryCall} ms (5,000 hits: 2.8 MB; HTML: 6 MB)`],
+      [
+        'noisy answered OK',
+        `${noisyAnswered}/${noisySent} = ${pct(noisyAnswered / Math.max(1, noisySent))}  (≥ 95 %)`,
+      ],
+    ]);
+    console.log(`\nnoisy org, ${noisyRate} req/s per kind (memory-only phase, then all kinds):`);
+    printTable(
+      [
+        ...Object.entries(noisyMemory).map(([k, r]) => [`${k} (memory phase)`, r] as const),
+        ...Object.entries(noisy),
+      ].map(([kind, r]) => [
+        kind,
+        `${r.request_bytes} B; ${JSON.stringify(r.codes)} levels ${JSON.stringify(r.levels)}${r.details.length ? ` — ${r.details[0]}` : ''}`,
+      ]),
+    );
+    console.log(`\nchecks: ${JSON.stringify(checks)}`);
+
+    const out = {
+      bench: 'isolation',
+      note: 'shared machines give noisy figures; the lead re-runs on a quiet machine',
+      machine,
+      settings: {
+        seconds,
+        quiet_rate: quietRate,
+        noisy_rate_per_kind: noisyRate,
+        client_deadline_ms: BENCH_DEADLINE_MS,
+      },
+      targets: TARGETS,
+      checks,
+      quiet: {
+        alone,
+        under_memory_attack: underMemoryAttack,
+        under_attack: underAttack,
+        p99_ratio: Math.round(p99Ratio * 100) / 100,
+        main_thread_cpu_ms_per_noisy_memory_call: mainMsPerMemoryCall,
+        memory_attack_p99_ratio: Math.round((m.p99_ms / Math.max(1e-9, alone.p99_ms)) * 100) / 100,
+      },
+      noisy_memory_phase: noisyMemory,
+      noisy,
+      main_thread_parse: parse,
+    };
+    mkdirSync(projectPath('bench/results'), { recursive: true });
+    writeFileSync(projectPath('bench/results/isolation.json'), `${JSON.stringify(out, null, 2)}\n`);
+    console.log('wrote bench/results/isolation.json');
+  } finally {
+    worker.postMessage({ stop: true });
+    await service.stop();
+    await worker.terminate();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

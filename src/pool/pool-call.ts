@@ -1,0 +1,40 @@
+/** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
+import type { CpuTaskInput } from './cpu-task.js';
+import { transferList } from './cpu-task.js';
+import type { FairEntry } from './fair-queue.js';
+import type { CpuStageResult } from './pool-client.js';
+
+/** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
+export class Call implements FairEntry {
+  fqPrev: FairEntry | null = null;
+  fqNext: FairEntry | null = null;
+  fqLine: FairEntry['fqLine'] = null;
+  /** False once the batch's buffers were moved into pool-owned ones. */
+  inputOwnedByCaller = true;
+  dispatched = false;
+  settled = false;
+  timer: NodeJS.Timeout | null = null;
+  onAbort: (() => void) | null = null;
+  constructor(
+    public input: CpuTaskInput,
+    readonly submitted: number,
+    readonly deadline: number,
+    readonly signal: AbortSignal | undefined,
+    readonly orgId: string,
+    readonly resolve: (r: CpuStageResult) => void,
+    readonly reject: (err: Error) => void,
+  ) {}
+}
+
+/**
+ * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
+ * caller's views are detached at `run()` even when the task has to wait for a thread.
+ */
+export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
+  const { score, similarity, confidence, rank, tokens, text, offsets } = input;
+  const moved = structuredClone(
+    { score, similarity, confidence, rank, tokens, text, offsets },
+    { transfer: transferList(input) },
+  );
+  return { ...input, ...moved };
+}

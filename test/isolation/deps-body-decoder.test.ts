@@ -1,0 +1,120 @@
+/**
+ * Issue 9 item 2: the body decoder (compiled worker: `npm run build` first). A large body is transferred
+ * to the decoder thread (the caller's view is detached), decoded with the same bounds and the same errors
+ * as inline, and a branch that gives up gets its signal's reason without waiting for the decode.
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { BodyDecoder, INLINE_BODY_BYTES } from '../../src/retrieval/body-decoder.js';
+import { isBranchError } from '../../src/retrieval/branch-error.js';
+import { decodeMemoryBody } from '../../src/retrieval/validate.js';
+
+const ORG = '11111111-1111-4111-8111-111111111111';
+const AGENT = '22222222-2222-4222-8222-222222222222';
+const LIMITS = { limit: 20, maxChars: 65_536 };
+
+function body(n: number, content: (i: number) => string): Uint8Array {
+  const results = Array.from({ length: n }, (_, i) => ({
+    memory: {
+      id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+      org_id: i % 7 === 3 ? '33333333-3333-4333-8333-333333333333' : ORG,
+      agent_id: AGENT,
+      content: content(i),
+      category: 'factual',
+      confidence: 0.5,
+    },
+    similarity: 0.5,
+    rank: i + 1,
+    source: 'unit',
+  }));
+  return new TextEncoder().encode(JSON.stringify({ data: { results } }));
+}
+
+describe('BodyDecoder', () => {
+  const decoder = new BodyDecoder();
+  afterAll(() => decoder.close());
+  const never = new AbortController().signal;
+
+  it('decodes a large body in the thread exactly as inline, and takes the buffer (transferred)', async () => {
+    const big = body(5000, (i) => (i === 1 ? 'x'.repeat(70_000) : `memory ${i} about the lake`));
+    expect(big.byteLength).toBeGreaterThan(INLINE_BODY_BYTES);
+    const expected = decodeMemoryBody(big.slice(), ORG, AGENT, LIMITS);
+    expect(expected).toMatchObject({ oversize: 1, foreign: 3, ignored: 4980, invalid: 0 });
+    const got = await decoder.decode(big, ORG, AGENT, LIMITS, never);
+    expect(got).toEqual(expected);
+    expect(big.byteLength).toBe(0);
+  });
+
+  it('decodes a small body inline (buffer untouched) with the same result', async () => {
+    const small = body(3, (i) => `m${i}`);
+    expect(small.byteLength).toBeLessThanOrEqual(INLINE_BODY_BYTES);
+    const got = await decoder.decode(small, ORG, AGENT, LIMITS, never);
+    expect(got.hits.map((h) => h.rank)).toEqual([1, 2, 3]);
+    expect(small.byteLength).toBeGreaterThan(0);
+  });
+
+  it('answers the SPEC errors from the thread: invalid JSON, bad shape', async () => {
+    const bad = new TextEncoder().encode(`{"data": {"results": [${'1,'.repeat(40_000)}`);
+    const err = await decoder.decode(bad, ORG, AGENT, LIMITS, never).catch((e: unknown) => e);
+    expect(isBranchError(err) && err.detail).toBe('invalid JSON');
+    const shape = new TextEncoder().encode(JSON.stringify({ data: { results: 'x'.repeat(100_000) } }));
+    const err2 = await decoder.decode(shape, ORG, AGENT, LIMITS, never).catch((e: unknown) => e);
+    expect(isBranchError(err2) && err2.detail).toBe('bad shape: data.results is not an array');
+  });
+
+  it('serves large bodies round-robin across orgs: a quiet org waits behind one noisy body, not all', async () => {
+    const QUIET_ORG = '44444444-4444-4444-8444-444444444444';
+    const order: string[] = [];
+    const noisy = [0, 1, 2, 3, 4].map((i) =>
+      decoder
+        .decode(
+          body(5000, (j) => `n${j}`),
+          ORG,
+          AGENT,
+          LIMITS,
+          never,
+        )
+        .then(() => order.push(`noisy-${i}`)),
+    );
+    const quiet = decoder
+      .decode(
+        body(3000, (j) => `q${j}`),
+        QUIET_ORG,
+        AGENT,
+        LIMITS,
+        never,
+      )
+      .then((v) => {
+        order.push('quiet');
+        return v;
+      });
+    await Promise.all([...noisy, quiet]);
+    // noisy-0 went to the thread at once; the quiet body joined the rotation after the noisy org's line
+    // head, so it is served after one more noisy body (FIFO: last).
+    expect(order).toEqual(['noisy-0', 'noisy-1', 'quiet', 'noisy-2', 'noisy-3', 'noisy-4']);
+    // Scoped to its own org: every hit of the body is another org's.
+    expect((await quiet).foreign).toBe(20);
+  });
+
+  it("rejects with the branch signal's reason once it aborts", async () => {
+    const ctl = new AbortController();
+    const reason = new DOMException('hot_timeout', 'TimeoutError');
+    const pending = decoder.decode(
+      body(5000, (i) => `m${i}`),
+      ORG,
+      AGENT,
+      LIMITS,
+      ctl.signal,
+    );
+    ctl.abort(reason);
+    await expect(pending).rejects.toBe(reason);
+    // The thread is still there for the next body.
+    const next = await decoder.decode(
+      body(3000, (i) => `n${i}`),
+      ORG,
+      AGENT,
+      LIMITS,
+      never,
+    );
+    expect(next.hits).toHaveLength(17);
+  });
+});

@@ -1,0 +1,20 @@
+/**
+ * Body-decoder worker (issue 9 item 2): parses, bounds and validates large memory-service bodies off the
+ * gRPC event loop. Imports only the retrieval validation code (types aside), never the server or the pool.
+ */
+
+import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/body-decoder.js';
+import { BranchError } from '../src/retrieval/branch-error.js';
+import { decodeMemoryBody } from '../src/retrieval/validate.js';
+
+/** Piscina task entry point: the hits, or the branch error as data (classes do not survive the clone). */
+export default function memoryBodyWorker(task: BodyDecodeTask): BodyDecodeResult {
+  // The branch gave up while this decode was queued: nobody will read the answer.
+  if (Atomics.load(task.cancelled, 0) === 1) return { ok: false, code: 'cancelled', detail: 'cancelled' };
+  try {
+    return { ok: true, value: decodeMemoryBody(task.body, task.orgId, task.agentId, task.limits) };
+  } catch (err) {
+    if (err instanceof BranchError) return { ok: false, code: err.code, detail: err.detail };
+    return { ok: false, code: 'IBEX_RETRIEVAL_BAD_SHAPE', detail: 'bad shape: undecodable body' };
+  }
+}
