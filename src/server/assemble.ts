@@ -55,7 +55,10 @@ export function degradationLevel(branches: readonly BranchOutcome[]): Degradatio
   return usable === 2 ? 'L0' : usable === 1 ? 'L1' : 'L2';
 }
 
-/** Reasons for a degraded answer: each memory branch that did not succeed, plus the pool's reason. */
+/**
+ * Reasons for a degraded answer: each branch that did not succeed (a failed or timed-out directive too,
+ * `directive_error:…` / `directive_timeout:…`, SPEC §10 as updated by issue 11), plus the pool's reason.
+ */
 function degradationReasons(branches: readonly BranchOutcome[], poolReason: string | null): string[] {
   const reasons: string[] = [];
   for (const b of branches) {
@@ -239,10 +242,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     response.degradation = {
       level,
       intentional: req.skipHot || req.skipCold,
-      reasons: level === 'L0' && !poolReason ? [] : degradationReasons(retrieval.branches, poolReason),
+      reasons: degradationReasons(retrieval.branches, poolReason),
       branches: retrieval.branches.map((b) => ({ ...b })),
     };
-    if (level !== 'L0') {
+    if (response.degradation.reasons.length > 0) {
       for (const reason of response.degradation.reasons)
         metrics?.degraded.inc({ level, reason: reason.split(':')[0]! });
       logger.info(

@@ -46,7 +46,10 @@ import { type ValidatedRequest, validateAssembleRequest } from './validate.js';
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
   response: AssembleContextResponse;
-  /** Degradation level; also sent as `x-ibex-context-level` / `x-ibex-context-degraded` metadata. */
+  /**
+   * Degradation level; also sent as `x-ibex-context-level`. `x-ibex-context-degraded` is true when the
+   * level is not L0 or `response.degradation.reasons` is not empty (a missing directive, SPEC §10).
+   */
   level: DegradationLevel;
 }
 
@@ -233,7 +236,10 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         if (outcome.kind === 'ok') {
           const md = new Metadata();
           md.set(LEVEL_HEADER, outcome.result.level);
-          md.set(DEGRADED_HEADER, outcome.result.level === 'L0' ? 'false' : 'true');
+          // A missing directive leaves the level alone but still degrades the answer (SPEC §10).
+          const degraded =
+            outcome.result.level !== 'L0' || outcome.result.response.degradation.reasons.length > 0;
+          md.set(DEGRADED_HEADER, degraded ? 'true' : 'false');
           call.sendMetadata(md);
           callback(null, outcome.result.response);
         } else if (outcome.kind === 'error') {
