@@ -18,6 +18,17 @@ import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
 import { closedPort, type FakeRedis, moved, scrape, startFakeRedis } from './helpers.js';
 
 const N = 4;
+/**
+ * Directive timeout (1 s) far from every injected stall (≥ 2.5 s, or for ever; under the 3 s watchdog PING timeout) and from a healthy read, so
+ * that a loaded machine cannot flip an outcome (issue 11 item 3); wall and deadline leave it room.
+ */
+const FAR_TIMEOUTS = {
+  IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '1000',
+  IBEX_CONTEXT_HOT_TIMEOUT_MS: '2000',
+  IBEX_CONTEXT_COLD_TIMEOUT_MS: '2000',
+  IBEX_CONTEXT_DEADLINE_MS: '2500',
+  IBEX_CONTEXT_TIMEOUT: '4000',
+};
 const keyOf = (t: { org: string; agent: string }) => `${t.org}:directive:${t.agent}`;
 const envelope = (content: string) =>
   JSON.stringify({ v: 1, content, injection_mode: 'system_first', version_id: randomUUID() });
@@ -62,6 +73,7 @@ describe('Redis down (nothing listening)', () => {
   beforeAll(async () => {
     svc = await startTestService({
       IBEX_CONTEXT_REDIS_URL: `redis://127.0.0.1:${await closedPort()}`,
+      ...FAR_TIMEOUTS,
     });
   });
   afterAll(async () => {
@@ -75,11 +87,9 @@ describe('Redis down (nothing listening)', () => {
       svc.client.assemble(request(victim)),
       svc.client.assemble(request(other)),
     ]);
-    for (const r of [a, b]) {
-      expectAnswered(r, { status: 'error', detail: /^redis unavailable \(/ });
-      // No offline queue: the read fails at once instead of waiting for the 300 ms directive timeout.
-      expect(r.response!.degradation.branches[0]!.latency_ms).toBeLessThan(150);
-    }
+    // No offline queue: the read fails at once (`error`, offline/closed) instead of waiting out the
+    // directive timeout (which would say `timeout`).
+    for (const r of [a, b]) expectAnswered(r, { status: 'error', detail: /^redis unavailable \(/ });
     const next = await svc.client.assemble(request(victim));
     expectAnswered(next, { status: 'error', detail: /^redis unavailable \(/ });
     const after = await scrape(svc.service.adminUrl);
@@ -99,19 +109,16 @@ describe('fake Redis: slow and garbage replies', () => {
 
   beforeAll(async () => {
     redis = await startFakeRedis();
-    svc = await startTestService({
-      IBEX_CONTEXT_REDIS_URL: redis.redisUrl,
-      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '100',
-    });
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: redis.redisUrl, ...FAR_TIMEOUTS });
   });
   afterAll(async () => {
     await svc?.stop();
     await redis?.close();
   });
 
-  it('slow (a GET stalls 600 ms) ⇒ directive timeout, level unchanged; replies stay matched afterwards', async () => {
+  it('slow (a GET stalls 2.5 s) ⇒ directive timeout, level unchanged; replies stay matched afterwards', async () => {
     const { victim, other } = seed(svc);
-    redis.set(keyOf(victim), { stallMs: 600, answer: { value: envelope('Victim directive.') } });
+    redis.set(keyOf(victim), { stallMs: 2500, answer: { value: envelope('Victim directive.') } });
     redis.set(keyOf(other), { value: envelope('Other directive.') });
     const before = await scrape(svc.service.adminUrl);
     const [a, b] = await Promise.all([
@@ -119,13 +126,14 @@ describe('fake Redis: slow and garbage replies', () => {
       svc.client.assemble(request(other)),
     ]);
     expectAnswered(a, { status: 'timeout', detail: /^directive_timeout$/ });
-    expect(a.response!.degradation.branches[0]!.latency_ms).toBeLessThan(400);
+    // Ended by the directive timeout, not by the stall.
+    expect(a.response!.degradation.branches[0]!.latency_ms).toBeLessThan(2500);
     // One connection, replies in order: a GET sent behind the stalled one waits too (timeout), or went
     // first (success). Either way the call is whole.
     expect(['success', 'timeout']).toContain(b.response!.degradation.branches[0]!.status);
     expectAnswered(b, { status: b.response!.degradation.branches[0]!.status });
     // After the stall the late replies are discarded, not handed to the next GETs: each agent gets its own.
-    await new Promise((r) => setTimeout(r, 700));
+    await new Promise((r) => setTimeout(r, 2600));
     redis.set(keyOf(victim), { value: envelope('Victim directive.') });
     for (const [t, text] of [
       [other, 'Other directive.'],
@@ -241,7 +249,7 @@ describeRedis('real Redis: garbage values', redisUp, () => {
 
   beforeAll(async () => {
     await redis.connect();
-    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: REDIS_TEST_URL });
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: REDIS_TEST_URL, ...FAR_TIMEOUTS });
   });
   afterAll(async () => {
     if (keys.length) await redis.del(keys);
@@ -346,10 +354,7 @@ describeRedis('half-open Redis connection (issue 11 item 1)', redisUp, () => {
   beforeAll(async () => {
     await redis.connect();
     proxy = await startBlackholeProxy(new URL(REDIS_TEST_URL));
-    svc = await startTestService({
-      IBEX_CONTEXT_REDIS_URL: proxy.url,
-      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '100',
-    });
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: proxy.url, ...FAR_TIMEOUTS });
   });
   afterAll(async () => {
     if (keys.length) await redis.del(keys);
