@@ -4,6 +4,7 @@
  * module owns only what happens at the boundary: validation, the call context, status mapping and
  * making sure no handler error ever escapes into grpc-js.
  */
+import http2 from 'node:http2';
 import path from 'node:path';
 import {
   type ChannelOptions,
@@ -113,6 +114,8 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.max_connection_idle_ms': 5 * 60_000,
   'grpc.max_connection_age_ms': 10 * 60_000,
   'grpc.max_connection_age_grace_ms': 30_000,
+  // Channelz bookkeeping (per-call counters and traces) is never read here; off, as issue 10 asks.
+  'grpc.enable_channelz': 0,
 };
 
 /**
@@ -153,6 +156,36 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
   };
 }
 
+/**
+ * Issue 11 item 5: Node's HTTP/2 layer refuses a header list of more than `maxHeaderListPairs` (default
+ * 128) fields with ENHANCE_YOUR_CALM ("Bandwidth exhausted or memory limit exceeded", ~118 entries or
+ * ~4.6 KB) long before the byte limit. Every field costs at least 33 bytes (RFC 9113 §6.5.2: 32 + a name),
+ * so `maxBytes / 32` pairs plus the pseudo-headers can never cut a request the byte limit allows; twice
+ * that lets a request moderately over it reach {@link metadataLimitInterceptor} and its own message.
+ * grpc-js exposes no channel option for this, so it is set on the options grpc-js passes to
+ * `http2.createServer` at bind time (private field `commonServerOptions`, grpc-js 1.14).
+ */
+function alignHeaderPairLimit(server: Server, maxBytes: number): void {
+  const internal = server as unknown as { commonServerOptions?: { maxHeaderListPairs?: number } };
+  if (internal.commonServerOptions === undefined)
+    throw new Error('grpc-js internals changed: no commonServerOptions');
+  internal.commonServerOptions.maxHeaderListPairs = 2 * Math.ceil(maxBytes / 32) + 16;
+}
+
+/**
+ * grpc-js 1.14 `forceShutdown` destroys only the sessions channelz tracked: with `grpc.enable_channelz: 0`
+ * (issue 10) in-flight calls would stay open past the drain grace. So the drain destroys every session
+ * grpc-js keeps per HTTP/2 server (private field `http2Servers`) itself, with CANCEL as grpc-js does.
+ */
+function destroySessions(server: Server): void {
+  const internal = server as unknown as {
+    http2Servers?: Map<unknown, { sessions?: Set<http2.ServerHttp2Session> }>;
+  };
+  for (const info of internal.http2Servers?.values() ?? []) {
+    for (const session of info.sessions ?? []) session.destroy(undefined, http2.constants.NGHTTP2_CANCEL);
+  }
+}
+
 /** Our protos plus the health proto (so grpcurl can describe it too), linked for strict clients. */
 function reflectionDefinition() {
   const root = path.resolve(path.dirname(healthProtoPath), '../..');
@@ -185,6 +218,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     ...opts.channelOptions,
     interceptors: [metadataLimitInterceptor(settings.maxMetadataBytes), ...(opts.interceptors ?? [])],
   });
+
+  alignHeaderPairLimit(server, settings.maxMetadataBytes);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
@@ -325,7 +360,10 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           if (done) return;
           done = true;
           clearTimeout(timer);
-          if (forced) server.forceShutdown();
+          if (forced) {
+            destroySessions(server);
+            server.forceShutdown();
+          }
           logger.info({ forced, inFlight: active }, 'gRPC server stopped');
           resolve();
         };
