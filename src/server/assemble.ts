@@ -3,13 +3,12 @@
  * pool, response with its degradation record. Dependency failures degrade the answer (L0/L1/L2); only
  * client errors (unknown model) and the caller's own deadline or cancellation end the call otherwise.
  */
-import { status } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { calculateBudget, type TokenBudget, wrappedBlockTokens } from '../budget/budget-calculator.js';
 import type { CapabilityCatalog } from '../budget/catalog.js';
 import { estimateTokens } from '../budget/estimate.js';
 import type { Settings } from '../config/settings.js';
-import { Errors, GRPC_STATUS_BY_CODE, IbexError, isIbexError } from '../errors.js';
+import { Errors, isIbexError } from '../errors.js';
 import { formatContext } from '../format/formatter.js';
 import { generateNonce, nonceLength } from '../format/nonce.js';
 import { type CpuCandidate, encodeCandidates } from '../pool/cpu-task.js';
@@ -106,14 +105,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       // Load shedding: past the in-flight limit the service answers at once from what costs nothing
       // (directive + history, L2 `overloaded`), so that an overloaded process still answers in time
       // instead of letting every call wait out the retrieval wall.
-      const result = await assembleOne(req, ctx, inFlight > settings.maxInFlight);
-      metrics?.assemblyDuration.observe({ level: result.level }, (monotonicNow() - ctx.arrival) / 1000);
-      metrics?.assemblies.inc({ level: result.level, code: 'OK' });
-      return result;
-    } catch (err) {
-      const code = err instanceof IbexError ? status[GRPC_STATUS_BY_CODE[err.code]] : 'INTERNAL';
-      metrics?.assemblies.inc({ level: 'none', code });
-      throw err;
+      // Duration and count of every call: src/telemetry/assembly-metrics.ts (the interceptor).
+      return await assembleOne(req, ctx, inFlight > settings.maxInFlight);
     } finally {
       inFlight--;
       metrics?.inFlight.dec();
@@ -199,7 +192,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     try {
       if (shed) throw Errors.poolSaturated();
       stage = await pool.run(input, { signal: ctx.signal });
-      metrics?.poolTasks.inc({ outcome: 'completed' });
       metrics?.poolWait.observe(stage.wait_us / 1e6);
       metrics?.poolRun.observe(stage.run_us / 1e6);
       metrics?.packerPath.inc({
@@ -221,15 +213,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     } catch (err) {
       throwIfAborted(ctx);
       poolReason ??= poolReasonOf(err);
-      if (!shed)
-        metrics?.poolTasks.inc({
-          outcome:
-            poolReason === 'pool_saturated'
-              ? 'rejected'
-              : poolReason === 'pool_deadline'
-                ? 'withdrawn'
-                : 'failed',
-        });
       if (poolReason === 'pool_failed') logger.error({ err }, 'CPU stage failed; answering without memories');
     }
     throwIfAborted(ctx);

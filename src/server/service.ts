@@ -11,6 +11,7 @@ import type { Settings } from '../config/settings.js';
 import { CpuPool } from '../pool/pool-client.js';
 import { createSources, type RetrievalSources } from '../retrieval/sources.js';
 import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
+import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import { createAssembler } from './assemble.js';
 import { monotonicNow } from './call-context.js';
@@ -126,7 +127,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics }),
       logger,
       settings,
-      interceptors: opts.interceptors,
+      interceptors: [assemblyMetricsInterceptor(metrics), ...(opts.interceptors ?? [])],
     });
     const port = await grpc.bind(settings.grpcAddr, opts.credentials);
     closers.push(() => grpc.drain(0));
