@@ -22,6 +22,7 @@ import { loadSync } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
 import { authorizeRequest } from '../auth/authorize-request.js';
+import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js';
 import type { Settings } from '../config/settings.js';
 import { GRPC_STATUS_BY_CODE, IbexError } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -339,6 +340,13 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         server.bindAsync(addr, credentials, (err, port) => {
           if (err) reject(err);
           else {
+            try {
+              // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
+              exposeDuplicateAuthorization(server);
+            } catch (hookErr) {
+              reject(hookErr);
+              return;
+            }
             logger.info({ addr, port }, 'gRPC server listening');
             resolve(port);
           }
