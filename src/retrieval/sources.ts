@@ -12,7 +12,7 @@ import { EmbeddedStore } from './embedded-store.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
 import type { DirectiveSource, MemorySource } from './retrieve.js';
-import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
+import { inProcessReads, PooledStoreReads, type StoreReadStats, type StoreReads } from './store-reader.js';
 import type { RawHits } from './validate.js';
 
 /** The sources one service instance reads from. */
@@ -22,6 +22,8 @@ export interface RetrievalSources {
   /** Closes every source and the embedded store; idempotent. */
   close(): Promise<void>;
   kind: { memory: 'http' | 'embedded'; directive: 'redis' | 'embedded' };
+  /** Store-read thread figures for metrics; absent without store-read threads (issue 11 item 6). */
+  storeReads?: () => StoreReadStats;
 }
 
 /** Options of {@link createSources}. */
@@ -111,6 +113,7 @@ export async function createSources(
   const store = needsStore ? EmbeddedStore.open(settings.embeddedDb) : undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
+  let pooledStats: (() => StoreReadStats) | undefined;
   try {
     if (store) {
       // Directive and hot reads are index lookups (tens to hundreds of µs) and stay in-process; FTS5
@@ -118,6 +121,7 @@ export async function createSources(
       const local = inProcessReads(store);
       if (settings.embeddedReadThreads > 0) {
         const pooled = await PooledStoreReads.start(settings.embeddedDb, settings.embeddedReadThreads);
+        pooledStats = () => pooled.stats();
         reads = {
           ...local,
           search: (o, a, q, signal) => pooled.search(o, a, q, signal),
@@ -145,6 +149,7 @@ export async function createSources(
     return {
       memory: mem,
       directive,
+      storeReads: pooledStats,
       kind: {
         memory: settings.memoryBaseUrl !== '' ? 'http' : 'embedded',
         directive: settings.redisUrl !== '' ? 'redis' : 'embedded',

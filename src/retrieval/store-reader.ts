@@ -50,6 +50,14 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
   };
 }
 
+/** Store-read figures for metrics (issue 11 item 6). */
+export interface StoreReadStats {
+  /** Searches waiting for a store-read thread. */
+  queueSize: number;
+  /** Searches refused at once because that queue was full (cold branch `error`, code `busy`). */
+  busyRejections: number;
+}
+
 /**
  * Reads in `threads` store-read threads, each with its own connection to the WAL database `db`.
  * No AbortSignal is passed to piscina: aborting a running task terminates its thread. A branch that gives
@@ -59,6 +67,7 @@ export class PooledStoreReads implements StoreReads {
   readonly #pool: Piscina;
   readonly #db: string;
   readonly #maxQueue: number;
+  #busy = 0;
 
   private constructor(pool: Piscina, db: string, maxQueue: number) {
     this.#pool = pool;
@@ -107,8 +116,10 @@ export class PooledStoreReads implements StoreReads {
     return (this.#pool.run(task) as Promise<StoreHit[]>)
       .catch((err: unknown) => {
         // piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)".
-        if (this.#pool.queueSize >= this.#maxQueue)
+        if (this.#pool.queueSize >= this.#maxQueue) {
+          this.#busy++;
           throw Object.assign(new Error('store-read queue full'), { code: 'busy', cause: err });
+        }
         throw err;
       })
       .finally(() => {
@@ -118,6 +129,11 @@ export class PooledStoreReads implements StoreReads {
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {
     return this.#pool.run({ db: this.#db, op: 'directive', orgId, agentId } satisfies StoreReadTask);
+  }
+
+  /** Queue depth now and busy rejections so far (see {@link StoreReadStats}). */
+  stats(): StoreReadStats {
+    return { queueSize: this.#pool.queueSize, busyRejections: this.#busy };
   }
 
   async close(): Promise<void> {

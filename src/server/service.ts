@@ -117,7 +117,10 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     const sources = await createSources(settings, { logger: logger.child({ component: 'retrieval' }) });
     closers.push(() => sources.close());
     let pool: CpuPool | undefined;
-    const metrics = createMetrics(() => pool?.stats());
+    const metrics = createMetrics(
+      () => pool?.stats(),
+      () => sources.storeReads?.(),
+    );
     closers.push(async () => metrics.stop());
     pool = await CpuPool.start(settings.pool);
     const started = pool;

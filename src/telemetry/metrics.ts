@@ -32,6 +32,12 @@ export interface PoolGaugeSource {
   failed: number;
 }
 
+/** Store-read thread figures read at scrape time (`PooledStoreReads.stats()`). */
+export interface StoreReadGaugeSource {
+  queueSize: number;
+  busyRejections: number;
+}
+
 /** `version` of the package.json above this module, or `unknown`. */
 function packageVersion(): string {
   let dir = path.dirname(new URL(import.meta.url).pathname);
@@ -68,9 +74,15 @@ export interface Metrics {
 
 /**
  * Creates the registry and metrics.
- * @param pool read at scrape time for queue depth, utilization and threads (optional until the pool exists).
+ * @param pool read at scrape time for queue depth, utilization, threads, capacity, queue limit and task
+ *   outcomes (optional until the pool exists).
+ * @param storeReads read at scrape time for the store-read queue depth and busy rejections (absent
+ *   without store-read threads: both read 0).
  */
-export function createMetrics(pool?: () => PoolGaugeSource | undefined): Metrics {
+export function createMetrics(
+  pool?: () => PoolGaugeSource | undefined,
+  storeReads?: () => StoreReadGaugeSource | undefined,
+): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 10 });
   // 10 ms sampling (issue 10): at 1 ms the histogram timer woke an idle server ~1,000 times a second.
@@ -103,6 +115,23 @@ export function createMetrics(pool?: () => PoolGaugeSource | undefined): Metrics
     registers: [registry],
     collect() {
       this.set(pool?.()?.utilization ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'ibex_context_store_read_queue_depth',
+    help: 'Embedded-store searches waiting for a store-read thread',
+    registers: [registry],
+    collect() {
+      this.set(storeReads?.()?.queueSize ?? 0);
+    },
+  });
+  new Counter({
+    name: 'ibex_context_store_read_busy_total',
+    help: 'Embedded-store searches refused at once because the store-read queue was full',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(storeReads?.()?.busyRejections ?? 0);
     },
   });
   new Gauge({

@@ -4,6 +4,7 @@
  * code (failed ones too); a CPU task abandoned while running is counted `abandoned`, not `withdrawn`;
  * pool capacity, queue limit and build_info are exported. Plus the issue 10 server option (channelz off).
  */
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -11,8 +12,11 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Errors, isIbexError } from '../../src/errors.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
 import { createGrpcServer } from '../../src/server/grpc-server.js';
+import { startAdminServer } from '../../src/telemetry/admin-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { createMetrics } from '../../src/telemetry/metrics.js';
 import { memories, request, tenant } from '../e2e/harness.js';
 import {
   FAULT_PREFIX,
@@ -21,6 +25,7 @@ import {
   scrape,
   startPoolFaultService,
 } from '../faults/helpers.js';
+import { memoriesOf, removeTempDir, tempStore } from '../retrieval/fixtures.js';
 
 const DURATION = 'ibex_context_assembly_duration_seconds_count';
 const CALLS = 'ibex_context_assemblies_total';
@@ -104,6 +109,47 @@ describe('metrics on /metrics of a real admin server', () => {
     expect(
       m.value('ibex_context_build_info', { version: pkg.version, node_version: process.versions.node }),
     ).toBe(1);
+  });
+});
+
+describe('store-read queue depth and busy rejections (issue 11 item 6)', () => {
+  it('a burst of 30 searches on 1 store-read thread (queue 4): the refused ones are counted on /metrics', async () => {
+    const { store, dir, file } = tempStore();
+    const org = randomUUID();
+    const agent = randomUUID();
+    store.upsertMemories(memoriesOf(org, agent, 20));
+    const reads = await PooledStoreReads.start(file, 1);
+    const metrics = createMetrics(undefined, () => reads.stats());
+    const admin = await startAdminServer('127.0.0.1:0', metrics.registry, () => ({
+      ready: true,
+      draining: false,
+      warnings: [],
+    }));
+    try {
+      const before = await scrape(admin.url);
+      expect(before.value('ibex_context_store_read_busy_total')).toBe(0);
+      const pending = Array.from({ length: 30 }, () => reads.search(org, agent, 'sailing'));
+      const settled = Promise.allSettled(pending);
+      // Right after the burst: 1 search on the thread, 4 waiting (the queue limit), the rest refused.
+      expect(reads.stats().queueSize).toBe(4);
+      const outcomes = await settled;
+      const busy = outcomes.filter(
+        (o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'busy',
+      ).length;
+      expect(busy).toBe(25);
+      expect(outcomes.filter((o) => o.status === 'fulfilled').length).toBe(5);
+      const after = await scrape(admin.url);
+      expect(after.value('ibex_context_store_read_busy_total')).toBe(busy);
+      expect(await (await fetch(`${admin.url}/metrics`)).text()).toMatch(
+        /^ibex_context_store_read_queue_depth 0$/m,
+      );
+    } finally {
+      await admin.close();
+      metrics.stop();
+      await reads.close();
+      store.close();
+      removeTempDir(dir);
+    }
   });
 });
 
