@@ -22,16 +22,29 @@ export type IbexErrorCode =
   | 'IBEX_ERR_PERMISSION_DENIED'
   | 'IBEX_ERR_INTERNAL';
 
+/**
+ * Why the CPU stage missed its deadline (issue 11 item 6): `withdrawn` = the task was still queued and
+ * never ran; `abandoned` = it was running and its thread finishes it, the result discarded.
+ */
+export type PoolDeadlineReason = 'withdrawn' | 'abandoned';
+
 /** Base class of every error this service raises; `cause` is kept. */
 export class IbexError extends Error {
   readonly code: IbexErrorCode;
   /** For validation errors: the field (or variable) the message names. */
   readonly field: string | undefined;
-  constructor(code: IbexErrorCode, message: string, options?: { cause?: unknown; field?: string }) {
+  /** For `IBEX_ERR_POOL_DEADLINE`: whether the task was withdrawn from the queue or abandoned running. */
+  readonly poolReason: PoolDeadlineReason | undefined;
+  constructor(
+    code: IbexErrorCode,
+    message: string,
+    options?: { cause?: unknown; field?: string; poolReason?: PoolDeadlineReason },
+  ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'IbexError';
     this.code = code;
     this.field = options?.field;
+    this.poolReason = options?.poolReason;
   }
 }
 
@@ -73,8 +86,12 @@ export const Errors = {
   budgetExceeded: (total: number, budget: number) =>
     new IbexError('IBEX_ERR_BUDGET_EXCEEDED', `packer selected ${total} tokens over a budget of ${budget}`),
   poolSaturated: () => new IbexError('IBEX_ERR_POOL_SATURATED', 'worker pool queue is full'),
-  poolDeadline: (cause?: unknown) =>
-    new IbexError('IBEX_ERR_POOL_DEADLINE', 'CPU stage could not finish before the deadline', { cause }),
+  /** The CPU stage missed its deadline; `reason` says whether the task ever ran (issue 11 item 6). */
+  poolDeadline: (reason: PoolDeadlineReason, cause?: unknown) =>
+    new IbexError('IBEX_ERR_POOL_DEADLINE', 'CPU stage could not finish before the deadline', {
+      cause,
+      poolReason: reason,
+    }),
   poolTaskFailed: (cause: unknown) =>
     new IbexError(
       'IBEX_ERR_POOL_TASK_FAILED',

@@ -14,6 +14,8 @@ import { findGrant } from './verify-token.js';
 export const UNAUTHENTICATED_DETAILS = {
   missing: 'missing bearer token: send metadata "authorization: Bearer <token>"',
   malformed: 'malformed authorization metadata: expected exactly one "Bearer <token>"',
+  /** Issue 11 item 4: HTTP/2 would silently keep only the first of several. */
+  duplicate: 'more than one authorization header: send exactly one "Bearer <token>"',
   invalid: 'invalid bearer token',
 } as const;
 
@@ -30,6 +32,7 @@ type Verdict = { ok: true; grant: TokenGrant } | { ok: false; reason: keyof type
 function verify(metadata: Metadata, grants: readonly TokenGrant[]): Verdict {
   const values = metadata.get('authorization');
   if (values.length === 0) return { ok: false, reason: 'missing' };
+  if (values.length > 1) return { ok: false, reason: 'duplicate' };
   const match = values.length === 1 && typeof values[0] === 'string' ? BEARER.exec(values[0]) : null;
   if (match === null) return { ok: false, reason: 'malformed' };
   const grant = findGrant(grants, match[1]!);

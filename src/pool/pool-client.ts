@@ -195,12 +195,12 @@ export class CpuPool {
       }
       if (signal?.aborted) {
         this.#withdrawn++;
-        reject(Errors.poolDeadline(signal.reason));
+        reject(Errors.poolDeadline('withdrawn', signal.reason));
         return;
       }
       if (!(input.deadline > submitted)) {
         this.#withdrawn++;
-        reject(Errors.poolDeadline(new Error('deadline passed before dispatch')));
+        reject(Errors.poolDeadline('withdrawn', new Error('deadline passed before dispatch')));
         return;
       }
       const orgId = opts.orgId ?? '';
@@ -217,7 +217,7 @@ export class CpuPool {
         return;
       } else if (call.deadline - WITHDRAW_LEAD_MS <= submitted) {
         this.#withdrawn++;
-        reject(Errors.poolDeadline(new Error('deadline too close to queue the task')));
+        reject(Errors.poolDeadline('withdrawn', new Error('deadline too close to queue the task')));
         return;
       } else {
         call.input = takeOwnership(input);
@@ -226,7 +226,7 @@ export class CpuPool {
       }
       this.#arm(call, submitted);
       if (signal) {
-        call.onAbort = () => this.#end(call, Errors.poolDeadline(signal.reason));
+        call.onAbort = () => this.#end(call, signal.reason);
         signal.addEventListener('abort', call.onAbort, { once: true });
       }
     });
@@ -265,12 +265,16 @@ export class CpuPool {
       this.#arm(call, now);
       return;
     }
-    this.#end(call, Errors.poolDeadline(new Error('CPU stage deadline reached')));
+    this.#end(call, new Error('CPU stage deadline reached'));
   };
 
-  /** Ends a call before its result: withdrawn if still queued, abandoned (thread left running) if not. */
-  #end(call: Call, err: Error): void {
+  /**
+   * Ends a call before its result with IBEX_ERR_POOL_DEADLINE: withdrawn if still queued, abandoned
+   * (thread left running) if not; the error's `poolReason` says which (issue 11 item 6).
+   */
+  #end(call: Call, cause: unknown): void {
     if (call.settled) return;
+    const reason = call.dispatched ? 'abandoned' : 'withdrawn';
     if (call.dispatched) {
       this.#abandoned++;
     } else {
@@ -278,7 +282,7 @@ export class CpuPool {
       this.#withdrawn++;
     }
     this.#settle(call);
-    call.reject(err);
+    call.reject(Errors.poolDeadline(reason, cause));
   }
 
   #settle(call: Call): void {
@@ -340,7 +344,7 @@ export class CpuPool {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shift()!;
       if (epochNow() >= call.deadline - WITHDRAW_LEAD_MS) {
-        this.#end(call, Errors.poolDeadline(new Error('CPU stage deadline reached in the queue')));
+        this.#end(call, new Error('CPU stage deadline reached in the queue'));
         continue;
       }
       this.#dispatch(call);
@@ -360,6 +364,8 @@ export class CpuPool {
       running: this.#running,
       utilization: this.#busy.value,
       threads: this.#piscina.threads.length,
+      capacity: this.#capacity,
+      maxQueue: this.#maxQueue,
       completed: this.#completed,
       withdrawn: this.#withdrawn,
       rejected: this.#rejected,

@@ -30,6 +30,10 @@ export interface PoolStats {
   utilization: number;
   /** Threads alive. */
   threads: number;
+  /** Max threads: tasks that can run at once. */
+  capacity: number;
+  /** Tasks that may wait before a call is refused IBEX_ERR_POOL_SATURATED. */
+  maxQueue: number;
   /** Calls answered with a result. */
   completed: number;
   /** Calls withdrawn before reaching a thread: deadline or caller's signal (IBEX_ERR_POOL_DEADLINE). */

@@ -3,6 +3,16 @@
  * branch outcome, never a hung call or a crashed process, hence: no offline queue (a command while
  * disconnected fails at once), a bounded command queue, capped exponential reconnects, an `error`
  * listener (an unhandled `error` event would kill the process), and the request's AbortSignal on every GET.
+ *
+ * Half-open connections (issue 11 item 1): a NAT or load balancer that forgets the flow leaves the socket
+ * open while nothing comes back, and abandoned GETs never fail it. node-redis cannot see that by itself:
+ * its command `timeout` and AbortSignals only cover commands not yet written, and its `pingInterval`
+ * PING, once written, waits for a reply for ever (and no PING follows it). So a watchdog of ours sends a
+ * PING every `pingIntervalMs` and, when one gets no reply within `pingTimeoutMs`, replaces the
+ * connection (node-redis `destroy` + `connect`, which retries with the `reconnectStrategy` backoff):
+ * a dead flow is gone within pingIntervalMs + pingTimeoutMs + one connect (≈ 5 s with the defaults; the
+ * issue asks ≤ 10 s). node-redis's `socketTimeout` (3 ping intervals without any traffic) is the second
+ * line, for a watchdog that could not write at all.
  */
 import {
   ClientClosedError,
@@ -30,6 +40,10 @@ export interface RedisDirectiveSourceOptions {
   initialWaitMs?: number;
   /** Reconnect backoff ceiling, ms. Default 2000. */
   maxReconnectDelayMs?: number;
+  /** Interval of the watchdog PING, ms. Default 2000 (issue 11 item 1). */
+  pingIntervalMs?: number;
+  /** A watchdog PING with no reply after this many ms replaces the connection. Default 3000. */
+  pingTimeoutMs?: number;
   logger?: RetrievalLogger;
 }
 
@@ -49,6 +63,7 @@ function errorName(err: unknown): string {
 export class RedisDirectiveSource implements DirectiveSource {
   readonly #client: ReturnType<typeof createClient>;
   #closed = false;
+  #watchdog: NodeJS.Timeout | undefined;
 
   private constructor(client: ReturnType<typeof createClient>) {
     this.#client = client;
@@ -63,6 +78,7 @@ export class RedisDirectiveSource implements DirectiveSource {
   static async connect(options: RedisDirectiveSourceOptions): Promise<RedisDirectiveSource> {
     const logger = options.logger ?? silentLogger;
     const maxDelay = options.maxReconnectDelayMs ?? 2000;
+    const pingInterval = options.pingIntervalMs ?? 2000;
     let lastLog = Number.NEGATIVE_INFINITY;
     const client = createClient({
       url: options.url,
@@ -70,32 +86,37 @@ export class RedisDirectiveSource implements DirectiveSource {
       commandsQueueMaxLength: 10_000,
       socket: {
         connectTimeout: options.connectTimeoutMs ?? 1000,
+        socketTimeout: 3 * pingInterval,
         // Jittered so a fleet restarting together does not reconnect in lockstep.
         reconnectStrategy: (retries) =>
           Math.min(maxDelay, 50 * 2 ** Math.min(retries, 10)) + Math.random() * 50,
       },
     });
     let resyncing = false;
-    client.on('error', (err: unknown) => {
-      if (isReplyStreamError(err) && !resyncing) {
-        // node-redis resets its decoder but keeps the socket and the commands waiting for replies, so
-        // every later reply would go to the command sent before it: another agent's directive to this
-        // one. Drop the connection and everything waiting on it (those reads fail), then reconnect.
-        resyncing = true;
-        try {
-          client.destroy();
-        } catch {
-          // already closed
-        }
-        if (!source.#closed) {
-          client
-            .connect()
-            .catch(() => {})
-            .finally(() => {
-              resyncing = false;
-            });
-        }
+    /** Drops the connection and everything waiting on it (those reads fail), then reconnects. */
+    const replaceConnection = () => {
+      if (resyncing) return;
+      resyncing = true;
+      try {
+        client.destroy();
+      } catch {
+        // already closed
       }
+      if (source.#closed) {
+        resyncing = false;
+        return;
+      }
+      client
+        .connect()
+        .catch(() => {})
+        .finally(() => {
+          resyncing = false;
+        });
+    };
+    client.on('error', (err: unknown) => {
+      // node-redis resets its decoder but keeps the socket and the commands waiting for replies, so
+      // every later reply would go to the command sent before it: another agent's directive to this one.
+      if (isReplyStreamError(err)) replaceConnection();
       const now = performance.now();
       if (now - lastLog < ERROR_LOG_INTERVAL_MS) return;
       lastLog = now;
@@ -106,6 +127,27 @@ export class RedisDirectiveSource implements DirectiveSource {
     });
     client.on('ready', () => logger.info({}, 'directive store (redis) ready'));
     const source = new RedisDirectiveSource(client);
+    const pingTimeout = options.pingTimeoutMs ?? 3000;
+    let pinging = false;
+    source.#watchdog = setInterval(() => {
+      if (pinging || resyncing || !client.isReady) return;
+      pinging = true;
+      const timer = setTimeout(() => {
+        logger.warn(
+          { ping_timeout_ms: pingTimeout },
+          'directive store (redis) PING unanswered; reconnecting',
+        );
+        replaceConnection();
+      }, pingTimeout);
+      client
+        .sendCommand(['PING'])
+        .catch(() => {})
+        .finally(() => {
+          clearTimeout(timer);
+          pinging = false;
+        });
+    }, pingInterval);
+    source.#watchdog.unref();
     const first = client.connect().then(
       () => true,
       () => false,
@@ -157,6 +199,7 @@ export class RedisDirectiveSource implements DirectiveSource {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    clearInterval(this.#watchdog);
     try {
       this.#client.destroy();
     } catch {

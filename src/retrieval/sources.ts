@@ -15,7 +15,7 @@ import { HttpMemorySource } from './memory-http.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
 import type { DirectiveSource, MemorySource } from './retrieve.js';
-import { inProcessReads, PooledStoreReads, type StoreReads } from './store-reader.js';
+import { inProcessReads, PooledStoreReads, type StoreReadStats, type StoreReads } from './store-reader.js';
 import type { RawHits } from './validate.js';
 
 /** The sources one service instance reads from. */
@@ -25,6 +25,8 @@ export interface RetrievalSources {
   /** Closes every source and the embedded store; idempotent. */
   close(): Promise<void>;
   kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
+  /** Store-read thread figures for metrics; absent without store-read threads (issue 11 item 6). */
+  storeReads?: () => StoreReadStats;
 }
 
 /** Options of {@link createSources}. */
@@ -158,6 +160,7 @@ export async function createSources(
   let store: EmbeddedStore | undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
+  let pooledStats: (() => StoreReadStats) | undefined;
   try {
     store = needsStore
       ? EmbeddedStore.open(settings.embeddedDb, { maxMemoryChars: settings.maxMemoryChars })
@@ -177,6 +180,7 @@ export async function createSources(
           undefined,
           settings.maxMemoryChars,
         );
+        pooledStats = () => pooled.stats();
         reads = {
           ...local,
           hot: (o, a) => hotThroughCache(opened, pooled, o, a),
@@ -212,6 +216,7 @@ export async function createSources(
     return {
       memory: mem,
       directive,
+      storeReads: pooledStats,
       kind: { memory: memoryKind, directive: directiveKind },
       async close() {
         if (closed) return;

@@ -52,6 +52,14 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
   };
 }
 
+/** Store-read figures for metrics (issue 11 item 6). */
+export interface StoreReadStats {
+  /** Searches waiting for a store-read thread. */
+  queueSize: number;
+  /** Searches refused at once because that queue was full (cold branch `error`, code `busy`). */
+  busyRejections: number;
+}
+
 /**
  * Reads in `threads` store-read threads, each with its own connection to the WAL database `db`.
  * No AbortSignal is passed to piscina: aborting a running task terminates its thread. A branch that gives
@@ -62,6 +70,7 @@ export class PooledStoreReads implements StoreReads {
   readonly #db: string;
   readonly #maxQueue: number;
   readonly #maxChars: number | undefined;
+  #busyRejections = 0;
 
   private constructor(pool: Piscina, db: string, maxQueue: number, maxChars: number | undefined) {
     this.#pool = pool;
@@ -128,13 +137,20 @@ export class PooledStoreReads implements StoreReads {
 
   /** piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)". */
   #busy(err: unknown): never {
-    if (this.#pool.queueSize >= this.#maxQueue)
+    if (this.#pool.queueSize >= this.#maxQueue) {
+      this.#busyRejections++;
       throw Object.assign(new Error('store-read queue full'), { code: 'busy', cause: err });
+    }
     throw err;
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {
     return this.#pool.run({ db: this.#db, op: 'directive', orgId, agentId } satisfies StoreReadTask);
+  }
+
+  /** Queue depth now and busy rejections so far (see {@link StoreReadStats}). */
+  stats(): StoreReadStats {
+    return { queueSize: this.#pool.queueSize, busyRejections: this.#busyRejections };
   }
 
   async close(): Promise<void> {

@@ -3,13 +3,12 @@
  * pool, response with its degradation record. Dependency failures degrade the answer (L0/L1/L2); only
  * client errors (unknown model) and the caller's own deadline or cancellation end the call otherwise.
  */
-import { status } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
 import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
 import { codePointLength, estimateTokens } from '../budget/estimate.js';
 import type { Settings } from '../config/settings.js';
-import { Errors, GRPC_STATUS_BY_CODE, IbexError, isIbexError } from '../errors.js';
+import { Errors, isIbexError } from '../errors.js';
 import { formatContext } from '../format/formatter.js';
 import { generateNonce } from '../format/nonce.js';
 import { type CpuCandidate, encodeCandidates } from '../pool/cpu-task.js';
@@ -53,7 +52,10 @@ export function degradationLevel(branches: readonly BranchOutcome[]): Degradatio
   return usable === 2 ? 'L0' : usable === 1 ? 'L1' : 'L2';
 }
 
-/** Reasons for a degraded answer: each memory branch that did not succeed, plus the pool's reason. */
+/**
+ * Reasons for a degraded answer: each branch that did not succeed (a failed or timed-out directive too,
+ * `directive_error:…` / `directive_timeout:…`, SPEC §10 as updated by issue 11), plus the pool's reason.
+ */
 function degradationReasons(branches: readonly BranchOutcome[], poolReason: string | null): string[] {
   const reasons: string[] = [];
   for (const b of branches) {
@@ -111,14 +113,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       // Load shedding: past the in-flight limit the service answers at once from what costs nothing
       // (directive + history, L2 `overloaded`), so that an overloaded process still answers in time
       // instead of letting every call wait out the retrieval wall.
-      const result = await assembleOne(req, ctx, inFlight > settings.maxInFlight);
-      metrics?.assemblyDuration.observe({ level: result.level }, (monotonicNow() - ctx.arrival) / 1000);
-      metrics?.assemblies.inc({ level: result.level, code: 'OK' });
-      return result;
-    } catch (err) {
-      const code = err instanceof IbexError ? status[GRPC_STATUS_BY_CODE[err.code]] : 'INTERNAL';
-      metrics?.assemblies.inc({ level: 'none', code });
-      throw err;
+      // Duration and count of every call: src/telemetry/assembly-metrics.ts (the interceptor).
+      return await assembleOne(req, ctx, inFlight > settings.maxInFlight);
     } finally {
       inFlight--;
       metrics?.inFlight.dec();
@@ -232,7 +228,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       reserve.roundTrip.record(stage.round_trip_us / 1000);
       if (stage.output.invalid !== null)
         throw Errors.invalidArgument('message.content', stage.output.invalid);
-      metrics?.poolTasks.inc({ outcome: 'completed' });
       metrics?.poolWait.observe(stage.wait_us / 1e6);
       metrics?.poolRun.observe(stage.run_us / 1e6);
       metrics?.packerPath.inc({
@@ -256,15 +251,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) reserve.lateness.record(monotonicNow() - cpuDeadline);
       throwIfAborted(ctx);
       poolReason ??= poolReasonOf(err);
-      if (!shed)
-        metrics?.poolTasks.inc({
-          outcome:
-            poolReason === 'pool_saturated'
-              ? 'rejected'
-              : poolReason === 'pool_deadline'
-                ? 'withdrawn'
-                : 'failed',
-        });
       if (poolReason === 'pool_failed') logger.error({ err }, 'CPU stage failed; answering without memories');
     }
     throwIfAborted(ctx);
@@ -276,10 +262,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     response.degradation = {
       level,
       intentional: req.skipHot || req.skipCold,
-      reasons: level === 'L0' && !poolReason ? [] : degradationReasons(retrieval.branches, poolReason),
+      reasons: degradationReasons(retrieval.branches, poolReason),
       branches: retrieval.branches.map((b) => ({ ...b })),
     };
-    if (level !== 'L0') {
+    if (response.degradation.reasons.length > 0) {
       for (const reason of response.degradation.reasons)
         metrics?.degraded.inc({ level, reason: reason.split(':')[0]! });
       logger.info(

@@ -4,6 +4,7 @@
  * module owns only what happens at the boundary: validation, the call context, status mapping and
  * making sure no handler error ever escapes into grpc-js.
  */
+import http2 from 'node:http2';
 import path from 'node:path';
 import {
   type ChannelOptions,
@@ -20,6 +21,7 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
 import { authorizeRequest } from '../auth/authorize-request.js';
+import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js';
 import type { Settings } from '../config/settings.js';
 import { GRPC_STATUS_BY_CODE, IbexError } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -46,7 +48,10 @@ import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
   response: AssembleContextResponse;
-  /** Degradation level; also sent as `x-ibex-context-level` / `x-ibex-context-degraded` metadata. */
+  /**
+   * Degradation level; also sent as `x-ibex-context-level`. `x-ibex-context-degraded` is true when the
+   * level is not L0 or `response.degradation.reasons` is not empty (a missing directive, SPEC §10).
+   */
   level: DegradationLevel;
 }
 
@@ -110,6 +115,8 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.max_connection_idle_ms': 5 * 60_000,
   'grpc.max_connection_age_ms': 10 * 60_000,
   'grpc.max_connection_age_grace_ms': 30_000,
+  // Channelz bookkeeping (per-call counters and traces) is never read here; off, as issue 10 asks.
+  'grpc.enable_channelz': 0,
 };
 
 /**
@@ -151,6 +158,36 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
 }
 
 /**
+ * Issue 11 item 5: Node's HTTP/2 layer refuses a header list of more than `maxHeaderListPairs` (default
+ * 128) fields with ENHANCE_YOUR_CALM ("Bandwidth exhausted or memory limit exceeded", ~118 entries or
+ * ~4.6 KB) long before the byte limit. Every field costs at least 33 bytes (RFC 9113 §6.5.2: 32 + a name),
+ * so `maxBytes / 32` pairs plus the pseudo-headers can never cut a request the byte limit allows; twice
+ * that lets a request moderately over it reach {@link metadataLimitInterceptor} and its own message.
+ * grpc-js exposes no channel option for this, so it is set on the options grpc-js passes to
+ * `http2.createServer` at bind time (private field `commonServerOptions`, grpc-js 1.14).
+ */
+function alignHeaderPairLimit(server: Server, maxBytes: number): void {
+  const internal = server as unknown as { commonServerOptions?: { maxHeaderListPairs?: number } };
+  if (internal.commonServerOptions === undefined)
+    throw new Error('grpc-js internals changed: no commonServerOptions');
+  internal.commonServerOptions.maxHeaderListPairs = 2 * Math.ceil(maxBytes / 32) + 16;
+}
+
+/**
+ * grpc-js 1.14 `forceShutdown` destroys only the sessions channelz tracked: with `grpc.enable_channelz: 0`
+ * (issue 10) in-flight calls would stay open past the drain grace. So the drain destroys every session
+ * grpc-js keeps per HTTP/2 server (private field `http2Servers`) itself, with CANCEL as grpc-js does.
+ */
+function destroySessions(server: Server): void {
+  const internal = server as unknown as {
+    http2Servers?: Map<unknown, { sessions?: Set<http2.ServerHttp2Session> }>;
+  };
+  for (const info of internal.http2Servers?.values() ?? []) {
+    for (const session of info.sessions ?? []) session.destroy(undefined, http2.constants.NGHTTP2_CANCEL);
+  }
+}
+
+/**
  * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
  * strict reflection clients accept (issue 13; src/server/reflection-descriptors.ts).
  */
@@ -184,6 +221,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     ...opts.channelOptions,
     interceptors: [metadataLimitInterceptor(settings.maxMetadataBytes), ...(opts.interceptors ?? [])],
   });
+
+  alignHeaderPairLimit(server, settings.maxMetadataBytes);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
@@ -235,7 +274,10 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         if (outcome.kind === 'ok') {
           const md = new Metadata();
           md.set(LEVEL_HEADER, outcome.result.level);
-          md.set(DEGRADED_HEADER, outcome.result.level === 'L0' ? 'false' : 'true');
+          // A missing directive leaves the level alone but still degrades the answer (SPEC §10).
+          const degraded =
+            outcome.result.level !== 'L0' || outcome.result.response.degradation.reasons.length > 0;
+          md.set(DEGRADED_HEADER, degraded ? 'true' : 'false');
           call.sendMetadata(md);
           callback(null, outcome.result.response);
         } else if (outcome.kind === 'error') {
@@ -309,6 +351,13 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         server.bindAsync(addr, credentials, (err, port) => {
           if (err) reject(err);
           else {
+            try {
+              // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
+              exposeDuplicateAuthorization(server);
+            } catch (hookErr) {
+              reject(hookErr);
+              return;
+            }
             logger.info({ addr, port }, 'gRPC server listening');
             resolve(port);
           }
@@ -330,7 +379,10 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           if (done) return;
           done = true;
           clearTimeout(timer);
-          if (forced) server.forceShutdown();
+          if (forced) {
+            destroySessions(server);
+            server.forceShutdown();
+          }
           logger.info({ forced, inFlight: active }, 'gRPC server stopped');
           resolve();
         };

@@ -12,6 +12,7 @@ import type { Settings } from '../config/settings.js';
 import { CpuPool } from '../pool/pool-client.js';
 import { createSources, type RetrievalSources } from '../retrieval/sources.js';
 import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
+import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import { createAssembler } from './assemble.js';
 import { monotonicNow } from './call-context.js';
@@ -121,7 +122,10 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     const sources = await createSources(settings, { logger: logger.child({ component: 'retrieval' }) });
     closers.push(() => sources.close());
     let pool: CpuPool | undefined;
-    const metrics = createMetrics(() => pool?.stats());
+    const metrics = createMetrics(
+      () => pool?.stats(),
+      () => sources.storeReads?.(),
+    );
     closers.push(async () => metrics.stop());
     pool = await CpuPool.start(settings.pool);
     const started = pool;
@@ -131,7 +135,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics }),
       logger,
       settings,
-      interceptors: opts.interceptors,
+      interceptors: [assemblyMetricsInterceptor(metrics), ...(opts.interceptors ?? [])],
     });
     const port = await grpc.bind(settings.grpcAddr, opts.credentials);
     closers.push(() => grpc.drain(0));

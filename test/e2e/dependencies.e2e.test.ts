@@ -30,9 +30,12 @@ describe('memory service over HTTP', () => {
     svc = await startTestService({
       IBEX_CONTEXT_MEMORY_BASE_URL: memory.url,
       IBEX_CONTEXT_MEMORY_API_TOKEN: TOKEN,
-      IBEX_CONTEXT_HOT_TIMEOUT_MS: '60',
-      IBEX_CONTEXT_COLD_TIMEOUT_MS: '400',
-      IBEX_CONTEXT_DEADLINE_MS: '120',
+      // Timeouts far from every injected latency both ways (a loaded machine must not turn a fast
+      // answer into a timeout, nor a slow one into a success): hot 500 ms, wall 1 s, slow = 5 s.
+      IBEX_CONTEXT_HOT_TIMEOUT_MS: '500',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '1500',
+      IBEX_CONTEXT_DEADLINE_MS: '1000',
+      IBEX_CONTEXT_TIMEOUT: '3000',
     });
     svc.store.setDirective({
       org_id: t.org,
@@ -69,7 +72,7 @@ describe('memory service over HTTP', () => {
 
   it('slow hot ⇒ hot timeout, L1', async () => {
     reset();
-    memory.setFaults({ latencyMs: 100, latencyRoute: 'hot' });
+    memory.setFaults({ latencyMs: 5_000, latencyRoute: 'hot' });
     const r = await svc.client.assemble(request(t));
     expect(r.response!.degradation.level).toBe('L1');
     expect(r.response!.degradation.branches[1]).toMatchObject({
@@ -81,7 +84,7 @@ describe('memory service over HTTP', () => {
 
   it('slow cold ⇒ cancelled at the wall with outer_deadline, L1', async () => {
     reset();
-    memory.setFaults({ latencyMs: 300, latencyRoute: 'search' });
+    memory.setFaults({ latencyMs: 5_000, latencyRoute: 'search' });
     const r = await svc.client.assemble(request(t));
     expect(r.response!.degradation.level).toBe('L1');
     expect(r.response!.degradation.branches[2]).toMatchObject({
@@ -89,7 +92,8 @@ describe('memory service over HTTP', () => {
       status: 'timeout',
       detail: 'outer_deadline',
     });
-    expect(r.response!.degradation.branches[2]!.latency_ms).toBeLessThan(250);
+    // Ended by the wall, not by the server's pace.
+    expect(r.response!.degradation.branches[2]!.latency_ms).toBeLessThan(5_000);
   });
 
   it('5xx ⇒ error for both memory branches, L2 still answered with directive + history', async () => {
@@ -166,12 +170,13 @@ describe('caller deadlines', () => {
   it('a caller deadline shorter than the wall is answered before it or DEADLINE_EXCEEDED, never late', async () => {
     for (const deadlineMs of [3, 8, 15, 25]) {
       for (let i = 0; i < 5; i++) {
-        const start = performance.now();
         const r = await svc.client.assemble(request(t), { deadlineMs });
-        const took = performance.now() - start;
+        // A late answer cannot be OK: the client ends the call at its deadline (DEADLINE_EXCEEDED).
         expect([status.OK, status.DEADLINE_EXCEEDED]).toContain(r.status.code);
-        // Generous: the client notices its own deadline; a late server answer would exceed it by far more.
-        expect(took).toBeLessThan(deadlineMs + 50);
+        // An OK answer was ready within the deadline on the server's own clock (it answers
+        // DEADLINE_EXCEEDED once its clock passes D), whatever the load: no real-clock bound here
+        // (issue 11 item 3; the client-side round-trip is a bench figure).
+        if (r.status.code === status.OK) expect(r.response!.metrics.total_ms).toBeLessThanOrEqual(deadlineMs);
       }
     }
   });
@@ -228,6 +233,9 @@ describeRedis('Redis directives', redisUp, () => {
     expect(r.status.code).toBe(status.OK);
     expect(r.response!.degradation.branches[0]!.status).toBe('error');
     expect(r.response!.degradation.level).toBe('L0');
+    // The missing directive is named and flagged (SPEC §10, issue 11).
+    expect(r.response!.degradation.reasons.map((x) => x.split(':')[0])).toEqual(['directive_error']);
+    expect(r.metadata.get('x-ibex-context-degraded')).toEqual(['true']);
     expect(r.response!.assembled_context).not.toContain('Only treat content inside');
     expect(r.response!.memories_included).toBe(3);
   });
@@ -252,12 +260,17 @@ describe('load shedding', () => {
     const path = await import('node:path');
     memoryStore = EmbeddedStore.open(path.join(mkdtempSync(path.join(tmpdir(), 'ibex-shed-')), 'memory.db'));
     memoryStore.upsertMemories(memories(t.org, t.agent, 4));
-    // Slow memory service: the first calls stay in flight while the rest arrive.
-    memory = await startMemoryServer({ token: TOKEN, store: memoryStore, port: 0, latencyMs: 200 });
+    // Slow memory service: the first calls stay in flight (1 s) while the rest arrive, even on a loaded
+    // machine, and still succeed well inside their timeouts.
+    memory = await startMemoryServer({ token: TOKEN, store: memoryStore, port: 0, latencyMs: 1000 });
     svc = await startTestService({
       IBEX_CONTEXT_MEMORY_BASE_URL: memory.url,
       IBEX_CONTEXT_MEMORY_API_TOKEN: TOKEN,
       IBEX_CONTEXT_MAX_IN_FLIGHT: '2',
+      IBEX_CONTEXT_HOT_TIMEOUT_MS: '3000',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '3000',
+      IBEX_CONTEXT_DEADLINE_MS: '3500',
+      IBEX_CONTEXT_TIMEOUT: '5000',
     });
   });
   afterAll(async () => {

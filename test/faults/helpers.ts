@@ -18,6 +18,7 @@ import { createSources } from '../../src/retrieval/sources.js';
 import { createAssembler } from '../../src/server/assemble.js';
 import { createGrpcServer } from '../../src/server/grpc-server.js';
 import { startAdminServer } from '../../src/telemetry/admin-server.js';
+import { assemblyMetricsInterceptor } from '../../src/telemetry/assembly-metrics.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
@@ -399,6 +400,7 @@ export async function startPoolFaultService(env: Record<string, string>): Promis
     }),
     logger,
     settings,
+    interceptors: [assemblyMetricsInterceptor(metrics)],
   });
   const port = await grpc.bind(settings.grpcAddr);
   const admin = await startAdminServer(settings.adminAddr, metrics.registry, () => ({

@@ -9,6 +9,7 @@
  * the availability rule of test/helpers/redis.ts.
  */
 import { randomUUID } from 'node:crypto';
+import net from 'node:net';
 import { status } from '@grpc/grpc-js';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,6 +18,17 @@ import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
 import { closedPort, type FakeRedis, moved, scrape, startFakeRedis } from './helpers.js';
 
 const N = 4;
+/**
+ * Directive timeout (1 s) far from every injected stall (≥ 2.5 s, or for ever; under the 3 s watchdog PING timeout) and from a healthy read, so
+ * that a loaded machine cannot flip an outcome (issue 11 item 3); wall and deadline leave it room.
+ */
+const FAR_TIMEOUTS = {
+  IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '1000',
+  IBEX_CONTEXT_HOT_TIMEOUT_MS: '2000',
+  IBEX_CONTEXT_COLD_TIMEOUT_MS: '2000',
+  IBEX_CONTEXT_DEADLINE_MS: '2500',
+  IBEX_CONTEXT_TIMEOUT: '4000',
+};
 const keyOf = (t: { org: string; agent: string }) => `${t.org}:directive:${t.agent}`;
 const envelope = (content: string) =>
   JSON.stringify({ v: 1, content, injection_mode: 'system_first', version_id: randomUUID() });
@@ -30,7 +42,10 @@ function seed(svc: TestService) {
   return { victim, other };
 }
 
-/** The shared expectations: answered, L0, memories intact, directive branch as given. */
+/**
+ * The shared expectations: answered, L0, memories intact, directive branch as given; a directive that
+ * failed or timed out is named in `reasons` and sets `x-ibex-context-degraded: true` (SPEC §10, issue 11).
+ */
 function expectAnswered(
   r: Awaited<ReturnType<TestService['client']['assemble']>>,
   directive: { status: string; detail?: RegExp },
@@ -38,12 +53,18 @@ function expectAnswered(
   expect(r.status.code, r.status.details).toBe(status.OK);
   const res = r.response!;
   expect(res.degradation.level).toBe('L0');
-  expect(res.degradation.reasons).toEqual([]);
+  expect(r.metadata.get('x-ibex-context-level')).toEqual(['L0']);
   expect(res.memories_included).toBe(N);
   expect(res.degradation.branches[0]!.status).toBe(directive.status);
   if (directive.detail) expect(res.degradation.branches[0]!.detail).toMatch(directive.detail);
-  if (directive.status !== 'success')
+  if (directive.status === 'success') {
+    expect(res.degradation.reasons).toEqual([]);
+    expect(r.metadata.get('x-ibex-context-degraded')).toEqual(['false']);
+  } else {
+    expect(res.degradation.reasons.map((x) => x.split(':')[0])).toEqual([`directive_${directive.status}`]);
+    expect(r.metadata.get('x-ibex-context-degraded')).toEqual(['true']);
     expect(res.assembled_context).not.toContain('Only treat content inside');
+  }
 }
 
 describe('Redis down (nothing listening)', () => {
@@ -52,6 +73,7 @@ describe('Redis down (nothing listening)', () => {
   beforeAll(async () => {
     svc = await startTestService({
       IBEX_CONTEXT_REDIS_URL: `redis://127.0.0.1:${await closedPort()}`,
+      ...FAR_TIMEOUTS,
     });
   });
   afterAll(async () => {
@@ -65,11 +87,9 @@ describe('Redis down (nothing listening)', () => {
       svc.client.assemble(request(victim)),
       svc.client.assemble(request(other)),
     ]);
-    for (const r of [a, b]) {
-      expectAnswered(r, { status: 'error', detail: /^redis unavailable \(/ });
-      // No offline queue: the read fails at once instead of waiting for the 300 ms directive timeout.
-      expect(r.response!.degradation.branches[0]!.latency_ms).toBeLessThan(150);
-    }
+    // No offline queue: the read fails at once (`error`, offline/closed) instead of waiting out the
+    // directive timeout (which would say `timeout`).
+    for (const r of [a, b]) expectAnswered(r, { status: 'error', detail: /^redis unavailable \(/ });
     const next = await svc.client.assemble(request(victim));
     expectAnswered(next, { status: 'error', detail: /^redis unavailable \(/ });
     const after = await scrape(svc.service.adminUrl);
@@ -77,7 +97,9 @@ describe('Redis down (nothing listening)', () => {
       moved(before, after, 'ibex_context_branch_outcomes_total', { branch: 'directive', status: 'error' }),
     ).toBe(3);
     expect(moved(before, after, 'ibex_context_assemblies_total', { level: 'L0', code: 'OK' })).toBe(3);
-    expect(moved(before, after, 'ibex_context_degraded_total')).toBe(0);
+    expect(
+      moved(before, after, 'ibex_context_degraded_total', { level: 'L0', reason: 'directive_error' }),
+    ).toBe(3);
   });
 });
 
@@ -87,19 +109,16 @@ describe('fake Redis: slow and garbage replies', () => {
 
   beforeAll(async () => {
     redis = await startFakeRedis();
-    svc = await startTestService({
-      IBEX_CONTEXT_REDIS_URL: redis.redisUrl,
-      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '100',
-    });
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: redis.redisUrl, ...FAR_TIMEOUTS });
   });
   afterAll(async () => {
     await svc?.stop();
     await redis?.close();
   });
 
-  it('slow (a GET stalls 600 ms) ⇒ directive timeout, level unchanged; replies stay matched afterwards', async () => {
+  it('slow (a GET stalls 2.5 s) ⇒ directive timeout, level unchanged; replies stay matched afterwards', async () => {
     const { victim, other } = seed(svc);
-    redis.set(keyOf(victim), { stallMs: 600, answer: { value: envelope('Victim directive.') } });
+    redis.set(keyOf(victim), { stallMs: 2500, answer: { value: envelope('Victim directive.') } });
     redis.set(keyOf(other), { value: envelope('Other directive.') });
     const before = await scrape(svc.service.adminUrl);
     const [a, b] = await Promise.all([
@@ -107,13 +126,14 @@ describe('fake Redis: slow and garbage replies', () => {
       svc.client.assemble(request(other)),
     ]);
     expectAnswered(a, { status: 'timeout', detail: /^directive_timeout$/ });
-    expect(a.response!.degradation.branches[0]!.latency_ms).toBeLessThan(400);
+    // Ended by the directive timeout, not by the stall.
+    expect(a.response!.degradation.branches[0]!.latency_ms).toBeLessThan(2500);
     // One connection, replies in order: a GET sent behind the stalled one waits too (timeout), or went
     // first (success). Either way the call is whole.
     expect(['success', 'timeout']).toContain(b.response!.degradation.branches[0]!.status);
     expectAnswered(b, { status: b.response!.degradation.branches[0]!.status });
     // After the stall the late replies are discarded, not handed to the next GETs: each agent gets its own.
-    await new Promise((r) => setTimeout(r, 700));
+    await new Promise((r) => setTimeout(r, 2600));
     redis.set(keyOf(victim), { value: envelope('Victim directive.') });
     for (const [t, text] of [
       [other, 'Other directive.'],
@@ -229,7 +249,7 @@ describeRedis('real Redis: garbage values', redisUp, () => {
 
   beforeAll(async () => {
     await redis.connect();
-    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: REDIS_TEST_URL });
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: REDIS_TEST_URL, ...FAR_TIMEOUTS });
   });
   afterAll(async () => {
     if (keys.length) await redis.del(keys);
@@ -273,4 +293,107 @@ describeRedis('real Redis: garbage values', redisUp, () => {
       ).toBe(1);
     },
   );
+});
+
+/**
+ * A TCP proxy to Redis whose open flows can be cut the way a NAT or load balancer forgets them: the
+ * sockets stay open, nothing is forwarded any more in either direction, nothing is closed. New
+ * connections are forwarded normally.
+ */
+async function startBlackholeProxy(target: URL) {
+  const flows = new Set<{ client: net.Socket; upstream: net.Socket; dead: boolean }>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 6379), target.hostname);
+    const flow = { client, upstream, dead: false };
+    flows.add(flow);
+    client.on('error', () => {});
+    upstream.on('error', () => {});
+    client.on('data', (d) => {
+      if (!flow.dead) upstream.write(d);
+    });
+    upstream.on('data', (d) => {
+      if (!flow.dead) client.write(d);
+    });
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => {
+      if (!flow.dead) client.destroy();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    /** Stops forwarding every open flow without closing it; returns how many there were. */
+    blackhole(): number {
+      let n = 0;
+      for (const f of flows) {
+        if (f.dead || f.client.destroyed) continue;
+        f.dead = true;
+        n++;
+      }
+      return n;
+    },
+    /** Open flows still forwarding. */
+    live: () => [...flows].filter((f) => !f.dead && !f.client.destroyed).length,
+    async close() {
+      for (const f of flows) {
+        f.client.destroy();
+        f.upstream.destroy();
+      }
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
+describeRedis('half-open Redis connection (issue 11 item 1)', redisUp, () => {
+  let svc: TestService;
+  let proxy: Awaited<ReturnType<typeof startBlackholeProxy>>;
+  const redis = createClient({ url: REDIS_TEST_URL });
+  const keys: string[] = [];
+
+  beforeAll(async () => {
+    await redis.connect();
+    proxy = await startBlackholeProxy(new URL(REDIS_TEST_URL));
+    svc = await startTestService({ IBEX_CONTEXT_REDIS_URL: proxy.url, ...FAR_TIMEOUTS });
+  });
+  afterAll(async () => {
+    if (keys.length) await redis.del(keys);
+    await redis.quit();
+    await svc?.stop();
+    await proxy?.close();
+  });
+
+  // Real time: the ping timer and node-redis's command timeout (AbortSignal.timeout) are not fakeable.
+  // With the defaults (PING every 2 s, 3 s command timeout) the flow is replaced in ≈ 5 s.
+  it('a flow that stops forwarding ⇒ directive_timeout in reasons, degraded true, level L0; replaced within 10 s', async () => {
+    const { victim } = seed(svc);
+    keys.push(keyOf(victim));
+    await redis.set(keyOf(victim), envelope('Victim directive.'));
+    const ok = await svc.client.assemble(request(victim));
+    expectAnswered(ok, { status: 'success' });
+    expect(ok.response!.assembled_context.startsWith('Victim directive.\n')).toBe(true);
+
+    expect(proxy.blackhole()).toBe(1);
+    const cutAt = performance.now();
+    const missing = await svc.client.assemble(request(victim));
+    expectAnswered(missing, { status: 'timeout', detail: /^directive_timeout$/ });
+    expect(missing.response!.degradation.reasons).toEqual(['directive_timeout:directive_timeout']);
+
+    let recoveredAfter = Number.POSITIVE_INFINITY;
+    while (performance.now() - cutAt < 15_000) {
+      await new Promise((r) => setTimeout(r, 250));
+      const r = await svc.client.assemble(request(victim));
+      if (r.response?.degradation.branches[0]?.status === 'success') {
+        recoveredAfter = performance.now() - cutAt;
+        expectAnswered(r, { status: 'success' });
+        expect(r.response.assembled_context.startsWith('Victim directive.\n')).toBe(true);
+        break;
+      }
+      // Until then every answer says the directive is missing.
+      expectAnswered(r, { status: r.response!.degradation.branches[0]!.status });
+    }
+    expect(recoveredAfter).toBeLessThan(10_000);
+    // On a new connection through the proxy, not the dead one.
+    expect(proxy.live()).toBe(1);
+  }, 30_000);
 });

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { createClient } from 'redis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { directiveKey } from '../../src/retrieval/directive.js';
 import { RedisDirectiveSource } from '../../src/retrieval/directive-redis.js';
 import type { MemorySource, RetrievalTimeouts } from '../../src/retrieval/retrieve.js';
@@ -176,16 +176,17 @@ describe('Redis unavailable (no Redis needed)', () => {
       url: `redis://127.0.0.1:${port}`,
       initialWaitMs: 200,
     });
-    expect(performance.now() - started).toBeLessThan(1000);
+    // Bounded by initialWaitMs, not by the reconnect loop (generous: a real-clock figure on a busy machine).
+    expect(performance.now() - started).toBeLessThan(5000);
+    expect(source.isReady).toBe(false);
     try {
-      const s2 = performance.now();
+      // Timeouts far away (issue 11 item 3): `error`, not `timeout`, is what shows the read did not wait.
       const r = await retrieve(
         bundle(noMemory, source),
         { orgId: randomUUID(), agentId: randomUUID(), query: 'q', skipHot: false, skipCold: false },
-        { wallMs: 40, directiveMs: 5, hotMs: 15, coldMs: 45 },
+        { wallMs: 10_000, directiveMs: 5_000, hotMs: 5_000, coldMs: 5_000 },
         signal(),
       );
-      expect(performance.now() - s2).toBeLessThan(20);
       expect(r.branches[0]).toMatchObject({ status: 'error', detail: 'redis unavailable (offline)' });
       expect(r.branches[1]!.status).toBe('success');
     } finally {
@@ -206,22 +207,121 @@ describe('Redis unavailable (no Redis needed)', () => {
       initialWaitMs: 100,
     });
     try {
+      // A fake clock for the deadline logic (issue 11 item 3): the directive's own 5 ms ends it.
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
       for (let i = 0; i < 3; i++) {
         const started = performance.now();
-        const r = await retrieve(
+        const p = retrieve(
           bundle(noMemory, source),
           { orgId: randomUUID(), agentId: randomUUID(), query: 'q', skipHot: true, skipCold: true },
           { wallMs: 40, directiveMs: 5, hotMs: 15, coldMs: 45 },
           signal(),
         );
-        expect(performance.now() - started).toBeLessThan(40 + 25);
+        await vi.advanceTimersByTimeAsync(5);
+        const r = await p;
+        expect(performance.now() - started).toBeLessThanOrEqual(5);
         expect(['error', 'timeout']).toContain(r.branches[0]!.status);
         expect(r.directive).toBeNull();
       }
     } finally {
+      vi.useRealTimers();
       await source.close();
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => mute.close(() => resolve()));
+    }
+  });
+});
+
+/**
+ * A RESP server that answers `+OK` to every command, PING included, until `silence()`: from then on the
+ * open connections get nothing back and stay open (a half-open flow); new connections are answered again.
+ */
+async function startSilenceableRedis() {
+  const open = new Set<net.Socket>();
+  let connections = 0;
+  let pings = 0;
+  const server = net.createServer((s) => {
+    connections++;
+    const dead = { value: false };
+    open.add(s);
+    s.on('error', () => {});
+    s.on('close', () => open.delete(s));
+    (s as net.Socket & { dead?: typeof dead }).dead = dead;
+    s.on('data', (d) => {
+      if (dead.value) return;
+      // One +OK per command (each starts with a `*` array header at the beginning of a line).
+      const lines = d.toString('latin1').split('\r\n');
+      pings += lines.filter((l) => l.toUpperCase() === 'PING').length;
+      const n = lines.filter((l) => l.startsWith('*')).length;
+      s.write('+OK\r\n'.repeat(n));
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `redis://127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    connections: () => connections,
+    /** PING commands answered so far. */
+    pings: () => pings,
+    silence() {
+      for (const s of open) (s as net.Socket & { dead?: { value: boolean } }).dead!.value = true;
+    },
+    async close() {
+      for (const s of open) s.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe('half-open connection watchdog (issue 11 item 1), on a fake clock', () => {
+  it('a PING unanswered for 3 s (sent every 2 s) replaces the connection: 5 s after the flow died, under 10 s', async () => {
+    const redis = await startSilenceableRedis();
+    // Faked: the watchdog's interval and PING timeout; sockets (and node-redis's own timers) stay real.
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval', 'setTimeout', 'clearTimeout'] });
+    const source = await RedisDirectiveSource.connect({ url: redis.url, initialWaitMs: 60_000 });
+    try {
+      expect(source.isReady).toBe(true);
+      expect(redis.connections()).toBe(1);
+      redis.silence();
+      // The first PING goes out at 2 s and gets no answer; 3 s later (5 s) the connection is replaced.
+      await vi.advanceTimersByTimeAsync(4999);
+      // 50 ms of real time for a (wrong) early reconnect to reach the server.
+      const until = Date.now() + 50;
+      while (Date.now() < until) await new Promise((r) => setImmediate(r));
+      expect(redis.connections()).toBe(1);
+      await vi.advanceTimersByTimeAsync(1);
+      const giveUp = Date.now() + 5000;
+      while (redis.connections() < 2 && Date.now() < giveUp) await new Promise((r) => setImmediate(r));
+      expect(redis.connections()).toBe(2);
+      vi.useRealTimers();
+      // And the new connection serves reads.
+      const giveUpReady = Date.now() + 5000;
+      while (!source.isReady && Date.now() < giveUpReady) await new Promise((r) => setTimeout(r, 10));
+      expect(source.isReady).toBe(true);
+    } finally {
+      vi.useRealTimers();
+      await source.close();
+      await redis.close();
+    }
+  });
+
+  it('a healthy connection answering every PING is never replaced (60 s of fake time)', async () => {
+    const redis = await startSilenceableRedis();
+    vi.useFakeTimers({ toFake: ['setInterval', 'clearInterval', 'setTimeout', 'clearTimeout'] });
+    const source = await RedisDirectiveSource.connect({ url: redis.url, initialWaitMs: 60_000 });
+    try {
+      for (let i = 1; i <= 30; i++) {
+        await vi.advanceTimersByTimeAsync(2000);
+        // The i-th PING is out; let its answer come back over the real socket before the clock moves on.
+        const until = Date.now() + 50;
+        while (redis.pings() < i || Date.now() < until) await new Promise((r) => setImmediate(r));
+      }
+      expect(redis.pings()).toBe(30);
+      expect(redis.connections()).toBe(1);
+      expect(source.isReady).toBe(true);
+    } finally {
+      vi.useRealTimers();
+      await source.close();
+      await redis.close();
     }
   });
 });

@@ -1,0 +1,178 @@
+/**
+ * Metrics that must not mislead (issue 11 item 6; SPEC §12), scraped from the `/metrics` endpoint of a
+ * real admin server in front of the real pipeline: every AssembleContext call is timed by level and gRPC
+ * code (failed ones too); a CPU task abandoned while running is counted `abandoned`, not `withdrawn`;
+ * pool capacity, queue limit and build_info are exported. Plus the issue 10 server option (channelz off).
+ */
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { status } from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Errors, isIbexError } from '../../src/errors.js';
+import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
+import { createGrpcServer } from '../../src/server/grpc-server.js';
+import { startAdminServer } from '../../src/telemetry/admin-server.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+import { createMetrics } from '../../src/telemetry/metrics.js';
+import { memories, request, tenant } from '../e2e/harness.js';
+import {
+  FAULT_PREFIX,
+  moved,
+  type PoolFaultService,
+  scrape,
+  startPoolFaultService,
+} from '../faults/helpers.js';
+import { memoriesOf, removeTempDir, tempStore } from '../retrieval/fixtures.js';
+
+const DURATION = 'ibex_context_assembly_duration_seconds_count';
+const CALLS = 'ibex_context_assemblies_total';
+const TASKS = 'ibex_context_pool_tasks_total';
+
+describe('metrics on /metrics of a real admin server', () => {
+  let svc: PoolFaultService;
+  let store: EmbeddedStore;
+  let dir: string;
+  const t = tenant();
+
+  beforeAll(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ibex-metrics-'));
+    const db = path.join(dir, 'store.db');
+    store = EmbeddedStore.open(db);
+    store.upsertMemories(memories(t.org, t.agent, 3));
+    svc = await startPoolFaultService({
+      IBEX_CONTEXT_EMBEDDED_DB: db,
+      IBEX_CONTEXT_POOL_MIN_THREADS: '2',
+      IBEX_CONTEXT_POOL_MAX_THREADS: '2',
+      IBEX_CONTEXT_POOL_MAX_QUEUE: '3',
+      // The request deadline D is the server's own (800 ms), so the degraded answer at D is not raced
+      // by a client-side deadline.
+      IBEX_CONTEXT_TIMEOUT: '800',
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    store?.close();
+    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('assembly_duration_seconds counts an OK call by its level and code OK', async () => {
+    const before = await scrape(svc.adminUrl);
+    const r = await svc.client.assemble(request(t));
+    expect(r.status.code, r.status.details).toBe(status.OK);
+    const after = await scrape(svc.adminUrl);
+    expect(moved(before, after, DURATION, { level: 'L0', code: 'OK' })).toBe(1);
+    expect(moved(before, after, CALLS, { level: 'L0', code: 'OK' })).toBe(1);
+    expect(moved(before, after, DURATION)).toBe(1);
+    expect(moved(before, after, TASKS, { outcome: 'completed' })).toBe(1);
+  });
+
+  it('assembly_duration_seconds counts refused calls too: INVALID_ARGUMENT and unknown model, level none', async () => {
+    const before = await scrape(svc.adminUrl);
+    const bad = await svc.client.assemble(request({ org: 'not-a-uuid', agent: t.agent }));
+    expect(bad.status).toMatchObject({ code: status.INVALID_ARGUMENT, details: 'org_id must be a UUID' });
+    const unknown = await svc.client.assemble(request(t, { model: 'no-such-model' }));
+    expect(unknown.status.code).toBe(status.INVALID_ARGUMENT);
+    const after = await scrape(svc.adminUrl);
+    expect(moved(before, after, DURATION, { level: 'none', code: 'INVALID_ARGUMENT' })).toBe(2);
+    expect(moved(before, after, CALLS, { level: 'none', code: 'INVALID_ARGUMENT' })).toBe(2);
+    expect(moved(before, after, DURATION, { code: 'OK' })).toBe(0);
+  });
+
+  it('a task abandoned while running is counted abandoned, not withdrawn (sleep 1500 ms, deadline 800 ms)', async () => {
+    const before = await scrape(svc.adminUrl);
+    const r = await svc.client.assemble(
+      request(t, {
+        recent_messages: [
+          { role: 'user', content: `${FAULT_PREFIX}sleep:1500` },
+          { role: 'user', content: 'Do you remember the lake?' },
+        ],
+      }),
+    );
+    // The task runs past D (800 ms): the pool gives up on it while its thread keeps running.
+    expect([status.OK, status.DEADLINE_EXCEEDED]).toContain(r.status.code);
+    const after = await scrape(svc.adminUrl);
+    expect(moved(before, after, TASKS, { outcome: 'abandoned' })).toBe(1);
+    expect(moved(before, after, TASKS, { outcome: 'withdrawn' })).toBe(0);
+    const code = status[r.status.code];
+    const level = r.status.code === status.OK ? r.response!.degradation.level : 'none';
+    expect(moved(before, after, DURATION, { level, code })).toBe(1);
+  });
+
+  it('exports pool capacity, queue limit and build_info', async () => {
+    const m = await scrape(svc.adminUrl);
+    expect(m.value('ibex_context_pool_capacity')).toBe(2);
+    expect(m.value('ibex_context_pool_queue_limit')).toBe(3);
+    const pkg = JSON.parse(fs.readFileSync(path.join(import.meta.dirname, '../../package.json'), 'utf8'));
+    expect(
+      m.value('ibex_context_build_info', { version: pkg.version, node_version: process.versions.node }),
+    ).toBe(1);
+  });
+});
+
+describe('store-read queue depth and busy rejections (issue 11 item 6)', () => {
+  it('a burst of 30 searches on 1 store-read thread (queue 4): the refused ones are counted on /metrics', async () => {
+    const { store, dir, file } = tempStore();
+    const org = randomUUID();
+    const agent = randomUUID();
+    store.upsertMemories(memoriesOf(org, agent, 20));
+    const reads = await PooledStoreReads.start(file, 1);
+    const metrics = createMetrics(undefined, () => reads.stats());
+    const admin = await startAdminServer('127.0.0.1:0', metrics.registry, () => ({
+      ready: true,
+      draining: false,
+      warnings: [],
+    }));
+    try {
+      const before = await scrape(admin.url);
+      expect(before.value('ibex_context_store_read_busy_total')).toBe(0);
+      const pending = Array.from({ length: 30 }, () => reads.search(org, agent, 'sailing'));
+      const settled = Promise.allSettled(pending);
+      // Right after the burst: 1 search on the thread, 4 waiting (the queue limit), the rest refused.
+      expect(reads.stats().queueSize).toBe(4);
+      const outcomes = await settled;
+      const busy = outcomes.filter(
+        (o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'busy',
+      ).length;
+      expect(busy).toBe(25);
+      expect(outcomes.filter((o) => o.status === 'fulfilled').length).toBe(5);
+      const after = await scrape(admin.url);
+      expect(after.value('ibex_context_store_read_busy_total')).toBe(busy);
+      expect(await (await fetch(`${admin.url}/metrics`)).text()).toMatch(
+        /^ibex_context_store_read_queue_depth 0$/m,
+      );
+    } finally {
+      await admin.close();
+      metrics.stop();
+      await reads.close();
+      store.close();
+      removeTempDir(dir);
+    }
+  });
+});
+
+describe('pool deadline errors carry their reason (issue 11 item 6)', () => {
+  it.each(['withdrawn', 'abandoned'] as const)(
+    'Errors.poolDeadline(%s) keeps it as a typed field',
+    (reason) => {
+      const err = Errors.poolDeadline(reason, new Error('x'));
+      expect(isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')).toBe(true);
+      expect(err.poolReason).toBe(reason);
+    },
+  );
+});
+
+describe('server options (issue 10)', () => {
+  it('channelz is off on the gRPC server', () => {
+    const grpc = createGrpcServer({
+      assemble: async () => {
+        throw new Error('unused');
+      },
+      logger: createLogger({ logLevel: 'silent' }),
+      settings: { timeoutMs: 1000, maxReceiveMessageBytes: 1 << 20, maxMetadataBytes: 16 * 1024 },
+    });
+    expect((grpc.server as unknown as { channelzEnabled: boolean }).channelzEnabled).toBe(false);
+  });
+});
