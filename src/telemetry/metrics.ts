@@ -213,7 +213,7 @@ export function createMetrics(
     }),
     droppedHits: new Counter({
       name: 'ibex_context_dropped_hits_total',
-      help: 'Memory hits dropped at retrieval: invalid shape or another org/agent',
+      help: 'Memory hits dropped at retrieval: invalid shape, another org/agent, oversize content, or past the requested limit',
       labelNames: ['reason'],
       registers: [registry],
     }),
