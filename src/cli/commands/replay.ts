@@ -32,7 +32,7 @@ const USAGE = `usage: ibex-context replay --locomo <dir> [options]
                             available_tokens is a violation
       --seed <n>            seed of the budget mix (default 1)
       --retries <n>         retry a call answered DEADLINE_EXCEEDED, UNAVAILABLE or RESOURCE_EXHAUSTED up to
-                            n times (default 2; retries are reported; the last status counts)
+                            n times (default 0: every error counts; retries are reported, the last status counts)
       --limit <n>           at most n calls (default: every turn of the later sessions)
       --timeout <ms>        per-call gRPC deadline (default 1000)
       --org <uuid>          org the conversations were ingested under (default: ingest's default)
@@ -154,7 +154,7 @@ export async function run(argv: string[]): Promise<number> {
       max: 1024,
       integer: true,
     });
-    opts.retries = numberFlag('retries', values.retries, 2, { min: 0, max: 10, integer: true });
+    opts.retries = numberFlag('retries', values.retries, 0, { min: 0, max: 10, integer: true });
     constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
     seed = numberFlag('seed', values.seed, 1, { integer: true });
     if (values.limit !== undefined) {
