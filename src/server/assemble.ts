@@ -105,10 +105,16 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
     const resolved = resolveModel(req);
     const historyBytes = historyByteLength(req);
+    // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
+    // pass over megabytes of history for an answer nobody will read (issue 9; SPEC §10).
+    if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw Errors.deadlineExceeded();
     const retrieval = await retrieveStage(req, ctx, shed, historyBytes);
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
-    const { stage, poolReason } = await cpuStage(req, ctx, input, shed);
+    const { stage, poolReason } = await cpuStage(req, ctx, input, shed, historyBytes);
     throwIfAborted(ctx);
+    // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
+    if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes))
+      throw Errors.deadlineExceeded();
     return answer(assembly, resolved, stage, poolReason);
   }
 
@@ -238,6 +244,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     ctx: CallContext,
     input: CpuTaskInput,
     shed: boolean,
+    historyBytes: number,
   ): Promise<CpuOutcome> {
     if (shed) return { stage: null, poolReason: 'overloaded' };
     let stage: CpuStageResult;
@@ -255,6 +262,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       awaitingPool--;
     }
     reserve.roundTrip.record(stage.round_trip_us / 1000);
+    // The CPU stage does all the degraded answer's work on the history (and more): its cost teaches the
+    // per-MiB reserve too, so a pessimistic prior cannot refuse large histories forever.
+    reserve.recordStageRun(stage.run_us / 1000, historyBytes);
     if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
     observer.cpuStageDone(stage);
     if (stage.output.pack.path === 'greedy') {

@@ -218,3 +218,36 @@ describe('answer guarantee (SPEC §10, issue 9 item 4)', () => {
     }
   });
 });
+
+describe('a history no answer can be built for before D (issue 9; SPEC §10)', () => {
+  let svc: TestService;
+  const quiet = tenant();
+  const heavy = tenant();
+
+  beforeAll(async () => {
+    // D = arrival + 80 ms on the server's own clock, whatever the transfer took: the 3.75 MiB history
+    // below needs ~94 ms of degraded answer at the prior per-MiB cost (nothing learnt yet).
+    svc = await startTestService({ IBEX_CONTEXT_TIMEOUT: '80', IBEX_CONTEXT_DEADLINE_MS: '40' });
+    svc.store.upsertMemories(memories(quiet.org, quiet.agent, 3));
+    svc.store.upsertMemories(memories(heavy.org, heavy.agent, 3));
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('is answered DEADLINE_EXCEEDED at once: no pool task, no main-thread pass over its history; small calls stay OK', async () => {
+    const content = '😀'.repeat(32_768);
+    const recent = Array.from({ length: 30 }, () => ({ role: 'user', content }));
+    const before = svc.service.pool.stats();
+    const out = await svc.client.assemble(request(heavy, { recent_messages: recent }), {
+      deadlineMs: 10_000,
+    });
+    expect(out.status.code, out.status.details).toBe(status.DEADLINE_EXCEEDED);
+    const after = svc.service.pool.stats();
+    const tasks = (s: typeof before) => s.completed + s.withdrawn + s.abandoned + s.rejected + s.failed;
+    expect(tasks(after) - tasks(before)).toBe(0);
+    // The process keeps serving: a small call of another org is answered (the SPEC §10 guarantee).
+    const small = await svc.client.assemble(request(quiet), { deadlineMs: 10_000 });
+    expect(small.status.code, small.status.details).toBe(status.OK);
+  });
+});
