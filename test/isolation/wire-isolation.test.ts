@@ -251,3 +251,29 @@ describe('a history no answer can be built for before D (issue 9; SPEC §10)', (
     expect(small.status.code, small.status.details).toBe(status.OK);
   });
 });
+
+describe('a CPU stage missed with too little time left for a huge history (issue 9; SPEC §10)', () => {
+  it('answers DEADLINE_EXCEEDED instead of building the degraded answer over 9 MiB on the main thread', async () => {
+    // D = arrival + 400 ms. The 9.3 MiB history needs ~232 ms of degraded answer at the prior per-MiB cost:
+    // enough at arrival, but the CPU stage keeps at most half of what is left for itself, so when its task
+    // (held 1.5 s by the fixture worker) is abandoned only ~200 ms remain — too few to build that answer.
+    const svc = await startPoolFaultService({ IBEX_CONTEXT_TIMEOUT: '400' });
+    try {
+      const t = tenant();
+      const cjk = '漢'.repeat(32_768);
+      const recent = [
+        { role: 'user', content: `${FAULT_PREFIX}sleep:1500` },
+        ...Array.from({ length: 99 }, () => ({ role: 'user', content: cjk })),
+      ];
+      const before = svc.pool.stats();
+      const out = await svc.client.assemble(request(t, { recent_messages: recent }), { deadlineMs: 15_000 });
+      expect(out.status.code, out.status.details).toBe(status.DEADLINE_EXCEEDED);
+      expect(svc.pool.stats().abandoned - before.abandoned).toBe(1);
+      // The process keeps serving.
+      const small = await svc.client.assemble(request(t), { deadlineMs: 10_000 });
+      expect(small.status.code, small.status.details).toBe(status.OK);
+    } finally {
+      await svc.stop();
+    }
+  });
+});
