@@ -3,6 +3,7 @@
  * table and the packer's finer refinement table. Scratch buffers are reused across calls (one packer per
  * thread, calls never interleave): no per-cell allocation.
  */
+import { monotonicNow } from '../util/clock.js';
 
 /** Thrown inside the DP when the deadline is nearly spent; the packer catches it (never escapes `pack`). */
 export class DeadlineReached extends Error {}
@@ -17,8 +18,6 @@ function ensureScratch(capacity: number, cells: number, rows: number): void {
   if (keepTable.length < cells) keepTable = new Uint8Array(Math.max(cells, keepTable.length * 2));
   if (rowMeta.length < rows * 3) rowMeta = new Int32Array(Math.max(rows * 3, rowMeta.length * 2));
 }
-
-export const epochNow = (): number => performance.timeOrigin + performance.now();
 
 /**
  * Bucketed 0/1 knapsack over items already in canonical order.
@@ -59,7 +58,7 @@ export function knapsack(
   let computed = 0;
   const checkClock = Number.isFinite(deadline);
   for (let i = 0; i < n; i++) {
-    if (checkClock && (i & 3) === 0 && epochNow() > deadline) throw new DeadlineReached();
+    if (checkClock && (i & 3) === 0 && monotonicNow() > deadline) throw new DeadlineReached();
     const w = weights[i]!;
     const v = values[i]!;
     const takeable = w <= capacity;

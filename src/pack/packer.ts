@@ -13,7 +13,8 @@
  */
 import { Errors } from '../errors.js';
 import { compareCodePoints } from '../format/code-point-order.js';
-import { DeadlineReached, epochNow, knapsack } from './knapsack.js';
+import { monotonicNow } from '../util/clock.js';
+import { DeadlineReached, knapsack } from './knapsack.js';
 import { DEFAULT_SEARCH_NODE_LIMIT, improveBySearch } from './search.js';
 import { greedy, improve, refill, repair, selectedScore, selectedTokens } from './steps.js';
 
@@ -207,7 +208,7 @@ export function pack(input: PackInput): PackResult {
     // First the exact-weight branch-and-bound seeded with ADR-0069's answer: when it explores its whole
     // tree the answer is optimal and the table refinements below cannot beat it, so they are skipped.
     const nodeLimit = input.searchNodeLimit ?? DEFAULT_SEARCH_NODE_LIMIT;
-    if (nodeLimit > 0 && epochNow() < stopAt) {
+    if (nodeLimit > 0 && monotonicNow() < stopAt) {
       alt.set(sel);
       const outcome = improveBySearch(alt, tokens, values, budget, nodeLimit, stopAt);
       if (outcome.improved) {
@@ -225,7 +226,7 @@ export function pack(input: PackInput): PackResult {
       input.dpCellCeiling,
     );
     const unit = refineUnit(n, budget, refineCeiling);
-    if (unit > 0 && epochNow() < stopAt) {
+    if (unit > 0 && monotonicNow() < stopAt) {
       const capacity = Math.floor(budget / unit);
       for (let k = 0; k < n; k++) weights[k] = Math.ceil(tokens[k]! / unit);
       try {

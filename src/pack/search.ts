@@ -9,6 +9,7 @@
  * nodes. It is bounded by a node limit and the deadline, and only ever returns a strictly better selection,
  * so the never-below-ADR-0069 rule holds by construction.
  */
+import { monotonicNow } from '../util/clock.js';
 
 /**
  * Default node limit of {@link improveBySearch}. A node costs ~80 ns (n = 120), so the worst case adds
@@ -25,8 +26,6 @@ export interface SearchOutcome {
   /** Nodes visited. */
   nodes: number;
 }
-
-const epochNow = (): number => performance.timeOrigin + performance.now();
 
 // Scratch reused across calls (one packer per thread, calls never interleave): no allocation per call.
 let scratchIdx = new Int32Array(0);
@@ -147,7 +146,7 @@ export function improveBySearch(
     const s = state[k]!;
     if (s === 0) {
       nodes++;
-      if (nodes > nodeLimit || (checkClock && (nodes & 1023) === 0 && epochNow() > deadline)) {
+      if (nodes > nodeLimit || (checkClock && (nodes & 1023) === 0 && monotonicNow() > deadline)) {
         stopped = true;
         break;
       }

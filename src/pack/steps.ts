@@ -3,7 +3,7 @@
  * refill and local improvement, on typed arrays (`sel[i]` = 1 when position i is selected).
  */
 import { compareCodePoints } from '../format/code-point-order.js';
-import { epochNow } from './knapsack.js';
+import { monotonicNow } from '../util/clock.js';
 
 /** Sum of tokens of the selected canonical positions. */
 export function selectedTokens(sel: Uint8Array, tokens: Int32Array): number {
@@ -72,7 +72,7 @@ export function improve(
   const n = sel.length;
   // Each swap strictly raises the score; the cap only guards against pathological float ties.
   for (let round = 0; round < 4 * n + 16; round++) {
-    if (round > 0 && epochNow() > deadline) break;
+    if (round > 0 && monotonicNow() > deadline) break;
     let bestGain = 0;
     let bs = -1;
     let bu = -1;

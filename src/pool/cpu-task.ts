@@ -12,6 +12,7 @@ import { nonceLength } from '../format/nonce.js';
 import { pack } from '../pack/packer.js';
 import { LIMITS } from '../server/limits.js';
 import type { ChatMessage } from '../types.js';
+import { monotonicNow } from '../util/clock.js';
 import {
   type CpuCandidate,
   type CpuTaskInput,
@@ -23,8 +24,6 @@ import { calibrateFormatCost, deadlineReserveMs, formatUnits } from './format-co
 
 export * from './cpu-batch.js';
 export { deadlineReserveMs } from './format-cost.js';
-
-const epochNow = (): number => performance.timeOrigin + performance.now();
 
 /** The history messages of a task: decoded from its bytes, or the cloned strings. */
 export function historyOf(input: CpuTaskInput): ChatMessage[] {
@@ -54,7 +53,7 @@ function utf8Of(text: string): Uint8Array {
 
 const CONTENT_OVER = `message.content exceeds ${LIMITS.contentChars} characters`;
 
-function invalidOutput(message: string, n: number, t0: number): CpuTaskOutput {
+function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOutput {
   const empty = new Int32Array(0);
   return {
     invalid: message,
@@ -80,8 +79,8 @@ function invalidOutput(message: string, n: number, t0: number): CpuTaskOutput {
     budget_us: 0,
     pack_us: 0,
     format_us: 0,
-    run_us: (performance.now() - t0) * 1000,
-    started_at: performance.timeOrigin + t0,
+    run_us: (monotonicNow() - startedAt) * 1000,
+    started_at: startedAt,
     thread_id: threadId,
   };
 }
@@ -98,8 +97,7 @@ function invalidOutput(message: string, n: number, t0: number): CpuTaskOutput {
  *   invariant breach (impossible by construction).
  */
 export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
-  const t0 = performance.now();
-  const startedAt = performance.timeOrigin + t0;
+  const startedAt = monotonicNow();
   validateTaskInput(input);
   const n = input.score.length;
   const o = input.offsets;
@@ -109,7 +107,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   if (input.historyContentPending) {
     for (const m of messages) {
       if (m.content.length > LIMITS.contentChars && codePointLength(m.content) > LIMITS.contentChars)
-        return invalidOutput(CONTENT_OVER, n, t0);
+        return invalidOutput(CONTENT_OVER, n, startedAt);
     }
   }
   const ids: string[] = new Array(n);
@@ -201,7 +199,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     budget_us: (t1 - tb) * 1000,
     pack_us: (t2 - t1) * 1000,
     format_us: (t3 - t2) * 1000,
-    run_us: (performance.now() - t0) * 1000,
+    run_us: (monotonicNow() - startedAt) * 1000,
     started_at: startedAt,
     thread_id: threadId,
   };
@@ -237,7 +235,7 @@ export function warmupInput(n: number, chars: number, budget: number, dpCellCeil
     directive: 'Be helpful.',
     recentMessages: [{ role: 'user', content: 'hello' }],
     toolSchemas: [],
-    deadline: epochNow() + 60_000,
+    deadline: monotonicNow() + 60_000,
   });
 }
 

@@ -1,4 +1,6 @@
 /** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
+
+import type { ArmedTimer } from '../util/clock.js';
 import type { CpuTaskInput } from './cpu-task.js';
 import { transferList } from './cpu-task.js';
 import type { FairEntry } from './fair-queue.js';
@@ -13,7 +15,7 @@ export class Call implements FairEntry {
   inputOwnedByCaller = true;
   dispatched = false;
   settled = false;
-  timer: NodeJS.Timeout | null = null;
+  timer: ArmedTimer | null = null;
   onAbort: (() => void) | null = null;
   constructor(
     public input: CpuTaskInput,

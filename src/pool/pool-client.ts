@@ -17,6 +17,7 @@
 import { Piscina } from 'piscina';
 import type { PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
+import { armAt, monotonicNow } from '../util/clock.js';
 import {
   type CpuTaskInput,
   type CpuTaskOutput,
@@ -73,12 +74,8 @@ export interface CpuRunOptions {
  */
 export const WITHDRAW_LEAD_MS = 1;
 
-/** Longest delay Node's timers accept. */
-const MAX_TIMER_MS = 2_147_483_647;
 /** piscina's wait for running tasks on close before it terminates the threads. */
 const CLOSE_TIMEOUT_MS = 10_000;
-
-const epochNow = (): number => performance.timeOrigin + performance.now();
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
@@ -91,7 +88,7 @@ export class CpuPool {
   readonly #queue = new FairQueue<Call>();
   #running = 0;
   /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
-  readonly #busy = new BusyAverage(epochNow());
+  readonly #busy = new BusyAverage(monotonicNow());
   #closed = false;
   #closing: Promise<void> | null = null;
   #completed = 0;
@@ -157,7 +154,7 @@ export class CpuPool {
     this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = 0;
     this.#waitUs.reset();
     this.#runUs.reset();
-    this.#busy.reset(epochNow());
+    this.#busy.reset(monotonicNow());
   }
 
   /**
@@ -178,7 +175,7 @@ export class CpuPool {
    *   is malformed or detached, or the pool is closed.
    */
   run(input: CpuTaskInput, opts: CpuRunOptions = {}): Promise<CpuStageResult> {
-    const submitted = epochNow();
+    const submitted = monotonicNow();
     const { signal } = opts;
     return new Promise<CpuStageResult>((resolve, reject) => {
       if (this.#closed) {
@@ -224,7 +221,7 @@ export class CpuPool {
         call.inputOwnedByCaller = false;
         this.#queue.push(orgId, call);
       }
-      this.#arm(call, submitted);
+      this.#arm(call);
       if (signal) {
         call.onAbort = () => this.#end(call, signal.reason);
         signal.addEventListener('abort', call.onAbort, { once: true });
@@ -248,25 +245,21 @@ export class CpuPool {
   }
 
   /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
-  #arm(call: Call, now: number): void {
-    // An infinite deadline needs no timer; a far one is re-armed in steps (Node caps delays at 2^31 − 1 ms).
-    if (call.deadline === Number.POSITIVE_INFINITY) return;
+  #arm(call: Call): void {
     const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
-    call.timer = setTimeout(this.#onTimer, Math.min(MAX_TIMER_MS, Math.max(0, at - now)), call);
+    call.timer = armAt(at, () => this.#onTimer(call));
   }
 
-  readonly #onTimer = (call: Call): void => {
+  #onTimer(call: Call): void {
     call.timer = null;
     if (call.settled) return;
-    const now = epochNow();
-    const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
-    // libuv measures timers from the loop's cached time, so one can fire a little early: check the clock.
-    if (now < at) {
-      this.#arm(call, now);
+    // Armed for the withdrawal time, but dispatched since: the running task keeps its time until D.
+    if (call.dispatched && monotonicNow() < call.deadline) {
+      this.#arm(call);
       return;
     }
     this.#end(call, new Error('CPU stage deadline reached'));
-  };
+  }
 
   /**
    * Ends a call before its result with IBEX_ERR_POOL_DEADLINE: withdrawn if still queued, abandoned
@@ -287,7 +280,7 @@ export class CpuPool {
 
   #settle(call: Call): void {
     call.settled = true;
-    if (call.timer) clearTimeout(call.timer);
+    call.timer?.cancel();
     call.timer = null;
     if (call.onAbort) call.signal?.removeEventListener('abort', call.onAbort);
     call.onAbort = null;
@@ -316,7 +309,7 @@ export class CpuPool {
     this.#setRunning(this.#running - 1);
     this.#runUs.recordValue(Math.round(output.run_us));
     if (!call.settled) {
-      const now = epochNow();
+      const now = monotonicNow();
       const wait_us = Math.max(0, (output.started_at - call.submitted) * 1000);
       this.#waitUs.recordValue(Math.round(wait_us));
       this.#completed++;
@@ -343,7 +336,7 @@ export class CpuPool {
   #pump(): void {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shift()!;
-      if (epochNow() >= call.deadline - WITHDRAW_LEAD_MS) {
+      if (monotonicNow() >= call.deadline - WITHDRAW_LEAD_MS) {
         this.#end(call, new Error('CPU stage deadline reached in the queue'));
         continue;
       }
@@ -352,13 +345,13 @@ export class CpuPool {
   }
 
   #setRunning(running: number): void {
-    this.#busy.update(epochNow(), Math.min(1, this.#running / this.#capacity));
+    this.#busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
     this.#running = running;
   }
 
   /** Current figures (see {@link PoolStats}). */
   stats(): PoolStats {
-    this.#busy.update(epochNow(), Math.min(1, this.#running / this.#capacity));
+    this.#busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
     return {
       queueSize: this.#queue.size + this.#piscina.queueSize,
       running: this.#running,

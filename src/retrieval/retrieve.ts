@@ -5,7 +5,8 @@
  * dependency failure and returns as soon as the wall (or the caller's signal) fires.
  */
 import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
-import { isBranchError } from './branch-error.js';
+import { type Clock, monotonicNow } from '../util/clock.js';
+import { BranchRace, type Settled } from './branch-race.js';
 import type { RetrievalSources } from './sources.js';
 import {
   DEFAULT_MAX_MEMORY_CHARS,
@@ -71,7 +72,7 @@ export interface DirectiveSource {
    * @returns the directive after the SPEC §4.2 rules, or `null` (missing key / empty content).
    * @throws BranchError for a bad envelope or an unavailable store; any error becomes branch `error`.
    */
-  get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null>;
+  get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null>;
   close(): Promise<void>;
 }
 
@@ -82,87 +83,15 @@ export interface MemorySource {
    * them) or hits the source validated, scoped and bounded itself (the HTTP source, issue 9).
    * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
    */
-  hot(orgId: string, agentId: string, signal: AbortSignal): Promise<SourceHits>;
+  hot(orgId: string, agentId: string, signal: AbortSignal): SourceHits | Promise<SourceHits>;
   /** Cold search for `query`; as {@link MemorySource.hot}, first 10 items. */
-  search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<SourceHits>;
+  search(
+    orgId: string,
+    agentId: string,
+    query: string,
+    signal: AbortSignal,
+  ): SourceHits | Promise<SourceHits>;
   close(): Promise<void>;
-}
-
-interface Settled<T> {
-  outcome: BranchOutcome;
-  value: T | undefined;
-}
-
-const timeoutReason = (detail: string) => new DOMException(detail, 'TimeoutError');
-
-/**
- * Reads `signal` (or an error) into an outcome. Our own abort reasons are DOMExceptions whose message
- * is the detail (`outer_deadline`, `hot_timeout`, …); anything else that aborted is a cancellation.
- */
-function abortOutcome(name: BranchName, latency: number, reason: unknown): BranchOutcome {
-  if (reason instanceof DOMException && reason.name === 'TimeoutError') {
-    return { name, status: 'timeout', latency_ms: latency, detail: reason.message };
-  }
-  return { name, status: 'error', latency_ms: latency, detail: 'cancelled' };
-}
-
-function failureOutcome(name: BranchName, latency: number, err: unknown): BranchOutcome {
-  if (isBranchError(err)) return { name, status: err.status, latency_ms: latency, detail: err.detail };
-  // Unknown failures keep only the error's class name: messages may quote data we must not echo.
-  const kind = err instanceof Error ? err.name : typeof err;
-  return { name, status: 'error', latency_ms: latency, detail: `unexpected ${kind}` };
-}
-
-/** Settles with `p`, or rejects with `signal.reason` as soon as `signal` aborts, whichever is first. */
-function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(
-      (v) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(v);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}
-
-async function runBranch<T>(
-  name: BranchName,
-  ownMs: number,
-  wall: AbortSignal,
-  call: (signal: AbortSignal) => Promise<T>,
-): Promise<Settled<T>> {
-  const t0 = performance.now();
-  if (wall.aborted) return { outcome: abortOutcome(name, 0, wall.reason), value: undefined };
-  const ctl = new AbortController();
-  const timer = setTimeout(() => ctl.abort(timeoutReason(`${name}_timeout`)), ownMs);
-  const onWall = () => ctl.abort(wall.reason);
-  wall.addEventListener('abort', onWall, { once: true });
-  try {
-    let pending: Promise<T>;
-    try {
-      pending = call(ctl.signal);
-    } catch (err) {
-      pending = Promise.reject(err);
-    }
-    const value = await raceAbort(pending, ctl.signal);
-    return { outcome: { name, status: 'success', latency_ms: performance.now() - t0, detail: '' }, value };
-  } catch (err) {
-    const latency = performance.now() - t0;
-    // Whatever the source threw after an abort (undici's AbortError, node-redis's), the reason names it.
-    if (ctl.signal.aborted) {
-      return { outcome: abortOutcome(name, latency, ctl.signal.reason), value: undefined };
-    }
-    return { outcome: failureOutcome(name, latency, err), value: undefined };
-  } finally {
-    clearTimeout(timer);
-    wall.removeEventListener('abort', onWall);
-  }
 }
 
 function isRawHits(value: SourceHits): value is RawHits {
@@ -190,10 +119,11 @@ function skipped(name: BranchName, detail: string): Settled<never> {
  *   `ignored`); a hit longer than `maxMemoryChars` code points is dropped as `oversize`. Sources that
  *   validate themselves (HTTP) apply the same bounds before their hits reach this thread.
  *
- * Latencies are `performance.now()` differences in ms. Never throws for dependency failures; returns at
+ * Latencies are ms on `clock` (default the monotonic clock). Never throws for dependency failures; returns at
  * most about 1 ms after the wall (timer resolution), provided sources honour or ignore, but never block
  * on, their signal.
  * @param maxMemoryChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points (default 65,536).
+ * @param clock the monotonic clock the wall and branch timeouts are on (tests inject a fake one).
  */
 export async function retrieve(
   sources: RetrievalSources,
@@ -201,36 +131,27 @@ export async function retrieve(
   t: RetrievalTimeouts,
   signal: AbortSignal,
   maxMemoryChars = DEFAULT_MAX_MEMORY_CHARS,
+  clock: Clock = monotonicNow,
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
-  const wallCtl = new AbortController();
-  const onCaller = () => {
-    const reason: unknown = signal.reason;
-    const deadline = reason instanceof DOMException && reason.name === 'TimeoutError';
-    wallCtl.abort(deadline ? timeoutReason('outer_deadline') : new DOMException('cancelled', 'AbortError'));
-  };
-  let wallTimer: NodeJS.Timeout | undefined;
-  if (signal.aborted) onCaller();
-  else signal.addEventListener('abort', onCaller, { once: true });
-  if (!(t.wallMs > 0)) wallCtl.abort(timeoutReason('outer_deadline'));
-  else wallTimer = setTimeout(() => wallCtl.abort(timeoutReason('outer_deadline')), t.wallMs);
-  const wall = wallCtl.signal;
+  // One AbortController and one timer for the wall and all three branches (issue 10).
+  const race = new BranchRace(t.wallMs, signal, clock);
 
   try {
-    const directiveP = runBranch('directive', t.directiveMs, wall, (s) =>
-      sources.directive.get(orgId, agentId, s),
-    );
-    const hotP: Promise<Settled<SourceHits>> = req.skipHot
-      ? Promise.resolve(skipped('hot', 'skip_hot_memories'))
-      : runBranch('hot', t.hotMs, wall, (s) => sources.memory.hot(orgId, agentId, s));
-    const coldP: Promise<Settled<SourceHits>> = req.skipCold
-      ? Promise.resolve(skipped('cold', 'skip_cold_memories'))
+    const dP = race.run('directive', t.directiveMs, (s) => sources.directive.get(orgId, agentId, s));
+    const hP = req.skipHot
+      ? skipped('hot', 'skip_hot_memories')
+      : race.run('hot', t.hotMs, (s) => sources.memory.hot(orgId, agentId, s));
+    const cP = req.skipCold
+      ? skipped('cold', 'skip_cold_memories')
       : req.query.trim() === ''
-        ? Promise.resolve(skipped('cold', 'empty_query'))
-        : runBranch('cold', t.coldMs, wall, (s) => sources.memory.search(orgId, agentId, req.query, s));
-    const [d, h, c] = await Promise.all([directiveP, hotP, coldP]);
-
+        ? skipped('cold', 'empty_query')
+        : race.run('cold', t.coldMs, (s) => sources.memory.search(orgId, agentId, req.query, s));
+    // Branches that answered synchronously are used as they are: no promise round for them.
+    const d = dP instanceof Promise ? await dP : dP;
+    const h = hP instanceof Promise ? await hP : hP;
+    const c = cP instanceof Promise ? await cP : cP;
     const dropped = { invalid: 0, foreign: 0 };
     const bounded = { oversize: 0, ignored: 0 };
     const take = (settled: Settled<SourceHits>, limit: number): MemoryHit[] => {
@@ -258,7 +179,6 @@ export async function retrieve(
       bounded,
     };
   } finally {
-    clearTimeout(wallTimer);
-    signal.removeEventListener('abort', onCaller);
+    race.finish();
   }
 }

@@ -35,6 +35,17 @@ export interface CreateSourcesOptions {
   logger?: RetrievalLogger;
 }
 
+/** A store read's answer as it comes (value or promise), its failures turned into BranchErrors. */
+function settleRead<T>(read: () => T | Promise<T>): T | Promise<T> {
+  let answer: T | Promise<T>;
+  try {
+    answer = read();
+  } catch (err) {
+    storeFailure(err);
+  }
+  return answer instanceof Promise ? answer.catch(storeFailure) : answer;
+}
+
 function storeFailure(err: unknown): never {
   const code =
     typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : 'error';
@@ -49,26 +60,19 @@ export class EmbeddedMemorySource implements MemorySource {
     this.#store = store instanceof EmbeddedStore ? inProcessReads(store) : store;
   }
   /**
-   * `EmbeddedStore.hot` (limit 20, similarity = confidence). Synchronous underneath (sub-ms), so the
-   * signal is only checked before the read.
-   * @throws BranchError `embedded store unavailable (<code>)` when SQLite fails.
+   * `EmbeddedStore.hot` (limit 20, similarity = confidence). Answers synchronously when the read is
+   * served from the store's cache or in-process (issue 10: no promise for it), else with a promise from a
+   * store-read thread; the signal is only checked before the read.
+   * @throws BranchError `embedded store unavailable (<code>)` when SQLite fails (thrown or rejected).
    */
-  async hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits> {
+  hot(orgId: string, agentId: string, signal: AbortSignal): RawHits | Promise<RawHits> {
     signal.throwIfAborted();
-    try {
-      return await this.#store.hot(orgId, agentId);
-    } catch (err) {
-      storeFailure(err);
-    }
+    return settleRead(() => this.#store.hot(orgId, agentId));
   }
   /** `EmbeddedStore.search` (FTS5, limit 10, BM25 similarity). Throws as {@link EmbeddedMemorySource.hot}. */
-  async search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
+  search(orgId: string, agentId: string, query: string, signal: AbortSignal): RawHits | Promise<RawHits> {
     signal.throwIfAborted();
-    try {
-      return await this.#store.search(orgId, agentId, query, signal);
-    } catch (err) {
-      storeFailure(err);
-    }
+    return settleRead(() => this.#store.search(orgId, agentId, query, signal));
   }
   /** The store is owned by whoever opened it (see {@link createSources}). */
   async close(): Promise<void> {}
@@ -85,14 +89,12 @@ export class EmbeddedDirectiveSource implements DirectiveSource {
    * @returns the directive, or `null` when none is stored or its content is empty.
    * @throws BranchError `bad directive: …` (SPEC §4.2) or `embedded store unavailable (<code>)`.
    */
-  async get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null> {
+  get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null> {
     signal.throwIfAborted();
-    let envelope: ReturnType<EmbeddedStore['getDirective']>;
-    try {
-      envelope = await this.#store.getDirective(orgId, agentId);
-    } catch (err) {
-      storeFailure(err);
-    }
+    const envelope = settleRead(() => this.#store.getDirective(orgId, agentId));
+    // A cached directive (the common case) is parsed and returned synchronously (issue 10).
+    if (envelope instanceof Promise)
+      return envelope.then((e) => (e === null ? null : parseDirectiveObject(e)));
     return envelope === null ? null : parseDirectiveObject(envelope);
   }
   async close(): Promise<void> {}

@@ -1,35 +1,32 @@
 /**
- * The assembly pipeline (SPEC §1): retrieval under the wall, budget, dedupe/score/cut, CPU stage in the
- * pool, response with its degradation record. Dependency failures degrade the answer (L0/L1/L2); only
- * client errors (unknown model) and the caller's own deadline or cancellation end the call otherwise.
+ * The assembly pipeline (SPEC §1), one function per stage: retrieval under the wall, dedupe/score/encode,
+ * the CPU stage in the pool, the answer with its degradation record. Dependency failures degrade the
+ * answer (L0/L1/L2); only client errors (unknown model) and the caller's own deadline or cancellation end
+ * the call otherwise. What the pipeline reports goes through an {@link AssemblyObserver}.
  */
 import type { Logger } from 'pino';
-import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
 import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
-import { codePointLength, estimateTokens } from '../budget/estimate.js';
 import type { Settings } from '../config/settings.js';
 import { Errors, isIbexError } from '../errors.js';
-import { formatContext } from '../format/formatter.js';
 import { generateNonce } from '../format/nonce.js';
-import { type CpuCandidate, encodeCandidates } from '../pool/cpu-task.js';
+import { type CpuCandidate, type CpuTaskInput, encodeCandidates } from '../pool/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
 import type { Metrics } from '../telemetry/metrics.js';
-import type { BranchOutcome, ScoredCandidate } from '../types.js';
-import { abortCause, type CallContext, monotonicNow } from './call-context.js';
+import { monotonicNow } from '../util/clock.js';
+import { answerFromStage, degradationLevel, degradationReasons, degradedAnswer } from './answers.js';
+import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
+import { abortCause, type CallContext } from './call-context.js';
 import type { AssembleFn } from './grpc-server.js';
-import { LIMITS } from './limits.js';
-import {
-  ASSEMBLED_UTF8,
-  type AssembleContextResponse,
-  type DegradationLevel,
-  type MemoryUsed,
-} from './proto.js';
-import { baseResponse, roundMs, usedRow } from './response-parts.js';
+import type { DegradationLevel } from './proto.js';
+import type { Assembly } from './response-parts.js';
 import { StageReserve } from './stage-reserve.js';
 import type { ValidatedRequest } from './validate.js';
-import { CONTENT_OVER, checkHistoryContents, decodeHistory } from './wire-request.js';
+import { CONTENT_OVER, checkHistoryContents } from './wire-request.js';
+
+export { degradationLevel } from './answers.js';
+export { roundMs } from './response-parts.js';
 
 /** What the pipeline needs; built once at start-up. */
 export interface AssemblerDeps {
@@ -38,33 +35,10 @@ export interface AssemblerDeps {
   sources: RetrievalSources;
   pool: CpuPool;
   logger: Logger;
+  /** The service's metrics; reported through {@link metricsObserver} unless `observer` is given. */
   metrics?: Metrics;
-}
-
-export { roundMs } from './response-parts.js';
-
-/**
- * Degradation level (SPEC §10): a memory source is usable iff not skipped and `success` (zero hits count).
- * Both usable ⇒ L0, one ⇒ L1, none ⇒ L2. The directive never changes the level.
- */
-export function degradationLevel(branches: readonly BranchOutcome[]): DegradationLevel {
-  const usable = branches.filter((b) => b.name !== 'directive' && b.status === 'success').length;
-  return usable === 2 ? 'L0' : usable === 1 ? 'L1' : 'L2';
-}
-
-/**
- * Reasons for a degraded answer: each branch that did not succeed (a failed or timed-out directive too,
- * `directive_error:…` / `directive_timeout:…`, SPEC §10 as updated by issue 11), plus the pool's reason.
- */
-function degradationReasons(branches: readonly BranchOutcome[], poolReason: string | null): string[] {
-  const reasons: string[] = [];
-  for (const b of branches) {
-    if (b.status === 'success') continue;
-    if (b.name === 'directive' && b.status === 'skipped') continue;
-    reasons.push(b.status === 'skipped' ? `${b.name}_skipped` : `${b.name}_${b.status}:${b.detail}`);
-  }
-  if (poolReason) reasons.push(poolReason);
-  return reasons;
+  /** Receives the pipeline's reports (default: `metrics` if given, else none). */
+  observer?: AssemblyObserver;
 }
 
 /**
@@ -91,15 +65,22 @@ function poolReasonOf(err: unknown): string {
   return 'pool_failed';
 }
 
+/** The CPU stage's outcome: its result, or why there is none (`null` when it answered). */
+interface CpuOutcome {
+  stage: CpuStageResult | null;
+  poolReason: string | null;
+}
+
 /**
  * Builds the AssembleContext pipeline.
  * @returns an {@link AssembleFn}: resolves with the response and its level (dependency failures, pool
- *   trouble and load shedding degrade it); rejects only with IbexError `IBEX_ERR_UNKNOWN_MODEL`
- *   (INVALID_ARGUMENT), `IBEX_ERR_DEADLINE_EXCEEDED` once D has passed, or `IBEX_ERR_CANCELLED` when the
- *   caller cancelled (SPEC §10, §11).
+ *   trouble and load shedding degrade it); rejects only with IbexError `IBEX_ERR_UNKNOWN_MODEL` or
+ *   `IBEX_ERR_INVALID_ARGUMENT` (INVALID_ARGUMENT), `IBEX_ERR_DEADLINE_EXCEEDED` once D has passed, or
+ *   `IBEX_ERR_CANCELLED` when the caller cancelled (SPEC §10, §11).
  */
 export function createAssembler(deps: AssemblerDeps): AssembleFn {
-  const { settings, catalog, sources, pool, metrics } = deps;
+  const { settings, catalog, sources, pool } = deps;
+  const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
   const logger = deps.logger.child({ component: 'assemble' });
   const reserve = new StageReserve(settings.cpuStageReserveMs);
 
@@ -107,7 +88,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   /** Calls waiting for their CPU-stage result (queued or running). */
   let awaitingPool = 0;
   return async (req: ValidatedRequest, ctx: CallContext) => {
-    metrics?.inFlight.inc();
+    observer.callStarted();
     inFlight++;
     try {
       // Load shedding: past the in-flight limit the service answers at once from what costs nothing
@@ -117,9 +98,25 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       return await assembleOne(req, ctx, inFlight > settings.maxInFlight);
     } finally {
       inFlight--;
-      metrics?.inFlight.dec();
+      observer.callEnded();
     }
   };
+
+  async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
+    const resolved = resolveModel(req);
+    const historyBytes = historyByteLength(req);
+    // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
+    // pass over megabytes of history for an answer nobody will read (issue 9; SPEC §10).
+    if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw Errors.deadlineExceeded();
+    const retrieval = await retrieveStage(req, ctx, shed, historyBytes);
+    const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
+    const { stage, poolReason } = await cpuStage(req, ctx, input, shed, historyBytes);
+    throwIfAborted(ctx);
+    // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
+    if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes))
+      throw Errors.deadlineExceeded();
+    return answer(assembly, resolved, stage, poolReason);
+  }
 
   /**
    * `unknown model` comes after every SPEC §11 check, so a pending history content is decided first (on
@@ -134,12 +131,17 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     }
   }
 
-  async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
-    const resolved = resolveModel(req);
-
-    // The wall ends early enough to leave the CPU stage and the degraded answer their measured share of D
-    // (SPEC §10 answer guarantee): running p99s of this process's round-trips and degraded answers.
-    const historyBytes = historyByteLength(req);
+  /**
+   * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
+   * answer their measured share of D (SPEC §10 answer guarantee): running p99s of this process's
+   * round-trips and degraded answers. A shed call skips both memory branches (`overloaded`).
+   */
+  async function retrieveStage(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    shed: boolean,
+    historyBytes: number,
+  ): Promise<RetrievalResult> {
     const left = ctx.deadline - monotonicNow();
     const wallMs = Math.max(0, Math.min(settings.wallMs, left - reserve.cpuShareMs(left, historyBytes)));
     const retrieval = await retrieve(
@@ -166,14 +168,28 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         if (b.name !== 'directive' && b.status === 'skipped') b.detail = 'overloaded';
       }
     }
-    recordRetrieval(retrieval);
+    observer.retrieved(retrieval);
+    return retrieval;
+  }
 
-    const rankingStart = monotonicNow();
+  /**
+   * Dedupe, score and cut on the main thread, then encode the candidates and history as the CPU stage's
+   * transferred buffers. Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's
+   * (SPEC §1 isolation rule); filtered candidates ride along only to be costed.
+   */
+  function rankStage(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    retrieval: RetrievalResult,
+    resolved: ResolvedModel,
+    historyBytes: number,
+  ): { assembly: Assembly; input: CpuTaskInput } {
+    const start = monotonicNow();
     const directive = retrieval.directive?.content ?? null;
-    const scored = dedupeAndScore(retrieval.hot, retrieval.cold);
-    const { kept, filtered } = applyMaxMemories(scored, req.maxMemories);
-    // Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's (SPEC §1 isolation
-    // rule): the main thread encodes bytes. Filtered candidates ride along only to be costed.
+    const { kept, filtered } = applyMaxMemories(
+      dedupeAndScore(retrieval.hot, retrieval.cold),
+      req.maxMemories,
+    );
     const candidates: CpuCandidate[] = [...kept, ...filtered].map((c) => ({
       memory_id: c.memory_id,
       category: c.category,
@@ -185,16 +201,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       tokens: 0,
     }));
     const nonce = generateNonce(settings.nonceBytes);
-    // Calls queued for the pool with ours may miss their deadlines at the same instant, and their degraded
-    // answers are then built one after another on this thread: keep room for them too (at most half of
-    // what is left, so a queue never starves the CPU stage of a short deadline).
-    const queued = awaitingPool;
-    const cpuDeadline =
-      ctx.deadline -
-      Math.min(
-        reserve.degradedMs(historyBytes) * (1 + queued),
-        Math.max(0, (ctx.deadline - monotonicNow()) / 2),
-      );
     const input = encodeCandidates(
       candidates,
       {
@@ -205,7 +211,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         directive,
         recentMessages: [],
         toolSchemas: [],
-        deadline: cpuDeadline,
+        deadline: cpuDeadline(ctx, historyBytes),
         budgetModel: resolved,
         nonceBytes: settings.nonceBytes,
         availableTokens: req.availableTokens,
@@ -213,52 +219,81 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       },
       req.history,
     );
-    const rankingMs = monotonicNow() - rankingStart;
+    const rankingMs = monotonicNow() - start;
+    return { assembly: { req, ctx, retrieval, kept, filtered, nonce, rankingMs, historyBytes }, input };
+  }
 
-    let stage: CpuStageResult | null = null;
-    let poolReason: string | null = shed ? 'overloaded' : null;
+  /**
+   * The CPU stage's deadline, ms on the monotonic clock: D minus the measured degraded-answer reserve.
+   * Calls queued for the pool with ours may miss their deadlines at the same instant, and their degraded
+   * answers are then built one after another on this thread: room for them too (at most half of what is
+   * left, so a queue never starves the CPU stage of a short deadline).
+   */
+  function cpuDeadline(ctx: CallContext, historyBytes: number): number {
+    const keep = reserve.degradedMs(historyBytes) * (1 + awaitingPool);
+    return ctx.deadline - Math.min(keep, Math.max(0, (ctx.deadline - monotonicNow()) / 2));
+  }
+
+  /**
+   * Runs the CPU stage in the pool. Pool trouble (queue full, deadline, failure) and load shedding give
+   * no result and a reason; an over-long history content found there is INVALID_ARGUMENT (SPEC §11).
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT`, or the caller's deadline/cancellation.
+   */
+  async function cpuStage(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    input: CpuTaskInput,
+    shed: boolean,
+    historyBytes: number,
+  ): Promise<CpuOutcome> {
+    if (shed) return { stage: null, poolReason: 'overloaded' };
+    let stage: CpuStageResult;
+    awaitingPool++;
     try {
-      if (shed) throw Errors.poolSaturated();
-      awaitingPool++;
-      try {
-        stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId });
-      } finally {
-        awaitingPool--;
-      }
-      reserve.roundTrip.record(stage.round_trip_us / 1000);
-      if (stage.output.invalid !== null)
-        throw Errors.invalidArgument('message.content', stage.output.invalid);
-      metrics?.poolWait.observe(stage.wait_us / 1e6);
-      metrics?.poolRun.observe(stage.run_us / 1e6);
-      metrics?.packerPath.inc({
-        path: stage.output.pack.path,
-        reason: stage.output.pack.greedy_reason ?? 'none',
-      });
-      if (stage.output.pack.path === 'greedy') {
-        logger.warn(
-          {
-            n: stage.output.pack.candidates_evaluated,
-            buckets: Math.max(1, Math.floor((stage.output.budget?.usable_budget ?? 0) / 16)),
-            cells: stage.output.pack.cells,
-            ceiling: settings.dpCellCeiling,
-            reason: stage.output.pack.greedy_reason,
-          },
-          'packer fell back to greedy',
-        );
-      }
+      stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId });
     } catch (err) {
-      if (isIbexError(err, 'IBEX_ERR_INVALID_ARGUMENT')) throw err;
-      if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) reserve.lateness.record(monotonicNow() - cpuDeadline);
+      if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))
+        reserve.lateness.record(monotonicNow() - input.deadline);
       throwIfAborted(ctx);
-      poolReason ??= poolReasonOf(err);
+      const poolReason = poolReasonOf(err);
       if (poolReason === 'pool_failed') logger.error({ err }, 'CPU stage failed; answering without memories');
+      return { stage: null, poolReason };
+    } finally {
+      awaitingPool--;
     }
-    throwIfAborted(ctx);
+    reserve.roundTrip.record(stage.round_trip_us / 1000);
+    // The CPU stage does all the degraded answer's work on the history (and more): its cost teaches the
+    // per-MiB reserve too, so a pessimistic prior cannot refuse large histories forever.
+    reserve.recordStageRun(stage.run_us / 1000, historyBytes);
+    if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
+    observer.cpuStageDone(stage);
+    if (stage.output.pack.path === 'greedy') {
+      logger.warn(
+        {
+          n: stage.output.pack.candidates_evaluated,
+          buckets: Math.max(1, Math.floor((stage.output.budget?.usable_budget ?? 0) / 16)),
+          cells: stage.output.pack.cells,
+          ceiling: settings.dpCellCeiling,
+          reason: stage.output.pack.greedy_reason,
+        },
+        'packer fell back to greedy',
+      );
+    }
+    return { stage, poolReason: null };
+  }
 
+  /** The answer and its degradation record: the CPU stage's, or the L2 degraded one without it. */
+  function answer(
+    a: Assembly,
+    resolved: ResolvedModel,
+    stage: CpuStageResult | null,
+    poolReason: string | null,
+  ) {
+    const { req, retrieval } = a;
     const level: DegradationLevel = stage ? degradationLevel(retrieval.branches) : 'L2';
     const response = stage
-      ? buildResponse(req, ctx, retrieval, stage.output.budget!, kept, filtered, stage, rankingMs)
-      : degradedResponse(req, ctx, retrieval, resolved, kept, filtered, nonce, rankingMs);
+      ? answerFromStage(a, stage)
+      : degradedAnswer(a, { resolved, nonceBytes: settings.nonceBytes, reserve });
     response.degradation = {
       level,
       intentional: req.skipHot || req.skipCold,
@@ -266,8 +301,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       branches: retrieval.branches.map((b) => ({ ...b })),
     };
     if (response.degradation.reasons.length > 0) {
-      for (const reason of response.degradation.reasons)
-        metrics?.degraded.inc({ level, reason: reason.split(':')[0]! });
+      observer.degraded(level, response.degradation.reasons);
       logger.info(
         {
           level,
@@ -280,108 +314,5 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       );
     }
     return { response, level };
-  }
-
-  function recordRetrieval(r: RetrievalResult): void {
-    if (!metrics) return;
-    for (const b of r.branches) {
-      metrics.branchOutcomes.inc({ branch: b.name, status: b.status });
-      if (b.status !== 'skipped')
-        metrics.branchDuration.observe({ branch: b.name, status: b.status }, b.latency_ms / 1000);
-    }
-    if (r.dropped.invalid > 0) metrics.droppedHits.inc({ reason: 'invalid' }, r.dropped.invalid);
-    if (r.dropped.foreign > 0) metrics.droppedHits.inc({ reason: 'foreign' }, r.dropped.foreign);
-    if (r.bounded.oversize > 0) metrics.droppedHits.inc({ reason: 'oversize' }, r.bounded.oversize);
-    if (r.bounded.ignored > 0) metrics.droppedHits.inc({ reason: 'past_limit' }, r.bounded.ignored);
-  }
-
-  /** The answer from a CPU-stage result: its budget, costs, pack, context and tokens_used. */
-  function buildResponse(
-    req: ValidatedRequest,
-    ctx: CallContext,
-    retrieval: RetrievalResult,
-    budget: TokenBudget,
-    kept: readonly ScoredCandidate[],
-    filtered: readonly ScoredCandidate[],
-    stage: CpuStageResult,
-    rankingMs: number,
-  ): AssembleContextResponse {
-    const out = stage.output;
-    const rows: MemoryUsed[] = [];
-    for (const i of out.selected) rows.push(usedRow(kept[i]!, 'included', out.costs[i]!));
-    for (const i of out.excluded) rows.push(usedRow(kept[i]!, 'budget', out.costs[i]!));
-    filtered.forEach((c, j) => {
-      rows.push(usedRow(c, 'filter', out.costs[kept.length + j]!));
-    });
-    const response = baseResponse(req, ctx, retrieval, budget, rows, rankingMs);
-    response.assembled_context = out.assembled_context;
-    if (out.assembled_utf8.length > 0) response[ASSEMBLED_UTF8] = out.assembled_utf8;
-    response.tokens_used = out.tokens_used ?? 0;
-    response.memories_included = out.memories_included;
-    response.memory_tokens = out.pack.total_tokens;
-    const m = response.metrics;
-    m.budget_calculation_ms = roundMs(out.budget_us / 1000);
-    m.packing_ms = roundMs(out.pack_us / 1000);
-    m.formatting_ms = roundMs(out.format_us / 1000);
-    m.candidates_evaluated = out.pack.candidates_evaluated;
-    m.pool_wait_us = Math.min(2 ** 31 - 1, Math.max(0, Math.round(stage.wait_us)));
-    m.pool_run_us = Math.min(2 ** 31 - 1, Math.max(0, Math.round(stage.run_us)));
-    m.total_ms = roundMs(monotonicNow() - ctx.arrival);
-    return response;
-  }
-
-  /**
-   * The L2 degraded answer (SPEC §10): directive + history formatted on the main thread, no memories —
-   * the one allowed main-thread pass over history, which is decoded for it (and its pending content
-   * lengths decided: an over-long content is still INVALID_ARGUMENT). Memory rows are `failed` /
-   * `filter` with token_estimate 0: their costs were the CPU stage's, which did not run. Its cost feeds
-   * the measured reserve.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a history content over 32,768 code points.
-   */
-  function degradedResponse(
-    req: ValidatedRequest,
-    ctx: CallContext,
-    retrieval: RetrievalResult,
-    resolved: ResolvedModel,
-    kept: readonly ScoredCandidate[],
-    filtered: readonly ScoredCandidate[],
-    nonce: string,
-    rankingMs: number,
-  ): AssembleContextResponse {
-    const start = monotonicNow();
-    const messages = decodeHistory(req.history);
-    if (req.history.contentPending) {
-      for (const m of messages) {
-        if (m.content.length > LIMITS.contentChars && codePointLength(m.content) > LIMITS.contentChars)
-          throw Errors.invalidArgument('message.content', CONTENT_OVER);
-      }
-    }
-    const directive = retrieval.directive?.content ?? null;
-    const budget = calculateBudget({
-      model: resolved,
-      directive,
-      recentMessages: messages,
-      toolSchemas: [],
-      nonceBytes: settings.nonceBytes,
-      availableTokens: req.availableTokens,
-    });
-    const rows = [
-      ...kept.map((c) => usedRow(c, 'failed', 0)),
-      ...filtered.map((c) => usedRow(c, 'filter', 0)),
-    ];
-    const response = baseResponse(req, ctx, retrieval, budget, rows, rankingMs);
-    response.assembled_context = formatContext({
-      directive,
-      recentMessages: messages,
-      memories: [],
-      toolSchemas: [],
-      nonce,
-    }).assembled_context;
-    response.tokens_used = estimateTokens(response.assembled_context, budget.estimate_kind);
-    response.metrics.candidates_evaluated = kept.length;
-    const end = monotonicNow();
-    reserve.recordDegraded(end - start, historyByteLength(req));
-    response.metrics.total_ms = roundMs(end - ctx.arrival);
-    return response;
   }
 }

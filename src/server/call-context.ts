@@ -4,14 +4,10 @@
  * SPEC §10 on the monotonic clock.
  */
 import type { Metadata } from '@grpc/grpc-js';
+import { type ArmedTimer, armAt, type Clock, monotonicNow } from '../util/clock.js';
 
-/**
- * Monotonic "now" in ms on an epoch-like scale: `performance.timeOrigin + performance.now()`.
- * Every deadline in a {@link CallContext} uses this clock; never compare it with `Date.now()`.
- */
-export function monotonicNow(): number {
-  return performance.timeOrigin + performance.now();
-}
+/** Re-exported for the server modules that read D; the clock itself lives in src/util/clock.ts. */
+export { monotonicNow };
 
 /** Per-call context handed to the pipeline. */
 export interface CallContext {
@@ -92,7 +88,7 @@ const DEADLINE_SLACK_MS = 2;
  */
 export function createCallContext(
   call: CallLike,
-  opts: { timeoutMs: number; arrival?: number; clock?: () => number },
+  opts: { timeoutMs: number; arrival?: number; clock?: Clock },
 ): CallContextHandle {
   const clock = opts.clock ?? monotonicNow;
   const arrival = opts.arrival ?? clock();
@@ -108,7 +104,7 @@ export function createCallContext(
     deadline = Math.min(deadline, clock() + (callerWallMs - Date.now()) - CALLER_DEADLINE_MARGIN_MS);
   }
 
-  let timer: NodeJS.Timeout | undefined;
+  let timer: ArmedTimer | undefined;
   let disposed = false;
   const abortForDeadline = () => {
     if (!controller.signal.aborted) controller.abort(deadlineReason());
@@ -125,22 +121,8 @@ export function createCallContext(
   const dispose = () => {
     if (disposed) return;
     disposed = true;
-    if (timer !== undefined) clearTimeout(timer);
+    timer?.cancel();
     call.removeListener('cancelled', onCancelled);
-  };
-
-  // libuv measures timers from the loop's cached time, so a timer can fire before D by up to a ms (issue 9
-  // item 4, issue 11.3): the clock, not the timer, decides; an early firing re-arms for what is left.
-  const arm = (ms: number) => {
-    timer = setTimeout(onTimer, Math.max(1, Math.ceil(ms)));
-    timer.unref();
-  };
-  const onTimer = () => {
-    timer = undefined;
-    if (disposed) return;
-    const rest = deadline - clock();
-    if (rest > 0) arm(rest);
-    else abortForDeadline();
   };
 
   const left = deadline - clock();
@@ -150,7 +132,8 @@ export function createCallContext(
     controller.abort(cancelledReason());
   } else {
     call.on('cancelled', onCancelled);
-    arm(left);
+    // armAt re-checks the clock when it fires, so the signal never aborts before D (issue 9 item 4).
+    timer = armAt(deadline, abortForDeadline, { clock, unref: true });
   }
 
   return { ctx: { signal: controller.signal, deadline, arrival, metadata: call.metadata }, dispose };

@@ -11,6 +11,23 @@ import { type CallContext, monotonicNow } from './call-context.js';
 import type { AssembleContextResponse, MemoryUsed } from './proto.js';
 import type { ValidatedRequest } from './validate.js';
 
+/** One call once ranking is done: what both answers (CPU stage and degraded) are built from. */
+export interface Assembly {
+  readonly req: ValidatedRequest;
+  readonly ctx: CallContext;
+  readonly retrieval: RetrievalResult;
+  /** Candidates within `max_memories`, canonical order (the CPU stage's indices point here). */
+  readonly kept: readonly ScoredCandidate[];
+  /** Candidates cut by `max_memories` (rows `filter`). */
+  readonly filtered: readonly ScoredCandidate[];
+  /** The prompt's nonce (SPEC §9). */
+  readonly nonce: string;
+  /** Dedupe, score and encode on the main thread, ms. */
+  readonly rankingMs: number;
+  /** UTF-8 bytes of the request's history (sizes the degraded answer's reserve). */
+  readonly historyBytes: number;
+}
+
 /** Rounds ms half-to-even to a non-negative integer (SPEC §2 AssemblyMetrics). */
 export function roundMs(ms: number): number {
   if (!(ms > 0)) return 0;
@@ -42,14 +59,8 @@ export function usedRow(c: ScoredCandidate, exclusion: MemoryUsed['exclusion'], 
  * The fields both answers share; the caller fills context, tokens and the CPU-stage
  * metrics. Budget fields from `budget`; times in ms, rounded half-to-even.
  */
-export function baseResponse(
-  req: ValidatedRequest,
-  ctx: CallContext,
-  retrieval: RetrievalResult,
-  budget: TokenBudget,
-  rows: MemoryUsed[],
-  rankingMs: number,
-): AssembleContextResponse {
+export function baseResponse(a: Assembly, budget: TokenBudget, rows: MemoryUsed[]): AssembleContextResponse {
+  const { req, ctx, retrieval, rankingMs } = a;
   const branch = (name: string) => retrieval.branches.find((b) => b.name === name)?.latency_ms ?? 0;
   return {
     assembled_context: '',

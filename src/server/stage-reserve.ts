@@ -78,6 +78,14 @@ export class StageReserve {
   }
 
   /**
+   * Records a CPU-stage run (`ms`, worker time) over a history of `historyBytes`: an upper bound of the
+   * degraded answer's cost on the same history, learnt per MiB for histories of 256 KiB and more.
+   */
+  recordStageRun(ms: number, historyBytes: number): void {
+    if (historyBytes >= PER_MIB_FROM_BYTES) this.degradedPerMiB.record(ms / (historyBytes / MIB));
+  }
+
+  /**
    * Time the degraded answer keeps before D, ms: the CPU task's deadline is D minus this. Its cost is a
    * fixed part plus a part proportional to the history it formats (measured p99s, a prior per MiB until
    * measured), with headroom.
@@ -87,6 +95,20 @@ export class StageReserve {
     const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
     const measured = this.degraded.p99 + (historyBytes / MIB) * perMiB + this.lateness.p99;
     return Math.max(MIN_DEGRADED_RESERVE_MS, HEADROOM * measured + 1);
+  }
+
+  /**
+   * Whether a degraded answer for a history of `historyBytes` can no longer be ready in `leftMs`: its
+   * measured per-MiB p99 cost (no headroom) exceeds the time left. Only histories of 256 KiB and more are
+   * ever judged so (smaller ones cost about a millisecond): building 4–10 MB of history on the main thread
+   * for an answer that would come after D only stalls every other caller's answers (issue 9, SPEC §1
+   * isolation rule, §10: DEADLINE_EXCEEDED is for calls that leave less than the degraded answer needs).
+   * @param leftMs time until D, ms.
+   */
+  degradedTooLate(leftMs: number, historyBytes: number): boolean {
+    if (historyBytes < PER_MIB_FROM_BYTES) return false;
+    const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
+    return leftMs < (historyBytes / MIB) * perMiB;
   }
 
   /**

@@ -122,10 +122,10 @@ describe('pool faults (fault-injecting worker)', () => {
     await vi.waitFor(() => expect(svc.pool.stats().running).toBe(2), { timeout: 5000, interval: 2 });
     const queued = svc.client.assemble(request(other));
     await vi.waitFor(() => expect(svc.pool.stats().queueSize).toBe(1), { timeout: 5000, interval: 2 });
-    const t0 = performance.now();
     const bad = await svc.client.assemble(request(victim));
-    // Refused without waiting for a thread (the sleepers hold them for 1 s).
-    expect(performance.now() - t0).toBeLessThan(800);
+    // Refused without waiting for a thread: both sleepers still hold theirs and the queued call still
+    // waits (no real-clock bound: issue 11 item 3).
+    expect(svc.pool.stats()).toMatchObject({ running: 2, queueSize: 1 });
     expectPoolDegraded(bad, 'pool_saturated');
     expect(bad.response!.assembled_context.startsWith(`${DIRECTIVE}\n`)).toBe(true);
     for (const r of await Promise.all([...sleepers, queued])) expectFull(r);

@@ -9,10 +9,10 @@ import type { PoolSettings } from '../../src/config/settings.js';
 import { isIbexError } from '../../src/errors.js';
 import { type CpuTaskInput, encodeCandidates } from '../../src/pool/cpu-task.js';
 import { CpuPool, projectRoot } from '../../src/pool/pool-client.js';
+import { monotonicNow } from '../../src/util/clock.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 
 const FAULTY = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-worker.js');
-const epochNow = () => performance.timeOrigin + performance.now();
 const NOISY = 'aaaaaaaa-0000-4000-8000-000000000001';
 const QUIET = 'bbbbbbbb-0000-4000-8000-000000000002';
 
@@ -40,7 +40,7 @@ function task(sleepMs?: number): CpuTaskInput {
       recentMessages: [],
       toolSchemas: [],
       // Generous: ordering, not speed, is under test (the suite runs on loaded machines).
-      deadline: epochNow() + 30_000,
+      deadline: monotonicNow() + 30_000,
     },
   );
   return sleepMs === undefined ? input : Object.assign(input, { fault: 'sleep', sleepMs } satisfies Fault);

@@ -218,3 +218,62 @@ describe('answer guarantee (SPEC §10, issue 9 item 4)', () => {
     }
   });
 });
+
+describe('a history no answer can be built for before D (issue 9; SPEC §10)', () => {
+  let svc: TestService;
+  const quiet = tenant();
+  const heavy = tenant();
+
+  beforeAll(async () => {
+    // D = arrival + 80 ms on the server's own clock, whatever the transfer took: the 3.75 MiB history
+    // below needs ~94 ms of degraded answer at the prior per-MiB cost (nothing learnt yet).
+    svc = await startTestService({ IBEX_CONTEXT_TIMEOUT: '80', IBEX_CONTEXT_DEADLINE_MS: '40' });
+    svc.store.upsertMemories(memories(quiet.org, quiet.agent, 3));
+    svc.store.upsertMemories(memories(heavy.org, heavy.agent, 3));
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+
+  it('is answered DEADLINE_EXCEEDED at once: no pool task, no main-thread pass over its history; small calls stay OK', async () => {
+    const content = '😀'.repeat(32_768);
+    const recent = Array.from({ length: 30 }, () => ({ role: 'user', content }));
+    const before = svc.service.pool.stats();
+    const out = await svc.client.assemble(request(heavy, { recent_messages: recent }), {
+      deadlineMs: 10_000,
+    });
+    expect(out.status.code, out.status.details).toBe(status.DEADLINE_EXCEEDED);
+    const after = svc.service.pool.stats();
+    const tasks = (s: typeof before) => s.completed + s.withdrawn + s.abandoned + s.rejected + s.failed;
+    expect(tasks(after) - tasks(before)).toBe(0);
+    // The process keeps serving: a small call of another org is answered (the SPEC §10 guarantee).
+    const small = await svc.client.assemble(request(quiet), { deadlineMs: 10_000 });
+    expect(small.status.code, small.status.details).toBe(status.OK);
+  });
+});
+
+describe('a CPU stage missed with too little time left for a huge history (issue 9; SPEC §10)', () => {
+  it('answers DEADLINE_EXCEEDED instead of building the degraded answer over 9 MiB on the main thread', async () => {
+    // D = arrival + 400 ms. The 9.3 MiB history needs ~232 ms of degraded answer at the prior per-MiB cost:
+    // enough at arrival, but the CPU stage keeps at most half of what is left for itself, so when its task
+    // (held 1.5 s by the fixture worker) is abandoned only ~200 ms remain — too few to build that answer.
+    const svc = await startPoolFaultService({ IBEX_CONTEXT_TIMEOUT: '400' });
+    try {
+      const t = tenant();
+      const cjk = '漢'.repeat(32_768);
+      const recent = [
+        { role: 'user', content: `${FAULT_PREFIX}sleep:1500` },
+        ...Array.from({ length: 99 }, () => ({ role: 'user', content: cjk })),
+      ];
+      const before = svc.pool.stats();
+      const out = await svc.client.assemble(request(t, { recent_messages: recent }), { deadlineMs: 15_000 });
+      expect(out.status.code, out.status.details).toBe(status.DEADLINE_EXCEEDED);
+      expect(svc.pool.stats().abandoned - before.abandoned).toBe(1);
+      // The process keeps serving.
+      const small = await svc.client.assemble(request(t), { deadlineMs: 10_000 });
+      expect(small.status.code, small.status.details).toBe(status.OK);
+    } finally {
+      await svc.stop();
+    }
+  });
+});

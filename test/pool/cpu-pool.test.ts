@@ -13,9 +13,9 @@ import {
   runCpuTask,
 } from '../../src/pool/cpu-task.js';
 import { CpuPool, projectRoot, WITHDRAW_LEAD_MS } from '../../src/pool/pool-client.js';
+import { monotonicNow } from '../../src/util/clock.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 
-const epochNow = () => performance.timeOrigin + performance.now();
 const FAULTY = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-worker.js');
 const SETTINGS: PoolSettings = {
   minThreads: 2,
@@ -45,7 +45,7 @@ function typical(n = 30, deadlineInMs = 60_000): CpuTaskInput {
     directive: 'Answer briefly.',
     recentMessages: [{ role: 'user', content: 'what do you remember?' }],
     toolSchemas: [],
-    deadline: epochNow() + deadlineInMs,
+    deadline: monotonicNow() + deadlineInMs,
   });
 }
 
@@ -89,7 +89,7 @@ async function rejection(p: Promise<unknown>): Promise<{ err: IbexError; at: num
   try {
     await p;
   } catch (err) {
-    return { err: err as IbexError, at: epochNow() };
+    return { err: err as IbexError, at: monotonicNow() };
   }
   throw new Error('expected a rejection');
 }
@@ -152,13 +152,13 @@ describe('CpuPool on the real worker', () => {
   it('returns a pathological table on the greedy path by its deadline, and kills no thread', async () => {
     const before = pool.threadIds();
     // Far deadline first: the same table really runs (path dp), so the deadline below is what cuts it.
-    const full = await pool.run(pathological(epochNow() + 60_000));
+    const full = await pool.run(pathological(monotonicNow() + 60_000));
     expect(full.output.pack.path).toBe('dp');
     expect(full.output.pack.cells).toBe(200 * 6251);
 
     // Half the measured full run: the DP must be cut by the deadline however fast or loaded the machine is.
     const input = pathological(0);
-    input.deadline = epochNow() + Math.max(5, full.output.run_us / 2000);
+    input.deadline = monotonicNow() + Math.max(5, full.output.run_us / 2000);
     const r = await pool.run(input).catch((err: unknown) => err as IbexError);
     if (r instanceof Error) {
       // A machine too loaded for the return trip: the pool answered at the deadline, the thread finished.
@@ -187,7 +187,7 @@ describe('CpuPool with the fault-injecting worker', () => {
 
   it('withdraws a task queued behind long tasks at its deadline; the long tasks finish on their threads', async () => {
     const ids = pool.threadIds();
-    const t0 = epochNow();
+    const t0 = monotonicNow();
     const long = [1, 2].map(() => pool.run(withFault(typical(), { fault: 'sleep', sleepMs: 300 })));
     const queued = typical(30, 40);
     const deadline = queued.deadline;

@@ -13,8 +13,7 @@ import {
   transferList,
   validateTaskInput,
 } from '../../src/pool/cpu-task.js';
-
-const epochNow = () => performance.timeOrigin + performance.now();
+import { monotonicNow } from '../../src/util/clock.js';
 
 function scalars(over: Partial<CpuTaskScalars> = {}): CpuTaskScalars {
   return {
@@ -25,7 +24,7 @@ function scalars(over: Partial<CpuTaskScalars> = {}): CpuTaskScalars {
     directive: 'Follow the house style.',
     recentMessages: [{ role: 'user', content: 'hi <there>' }],
     toolSchemas: ['{"name":"search"}'],
-    deadline: epochNow() + 60_000,
+    deadline: monotonicNow() + 60_000,
     ...over,
   };
 }
@@ -174,7 +173,7 @@ describe('runCpuTask', () => {
     expect(out.assembled_context).toContain('Paris is in France &amp; &lt;b&gt;bold&lt;/b&gt;');
     expect(out.thread_id).toBe(0);
     expect(out.run_us).toBeGreaterThanOrEqual(out.pack_us);
-    expect(out.started_at).toBeLessThanOrEqual(epochNow());
+    expect(out.started_at).toBeLessThanOrEqual(monotonicNow());
   });
 
   it('finishes on the greedy path, reason deadline, when the deadline is already inside the reserve', () => {
@@ -190,7 +189,7 @@ describe('runCpuTask', () => {
     }));
     const input = encodeCandidates(
       many,
-      scalars({ budget: 100_000, dpCellCeiling: 10_000_000, deadline: epochNow() + 0.5 }),
+      scalars({ budget: 100_000, dpCellCeiling: 10_000_000, deadline: monotonicNow() + 0.5 }),
     );
     const out = runCpuTask(input);
     expect(out.pack.path).toBe('greedy');

@@ -28,9 +28,9 @@ import {
 } from '../../src/pool/cpu-task.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { interimScore } from '../../src/ranking/score.js';
+import { monotonicNow } from '../../src/util/clock.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const epochNow = () => performance.timeOrigin + performance.now();
 
 interface Vector<I, E> {
   name: string;
@@ -106,7 +106,7 @@ function packTask(v: PackIn) {
     directive: null,
     recentMessages: [],
     toolSchemas: [],
-    deadline: epochNow() + 60_000,
+    deadline: monotonicNow() + 60_000,
   });
   return { candidates, input };
 }
@@ -129,7 +129,7 @@ function formatTask(v: FormatIn) {
     directive: v.directive,
     recentMessages: v.recent_messages,
     toolSchemas: v.tool_schemas,
-    deadline: epochNow() + 60_000,
+    deadline: monotonicNow() + 60_000,
   });
 }
 
