@@ -16,17 +16,15 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { runLoad } from '../src/client/load-driver.js';
 import { machineInfo, tempDir } from './lib/bench-run.js';
+import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { projectPath } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
 import {
   BENCH_DEADLINE_MS,
-  latencyOf,
   numberFlags,
-  outcomeTracker,
   printTable,
   rssBytes,
   startSaturatedBench,
-  tallyJson,
 } from './lib/service-child.js';
 
 const DEADLINE_MS = BENCH_DEADLINE_MS;
