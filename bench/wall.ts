@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startMemoryServer } from '../src/cli/commands/memory-server.js';
+import { startMemoryServer } from '../src/memory-server/server.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { HttpMemorySource } from '../src/retrieval/memory-http.js';
 import { retrieve } from '../src/retrieval/retrieve.js';

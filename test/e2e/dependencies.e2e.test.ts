@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/cli/commands/memory-server.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
 import { memories, request, startTestService, type TestService, tenant } from './harness.js';
