@@ -21,14 +21,10 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import {
-  ingestLocomo,
-  LOCOMO_ORG_ID,
-  type LocomoConversation,
-  readLocomo,
-} from '../src/cli/commands/ingest.js';
 import { locomoRequests } from '../src/client/locomo-requests.js';
 import { cyclingSource } from '../src/client/request-source.js';
+import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/locomo/dataset.js';
+import { ingestLocomo } from '../src/locomo/ingest.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { ingestLocomoPostgres } from '../src/retrieval/postgres/ingest-locomo.js';
 import { PgStore } from '../src/retrieval/postgres/pg-store.js';

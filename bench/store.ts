@@ -23,7 +23,8 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import v8 from 'node:v8';
 import Database from 'better-sqlite3';
 import { Bench } from 'tinybench';
-import { LOCOMO_ORG_ID, locomoDirective, locomoMemories, readLocomo } from '../src/cli/commands/ingest.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../src/locomo/dataset.js';
+import { locomoDirective, locomoMemories } from '../src/locomo/ingest.js';
 import {
   bm25ToSimilarity,
   DEFAULT_MAX_MEMORY_CHARS,

@@ -8,15 +8,16 @@
  * vocabulary so that full-text search matches as many rows as natural text does. It goes through the
  * same parser, ingest and request builder as LoCoMo, so the two runs differ only in the words.
  */
+
+import { locomoRequests } from '../../src/client/locomo-requests.js';
+import { cyclingSource, type RequestSource } from '../../src/client/request-source.js';
 import {
-  ingestLocomo,
   LOCOMO_ORG_ID,
   type LocomoConversation,
   parseLocomoSample,
   readLocomo,
-} from '../../src/cli/commands/ingest.js';
-import { locomoRequests } from '../../src/client/locomo-requests.js';
-import { cyclingSource, type RequestSource } from '../../src/client/request-source.js';
+} from '../../src/locomo/dataset.js';
+import { ingestLocomo } from '../../src/locomo/ingest.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { seededRandom } from './synthetic.js';
 

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { status } from '@grpc/grpc-js';
 import { CapabilityCatalog } from '../budget/catalog.js';
-import type { LocomoConversation } from '../cli/commands/ingest.js';
+import type { LocomoConversation } from '../locomo/dataset.js';
 import type { AssembleContextRequestInput } from '../server/proto.js';
 import type { BudgetMix } from './budget-mix.js';
 import { errorKey, statusName } from './cli-options.js';

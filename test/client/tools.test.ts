@@ -12,12 +12,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { responseReserve } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
-import { LOCOMO_ORG_ID, locomoAgentId, readLocomo } from '../../src/cli/commands/ingest.js';
 import { LEVEL_METADATA_KEY } from '../../src/client/context-client.js';
 import { locomoRequests } from '../../src/client/locomo-requests.js';
 import { type ReplayReport, runReplay } from '../../src/client/replay.js';
 import { checkResponse, memoryBlockIds } from '../../src/client/response-checks.js';
 import { Errors } from '../../src/errors.js';
+import { LOCOMO_ORG_ID, locomoAgentId, readLocomo } from '../../src/locomo/dataset.js';
 import {
   type AssembleResult,
   createGrpcServer,

@@ -18,8 +18,8 @@ import {
 import { locomoRequests } from '../../client/locomo-requests.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
 import { renderTable } from '../../client/stats.js';
+import { readLocomo } from '../../locomo/dataset.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { readLocomo } from './ingest.js';
 
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 

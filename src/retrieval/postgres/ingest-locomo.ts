@@ -1,14 +1,10 @@
 /**
  * `ingest --locomo … --postgres <url>` (issue 15): the same LoCoMo import as the embedded store's —
- * same ids, memories and directives (cli/commands/ingest.ts) — written to the PostgreSQL store, each
+ * same ids, memories and directives (src/locomo/ingest.ts) — written to the PostgreSQL store, each
  * agent replaced in one transaction so a re-run is idempotent and replicas never read half an agent.
  */
-import {
-  type IngestSummary,
-  type LocomoConversation,
-  locomoDirective,
-  locomoMemories,
-} from '../../cli/commands/ingest.js';
+import type { LocomoConversation } from '../../locomo/dataset.js';
+import { type IngestSummary, locomoDirective, locomoMemories } from '../../locomo/ingest.js';
 import { canonicalUuid } from '../uuid.js';
 import type { PgStore } from './pg-store.js';
 
