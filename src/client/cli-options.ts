@@ -11,8 +11,6 @@ import {
   TOKEN_ENV,
 } from './context-client.js';
 
-export { printCommandError } from '../cli/command-error.js';
-
 /** Port dialled when `--addr` names only a host (SPEC §3's default gRPC port). */
 export const DEFAULT_PORT = 9092;
 

@@ -2,6 +2,7 @@
  * `ibex-context assemble`: one AssembleContext call (SPEC §2), printed as the assembled context and a
  * short table of the answer's numbers, or as the response object with `--json`.
  */
+
 import { parseArgs } from 'node:util';
 import { status } from '@grpc/grpc-js';
 import {
@@ -11,7 +12,6 @@ import {
   deadlineSide,
   describeStatus,
   numberFlag,
-  printCommandError,
   statusName,
 } from '../../client/cli-options.js';
 import {
@@ -21,6 +21,7 @@ import {
 } from '../../client/context-client.js';
 import { renderTable } from '../../client/stats.js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../server/proto.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> --query <text> [options]
 

@@ -3,6 +3,7 @@
  * the answer is SERVING. The Dockerfile's HEALTHCHECK runs `healthcheck --local` (issue 13), so it prints one short line and never
  * waits longer than the deadline.
  */
+
 import { parseArgs } from 'node:util';
 import { status } from '@grpc/grpc-js';
 import {
@@ -11,9 +12,9 @@ import {
   connectionFromFlags,
   describeStatus,
   numberFlag,
-  printCommandError,
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context healthcheck [options]
 

@@ -3,6 +3,7 @@
  * {@link runLoad} in src/client/load-driver.ts; this module parses flags, draws the progress line on a
  * terminal and prints the report (a table, or one JSON object with `--json`).
  */
+
 import { parseArgs } from 'node:util';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../../client/budget-mix.js';
 import {
@@ -10,13 +11,13 @@ import {
   CONNECTION_USAGE,
   connectionFromFlags,
   numberFlag,
-  printCommandError,
   probeService,
 } from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
 import { type RequestSource, syntheticSource } from '../../client/request-source.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context load [options]
 

@@ -4,6 +4,7 @@
  * `memories_used`, level), then a summary (issue 4). Exit 0 only when every call was OK and no check
  * failed.
  */
+
 import { parseArgs } from 'node:util';
 import { CapabilityCatalog } from '../../budget/catalog.js';
 import { budgetMix, probeCandidateTokens } from '../../client/budget-mix.js';
@@ -12,7 +13,6 @@ import {
   CONNECTION_USAGE,
   connectionFromFlags,
   numberFlag,
-  printCommandError,
   probeService,
 } from '../../client/cli-options.js';
 import { locomoRequests } from '../../client/locomo-requests.js';
@@ -20,6 +20,7 @@ import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/r
 import { renderTable } from '../../client/stats.js';
 import { readLocomo } from '../../locomo/dataset.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 
