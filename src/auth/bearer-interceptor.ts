@@ -4,7 +4,7 @@
  * "who is calling"; whether that caller may act for the request's org_id needs the decoded request and
  * is decided by {@link authorizeRequest} after validation.
  */
-import { type Metadata, ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
+import { type Metadata, ServerInterceptingCall, type ServerInterceptor } from '@grpc/grpc-js';
 import { Errors, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
 import { attachCaller } from './caller.js';
