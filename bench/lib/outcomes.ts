@@ -5,6 +5,7 @@
 import { type ChannelOptions, InterceptingCall, type Interceptor, status } from '@grpc/grpc-js';
 import { build, type Histogram } from 'hdr-histogram-js';
 import { statusName } from '../../src/client/cli-options.js';
+import { LEVEL_HEADER } from '../../src/wire-headers.js';
 
 /** Who decided a call's final status. */
 export type Decider = 'ok' | 'service' | 'server_transport' | 'client' | 'connection';
@@ -134,7 +135,7 @@ export function outcomeTracker(opts: TrackerOptions) {
       start(metadata, _listener, next) {
         next(metadata, {
           onReceiveMetadata(md, nextMetadata) {
-            level = String(md.get('x-ibex-context-level')[0] ?? '');
+            level = String(md.get(LEVEL_HEADER)[0] ?? '');
             nextMetadata(md);
           },
           onReceiveStatus(st, nextStatus) {

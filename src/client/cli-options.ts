@@ -3,13 +3,8 @@
  * is and how to authenticate to it, plus small number parsers that fail with the flag's name.
  */
 import { type StatusObject, status } from '@grpc/grpc-js';
-import {
-  type ConnectionOptions,
-  createContextClient,
-  DEFAULT_ADDR,
-  readPemFile,
-  TOKEN_ENV,
-} from './context-client.js';
+import { DEFAULT_GRPC_ADDR } from '../config/settings.js';
+import { type ConnectionOptions, createContextClient, readPemFile, TOKEN_ENV } from './context-client.js';
 
 /** Port dialled when `--addr` names only a host (SPEC §3's default gRPC port). */
 export const DEFAULT_PORT = 9092;
@@ -27,7 +22,7 @@ export const CONNECTION_FLAGS = {
 
 /** Usage text of {@link CONNECTION_FLAGS}. */
 export const CONNECTION_USAGE = [
-  `  --addr <host[:port]>      service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_ADDR};`,
+  `  --addr <host[:port]>      service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_GRPC_ADDR};`,
   `                            port ${DEFAULT_PORT} when omitted)`,
   '  --tls                     use TLS with the system roots (default: insecure)',
   '  --tls-ca <pem file>       use TLS, trusting this CA bundle',
@@ -49,7 +44,7 @@ export interface ConnectionFlagValues {
 
 /**
  * Resolves the connection flags: address from `--addr`, else `IBEX_CONTEXT_GRPC_ADDR`, else
- * {@link DEFAULT_ADDR}; token from `--token`, else `IBEX_CONTEXT_TOKEN`; TLS when any `--tls*` flag is
+ * {@link DEFAULT_GRPC_ADDR}; token from `--token`, else `IBEX_CONTEXT_TOKEN`; TLS when any `--tls*` flag is
  * given (system roots unless `--tls-ca`; a client certificate with `--tls-cert` + `--tls-key`).
  * @throws Error when a PEM file cannot be read, or only one of `--tls-cert` / `--tls-key` is given.
  */
@@ -57,7 +52,7 @@ export function connectionFromFlags(
   values: ConnectionFlagValues,
   env: NodeJS.ProcessEnv = process.env,
 ): ConnectionOptions {
-  const addr = withDefaultPort(values.addr ?? (env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_ADDR));
+  const addr = withDefaultPort(values.addr ?? (env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_GRPC_ADDR));
   const token = values.token ?? env[TOKEN_ENV];
   const conn: ConnectionOptions = { addr };
   if (token) conn.token = token;

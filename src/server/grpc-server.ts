@@ -25,6 +25,7 @@ import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js
 import type { Settings } from '../config/settings.js';
 import { Errors, IbexError, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
+import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
 import {
   abortCause,
   type CallContext,
@@ -91,11 +92,6 @@ export interface GrpcServer {
   /** AssembleContext calls currently being handled. */
   inFlight(): number;
 }
-
-/** Response metadata key carrying the degradation level (SPEC §2). */
-export const LEVEL_HEADER = 'x-ibex-context-level';
-/** Response metadata key: `true` iff the level is not L0 (SPEC §2). */
-export const DEGRADED_HEADER = 'x-ibex-context-degraded';
 
 /** Details of the deferred methods (SPEC §2; U+2014 dash). */
 export const UNIMPLEMENTED_DETAILS = {

@@ -12,18 +12,12 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { responseReserve } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
-import { LEVEL_METADATA_KEY } from '../../src/client/context-client.js';
 import { locomoRequests } from '../../src/client/locomo-requests.js';
 import { type ReplayReport, runReplay } from '../../src/client/replay.js';
 import { checkResponse, memoryBlockIds } from '../../src/client/response-checks.js';
 import { Errors } from '../../src/errors.js';
 import { LOCOMO_ORG_ID, locomoAgentId, readLocomo } from '../../src/locomo/dataset.js';
-import {
-  type AssembleResult,
-  createGrpcServer,
-  type GrpcServer,
-  LEVEL_HEADER,
-} from '../../src/server/grpc-server.js';
+import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
@@ -150,10 +144,6 @@ describe('checkResponse', () => {
     expect(
       memoryBlockIds('<ibex_memory nonce="n" id="a&amp;b&quot;" category="c">\nx\n</ibex_memory>'),
     ).toEqual(['a&b"']);
-  });
-
-  it('uses the same level header name as the server', () => {
-    expect(LEVEL_METADATA_KEY).toBe(LEVEL_HEADER);
   });
 });
 

@@ -3,6 +3,7 @@
  * error mapping, deadlines, cancellation, limits and drain. The pipeline is injected (a test double);
  * it is exercised end to end elsewhere.
  */
+
 import { Writable } from 'node:stream';
 import { status } from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -13,13 +14,12 @@ import {
   type AssembleFn,
   type AssembleResult,
   createGrpcServer,
-  DEGRADED_HEADER,
   type GrpcServer,
-  LEVEL_HEADER,
 } from '../../src/server/grpc-server.js';
 import type { AssembleContextRequestInput, DegradationLevel } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { DEGRADED_HEADER, LEVEL_HEADER } from '../../src/wire-headers.js';
 import { createTestClient, type HealthStatus, type TestClient } from '../helpers/grpc-client.js';
 import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 

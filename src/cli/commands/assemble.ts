@@ -14,13 +14,10 @@ import {
   numberFlag,
   statusName,
 } from '../../client/cli-options.js';
-import {
-  type ConnectionOptions,
-  createContextClient,
-  LEVEL_METADATA_KEY,
-} from '../../client/context-client.js';
+import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 import { renderTable } from '../../client/stats.js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../server/proto.js';
+import { LEVEL_HEADER } from '../../wire-headers.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> --query <text> [options]
@@ -233,7 +230,7 @@ export async function run(argv: string[]): Promise<number> {
     if (json) {
       process.stdout.write(`${JSON.stringify(presentResponse(res), null, 2)}\n`);
     } else {
-      const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
+      const header = outcome.metadata.get(LEVEL_HEADER)[0];
       const context = res.assembled_context === '' ? '(empty context)' : res.assembled_context;
       process.stdout.write(
         `${context}\n\n${formatAssembleSummary(res, typeof header === 'string' ? header : undefined)}\n`,

@@ -14,6 +14,7 @@ import {
   numberFlag,
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
+import { DEFAULT_ADMIN_ADDR, DEFAULT_GRPC_ADDR } from '../../config/settings.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context healthcheck [options]
@@ -50,8 +51,8 @@ export function dialable(listenAddr: string): string {
  * (TLS iff IBEX_CONTEXT_TLS_CERT is set), or the admin `/readyz` under mutual TLS.
  */
 export function localTarget(env: NodeJS.ProcessEnv = process.env): LocalTarget {
-  const grpc = env.IBEX_CONTEXT_GRPC_ADDR?.trim() || '127.0.0.1:9092';
-  const admin = env.IBEX_CONTEXT_ADMIN_ADDR?.trim() || '127.0.0.1:9464';
+  const grpc = env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_GRPC_ADDR;
+  const admin = env.IBEX_CONTEXT_ADMIN_ADDR?.trim() || DEFAULT_ADMIN_ADDR;
   if (env.IBEX_CONTEXT_TLS_CLIENT_CA?.trim())
     return { kind: 'admin', url: `http://${dialable(admin)}/readyz` };
   return { kind: 'grpc', addr: dialable(grpc), tls: Boolean(env.IBEX_CONTEXT_TLS_CERT?.trim()) };

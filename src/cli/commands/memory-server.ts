@@ -2,7 +2,7 @@
  * `ibex-context memory-server`: the command line of the dev memory server (src/memory-server/server.ts).
  */
 import { parseArgs } from 'node:util';
-import { loadSettings } from '../../config/settings.js';
+import { loadSettings, memoryApiTokenSetting } from '../../config/settings.js';
 import {
   type MemoryServerHandle,
   type MemoryServerOptions,
@@ -68,8 +68,7 @@ export async function run(argv: string[]): Promise<number> {
     if (route !== 'both' && route !== 'hot' && route !== 'search') {
       throw new Error('--latency-route must be both, hot or search');
     }
-    const token =
-      values.token ?? process.env.IBEX_CONTEXT_MEMORY_API_TOKEN ?? process.env.MEMORY_API_TOKEN ?? '';
+    const token = values.token ?? memoryApiTokenSetting();
     if (token.trim() === '') throw new Error('a token is required: --token or IBEX_CONTEXT_MEMORY_API_TOKEN');
     // Only the store path is read from the environment, so unrelated settings cannot block a dev server.
     if (values.postgres !== undefined && !/^postgres(ql)?:\/\/\S+$/.test(values.postgres.trim()))

@@ -18,6 +18,7 @@ import {
 import { locomoRequests } from '../../client/locomo-requests.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
 import { renderTable } from '../../client/stats.js';
+import { catalogFileSetting } from '../../config/settings.js';
 import { readLocomo } from '../../locomo/dataset.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
 import { printCommandError } from '../command-error.js';
@@ -148,7 +149,7 @@ export async function run(argv: string[]): Promise<number> {
       ...connectionFromFlags(values),
       rate: numberFlag('rate', values.rate, 100, { min: 0, max: 100_000 }),
       timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
-      catalog: CapabilityCatalog.load(values.catalog ?? process.env.IBEX_CONTEXT_CATALOG_FILE ?? ''),
+      catalog: CapabilityCatalog.load(values.catalog ?? catalogFileSetting()),
     };
     opts.concurrency = numberFlag('concurrency', values.concurrency, opts.rate ? 16 : 4, {
       min: 1,
