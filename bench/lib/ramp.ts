@@ -3,6 +3,7 @@
  * then bisections.
  */
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
+import { driverLimited } from '../../src/client/load-report.js';
 import type { RequestSource } from '../../src/client/request-source.js';
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
@@ -60,7 +61,7 @@ function stepOf(
       r.latency_ms.p99 <= deadlineMs &&
       degradedShare <= maxDegraded &&
       r.throughput_rps >= 0.95 * rate,
-    driver_limited: r.warnings.some((w) => w.includes('could not keep its own schedule')),
+    driver_limited: driverLimited(r),
   };
 }
 

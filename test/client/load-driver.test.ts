@@ -2,11 +2,13 @@
  * `runLoad` and `ibex-context load` against a real gRPC server on 127.0.0.1 whose pipeline is a test
  * double: the double counts what it did (errors, levels, concurrency), and the report must match it.
  */
+
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
+import { driverLimited } from '../../src/client/load-report.js';
 import { locomoSource } from '../../src/client/locomo-requests.js';
 import { cyclingSource } from '../../src/client/request-source.js';
 import { Errors } from '../../src/errors.js';
@@ -199,6 +201,7 @@ describe('runLoad, open loop', () => {
     expect(report.latency_ms.max).toBeGreaterThanOrEqual(280);
     expect(report.schedule_lag_ms.max).toBeGreaterThanOrEqual(250);
     expect(report.warnings.some((w) => w.includes('could not keep its own schedule'))).toBe(true);
+    expect(driverLimited(report)).toBe(true);
   });
 
   it('does not record warmup traffic and stops at max-requests', async () => {
