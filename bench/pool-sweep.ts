@@ -12,10 +12,12 @@
  * against the offered rate, log axis, one line per thread count). Prints the recommendation: the thread
  * count that keeps p99 ≤ 20 ms with no error up to the highest rate (ties: fewer threads).
  */
+
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { medianOfSorted } from '../src/client/stats.js';
 import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './lib/bench-run.js';
 import { prepareLoadData } from './lib/load-data.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
@@ -79,11 +81,7 @@ export interface Recommendation {
 /** A measured run: its pool size and the step row. */
 export type Run = StepRow & { threads: number; repeat: number };
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
+const median = (xs: readonly number[]): number => medianOfSorted([...xs].sort((a, b) => a - b));
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
 /** Folds the runs into one {@link GridCell} per (threads, rate), in threads then rate order. */

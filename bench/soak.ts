@@ -13,8 +13,10 @@
  * post-warm-up windows of one minute (10 s for runs under 3 minutes): the least-squares trend over the
  * run must stay within max(1 ms, 25 % of the mean p99).
  */
+
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { runLoad } from '../src/client/load-driver.js';
+import { percentilesOf } from '../src/client/stats.js';
 import { machineInfo, tempDir } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { projectPath } from './lib/paths.js';
@@ -49,10 +51,8 @@ function slope(points: readonly { x: number; y: number }[]): number {
   return den === 0 ? 0 : num / den;
 }
 
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? 0 : s[Math.floor((s.length - 1) / 2)]!;
-}
+/** Median RSS, MB (kept to 0.1 MB as sampled). */
+const median = (xs: readonly number[]) => percentilesOf(xs, 10)(50);
 
 async function main(): Promise<void> {
   const flags = numberFlags(process.argv.slice(2), ['minutes', 'rate', 'connections']);

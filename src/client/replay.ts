@@ -16,7 +16,7 @@ import { errorKey, statusName } from './cli-options.js';
 import { type ConnectionOptions, createContextClient } from './context-client.js';
 import { type LocomoRequestOptions, locomoRequests } from './locomo-requests.js';
 import { checkResponse, type ViolationKind } from './response-checks.js';
-import { medianOfSorted, percentileOfSorted, round } from './stats.js';
+import { medianOfSorted, percentilesOf, round } from './stats.js';
 
 /** Options of {@link runReplay}. */
 export interface ReplayOptions extends ConnectionOptions, LocomoRequestOptions {
@@ -256,6 +256,8 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const lat = asc(latencies);
   const srv = asc(serverTotals);
   const tok = asc(tokensUsed);
+  const latAt = percentilesOf(lat);
+  const srvAt = percentilesOf(srv);
   return {
     target: opts.addr,
     rate: opts.rate ? opts.rate : null,
@@ -269,11 +271,11 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     memories_included: spread(asc(memoriesIncluded)),
     tokens_used: { ...spread(tok), total: tok.reduce((s, v) => s + v, 0) },
     latency_ms: {
-      p50: round(percentileOfSorted(lat, 50)),
-      p99: round(percentileOfSorted(lat, 99)),
+      p50: round(latAt(50)),
+      p99: round(latAt(99)),
       max: round(lat.length === 0 ? 0 : lat[lat.length - 1]!),
     },
-    server_total_ms: { p50: percentileOfSorted(srv, 50), p99: percentileOfSorted(srv, 99) },
+    server_total_ms: { p50: srvAt(50), p99: srvAt(99) },
     invariant_violations: violating,
     violations_by_kind: byKind,
     budget_unchecked: unchecked,
