@@ -7,6 +7,8 @@
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { numberFlag } from '../../src/client/cli-options.js';
 import { type BenchData, type BenchDataOptions, seedStore } from './bench-data.js';
 import { type findSaturation, resolveSaturation } from './ramp.js';
 import { type ServiceProcess, startServiceProcess } from './service-process.js';
@@ -100,18 +102,19 @@ export function sampleRss(pid: number, intervalMs = 250) {
 // ---------------------------------------------------------------------------------------------------
 // Flags and output
 
-/** `--name value` flags of a bench (numbers only). @throws Error for an unknown or non-numeric flag. */
+/**
+ * `--name value` flags of a bench, numbers ≥ 0.001 only: split by `parseArgs`, each read by the commands'
+ * {@link numberFlag}. @throws Error for an unknown flag or a value that is not a positive number.
+ */
 export function numberFlags(argv: readonly string[], known: readonly string[]): Record<string, number> {
+  const { values } = parseArgs({
+    args: [...argv],
+    strict: true,
+    options: Object.fromEntries(known.map((k) => [k, { type: 'string' as const }])),
+  });
   const out: Record<string, number> = {};
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i]!;
-    const name = flag.replace(/^--/, '');
-    if (!flag.startsWith('--') || !known.includes(name)) {
-      throw new Error(`unknown argument ${flag}; known: ${known.map((k) => `--${k}`).join(' ')}`);
-    }
-    const value = Number(argv[++i]);
-    if (!Number.isFinite(value) || value <= 0) throw new Error(`${flag} needs a positive number`);
-    out[name] = value;
+  for (const [name, raw] of Object.entries(values)) {
+    out[name] = numberFlag(name, raw as string, 0, { min: 0.001 });
   }
   return out;
 }

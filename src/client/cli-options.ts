@@ -3,6 +3,7 @@
  * is and how to authenticate to it, plus small number parsers that fail with the flag's name.
  */
 import { type StatusObject, status } from '@grpc/grpc-js';
+import { z } from 'zod';
 import { DEFAULT_GRPC_ADDR } from '../config/settings.js';
 import { type ConnectionOptions, createContextClient, readPemFile, TOKEN_ENV } from './context-client.js';
 
@@ -73,7 +74,8 @@ export function connectionFromFlags(
 }
 
 /**
- * Parses a flag as a finite number within [min, max] (integers only when `integer`).
+ * Parses a flag as a finite number within [min, max] (integers only when `integer`): the one numeric-flag
+ * parser of the commands and benches (issue 14 item 6), after `parseArgs` has split the arguments.
  * @returns `fallback` when the flag is absent.
  * @throws Error `--<name> must be …` otherwise.
  */
@@ -84,12 +86,14 @@ export function numberFlag(
   { min = 0, max = Number.MAX_SAFE_INTEGER, integer = false } = {},
 ): number {
   if (raw === undefined) return fallback;
-  const n = Number(raw.trim());
-  if (raw.trim() === '' || !Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n))) {
-    const kind = integer ? 'an integer' : 'a number';
-    throw new Error(`--${name} must be ${kind} in ${min}..${max}, got '${raw}'`);
+  const n = integer ? z.number().int() : z.number();
+  const parsed = z.string().trim().min(1).transform(Number).pipe(n.min(min).max(max)).safeParse(raw);
+  if (!parsed.success) {
+    throw new Error(
+      `--${name} must be ${integer ? 'an integer' : 'a number'} in ${min}..${max}, got '${raw}'`,
+    );
   }
-  return n;
+  return parsed.data;
 }
 
 /** Name of a gRPC status code (`DEADLINE_EXCEEDED`), or `CODE_<n>` for a code grpc-js does not know. */

@@ -542,7 +542,7 @@ describe('memory-server', () => {
     } finally {
       process.stderr.write = write;
     }
-    expect(errors.join('')).toContain('--port must be 0..65535');
-    expect(errors.join('')).toContain('--error-rate must be in [0,1]');
+    expect(errors.join('')).toContain("--port must be an integer in 0..65535, got 'x'");
+    expect(errors.join('')).toContain("--error-rate must be a number in 0..1, got '2'");
   });
 });

@@ -2,6 +2,7 @@
  * `ibex-context memory-server`: the command line of the dev memory server (src/memory-server/server.ts).
  */
 import { parseArgs } from 'node:util';
+import { numberFlag } from '../../client/cli-options.js';
 import { loadSettings, memoryApiTokenSetting } from '../../config/settings.js';
 import {
   type MemoryServerHandle,
@@ -16,14 +17,6 @@ const USAGE = `usage: ibex-context memory-server [--db <path>] [--port 8088] [--
   [--postgres <url>]
 token: --token or IBEX_CONTEXT_MEMORY_API_TOKEN; store: --postgres, else --db, else
 IBEX_CONTEXT_POSTGRES_URL (schema IBEX_CONTEXT_POSTGRES_SCHEMA), else IBEX_CONTEXT_EMBEDDED_DB`;
-
-function rate(name: string, value: string | undefined): number {
-  if (value === undefined) return 0;
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n < 0 || n > 1)
-    throw new Error(`--${name} must be in [0,1]`);
-  return n;
-}
 
 /**
  * CLI entry: starts the server, prints `{"listening": "http://HOST:PORT"}`, serves until SIGINT/SIGTERM.
@@ -56,10 +49,8 @@ export async function run(argv: string[]): Promise<number> {
       process.stdout.write(`${USAGE}\n`);
       return 0;
     }
-    const port = values.port === undefined ? 8088 : Number(values.port);
-    if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new Error('--port must be 0..65535');
-    const latencyMs = values['latency-ms'] === undefined ? 0 : Number(values['latency-ms']);
-    if (!Number.isFinite(latencyMs) || latencyMs < 0) throw new Error('--latency-ms must be ≥ 0');
+    const port = numberFlag('port', values.port, 8088, { max: 65_535, integer: true });
+    const latencyMs = numberFlag('latency-ms', values['latency-ms'], 0);
     const dist = values['latency-dist'] ?? 'fixed';
     if (dist !== 'fixed' && dist !== 'uniform' && dist !== 'exponential') {
       throw new Error('--latency-dist must be fixed, uniform or exponential');
@@ -89,8 +80,8 @@ export async function run(argv: string[]): Promise<number> {
       latencyMs,
       latencyDist: dist,
       latencyRoute: route,
-      errorRate: rate('error-rate', values['error-rate']),
-      malformedRate: rate('malformed-rate', values['malformed-rate']),
+      errorRate: numberFlag('error-rate', values['error-rate'], 0, { max: 1 }),
+      malformedRate: numberFlag('malformed-rate', values['malformed-rate'], 0, { max: 1 }),
       plantForeign: values['plant-foreign'] ?? false,
       plantInvalid: values['plant-invalid'] ?? false,
     };
