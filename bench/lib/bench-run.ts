@@ -2,9 +2,11 @@
  * Plumbing shared by the load benches: a temporary store directory removed on exit, the machine
  * description written next to the figures, and number-list flags.
  */
+
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { numberFlag } from '../../src/client/cli-options.js';
 
 /** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */
 export function tempDir(prefix: string): string {
@@ -37,15 +39,12 @@ export function parseList(flag: string, text: string): number[] {
 }
 
 /**
- * Parses a positive number flag (`allowZero` for durations that may be skipped).
+ * Parses a positive number flag (`allowZero` for durations that may be skipped) with the commands'
+ * {@link numberFlag}.
  * @throws Error naming the flag.
  */
 export function parseNumber(flag: string, text: string, allowZero = false): number {
-  const v = Number(text);
-  if (!Number.isFinite(v) || v < 0 || (v === 0 && !allowZero)) {
-    throw new Error(`${flag} must be a ${allowZero ? 'non-negative' : 'positive'} number, got '${text}'`);
-  }
-  return v;
+  return numberFlag(flag.replace(/^--/, ''), text, 0, { positive: !allowZero });
 }
 
 /**

@@ -103,7 +103,7 @@ export function sampleRss(pid: number, intervalMs = 250) {
 // Flags and output
 
 /**
- * `--name value` flags of a bench, numbers ≥ 0.001 only: split by `parseArgs`, each read by the commands'
+ * `--name value` flags of a bench, positive numbers only: split by `parseArgs`, each read by the commands'
  * {@link numberFlag}. @throws Error for an unknown flag or a value that is not a positive number.
  */
 export function numberFlags(argv: readonly string[], known: readonly string[]): Record<string, number> {
@@ -114,7 +114,7 @@ export function numberFlags(argv: readonly string[], known: readonly string[]): 
   });
   const out: Record<string, number> = {};
   for (const [name, raw] of Object.entries(values)) {
-    out[name] = numberFlag(name, raw as string, 0, { min: 0.001 });
+    out[name] = numberFlag(name, raw as string, 0, { positive: true });
   }
   return out;
 }

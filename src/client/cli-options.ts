@@ -74,26 +74,30 @@ export function connectionFromFlags(
 }
 
 /**
- * Parses a flag as a finite number within [min, max] (integers only when `integer`): the one numeric-flag
- * parser of the commands and benches (issue 14 item 6), after `parseArgs` has split the arguments.
+ * Parses a flag as a finite number within [min, max] (integers only when `integer`; above 0 when
+ * `positive`): the one numeric-flag parser of the commands and benches (issue 14 item 6), after
+ * `parseArgs` has split the arguments.
  * @returns `fallback` when the flag is absent.
- * @throws Error `--<name> must be …` otherwise.
+ * @throws Error `--<name> must be …, got '<raw>'` otherwise.
  */
 export function numberFlag(
   name: string,
   raw: string | undefined,
   fallback: number,
-  { min = 0, max = Number.MAX_SAFE_INTEGER, integer = false } = {},
+  { min = 0, max = Number.MAX_SAFE_INTEGER, integer = false, positive = false } = {},
 ): number {
   if (raw === undefined) return fallback;
-  const n = integer ? z.number().int() : z.number();
-  const parsed = z.string().trim().min(1).transform(Number).pipe(n.min(min).max(max)).safeParse(raw);
-  if (!parsed.success) {
-    throw new Error(
-      `--${name} must be ${integer ? 'an integer' : 'a number'} in ${min}..${max}, got '${raw}'`,
-    );
-  }
-  return parsed.data;
+  let n = (integer ? z.number().int() : z.number()).min(min).max(max);
+  if (positive) n = n.positive();
+  const parsed = z.string().trim().min(1).transform(Number).pipe(n).safeParse(raw);
+  if (parsed.success) return parsed.data;
+  const kind = integer ? 'integer' : 'number';
+  const what = positive
+    ? `a positive ${kind}`
+    : max === Number.MAX_SAFE_INTEGER && min === 0
+      ? `a non-negative ${kind}`
+      : `${integer ? 'an' : 'a'} ${kind} in ${min}..${max}`;
+  throw new Error(`--${name} must be ${what}, got '${raw}'`);
 }
 
 /** Name of a gRPC status code (`DEADLINE_EXCEEDED`), or `CODE_<n>` for a code grpc-js does not know. */
