@@ -10,6 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
+import type { BranchOutcome } from '../types.js';
 
 /** Proto files relative to {@link PROTO_DIR}. */
 export const PROTO_FILES = ['ibex/context/v1/context.proto', 'ibex/auth/v1/principal_context.proto'] as const;
@@ -163,14 +164,11 @@ export interface MemoryUsed {
 /** Degradation level (SPEC §10): L0 both memory sources usable, L1 one, L2 none. */
 export type DegradationLevel = 'L0' | 'L1' | 'L2';
 
-/** `ibex.context.v1.BranchOutcome` (wire form of `types.ts` BranchOutcome). */
-export interface BranchOutcomeMessage {
-  name: string;
-  status: 'success' | 'timeout' | 'error' | 'skipped';
-  /** ms, monotonic clock. */
-  latency_ms: number;
-  detail: string;
-}
+/**
+ * `ibex.context.v1.BranchOutcome`: the `types.ts` {@link BranchOutcome} the pipeline builds, its name any
+ * string on the wire (a client may meet branches this version does not know).
+ */
+export type BranchOutcomeMessage = Omit<BranchOutcome, 'name'> & { name: string };
 
 /** `ibex.context.v1.Degradation`. */
 export interface Degradation {
