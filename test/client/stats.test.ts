@@ -23,7 +23,7 @@ describe('percentilesOf: the one percentile estimator (hdr-histogram-js; issue 1
     expect(percentilesOf([])(99)).toBe(0);
   });
 
-  it('property: every percentile lies within 0.1 % above one of the samples, and is monotonic in p', () => {
+  it('property: every percentile lies within 0.1 % of one of the samples, and is monotonic in p', () => {
     fc.assert(
       fc.property(
         fc.array(fc.double({ min: 0.001, max: 10_000, noNaN: true }), { minLength: 1, maxLength: 200 }),
@@ -33,7 +33,8 @@ describe('percentilesOf: the one percentile estimator (hdr-histogram-js; issue 1
           const v = at(p);
           const near = xs.some((x) => {
             const recorded = Math.round(x * 1000) / 1000;
-            return v >= recorded && v <= recorded * 1.001 + 0.001;
+            // hdr answers a value of the sample's bucket: its top, or its bottom for p = 0.
+            return Math.abs(v - recorded) <= recorded * 0.001 + 0.001;
           });
           expect(near).toBe(true);
           expect(at(Math.min(100, p + 1))).toBeGreaterThanOrEqual(v);
