@@ -4,10 +4,8 @@
  * waits longer than the deadline.
  */
 
-import { parseArgs } from 'node:util';
 import { status } from '@grpc/grpc-js';
 import {
-  CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
   describeStatus,
@@ -15,6 +13,7 @@ import {
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 import { DEFAULT_ADMIN_ADDR, DEFAULT_GRPC_ADDR } from '../../config/settings.js';
+import { flagError, parseClientArgs, printUsage } from '../client-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context healthcheck [options]
@@ -89,23 +88,12 @@ export async function run(argv: string[]): Promise<number> {
   let timeoutMs: number;
   let json = argv.includes('--json');
   try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        ...CONNECTION_FLAGS,
-        service: { type: 'string' },
-        timeout: { type: 'string' },
-        local: { type: 'boolean' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
+    const values = parseClientArgs(argv, {
+      service: { type: 'string' },
+      timeout: { type: 'string' },
+      local: { type: 'boolean' },
     });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
+    if (values.help) return printUsage(USAGE);
     json = values.json ?? false;
     service = values.service ?? '';
     timeoutMs = numberFlag('timeout', values.timeout, 2000, { min: 1, max: 600_000 });
@@ -117,9 +105,7 @@ export async function run(argv: string[]): Promise<number> {
       conn = connectionFromFlags(values);
     }
   } catch (err) {
-    printCommandError('healthcheck', (err as Error).message, json);
-    if (!json) process.stderr.write(`${USAGE}\n`);
-    return 2;
+    return flagError('healthcheck', err, json, USAGE);
   }
   const client = createContextClient(conn);
   try {
