@@ -29,7 +29,7 @@ import { cyclingSource } from '../src/client/request-source.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
-import { machineInfo, tempDir } from './lib/bench-run.js';
+import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
 import { projectPath } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, numberFlags, printTable, startBenchService } from './lib/service-child.js';
@@ -299,7 +299,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+runBenchMain(main);

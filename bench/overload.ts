@@ -15,7 +15,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { runLoad } from '../src/client/load-driver.js';
-import { machineInfo, tempDir } from './lib/bench-run.js';
+import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { projectPath } from './lib/paths.js';
 import { snapshot, stepStats } from './lib/server-metrics.js';
@@ -149,7 +149,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err instanceof Error ? err.stack : err);
-  process.exit(1);
-});
+runBenchMain(main);

@@ -29,7 +29,7 @@ import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { ingestLocomoPostgres } from '../src/retrieval/postgres/ingest-locomo.js';
 import { PgStore } from '../src/retrieval/postgres/pg-store.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
-import { machineInfo, parseNumber, tempDir } from './lib/bench-run.js';
+import { machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
@@ -296,10 +296,4 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    console.error(`bench:replicas: ${(err as Error).message}`);
-    process.exit(1);
-  },
-);
+runBenchMain(main, { exit: true });

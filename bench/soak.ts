@@ -17,7 +17,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { runLoad } from '../src/client/load-driver.js';
 import { percentilesOf } from '../src/client/stats.js';
-import { machineInfo, tempDir } from './lib/bench-run.js';
+import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { projectPath } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
@@ -208,7 +208,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err instanceof Error ? err.stack : err);
-  process.exit(1);
-});
+runBenchMain(main);
