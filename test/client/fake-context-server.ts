@@ -12,6 +12,7 @@ import type {
 } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { ZERO_METRICS } from '../helpers/stub-response.js';
 
 export const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 export const AGENTS = ['a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d', 'b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5e'];
@@ -19,19 +20,7 @@ export const AGENTS = ['a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d', 'b1b2c3d4-e5f6-4a
 export const CANDIDATE_TOKENS = [100, 250];
 
 function metrics() {
-  return {
-    budget_calculation_ms: 0,
-    directive_load_ms: 0,
-    hot_memory_retrieval_ms: 0,
-    cold_memory_retrieval_ms: 0,
-    ranking_ms: 0,
-    packing_ms: 0,
-    formatting_ms: 0,
-    total_ms: 1,
-    candidates_evaluated: 4,
-    pool_wait_us: 0,
-    pool_run_us: 0,
-  };
+  return { ...ZERO_METRICS, total_ms: 1, candidates_evaluated: 4 };
 }
 
 /** A packer stand-in: candidates in order while they fit `availableTokens` (0 = all fit). */

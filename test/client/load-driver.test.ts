@@ -15,42 +15,23 @@ import { Errors } from '../../src/errors.js';
 import { LOCOMO_ORG_ID, locomoAgentId } from '../../src/locomo/dataset.js';
 import type { CallContext } from '../../src/server/call-context.js';
 import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import type { AssembleContextResponse, DegradationLevel } from '../../src/server/proto.js';
+import type { DegradationLevel } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { runCli } from '../helpers/cli.js';
+import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 
 function answer(req: ValidatedRequest, level: DegradationLevel): AssembleResult {
-  const response: AssembleContextResponse = {
+  const response = stubResponse(req, {
     assembled_context: `user: ${req.query}`,
     tokens_used: 3,
-    memories_included: 0,
-    memories_used: [],
-    directive_tokens: 0,
     history_tokens: 3,
-    memory_tokens: 0,
-    metrics: {
-      budget_calculation_ms: 0,
-      directive_load_ms: 0,
-      hot_memory_retrieval_ms: 0,
-      cold_memory_retrieval_ms: 0,
-      ranking_ms: 0,
-      packing_ms: 0,
-      formatting_ms: 0,
-      total_ms: 1,
-      candidates_evaluated: 0,
-      pool_wait_us: 0,
-      pool_run_us: 0,
-    },
-    request_id: req.requestId,
-    trace_id: req.traceId,
-    span_id: req.spanId,
-    score_schema: 'interim_v1',
+    metrics: { ...ZERO_METRICS, total_ms: 1 },
     degradation: { level, intentional: false, reasons: [], branches: [] },
-  };
+  });
   return { response, level };
 }
 
