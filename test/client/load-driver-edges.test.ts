@@ -14,7 +14,8 @@ import { runReplay } from '../../src/client/replay.js';
 import { cyclingSource } from '../../src/client/request-source.js';
 import { createGrpcServer } from '../../src/server/grpc-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
-import { AGENTS, answer, requests, servers, startFake } from './fake-context-server.js';
+import { servers } from '../helpers/assemble-server.js';
+import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
 
 describe('replay pacing', () => {
   const conversation = {

@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
 import { driverLimited } from '../../src/client/load-report.js';
 import { locomoSource } from '../../src/client/locomo-requests.js';
@@ -14,10 +14,10 @@ import { cyclingSource } from '../../src/client/request-source.js';
 import { Errors } from '../../src/errors.js';
 import { LOCOMO_ORG_ID, locomoAgentId } from '../../src/locomo/dataset.js';
 import type { CallContext } from '../../src/server/call-context.js';
-import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
+import type { AssembleResult, GrpcServer } from '../../src/server/grpc-server.js';
 import type { DegradationLevel } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { startAssembleServer } from '../helpers/assemble-server.js';
 import { runCli } from '../helpers/cli.js';
 import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
@@ -67,11 +67,6 @@ interface Fake {
   grpc: GrpcServer;
 }
 
-const servers: GrpcServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
-});
-
 async function startFake(b: Behaviour = {}): Promise<Fake> {
   const tally: Tally = {
     calls: 0,
@@ -115,15 +110,8 @@ async function startFake(b: Behaviour = {}): Promise<Fake> {
       tally.inFlight--;
     }
   };
-  const grpc = createGrpcServer({
-    assemble,
-    logger: createLogger({ logLevel: 'silent' }),
-    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
-  });
-  const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
-  servers.push(grpc);
-  return { addr: `127.0.0.1:${port}`, tally, grpc };
+  const { addr, grpc } = await startAssembleServer(assemble);
+  return { addr, tally, grpc };
 }
 
 function expectCountsMatch(report: LoadReport, tally: Tally) {
