@@ -8,7 +8,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ServerCredentials } from '@grpc/grpc-js';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { responseReserve } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
@@ -21,6 +21,7 @@ import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../sr
 import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { servers, startAssembleServer } from '../helpers/assemble-server.js';
 import { runCli } from '../helpers/cli.js';
 
 const catalog = CapabilityCatalog.create();
@@ -182,8 +183,6 @@ interface ReplayFake {
   errors: number;
 }
 
-const servers: GrpcServer[] = [];
-
 /**
  * Answers each call with its history and one memory block; calls for `overLongModel` get a block far
  * over the model's budget; every `errorEvery`-th call fails with INVALID_ARGUMENT.
@@ -198,31 +197,24 @@ async function startReplayFake(
     overLong: 0,
     errors: 0,
   };
-  const grpc = createGrpcServer({
-    assemble: async (req): Promise<AssembleResult> => {
-      fake.seen.push(req);
-      if (opts.errorEvery && fake.seen.length % opts.errorEvery === 0) {
-        fake.errors++;
-        throw Errors.invalidArgument('query', 'test: rejected');
-      }
-      const id = '44444444-4444-4444-8444-444444444444';
-      const history = req.recentMessages.map((m) => `${m.role}: ${m.content}`).join('\n');
-      const overLong = req.model === opts.overLongModel;
-      if (overLong) fake.overLong++;
-      const content = overLong ? 'y'.repeat(400_000) : `memory for ${req.query}`;
-      return {
-        response: response({ context: `${history}\n\n${block(id, content)}`, memories: [used(id)] }),
-        level: 'L0',
-      };
-    },
-    logger: createLogger({ logLevel: 'silent' }),
-    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
+  const { addr, grpc } = await startAssembleServer(async (req): Promise<AssembleResult> => {
+    fake.seen.push(req);
+    if (opts.errorEvery && fake.seen.length % opts.errorEvery === 0) {
+      fake.errors++;
+      throw Errors.invalidArgument('query', 'test: rejected');
+    }
+    const id = '44444444-4444-4444-8444-444444444444';
+    const history = req.recentMessages.map((m) => `${m.role}: ${m.content}`).join('\n');
+    const overLong = req.model === opts.overLongModel;
+    if (overLong) fake.overLong++;
+    const content = overLong ? 'y'.repeat(400_000) : `memory for ${req.query}`;
+    return {
+      response: response({ context: `${history}\n\n${block(id, content)}`, memories: [used(id)] }),
+      level: 'L0',
+    };
   });
-  const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
-  servers.push(grpc);
   fake.grpc = grpc;
-  fake.addr = `127.0.0.1:${port}`;
+  fake.addr = addr;
   return fake;
 }
 
@@ -231,9 +223,6 @@ beforeAll(() => {
 });
 afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
-});
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
 });
 
 describe('locomoRequests', () => {
@@ -432,16 +421,12 @@ describe('ibex-context assemble (compiled CLI)', () => {
 
 describe('ibex-context healthcheck (compiled CLI)', () => {
   it('exits 0 iff the server answers SERVING', async () => {
-    const grpc = createGrpcServer({
-      assemble: async () => {
+    const { addr, grpc } = await startAssembleServer(
+      async () => {
         throw new Error('unused');
       },
-      logger: createLogger({ logLevel: 'silent' }),
-      settings: { timeoutMs: 1000, maxReceiveMessageBytes: 1024 * 1024, maxMetadataBytes: 16 * 1024 },
-    });
-    const port = await grpc.bind('127.0.0.1:0');
-    servers.push(grpc);
-    const addr = `127.0.0.1:${port}`;
+      { serving: false },
+    );
 
     const notYet = await runCli(['healthcheck', '--addr', addr]);
     expect(notYet.code).toBe(1);

@@ -14,17 +14,21 @@ afterEach(async () => {
 });
 
 /**
- * Starts the server: 10 s request timeout, 4 MiB messages, 16 KiB metadata, a silent logger.
+ * Starts the server: 10 s request timeout, 4 MiB messages, 16 KiB metadata, a silent logger; SERVING
+ * unless `serving` is false (health checks then answer NOT_SERVING until `markServing()`).
  * @returns its `127.0.0.1:<port>` address and the server.
  */
-export async function startAssembleServer(assemble: AssembleFn): Promise<{ addr: string; grpc: GrpcServer }> {
+export async function startAssembleServer(
+  assemble: AssembleFn,
+  { serving = true } = {},
+): Promise<{ addr: string; grpc: GrpcServer }> {
   const grpc = createGrpcServer({
     assemble,
     logger: createLogger({ logLevel: 'silent' }),
     settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
   });
   const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
+  if (serving) grpc.markServing();
   servers.push(grpc);
   return { addr: `127.0.0.1:${port}`, grpc };
 }
