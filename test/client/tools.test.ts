@@ -1,9 +1,3 @@
-/**
- * The client tools other than the load driver: response checks, `replay` (engine and CLI) on a tiny
- * LoCoMo-shaped fixture written here, `assemble` and `healthcheck` exit codes, all against a real gRPC
- * server on 127.0.0.1 whose pipeline is a test double.
- */
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -23,6 +17,7 @@ import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { servers, startAssembleServer } from '../helpers/assemble-server.js';
 import { runCli } from '../helpers/cli.js';
+import { hasOpenssl, makeServerPki } from '../helpers/pki.js';
 
 const catalog = CapabilityCatalog.create();
 const NONCE = 'AAAAAAAAAAAAAAAAAAAAAA';
@@ -449,41 +444,10 @@ describe('ibex-context healthcheck (compiled CLI)', () => {
   });
 });
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 describe.skipIf(!hasOpenssl())('client TLS (certificates made with openssl at test time)', () => {
   let pki: string;
   beforeAll(() => {
-    pki = mkdtempSync(path.join(tmpdir(), 'ibex-client-tls-'));
-    const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: pki, stdio: 'pipe' });
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-    ssl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', '/CN=test-ca', '-days', '1');
-    writeFileSync(path.join(pki, 'server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-    ssl('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
-    ssl(
-      'x509',
-      '-req',
-      '-in',
-      'server.csr',
-      '-CA',
-      'ca.crt',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      'server.crt',
-      '-days',
-      '1',
-      '-extfile',
-      'server.ext',
-    );
+    pki = makeServerPki('ibex-client-tls-');
   });
   afterAll(() => {
     rmSync(pki, { recursive: true, force: true });
