@@ -67,28 +67,51 @@ export function locomoDirective(conv: LocomoConversation, orgId: string): Direct
   };
 }
 
+/** One agent of an import: its rows as every store writes them. */
+export interface LocomoAgentRows {
+  agentId: string;
+  memories: MemoryRow[];
+  directive: DirectiveRow;
+}
+
+/**
+ * What importing `conversations` under `orgId` writes, agent by agent, and the summary it reports: the
+ * same for the embedded store and PostgreSQL, which differ only in how they replace an agent.
+ * @param db the store as the summary names it.
+ * @throws Error when `orgId` is not a UUID.
+ */
+export function planLocomoImport(
+  conversations: readonly LocomoConversation[],
+  orgId: string,
+  db: string,
+): { org: string; agents: LocomoAgentRows[]; summary: IngestSummary } {
+  const org = canonicalUuid(orgId);
+  if (org === null) throw new Error('org must be a UUID');
+  const summary: IngestSummary = { db, org_id: org, agents: [], memories: 0, directives: 0 };
+  const agents = conversations.map((conv) => {
+    const memories = locomoMemories(conv, org);
+    summary.agents.push({
+      agent_id: conv.agentId,
+      sample_id: conv.sampleId,
+      file: conv.file,
+      speakers: [conv.speakerA, conv.speakerB],
+      memories: memories.length,
+    });
+    summary.memories += memories.length;
+    summary.directives++;
+    return { agentId: conv.agentId, memories, directive: locomoDirective(conv, org) };
+  });
+  return { org, agents, summary };
+}
+
 /** Replaces each conversation's agent (memories + directive) in `store`, then merges the FTS5 index. */
 export function ingestLocomo(
   store: EmbeddedStore,
   conversations: readonly LocomoConversation[],
   orgId: string,
 ): IngestSummary {
-  const org = canonicalUuid(orgId);
-  if (org === null) throw new Error('org must be a UUID');
-  const summary: IngestSummary = { db: store.path, org_id: org, agents: [], memories: 0, directives: 0 };
-  for (const conv of conversations) {
-    const rows = locomoMemories(conv, org);
-    store.replaceAgent(org, conv.agentId, rows, locomoDirective(conv, org));
-    summary.agents.push({
-      agent_id: conv.agentId,
-      sample_id: conv.sampleId,
-      file: conv.file,
-      speakers: [conv.speakerA, conv.speakerB],
-      memories: rows.length,
-    });
-    summary.memories += rows.length;
-    summary.directives++;
-  }
+  const { org, agents, summary } = planLocomoImport(conversations, orgId, store.path);
+  for (const a of agents) store.replaceAgent(org, a.agentId, a.memories, a.directive);
   // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
   // after the import makes each search read one segment (issue 10: 460 → 340 µs a query).
   store.optimize();
