@@ -12,7 +12,6 @@
  * Writes bench/results/pool.json. BENCH_OVERHEAD_SAMPLES and BENCH_STREAM_MS shorten or lengthen it.
  */
 
-import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep, setImmediate as yieldToLoop } from 'node:timers/promises';
@@ -21,7 +20,7 @@ import { percentilesOf } from '../src/client/stats.js';
 import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
 import { CpuPool } from '../src/pool/pool-client.js';
 import { interimScore } from '../src/ranking/score.js';
-import { projectPath } from './lib/paths.js';
+import { writeResult } from './lib/paths.js';
 import { type SyntheticCandidate, syntheticCandidates } from './lib/synthetic.js';
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
@@ -254,8 +253,7 @@ async function main() {
   } finally {
     await pool.close();
   }
-  mkdirSync(projectPath('bench/results'), { recursive: true });
-  writeFileSync(projectPath('bench/results/pool.json'), `${JSON.stringify(result, null, 2)}\n`);
+  writeResult('pool', result);
   const o = result.overhead as Awaited<ReturnType<typeof overhead>>;
   const l = result.loop_delay as Awaited<ReturnType<typeof loopDelay>>;
   console.log(`pool: ${threads} thread(s) on ${cpus} CPU(s), node ${process.version}`);

@@ -14,12 +14,11 @@
  * run must stay within max(1 ms, 25 % of the mean p99).
  */
 
-import { mkdirSync, writeFileSync } from 'node:fs';
 import { runLoad } from '../src/client/load-driver.js';
 import { percentilesOf } from '../src/client/stats.js';
 import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
-import { projectPath } from './lib/paths.js';
+import { writeResult } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
 import {
   BENCH_DEADLINE_MS,
@@ -169,9 +168,7 @@ async function main(): Promise<void> {
       },
       warnings: report.warnings,
     };
-    mkdirSync(projectPath('bench/results'), { recursive: true });
-    const file = projectPath('bench/results/soak.json');
-    writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+    const file = writeResult('soak', result);
 
     console.log(`\nsoak: ${rate} rps (½ × ${saturationRate}) for ${minutes} min`);
     console.log(

@@ -10,7 +10,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { percentilesOf } from '../src/client/stats.js';
@@ -19,7 +19,7 @@ import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { HttpMemorySource } from '../src/retrieval/memory-http.js';
 import { retrieve } from '../src/retrieval/retrieve.js';
 import { EmbeddedDirectiveSource } from '../src/retrieval/sources.js';
-import { projectPath } from './lib/paths.js';
+import { writeResult } from './lib/paths.js';
 
 const WALL_MS = 40;
 const samples = Number(process.env.BENCH_WALL_SAMPLES ?? 200);
@@ -68,6 +68,5 @@ const result = {
   cpus: os.cpus().length,
   loadavg_1m: os.loadavg()[0],
 };
-mkdirSync(projectPath('bench/results'), { recursive: true });
-writeFileSync(projectPath('bench/results/wall.json'), `${JSON.stringify(result, null, 2)}\n`);
+writeResult('wall', result);
 console.log(JSON.stringify(result));
