@@ -4,7 +4,6 @@
  * it is exercised end to end elsewhere.
  */
 
-import { Writable } from 'node:stream';
 import { status } from '@grpc/grpc-js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Settings } from '../../src/config/settings.js';
@@ -21,6 +20,7 @@ import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../../src/wire-headers.js';
 import { createTestClient, type HealthStatus, type TestClient } from '../helpers/grpc-client.js';
+import { logSink } from '../helpers/log-sink.js';
 import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
@@ -41,18 +41,6 @@ function response(req: ValidatedRequest, level: DegradationLevel = 'L0'): Assemb
     degradation: { level, intentional: false, reasons: [], branches: [] },
   });
   return { response: res, level };
-}
-
-/** Collects log lines so tests can assert on them. */
-function logSink() {
-  const lines: Record<string, unknown>[] = [];
-  const stream = new Writable({
-    write(chunk, _enc, cb) {
-      for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
-      cb();
-    },
-  });
-  return { lines, stream };
 }
 
 interface Harness {
