@@ -18,7 +18,7 @@ import { runLoad } from '../src/client/load-driver.js';
 import type { TransportName } from '../src/client/load-transport.js';
 import { syntheticSource } from '../src/client/request-source.js';
 import type { AssembleContextResponse } from '../src/server/proto.js';
-import { machineInfo, parseList, parseNumber } from './lib/bench-run.js';
+import { machineInfo, parseList, parseNumber, runBenchMain } from './lib/bench-run.js';
 import { projectPath } from './lib/paths.js';
 import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
 
@@ -162,13 +162,4 @@ async function main(argv: string[]): Promise<number> {
 }
 
 if (process.argv[2] === '--serve') serve();
-else
-  main(process.argv.slice(2)).then(
-    (code) => {
-      process.exitCode = code;
-    },
-    (err: unknown) => {
-      console.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
-      process.exitCode = 1;
-    },
-  );
+else runBenchMain(() => main(process.argv.slice(2)));

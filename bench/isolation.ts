@@ -1,25 +1,3 @@
-/**
- * `npm run bench:isolation [-- --seconds 10 --quiet-rate 25 --noisy-rate 10]` (issue 9, SPEC §1
- * isolation rule): does one tenant's heavy traffic take another tenant's answers down?
- *
- * The service runs as a child process (bench/lib `startBenchService`) with production deadlines and a
- * memory service over HTTP. A quiet org sends small requests open loop at 25 req/s (the project's load
- * driver, 45 ms client deadline), first alone, then while a noisy org sends each heavy request of issue 9
- * at 10 req/s: a decode bomb of 2,000,000 empty messages, 30 × 32,768-emoji history, a memory service
- * answering 5,000 hits for limit=20, 20 hot memories of 300 KB HTML, and 100 × 32,768 CJK history.
- * The noisy side (memory service + senders of pre-encoded bytes) runs in a worker thread of this process
- * (`isolation-attacker.ts`), off the event loop that measures the quiet org.
- *
- * A middle phase runs the memory-service kinds alone (5,000 hits, 300 KB HTML): the dependency half of
- * the issue, whose isolation does not depend on how requests are decoded.
- *
- * Reported: quiet OK and L0 rates and p99 (alone / under memory attack / under full attack), the server's event-loop delay p99
- * (its `ibex_context_event_loop_delay_seconds`, reset at each scrape, so per phase), noisy outcomes by
- * code and level; plus the main-thread cost of JSON-parsing memory bodies at the sizes the caps allow,
- * which is why large bodies are decoded in a thread. Targets are printed beside the figures. Writes
- * bench/results/isolation.json. Figures from a shared machine are noise: re-run on a quiet one.
- */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
@@ -29,8 +7,8 @@ import { cyclingSource } from '../src/client/request-source.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
-import { machineInfo, tempDir } from './lib/bench-run.js';
-import { projectPath } from './lib/paths.js';
+import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
+import { writeResult } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, numberFlags, printTable, startBenchService } from './lib/service-child.js';
 import type { ServiceProcess } from './lib/service-process.js';
@@ -289,8 +267,7 @@ async function main(): Promise<void> {
       noisy,
       main_thread_parse: parse,
     };
-    mkdirSync(projectPath('bench/results'), { recursive: true });
-    writeFileSync(projectPath('bench/results/isolation.json'), `${JSON.stringify(out, null, 2)}\n`);
+    writeResult('isolation', out);
     console.log('wrote bench/results/isolation.json');
   } finally {
     worker.postMessage({ stop: true });
@@ -299,7 +276,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+runBenchMain(main);

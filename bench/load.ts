@@ -26,9 +26,16 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
-import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './lib/bench-run.js';
+import {
+  benchOptions,
+  machineInfo,
+  parseEnvPairs,
+  parseList,
+  parseNumber,
+  runBenchMain,
+} from './lib/bench-run.js';
 import { type H2loadResult, hasH2load, runH2load } from './lib/h2load.js';
-import { prepareLoadData } from './lib/load-data.js';
+import { benchLoadData } from './lib/load-data.js';
 import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
 import { writeLoadCharts } from './lib/plot.js';
@@ -135,22 +142,9 @@ function transportOf(v: string): 'h2' | 'grpc-js' {
 }
 
 async function main(argv: string[]): Promise<number> {
-  let opts: Options | null;
-  try {
-    opts = parseOptions(argv);
-  } catch (err) {
-    console.error(`${(err as Error).message}\n${USAGE}`);
-    return 2;
-  }
-  if (opts === null) {
-    console.log(USAGE);
-    return 0;
-  }
-  const db = path.join(tempDir('ibex-bench-load-'), 'bench.db');
-  const data = await prepareLoadData(db, opts.locomo);
-  console.error(
-    `data: ${data.kind}: ${data.agents} agents, ${data.memories} memories, ${data.requests} requests`,
-  );
+  const opts = benchOptions(argv, USAGE, parseOptions);
+  if (typeof opts === 'number') return opts;
+  const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };
   if (opts.threads !== undefined) {
     serviceEnv.IBEX_CONTEXT_POOL_MAX_THREADS = String(opts.threads);
@@ -301,12 +295,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    console.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
-    process.exitCode = 1;
-  },
-);
+runBenchMain(() => main(process.argv.slice(2)));

@@ -1,32 +1,14 @@
-/**
- * `npm run bench:overload [-- --seconds 30 --rate N --connections 8]` (issue 6 "Load held"): the service
- * as a child process on a generated embedded store, driven open loop at twice its saturation rate with
- * the production deadlines (45 ms request deadline, 40 ms wall) and a 45 ms client deadline.
- *
- * The saturation rate is `--rate` when given, else found by a quick ramp (the highest rate answered in
- * full: ≤ 0.1 % errors, p99 within the deadline, ≤ 0.5 % degraded). Figures, per call as the client saw it:
- * share of calls answered by the server within the caller's deadline + 2 ms (goal ≥ 99.9 %), full vs
- * degraded answers, errors by code with DEADLINE_EXCEEDED split by who decided it (goal: none besides the
- * service's own, before the deadline), server RSS start/peak/end (/proc/<pid>/status VmRSS), and what the
- * server did meanwhile (degradation reasons, pool outcomes, CPU). Writes bench/results/overload.json.
- *
- * The driver runs in this process on the same machine: its CPU is the server's loss, and its schedule
- * lag is reported. Run on a quiet machine for figures that mean anything.
- */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import { runLoad } from '../src/client/load-driver.js';
-import { machineInfo, tempDir } from './lib/bench-run.js';
-import { projectPath } from './lib/paths.js';
+import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
+import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
+import { writeResult } from './lib/paths.js';
 import { snapshot, stepStats } from './lib/server-metrics.js';
 import {
   BENCH_DEADLINE_MS,
-  latencyOf,
   numberFlags,
-  outcomeTracker,
   printTable,
   sampleRss,
   startSaturatedBench,
-  tallyJson,
 } from './lib/service-child.js';
 
 const DEADLINE_MS = BENCH_DEADLINE_MS;
@@ -111,9 +93,7 @@ async function main(): Promise<void> {
       },
       warnings: report.warnings,
     };
-    mkdirSync(projectPath('bench/results'), { recursive: true });
-    const file = projectPath('bench/results/overload.json');
-    writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+    const file = writeResult('overload', result);
 
     const pct = (x: number) => `${(x * 100).toFixed(3)} %`;
     const lat = result.figures.latency_from_send_ms;
@@ -151,7 +131,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err instanceof Error ? err.stack : err);
-  process.exit(1);
-});
+runBenchMain(main);

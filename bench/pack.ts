@@ -5,12 +5,12 @@
  * generated DP-path instances (bench/pack-quality.ts). Figures, not gates. Writes bench/results/pack.json.
  * BENCH_TIME_MS sets the time per task (default 1500); QUALITY_INSTANCES the instance count (default 200).
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { Bench } from 'tinybench';
 import { runJsonCommand } from '../src/cli/json-commands.js';
 import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/config/settings.js';
 import { pack } from '../src/pack/packer.js';
-import { projectPath } from './lib/paths.js';
+import { projectPath, writeResult } from './lib/paths.js';
 import { packColumns, seededRandom, syntheticCandidates } from './lib/synthetic.js';
 import { packQuality } from './pack-quality.js';
 import { textMeasureFigures } from './text-measures.js';
@@ -159,8 +159,7 @@ async function main() {
     generated_quality: generated,
     text_measures: textMeasures,
   };
-  mkdirSync(projectPath('bench/results'), { recursive: true });
-  writeFileSync(projectPath('bench/results/pack.json'), `${JSON.stringify(result, null, 2)}\n`);
+  writeResult('pack', result);
   console.table(
     cases.map((c) => ({
       case: c.case,

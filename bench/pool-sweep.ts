@@ -12,12 +12,21 @@
  * against the offered rate, log axis, one line per thread count). Prints the recommendation: the thread
  * count that keeps p99 ≤ 20 ms with no error up to the highest rate (ties: fewer threads).
  */
+
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { machineInfo, parseEnvPairs, parseList, parseNumber, tempDir } from './lib/bench-run.js';
-import { prepareLoadData } from './lib/load-data.js';
+import { medianOfSorted } from '../src/client/stats.js';
+import {
+  benchOptions,
+  machineInfo,
+  parseEnvPairs,
+  parseList,
+  parseNumber,
+  runBenchMain,
+} from './lib/bench-run.js';
+import { benchLoadData } from './lib/load-data.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
 import { writeLineChart } from './lib/plot.js';
@@ -79,11 +88,7 @@ export interface Recommendation {
 /** A measured run: its pool size and the step row. */
 export type Run = StepRow & { threads: number; repeat: number };
 
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
+const median = (xs: readonly number[]): number => medianOfSorted([...xs].sort((a, b) => a - b));
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
 /** Folds the runs into one {@link GridCell} per (threads, rate), in threads then rate order. */
@@ -177,22 +182,9 @@ function parseOptions(argv: string[]): Options | null {
 }
 
 async function main(argv: string[]): Promise<number> {
-  let opts: Options | null;
-  try {
-    opts = parseOptions(argv);
-  } catch (err) {
-    console.error(`${(err as Error).message}\n${USAGE}`);
-    return 2;
-  }
-  if (opts === null) {
-    console.log(USAGE);
-    return 0;
-  }
-  const db = path.join(tempDir('ibex-bench-pool-sweep-'), 'bench.db');
-  const data = await prepareLoadData(db, opts.locomo);
-  console.error(
-    `data: ${data.kind}: ${data.agents} agents, ${data.memories} memories, ${data.requests} requests`,
-  );
+  const opts = benchOptions(argv, USAGE, parseOptions);
+  if (typeof opts === 'number') return opts;
+  const { db, data } = await benchLoadData('ibex-bench-pool-sweep-', opts.locomo);
   console.error(
     `grid: threads ${opts.threads.join(',')} × rates ${opts.rates.join(',')} rps × ${opts.repeats} repeats, ` +
       `${opts.warmupSeconds} + ${opts.seconds} s each`,
@@ -313,13 +305,5 @@ async function main(argv: string[]): Promise<number> {
 
 // Run only as a script, so tests can import gridOf/recommend.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  main(process.argv.slice(2)).then(
-    (code) => {
-      process.exitCode = code;
-    },
-    (err: unknown) => {
-      console.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
-      process.exitCode = 1;
-    },
-  );
+  runBenchMain(() => main(process.argv.slice(2)));
 }

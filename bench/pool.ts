@@ -11,15 +11,16 @@
  *
  * Writes bench/results/pool.json. BENCH_OVERHEAD_SAMPLES and BENCH_STREAM_MS shorten or lengthen it.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+
 import os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep, setImmediate as yieldToLoop } from 'node:timers/promises';
 import { estimateTokens } from '../src/budget/estimate.js';
+import { percentilesOf } from '../src/client/stats.js';
 import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
 import { CpuPool } from '../src/pool/pool-client.js';
 import { interimScore } from '../src/ranking/score.js';
-import { projectPath } from './lib/paths.js';
+import { writeResult } from './lib/paths.js';
 import { type SyntheticCandidate, syntheticCandidates } from './lib/synthetic.js';
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
@@ -61,10 +62,7 @@ function encode(
   });
 }
 
-function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
-}
+const percentile = (samples: readonly number[], p: number) => percentilesOf(samples)(p);
 
 const round1 = (x: number) => Math.round(x * 10) / 10;
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
@@ -109,7 +107,6 @@ async function overhead(pool: CpuPool, samples: number) {
     await pool.run(input);
     cold.push((performance.now() - t0) * 1000);
   }
-  for (const a of [inline, viaPool, minusRun, cold]) a.sort((x, y) => x - y);
   return {
     inline_p50_us: round1(percentile(inline, 50)),
     inline_p99_us: round1(percentile(inline, 99)),
@@ -147,7 +144,6 @@ async function measureLoop(ms: number, work: (until: number) => Promise<{ tasks:
   h.enable();
   const { tasks, runMs } = await work(performance.now() + ms);
   h.disable();
-  runMs.sort((a, b) => a - b);
   return {
     p99_ms: round3(h.percentile(99) / 1e6),
     max_ms: round3(h.max / 1e6),
@@ -213,12 +209,7 @@ async function loopDelay(pool: CpuPool, threads: number, ms: number) {
     inline_tasks: inlineRun.tasks,
     pool_task_run_p50_ms: poolRun.task_run_p50_ms,
     inline_task_run_p50_ms: inlineRun.task_run_p50_ms,
-    main_thread_encode_p50_ms: round3(
-      percentile(
-        encodeMs.sort((a, b) => a - b),
-        50,
-      ),
-    ),
+    main_thread_encode_p50_ms: round3(percentile(encodeMs, 50)),
     duration_ms_each: ms,
     shape: {
       n: 200,
@@ -262,8 +253,7 @@ async function main() {
   } finally {
     await pool.close();
   }
-  mkdirSync(projectPath('bench/results'), { recursive: true });
-  writeFileSync(projectPath('bench/results/pool.json'), `${JSON.stringify(result, null, 2)}\n`);
+  writeResult('pool', result);
   const o = result.overhead as Awaited<ReturnType<typeof overhead>>;
   const l = result.loop_delay as Awaited<ReturnType<typeof loopDelay>>;
   console.log(`pool: ${threads} thread(s) on ${cpus} CPU(s), node ${process.version}`);

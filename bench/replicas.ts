@@ -21,19 +21,15 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
-import {
-  ingestLocomo,
-  LOCOMO_ORG_ID,
-  type LocomoConversation,
-  readLocomo,
-} from '../src/cli/commands/ingest.js';
 import { locomoRequests } from '../src/client/locomo-requests.js';
 import { cyclingSource } from '../src/client/request-source.js';
+import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/locomo/dataset.js';
+import { ingestLocomo } from '../src/locomo/ingest.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { ingestLocomoPostgres } from '../src/retrieval/postgres/ingest-locomo.js';
 import { PgStore } from '../src/retrieval/postgres/pg-store.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
-import { machineInfo, parseNumber, tempDir } from './lib/bench-run.js';
+import { machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
@@ -300,10 +296,4 @@ async function main(): Promise<number> {
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    console.error(`bench:replicas: ${(err as Error).message}`);
-    process.exit(1);
-  },
-);
+runBenchMain(main, { exit: true });

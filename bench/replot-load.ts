@@ -2,8 +2,10 @@
  * `npm run bench:load:replot [-- <load.json>]`: redraws load.svg and load-errors.svg next to a
  * bench:load result without measuring again (issue 13: the plots changed, the measurements did not).
  */
+
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { runBenchMain } from './lib/bench-run.js';
 import type { StepRow } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
 import { writeLoadCharts } from './lib/plot.js';
@@ -33,12 +35,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    console.error(err instanceof Error ? err.message : String(err));
-    process.exitCode = 1;
-  },
-);
+runBenchMain(() => main(process.argv.slice(2)));

@@ -13,20 +13,19 @@
  * post-warm-up windows of one minute (10 s for runs under 3 minutes): the least-squares trend over the
  * run must stay within max(1 ms, 25 % of the mean p99).
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+
 import { runLoad } from '../src/client/load-driver.js';
-import { machineInfo, tempDir } from './lib/bench-run.js';
-import { projectPath } from './lib/paths.js';
+import { percentilesOf } from '../src/client/stats.js';
+import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
+import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
+import { writeResult } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
 import {
   BENCH_DEADLINE_MS,
-  latencyOf,
   numberFlags,
-  outcomeTracker,
   printTable,
   rssBytes,
   startSaturatedBench,
-  tallyJson,
 } from './lib/service-child.js';
 
 const DEADLINE_MS = BENCH_DEADLINE_MS;
@@ -51,10 +50,8 @@ function slope(points: readonly { x: number; y: number }[]): number {
   return den === 0 ? 0 : num / den;
 }
 
-function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? 0 : s[Math.floor((s.length - 1) / 2)]!;
-}
+/** Median RSS, MB (kept to 0.1 MB as sampled). */
+const median = (xs: readonly number[]) => percentilesOf(xs, 10)(50);
 
 async function main(): Promise<void> {
   const flags = numberFlags(process.argv.slice(2), ['minutes', 'rate', 'connections']);
@@ -171,9 +168,7 @@ async function main(): Promise<void> {
       },
       warnings: report.warnings,
     };
-    mkdirSync(projectPath('bench/results'), { recursive: true });
-    const file = projectPath('bench/results/soak.json');
-    writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+    const file = writeResult('soak', result);
 
     console.log(`\nsoak: ${rate} rps (½ × ${saturationRate}) for ${minutes} min`);
     console.log(
@@ -210,7 +205,4 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err instanceof Error ? err.stack : err);
-  process.exit(1);
-});
+runBenchMain(main);

@@ -19,11 +19,12 @@
  * the load drift of a shared machine.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import v8 from 'node:v8';
 import Database from 'better-sqlite3';
 import { Bench } from 'tinybench';
-import { LOCOMO_ORG_ID, locomoDirective, locomoMemories, readLocomo } from '../src/cli/commands/ingest.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../src/locomo/dataset.js';
+import { locomoDirective, locomoMemories } from '../src/locomo/ingest.js';
 import {
   bm25ToSimilarity,
   DEFAULT_MAX_MEMORY_CHARS,
@@ -31,7 +32,7 @@ import {
 } from '../src/retrieval/embedded-store.js';
 import { toFtsQuery } from '../src/retrieval/fts-query.js';
 import { scopeText } from '../src/retrieval/store-schema.js';
-import { projectPath } from './lib/paths.js';
+import { projectPath, writeResult } from './lib/paths.js';
 
 const ORG = LOCOMO_ORG_ID;
 const BIG_AGENT = '7e1d0c9b-8a7f-4e6d-9c5b-4a3f2e1d0c9b';
@@ -254,8 +255,7 @@ async function main() {
   uncached.close();
   store.close();
   writer.close();
-  mkdirSync(projectPath('bench/results'), { recursive: true });
-  writeFileSync(projectPath('bench/results/store.json'), `${JSON.stringify(result, null, 2)}\n`);
+  writeResult('store', result);
   console.table(tasks);
   console.log(JSON.stringify({ ...result, tasks: undefined }, null, 2));
   console.log('wrote bench/results/store.json');

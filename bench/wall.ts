@@ -8,23 +8,21 @@
  * (default 200), one at a time. Reports p50 / p99 / max of (elapsed − wall) in ms and writes
  * bench/results/wall.json. Run it on a quiet machine for the figure that matters.
  */
+
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startMemoryServer } from '../src/cli/commands/memory-server.js';
+import { percentilesOf } from '../src/client/stats.js';
+import { startMemoryServer } from '../src/memory-server/server.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { HttpMemorySource } from '../src/retrieval/memory-http.js';
 import { retrieve } from '../src/retrieval/retrieve.js';
 import { EmbeddedDirectiveSource } from '../src/retrieval/sources.js';
-import { projectPath } from './lib/paths.js';
+import { writeResult } from './lib/paths.js';
 
 const WALL_MS = 40;
 const samples = Number(process.env.BENCH_WALL_SAMPLES ?? 200);
-
-function quantile(sorted: number[], q: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
-}
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-bench-wall-'));
 const store = EmbeddedStore.open(path.join(dir, 'store.db'));
@@ -58,17 +56,17 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 overshoot.sort((a, b) => a - b);
+const overshootAt = percentilesOf(overshoot);
 const result = {
   wall_ms: WALL_MS,
   samples,
   overshoot_ms: {
-    p50: Number(quantile(overshoot, 0.5).toFixed(3)),
-    p99: Number(quantile(overshoot, 0.99).toFixed(3)),
+    p50: Number(overshootAt(50).toFixed(3)),
+    p99: Number(overshootAt(99).toFixed(3)),
     max: Number(overshoot[overshoot.length - 1]!.toFixed(3)),
   },
   cpus: os.cpus().length,
   loadavg_1m: os.loadavg()[0],
 };
-mkdirSync(projectPath('bench/results'), { recursive: true });
-writeFileSync(projectPath('bench/results/wall.json'), `${JSON.stringify(result, null, 2)}\n`);
+writeResult('wall', result);
 console.log(JSON.stringify(result));

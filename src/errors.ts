@@ -20,6 +20,8 @@ export type IbexErrorCode =
   | 'IBEX_ERR_CANCELLED'
   | 'IBEX_ERR_UNAUTHENTICATED'
   | 'IBEX_ERR_PERMISSION_DENIED'
+  | 'IBEX_ERR_METADATA_TOO_LARGE'
+  | 'IBEX_ERR_UNIMPLEMENTED'
   | 'IBEX_ERR_INTERNAL';
 
 /**
@@ -63,6 +65,8 @@ export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
   IBEX_ERR_CANCELLED: status.CANCELLED,
   IBEX_ERR_UNAUTHENTICATED: status.UNAUTHENTICATED,
   IBEX_ERR_PERMISSION_DENIED: status.PERMISSION_DENIED,
+  IBEX_ERR_METADATA_TOO_LARGE: status.RESOURCE_EXHAUSTED,
+  IBEX_ERR_UNIMPLEMENTED: status.UNIMPLEMENTED,
   IBEX_ERR_INTERNAL: status.INTERNAL,
 };
 
@@ -106,10 +110,34 @@ export const Errors = {
   cancelled: () => new IbexError('IBEX_ERR_CANCELLED', 'call cancelled'),
   unauthenticated: (reason: string) => new IbexError('IBEX_ERR_UNAUTHENTICATED', reason),
   permissionDenied: (reason: string) => new IbexError('IBEX_ERR_PERMISSION_DENIED', reason),
+  /** Request metadata over `grpc.max_metadata_size`, which grpc-js does not enforce itself (issue 12). */
+  metadataTooLarge: (sizeBytes: number, maxBytes: number) =>
+    new IbexError(
+      'IBEX_ERR_METADATA_TOO_LARGE',
+      `request metadata of ${sizeBytes} bytes exceeds ${maxBytes}`,
+    ),
+  /** A method of the service contract this server does not implement. */
+  unimplemented: (details: string) => new IbexError('IBEX_ERR_UNIMPLEMENTED', details),
   internal: (reason: string, cause?: unknown) => new IbexError('IBEX_ERR_INTERNAL', reason, { cause }),
 } as const;
 
 /** True for an {@link IbexError} with the given code. */
 export function isIbexError(err: unknown, code?: IbexErrorCode): err is IbexError {
   return err instanceof IbexError && (code === undefined || err.code === code);
+}
+
+/** A gRPC status as grpc-js's unary `callback` and `sendStatus` both take it (no trailers of its own). */
+export interface StatusObject {
+  code: status;
+  details: string;
+}
+
+/**
+ * The one way a status is built from an error (nice-grpc's `createErrorStatusObject`; issue 14 item 2):
+ * an {@link IbexError} gets its code from {@link GRPC_STATUS_BY_CODE} and its message as details;
+ * anything else is a bug and becomes INTERNAL `internal error`, its text never sent to the caller.
+ */
+export function toStatusObject(err: unknown): StatusObject {
+  if (err instanceof IbexError) return { code: GRPC_STATUS_BY_CODE[err.code], details: err.message };
+  return { code: status.INTERNAL, details: 'internal error' };
 }

@@ -1,10 +1,13 @@
 /**
  * Plumbing shared by the load benches: a temporary store directory removed on exit, the machine
- * description written next to the figures, and number-list flags.
+ * description written next to the figures, number-list flags, and the start and end every bench main
+ * shares (options or usage, exit code).
  */
+
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { numberFlag } from '../../src/client/cli-options.js';
 
 /** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */
 export function tempDir(prefix: string): string {
@@ -37,15 +40,12 @@ export function parseList(flag: string, text: string): number[] {
 }
 
 /**
- * Parses a positive number flag (`allowZero` for durations that may be skipped).
+ * Parses a positive number flag (`allowZero` for durations that may be skipped) with the commands'
+ * {@link numberFlag}.
  * @throws Error naming the flag.
  */
 export function parseNumber(flag: string, text: string, allowZero = false): number {
-  const v = Number(text);
-  if (!Number.isFinite(v) || v < 0 || (v === 0 && !allowZero)) {
-    throw new Error(`${flag} must be a ${allowZero ? 'non-negative' : 'positive'} number, got '${text}'`);
-  }
-  return v;
+  return numberFlag(flag.replace(/^--/, ''), text, 0, { positive: !allowZero });
 }
 
 /**
@@ -64,4 +64,46 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
     out[name] = pair.slice(i + 1);
   }
   return out;
+}
+
+/**
+ * Parses a bench's options with `parse` (null = `--help`): the usage goes to stdout for `--help` and after
+ * the message to stderr for a bad flag.
+ * @returns the options, or the exit code (0 after `--help`, 2 for a bad flag) when the bench must stop.
+ */
+export function benchOptions<T>(
+  argv: string[],
+  usage: string,
+  parse: (argv: string[]) => T | null,
+): T | number {
+  let opts: T | null;
+  try {
+    opts = parse(argv);
+  } catch (err) {
+    console.error(`${(err as Error).message}\n${usage}`);
+    return 2;
+  }
+  if (opts === null) {
+    console.log(usage);
+    return 0;
+  }
+  return opts;
+}
+
+/**
+ * Runs a bench main: a number it resolves with is the exit code (else 0) (process.exit with `exit`, for benches whose clients
+ * keep handles open; else process.exitCode); a failure is printed with its stack and exits 1 at once.
+ */
+export function runBenchMain(main: () => Promise<unknown>, { exit = false } = {}): void {
+  main().then(
+    (result) => {
+      const code = typeof result === 'number' ? result : 0;
+      if (exit) process.exit(code);
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      console.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
+      process.exit(1);
+    },
+  );
 }

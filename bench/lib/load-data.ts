@@ -8,16 +8,19 @@
  * vocabulary so that full-text search matches as many rows as natural text does. It goes through the
  * same parser, ingest and request builder as LoCoMo, so the two runs differ only in the words.
  */
+
+import path from 'node:path';
+import { locomoRequests } from '../../src/client/locomo-requests.js';
+import { cyclingSource, type RequestSource } from '../../src/client/request-source.js';
 import {
-  ingestLocomo,
   LOCOMO_ORG_ID,
   type LocomoConversation,
   parseLocomoSample,
   readLocomo,
-} from '../../src/cli/commands/ingest.js';
-import { locomoRequests } from '../../src/client/locomo-requests.js';
-import { cyclingSource, type RequestSource } from '../../src/client/request-source.js';
+} from '../../src/locomo/dataset.js';
+import { ingestLocomo } from '../../src/locomo/ingest.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { tempDir } from './bench-run.js';
 import { seededRandom } from './synthetic.js';
 
 /** The store and requests of a run. */
@@ -195,4 +198,20 @@ export async function prepareLoadData(db: string, locomoDir?: string): Promise<L
     requests: requests.length,
     source: cyclingSource(`${kind}: ${requests.length} turns`, requests),
   };
+}
+
+/**
+ * The data of a load bench: {@link prepareLoadData} into `bench.db` of a fresh temporary directory named
+ * from `prefix` (removed at exit), with the data line on stderr.
+ */
+export async function benchLoadData(
+  prefix: string,
+  locomoDir?: string,
+): Promise<{ db: string; data: LoadData }> {
+  const db = path.join(tempDir(prefix), 'bench.db');
+  const data = await prepareLoadData(db, locomoDir);
+  console.error(
+    `data: ${data.kind}: ${data.agents} agents, ${data.memories} memories, ${data.requests} requests`,
+  );
+  return { db, data };
 }

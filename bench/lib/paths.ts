@@ -1,7 +1,7 @@
 /**
  * Project-root paths that work from `bench/` (tsx-free) and from `dist/bench/` (compiled).
  */
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -19,4 +19,15 @@ export const PROJECT_ROOT = (() => {
 /** Absolute path of a project-relative path. */
 export function projectPath(relative: string): string {
   return path.join(PROJECT_ROOT, relative);
+}
+
+/**
+ * Writes a bench's figures as `bench/results/<name>.json` (2-space JSON and a newline), creating the folder.
+ * @returns the file's absolute path.
+ */
+export function writeResult(name: string, result: unknown): string {
+  mkdirSync(projectPath('bench/results'), { recursive: true });
+  const file = projectPath(`bench/results/${name}.json`);
+  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  return file;
 }

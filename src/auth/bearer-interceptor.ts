@@ -4,7 +4,8 @@
  * "who is calling"; whether that caller may act for the request's org_id needs the decoded request and
  * is decided by {@link authorizeRequest} after validation.
  */
-import { type Metadata, ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
+import { type Metadata, ServerInterceptingCall, type ServerInterceptor } from '@grpc/grpc-js';
+import { Errors, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
 import { attachCaller } from './caller.js';
 import type { TokenGrant } from './token-file.js';
@@ -63,11 +64,9 @@ export function bearerAuthInterceptor(grants: readonly TokenGrant[], logger: Log
                 { peer: call.getPeer(), method: method.path, reason: verdict.reason },
                 'caller not authenticated',
               );
-              intercepting.sendStatus({
-                code: status.UNAUTHENTICATED,
-                details: UNAUTHENTICATED_DETAILS[verdict.reason],
-                metadata: null,
-              });
+              intercepting.sendStatus(
+                toStatusObject(Errors.unauthenticated(UNAUTHENTICATED_DETAILS[verdict.reason])),
+              );
               return;
             }
             metadata.remove('authorization');

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { calculateBudget } from '../budget/budget-calculator.js';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import { estimateTokens } from '../budget/estimate.js';
-import { exactTokensSetting } from '../config/settings.js';
+import { catalogFileSetting, exactTokensSetting } from '../config/settings.js';
 import { formatContext } from '../format/formatter.js';
 import { pack } from '../pack/packer.js';
 import { interimScore } from '../ranking/score.js';
@@ -67,7 +67,7 @@ const schemas = {
 
 let catalog: CapabilityCatalog | undefined;
 function getCatalog(): CapabilityCatalog {
-  catalog ??= CapabilityCatalog.load(process.env.IBEX_CONTEXT_CATALOG_FILE ?? '', {
+  catalog ??= CapabilityCatalog.load(catalogFileSetting(), {
     exactTokens: exactTokensSetting(),
   });
   return catalog;

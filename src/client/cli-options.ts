@@ -3,15 +3,9 @@
  * is and how to authenticate to it, plus small number parsers that fail with the flag's name.
  */
 import { type StatusObject, status } from '@grpc/grpc-js';
-import {
-  type ConnectionOptions,
-  createContextClient,
-  DEFAULT_ADDR,
-  readPemFile,
-  TOKEN_ENV,
-} from './context-client.js';
-
-export { printCommandError } from '../cli/command-error.js';
+import { z } from 'zod';
+import { DEFAULT_GRPC_ADDR } from '../config/settings.js';
+import { type ConnectionOptions, createContextClient, readPemFile, TOKEN_ENV } from './context-client.js';
 
 /** Port dialled when `--addr` names only a host (SPEC §3's default gRPC port). */
 export const DEFAULT_PORT = 9092;
@@ -29,7 +23,7 @@ export const CONNECTION_FLAGS = {
 
 /** Usage text of {@link CONNECTION_FLAGS}. */
 export const CONNECTION_USAGE = [
-  `  --addr <host[:port]>      service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_ADDR};`,
+  `  --addr <host[:port]>      service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_GRPC_ADDR};`,
   `                            port ${DEFAULT_PORT} when omitted)`,
   '  --tls                     use TLS with the system roots (default: insecure)',
   '  --tls-ca <pem file>       use TLS, trusting this CA bundle',
@@ -51,7 +45,7 @@ export interface ConnectionFlagValues {
 
 /**
  * Resolves the connection flags: address from `--addr`, else `IBEX_CONTEXT_GRPC_ADDR`, else
- * {@link DEFAULT_ADDR}; token from `--token`, else `IBEX_CONTEXT_TOKEN`; TLS when any `--tls*` flag is
+ * {@link DEFAULT_GRPC_ADDR}; token from `--token`, else `IBEX_CONTEXT_TOKEN`; TLS when any `--tls*` flag is
  * given (system roots unless `--tls-ca`; a client certificate with `--tls-cert` + `--tls-key`).
  * @throws Error when a PEM file cannot be read, or only one of `--tls-cert` / `--tls-key` is given.
  */
@@ -59,7 +53,7 @@ export function connectionFromFlags(
   values: ConnectionFlagValues,
   env: NodeJS.ProcessEnv = process.env,
 ): ConnectionOptions {
-  const addr = withDefaultPort(values.addr ?? (env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_ADDR));
+  const addr = withDefaultPort(values.addr ?? (env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_GRPC_ADDR));
   const token = values.token ?? env[TOKEN_ENV];
   const conn: ConnectionOptions = { addr };
   if (token) conn.token = token;
@@ -80,23 +74,30 @@ export function connectionFromFlags(
 }
 
 /**
- * Parses a flag as a finite number within [min, max] (integers only when `integer`).
+ * Parses a flag as a finite number within [min, max] (integers only when `integer`; above 0 when
+ * `positive`): the one numeric-flag parser of the commands and benches (issue 14 item 6), after
+ * `parseArgs` has split the arguments.
  * @returns `fallback` when the flag is absent.
- * @throws Error `--<name> must be …` otherwise.
+ * @throws Error `--<name> must be …, got '<raw>'` otherwise.
  */
 export function numberFlag(
   name: string,
   raw: string | undefined,
   fallback: number,
-  { min = 0, max = Number.MAX_SAFE_INTEGER, integer = false } = {},
+  { min = 0, max = Number.MAX_SAFE_INTEGER, integer = false, positive = false } = {},
 ): number {
   if (raw === undefined) return fallback;
-  const n = Number(raw.trim());
-  if (raw.trim() === '' || !Number.isFinite(n) || n < min || n > max || (integer && !Number.isInteger(n))) {
-    const kind = integer ? 'an integer' : 'a number';
-    throw new Error(`--${name} must be ${kind} in ${min}..${max}, got '${raw}'`);
-  }
-  return n;
+  let n = (integer ? z.number().int() : z.number()).min(min).max(max);
+  if (positive) n = n.positive();
+  const parsed = z.string().trim().min(1).transform(Number).pipe(n).safeParse(raw);
+  if (parsed.success) return parsed.data;
+  const kind = integer ? 'integer' : 'number';
+  const what = positive
+    ? `a positive ${kind}`
+    : max === Number.MAX_SAFE_INTEGER && min === 0
+      ? `a non-negative ${kind}`
+      : `${integer ? 'an' : 'a'} ${kind} in ${min}..${max}`;
+  throw new Error(`--${name} must be ${what}, got '${raw}'`);
 }
 
 /** Name of a gRPC status code (`DEADLINE_EXCEEDED`), or `CODE_<n>` for a code grpc-js does not know. */

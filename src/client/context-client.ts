@@ -28,17 +28,8 @@ import {
   type WireInput,
 } from '../server/proto.js';
 
-/** Default service address (SPEC §3 `IBEX_CONTEXT_GRPC_ADDR`). */
-export const DEFAULT_ADDR = '127.0.0.1:9092';
-
 /** Environment variable holding the caller's bearer token (sent as `authorization: Bearer …`). */
 export const TOKEN_ENV = 'IBEX_CONTEXT_TOKEN';
-
-/**
- * Response metadata key carrying the degradation level (SPEC §2). Same value as the server's
- * `LEVEL_HEADER`; repeated here so client tools do not load the server module.
- */
-export const LEVEL_METADATA_KEY = 'x-ibex-context-level';
 
 /**
  * Inbound message cap of client channels: 16 MiB. A 200k-token context is under 1 MiB, so this only

@@ -106,10 +106,19 @@ export function formatProgress(p: LoadProgress): string {
 /** Average send lag above which the open-loop schedule is not being kept, ms. */
 const LAG_WARNING_MS = 2;
 
+/**
+ * True when an open-loop run sent late on average by more than {@link LAG_WARNING_MS}: the driver, not
+ * the service, limited it. The condition behind the first warning of {@link warningsOf}, for callers
+ * (the saturation ramp) that must not read the warning's text.
+ */
+export function driverLimited(r: LoadReport): boolean {
+  return r.open_loop && r.schedule_lag_ms.avg > LAG_WARNING_MS;
+}
+
 /** The conditions of a finished run that make its numbers doubtful. */
 export function warningsOf(r: LoadReport): string[] {
   const out: string[] = [];
-  if (r.open_loop && r.schedule_lag_ms.avg > LAG_WARNING_MS) {
+  if (driverLimited(r)) {
     out.push(
       `the driver sent ${r.schedule_lag_ms.avg} ms late on average (max ${r.schedule_lag_ms.max} ms): it could ` +
         'not keep its own schedule, and that lag is inside the latencies; lower -c/-R or give the driver its own cores',

@@ -5,14 +5,15 @@
  * real gRPC client's cost. Both report the same {@link RawOutcome}: status, level header, bytes, and the
  * response bytes only when asked.
  */
+
 import { type Client, type ClientUnaryCall, Metadata, type StatusObject } from '@grpc/grpc-js';
 import type { AssembleContextRequestInput } from '../server/proto.js';
+import { LEVEL_HEADER } from '../wire-headers.js';
 import {
   ASSEMBLE_METHOD,
   type ConnectionOptions,
   connectionMetadata,
   createRawClient,
-  LEVEL_METADATA_KEY,
   type UnaryMethod,
   waitForReady,
 } from './context-client.js';
@@ -108,7 +109,7 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
         },
       );
       call.on('metadata', (md: Metadata) => {
-        const v = md.get(LEVEL_METADATA_KEY)[0];
+        const v = md.get(LEVEL_HEADER)[0];
         if (typeof v === 'string') level = v;
       });
       // grpc-js calls the callback before emitting `status`, so the body is known here.

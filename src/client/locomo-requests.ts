@@ -4,7 +4,7 @@
  * messages = the turns before it, org/agent = the ids `ingest` gave the conversation.
  */
 import { CapabilityCatalog } from '../budget/catalog.js';
-import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../cli/commands/ingest.js';
+import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../locomo/dataset.js';
 import type { AssembleContextRequestInput, Message } from '../server/proto.js';
 import { cyclingSource, type RequestSource } from './request-source.js';
 

@@ -6,11 +6,13 @@
  * level from the response headers. The body is decoded only on request ({@link summarizeResponse} walks
  * the protobuf bytes for a few counters without building the response object).
  */
+
 import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { performance } from 'node:perf_hooks';
 import protobuf from 'protobufjs';
 import type { AssembleContextRequestInput } from '../server/proto.js';
-import { ASSEMBLE_METHOD, type ConnectionOptions, LEVEL_METADATA_KEY } from './context-client.js';
+import { LEVEL_HEADER } from '../wire-headers.js';
+import { ASSEMBLE_METHOD, type ConnectionOptions } from './context-client.js';
 
 const { Reader } = protobuf;
 
@@ -269,7 +271,7 @@ export class RawChannel {
       return { expire };
     }
     stream.on('response', (headers) => {
-      level = headerString(headers[LEVEL_METADATA_KEY]);
+      level = headerString(headers[LEVEL_HEADER]);
       // A trailers-only answer (errors) carries the status in the headers.
       const st = headers['grpc-status'];
       if (st !== undefined) finish(Number(headerString(st)), decodeGrpcMessage(headers['grpc-message']));

@@ -2,18 +2,21 @@
  * The engine of `ibex-context replay` (issue 4): LoCoMo turns sent as AssembleContext calls against a
  * running service, every answer checked against the contract (see {@link checkResponse}).
  */
+
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { status } from '@grpc/grpc-js';
 import { CapabilityCatalog } from '../budget/catalog.js';
-import type { LocomoConversation } from '../cli/commands/ingest.js';
+import { catalogFileSetting } from '../config/settings.js';
+import type { LocomoConversation } from '../locomo/dataset.js';
 import type { AssembleContextRequestInput } from '../server/proto.js';
+import { LEVEL_HEADER } from '../wire-headers.js';
 import type { BudgetMix } from './budget-mix.js';
 import { errorKey, statusName } from './cli-options.js';
-import { type ConnectionOptions, createContextClient, LEVEL_METADATA_KEY } from './context-client.js';
+import { type ConnectionOptions, createContextClient } from './context-client.js';
 import { type LocomoRequestOptions, locomoRequests } from './locomo-requests.js';
 import { checkResponse, type ViolationKind } from './response-checks.js';
-import { medianOfSorted, percentileOfSorted, round } from './stats.js';
+import { medianOfSorted, percentilesOf, round } from './stats.js';
 
 /** Options of {@link runReplay}. */
 export interface ReplayOptions extends ConnectionOptions, LocomoRequestOptions {
@@ -129,7 +132,7 @@ const RETRY_PAUSE_MS = 50;
 export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4));
   const timeoutMs = opts.timeoutMs ?? 1000;
-  const catalog = opts.catalog ?? CapabilityCatalog.load(process.env.IBEX_CONTEXT_CATALOG_FILE ?? '');
+  const catalog = opts.catalog ?? CapabilityCatalog.load(catalogFileSetting());
   const all = locomoRequests(opts.conversations, {
     orgId: opts.orgId,
     historyTurns: opts.historyTurns,
@@ -197,7 +200,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
       }
       ok++;
       const res = outcome.response;
-      const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
+      const header = outcome.metadata.get(LEVEL_HEADER)[0];
       const check = checkResponse(
         catalog,
         req.model ?? '',
@@ -253,6 +256,8 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const lat = asc(latencies);
   const srv = asc(serverTotals);
   const tok = asc(tokensUsed);
+  const latAt = percentilesOf(lat);
+  const srvAt = percentilesOf(srv);
   return {
     target: opts.addr,
     rate: opts.rate ? opts.rate : null,
@@ -266,11 +271,11 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     memories_included: spread(asc(memoriesIncluded)),
     tokens_used: { ...spread(tok), total: tok.reduce((s, v) => s + v, 0) },
     latency_ms: {
-      p50: round(percentileOfSorted(lat, 50)),
-      p99: round(percentileOfSorted(lat, 99)),
+      p50: round(latAt(50)),
+      p99: round(latAt(99)),
       max: round(lat.length === 0 ? 0 : lat[lat.length - 1]!),
     },
-    server_total_ms: { p50: percentileOfSorted(srv, 50), p99: percentileOfSorted(srv, 99) },
+    server_total_ms: { p50: srvAt(50), p99: srvAt(99) },
     invariant_violations: violating,
     violations_by_kind: byKind,
     budget_unchecked: unchecked,

@@ -1,6 +1,7 @@
 /**
  * Small statistics and table helpers for the client tools' reports.
  */
+import { build } from 'hdr-histogram-js';
 
 /** Summary of a list of per-second samples (autocannon's Req/Sec row). */
 export interface SampleStats {
@@ -14,14 +15,24 @@ export interface SampleStats {
   max: number;
 }
 
-/** Nearest-rank percentile of an ascending array (`p` in [0,100]); 0 for an empty array. */
-export function percentileOfSorted(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return 0;
-  const rank = Math.ceil((p / 100) * sorted.length);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, rank - 1))]!;
+/**
+ * Percentiles of `samples` read from an HDR histogram (hdr-histogram-js, 3 significant digits): the one
+ * percentile estimator of the client tools and benches, the same the load driver and the pool use
+ * (issue 14 item 6). Values are recorded as integers of `1 / resolution` (default 1000: ms kept to the
+ * µs), so a value is exact to 3 significant digits; negative values are recorded as 0.
+ * @returns `at(p)` for `p` in [0,100] in the samples' unit, 0 for every `p` when there are no samples.
+ */
+export function percentilesOf(samples: readonly number[], resolution = 1000): (p: number) => number {
+  if (samples.length === 0) return () => 0;
+  const h = build({ lowestDiscernibleValue: 1, numberOfSignificantValueDigits: 3, autoResize: true });
+  for (const v of samples) h.recordValue(Math.max(0, Math.round(v * resolution)));
+  return (p) => h.getValueAtPercentile(p) / resolution;
 }
 
-/** Median of an ascending array: the mean of the two middle values for an even length; 0 when empty. */
+/**
+ * Median of an ascending array: the mean of the two middle values for an even length; 0 when empty. For
+ * counts (memories, tokens) and the budget mix's midpoints, not latencies ({@link percentilesOf}).
+ */
 export function medianOfSorted(sorted: readonly number[]): number {
   const n = sorted.length;
   if (n === 0) return 0;
@@ -35,11 +46,12 @@ export function sampleStats(samples: readonly number[]): SampleStats {
   const n = sorted.length;
   const avg = n === 0 ? 0 : sorted.reduce((s, v) => s + v, 0) / n;
   const variance = n === 0 ? 0 : sorted.reduce((s, v) => s + (v - avg) ** 2, 0) / n;
+  const at = percentilesOf(sorted, 1);
   return {
-    p1: percentileOfSorted(sorted, 1),
-    p2_5: percentileOfSorted(sorted, 2.5),
-    p50: percentileOfSorted(sorted, 50),
-    p97_5: percentileOfSorted(sorted, 97.5),
+    p1: at(1),
+    p2_5: at(2.5),
+    p50: at(50),
+    p97_5: at(97.5),
     avg: round(avg, 2),
     stdev: round(Math.sqrt(variance), 2),
     min: n === 0 ? 0 : sorted[0]!,

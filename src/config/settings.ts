@@ -157,6 +157,23 @@ const pgUrlText = z
     'must be a postgres:// URL or blank',
   );
 
+/** Default IBEX_CONTEXT_GRPC_ADDR: where the service listens and client tools dial (SPEC §3). */
+export const DEFAULT_GRPC_ADDR = '127.0.0.1:9092';
+/** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (SPEC §3). */
+export const DEFAULT_ADMIN_ADDR = '127.0.0.1:9464';
+/** The memory service token variable and its legacy alias, in the order they are read (SPEC §3). */
+export const MEMORY_API_TOKEN_VARS = ['IBEX_CONTEXT_MEMORY_API_TOKEN', 'MEMORY_API_TOKEN'] as const;
+
+/** The memory service bearer token (SPEC §3; '' when unset), also read on its own by `memory-server`. */
+export function memoryApiTokenSetting(env: Env = process.env): string {
+  return parseWith(text, env, MEMORY_API_TOKEN_VARS, '');
+}
+
+/** IBEX_CONTEXT_CATALOG_FILE ('' = the built-in catalog), also read on its own by the JSON CLI and replay. */
+export function catalogFileSetting(env: Env = process.env): string {
+  return parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], '');
+}
+
 /** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
 /** Default greedy skip limit (SPEC §3). */
@@ -188,7 +205,7 @@ export function loadSettings(env: Env = process.env): Settings {
     );
   }
   const memoryBaseUrl = parseWith(urlText, env, ['IBEX_CONTEXT_MEMORY_BASE_URL', 'MEMORY_BASE_URL'], '');
-  const memoryApiToken = parseWith(text, env, ['IBEX_CONTEXT_MEMORY_API_TOKEN', 'MEMORY_API_TOKEN'], '');
+  const memoryApiToken = memoryApiTokenSetting(env);
   if (memoryBaseUrl !== '' && memoryApiToken.trim() === '') {
     throw Errors.config('IBEX_CONTEXT_MEMORY_API_TOKEN', 'required when IBEX_CONTEXT_MEMORY_BASE_URL is set');
   }
@@ -202,8 +219,8 @@ export function loadSettings(env: Env = process.env): Settings {
     memoryBaseUrl: memoryBaseUrl.replace(/\/+$/, ''),
     memoryApiToken,
     redisUrl: parseWith(urlText, env, ['IBEX_CONTEXT_REDIS_URL', 'REDIS_URL'], ''),
-    grpcAddr: parseWith(addrText, env, ['IBEX_CONTEXT_GRPC_ADDR'], '127.0.0.1:9092'),
-    adminAddr: parseWith(addrText, env, ['IBEX_CONTEXT_ADMIN_ADDR'], '127.0.0.1:9464'),
+    grpcAddr: parseWith(addrText, env, ['IBEX_CONTEXT_GRPC_ADDR'], DEFAULT_GRPC_ADDR),
+    adminAddr: parseWith(addrText, env, ['IBEX_CONTEXT_ADMIN_ADDR'], DEFAULT_ADMIN_ADDR),
     dpCellCeiling: parseWith(
       intText(1),
       env,
@@ -224,7 +241,7 @@ export function loadSettings(env: Env = process.env): Settings {
       ['IBEX_CONTEXT_MAX_MEMORY_CHARS'],
       DEFAULT_MAX_MEMORY_CHARS,
     ),
-    catalogFile: parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], ''),
+    catalogFile: catalogFileSetting(env),
     exactTokens: exactTokensSetting(env),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
     postgres: {

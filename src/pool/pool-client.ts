@@ -28,10 +28,9 @@ import {
 import { FairQueue } from './fair-queue.js';
 import { Call, takeOwnership } from './pool-call.js';
 import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';
-import { projectRoot, resolveWorkerFile } from './worker-file.js';
+import { resolveWorkerFile } from './worker-file.js';
 
 export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
-export { projectRoot, resolveWorkerFile };
 
 /** Result of one CPU-stage round-trip. Times in µs. */
 export interface CpuStageResult {

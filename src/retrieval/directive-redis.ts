@@ -52,6 +52,11 @@ const BUFFER_REPLIES = { [RESP_TYPES.BLOB_STRING]: Buffer } as const;
 
 /** Error logs are rate-limited: a Redis outage emits one `error` per reconnect attempt. */
 const ERROR_LOG_INTERVAL_MS = 10_000;
+/**
+ * node-redis's `commandsQueueMaxLength`: past it a command is refused with a plain `Error` that has no
+ * class or code of its own, so a refusal is told apart by counting our own commands, not by its text.
+ */
+const COMMANDS_QUEUE_MAX = 10_000;
 
 /** Class name for logs: node-redis errors leave `name` as plain `Error`. */
 function errorName(err: unknown): string {
@@ -64,6 +69,8 @@ export class RedisDirectiveSource implements DirectiveSource {
   readonly #client: ReturnType<typeof createClient>;
   #closed = false;
   #watchdog: NodeJS.Timeout | undefined;
+  /** GETs sent and not yet settled (with the watchdog's PING, all that is in node-redis's queue). */
+  #inFlight = 0;
 
   private constructor(client: ReturnType<typeof createClient>) {
     this.#client = client;
@@ -83,7 +90,7 @@ export class RedisDirectiveSource implements DirectiveSource {
     const client = createClient({
       url: options.url,
       disableOfflineQueue: true,
-      commandsQueueMaxLength: 10_000,
+      commandsQueueMaxLength: COMMANDS_QUEUE_MAX,
       socket: {
         connectTimeout: options.connectTimeoutMs ?? 1000,
         socketTimeout: 3 * pingInterval,
@@ -177,6 +184,9 @@ export class RedisDirectiveSource implements DirectiveSource {
   async get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null> {
     if (this.#closed) throw BranchErrors.unavailable('redis', 'closed');
     let raw: unknown;
+    // A PING of the watchdog may hold one more place in the queue.
+    const queueFull = this.#inFlight >= COMMANDS_QUEUE_MAX - 1;
+    this.#inFlight++;
     try {
       raw = await this.#client.sendCommand(['GET', directiveKey(orgId, agentId)], {
         abortSignal: signal,
@@ -186,7 +196,10 @@ export class RedisDirectiveSource implements DirectiveSource {
       if (signal.aborted) throw err;
       const code = replyCode(err);
       if (code !== null) throw BranchErrors.storeReply('redis', code, err);
-      throw BranchErrors.unavailable('redis', redisReason(err), err);
+      const reason = redisReason(err);
+      throw BranchErrors.unavailable('redis', reason === 'error' && queueFull ? 'queue full' : reason, err);
+    } finally {
+      this.#inFlight--;
     }
     if (raw === null || raw === undefined) return null;
     if (!(raw instanceof Uint8Array) && typeof raw !== 'string') {
@@ -233,6 +246,5 @@ function redisReason(err: unknown): string {
   if (err instanceof ClientOfflineError) return 'offline';
   if (err instanceof ClientClosedError || err instanceof DisconnectsClientError) return 'closed';
   if (err instanceof TimeoutError || err instanceof SocketTimeoutError) return 'timeout';
-  if (err instanceof Error && err.message === 'The queue is full') return 'queue full';
   return 'error';
 }

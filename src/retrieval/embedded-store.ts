@@ -3,7 +3,8 @@
  * hot memories, cold search and directives when no memory service / Redis is configured, and backs the
  * dev memory server (`ibex-context memory-server`) and LoCoMo ingest.
  *
- * Calls are synchronous (the service runs searches in store-read threads, see store-reader.ts).
+ * Calls are synchronous; the service makes every read (hot, search, directive) in store-read threads
+ * (store-reader.ts), so SQLite never runs on the gRPC event loop. Writes (ingest, dev tools) stay in-process.
  * Statements are prepared once in the constructor; hot reads and directives are cached per connection
  * until a write ({@link ReadCache}); the schema and its migrations live in store-schema.ts.
  *

@@ -56,8 +56,11 @@ const STOPWORDS = new Set(
   ).split(' '),
 );
 
-/** A term worth searching for: not a stopword, and not a one- or two-letter ASCII word. */
-function isContentTerm(term: string): boolean {
+/**
+ * A term worth searching for: not a stopword, and not a one- or two-letter ASCII word. Shared with the
+ * PostgreSQL store's query builder (postgres/search-text.ts), so both stores search for the same terms.
+ */
+export function isContentTerm(term: string): boolean {
   return !STOPWORDS.has(term) && !(term.length < 3 && /^[a-z]+$/.test(term));
 }
 

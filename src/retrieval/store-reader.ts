@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 import { Piscina } from 'piscina';
-import { projectRoot } from '../pool/pool-client.js';
+import { projectRoot } from '../pool/worker-file.js';
 import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
 
 /** One read, as sent to a store-read thread. */

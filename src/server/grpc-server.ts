@@ -23,8 +23,9 @@ import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus 
 import { authorizeRequest } from '../auth/authorize-request.js';
 import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js';
 import type { Settings } from '../config/settings.js';
-import { GRPC_STATUS_BY_CODE, IbexError } from '../errors.js';
+import { Errors, IbexError, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
+import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
 import {
   abortCause,
   type CallContext,
@@ -92,11 +93,6 @@ export interface GrpcServer {
   inFlight(): number;
 }
 
-/** Response metadata key carrying the degradation level (SPEC §2). */
-export const LEVEL_HEADER = 'x-ibex-context-level';
-/** Response metadata key: `true` iff the level is not L0 (SPEC §2). */
-export const DEGRADED_HEADER = 'x-ibex-context-degraded';
-
 /** Details of the deferred methods (SPEC §2; U+2014 dash). */
 export const UNIMPLEMENTED_DETAILS = {
   SearchMemories: 'SearchMemories deferred — ADR-0038',
@@ -141,11 +137,7 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
           onReceiveMetadata: (metadata, nextMetadata) => {
             const size = metadataSize(metadata);
             if (size > maxBytes) {
-              intercepting.sendStatus({
-                code: status.RESOURCE_EXHAUSTED,
-                details: `request metadata of ${size} bytes exceeds ${maxBytes}`,
-                metadata: null,
-              });
+              intercepting.sendStatus(toStatusObject(Errors.metadataTooLarge(size, maxBytes)));
               return;
             }
             nextMetadata(metadata);
@@ -237,23 +229,14 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   let drainPromise: Promise<void> | undefined;
 
   const toError = (err: unknown): Extract<Outcome, { kind: 'error' }> => {
-    if (err instanceof IbexError) {
-      const code = GRPC_STATUS_BY_CODE[err.code];
-      if (code === status.INTERNAL) {
-        logger.error({ err }, 'AssembleContext failed');
-      } else {
-        logger.debug({ code: err.code, field: err.field, reason: err.message }, 'AssembleContext rejected');
-      }
-      return { kind: 'error', error: { code, details: err.message } };
-    }
-    logger.error({ err }, 'AssembleContext handler error');
-    return { kind: 'error', error: { code: status.INTERNAL, details: 'internal error' } };
+    const error = toStatusObject(err);
+    if (!(err instanceof IbexError)) logger.error({ err }, 'AssembleContext handler error');
+    else if (error.code === status.INTERNAL) logger.error({ err }, 'AssembleContext failed');
+    else logger.debug({ code: err.code, field: err.field, reason: err.message }, 'AssembleContext rejected');
+    return { kind: 'error', error };
   };
 
-  const deadlineExceeded: Outcome = {
-    kind: 'error',
-    error: { code: status.DEADLINE_EXCEEDED, details: 'deadline exceeded' },
-  };
+  const deadlineExceeded: Outcome = { kind: 'error', error: toStatusObject(Errors.deadlineExceeded()) };
 
   const handleAssemble = (
     call: ServerUnaryCall<WireAssembleRequest, AssembleContextResponse>,
@@ -326,7 +309,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   const unimplemented =
     (details: string) =>
     (_call: unknown, callback: sendUnaryData<never>): void => {
-      callback({ code: status.UNIMPLEMENTED, details });
+      callback(toStatusObject(Errors.unimplemented(details)));
     };
 
   // AssembleContext is decoded on the wire (issue 9): grpc-js passes whatever requestDeserialize returns.

@@ -10,6 +10,22 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
+import type { Timestamp__Output } from '../generated/proto/google/protobuf/Timestamp.js';
+import type { PrincipalContext__Output } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
+import type { AssembleContextRequest__Output } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
+import type { AssembleContextResponse__Output } from '../generated/proto/ibex/context/v1/AssembleContextResponse.js';
+import type { AssemblyMetrics__Output } from '../generated/proto/ibex/context/v1/AssemblyMetrics.js';
+import type { AssemblyOptions__Output } from '../generated/proto/ibex/context/v1/AssemblyOptions.js';
+import type { Degradation__Output } from '../generated/proto/ibex/context/v1/Degradation.js';
+import type { Memory__Output } from '../generated/proto/ibex/context/v1/Memory.js';
+import type { MemoryScoreUpdate__Output } from '../generated/proto/ibex/context/v1/MemoryScoreUpdate.js';
+import type { MemoryUsed__Output } from '../generated/proto/ibex/context/v1/MemoryUsed.js';
+import type { Message__Output } from '../generated/proto/ibex/context/v1/Message.js';
+import type { RecordMemoryFeedbackRequest__Output } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
+import type { RecordMemoryFeedbackResponse__Output } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackResponse.js';
+import type { SearchMemoriesRequest__Output } from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
+import type { SearchMemoriesResponse__Output } from '../generated/proto/ibex/context/v1/SearchMemoriesResponse.js';
+import type { BranchOutcome } from '../types.js';
 
 /** Proto files relative to {@link PROTO_DIR}. */
 export const PROTO_FILES = ['ibex/context/v1/context.proto', 'ibex/auth/v1/principal_context.proto'] as const;
@@ -59,127 +75,43 @@ export const contextServiceDefinition = packageDefinition[
 
 // Reflection serves real file descriptors built in reflection-descriptors.ts (issue 13).
 
-// ---- Wire shapes (decoded with PROTO_LOADER_OPTIONS; all fields present) ----
+// ---- Wire shapes: generated from proto/ by proto-loader-gen-types (scripts/gen-proto-types.mjs) with
+// PROTO_LOADER_OPTIONS, so every field is present on what the loader decodes (`__Output`). Narrowed here
+// only where the SPEC fixes a string's values or the server always sets a message field. ----
 
 /** `google.protobuf.Timestamp`; `seconds` is int64, hence a decimal string. */
-export interface Timestamp {
-  seconds: string;
-  nanos: number;
-}
-
-/** `ibex.auth.v1.PrincipalContext` (SPEC §2). */
-export interface PrincipalContext {
-  org_id: string;
-  principal_id: string;
-  agent_id: string;
-  principal_type: string;
-  authz_snapshot_id: string;
-  authz_snapshot_digest: string;
-  authority: string;
-  issued_at: Timestamp | null;
-  expires_at: Timestamp | null;
-  request_id: string;
-  trace_id: string;
-  source: string;
-  /** int64 permission bits as a decimal string. */
-  permissions: string;
-  token_id: string;
-}
-
+export type Timestamp = Timestamp__Output;
+/** `ibex.auth.v1.PrincipalContext` (SPEC §2); `permissions` is int64 as a decimal string. */
+export type PrincipalContext = PrincipalContext__Output;
 /** `ibex.context.v1.Message`: one history message. */
-export interface Message {
-  role: string;
-  content: string;
-}
-
+export type Message = Message__Output;
 /** `ibex.context.v1.AssemblyOptions`. The four weights are accepted and not yet used. */
-export interface AssemblyOptions {
-  skip_cold_memories: boolean;
-  skip_hot_memories: boolean;
-  recency_weight: number;
-  relevance_weight: number;
-  usefulness_weight: number;
-  confidence_weight: number;
-  /** 0 = no cap, else 1..100. */
-  max_memories: number;
-}
-
+export type AssemblyOptions = AssemblyOptions__Output;
 /** `ibex.context.v1.AssembleContextRequest` as the server receives it. */
-export interface AssembleContextRequest {
-  agent_id: string;
-  org_id: string;
-  session_id: string;
-  query: string;
-  model: string;
-  directive_version_id: string;
-  available_tokens: number;
-  recent_messages: Message[];
-  options: AssemblyOptions | null;
-  request_id: string;
-  trace_id: string;
-  span_id: string;
-  principal_context: PrincipalContext | null;
-}
-
-/** `ibex.context.v1.AssemblyMetrics`: ms (int, half-to-even, ≥ 0) except the `_us` fields (µs). */
-export interface AssemblyMetrics {
-  budget_calculation_ms: number;
-  directive_load_ms: number;
-  hot_memory_retrieval_ms: number;
-  cold_memory_retrieval_ms: number;
-  ranking_ms: number;
-  packing_ms: number;
-  formatting_ms: number;
-  total_ms: number;
-  candidates_evaluated: number;
-  /** Queue wait of the CPU task, µs. */
-  pool_wait_us: number;
-  /** Run time of the CPU task, µs. */
-  pool_run_us: number;
-}
+export type AssembleContextRequest = AssembleContextRequest__Output;
+/** `ibex.context.v1.AssemblyMetrics`: ms (int, half-to-even, ≥ 0) except `pool_wait_us`/`pool_run_us` (µs). */
+export type AssemblyMetrics = AssemblyMetrics__Output;
 
 /** Why a scored candidate is or is not in the context (SPEC §2 MemoryUsed.exclusion). */
 export type Exclusion = 'included' | 'budget' | 'filter' | 'truncated' | 'failed' | 'unknown';
 
-/** `ibex.context.v1.MemoryUsed`: one row per scored candidate. */
-export interface MemoryUsed {
-  memory_id: string;
-  /** The interim score (SPEC §7). */
-  composite_score: number;
-  /** = similarity. */
-  relevance_score: number;
-  /** Always 0 under interim_v1. */
-  recency_score: number;
-  /** Always 0 under interim_v1. */
-  usefulness_score: number;
-  rank: number;
-  category: string;
-  exclusion: Exclusion;
-  similarity: number;
-  confidence: number;
-  token_estimate: number;
-}
+/** `ibex.context.v1.MemoryUsed`: one row per scored candidate; `composite_score` is the interim score. */
+export type MemoryUsed = Omit<MemoryUsed__Output, 'exclusion'> & { exclusion: Exclusion };
 
 /** Degradation level (SPEC §10): L0 both memory sources usable, L1 one, L2 none. */
 export type DegradationLevel = 'L0' | 'L1' | 'L2';
 
-/** `ibex.context.v1.BranchOutcome` (wire form of `types.ts` BranchOutcome). */
-export interface BranchOutcomeMessage {
-  name: string;
-  status: 'success' | 'timeout' | 'error' | 'skipped';
-  /** ms, monotonic clock. */
-  latency_ms: number;
-  detail: string;
-}
+/**
+ * `ibex.context.v1.BranchOutcome`: the `types.ts` {@link BranchOutcome} the pipeline builds, its name any
+ * string on the wire (a client may meet branches this version does not know).
+ */
+export type BranchOutcomeMessage = Omit<BranchOutcome, 'name'> & { name: string };
 
-/** `ibex.context.v1.Degradation`. */
-export interface Degradation {
+/** `ibex.context.v1.Degradation`; `intentional` is true when a skip flag was set. */
+export type Degradation = Omit<Degradation__Output, 'level' | 'branches'> & {
   level: DegradationLevel;
-  /** True when a skip flag was set. */
-  intentional: boolean;
-  reasons: string[];
   branches: BranchOutcomeMessage[];
-}
+};
 
 /**
  * Where a response carries `assembled_context` as UTF-8 bytes made by the CPU stage; the response's
@@ -187,77 +119,30 @@ export interface Degradation {
  */
 export const ASSEMBLED_UTF8: unique symbol = Symbol('assembled_context as UTF-8');
 
-/** `ibex.context.v1.AssembleContextResponse`. */
-export interface AssembleContextResponse {
-  assembled_context: string;
+/** `ibex.context.v1.AssembleContextResponse`; the server always sets metrics and degradation. */
+export type AssembleContextResponse = Omit<
+  AssembleContextResponse__Output,
+  'memories_used' | 'metrics' | 'degradation'
+> & {
+  memories_used: MemoryUsed[];
+  metrics: AssemblyMetrics;
+  degradation: Degradation;
   /** See {@link ASSEMBLED_UTF8}; never on the wire as such. */
   [ASSEMBLED_UTF8]?: Uint8Array;
-  tokens_used: number;
-  memories_included: number;
-  memories_used: MemoryUsed[];
-  directive_tokens: number;
-  history_tokens: number;
-  memory_tokens: number;
-  metrics: AssemblyMetrics;
-  request_id: string;
-  trace_id: string;
-  span_id: string;
-  /** `interim_v1`. */
-  score_schema: string;
-  degradation: Degradation;
-}
+};
 
 /** `ibex.context.v1.SearchMemoriesRequest` (deferred, ADR-0038). */
-export interface SearchMemoriesRequest {
-  agent_id: string;
-  org_id: string;
-  query: string;
-  limit: number;
-  min_similarity: number;
-  categories: string[];
-  tags: string[];
-  session_id: string;
-}
-
+export type SearchMemoriesRequest = SearchMemoriesRequest__Output;
 /** `ibex.context.v1.Memory`. */
-export interface Memory {
-  id: string;
-  content: string;
-  category: string;
-  confidence: number;
-  composite_score: number;
-  retrieval_count: number;
-  created_at: string;
-}
-
+export type Memory = Memory__Output;
 /** `ibex.context.v1.SearchMemoriesResponse`. */
-export interface SearchMemoriesResponse {
-  memories: Memory[];
-  total_candidates: number;
-  search_time_ms: number;
-}
-
+export type SearchMemoriesResponse = SearchMemoriesResponse__Output;
 /** `ibex.context.v1.RecordMemoryFeedbackRequest` (deferred, ADR-0038). */
-export interface RecordMemoryFeedbackRequest {
-  memory_ids: string[];
-  session_id: string;
-  trace_id: string;
-  org_id: string;
-  feedback: string;
-}
-
+export type RecordMemoryFeedbackRequest = RecordMemoryFeedbackRequest__Output;
 /** `ibex.context.v1.MemoryScoreUpdate`. */
-export interface MemoryScoreUpdate {
-  memory_id: string;
-  previous_score: number;
-  new_score: number;
-}
-
+export type MemoryScoreUpdate = MemoryScoreUpdate__Output;
 /** `ibex.context.v1.RecordMemoryFeedbackResponse`. */
-export interface RecordMemoryFeedbackResponse {
-  success: boolean;
-  updates: MemoryScoreUpdate[];
-}
+export type RecordMemoryFeedbackResponse = RecordMemoryFeedbackResponse__Output;
 
 /** Recursively optional form of a wire shape: what a client may send (proto3 fills the defaults). */
 export type WireInput<T> = T extends (infer U)[]

@@ -3,13 +3,13 @@
  * call (SPEC §12, issue 11 item 6): a server interceptor, so calls refused before the pipeline runs
  * (authentication, validation, authorization) are timed and counted too, not only successful ones.
  */
+
 import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
+import { LEVEL_HEADER } from '../wire-headers.js';
 import type { Metrics } from './metrics.js';
 
 /** gRPC method path of AssembleContext (SPEC §2). */
 const ASSEMBLE_PATH = '/ibex.context.v1.ContextAssemblyService/AssembleContext';
-/** Response metadata key carrying the level (the server's LEVEL_HEADER, SPEC §2). */
-const LEVEL_KEY = 'x-ibex-context-level';
 
 /**
  * Creates the interceptor. Labels: `level` = the answer's degradation level (`L0`/`L1`/`L2`, from the
@@ -38,7 +38,7 @@ export function assemblyMetricsInterceptor(
         next({ onCancel: () => record(status.CANCELLED) });
       },
       sendMetadata: (md, next) => {
-        const value = md.get(LEVEL_KEY)[0];
+        const value = md.get(LEVEL_HEADER)[0];
         if (typeof value === 'string') level = value;
         next(md);
       },

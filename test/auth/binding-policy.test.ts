@@ -3,11 +3,11 @@
  * IBEX_CONTEXT_ALLOW_INSECURE=true, which warns instead. Unit tests of the decision plus one real
  * `ibex-context serve` process (built by `npm test` before vitest).
  */
+
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Writable } from 'node:stream';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decideBinding, hostOfAddr, isLoopbackHost } from '../../src/auth/binding-policy.js';
 import { setupAuth } from '../../src/auth/setup-auth.js';
@@ -15,6 +15,7 @@ import type { AuthSettings } from '../../src/config/settings.js';
 import { isIbexError } from '../../src/errors.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { CLI, ROOT, runCli } from '../helpers/cli.js';
+import { logSink } from '../helpers/log-sink.js';
 
 const REFUSAL =
   'IBEX_CONTEXT_GRPC_ADDR: refusing to listen on 0.0.0.0:9092 (not loopback) without caller authentication: ' +
@@ -120,13 +121,7 @@ describe('setupAuth', () => {
     ...a,
   });
   const capture = () => {
-    const lines: Record<string, unknown>[] = [];
-    const stream = new Writable({
-      write(chunk, _enc, cb) {
-        for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
-        cb();
-      },
-    });
+    const { lines, stream } = logSink();
     return { lines, logger: createLogger({ logLevel: 'info' }, stream) };
   };
 

@@ -19,19 +19,12 @@ import {
   type AssembleContextResponse,
   contextServiceDefinition,
 } from '../../src/server/proto.js';
+import { hasOpenssl } from '../helpers/pki.js';
 import { stubResponse } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 const OPENSSL = hasOpenssl();
 if (!OPENSSL) console.warn('NOTICE: openssl not found; TLS and mTLS tests are skipped');
 

@@ -8,30 +8,22 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deadlineSide, errorKey, withDefaultPort } from '../../src/client/cli-options.js';
 import { Errors } from '../../src/errors.js';
-import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
+import type { AssembleResult } from '../../src/server/grpc-server.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { startAssembleServer } from '../helpers/assemble-server.js';
 import { runCli } from '../helpers/cli.js';
 import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
-const servers: GrpcServer[] = [];
 let dir: string;
 
 async function startFake(assemble: (req: ValidatedRequest) => Promise<AssembleResult>): Promise<string> {
-  const grpc = createGrpcServer({
-    assemble,
-    logger: createLogger({ logLevel: 'silent' }),
-    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
-  });
-  const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
-  servers.push(grpc);
-  return `127.0.0.1:${port}`;
+  const { addr } = await startAssembleServer(assemble);
+  return addr;
 }
 
 /** A port nothing listens on: bound by the OS, then released. */
@@ -59,9 +51,6 @@ beforeAll(() => {
   writeFileSync(path.join(dir, '1.json'), JSON.stringify(conv));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
-});
 
 describe('addresses and whose deadline', () => {
   it('withDefaultPort adds 9092 to a bare host and leaves ports and schemes alone', () => {

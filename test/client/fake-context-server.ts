@@ -1,17 +1,13 @@
-/**
- * A test double of the service for the load driver's tests (issue 10): a real gRPC server on 127.0.0.1
- * whose pipeline answers like a packer over 4 equal candidates per agent, counting what it was asked.
- */
-import { afterEach } from 'vitest';
 import { Errors } from '../../src/errors.js';
-import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
+import type { AssembleResult } from '../../src/server/grpc-server.js';
 import type {
   AssembleContextRequestInput,
   AssembleContextResponse,
   DegradationLevel,
 } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { startAssembleServer } from '../helpers/assemble-server.js';
+import { ZERO_METRICS } from '../helpers/stub-response.js';
 
 export const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 export const AGENTS = ['a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d', 'b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5e'];
@@ -19,19 +15,7 @@ export const AGENTS = ['a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d', 'b1b2c3d4-e5f6-4a
 export const CANDIDATE_TOKENS = [100, 250];
 
 function metrics() {
-  return {
-    budget_calculation_ms: 0,
-    directive_load_ms: 0,
-    hot_memory_retrieval_ms: 0,
-    cold_memory_retrieval_ms: 0,
-    ranking_ms: 0,
-    packing_ms: 0,
-    formatting_ms: 0,
-    total_ms: 1,
-    candidates_evaluated: 4,
-    pool_wait_us: 0,
-    pool_run_us: 0,
-  };
+  return { ...ZERO_METRICS, total_ms: 1, candidates_evaluated: 4 };
 }
 
 /** A packer stand-in: candidates in order while they fit `availableTokens` (0 = all fit). */
@@ -82,11 +66,6 @@ export interface Tally {
   available: { agent: string; tokens: number }[];
 }
 
-export const servers: GrpcServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
-});
-
 export async function startFake(
   b: { l1Every?: number; lieEvery?: number; deadlineFirstOf?: number; bare?: boolean } = {},
 ): Promise<{ addr: string; tally: Tally }> {
@@ -111,15 +90,8 @@ export async function startFake(
     if (result.response.memories_used.some((r) => r.exclusion === 'budget')) tally.budgetAnswers++;
     return result;
   };
-  const grpc = createGrpcServer({
-    assemble,
-    logger: createLogger({ logLevel: 'silent' }),
-    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
-  });
-  const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
-  servers.push(grpc);
-  return { addr: `127.0.0.1:${port}`, tally };
+  const { addr } = await startAssembleServer(assemble);
+  return { addr, tally };
 }
 
 export function requests(n: number): AssembleContextRequestInput[] {

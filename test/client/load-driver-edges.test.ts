@@ -1,11 +1,4 @@
-/**
- * The edges of `ibex-context load` and `replay` (issue 10) against real servers on 127.0.0.1: replay
- * pacing and retries, the driver-side deadline against a silent HTTP/2 server, `load --constrained`
- * through the compiled CLI, and the h2 driver over TLS.
- */
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { ServerCredentials } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
@@ -14,7 +7,9 @@ import { runReplay } from '../../src/client/replay.js';
 import { cyclingSource } from '../../src/client/request-source.js';
 import { createGrpcServer } from '../../src/server/grpc-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
-import { AGENTS, answer, requests, servers, startFake } from './fake-context-server.js';
+import { servers } from '../helpers/assemble-server.js';
+import { hasOpenssl, makeServerPki } from '../helpers/pki.js';
+import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
 
 describe('replay pacing', () => {
   const conversation = {
@@ -131,44 +126,14 @@ describe('ibex-context load --constrained (compiled CLI)', () => {
   });
 });
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 const OPENSSL = hasOpenssl();
 if (!OPENSSL)
   console.warn('NOTICE: openssl not found; the load driver TLS test is skipped (install openssl)');
 
 describe.skipIf(!OPENSSL)('the h2 driver over TLS (certificates made with openssl at test time)', () => {
   it('connects with --tls-ca semantics, sends the token, and refuses a server it cannot verify', async () => {
-    const pki = mkdtempSync(path.join(tmpdir(), 'ibex-load-tls-'));
+    const pki = makeServerPki('ibex-load-tls-');
     try {
-      const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: pki, stdio: 'pipe' });
-      const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-      ssl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', '/CN=test-ca', '-days', '1');
-      writeFileSync(path.join(pki, 'server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-      ssl('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
-      ssl(
-        'x509',
-        '-req',
-        '-in',
-        'server.csr',
-        '-CA',
-        'ca.crt',
-        '-CAkey',
-        'ca.key',
-        '-CAcreateserial',
-        '-out',
-        'server.crt',
-        '-days',
-        '1',
-        '-extfile',
-        'server.ext',
-      );
       const seenAuth = new Set<string>();
       const grpc = createGrpcServer({
         assemble: async (req, ctx) => {

@@ -2,53 +2,36 @@
  * `runLoad` and `ibex-context load` against a real gRPC server on 127.0.0.1 whose pipeline is a test
  * double: the double counts what it did (errors, levels, concurrency), and the report must match it.
  */
+
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
-import { LOCOMO_ORG_ID, locomoAgentId } from '../../src/cli/commands/ingest.js';
+import { describe, expect, it } from 'vitest';
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
+import { driverLimited } from '../../src/client/load-report.js';
 import { locomoSource } from '../../src/client/locomo-requests.js';
 import { cyclingSource } from '../../src/client/request-source.js';
 import { Errors } from '../../src/errors.js';
+import { LOCOMO_ORG_ID, locomoAgentId } from '../../src/locomo/dataset.js';
 import type { CallContext } from '../../src/server/call-context.js';
-import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import type { AssembleContextResponse, DegradationLevel } from '../../src/server/proto.js';
+import type { AssembleResult, GrpcServer } from '../../src/server/grpc-server.js';
+import type { DegradationLevel } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { startAssembleServer } from '../helpers/assemble-server.js';
 import { runCli } from '../helpers/cli.js';
+import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 
 function answer(req: ValidatedRequest, level: DegradationLevel): AssembleResult {
-  const response: AssembleContextResponse = {
+  const response = stubResponse(req, {
     assembled_context: `user: ${req.query}`,
     tokens_used: 3,
-    memories_included: 0,
-    memories_used: [],
-    directive_tokens: 0,
     history_tokens: 3,
-    memory_tokens: 0,
-    metrics: {
-      budget_calculation_ms: 0,
-      directive_load_ms: 0,
-      hot_memory_retrieval_ms: 0,
-      cold_memory_retrieval_ms: 0,
-      ranking_ms: 0,
-      packing_ms: 0,
-      formatting_ms: 0,
-      total_ms: 1,
-      candidates_evaluated: 0,
-      pool_wait_us: 0,
-      pool_run_us: 0,
-    },
-    request_id: req.requestId,
-    trace_id: req.traceId,
-    span_id: req.spanId,
-    score_schema: 'interim_v1',
+    metrics: { ...ZERO_METRICS, total_ms: 1 },
     degradation: { level, intentional: false, reasons: [], branches: [] },
-  };
+  });
   return { response, level };
 }
 
@@ -83,11 +66,6 @@ interface Fake {
   tally: Tally;
   grpc: GrpcServer;
 }
-
-const servers: GrpcServer[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
-});
 
 async function startFake(b: Behaviour = {}): Promise<Fake> {
   const tally: Tally = {
@@ -132,15 +110,8 @@ async function startFake(b: Behaviour = {}): Promise<Fake> {
       tally.inFlight--;
     }
   };
-  const grpc = createGrpcServer({
-    assemble,
-    logger: createLogger({ logLevel: 'silent' }),
-    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
-  });
-  const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
-  servers.push(grpc);
-  return { addr: `127.0.0.1:${port}`, tally, grpc };
+  const { addr, grpc } = await startAssembleServer(assemble);
+  return { addr, tally, grpc };
 }
 
 function expectCountsMatch(report: LoadReport, tally: Tally) {
@@ -199,6 +170,7 @@ describe('runLoad, open loop', () => {
     expect(report.latency_ms.max).toBeGreaterThanOrEqual(280);
     expect(report.schedule_lag_ms.max).toBeGreaterThanOrEqual(250);
     expect(report.warnings.some((w) => w.includes('could not keep its own schedule'))).toBe(true);
+    expect(driverLimited(report)).toBe(true);
   });
 
   it('does not record warmup traffic and stops at max-requests', async () => {

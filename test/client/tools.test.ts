@@ -1,33 +1,23 @@
-/**
- * The client tools other than the load driver: response checks, `replay` (engine and CLI) on a tiny
- * LoCoMo-shaped fixture written here, `assemble` and `healthcheck` exit codes, all against a real gRPC
- * server on 127.0.0.1 whose pipeline is a test double.
- */
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { ServerCredentials } from '@grpc/grpc-js';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { responseReserve } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
-import { LOCOMO_ORG_ID, locomoAgentId, readLocomo } from '../../src/cli/commands/ingest.js';
-import { LEVEL_METADATA_KEY } from '../../src/client/context-client.js';
 import { locomoRequests } from '../../src/client/locomo-requests.js';
 import { type ReplayReport, runReplay } from '../../src/client/replay.js';
 import { checkResponse, memoryBlockIds } from '../../src/client/response-checks.js';
 import { Errors } from '../../src/errors.js';
-import {
-  type AssembleResult,
-  createGrpcServer,
-  type GrpcServer,
-  LEVEL_HEADER,
-} from '../../src/server/grpc-server.js';
+import { LOCOMO_ORG_ID, locomoAgentId, readLocomo } from '../../src/locomo/dataset.js';
+import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { servers, startAssembleServer } from '../helpers/assemble-server.js';
 import { runCli } from '../helpers/cli.js';
+import { hasOpenssl, makeServerPki } from '../helpers/pki.js';
 
 const catalog = CapabilityCatalog.create();
 const NONCE = 'AAAAAAAAAAAAAAAAAAAAAA';
@@ -151,10 +141,6 @@ describe('checkResponse', () => {
       memoryBlockIds('<ibex_memory nonce="n" id="a&amp;b&quot;" category="c">\nx\n</ibex_memory>'),
     ).toEqual(['a&b"']);
   });
-
-  it('uses the same level header name as the server', () => {
-    expect(LEVEL_METADATA_KEY).toBe(LEVEL_HEADER);
-  });
 });
 
 // ---- A LoCoMo-shaped fixture and a fake service ----
@@ -192,8 +178,6 @@ interface ReplayFake {
   errors: number;
 }
 
-const servers: GrpcServer[] = [];
-
 /**
  * Answers each call with its history and one memory block; calls for `overLongModel` get a block far
  * over the model's budget; every `errorEvery`-th call fails with INVALID_ARGUMENT.
@@ -208,31 +192,24 @@ async function startReplayFake(
     overLong: 0,
     errors: 0,
   };
-  const grpc = createGrpcServer({
-    assemble: async (req): Promise<AssembleResult> => {
-      fake.seen.push(req);
-      if (opts.errorEvery && fake.seen.length % opts.errorEvery === 0) {
-        fake.errors++;
-        throw Errors.invalidArgument('query', 'test: rejected');
-      }
-      const id = '44444444-4444-4444-8444-444444444444';
-      const history = req.recentMessages.map((m) => `${m.role}: ${m.content}`).join('\n');
-      const overLong = req.model === opts.overLongModel;
-      if (overLong) fake.overLong++;
-      const content = overLong ? 'y'.repeat(400_000) : `memory for ${req.query}`;
-      return {
-        response: response({ context: `${history}\n\n${block(id, content)}`, memories: [used(id)] }),
-        level: 'L0',
-      };
-    },
-    logger: createLogger({ logLevel: 'silent' }),
-    settings: { timeoutMs: 10_000, maxReceiveMessageBytes: 4 * 1024 * 1024, maxMetadataBytes: 16 * 1024 },
+  const { addr, grpc } = await startAssembleServer(async (req): Promise<AssembleResult> => {
+    fake.seen.push(req);
+    if (opts.errorEvery && fake.seen.length % opts.errorEvery === 0) {
+      fake.errors++;
+      throw Errors.invalidArgument('query', 'test: rejected');
+    }
+    const id = '44444444-4444-4444-8444-444444444444';
+    const history = req.recentMessages.map((m) => `${m.role}: ${m.content}`).join('\n');
+    const overLong = req.model === opts.overLongModel;
+    if (overLong) fake.overLong++;
+    const content = overLong ? 'y'.repeat(400_000) : `memory for ${req.query}`;
+    return {
+      response: response({ context: `${history}\n\n${block(id, content)}`, memories: [used(id)] }),
+      level: 'L0',
+    };
   });
-  const port = await grpc.bind('127.0.0.1:0');
-  grpc.markServing();
-  servers.push(grpc);
   fake.grpc = grpc;
-  fake.addr = `127.0.0.1:${port}`;
+  fake.addr = addr;
   return fake;
 }
 
@@ -241,9 +218,6 @@ beforeAll(() => {
 });
 afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
-});
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => s.drain(500)));
 });
 
 describe('locomoRequests', () => {
@@ -442,16 +416,12 @@ describe('ibex-context assemble (compiled CLI)', () => {
 
 describe('ibex-context healthcheck (compiled CLI)', () => {
   it('exits 0 iff the server answers SERVING', async () => {
-    const grpc = createGrpcServer({
-      assemble: async () => {
+    const { addr, grpc } = await startAssembleServer(
+      async () => {
         throw new Error('unused');
       },
-      logger: createLogger({ logLevel: 'silent' }),
-      settings: { timeoutMs: 1000, maxReceiveMessageBytes: 1024 * 1024, maxMetadataBytes: 16 * 1024 },
-    });
-    const port = await grpc.bind('127.0.0.1:0');
-    servers.push(grpc);
-    const addr = `127.0.0.1:${port}`;
+      { serving: false },
+    );
 
     const notYet = await runCli(['healthcheck', '--addr', addr]);
     expect(notYet.code).toBe(1);
@@ -474,41 +444,10 @@ describe('ibex-context healthcheck (compiled CLI)', () => {
   });
 });
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 describe.skipIf(!hasOpenssl())('client TLS (certificates made with openssl at test time)', () => {
   let pki: string;
   beforeAll(() => {
-    pki = mkdtempSync(path.join(tmpdir(), 'ibex-client-tls-'));
-    const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: pki, stdio: 'pipe' });
-    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-    ssl('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', '/CN=test-ca', '-days', '1');
-    writeFileSync(path.join(pki, 'server.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-    ssl('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
-    ssl(
-      'x509',
-      '-req',
-      '-in',
-      'server.csr',
-      '-CA',
-      'ca.crt',
-      '-CAkey',
-      'ca.key',
-      '-CAcreateserial',
-      '-out',
-      'server.crt',
-      '-days',
-      '1',
-      '-extfile',
-      'server.ext',
-    );
+    pki = makeServerPki('ibex-client-tls-');
   });
   afterAll(() => {
     rmSync(pki, { recursive: true, force: true });

@@ -7,7 +7,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/cli/commands/memory-server.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { CLI, ROOT } from '../helpers/cli.js';
 import { createTestClient } from '../helpers/grpc-client.js';

@@ -13,7 +13,8 @@ import { type ChannelOptions, InterceptingCall, type Interceptor } from '@grpc/g
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings, type Settings } from '../../src/config/settings.js';
 import { type CpuTaskInput, historyOf } from '../../src/pool/cpu-task.js';
-import { CpuPool, projectRoot } from '../../src/pool/pool-client.js';
+import { CpuPool } from '../../src/pool/pool-client.js';
+import { projectRoot } from '../../src/pool/worker-file.js';
 import { createSources } from '../../src/retrieval/sources.js';
 import { createAssembler } from '../../src/server/assemble.js';
 import { createGrpcServer } from '../../src/server/grpc-server.js';

@@ -8,7 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoolSettings } from '../../src/config/settings.js';
 import { isIbexError } from '../../src/errors.js';
 import { type CpuTaskInput, encodeCandidates } from '../../src/pool/cpu-task.js';
-import { CpuPool, projectRoot } from '../../src/pool/pool-client.js';
+import { CpuPool } from '../../src/pool/pool-client.js';
+import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 

@@ -7,44 +7,7 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { pack } from '../../src/pack/packer.js';
 import { improveBySearch } from '../../src/pack/search.js';
-
-interface Item {
-  id: string;
-  score: number;
-  tokens: number;
-}
-
-const toInput = (
-  items: readonly Item[],
-  budget: number,
-  extra: Partial<Parameters<typeof pack>[0]> = {},
-) => ({
-  ids: items.map((i) => i.id),
-  scores: Float64Array.from(items, (i) => i.score),
-  tokens: Int32Array.from(items, (i) => i.tokens),
-  budget,
-  dpCellCeiling: 437_570,
-  maxConsecutiveSkips: 5,
-  ...extra,
-});
-
-const idsOf = (items: readonly Item[], selected: Int32Array) => Array.from(selected, (k) => items[k]!.id);
-
-function bruteForce(items: readonly Item[], budget: number): number {
-  let best = 0;
-  for (let mask = 0; mask < 1 << items.length; mask++) {
-    let t = 0;
-    let s = 0;
-    for (let i = 0; i < items.length; i++) {
-      if (mask & (1 << i)) {
-        t += items[i]!.tokens;
-        s += items[i]!.score;
-      }
-    }
-    if (t <= budget && s > best) best = s;
-  }
-  return best;
-}
+import { bruteForce, idsOf, toInput } from './pack-helpers.js';
 
 // One-decimal scores half the time: many ties, the case where ordering subtleties show.
 const scoreArb = fc.oneof(

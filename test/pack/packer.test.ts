@@ -5,28 +5,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalOrder, pack, refineUnit } from '../../src/pack/packer.js';
-
-interface Item {
-  id: string;
-  score: number;
-  tokens: number;
-}
-
-const toInput = (
-  items: readonly Item[],
-  budget: number,
-  extra: Partial<Parameters<typeof pack>[0]> = {},
-) => ({
-  ids: items.map((i) => i.id),
-  scores: Float64Array.from(items, (i) => i.score),
-  tokens: Int32Array.from(items, (i) => i.tokens),
-  budget,
-  dpCellCeiling: 437_570,
-  maxConsecutiveSkips: 5,
-  ...extra,
-});
-
-const idsOf = (items: readonly Item[], selected: Int32Array) => Array.from(selected, (k) => items[k]!.id);
+import { bruteForce, type Item, idsOf, toInput } from './pack-helpers.js';
 
 /** Greedy fallback of SPEC §8 step 4, written out independently. */
 function greedyScore(items: readonly Item[], budget: number, maxSkips: number): number {
@@ -42,24 +21,6 @@ function greedyScore(items: readonly Item[], budget: number, maxSkips: number): 
     } else if (++skips > maxSkips) break;
   }
   return score;
-}
-
-function bruteForce(items: readonly Item[], budget: number): number {
-  // SPEC §8 step 2: a budget ≤ 0 packs nothing, even zero-token items.
-  if (budget <= 0) return 0;
-  let best = 0;
-  for (let mask = 0; mask < 1 << items.length; mask++) {
-    let t = 0;
-    let s = 0;
-    for (let i = 0; i < items.length; i++) {
-      if (mask & (1 << i)) {
-        t += items[i]!.tokens;
-        s += items[i]!.score;
-      }
-    }
-    if (t <= budget && s > best) best = s;
-  }
-  return best;
 }
 
 const itemArb = (tokens: fc.Arbitrary<number>) =>

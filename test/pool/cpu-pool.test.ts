@@ -12,7 +12,8 @@ import {
   encodeCandidates,
   runCpuTask,
 } from '../../src/pool/cpu-task.js';
-import { CpuPool, projectRoot, WITHDRAW_LEAD_MS } from '../../src/pool/pool-client.js';
+import { CpuPool, WITHDRAW_LEAD_MS } from '../../src/pool/pool-client.js';
+import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 

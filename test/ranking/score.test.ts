@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { applyMaxMemories, dedupeAndScore, interimScore } from '../../src/ranking/score.js';
 import type { MemoryHit } from '../../src/types.js';
@@ -20,11 +22,33 @@ const hit = (
   source,
 });
 
+interface PackVector {
+  name: string;
+  input: { candidates: { memory_id: string; similarity: number; confidence: number }[] };
+  expect: { exact_match: boolean; reference: { memory_ids: string[]; total_score: number } };
+}
+
 describe('interim score (SPEC §7)', () => {
-  it('is 0.85 × similarity + 0.15 × confidence in float64', () => {
-    expect(interimScore(0.8, 0.6)).toBe(0.85 * 0.8 + 0.15 * 0.6);
-    expect(interimScore(1, 1)).toBe(1);
+  it('the scores of every exact pack vector sum, in output order, to its reference total_score', () => {
+    const doc = JSON.parse(
+      readFileSync(fileURLToPath(new URL('../vectors/pack.json', import.meta.url)), 'utf8'),
+    ) as { vectors: PackVector[] };
+    const exact = doc.vectors.filter((v) => v.expect.exact_match);
+    expect(exact.length).toBeGreaterThan(50);
+    for (const v of exact) {
+      const byId = new Map(v.input.candidates.map((c) => [c.memory_id, c]));
+      let total = 0;
+      for (const id of v.expect.reference.memory_ids) {
+        const c = byId.get(id)!;
+        total += interimScore(c.similarity, c.confidence);
+      }
+      expect(total, v.name).toBe(v.expect.reference.total_score);
+    }
+  });
+
+  it('spans [0, 1]: both inputs 0 score 0, both 1 score 1', () => {
     expect(interimScore(0, 0)).toBe(0);
+    expect(interimScore(1, 1)).toBe(1);
   });
 });
 

@@ -9,7 +9,7 @@ import type { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { toFtsQuery } from '../../src/retrieval/fts-query.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
-import { removeTempDir, tempStore } from './fixtures.js';
+import { memoryRow, removeTempDir, tempStore } from './fixtures.js';
 
 const ORG = randomUUID();
 const OTHER_ORG = randomUUID();
@@ -28,17 +28,7 @@ afterEach(() => {
 });
 
 /** One memory of `content` for ORG/AGENT (or the given org/agent), created at `i` minutes. */
-function memory(content: string, i = 0, org = ORG, agent = AGENT) {
-  return {
-    id: randomUUID(),
-    org_id: org,
-    agent_id: agent,
-    content,
-    category: 'factual',
-    confidence: 0.8,
-    created_at: Date.UTC(2024, 0, 1) + i * 60_000,
-  };
-}
+const memory = (content: string, i = 0, org = ORG, agent = AGENT) => memoryRow(org, agent, content, i);
 
 describe('cold search in text without spaces (issue 11.2, SPEC §4.3)', () => {
   const cases: [string, string][] = [

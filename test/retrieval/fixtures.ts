@@ -36,6 +36,19 @@ export function memoriesOf(orgId: string, agentId: string, n: number, tag = 'not
   }));
 }
 
+/** One `factual` memory of `content` (confidence 0.8) for org/agent, created at `i` minutes past 2024-01-01. */
+export function memoryRow(orgId: string, agentId: string, content: string, i = 0): MemoryRow {
+  return {
+    id: randomUUID(),
+    org_id: orgId,
+    agent_id: agentId,
+    content,
+    category: 'factual',
+    confidence: 0.8,
+    created_at: Date.UTC(2024, 0, 1) + i * 60_000,
+  };
+}
+
 /** Bundles sources for `retrieve` without `createSources` (tests mix HTTP memory with embedded directives). */
 export function bundle(memory: MemorySource, directive: DirectiveSource): RetrievalSources {
   return {

@@ -2,16 +2,16 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { run } from '../../src/cli/commands/ingest-cli.js';
 import {
-  ingestLocomo,
   LOCOMO_MEMORY_NS,
   LOCOMO_ORG_ID,
   locomoAgentId,
   locomoConfidence,
   parseLocomoDate,
   readLocomo,
-  run,
-} from '../../src/cli/commands/ingest.js';
+} from '../../src/locomo/dataset.js';
+import { ingestLocomo } from '../../src/locomo/ingest.js';
 import { parseDirectiveObject } from '../../src/retrieval/directive.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { SCHEMA_VERSION } from '../../src/retrieval/store-schema.js';

@@ -2,8 +2,9 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
-import { type MemoryServerHandle, run, startMemoryServer } from '../../src/cli/commands/memory-server.js';
+import { run } from '../../src/cli/commands/memory-server.js';
 import { loadSettings } from '../../src/config/settings.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
 import type { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { HttpMemorySource } from '../../src/retrieval/memory-http.js';
 import {
@@ -541,7 +542,7 @@ describe('memory-server', () => {
     } finally {
       process.stderr.write = write;
     }
-    expect(errors.join('')).toContain('--port must be 0..65535');
-    expect(errors.join('')).toContain('--error-rate must be in [0,1]');
+    expect(errors.join('')).toContain("--port must be an integer in 0..65535, got 'x'");
+    expect(errors.join('')).toContain("--error-rate must be a number in 0..1, got '2'");
   });
 });

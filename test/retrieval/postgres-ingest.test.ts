@@ -7,8 +7,9 @@
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { ingestLocomo, LOCOMO_ORG_ID, readLocomo } from '../../src/cli/commands/ingest.js';
-import { startMemoryServer } from '../../src/cli/commands/memory-server.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../../src/locomo/dataset.js';
+import { ingestLocomo } from '../../src/locomo/ingest.js';
+import { startMemoryServer } from '../../src/memory-server/server.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { PgStore } from '../../src/retrieval/postgres/pg-store.js';
 import { ROOT, runCli } from '../helpers/cli.js';

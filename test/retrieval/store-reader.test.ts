@@ -11,7 +11,7 @@ import { EmbeddedStore, type StoreHit } from '../../src/retrieval/embedded-store
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources, EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
 import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
-import { memoriesOf, removeTempDir, tempStore } from './fixtures.js';
+import { memoriesOf, memoryRow, removeTempDir, tempStore } from './fixtures.js';
 
 const org = randomUUID();
 const agent = randomUUID();
@@ -74,17 +74,7 @@ afterEach(() => {
 });
 
 /** One memory of `content` for ORG/AGENT, created at `i` minutes. */
-function memory(content: string, i = 0) {
-  return {
-    id: randomUUID(),
-    org_id: ORG,
-    agent_id: AGENT,
-    content,
-    category: 'factual',
-    confidence: 0.8,
-    created_at: Date.UTC(2024, 0, 1) + i * 60_000,
-  };
-}
+const memory = (content: string, i = 0) => memoryRow(ORG, AGENT, content, i);
 
 describe('caps and the read cache (issue 9.2, issue 10)', () => {
   it('a memory longer than maxMemoryChars code points comes back oversize, without its text', async () => {

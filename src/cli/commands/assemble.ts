@@ -2,25 +2,22 @@
  * `ibex-context assemble`: one AssembleContext call (SPEC §2), printed as the assembled context and a
  * short table of the answer's numbers, or as the response object with `--json`.
  */
-import { parseArgs } from 'node:util';
+
 import { status } from '@grpc/grpc-js';
 import {
-  CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
   deadlineSide,
   describeStatus,
   numberFlag,
-  printCommandError,
   statusName,
 } from '../../client/cli-options.js';
-import {
-  type ConnectionOptions,
-  createContextClient,
-  LEVEL_METADATA_KEY,
-} from '../../client/context-client.js';
+import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 import { renderTable } from '../../client/stats.js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../server/proto.js';
+import { LEVEL_HEADER } from '../../wire-headers.js';
+import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> --query <text> [options]
 
@@ -153,31 +150,20 @@ export async function run(argv: string[]): Promise<number> {
   let timeoutMs: number;
   let json = argv.includes('--json');
   try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        ...CONNECTION_FLAGS,
-        org: { type: 'string' },
-        agent: { type: 'string' },
-        model: { type: 'string' },
-        query: { type: 'string' },
-        message: { type: 'string', multiple: true },
-        session: { type: 'string' },
-        'skip-hot': { type: 'boolean' },
-        'skip-cold': { type: 'boolean' },
-        'max-memories': { type: 'string' },
-        'available-tokens': { type: 'string' },
-        timeout: { type: 'string' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
+    const values = parseClientArgs(argv, {
+      org: { type: 'string' },
+      agent: { type: 'string' },
+      model: { type: 'string' },
+      query: { type: 'string' },
+      message: { type: 'string', multiple: true },
+      session: { type: 'string' },
+      'skip-hot': { type: 'boolean' },
+      'skip-cold': { type: 'boolean' },
+      'max-memories': { type: 'string' },
+      'available-tokens': { type: 'string' },
+      timeout: { type: 'string' },
     });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
+    if (values.help) return printUsage(USAGE);
     for (const name of ['org', 'agent', 'model'] as const) {
       if (values[name] === undefined) throw new Error(`--${name} is required`);
     }
@@ -209,9 +195,7 @@ export async function run(argv: string[]): Promise<number> {
       },
     };
   } catch (err) {
-    printCommandError('assemble', (err as Error).message, json);
-    if (!json) process.stderr.write(`${USAGE}\n`);
-    return 2;
+    return flagError('assemble', err, json, USAGE);
   }
 
   const client = createContextClient(conn);
@@ -232,7 +216,7 @@ export async function run(argv: string[]): Promise<number> {
     if (json) {
       process.stdout.write(`${JSON.stringify(presentResponse(res), null, 2)}\n`);
     } else {
-      const header = outcome.metadata.get(LEVEL_METADATA_KEY)[0];
+      const header = outcome.metadata.get(LEVEL_HEADER)[0];
       const context = res.assembled_context === '' ? '(empty context)' : res.assembled_context;
       process.stdout.write(
         `${context}\n\n${formatAssembleSummary(res, typeof header === 'string' ? header : undefined)}\n`,

@@ -3,17 +3,18 @@
  * the answer is SERVING. The Dockerfile's HEALTHCHECK runs `healthcheck --local` (issue 13), so it prints one short line and never
  * waits longer than the deadline.
  */
-import { parseArgs } from 'node:util';
+
 import { status } from '@grpc/grpc-js';
 import {
-  CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
   describeStatus,
   numberFlag,
-  printCommandError,
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
+import { DEFAULT_ADMIN_ADDR, DEFAULT_GRPC_ADDR } from '../../config/settings.js';
+import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context healthcheck [options]
 
@@ -49,8 +50,8 @@ export function dialable(listenAddr: string): string {
  * (TLS iff IBEX_CONTEXT_TLS_CERT is set), or the admin `/readyz` under mutual TLS.
  */
 export function localTarget(env: NodeJS.ProcessEnv = process.env): LocalTarget {
-  const grpc = env.IBEX_CONTEXT_GRPC_ADDR?.trim() || '127.0.0.1:9092';
-  const admin = env.IBEX_CONTEXT_ADMIN_ADDR?.trim() || '127.0.0.1:9464';
+  const grpc = env.IBEX_CONTEXT_GRPC_ADDR?.trim() || DEFAULT_GRPC_ADDR;
+  const admin = env.IBEX_CONTEXT_ADMIN_ADDR?.trim() || DEFAULT_ADMIN_ADDR;
   if (env.IBEX_CONTEXT_TLS_CLIENT_CA?.trim())
     return { kind: 'admin', url: `http://${dialable(admin)}/readyz` };
   return { kind: 'grpc', addr: dialable(grpc), tls: Boolean(env.IBEX_CONTEXT_TLS_CERT?.trim()) };
@@ -87,23 +88,12 @@ export async function run(argv: string[]): Promise<number> {
   let timeoutMs: number;
   let json = argv.includes('--json');
   try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        ...CONNECTION_FLAGS,
-        service: { type: 'string' },
-        timeout: { type: 'string' },
-        local: { type: 'boolean' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
+    const values = parseClientArgs(argv, {
+      service: { type: 'string' },
+      timeout: { type: 'string' },
+      local: { type: 'boolean' },
     });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
+    if (values.help) return printUsage(USAGE);
     json = values.json ?? false;
     service = values.service ?? '';
     timeoutMs = numberFlag('timeout', values.timeout, 2000, { min: 1, max: 600_000 });
@@ -115,9 +105,7 @@ export async function run(argv: string[]): Promise<number> {
       conn = connectionFromFlags(values);
     }
   } catch (err) {
-    printCommandError('healthcheck', (err as Error).message, json);
-    if (!json) process.stderr.write(`${USAGE}\n`);
-    return 2;
+    return flagError('healthcheck', err, json, USAGE);
   }
   const client = createContextClient(conn);
   try {

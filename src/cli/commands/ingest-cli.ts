@@ -5,15 +5,14 @@
 import { parseArgs } from 'node:util';
 import { renderTable } from '../../client/stats.js';
 import { loadSettings } from '../../config/settings.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../../locomo/dataset.js';
+import { type IngestSummary, ingestLocomo } from '../../locomo/ingest.js';
 import { EmbeddedStore } from '../../retrieval/embedded-store.js';
 import type { PgStore } from '../../retrieval/postgres/pg-store.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
 import { printCommandError } from '../command-error.js';
-import { type IngestSummary, ingestLocomo, LOCOMO_ORG_ID, readLocomo } from './ingest.js';
 
-// A function, not a constant: ingest.ts re-exports run(), so this module may be evaluated before
-// ingest.ts has defined LOCOMO_ORG_ID.
-const usage = () => `usage: ibex-context ingest --locomo <dir|file> [options]
+const USAGE = `usage: ibex-context ingest --locomo <dir|file> [options]
 
       --locomo <dir|file>   LoCoMo conversations (a directory of *.json, or one file)
       --db <path>           embedded store to write (default $IBEX_CONTEXT_EMBEDDED_DB or ./var/ibex-context.db)
@@ -62,7 +61,7 @@ export async function run(argv: string[]): Promise<number> {
       },
     });
     if (values.help) {
-      process.stdout.write(`${usage()}\n`);
+      process.stdout.write(`${USAGE}\n`);
       return 0;
     }
     json = values.json ?? false;
@@ -85,7 +84,7 @@ export async function run(argv: string[]): Promise<number> {
       postgres = { url: env.postgres.url, schema: env.postgres.schema };
   } catch (err) {
     printCommandError('ingest', (err as Error).message, json);
-    if (!json) process.stderr.write(`${usage()}\n`);
+    if (!json) process.stderr.write(`${USAGE}\n`);
     return 2;
   }
   const tty = process.stderr.isTTY === true;

@@ -3,20 +3,15 @@
  * {@link runLoad} in src/client/load-driver.ts; this module parses flags, draws the progress line on a
  * terminal and prints the report (a table, or one JSON object with `--json`).
  */
-import { parseArgs } from 'node:util';
+
 import { budgetMix, mixedSource, probeCandidateTokens } from '../../client/budget-mix.js';
-import {
-  CONNECTION_FLAGS,
-  CONNECTION_USAGE,
-  connectionFromFlags,
-  numberFlag,
-  printCommandError,
-  probeService,
-} from '../../client/cli-options.js';
+import { CONNECTION_USAGE, connectionFromFlags, numberFlag, probeService } from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
 import { type RequestSource, syntheticSource } from '../../client/request-source.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
+import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context load [options]
 
@@ -55,34 +50,23 @@ export async function run(argv: string[]): Promise<number> {
   let seed: number;
   let constrained: number;
   try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        ...CONNECTION_FLAGS,
-        connections: { type: 'string', short: 'c' },
-        duration: { type: 'string', short: 'd' },
-        rate: { type: 'string', short: 'R' },
-        pipelining: { type: 'string', short: 'p' },
-        'max-requests': { type: 'string', short: 'a' },
-        warmup: { type: 'string' },
-        timeout: { type: 'string' },
-        'connect-timeout': { type: 'string' },
-        locomo: { type: 'string' },
-        org: { type: 'string' },
-        seed: { type: 'string' },
-        constrained: { type: 'string' },
-        transport: { type: 'string' },
-        verify: { type: 'boolean' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
+    const values = parseClientArgs(argv, {
+      connections: { type: 'string', short: 'c' },
+      duration: { type: 'string', short: 'd' },
+      rate: { type: 'string', short: 'R' },
+      pipelining: { type: 'string', short: 'p' },
+      'max-requests': { type: 'string', short: 'a' },
+      warmup: { type: 'string' },
+      timeout: { type: 'string' },
+      'connect-timeout': { type: 'string' },
+      locomo: { type: 'string' },
+      org: { type: 'string' },
+      seed: { type: 'string' },
+      constrained: { type: 'string' },
+      transport: { type: 'string' },
+      verify: { type: 'boolean' },
     });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
+    if (values.help) return printUsage(USAGE);
     json = values.json ?? false;
     seed = numberFlag('seed', values.seed, 1, { integer: true });
     const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
@@ -114,9 +98,7 @@ export async function run(argv: string[]): Promise<number> {
     if (org === null) throw new Error('--org must be a UUID');
     if (values.locomo !== undefined) locomo = { dir: values.locomo, org };
   } catch (err) {
-    printCommandError('load', (err as Error).message, json);
-    if (!json) process.stderr.write(`${USAGE}\n`);
-    return 2;
+    return flagError('load', err, json, USAGE);
   }
 
   let source: RequestSource;

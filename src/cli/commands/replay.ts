@@ -4,22 +4,18 @@
  * `memories_used`, level), then a summary (issue 4). Exit 0 only when every call was OK and no check
  * failed.
  */
-import { parseArgs } from 'node:util';
+
 import { CapabilityCatalog } from '../../budget/catalog.js';
 import { budgetMix, probeCandidateTokens } from '../../client/budget-mix.js';
-import {
-  CONNECTION_FLAGS,
-  CONNECTION_USAGE,
-  connectionFromFlags,
-  numberFlag,
-  printCommandError,
-  probeService,
-} from '../../client/cli-options.js';
+import { CONNECTION_USAGE, connectionFromFlags, numberFlag, probeService } from '../../client/cli-options.js';
 import { locomoRequests } from '../../client/locomo-requests.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
 import { renderTable } from '../../client/stats.js';
+import { catalogFileSetting } from '../../config/settings.js';
+import { readLocomo } from '../../locomo/dataset.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { readLocomo } from './ingest.js';
+import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 
@@ -116,30 +112,19 @@ export async function run(argv: string[]): Promise<number> {
   let constrained = 0;
   let seed = 1;
   try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: {
-        ...CONNECTION_FLAGS,
-        locomo: { type: 'string' },
-        concurrency: { type: 'string' },
-        rate: { type: 'string', short: 'R' },
-        constrained: { type: 'string' },
-        seed: { type: 'string' },
-        retries: { type: 'string' },
-        limit: { type: 'string' },
-        timeout: { type: 'string' },
-        org: { type: 'string' },
-        catalog: { type: 'string' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
+    const values = parseClientArgs(argv, {
+      locomo: { type: 'string' },
+      concurrency: { type: 'string' },
+      rate: { type: 'string', short: 'R' },
+      constrained: { type: 'string' },
+      seed: { type: 'string' },
+      retries: { type: 'string' },
+      limit: { type: 'string' },
+      timeout: { type: 'string' },
+      org: { type: 'string' },
+      catalog: { type: 'string' },
     });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
+    if (values.help) return printUsage(USAGE);
     if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
     dir = values.locomo;
     json = values.json ?? false;
@@ -147,7 +132,7 @@ export async function run(argv: string[]): Promise<number> {
       ...connectionFromFlags(values),
       rate: numberFlag('rate', values.rate, 100, { min: 0, max: 100_000 }),
       timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
-      catalog: CapabilityCatalog.load(values.catalog ?? process.env.IBEX_CONTEXT_CATALOG_FILE ?? ''),
+      catalog: CapabilityCatalog.load(values.catalog ?? catalogFileSetting()),
     };
     opts.concurrency = numberFlag('concurrency', values.concurrency, opts.rate ? 16 : 4, {
       min: 1,
@@ -166,9 +151,7 @@ export async function run(argv: string[]): Promise<number> {
       opts.orgId = org;
     }
   } catch (err) {
-    printCommandError('replay', (err as Error).message, json);
-    if (!json) process.stderr.write(`${USAGE}\n`);
-    return 2;
+    return flagError('replay', err, json, USAGE);
   }
   const unreachable = await probeService(opts);
   if (unreachable !== null) {

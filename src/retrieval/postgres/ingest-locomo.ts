@@ -1,15 +1,10 @@
 /**
  * `ingest --locomo … --postgres <url>` (issue 15): the same LoCoMo import as the embedded store's —
- * same ids, memories and directives (cli/commands/ingest.ts) — written to the PostgreSQL store, each
+ * same ids, memories and directives (src/locomo/ingest.ts) — written to the PostgreSQL store, each
  * agent replaced in one transaction so a re-run is idempotent and replicas never read half an agent.
  */
-import {
-  type IngestSummary,
-  type LocomoConversation,
-  locomoDirective,
-  locomoMemories,
-} from '../../cli/commands/ingest.js';
-import { canonicalUuid } from '../uuid.js';
+import type { LocomoConversation } from '../../locomo/dataset.js';
+import { type IngestSummary, planLocomoImport } from '../../locomo/ingest.js';
 import type { PgStore } from './pg-store.js';
 
 /**
@@ -22,27 +17,7 @@ export async function ingestLocomoPostgres(
   conversations: readonly LocomoConversation[],
   orgId: string,
 ): Promise<IngestSummary> {
-  const org = canonicalUuid(orgId);
-  if (org === null) throw new Error('org must be a UUID');
-  const summary: IngestSummary = {
-    db: `postgres:${store.schema}`,
-    org_id: org,
-    agents: [],
-    memories: 0,
-    directives: 0,
-  };
-  for (const conv of conversations) {
-    const rows = locomoMemories(conv, org);
-    await store.replaceAgent(org, conv.agentId, rows, locomoDirective(conv, org));
-    summary.agents.push({
-      agent_id: conv.agentId,
-      sample_id: conv.sampleId,
-      file: conv.file,
-      speakers: [conv.speakerA, conv.speakerB],
-      memories: rows.length,
-    });
-    summary.memories += rows.length;
-    summary.directives++;
-  }
+  const { org, agents, summary } = planLocomoImport(conversations, orgId, `postgres:${store.schema}`);
+  for (const a of agents) await store.replaceAgent(org, a.agentId, a.memories, a.directive);
   return summary;
 }

@@ -19,10 +19,11 @@
 import pg from 'pg';
 import { Errors } from '../../errors.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
+import { checkMemory } from '../store-rows.js';
 import { canonicalUuid } from '../uuid.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
-import { checkMemory, insertMemories, upsertDirective } from './pg-writes.js';
+import { insertMemories, upsertDirective } from './pg-writes.js';
 import { toWebSearchQuery } from './search-text.js';
 
 /** Options of {@link PgStore.open}. */

@@ -1,19 +1,12 @@
 /**
- * Writes of the PostgreSQL store (issue 15): memory rows checked as the embedded store checks them,
+ * Writes of the PostgreSQL store (issue 15): memory rows checked by the embedded store's checkMemory,
  * batched multi-row upserts with the search column computed from search-text.ts, directive upserts.
  * Run inside the store's transactions (pg-store.ts).
  */
 import type pg from 'pg';
-import { Errors } from '../../errors.js';
 import type { DirectiveRow, MemoryRow } from '../embedded-store.js';
-import { canonicalUuid } from '../uuid.js';
+import { uuidArg } from '../store-rows.js';
 import { indexText } from './search-text.js';
-
-function uuidArg(field: string, value: string): string {
-  const id = canonicalUuid(value);
-  if (id === null) throw Errors.invalidArgument(field, `${field} must be a UUID`);
-  return id;
-}
 
 /** Rows per INSERT: 8 parameters each, far below PostgreSQL's 65535-parameter limit. */
 const INSERT_BATCH = 500;
@@ -49,27 +42,4 @@ export async function upsertDirective(client: pg.PoolClient, d: DirectiveRow): P
        injection_mode = excluded.injection_mode, version_id = excluded.version_id`,
     [uuidArg('org_id', d.org_id), uuidArg('agent_id', d.agent_id), d.content, d.injection_mode, d.version_id],
   );
-}
-
-/**
- * Checks one memory row: UUID ids (returned lower-case), string content/category, confidence in [0,1],
- * created_at epoch ms within the Date range.
- * @throws IbexError INVALID_ARGUMENT naming the field.
- */
-export function checkMemory(row: MemoryRow): MemoryRow {
-  if (typeof row.content !== 'string' || typeof row.category !== 'string')
-    throw Errors.invalidArgument('content', 'content and category must be strings');
-  if (!Number.isFinite(row.confidence) || row.confidence < 0 || row.confidence > 1)
-    throw Errors.invalidArgument('confidence', 'confidence must be in [0,1]');
-  if (!Number.isFinite(row.created_at) || Math.abs(row.created_at) > 8.64e15)
-    throw Errors.invalidArgument('created_at', 'created_at must be epoch ms');
-  return {
-    id: uuidArg('id', row.id),
-    org_id: uuidArg('org_id', row.org_id),
-    agent_id: uuidArg('agent_id', row.agent_id),
-    content: row.content,
-    category: row.category,
-    confidence: row.confidence,
-    created_at: Math.trunc(row.created_at),
-  };
 }

@@ -16,6 +16,7 @@
  * parenthesis can survive), joined with `or`, which `websearch_to_tsquery` reads as OR and which can
  * never raise a syntax error.
  */
+import { isContentTerm } from '../fts-query.js';
 
 const CJK = '\\p{Script=Han}\\p{Script=Hiragana}\\p{Script=Katakana}\\p{Script=Hangul}';
 /** One CJK character (the scripts written without spaces). */
@@ -31,22 +32,6 @@ export const MAX_QUERY_TERMS = 8;
 
 /** CJK query runs of up to 4 characters (3 bigrams) are searched as one phrase. */
 const MAX_PHRASE_BIGRAMS = 3;
-
-/**
- * English function words, dropped from a query unless nothing else is left: they match most of an
- * agent's memories, cost the most to rank and move the rank the least. Same list as the embedded store's
- * FTS5 query builder, so both stores search for the same terms.
- */
-const STOPWORDS = new Set(
-  (
-    'a about after all also am an and any are as at be because been before being but by can could did do ' +
-    'does doing dont for from get got had has have having he her here hers him his how i if im in into is ' +
-    'it its just let me more most my no nor not now of off oh ok okay on once only or other our ours out ' +
-    'over own so some such than that thats the their theirs them then there these they this those through ' +
-    'to too under until up very was we well were what when where which while who whom why will with would ' +
-    'yeah yes you your yours'
-  ).split(' '),
-);
 
 function bigrams(run: string): string[] {
   const chars = Array.from(run);
@@ -91,7 +76,7 @@ export function toWebSearchQuery(text: string, maxTerms = MAX_QUERY_TERMS): stri
       if (grams.length === 1) kept.add(grams[0]!);
       else if (grams.length <= MAX_PHRASE_BIGRAMS) kept.add(`"${grams.join(' ')}"`);
       else for (const g of grams) if (kept.size < maxTerms) kept.add(g);
-    } else if (!STOPWORDS.has(term) && !(term.length < 3 && /^[a-z]+$/.test(term))) {
+    } else if (isContentTerm(term)) {
       kept.add(term);
     } else if (fallback.size < maxTerms) {
       // `or` is websearch's operator: as a lone term it would be read as one, so quote fallbacks.

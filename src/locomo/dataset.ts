@@ -1,17 +1,14 @@
 /**
- * `ibex-context ingest --locomo <dir> [--db <path>] [--org <uuid>]`: loads LoCoMo conversations into
- * the embedded store (SPEC §4.3) — one org, one agent per conversation, every dialogue turn an
- * `episodic` memory `<speaker>: <text>`, every session summary a `factual` memory, one directive per
- * agent. Everything is derived deterministically (ids, confidences, timestamps), and each agent is
- * replaced as a whole, so re-running gives the same store.
- *
- * `readLocomo` is also the reader the replay tool uses (turns, sessions, agent ids, QA).
+ * The LoCoMo dataset model (SPEC §4.3; issue 14 item 4): conversations, sessions, turns and QA read from
+ * `datasets/locomo10/*.json` or upstream `locomo10.json`, with every id, confidence and timestamp derived
+ * deterministically so an import or a replay gives the same agents and memories on every run. Parsed with
+ * zod: a malformed turn or QA item is skipped, a sample without speakers or sessions is an error.
  */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { DirectiveRow, EmbeddedStore, MemoryRow } from '../../retrieval/embedded-store.js';
-import { canonicalUuid, uuidV5 } from '../../retrieval/uuid.js';
+import { z } from 'zod';
+import { uuidV5 } from '../retrieval/uuid.js';
 
 /** Default org of ingested LoCoMo agents. */
 export const LOCOMO_ORG_ID = '1b0c0e70-10c0-4c00-8a00-00000000000a';
@@ -71,21 +68,6 @@ export interface LocomoConversation {
   qa: LocomoQa[];
 }
 
-/** Ingest result, printed by the CLI. */
-export interface IngestSummary {
-  db: string;
-  org_id: string;
-  agents: {
-    agent_id: string;
-    sample_id: string;
-    file: string;
-    speakers: [string, string];
-    memories: number;
-  }[];
-  memories: number;
-  directives: number;
-}
-
 /**
  * Agent id of a LoCoMo conversation: UUIDv5(`locomo:<key>`), key = the file's stem (`/x/26.json` → `26`)
  * or a `sample_id` (`conv-26`). Pure and stable.
@@ -134,9 +116,27 @@ export function parseLocomoDate(text: string): number | null {
   return Date.UTC(Number(m[6]), month, Number(m[4]), hour, minute);
 }
 
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 const DAY_MS = 86_400_000;
+
+/** A JSON object (not an array, not null). */
+const JsonObject = z.record(z.string(), z.unknown());
+const Speakers = z.object({ speaker_a: z.string(), speaker_b: z.string() });
+const NonBlank = z.string().refine((s) => s.trim() !== '');
+/** A turn that becomes a memory; others (no speaker, blank text) are skipped. */
+const Turn = z.object({
+  speaker: z.string(),
+  text: NonBlank,
+  dia_id: z.string().optional().catch(undefined),
+  blip_caption: z.string().optional().catch(undefined),
+});
+/** A QA item; one without a question is skipped. */
+const Qa = z.object({
+  question: z.string(),
+  answer: z.unknown().optional(),
+  adversarial_answer: z.unknown().optional(),
+  evidence: z.array(z.unknown()).catch([]),
+  category: z.number().nullable().catch(null),
+});
 
 /**
  * One LoCoMo sample → conversation. Accepts the flat per-file layout of `datasets/locomo10/*.json`
@@ -145,16 +145,14 @@ const DAY_MS = 86_400_000;
  * @throws Error naming the file when speakers or sessions are missing.
  */
 export function parseLocomoSample(sample: unknown, file: string, fallbackKey: string): LocomoConversation {
-  if (!isObject(sample)) throw new Error(`${file}: not a LoCoMo sample object`);
-  const conv = isObject(sample.conversation) ? sample.conversation : sample;
-  const summaries = isObject(sample.session_summary) ? sample.session_summary : {};
-  const speakerA = conv.speaker_a;
-  const speakerB = conv.speaker_b;
-  if (typeof speakerA !== 'string' || typeof speakerB !== 'string') {
-    throw new Error(`${file}: speaker_a and speaker_b must be strings`);
-  }
-  const sampleId =
-    typeof sample.sample_id === 'string' && sample.sample_id !== '' ? sample.sample_id : fallbackKey;
+  const top = JsonObject.safeParse(sample);
+  if (!top.success) throw new Error(`${file}: not a LoCoMo sample object`);
+  const conv = JsonObject.safeParse(top.data.conversation).data ?? top.data;
+  const summaries = JsonObject.safeParse(top.data.session_summary).data ?? {};
+  const speakers = Speakers.safeParse(conv);
+  if (!speakers.success) throw new Error(`${file}: speaker_a and speaker_b must be strings`);
+  const { speaker_a: speakerA, speaker_b: speakerB } = speakers.data;
+  const sampleId = z.string().min(1).safeParse(top.data.sample_id).data ?? fallbackKey;
   const agentId = locomoAgentId(sampleId);
   const indexes = Object.keys(conv)
     .map((k) => /^session_(\d+)$/.exec(k))
@@ -167,20 +165,17 @@ export function parseLocomoSample(sample: unknown, file: string, fallbackKey: st
   const seenDia = new Map<string, number>();
   let previousStart: number | null = null;
   for (const index of indexes) {
-    const dateTime =
-      typeof conv[`session_${index}_date_time`] === 'string'
-        ? (conv[`session_${index}_date_time`] as string)
-        : '';
+    const dateTime = z.string().safeParse(conv[`session_${index}_date_time`]).data ?? '';
     // Undated sessions sit a day after the previous one (or at the epoch), keeping recency order sane.
     const startedAt: number =
       parseLocomoDate(dateTime) ?? (previousStart === null ? 0 : previousStart + DAY_MS);
     previousStart = startedAt;
     const turns: LocomoTurn[] = [];
     for (const raw of conv[`session_${index}`] as unknown[]) {
-      if (!isObject(raw)) continue;
-      const { speaker, dia_id, text } = raw;
-      if (typeof speaker !== 'string' || typeof text !== 'string' || text.trim() === '') continue;
-      let diaId = typeof dia_id === 'string' && dia_id !== '' ? dia_id : `S${index}:${turns.length + 1}`;
+      const parsed = Turn.safeParse(raw);
+      if (!parsed.success) continue;
+      const { speaker, text, dia_id, blip_caption } = parsed.data;
+      let diaId = dia_id !== undefined && dia_id !== '' ? dia_id : `S${index}:${turns.length + 1}`;
       // A repeated dia_id would silently overwrite an earlier memory; suffix it instead.
       const seen = seenDia.get(diaId) ?? 0;
       seenDia.set(diaId, seen + 1);
@@ -192,12 +187,12 @@ export function parseLocomoSample(sample: unknown, file: string, fallbackKey: st
         memoryId: uuidV5(`${agentId}:${diaId}`, LOCOMO_MEMORY_NS),
         createdAt: startedAt + turns.length * 1000,
       };
-      if (typeof raw.blip_caption === 'string' && raw.blip_caption !== '')
-        turn.imageCaption = raw.blip_caption;
+      if (blip_caption !== undefined && blip_caption !== '') turn.imageCaption = blip_caption;
       turns.push(turn);
     }
-    const summaryRaw = conv[`session_${index}_summary`] ?? summaries[`session_${index}_summary`];
-    const summary = typeof summaryRaw === 'string' && summaryRaw.trim() !== '' ? summaryRaw : null;
+    const summary =
+      NonBlank.safeParse(conv[`session_${index}_summary`] ?? summaries[`session_${index}_summary`]).data ??
+      null;
     sessions.push({
       index,
       dateTime,
@@ -207,21 +202,19 @@ export function parseLocomoSample(sample: unknown, file: string, fallbackKey: st
       summaryMemoryId: summary === null ? null : uuidV5(`${agentId}:summary:${index}`, LOCOMO_MEMORY_NS),
     });
   }
-  const qaRaw = Array.isArray(sample.qa) ? sample.qa : [];
-  const qa: LocomoQa[] = qaRaw.filter(isObject).flatMap((q) =>
-    typeof q.question === 'string'
-      ? [
-          {
-            question: q.question,
-            answer: q.answer ?? q.adversarial_answer ?? null,
-            evidence: Array.isArray(q.evidence)
-              ? q.evidence.filter((e): e is string => typeof e === 'string')
-              : [],
-            category: typeof q.category === 'number' ? q.category : null,
-          },
-        ]
-      : [],
-  );
+  const qaRaw = z.array(z.unknown()).safeParse(top.data.qa).data ?? [];
+  const qa: LocomoQa[] = qaRaw.flatMap((item) => {
+    const q = Qa.safeParse(item);
+    if (!q.success) return [];
+    return [
+      {
+        question: q.data.question,
+        answer: q.data.answer ?? q.data.adversarial_answer ?? null,
+        evidence: q.data.evidence.filter((e): e is string => typeof e === 'string'),
+        category: q.data.category,
+      },
+    ];
+  });
   return { file, sampleId, agentId, speakerA, speakerB, sessions, qa };
 }
 
@@ -255,78 +248,3 @@ export async function readLocomo(dir: string): Promise<LocomoConversation[]> {
   }
   return out;
 }
-
-/** The memories of one conversation: episodic turns and factual summaries. */
-export function locomoMemories(conv: LocomoConversation, orgId: string): MemoryRow[] {
-  const rows: MemoryRow[] = [];
-  for (const session of conv.sessions) {
-    for (const turn of session.turns) {
-      rows.push({
-        id: turn.memoryId,
-        org_id: orgId,
-        agent_id: conv.agentId,
-        content: `${turn.speaker}: ${turn.text}`,
-        category: 'episodic',
-        confidence: locomoConfidence(turn.memoryId),
-        created_at: turn.createdAt,
-      });
-    }
-    if (session.summary !== null && session.summaryMemoryId !== null) {
-      rows.push({
-        id: session.summaryMemoryId,
-        org_id: orgId,
-        agent_id: conv.agentId,
-        content: session.summary,
-        category: 'factual',
-        confidence: locomoConfidence(session.summaryMemoryId),
-        // Just after the session's last turn: a summary is written once the session is over.
-        created_at: session.startedAt + session.turns.length * 1000,
-      });
-    }
-  }
-  return rows;
-}
-
-/** The directive of one conversation's agent (mode `system_first`, deterministic version id). */
-export function locomoDirective(conv: LocomoConversation, orgId: string): DirectiveRow {
-  return {
-    org_id: orgId,
-    agent_id: conv.agentId,
-    content:
-      `You are the assistant of ${conv.speakerA} and ${conv.speakerB}. Your memories are their past ` +
-      'conversations: answer from them, say so when they do not cover the question, and never invent details.',
-    injection_mode: 'system_first',
-    version_id: uuidV5(`${conv.agentId}:directive:v1`, LOCOMO_MEMORY_NS),
-  };
-}
-
-/** Replaces each conversation's agent (memories + directive) in `store`, then merges the FTS5 index. */
-export function ingestLocomo(
-  store: EmbeddedStore,
-  conversations: readonly LocomoConversation[],
-  orgId: string,
-): IngestSummary {
-  const org = canonicalUuid(orgId);
-  if (org === null) throw new Error('org must be a UUID');
-  const summary: IngestSummary = { db: store.path, org_id: org, agents: [], memories: 0, directives: 0 };
-  for (const conv of conversations) {
-    const rows = locomoMemories(conv, org);
-    store.replaceAgent(org, conv.agentId, rows, locomoDirective(conv, org));
-    summary.agents.push({
-      agent_id: conv.agentId,
-      sample_id: conv.sampleId,
-      file: conv.file,
-      speakers: [conv.speakerA, conv.speakerB],
-      memories: rows.length,
-    });
-    summary.memories += rows.length;
-    summary.directives++;
-  }
-  // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
-  // after the import makes each search read one segment (issue 10: 460 → 340 µs a query).
-  store.optimize();
-  return summary;
-}
-
-/** The CLI entry lives in ingest-cli.ts (the command line of issue 13); re-exported for callers of this module. */
-export { run } from './ingest-cli.js';

@@ -1,0 +1,46 @@
+/**
+ * Shared by the packer tests: items as `{id, score, tokens}`, their packer input, the ids of a selection,
+ * and the brute-force optimum (SPEC §8) the properties compare with.
+ */
+import type { pack } from '../../src/pack/packer.js';
+
+export interface Item {
+  id: string;
+  score: number;
+  tokens: number;
+}
+
+export const toInput = (
+  items: readonly Item[],
+  budget: number,
+  extra: Partial<Parameters<typeof pack>[0]> = {},
+) => ({
+  ids: items.map((i) => i.id),
+  scores: Float64Array.from(items, (i) => i.score),
+  tokens: Int32Array.from(items, (i) => i.tokens),
+  budget,
+  dpCellCeiling: 437_570,
+  maxConsecutiveSkips: 5,
+  ...extra,
+});
+
+export const idsOf = (items: readonly Item[], selected: Int32Array) =>
+  Array.from(selected, (k) => items[k]!.id);
+
+/** Best total score of any subset within `budget` (SPEC §8 step 2: a budget ≤ 0 packs nothing). */
+export function bruteForce(items: readonly Item[], budget: number): number {
+  if (budget <= 0) return 0;
+  let best = 0;
+  for (let mask = 0; mask < 1 << items.length; mask++) {
+    let t = 0;
+    let s = 0;
+    for (let i = 0; i < items.length; i++) {
+      if (mask & (1 << i)) {
+        t += items[i]!.tokens;
+        s += items[i]!.score;
+      }
+    }
+    if (t <= budget && s > best) best = s;
+  }
+  return best;
+}
