@@ -65,6 +65,11 @@ export class StageReserve {
    * event loop), ms: the degraded answer starts that much after the CPU task's deadline.
    */
   readonly lateness = new RunningP99();
+  /**
+   * How far past its planned end the retrieval wall actually ended (0 when on time), ms: a busy event
+   * loop runs the wall's timer and the branches' continuations late, and the CPU stage pays for it.
+   */
+  readonly wallOverrun = new RunningP99();
 
   constructor(
     /** Floor of the CPU-stage share, ms (`IBEX_CONTEXT_CPU_STAGE_RESERVE_MS`). */
@@ -113,12 +118,22 @@ export class StageReserve {
 
   /**
    * Share of D the retrieval wall leaves to the CPU stage and the answer, ms: the measured round-trip
-   * plus the degraded reserve, at least the floor, at most half of what is left (retrieval keeps the rest).
+   * and the wall's measured overrun (event-loop delay) plus the degraded reserve, at least the floor, at most half of what is left (retrieval keeps the rest).
    * @param leftMs time until D, ms.
    * @param historyBytes UTF-8 bytes of the request's history.
    */
   cpuShareMs(leftMs: number, historyBytes = 0): number {
-    const measured = HEADROOM * this.roundTrip.p99 + this.degradedMs(historyBytes);
+    const measured = HEADROOM * (this.roundTrip.p99 + this.wallOverrun.p99) + this.degradedMs(historyBytes);
     return Math.min(Math.max(this.floorMs, measured), Math.max(this.floorMs, leftMs / 2));
+  }
+
+  /**
+   * Whether a CPU task given `cpuMs` (until its deadline) can be expected to answer: at least the measured
+   * round-trip p99 (no headroom; anything fits before the first measurement). A task that cannot is not
+   * submitted: its withdrawal would only be learnt when a timer fires, late on a busy loop, and the
+   * degraded answer that follows would then miss D (SPEC §10: never wait for a stage that cannot finish).
+   */
+  cpuStageFits(cpuMs: number): boolean {
+    return cpuMs >= this.roundTrip.p99;
   }
 }

@@ -74,4 +74,20 @@ describe('StageReserve', () => {
     expect(s.degradedTooLate(11.9, 4 * MiB)).toBe(true);
     expect(s.degradedTooLate(12, 4 * MiB)).toBe(false);
   });
+
+  it('leaves the CPU stage the wall overrun as measured (event-loop delay), capped at half of what is left', () => {
+    const r = new StageReserve(5);
+    r.roundTrip.record(10);
+    r.wallOverrun.record(4);
+    expect(r.cpuShareMs(2000)).toBe(1.5 * (10 + 4) + MIN_DEGRADED_RESERVE_MS);
+    expect(r.cpuShareMs(40)).toBe(20);
+  });
+
+  it('fits a CPU task only with at least the measured round-trip p99 (anything before a measurement)', () => {
+    const r = new StageReserve(5);
+    expect(r.cpuStageFits(0)).toBe(true);
+    r.roundTrip.record(10);
+    expect(r.cpuStageFits(9.9)).toBe(false);
+    expect(r.cpuStageFits(10)).toBe(true);
+  });
 });
