@@ -108,9 +108,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
     // pass over megabytes of history for an answer nobody will read (issue 9; SPEC §10).
     if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw Errors.deadlineExceeded();
-    const retrieval = await retrieveStage(req, ctx, shed, historyBytes);
+    const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
-    const { stage, poolReason } = await cpuStage(req, ctx, input, shed, historyBytes);
+    const { stage, poolReason } =
+      !shed && cpuStageCannotFit(ctx, input, shareMs)
+        ? { stage: null, poolReason: 'pool_deadline' }
+        : await cpuStage(req, ctx, input, shed, historyBytes);
     throwIfAborted(ctx);
     // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
     if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes))
@@ -141,9 +144,11 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     ctx: CallContext,
     shed: boolean,
     historyBytes: number,
-  ): Promise<RetrievalResult> {
-    const left = ctx.deadline - monotonicNow();
-    const wallMs = Math.max(0, Math.min(settings.wallMs, left - reserve.cpuShareMs(left, historyBytes)));
+  ): Promise<{ retrieval: RetrievalResult; shareMs: number }> {
+    const start = monotonicNow();
+    const left = ctx.deadline - start;
+    const shareMs = reserve.cpuShareMs(left, historyBytes);
+    const wallMs = Math.max(0, Math.min(settings.wallMs, left - shareMs));
     const retrieval = await retrieve(
       sources,
       {
@@ -162,6 +167,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       ctx.signal,
       settings.maxMemoryChars,
     );
+    // 0 when retrieval ended by its wall or before: only a late-running loop makes it positive.
+    reserve.wallOverrun.record(Math.max(0, monotonicNow() - start - wallMs));
     throwIfAborted(ctx);
     if (shed) {
       for (const b of retrieval.branches) {
@@ -169,7 +176,19 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       }
     }
     observer.retrieved(retrieval);
-    return retrieval;
+    return { retrieval, shareMs: Math.min(shareMs, left) };
+  }
+
+  /**
+   * Whether the CPU stage is skipped for want of time (SPEC §10, never wait for a stage that cannot
+   * finish): retrieval ended past its wall (a busy event loop) and left less than the share it was meant
+   * to, and the CPU task would get less than its measured round-trip. The call is answered L2
+   * `pool_deadline` at once from what is at hand, instead of waiting for a withdrawal that a late timer
+   * reports after D.
+   */
+  function cpuStageCannotFit(ctx: CallContext, input: CpuTaskInput, shareMs: number): boolean {
+    const now = monotonicNow();
+    return ctx.deadline - now < shareMs && !reserve.cpuStageFits(input.deadline - now);
   }
 
   /**

@@ -1,0 +1,106 @@
+/**
+ * SPEC §10 answer guarantee under load: a retrieval that ends past its wall (a busy event loop) leaves
+ * the CPU stage less than its measured round-trip. The call is then answered L2 `pool_deadline` at once,
+ * from what is at hand, instead of submitting a task whose withdrawal a late timer would report after D
+ * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps).
+ */
+import { Metadata } from '@grpc/grpc-js';
+import pino from 'pino';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { CapabilityCatalog } from '../../src/budget/catalog.js';
+import { loadSettings } from '../../src/config/settings.js';
+import { type CpuTaskInput, runCpuTask } from '../../src/pool/cpu-task.js';
+import type { CpuPool, CpuStageResult } from '../../src/pool/pool-client.js';
+import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
+import { createAssembler } from '../../src/server/assemble.js';
+import type { CallContext } from '../../src/server/call-context.js';
+import { validateAssembleRequest } from '../../src/server/validate.js';
+
+/** The injected monotonic clock: moves only when the test (or a "stalled" source) moves it. */
+const fake = vi.hoisted(() => ({ now: 1_000_000 }));
+vi.mock('../../src/util/clock.js', async (importOriginal) => {
+  const orig = await importOriginal<typeof import('../../src/util/clock.js')>();
+  const monotonicNow = () => fake.now;
+  return {
+    ...orig,
+    monotonicNow,
+    armAt: (d: number, fn: () => void, o: Parameters<typeof orig.armAt>[2] = {}) =>
+      orig.armAt(d, fn, { clock: monotonicNow, ...o }),
+  };
+});
+
+const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
+const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
+
+function setup() {
+  const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent' });
+  /** How long the next directive read "stalls" the loop, ms on the fake clock. */
+  const stall = { ms: 0 };
+  const sources = {
+    directive: {
+      get: async () => {
+        fake.now += stall.ms;
+        return null;
+      },
+      close: async () => {},
+    },
+    memory: { hot: async () => [], search: async () => [], close: async () => {} },
+    close: async () => {},
+    kind: { memory: 'embedded', directive: 'embedded' },
+  } as unknown as RetrievalSources;
+  const runs: number[] = [];
+  const pool = {
+    // A 10 ms round-trip, as measured by the assembler.
+    run: async (input: CpuTaskInput): Promise<CpuStageResult> => {
+      runs.push(fake.now);
+      return { output: runCpuTask(input), wait_us: 0, run_us: 500, round_trip_us: 10_000 };
+    },
+  } as unknown as CpuPool;
+  const assemble = createAssembler({
+    settings,
+    catalog: CapabilityCatalog.load(settings.catalogFile),
+    sources,
+    pool,
+    logger: pino({ level: 'silent' }),
+  });
+  const call = () => {
+    const ctx: CallContext = {
+      signal: new AbortController().signal,
+      deadline: fake.now + 45,
+      arrival: fake.now,
+      metadata: new Metadata(),
+    };
+    const req = validateAssembleRequest({ org_id: ORG, agent_id: AGENT, model: 'gpt-4o', query: 'q' });
+    return assemble(req, ctx);
+  };
+  return { stall, runs, call };
+}
+
+describe('assembler: retrieval wall ended late', () => {
+  afterEach(() => {
+    fake.now = 1_000_000;
+  });
+
+  it('answers L2 pool_deadline without submitting a CPU task that cannot fit the time left', async () => {
+    const { stall, runs, call } = setup();
+    // On time: the CPU stage runs and teaches its 10 ms round-trip.
+    const first = await call();
+    expect(first.level).toBe('L0');
+    expect(runs).toHaveLength(1);
+    // The loop stalls 40 of the 45 ms in retrieval: 5 ms left, the CPU task would get ≤ 2.5 ms.
+    stall.ms = 40;
+    const late = await call();
+    expect(runs).toHaveLength(1);
+    expect(late.level).toBe('L2');
+    expect(late.response.degradation.reasons).toContain('pool_deadline');
+  });
+
+  it('still submits the CPU task when retrieval left it the share it was meant to', async () => {
+    const { stall, runs, call } = setup();
+    await call();
+    stall.ms = 5; // late, but within the wall
+    const ok = await call();
+    expect(runs).toHaveLength(2);
+    expect(ok.level).toBe('L0');
+  });
+});
