@@ -131,8 +131,12 @@ export function bm25ToSimilarity(bm25: number): number {
   return x / (1 + x);
 }
 
+/**
+ * A row as the memory-wire hit shape (SPEC §4.1); `created_at` as epoch ms (SQLite) or a Date (PostgreSQL).
+ * A `null` content (over the size cap) is marked `oversize`.
+ */
 export function toHit(
-  row: MemoryDbRow,
+  row: Omit<MemoryDbRow, 'created_at'> & { created_at: number | Date },
   similarity: number,
   rank: number,
   source: StoreHit['source'],

@@ -19,8 +19,7 @@
 import pg from 'pg';
 import { Errors } from '../../errors.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
-import { checkMemory } from '../store-rows.js';
-import { canonicalUuid } from '../uuid.js';
+import { checkMemory, toHit, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { insertMemories, upsertDirective } from './pg-writes.js';
@@ -78,30 +77,6 @@ export class PgStatementTimeout extends Error {
 const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at';
 const NO_CAP = 2_147_483_647;
 
-function uuidArg(field: string, value: string): string {
-  const id = canonicalUuid(value);
-  if (id === null) throw Errors.invalidArgument(field, `${field} must be a UUID`);
-  return id;
-}
-
-function toHit(row: MemoryDbRow, similarity: number, rank: number, source: StoreHit['source']): StoreHit {
-  return {
-    memory: {
-      id: row.id,
-      org_id: row.org_id,
-      agent_id: row.agent_id,
-      content: row.content,
-      category: row.category,
-      confidence: row.confidence,
-      created_at: row.created_at.toISOString(),
-    },
-    similarity,
-    rank,
-    source,
-  };
-}
-
-/** Connection errors after which a pooled connection must not be reused. */
 function isBroken(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
   if (typeof code === 'string' && (code.startsWith('57P') || code.startsWith('08') || code.startsWith('E')))
