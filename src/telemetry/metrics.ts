@@ -6,6 +6,8 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { PoolStats } from '../pool/pool-stats.js';
+import type { StoreReadStats } from '../retrieval/store-reader.js';
 
 /** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
 const LATENCY_BUCKETS = [
@@ -17,26 +19,22 @@ const POOL_BUCKETS = [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0
  * Pool figures read at scrape time (the pool's `stats()`). The task counts are the pool's own (issue 11
  * item 6): only it knows whether a deadline withdrew a queued task or abandoned a running one.
  */
-export interface PoolGaugeSource {
-  queueSize: number;
-  utilization: number;
-  threads: number;
-  /** Max threads (tasks that can run at once). */
-  capacity: number;
-  /** Tasks that may wait before the pool answers saturated. */
-  maxQueue: number;
-  completed: number;
-  withdrawn: number;
-  abandoned: number;
-  rejected: number;
-  failed: number;
-}
+export type PoolGaugeSource = Pick<
+  PoolStats,
+  | 'queueSize'
+  | 'utilization'
+  | 'threads'
+  | 'capacity'
+  | 'maxQueue'
+  | 'completed'
+  | 'withdrawn'
+  | 'abandoned'
+  | 'rejected'
+  | 'failed'
+>;
 
 /** Store-read thread figures read at scrape time (`PooledStoreReads.stats()`). */
-export interface StoreReadGaugeSource {
-  queueSize: number;
-  busyRejections: number;
-}
+export type StoreReadGaugeSource = StoreReadStats;
 
 /** `version` of the package.json above this module, or `unknown`. */
 function packageVersion(): string {
