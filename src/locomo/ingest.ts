@@ -104,14 +104,23 @@ export function planLocomoImport(
   return { org, agents, summary };
 }
 
-/** Replaces each conversation's agent (memories + directive) in `store`, then merges the FTS5 index. */
+/**
+ * Replaces each conversation's agent (memories + directive) in `store`, then merges the FTS5 index.
+ * @param onAgent called after each agent is written: agents done, agents in all, memories written so far.
+ */
 export function ingestLocomo(
   store: EmbeddedStore,
   conversations: readonly LocomoConversation[],
   orgId: string,
+  onAgent?: (done: number, total: number, memories: number) => void,
 ): IngestSummary {
   const { org, agents, summary } = planLocomoImport(conversations, orgId, store.path);
-  for (const a of agents) store.replaceAgent(org, a.agentId, a.memories, a.directive);
+  let memories = 0;
+  for (const [i, a] of agents.entries()) {
+    store.replaceAgent(org, a.agentId, a.memories, a.directive);
+    memories += a.memories.length;
+    onAgent?.(i + 1, agents.length, memories);
+  }
   // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
   // after the import makes each search read one segment (issue 10: 460 → 340 µs a query).
   store.optimize();

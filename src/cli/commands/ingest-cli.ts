@@ -93,23 +93,15 @@ export async function run(argv: string[]): Promise<number> {
   try {
     const conversations = await readLocomo(locomo);
     store = EmbeddedStore.open(db);
-    // One conversation at a time, so a terminal sees progress; the summary is the same as one call's.
-    let summary: IngestSummary | undefined;
-    for (const [i, conv] of conversations.entries()) {
-      const one = ingestLocomo(store, [conv], org);
-      if (summary === undefined) summary = one;
-      else {
-        summary.agents.push(...one.agents);
-        summary.memories += one.memories;
-        summary.directives += one.directives;
-      }
-      if (tty) {
-        process.stderr.write(
-          `\r\x1b[2Kingest ${i + 1}/${conversations.length} conversations, ${summary.memories} memories`,
-        );
-      }
-    }
-    summary ??= ingestLocomo(store, [], org);
+    const summary = ingestLocomo(
+      store,
+      conversations,
+      org,
+      tty
+        ? (done, total, memories) =>
+            process.stderr.write(`\r\x1b[2Kingest ${done}/${total} conversations, ${memories} memories`)
+        : undefined,
+    );
     if (tty) process.stderr.write('\r\x1b[2K');
     process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
     return 0;
