@@ -14,6 +14,7 @@ import http2 from 'node:http2';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { ASSEMBLE_METHOD } from '../src/client/context-client.js';
+import { grpcFrame } from '../src/client/grpc-frames.js';
 import { runLoad } from '../src/client/load-driver.js';
 import type { TransportName } from '../src/client/load-transport.js';
 import { syntheticSource } from '../src/client/request-source.js';
@@ -46,11 +47,7 @@ function cannedFrame(): Buffer {
     score_schema: 'interim_v1',
     degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
   } as unknown as AssembleContextResponse;
-  const body = ASSEMBLE_METHOD.responseSerialize(res) as Buffer;
-  const frame = Buffer.alloc(5 + body.length);
-  frame.writeUInt32BE(body.length, 1);
-  body.copy(frame, 5);
-  return frame;
+  return grpcFrame(ASSEMBLE_METHOD.responseSerialize(res) as Buffer);
 }
 
 /** Child side: serve the canned answer on 127.0.0.1, port 0, and tell the parent the port. */

@@ -39,7 +39,7 @@ async function main(): Promise<void> {
       connections,
       timeoutMs: DEADLINE_MS,
       source: data.source,
-      channelOptions: tracker.channelOptions,
+      onCall: tracker.onCall,
     });
     tracker.pause();
     const after = await snapshot(service);

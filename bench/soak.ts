@@ -103,7 +103,7 @@ async function main(): Promise<void> {
         connections,
         timeoutMs: DEADLINE_MS,
         source: data.source,
-        channelOptions: tracker.channelOptions,
+        onCall: tracker.onCall,
       });
     } finally {
       clearInterval(sampler);

@@ -8,7 +8,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ASSEMBLE_PATH, encodeRequestFrame } from '../../src/client/raw-grpc.js';
+import { ASSEMBLE_PATH, encodeRequestFrame } from '../../src/client/grpc-frames.js';
 import type { AssembleContextRequestInput } from '../../src/server/proto.js';
 import { readThreads } from './thread-cpu.js';
 

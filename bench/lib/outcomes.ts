@@ -2,29 +2,27 @@
  * Per-call outcomes seen by the client (issue 6): each call's status, who decided it and when, against the
  * caller's deadline, in one tally for the run and one per window.
  */
-import { type ChannelOptions, InterceptingCall, type Interceptor, status } from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
 import { build, type Histogram } from 'hdr-histogram-js';
 import { statusName } from '../../src/client/cli-options.js';
-import { LEVEL_HEADER } from '../../src/wire-headers.js';
+import type { LoadCall } from '../../src/client/load-types.js';
+import type { CallEnd } from '../../src/client/raw-grpc.js';
 
 /** Who decided a call's final status. */
 export type Decider = 'ok' | 'service' | 'server_transport' | 'client' | 'connection';
 
 /**
- * Classifies a final status. The service's own deadline answer carries `deadline exceeded` (errors.ts);
- * grpc-js's server timer `Deadline exceeded`; the client's own timer `Deadline exceeded after …`; a call
- * that never reached a server (refused, no connection) `UNAVAILABLE` with a connection detail.
+ * Classifies a final status by its code and what ended the call (raw-grpc `CallEnd`), never by its text
+ * (issue 14 item 7): our own timer or cancel ⇒ `client`; no usable connection ⇒ `connection`; a stream
+ * the server ended without a gRPC status ⇒ `server_transport`; any status the server sent ⇒ `service`.
+ * The service's deadline answer and grpc-js's server deadline timer look the same on the wire (a
+ * trailers-only DEADLINE_EXCEEDED from one event loop): both are the server's, split by when they came.
  */
-export function deciderOf(code: number, details: string): Decider {
+export function deciderOf(code: number, end: CallEnd): Decider {
   if (code === status.OK) return 'ok';
-  if (code === status.DEADLINE_EXCEEDED) {
-    if (details === 'deadline exceeded') return 'service';
-    if (details.startsWith('Deadline exceeded after')) return 'client';
-    return 'server_transport';
-  }
-  if (code === status.UNAVAILABLE && /No connection established|ECONNREFUSED|ECONNRESET/.test(details))
-    return 'connection';
-  if (code === status.CANCELLED) return 'client';
+  if (end === 'timer' || end === 'cancel') return 'client';
+  if (end === 'connection') return 'connection';
+  if (end === 'stream') return 'server_transport';
   return 'service';
 }
 
@@ -38,7 +36,10 @@ export interface Tally {
   ok: number;
   levels: { L0: number; L1: number; L2: number; missing: number };
   errors: Record<string, number>;
-  /** DEADLINE_EXCEEDED split by who decided it (and, for the service, whether it was on time). */
+  /**
+   * DEADLINE_EXCEEDED split by who decided it (and, for the server, whether it came by the caller's
+   * deadline + margin); `server_transport` counts streams the server ended without a status.
+   */
   deadline_exceeded: {
     service_before_deadline: number;
     service_late: number;
@@ -77,9 +78,8 @@ export interface TrackerOptions {
 }
 
 /**
- * Records every call made on channels created with its `channelOptions` (grpc-js takes client
- * interceptors from the client options, so `runLoad` passes them through): one tally for the run and one
- * per window of `windowMs` by send time, window 0 starting at the first send after `reset()`.
+ * Records every call of a `runLoad` run given its `onCall`: one tally for the run and one per window of
+ * `windowMs` by send time, window 0 starting at the first send after `reset()`.
  */
 export function outcomeTracker(opts: TrackerOptions) {
   const margin = opts.marginMs ?? 2;
@@ -90,65 +90,45 @@ export function outcomeTracker(opts: TrackerOptions) {
   let windows: Tally[] = [];
   let recording = true;
 
-  const record = (sentAt: number, doneAt: number, code: number, details: string, level: string) => {
-    if (!recording) return;
-    const w = Math.max(0, Math.floor((sentAt - t0) / windowMs));
-    while (windows.length <= w) windows.push(newTally());
-    const latencyMs = doneAt - sentAt;
-    const decider = deciderOf(code, details);
-    for (const t of [total, windows[w]!]) {
-      if (decider === 'service' || decider === 'server_transport' || decider === 'ok') {
-        t.answered++;
-        if (latencyMs <= opts.deadlineMs + margin) t.within++;
-        t.hist.recordValue(Math.max(1, Math.round(latencyMs * 1000)));
-      }
-      if (code === status.OK) {
-        t.ok++;
-        if (level === 'L0' || level === 'L1' || level === 'L2') t.levels[level]++;
-        else t.levels.missing++;
-        continue;
-      }
-      const name = statusName(code);
-      t.errors[name] = (t.errors[name] ?? 0) + 1;
-      if (code === status.DEADLINE_EXCEEDED) {
-        const d = t.deadline_exceeded;
-        if (decider === 'service') {
-          if (latencyMs <= opts.deadlineMs + margin) d.service_before_deadline++;
-          else d.service_late++;
-        } else if (decider === 'client') d.client_timeout++;
-        else d.server_transport++;
-      }
+  const count = (t: Tally, c: LoadCall, decider: Decider, latencyMs: number) => {
+    t.sent++;
+    if (decider === 'service' || decider === 'server_transport' || decider === 'ok') {
+      t.answered++;
+      if (latencyMs <= opts.deadlineMs + margin) t.within++;
+      t.hist.recordValue(Math.max(1, Math.round(latencyMs * 1000)));
     }
+    if (c.code === status.OK) {
+      t.ok++;
+      const level = c.level;
+      if (level === 'L0' || level === 'L1' || level === 'L2') t.levels[level]++;
+      else t.levels.missing++;
+      return;
+    }
+    const name = statusName(c.code);
+    t.errors[name] = (t.errors[name] ?? 0) + 1;
+    if (c.code !== status.DEADLINE_EXCEEDED) return;
+    const d = t.deadline_exceeded;
+    if (decider === 'service') {
+      if (latencyMs <= opts.deadlineMs + margin) d.service_before_deadline++;
+      else d.service_late++;
+    } else if (decider === 'client') d.client_timeout++;
+    else d.server_transport++;
   };
 
-  const interceptor: Interceptor = (options, nextCall) => {
-    const sentAt = performance.now();
-    if (Number.isNaN(t0)) t0 = sentAt;
-    if (recording) {
-      const w = Math.max(0, Math.floor((sentAt - t0) / windowMs));
-      while (windows.length <= w) windows.push(newTally());
-      total.sent++;
-      windows[w]!.sent++;
-    }
-    let level = '';
-    return new InterceptingCall(nextCall(options), {
-      start(metadata, _listener, next) {
-        next(metadata, {
-          onReceiveMetadata(md, nextMetadata) {
-            level = String(md.get(LEVEL_HEADER)[0] ?? '');
-            nextMetadata(md);
-          },
-          onReceiveStatus(st, nextStatus) {
-            record(sentAt, performance.now(), st.code, st.details, level);
-            nextStatus(st);
-          },
-        });
-      },
-    });
+  const onCall = (c: LoadCall) => {
+    if (!recording) return;
+    if (Number.isNaN(t0)) t0 = c.sentAt;
+    const w = Math.max(0, Math.floor((c.sentAt - t0) / windowMs));
+    while (windows.length <= w) windows.push(newTally());
+    const decider = deciderOf(c.code, c.end);
+    const latencyMs = c.doneAt - c.sentAt;
+    count(total, c, decider, latencyMs);
+    count(windows[w]!, c, decider, latencyMs);
   };
 
   return {
-    channelOptions: { interceptors: [interceptor] } as ChannelOptions,
+    /** Pass as `runLoad`'s `onCall`. */
+    onCall,
     /** Starts afresh (drops what was recorded) and restarts the windows' clock. */
     reset() {
       total = newTally();

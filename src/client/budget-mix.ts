@@ -9,7 +9,8 @@
  */
 import type { AssembleContextRequestInput } from '../server/proto.js';
 import type { ConnectionOptions } from './context-client.js';
-import { encodeRequestFrame, RawChannel, summarizeResponse } from './raw-grpc.js';
+import { encodeRequestFrame, summarizeResponse } from './grpc-frames.js';
+import { RawChannel, type RawOutcome } from './raw-grpc.js';
 import { type RequestSource, seededRandom } from './request-source.js';
 import { medianOfSorted } from './stats.js';
 
@@ -58,10 +59,9 @@ export async function probeCandidateTokens(
       const seen: number[] = [];
       for (const req of list) {
         const tokens = await new Promise<number>((resolve) => {
-          channel.call(encodeRequestFrame(req), { timeoutMs, keepBody: true }, (o) => {
-            if (o.code !== 0 || o.body === null) resolve(0);
-            else resolve(summarizeResponse(o.body).candidateTokens);
-          });
+          const done = (o: RawOutcome) =>
+            resolve(o.code !== 0 || o.body === null ? 0 : summarizeResponse(o.body).candidateTokens);
+          channel.call(encodeRequestFrame(req), { timeoutMs, keepBody: true }, { done });
         });
         if (tokens > 0) seen.push(tokens);
       }

@@ -144,32 +144,33 @@ export function unavailableCause(details: string): string {
 export type DeadlineSide = 'client' | 'server';
 
 /**
- * Tells whose deadline fired (issue 13). grpc-js reports the caller's own deadline as
- * `Deadline exceeded…` (its client timer: `Deadline exceeded after <t>s, …`; its server enforcing the
- * propagated grpc-timeout: `Deadline exceeded`). The service answers `deadline exceeded` when its
- * deadline D passed — D is the sooner of its cap (IBEX_CONTEXT_TIMEOUT, SPEC §10) and the caller's
- * deadline — so that text is the caller's when the call lasted about its timeout (`elapsedMs` ≥ 90 % of
- * `timeoutMs`), else the server's cap. Without timings it is taken as the server's.
+ * Tells whose deadline ended a DEADLINE_EXCEEDED call (issue 13), from facts, never from status text
+ * (issue 14 item 7). The caller's own timer fired (`ownTimer`), or the call lasted about the caller's
+ * timeout (`elapsedMs` ≥ 90 % of `timeoutMs`: grpc-js's client timer, or the server enforcing the
+ * deadline the caller sent) ⇒ `client`. A call that ended well before it met the service's own cap
+ * (IBEX_CONTEXT_TIMEOUT, SPEC §10: D is the sooner of the cap and the caller's deadline) ⇒ `server`.
+ * Without timings ⇒ `client` (a health check: no server cap applies to it).
  */
-export function deadlineSide(details: string, elapsedMs?: number, timeoutMs?: number): DeadlineSide {
-  if (details.startsWith('Deadline exceeded')) return 'client';
-  if (elapsedMs !== undefined && timeoutMs !== undefined && elapsedMs >= 0.9 * timeoutMs) return 'client';
-  return 'server';
+export function deadlineSide(elapsedMs?: number, timeoutMs?: number, ownTimer = false): DeadlineSide {
+  if (ownTimer || elapsedMs === undefined || timeoutMs === undefined) return 'client';
+  return elapsedMs >= 0.9 * timeoutMs ? 'client' : 'server';
 }
 
 /**
  * Key of a non-OK status in an error breakdown: the code name, with DEADLINE_EXCEEDED split into
  * `DEADLINE_EXCEEDED (client --timeout)` and `DEADLINE_EXCEEDED (server cap)` by {@link deadlineSide}.
  * @param elapsedMs how long the call took, ms (from its send); with `timeoutMs`, the client's deadline.
+ * @param ownTimer the caller's own deadline timer ended the call (raw-grpc `CallEnd` `timer`).
  */
 export function errorKey(
-  st: Pick<StatusObject, 'code' | 'details'>,
+  st: Pick<StatusObject, 'code'>,
   elapsedMs?: number,
   timeoutMs?: number,
+  ownTimer = false,
 ): string {
   const name = statusName(st.code);
   if (st.code !== status.DEADLINE_EXCEEDED) return name;
-  return deadlineSide(st.details, elapsedMs, timeoutMs) === 'client'
+  return deadlineSide(elapsedMs, timeoutMs, ownTimer) === 'client'
     ? `${name} (client --timeout)`
     : `${name} (server cap)`;
 }
@@ -187,7 +188,7 @@ export function describeStatus(
   const name = statusName(st.code);
   if (st.code === status.UNAVAILABLE) return unreachableMessage(addr, unavailableCause(st.details));
   if (st.code === status.DEADLINE_EXCEEDED) {
-    return deadlineSide(st.details, elapsedMs, timeoutMs) === 'client'
+    return deadlineSide(elapsedMs, timeoutMs) === 'client'
       ? `${name}: the client's deadline (--timeout ${timeoutMs} ms) passed before the answer came`
       : `${name}: the service's deadline (its IBEX_CONTEXT_TIMEOUT cap) passed first: ${st.details}`;
   }

@@ -6,7 +6,8 @@
  * response bytes only when asked.
  */
 
-import { type Client, type ClientUnaryCall, Metadata, type StatusObject } from '@grpc/grpc-js';
+import { performance } from 'node:perf_hooks';
+import { type Client, type ClientUnaryCall, Metadata, type StatusObject, status } from '@grpc/grpc-js';
 import type { AssembleContextRequestInput } from '../server/proto.js';
 import { LEVEL_HEADER } from '../wire-headers.js';
 import {
@@ -17,13 +18,11 @@ import {
   type UnaryMethod,
   waitForReady,
 } from './context-client.js';
-import { frameCache, type RawCall, RawChannel, type RawOutcome, summarizeResponse } from './raw-grpc.js';
+import { frameCache, summarizeResponse } from './grpc-frames.js';
+import { type CallEnd, type CallSink, type RawCall, RawChannel, type RawOutcome } from './raw-grpc.js';
 
 /** Transport names accepted by `load --transport`. */
 export type TransportName = 'h2' | 'grpc-js';
-
-/** A call in flight; see {@link RawCall}. */
-export type DriverCall = RawCall;
 
 /** `connections` independent connections to one service. */
 export interface DriverTransport {
@@ -33,7 +32,7 @@ export interface DriverTransport {
   /** Encodes `requests` ahead of the run where the transport sends pre-encoded frames. */
   prepare(requests: readonly AssembleContextRequestInput[]): void;
   /**
-   * Starts one call on connection `conn` (0-based); `done` runs exactly once.
+   * Starts one call on connection `conn` (0-based); `sink.done` runs exactly once, never inside `call`.
    * @param timeoutMs sent as the call's deadline, ms.
    */
   call(
@@ -41,8 +40,8 @@ export interface DriverTransport {
     req: AssembleContextRequestInput,
     timeoutMs: number,
     keepBody: boolean,
-    done: (o: RawOutcome) => void,
-  ): DriverCall;
+    sink: CallSink,
+  ): RawCall;
   close(): void;
 }
 
@@ -64,8 +63,8 @@ function h2Transport(conn: ConnectionOptions, connections: number): DriverTransp
       await Promise.all(channels.map((c) => c.ready(conn.addr, timeoutMs)));
     },
     prepare: (requests) => frameOf.prepare(requests),
-    call: (i, req, timeoutMs, keepBody, done) =>
-      channels[i]!.call(frameOf(req), { timeoutMs, keepBody }, done),
+    call: (i, req, timeoutMs, keepBody, sink) =>
+      channels[i]!.call(frameOf(req), { timeoutMs, keepBody }, sink),
     close: () => {
       for (const c of channels) c.close();
     },
@@ -88,14 +87,15 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
       await Promise.all(clients.map((c) => waitForReady(c, conn.addr, timeoutMs)));
     },
     prepare: () => {},
-    call: (i, req, timeoutMs, keepBody, done) => {
+    call: (i, req, timeoutMs, keepBody, sink) => {
       let ended = false;
       let body: Buffer | null = null;
       let level = '';
-      const finish = (code: number, details: string) => {
+      const sentAt = performance.now();
+      const finish = (code: number, details: string, end: CallEnd) => {
         if (ended) return;
         ended = true;
-        done({ code, details, level, bytes: body?.length ?? 0, body: keepBody ? body : null });
+        sink.done({ code, details, end, level, bytes: body?.length ?? 0, body: keepBody ? body : null });
       };
       const call: ClientUnaryCall = clients[i]!.makeUnaryRequest(
         method.path,
@@ -113,18 +113,36 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
         if (typeof v === 'string') level = v;
       });
       // grpc-js calls the callback before emitting `status`, so the body is known here.
-      call.on('status', (st: StatusObject) => finish(st.code, st.details));
+      call.on('status', (st: StatusObject) =>
+        finish(st.code, st.details, grpcJsEnd(st.code, performance.now() - sentAt, timeoutMs)),
+      );
+      const abandon = (code: number, details: string, end: CallEnd) => {
+        finish(code, details, end);
+        call.cancel();
+      };
       return {
-        expire: (code = 4, details = `Deadline exceeded after ${timeoutMs} ms (driver)`) => {
-          finish(code, details);
-          call.cancel();
-        },
+        expire: () =>
+          abandon(status.DEADLINE_EXCEEDED, `Deadline exceeded after ${timeoutMs} ms (driver)`, 'timer'),
+        cancel: () => abandon(status.CANCELLED, 'cancelled by the driver at the end of the run', 'cancel'),
       };
     },
     close: () => {
       for (const c of clients) c.close();
     },
   };
+}
+
+/**
+ * What ended a grpc-js call, from the facts grpc-js leaves (it does not say which side made a status):
+ * DEADLINE_EXCEEDED once the caller's timeout had passed is the caller's deadline, whichever timer
+ * fired; UNAVAILABLE never comes from the service (src/errors.ts maps no error to it), so it is the
+ * connection; CANCELLED we did not ask for is a reset stream; anything else the server sent.
+ */
+function grpcJsEnd(code: number, elapsedMs: number, timeoutMs: number): CallEnd {
+  if (code === status.DEADLINE_EXCEEDED && elapsedMs >= timeoutMs) return 'timer';
+  if (code === status.UNAVAILABLE) return 'connection';
+  if (code === status.CANCELLED) return 'stream';
+  return 'server';
 }
 
 /** What the driver reads from one OK answer. */

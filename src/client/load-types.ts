@@ -4,6 +4,7 @@
  */
 import type { ConnectionOptions } from './context-client.js';
 import type { TransportName } from './load-transport.js';
+import type { RawOutcome } from './raw-grpc.js';
 import { type RequestSource, syntheticSource } from './request-source.js';
 import type { SampleStats } from './stats.js';
 
@@ -47,6 +48,23 @@ export interface LoadOptions extends ConnectionOptions {
    * packing counters are read from the bytes). Costs the driver CPU; for correctness runs, not figures.
    */
   verify?: boolean;
+  /**
+   * Sees every call of the run as it ends, warmup included (benches tally outcomes per window with it,
+   * bench/lib/outcomes.ts). Runs on the driver's event loop, once per call: keep it cheap.
+   */
+  onCall?: (call: LoadCall) => void;
+}
+
+/**
+ * One ended call as {@link LoadOptions.onCall} sees it: the transport's outcome (status, what ended it,
+ * level, bytes) with its times, `performance.now()` ms. `body` is null unless the run keeps bodies.
+ */
+export interface LoadCall extends RawOutcome {
+  /** When it actually went out. */
+  sentAt: number;
+  doneAt: number;
+  /** False for warmup calls. */
+  measured: boolean;
 }
 
 /** A snapshot while the run is going. */
@@ -63,6 +81,18 @@ export interface LoadProgress {
   inFlight: number;
   /** Answers per second over the last progress interval (warmup included). */
   recentRps: number;
+}
+
+/** The run's phases, `performance.now()` ms, and its bound on measured requests. */
+export interface LoadPhases {
+  /** Start of the run (warmup included). */
+  t0: number;
+  /** Start of the measured phase. */
+  measureStart: number;
+  /** End of the measured phase. */
+  endAt: number;
+  /** Stop once this many measured requests were sent (Infinity: no bound). */
+  maxRequests: number;
 }
 
 /** Latency summary in ms (µs precision: 3 decimals). */
@@ -189,6 +219,9 @@ function positive(name: string, value: number, integer: boolean): number {
   }
   return value;
 }
+
+/** {@link LoadOptions} with defaults applied and checked ({@link resolveLoadOptions}). */
+export type ResolvedLoadOptions = ReturnType<typeof resolveLoadOptions>;
 
 /**
  * {@link LoadOptions} with defaults applied and checked.

@@ -3,21 +3,15 @@
  * `node:http2` session per connection, without a grpc-js client. A grpc-js call costs the driver about
  * 0.4–1.7 ms CPU (channel, filters, Metadata objects, protobuf both ways); here a call is one HTTP/2
  * stream: headers, one DATA frame written from a cached buffer, the status read from the trailers and the
- * level from the response headers. The body is decoded only on request ({@link summarizeResponse} walks
- * the protobuf bytes for a few counters without building the response object).
+ * level from the response headers, the response body kept only when asked (grpc-frames.ts reads it).
+ * Each call's end says what ended it ({@link CallEnd}), so callers never read status text.
  */
 
 import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { performance } from 'node:perf_hooks';
-import protobuf from 'protobufjs';
-import type { AssembleContextRequestInput } from '../server/proto.js';
 import { LEVEL_HEADER } from '../wire-headers.js';
-import { ASSEMBLE_METHOD, type ConnectionOptions } from './context-client.js';
-
-const { Reader } = protobuf;
-
-/** HTTP/2 path of AssembleContext (SPEC §2). */
-export const ASSEMBLE_PATH = ASSEMBLE_METHOD.path;
+import type { ConnectionOptions } from './context-client.js';
+import { ASSEMBLE_PATH } from './grpc-frames.js';
 
 /** gRPC status codes used by the transport itself. */
 const CANCELLED = 1;
@@ -27,53 +21,24 @@ const UNAVAILABLE = 14;
 const INTERNAL = 13;
 
 /**
- * One request as it goes on the wire: the 5-byte gRPC message prefix (uncompressed flag + big-endian
- * length) and the protobuf bytes.
+ * What ended a call, as the transport saw it. Callers classify outcomes by this and the status code,
+ * never by status text (issue 14 item 7).
+ * - `server`: the server sent a grpc-status (in the trailers, or a trailers-only answer);
+ * - `timer`: the caller's own deadline timer ({@link RawCall.expire});
+ * - `cancel`: the caller gave up on the call ({@link RawCall.cancel}, the end of a load run);
+ * - `connection`: no usable connection: never connected, lost, refused stream or GOAWAY;
+ * - `stream`: the stream ended without a grpc-status (reset by the server, or a malformed answer).
  */
-export function encodeRequestFrame(req: AssembleContextRequestInput): Buffer {
-  const body = ASSEMBLE_METHOD.requestSerialize(req);
-  const frame = Buffer.allocUnsafe(5 + body.length);
-  frame[0] = 0;
-  frame.writeUInt32BE(body.length, 1);
-  body.copy(frame, 5);
-  return frame;
-}
-
-/** Frames of every request object encoded so far in this process (the objects own them: a WeakMap). */
-const FRAMES = new WeakMap<object, Buffer>();
-
-/**
- * {@link encodeRequestFrame} cached by request object: sources hand out the same objects again, so each
- * distinct request is encoded once per process, not once per run (bench steps reuse one source).
- */
-export function frameCache(): FrameCache {
-  const cache = FRAMES;
-  const frameOf = (req: AssembleContextRequestInput) => {
-    let frame = cache.get(req);
-    if (frame === undefined) {
-      frame = encodeRequestFrame(req);
-      cache.set(req, frame);
-    }
-    return frame;
-  };
-  return Object.assign(frameOf, {
-    prepare: (requests: readonly AssembleContextRequestInput[]) => {
-      for (const r of requests) frameOf(r);
-    },
-  });
-}
-
-/** {@link frameCache}'s lookup, plus `prepare` to encode a known list up front (outside the measurement). */
-export type FrameCache = ((req: AssembleContextRequestInput) => Buffer) & {
-  prepare(requests: readonly AssembleContextRequestInput[]): void;
-};
+export type CallEnd = 'server' | 'timer' | 'cancel' | 'connection' | 'stream';
 
 /** The end of one raw call. `body` is the response message without its prefix (null when none). */
 export interface RawOutcome {
   /** gRPC status code (0 = OK). */
   code: number;
-  /** `grpc-message`, percent-decoded ('' when absent). */
+  /** `grpc-message`, percent-decoded, or the transport's own words ('' when absent). For people only. */
   details: string;
+  /** What ended the call. */
+  end: CallEnd;
   /** `x-ibex-context-level` from the response headers (or a trailers-only answer), '' when absent. */
   level: string;
   /** Response bytes received as DATA (prefix included). */
@@ -90,10 +55,18 @@ export interface RawCallOptions {
   keepBody: boolean;
 }
 
-/** A call in flight. */
+/** Receives the end of a call: an object, so a caller that tracks calls needs no closure per call. */
+export interface CallSink {
+  /** Runs exactly once per call, never inside {@link RawChannel.call}. */
+  done(outcome: RawOutcome): void;
+}
+
+/** A call in flight. Both methods are no-ops once the call has ended. */
 export interface RawCall {
-  /** Ends the call now with DEADLINE_EXCEEDED (or `code`) and resets the stream; no-op once ended. */
-  expire(code?: number, details?: string): void;
+  /** The caller's deadline passed: ends the call DEADLINE_EXCEEDED (`end: 'timer'`), resets the stream. */
+  expire(): void;
+  /** The caller gives up: ends the call CANCELLED (`end: 'cancel'`), resets the stream. */
+  cancel(): void;
 }
 
 function decodeGrpcMessage(raw: unknown): string {
@@ -112,6 +85,13 @@ function headerString(v: string | string[] | undefined): string {
 /** After a lost connection, at most one reconnect attempt per this many ms (calls in between fail fast). */
 const RECONNECT_MS = 100;
 
+/**
+ * Receive windows, bytes: the defaults (64 KiB) make the client send a WINDOW_UPDATE every few 13 KB
+ * answers; a large window cuts those writes to one per many calls (issue 10: the driver's CPU per call).
+ */
+const STREAM_WINDOW = 1 << 20;
+const SESSION_WINDOW = 16 << 20;
+
 /** HTTP/2 RST_STREAM codes with a gRPC meaning (gRPC over HTTP/2, "Errors"). */
 const RST_REFUSED_STREAM = 7;
 const RST_CANCEL = 8;
@@ -126,6 +106,97 @@ const CONNECTION_ERRORS = new Set([
   // A stream still pending when its session failed to connect: never sent.
   'ERR_HTTP2_STREAM_CANCEL',
 ]);
+
+/** Where a stream's listeners (shared functions, not closures per call) find their call. */
+const CALL = Symbol('rawCall');
+type CallStream = ClientHttp2Stream & { [CALL]: H2Call };
+
+/** One call's state; the stream's listeners below end it through {@link H2Call.finish}. */
+class H2Call implements RawCall {
+  ended = false;
+  level = '';
+  bytes = 0;
+  chunks: Buffer[] | null;
+  stream: ClientHttp2Stream | null = null;
+
+  constructor(
+    private readonly timeoutMs: number,
+    keepBody: boolean,
+    private readonly sink: CallSink,
+  ) {
+    this.chunks = keepBody ? [] : null;
+  }
+
+  finish(code: number, details: string, end: CallEnd): void {
+    if (this.ended) return;
+    this.ended = true;
+    const chunks = this.chunks;
+    let body: Buffer | null = null;
+    if (chunks !== null && chunks.length > 0) {
+      const all = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      // One unary response: one length-prefixed message.
+      if (all.length >= 5) body = all.subarray(5, 5 + all.readUInt32BE(1));
+    }
+    this.chunks = null;
+    this.sink.done({ code, details, end, level: this.level, bytes: this.bytes, body });
+  }
+
+  expire(): void {
+    // Worded like grpc-js's client timer; the words are for people, `end` is for code.
+    this.abandon(DEADLINE_EXCEEDED, `Deadline exceeded after ${this.timeoutMs} ms (driver)`, 'timer');
+  }
+
+  cancel(): void {
+    this.abandon(CANCELLED, 'cancelled by the driver at the end of the run', 'cancel');
+  }
+
+  /** Ends a call that cannot start, on the next turn of the loop (see {@link RawChannel.call}). */
+  failSoon(details: string): this {
+    setImmediate(() => this.finish(UNAVAILABLE, details, 'connection'));
+    return this;
+  }
+
+  private abandon(code: number, details: string, end: CallEnd): void {
+    if (this.ended) return;
+    this.finish(code, details, end);
+    const s = this.stream;
+    if (s !== null && !s.destroyed) s.close(http2.constants.NGHTTP2_CANCEL);
+  }
+}
+
+function onResponse(this: CallStream, headers: http2.IncomingHttpHeaders): void {
+  const c = this[CALL];
+  c.level = headerString(headers[LEVEL_HEADER]);
+  // A trailers-only answer (errors) carries the status in the headers.
+  const st = headers['grpc-status'];
+  if (st !== undefined)
+    c.finish(Number(headerString(st)), decodeGrpcMessage(headers['grpc-message']), 'server');
+}
+
+function onData(this: CallStream, chunk: Buffer): void {
+  const c = this[CALL];
+  c.bytes += chunk.length;
+  c.chunks?.push(chunk);
+}
+
+function onTrailers(this: CallStream, trailers: http2.IncomingHttpHeaders): void {
+  const st = trailers['grpc-status'];
+  if (st === undefined) this[CALL].finish(UNKNOWN, 'no grpc-status in the trailers', 'stream');
+  else this[CALL].finish(Number(headerString(st)), decodeGrpcMessage(trailers['grpc-message']), 'server');
+}
+
+function onError(this: CallStream, err: NodeJS.ErrnoException): void {
+  const lost = CONNECTION_ERRORS.has(err.code ?? '') || this.rstCode === RST_REFUSED_STREAM;
+  if (lost) this[CALL].finish(UNAVAILABLE, `connection lost: ${err.message}`, 'connection');
+  else this[CALL].finish(INTERNAL, `stream error: ${err.message}`, 'stream');
+}
+
+function onClose(this: CallStream): void {
+  const rst = this.rstCode ?? 0;
+  const c = this[CALL];
+  if (rst === RST_REFUSED_STREAM) c.finish(UNAVAILABLE, `stream refused (rst ${rst})`, 'connection');
+  else c.finish(rst === RST_CANCEL ? CANCELLED : INTERNAL, `stream closed (rst ${rst})`, 'stream');
+}
 
 /** One HTTP/2 connection to the service, reopened (at most every 100 ms) after it is lost. */
 export class RawChannel {
@@ -145,6 +216,7 @@ export class RawChannel {
     const tls = conn.tls;
     const [host, port] = splitHostPort(conn.addr);
     const authority = typeof tls === 'object' && tls.serverName ? tls.serverName : host;
+    const settings = { initialWindowSize: STREAM_WINDOW };
     if (tls) {
       const t = tls === true ? {} : tls;
       this.open = () =>
@@ -154,9 +226,10 @@ export class RawChannel {
           key: t.key,
           servername: t.serverName ?? (isIp(host) ? undefined : host),
           ALPNProtocols: ['h2'],
+          settings,
         });
     } else {
-      this.open = () => http2.connect(`http://${host}:${port}`);
+      this.open = () => http2.connect(`http://${host}:${port}`, { settings });
     }
     this.connect();
     this.baseHeaders = {
@@ -175,6 +248,7 @@ export class RawChannel {
     this.session = session;
     this.closedError = null;
     this.connectedAt = performance.now();
+    session.once('connect', () => session.setLocalWindowSize(SESSION_WINDOW));
     session.on('error', (err) => {
       if (this.session === session) this.closedError = err;
     });
@@ -217,87 +291,45 @@ export class RawChannel {
     });
   }
 
+  private dead(): boolean {
+    return this.closedError !== null || this.session.destroyed || this.session.closed;
+  }
+
+  private headersFor(timeoutMs: number): http2.OutgoingHttpHeaders {
+    const ms = Math.ceil(timeoutMs);
+    let headers = this.headersByTimeout.get(ms);
+    if (headers === undefined) {
+      headers = { ...this.baseHeaders, 'grpc-timeout': `${ms}m` };
+      this.headersByTimeout.set(ms, headers);
+    }
+    return headers;
+  }
+
   /**
-   * Starts one AssembleContext call with a pre-encoded `frame`; `done` runs exactly once.
-   * Never throws: a dead connection ends the call with UNAVAILABLE.
+   * Starts one AssembleContext call with a pre-encoded `frame`; `sink.done` runs exactly once.
+   * Never throws: a dead connection ends the call with UNAVAILABLE (`end: 'connection'`).
    */
-  call(frame: Buffer, opts: RawCallOptions, done: (outcome: RawOutcome) => void): RawCall {
-    let ended = false;
-    let level = '';
-    let bytes = 0;
-    let chunks: Buffer[] | null = opts.keepBody ? [] : null;
-    let stream: ClientHttp2Stream | undefined;
-    const finish = (code: number, details: string) => {
-      if (ended) return;
-      ended = true;
-      let body: Buffer | null = null;
-      if (chunks !== null && chunks.length > 0) {
-        const all = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-        // One unary response: one length-prefixed message.
-        if (all.length >= 5) body = all.subarray(5, 5 + all.readUInt32BE(1));
-      }
-      chunks = null;
-      done({ code, details, level, bytes, body });
-    };
-    // Worded like grpc-js's client timer, which the benches classify as the client's decision.
-    const expire = (
-      code = DEADLINE_EXCEEDED,
-      details = `Deadline exceeded after ${opts.timeoutMs} ms (driver)`,
-    ) => {
-      if (ended) return;
-      finish(code, details);
-      if (stream && !stream.destroyed) stream.close(http2.constants.NGHTTP2_CANCEL);
-    };
+  call(frame: Buffer, opts: RawCallOptions, sink: CallSink): RawCall {
+    const call = new H2Call(opts.timeoutMs, opts.keepBody, sink);
     // A call that cannot start ends on the next turn of the loop, never inside `call`: a closed-loop
     // caller that starts its next call from `done` would otherwise recurse without bound.
-    const dead = () => this.closedError !== null || this.session.destroyed || this.session.closed;
-    if (dead() && performance.now() - this.connectedAt >= RECONNECT_MS) this.connect();
-    if (dead()) {
-      const reason = this.closedError?.message ?? 'closed';
-      setImmediate(() => finish(UNAVAILABLE, `connection lost: ${reason}`));
-      return { expire };
-    }
+    if (this.dead() && performance.now() - this.connectedAt >= RECONNECT_MS) this.connect();
+    if (this.dead()) return call.failSoon(`connection lost: ${this.closedError?.message ?? 'closed'}`);
+    let stream: CallStream;
     try {
-      const ms = Math.ceil(opts.timeoutMs);
-      let headers = this.headersByTimeout.get(ms);
-      if (headers === undefined) {
-        headers = { ...this.baseHeaders, 'grpc-timeout': `${ms}m` };
-        this.headersByTimeout.set(ms, headers);
-      }
-      stream = this.session.request(headers);
+      stream = this.session.request(this.headersFor(opts.timeoutMs)) as CallStream;
     } catch (err) {
-      const reason = (err as Error).message;
-      setImmediate(() => finish(UNAVAILABLE, `cannot start a stream: ${reason}`));
-      return { expire };
+      return call.failSoon(`cannot start a stream: ${(err as Error).message}`);
     }
-    stream.on('response', (headers) => {
-      level = headerString(headers[LEVEL_HEADER]);
-      // A trailers-only answer (errors) carries the status in the headers.
-      const st = headers['grpc-status'];
-      if (st !== undefined) finish(Number(headerString(st)), decodeGrpcMessage(headers['grpc-message']));
-    });
-    stream.on('data', (chunk: Buffer) => {
-      bytes += chunk.length;
-      chunks?.push(chunk);
-    });
-    stream.on('trailers', (trailers) => {
-      const st = trailers['grpc-status'];
-      finish(
-        st === undefined ? UNKNOWN : Number(headerString(st)),
-        st === undefined ? 'no grpc-status in the trailers' : decodeGrpcMessage(trailers['grpc-message']),
-      );
-    });
-    stream.on('error', (err: NodeJS.ErrnoException) => {
-      const lost = CONNECTION_ERRORS.has(err.code ?? '') || stream?.rstCode === RST_REFUSED_STREAM;
-      finish(lost ? UNAVAILABLE : INTERNAL, `${lost ? 'connection lost' : 'stream error'}: ${err.message}`);
-    });
-    stream.on('close', () => {
-      const rst = stream?.rstCode ?? 0;
-      const code = rst === RST_CANCEL ? CANCELLED : rst === RST_REFUSED_STREAM ? UNAVAILABLE : INTERNAL;
-      finish(code, `stream closed (rst ${rst})`);
-    });
+    stream[CALL] = call;
+    call.stream = stream;
+    stream.on('response', onResponse);
+    stream.on('data', onData);
+    stream.on('trailers', onTrailers);
+    stream.on('error', onError);
+    stream.on('close', onClose);
     stream.end(frame);
-    return { expire };
+    return call;
   }
 
   /** Closes the connection; streams still open are reset. */
@@ -318,68 +350,4 @@ export function splitHostPort(addr: string): [string, string] {
   const i = a.lastIndexOf(':');
   if (i < 0) return [a, '443'];
   return [a.slice(0, i), a.slice(i + 1)];
-}
-
-/** What {@link summarizeResponse} reads from a response without decoding it into an object. */
-export interface ResponseSummary {
-  /** `memory_tokens` (field 7). */
-  memoryTokens: number;
-  /** Σ `token_estimate` over every `memories_used` row: the tokens of all scored candidates. */
-  candidateTokens: number;
-  /** `memories_used` rows. */
-  candidates: number;
-  /** Rows with `exclusion = "budget"`: the packer left them out for lack of room (SPEC §8). */
-  budgetExcluded: number;
-  /** `degradation.level` ('' when absent). */
-  level: string;
-}
-
-const BUDGET = Buffer.from('budget');
-
-/**
- * Walks the AssembleContextResponse bytes (proto/ibex/context/v1/context.proto) for the counters of
- * {@link ResponseSummary}, skipping the assembled text and every other field unread.
- * @throws Error from protobufjs on malformed bytes.
- */
-export function summarizeResponse(body: Uint8Array): ResponseSummary {
-  const out: ResponseSummary = {
-    memoryTokens: 0,
-    candidateTokens: 0,
-    candidates: 0,
-    budgetExcluded: 0,
-    level: '',
-  };
-  const r = Reader.create(body);
-  while (r.pos < r.len) {
-    const tag = r.uint32();
-    const field = tag >>> 3;
-    if (field === 4) {
-      const end = r.uint32() + r.pos;
-      out.candidates++;
-      while (r.pos < end) {
-        const t = r.uint32();
-        const f = t >>> 3;
-        if (f === 8) {
-          const len = r.uint32();
-          const start = r.pos;
-          r.skip(len);
-          if (len === BUDGET.length && Buffer.from(body.buffer, body.byteOffset + start, len).equals(BUDGET))
-            out.budgetExcluded++;
-        } else if (f === 11) out.candidateTokens += r.int32();
-        else r.skipType(t & 7);
-      }
-    } else if (field === 7) {
-      out.memoryTokens = r.int32();
-    } else if (field === 100) {
-      const end = r.uint32() + r.pos;
-      while (r.pos < end) {
-        const t = r.uint32();
-        if (t >>> 3 === 1) out.level = r.string();
-        else r.skipType(t & 7);
-      }
-    } else {
-      r.skipType(tag & 7);
-    }
-  }
-  return out;
 }

@@ -207,7 +207,7 @@ export async function run(argv: string[]): Promise<number> {
       const code = statusName(outcome.status.code);
       const extra: Record<string, unknown> = { code, details: outcome.status.details };
       if (outcome.status.code === status.DEADLINE_EXCEEDED)
-        extra.deadline = deadlineSide(outcome.status.details, elapsedMs, timeoutMs);
+        extra.deadline = deadlineSide(elapsedMs, timeoutMs);
       const message = describeStatus(outcome.status, conn.addr, timeoutMs, elapsedMs);
       printCommandError('assemble', message, json, extra);
       return 1;
