@@ -15,8 +15,8 @@ import {
   probeCandidateTokens,
 } from '../../src/client/budget-mix.js';
 import { ASSEMBLE_METHOD } from '../../src/client/context-client.js';
-import { runLoad } from '../../src/client/load-driver.js';
 import { summarizeResponse } from '../../src/client/grpc-frames.js';
+import { runLoad } from '../../src/client/load-driver.js';
 import { cyclingSource } from '../../src/client/request-source.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
