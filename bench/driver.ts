@@ -55,8 +55,11 @@ function serve(): void {
   const frame = cannedFrame();
   const server = http2.createServer();
   server.on('stream', (stream) => {
+    // A call the driver gave up on is reset: nothing to answer, and no error worth dying for.
+    stream.on('error', () => {});
     stream.resume();
     stream.on('end', () => {
+      if (stream.destroyed || stream.closed) return;
       stream.respond(
         { ':status': 200, 'content-type': 'application/grpc', 'x-ibex-context-level': 'L0' },
         { waitForTrailers: true },
