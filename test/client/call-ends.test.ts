@@ -109,6 +109,19 @@ describe('call ends and deciders', () => {
     expect(tally.answered).toBe(0);
   });
 
+  it("open loop gives every connection the same share when it sends each tick's requests as one block", async () => {
+    const perSession = new Map<unknown, number>();
+    const addr = await bareServer((s) => {
+      perSession.set(s.session, (perSession.get(s.session) ?? 0) + 1);
+      status(0, '')(s);
+    });
+    const source = cyclingSource('spread', requests(2));
+    // 2,000 req/s with a 1 ms tick: blocks of 2 consecutive requests per connection.
+    const report = await runLoad({ addr, connections: 4, rate: 2000, durationS: 0.5, tickMs: 1, source });
+    expect(report.requests.sent).toBe(1000);
+    expect([...perSession.values()]).toEqual([250, 250, 250, 250]);
+  });
+
   it('maps codes and ends to deciders', () => {
     expect(deciderOf(0, 'server')).toBe('ok');
     expect(deciderOf(4, 'server')).toBe('service');
