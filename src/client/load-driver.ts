@@ -143,17 +143,10 @@ async function drive(
   const stoppedBy = await run.whenStopped;
   stopScheduler();
   opts.signal?.removeEventListener('abort', onAbort);
-  if (stoppedBy === 'signal') recorder.windowEnd = Math.min(recorder.windowEnd, performance.now());
-  // A max-requests run lasts until its last request is answered, however long that takes.
-  if (stoppedBy === 'max_requests') recorder.windowEnd = Number.POSITIVE_INFINITY;
+  recorder.stoppedAt(stoppedBy, performance.now());
   await run.drain();
   endProgress();
-  if (recorder.windowEnd === Number.POSITIVE_INFINITY)
-    recorder.windowEnd = Math.max(measureStart, recorder.lastDoneAt);
-  return report(opts, o, transport, recorder, stoppedBy, {
-    windowMs: Math.max(0, recorder.windowEnd - measureStart),
-    driver: meter(),
-  });
+  return report(opts, o, transport, recorder, stoppedBy, { windowMs: recorder.windowMs(), driver: meter() });
 }
 
 function report(

@@ -7,7 +7,7 @@ import { build, type Histogram } from 'hdr-histogram-js';
 import type { AssembleContextRequestInput } from '../server/proto.js';
 import { errorKey } from './cli-options.js';
 import { readAnswer } from './load-transport.js';
-import type { LatencyStats, LoadReport } from './load-types.js';
+import type { LatencyStats, LoadReport, StopReason } from './load-types.js';
 import type { RawOutcome } from './raw-grpc.js';
 import { round, type SampleStats, sampleStats } from './stats.js';
 
@@ -82,14 +82,32 @@ export class LoadRecorder {
   private lagSumMs = 0;
   private lagMaxMs = 0;
   /** `performance.now()` of the last measured answer. */
-  lastDoneAt = 0;
+  private lastDoneAt = 0;
+  /** Answers after this time are not in the window's throughput; moved by an early stop. */
+  private windowEnd: number;
   /** Answers of any phase since the last progress snapshot. */
   answeredSinceProgress = 0;
-  /** Answers after this time are not in the window's throughput; moved by an early stop. */
-  windowEnd: number;
 
   constructor(private readonly s: RecorderSettings) {
     this.windowEnd = s.endAt;
+  }
+
+  /**
+   * The run stopped sending at `now` for `reason`: a signal ends the window there; a max-requests run
+   * lasts until its last request is answered, however long that takes.
+   */
+  stoppedAt(reason: StopReason, now: number): void {
+    if (reason === 'signal') this.windowEnd = Math.min(this.windowEnd, now);
+    if (reason === 'max_requests') this.windowEnd = Number.POSITIVE_INFINITY;
+  }
+
+  /** Length of the measured window, ms, once every call has ended. */
+  windowMs(): number {
+    const end =
+      this.windowEnd === Number.POSITIVE_INFINITY
+        ? Math.max(this.s.measureStart, this.lastDoneAt)
+        : this.windowEnd;
+    return Math.max(0, end - this.s.measureStart);
   }
 
   /** A call went out at `sentAt`, intended for `intendedAt`; warmup calls only count as such. */
