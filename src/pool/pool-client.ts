@@ -234,9 +234,8 @@ export class CpuPool {
    * @returns whether room was made.
    */
   #shedForOrg(orgId: string): boolean {
-    const victim = this.#queue.newestOfLargest();
-    if (victim === null || this.#queue.sizeOf(victim.orgId) < this.#queue.sizeOf(orgId) + 2) return false;
-    this.#queue.remove(victim);
+    const victim = this.#queue.shedFor(orgId);
+    if (victim === null) return false;
     this.#rejected++;
     this.#settle(victim);
     victim.reject(Errors.poolSaturated());
