@@ -5,7 +5,8 @@
  * dependency failure and returns as soon as the wall (or the caller's signal) fires.
  */
 import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
-import { type Clock, monotonicNow } from '../util/clock.js';
+import type { AbortSignalLike } from '../util/abort.js';
+import { type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
 import { BranchRace, type Settled } from './branch-race.js';
 import type { RetrievalSources } from './sources.js';
 import {
@@ -124,19 +125,22 @@ function skipped(name: BranchName, detail: string): Settled<never> {
  * on, their signal.
  * @param maxMemoryChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points (default 65,536).
  * @param clock the monotonic clock the wall and branch timeouts are on (tests inject a fake one).
+ * @param timer where the wall and branch timeouts are armed: the call's one timer (`ctx.timer`, on the
+ *   same clock); default a timer of the retrieval's own.
  */
 export async function retrieve(
   sources: RetrievalSources,
   req: RetrievalRequest,
   t: RetrievalTimeouts,
-  signal: AbortSignal,
+  signal: AbortSignalLike,
   maxMemoryChars = DEFAULT_MAX_MEMORY_CHARS,
   clock: Clock = monotonicNow,
+  timer?: Scheduler,
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
-  // One AbortController and one timer for the wall and all three branches (issue 10).
-  const race = new BranchRace(t.wallMs, signal, clock);
+  // One AbortController for the wall and all three branches, their deadlines on the call's timer (issue 10).
+  const race = new BranchRace(t.wallMs, signal, clock, timer);
 
   try {
     const dP = race.run('directive', t.directiveMs, (s) => sources.directive.get(orgId, agentId, s));
