@@ -204,12 +204,13 @@ export class EmbeddedStore {
    * The default hot read (limit 20, no confidence floor, the store's cap) of one org+agent when the read
    * cache holds it fresh, else `hits: undefined` with the cache generation to pass to {@link cacheHot}
    * once the caller has read it elsewhere (a store-read thread). No SQL beyond the cache's
-   * write check (a counter, and `PRAGMA data_version` at most every 10 ms: read-cache.ts).
+   * write check (a counter, and `PRAGMA data_version` at most every 10 ms: read-cache.ts). The hits are
+   * the cache's own frozen array, the same object until a write, so a caller validates it once (retrieve.ts).
    */
-  cachedHot(orgId: string, agentId: string): { hits: StoreHit[] | undefined; generation: number } {
+  cachedHot(orgId: string, agentId: string): { hits: readonly StoreHit[] | undefined; generation: number } {
     if (this.#hotCache === undefined) return { hits: undefined, generation: 0 };
     const hits = this.#hotCache.peek(this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT)));
-    return { hits: hits?.slice(), generation: this.#hotCache.generation };
+    return { hits, generation: this.#hotCache.generation };
   }
 
   /** Caches `hits` (a default hot read done elsewhere) unless a write intervened since `generation`. */

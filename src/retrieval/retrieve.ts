@@ -12,6 +12,7 @@ import type { RetrievalSources } from './sources.js';
 import {
   DEFAULT_MAX_MEMORY_CHARS,
   droppedDetail,
+  type HitLimits,
   HOT_LIMIT,
   type RawHits,
   SEARCH_LIMIT,
@@ -99,6 +100,25 @@ function isRawHits(value: SourceHits): value is RawHits {
   return Array.isArray(value);
 }
 
+/**
+ * Validations of frozen answers (the embedded store's cached hot reads, shared until a write): a frozen
+ * answer cannot change, so it is validated once per org/agent/limits and the result, frozen too, is
+ * reused (issue 10: 20 hits × 3 UUID checks were redone on every call).
+ */
+const validatedOnce = new WeakMap<RawHits, { key: string; hits: ValidatedHits }>();
+
+function validateRaw(items: RawHits, orgId: string, agentId: string, limits: HitLimits): ValidatedHits {
+  if (!Object.isFrozen(items)) return validateHits(items, orgId, agentId, limits);
+  const key = `${orgId}|${agentId}|${limits.limit}|${limits.maxChars}`;
+  const memo = validatedOnce.get(items);
+  if (memo?.key === key) return memo.hits;
+  const hits = validateHits(items, orgId, agentId, limits);
+  for (const hit of hits.hits) Object.freeze(hit);
+  Object.freeze(hits.hits);
+  validatedOnce.set(items, { key, hits: Object.freeze(hits) });
+  return hits;
+}
+
 function skipped(name: BranchName, detail: string): Settled<never> {
   return { outcome: { name, status: 'skipped', latency_ms: 0, detail }, value: undefined };
 }
@@ -162,7 +182,7 @@ export async function retrieve(
       if (settled.outcome.status !== 'success' || settled.value === undefined) return [];
       const value = settled.value;
       const v = isRawHits(value)
-        ? validateHits(value, orgId, agentId, { limit, maxChars: maxMemoryChars })
+        ? validateRaw(value, orgId, agentId, { limit, maxChars: maxMemoryChars })
         : value;
       dropped.invalid += v.invalid;
       dropped.foreign += v.foreign;

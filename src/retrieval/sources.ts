@@ -106,7 +106,7 @@ function hotThroughCache(
   pooled: PooledStoreReads,
   orgId: string,
   agentId: string,
-): StoreHit[] | Promise<StoreHit[]> {
+): readonly StoreHit[] | Promise<readonly StoreHit[]> {
   const { hits, generation } = store.cachedHot(orgId, agentId);
   if (hits !== undefined) return hits;
   return pooled.hot(orgId, agentId).then(

@@ -35,7 +35,8 @@ export type StoreReadAnswer = { ok: true; value: unknown } | { ok: false; code: 
 
 /** The reads the embedded sources need; sync or async. */
 export interface StoreReads {
-  hot(orgId: string, agentId: string): StoreHit[] | Promise<StoreHit[]>;
+  /** A frozen answer may be shared (the read cache's): it is never to be mutated. */
+  hot(orgId: string, agentId: string): readonly StoreHit[] | Promise<readonly StoreHit[]>;
   /** @param signal the branch's signal: once it aborts the read may be skipped. */
   search(
     orgId: string,

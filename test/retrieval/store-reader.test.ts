@@ -234,6 +234,33 @@ describe('service sources: hot misses read in a store-read thread, then cached (
   });
 });
 
+describe('a cached hot answer is validated once until a write (issue 10)', () => {
+  it('two retrievals share the frozen validated hits; a write, or another agent, validates anew', async () => {
+    store.upsertMemories([memory('first note', 0)]);
+    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: file }));
+    const times = { wallMs: 1000, directiveMs: 1000, hotMs: 1000, coldMs: 1000 };
+    const req = { orgId: ORG, agentId: AGENT, query: '', skipHot: false, skipCold: true };
+    const signal = new AbortController().signal;
+    try {
+      await retrieve(sources, req, times, signal); // the miss, read in a thread, then cached
+      const a = await retrieve(sources, req, times, signal);
+      const b = await retrieve(sources, { ...req, orgId: ORG.toUpperCase() }, times, signal);
+      expect(a.hot.map((h) => h.content)).toEqual(['first note']);
+      expect(b.hot).toBe(a.hot);
+      expect(Object.isFrozen(a.hot) && Object.isFrozen(a.hot[0])).toBe(true);
+      const other = await retrieve(sources, { ...req, agentId: randomUUID() }, times, signal);
+      expect(other.hot).toEqual([]);
+      store.upsertMemories([memory('second note', 1)]);
+      await retrieve(sources, req, times, signal);
+      const after = await retrieve(sources, req, times, signal);
+      expect(after.hot).not.toBe(a.hot);
+      expect(after.hot.map((h) => h.content)).toEqual(['second note', 'first note']);
+    } finally {
+      await sources.close();
+    }
+  });
+});
+
 describe('ReadCache generations (a load that straddles a write is not cached)', () => {
   it('put with the generation read before a write by another connection is refused', () => {
     store.upsertMemories([memory('before', 0)]);
