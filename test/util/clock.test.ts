@@ -8,7 +8,7 @@ import { BranchRace } from '../../src/retrieval/branch-race.js';
 import { CallSignal } from '../../src/util/abort.js';
 import { armAt, DeadlineSet, monotonicNow } from '../../src/util/clock.js';
 
-describe('armAt on fake timers and an injected clock', () => {
+describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
   let now = 0;
   const clock = () => now;
   beforeEach(() => {
@@ -74,29 +74,8 @@ describe('armAt on fake timers and an injected clock', () => {
     vi.advanceTimersByTime(3_000_000_000 - 2_147_483_647);
     expect(runs).toBe(1);
   });
-});
 
-describe('monotonicNow', () => {
-  it('is performance.timeOrigin + performance.now() and never goes back', () => {
-    const a = monotonicNow();
-    const b = performance.timeOrigin + performance.now();
-    const c = monotonicNow();
-    expect(a).toBeLessThanOrEqual(b);
-    expect(b).toBeLessThanOrEqual(c);
-  });
-});
-
-describe('DeadlineSet: every deadline of a call on one timer (issue 10)', () => {
-  let now = 0;
-  const clock = () => now;
-  beforeEach(() => {
-    vi.useFakeTimers();
-    now = 1_000;
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
-
+  // DeadlineSet: every deadline of a call on one timer (issue 10).
   it('holds one Node timer whatever the number of deadlines, runs each at its time, in order', () => {
     const set = new DeadlineSet(clock);
     const fired: string[] = [];
@@ -169,6 +148,16 @@ describe('DeadlineSet: every deadline of a call on one timer (issue 10)', () => 
     now = 1_045;
     vi.advanceTimersByTime(5);
     expect(caller.aborted).toBe(true);
+  });
+});
+
+describe('monotonicNow', () => {
+  it('is performance.timeOrigin + performance.now() and never goes back', () => {
+    const a = monotonicNow();
+    const b = performance.timeOrigin + performance.now();
+    const c = monotonicNow();
+    expect(a).toBeLessThanOrEqual(b);
+    expect(b).toBeLessThanOrEqual(c);
   });
 });
 
