@@ -1,7 +1,8 @@
 /**
  * The one deadline timer (issue 14 item 1): `armAt` runs its callback no earlier than the deadline on the
  * injected clock (a timer that fires early re-arms for what is left, issue 9 item 4), at once when the
- * deadline has passed, never for `Infinity`, and not after `cancel()`.
+ * deadline has passed, never for `Infinity`, and not after `cancel()`. A call's DeadlineSet holds all its
+ * deadlines on one such timer (issue 10), and its CallSignal is a listener list without an EventTarget.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { BranchRace } from '../../src/retrieval/branch-race.js';
