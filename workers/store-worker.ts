@@ -6,7 +6,7 @@
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
-import type { StoreReadTask } from '../src/retrieval/store-reader.js';
+import type { StoreRead, StoreReadAnswer, StoreReadBatch } from '../src/retrieval/store-reader.js';
 
 // bench:load splits the server's CPU per thread by name (issue 10).
 nameThisThread(THREAD_NAMES.store);
@@ -17,23 +17,38 @@ const stores = new Map<string, EmbeddedStore>();
 function storeFor(path: string): EmbeddedStore {
   let store = stores.get(path);
   if (!store) {
-    store = EmbeddedStore.open(path);
+    // No read cache: the main thread caches, and asks here only on its misses, which must see every
+    // commit (this thread's cache would notice another thread's commits only within 10 ms).
+    store = EmbeddedStore.open(path, { cache: false });
     stores.set(path, store);
   }
   return store;
 }
 
-/** Piscina task entry point: one read, answered with plain (cloneable) rows. */
-export default function storeRead(task: StoreReadTask): unknown {
-  // The branch gave up while this read was queued: nobody will look at the answer.
-  if (task.cancelled !== undefined && Atomics.load(task.cancelled, 0) === 1) return [];
-  const store = storeFor(task.db);
-  switch (task.op) {
+function readOne(store: EmbeddedStore, read: StoreRead, maxChars: number | undefined): unknown {
+  switch (read.op) {
     case 'hot':
-      return store.hot(task.orgId, task.agentId, { maxChars: task.maxChars });
+      return store.hot(read.orgId, read.agentId, { maxChars });
     case 'search':
-      return store.search(task.orgId, task.agentId, task.query ?? '', { maxChars: task.maxChars });
+      return store.search(read.orgId, read.agentId, read.query ?? '', { maxChars });
     case 'directive':
-      return store.getDirective(task.orgId, task.agentId);
+      return store.getDirective(read.orgId, read.agentId);
   }
+}
+
+/** Piscina task entry point: a batch of reads, answered in order with plain (cloneable) values. */
+export default function storeRead(batch: StoreReadBatch): StoreReadAnswer[] {
+  const store = storeFor(batch.db);
+  return batch.reads.map((read): StoreReadAnswer => {
+    try {
+      return { ok: true, value: readOne(store, read, batch.maxChars) };
+    } catch (err) {
+      const code = (err as { code?: unknown })?.code;
+      return {
+        ok: false,
+        code: typeof code === 'string' ? code : 'error',
+        message: err instanceof Error ? err.message : String(err),
+      };
+    }
+  });
 }

@@ -148,6 +148,8 @@ export interface ServerStepStats {
   branches: Record<string, HistogramDelta & { not_success: number }>;
   /** Degradation reasons counted by the server (`hot_timeout`, `pool_saturated`, …). */
   degraded_reasons: Record<string, number>;
+  /** Embedded-store reads refused because the store-read queue was full (a `cold_error` each). */
+  store_busy: number;
   /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 1 ms resolution). */
   event_loop_delay_ms: { p50: number; p99: number; max: number };
   /** Cores used by the server: all threads, the main (event-loop) thread, and the rest (pool, GC, libuv). */
@@ -208,6 +210,9 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
     pool_threads: threads,
     branches,
     degraded_reasons,
+    store_busy:
+      sumOf(b.samples, 'ibex_context_store_read_busy_total') -
+      sumOf(a.samples, 'ibex_context_store_read_busy_total'),
     event_loop_delay_ms: { p50: eld('0.5'), p99: eld('0.99'), max: eld('1') },
     cpu_cores,
     machine_busy_cores,

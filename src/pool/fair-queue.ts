@@ -113,6 +113,17 @@ export class FairQueue<T extends FairEntry> {
     return best.tail as T;
   }
 
+  /**
+   * Full queue: removes and returns the newest entry of the org with the most entries waiting, if that org
+   * has at least two more than `org` (so that a flooding org cannot lock others out), else null.
+   */
+  shedFor(org: string): T | null {
+    const victim = this.newestOfLargest();
+    if (victim === null || victim.fqLine!.size < this.sizeOf(org) + 2) return null;
+    this.remove(victim);
+    return victim;
+  }
+
   /** Removes and returns every entry (rotation order), e.g. on close. */
   drain(): T[] {
     const out: T[] = [];

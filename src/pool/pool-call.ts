@@ -1,6 +1,7 @@
 /** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
 
-import type { ArmedTimer } from '../util/clock.js';
+import type { AbortSignalLike } from '../util/abort.js';
+import type { ArmedTimer, Scheduler } from '../util/clock.js';
 import type { CpuTaskInput } from './cpu-task.js';
 import { transferList } from './cpu-task.js';
 import type { FairEntry } from './fair-queue.js';
@@ -21,10 +22,11 @@ export class Call implements FairEntry {
     public input: CpuTaskInput,
     readonly submitted: number,
     readonly deadline: number,
-    readonly signal: AbortSignal | undefined,
+    readonly signal: AbortSignalLike | undefined,
     readonly orgId: string,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
+    readonly scheduler?: Scheduler,
   ) {}
 }
 

@@ -17,7 +17,8 @@
 import { Piscina } from 'piscina';
 import type { PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
-import { armAt, monotonicNow } from '../util/clock.js';
+import type { AbortSignalLike } from '../util/abort.js';
+import { armAt, monotonicNow, type Scheduler } from '../util/clock.js';
 import {
   type CpuTaskInput,
   type CpuTaskOutput,
@@ -57,7 +58,12 @@ export interface CpuRunOptions {
    * The call's signal (e.g. the request's): aborting withdraws a waiting task, or answers a running one
    * IBEX_ERR_POOL_DEADLINE at once and lets its thread finish.
    */
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
+  /**
+   * Where the call's withdrawal and deadline are armed: the call's one timer (`ctx.timer`, issue 10);
+   * default a timer of its own.
+   */
+  timer?: Scheduler;
   /**
    * The caller's org id: the queue is fair across orgs (round-robin between per-org FIFOs; a full queue
    * sheds the org with the most waiting calls first). Calls without one share the org `""`.
@@ -200,7 +206,7 @@ export class CpuPool {
         return;
       }
       const orgId = opts.orgId ?? '';
-      const call = new Call(input, submitted, input.deadline, signal, orgId, resolve, reject);
+      const call = new Call(input, submitted, input.deadline, signal, orgId, resolve, reject, opts.timer);
       if (this.#running < this.#capacity && this.#queue.size === 0) {
         this.#dispatch(call);
       } else if (
@@ -234,9 +240,8 @@ export class CpuPool {
    * @returns whether room was made.
    */
   #shedForOrg(orgId: string): boolean {
-    const victim = this.#queue.newestOfLargest();
-    if (victim === null || this.#queue.sizeOf(victim.orgId) < this.#queue.sizeOf(orgId) + 2) return false;
-    this.#queue.remove(victim);
+    const victim = this.#queue.shedFor(orgId);
+    if (victim === null) return false;
     this.#rejected++;
     this.#settle(victim);
     victim.reject(Errors.poolSaturated());
@@ -246,7 +251,8 @@ export class CpuPool {
   /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
   #arm(call: Call): void {
     const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
-    call.timer = armAt(at, () => this.#onTimer(call));
+    const fire = () => this.#onTimer(call);
+    call.timer = call.scheduler ? call.scheduler.at(at, fire) : armAt(at, fire);
   }
 
   #onTimer(call: Call): void {

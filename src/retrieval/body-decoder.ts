@@ -136,10 +136,8 @@ export class BodyDecoder {
 
   /** Full queue: fails the newest waiting body of the org with the most, if it has ≥ 2 more than `orgId`. */
   #shedFor(orgId: string): boolean {
-    const victim = this.#queue.newestOfLargest();
-    if (victim === null || this.#queue.sizeOf(victim.task.orgId) < this.#queue.sizeOf(orgId) + 2)
-      return false;
-    this.#queue.remove(victim);
+    const victim = this.#queue.shedFor(orgId);
+    if (victim === null) return false;
     victim.signal.removeEventListener('abort', victim.onAbort);
     victim.reject(BranchErrors.decoderBusy());
     return true;

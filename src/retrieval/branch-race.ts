@@ -11,7 +11,8 @@
  * timer; a retrieval whose branches all answer synchronously arms no timer at all.
  */
 import type { BranchName, BranchOutcome } from '../types.js';
-import { type ArmedTimer, armAt, type Clock, monotonicNow } from '../util/clock.js';
+import type { AbortSignalLike } from '../util/abort.js';
+import { type ArmedTimer, armAt, type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
 import { isBranchError } from './branch-error.js';
 
 /** A branch's outcome and, on success, its value. */
@@ -57,7 +58,8 @@ interface Pending {
 export class BranchRace {
   readonly #ctl = new AbortController();
   readonly #clock: Clock;
-  readonly #caller: AbortSignal;
+  readonly #caller: AbortSignalLike;
+  readonly #scheduler: Scheduler;
   readonly #wallAt: number;
   readonly #pending: Pending[] = [];
   #timer: ArmedTimer | null = null;
@@ -69,10 +71,13 @@ export class BranchRace {
    * @param caller the request's signal: its abort ends every branch (`outer_deadline` for a TimeoutError
    *   reason, else `error`/`cancelled`).
    * @param clock the monotonic clock (tests inject a fake one with fake timers).
+   * @param scheduler where the race's one deadline is armed: the call's timer when given (so that a call
+   *   holds one timer in all), else {@link armAt} on `clock`.
    */
-  constructor(wallMs: number, caller: AbortSignal, clock: Clock = monotonicNow) {
+  constructor(wallMs: number, caller: AbortSignalLike, clock: Clock = monotonicNow, scheduler?: Scheduler) {
     this.#clock = clock;
     this.#caller = caller;
+    this.#scheduler = scheduler ?? { at: (deadline, fn) => armAt(deadline, fn, { clock }) };
     this.#wallAt = wallMs > 0 ? clock() + wallMs : Number.NEGATIVE_INFINITY;
     if (caller.aborted) this.#onCaller();
     else {
@@ -160,7 +165,7 @@ export class BranchRace {
     if (at >= this.#armedAt) return;
     this.#timer?.cancel();
     this.#armedAt = at;
-    this.#timer = armAt(at, this.#onTimer, { clock: this.#clock });
+    this.#timer = this.#scheduler.at(at, this.#onTimer);
   }
 
   readonly #onTimer = (): void => {

@@ -24,7 +24,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { Errors } from '../errors.js';
 import { toFtsQuery } from './fts-query.js';
-import { ReadCache } from './read-cache.js';
+import { noteThreadWrite, ReadCache, WriteWatch } from './read-cache.js';
 import {
   bm25ToSimilarity,
   checkDirective,
@@ -101,8 +101,10 @@ export class EmbeddedStore {
     this.#db = db;
     this.#maxChars = maxCharsArg(options.maxMemoryChars, DEFAULT_MAX_MEMORY_CHARS);
     if (options.cache !== false) {
-      this.#hotCache = new ReadCache(db);
-      this.#directiveCache = new ReadCache(db);
+      // One watch for both caches: at most one `PRAGMA data_version` per check interval per connection.
+      const watch = new WriteWatch(db);
+      this.#hotCache = new ReadCache(watch);
+      this.#directiveCache = new ReadCache(watch);
     }
     // `@org IS NULL` is the memory wire's agent-across-orgs read; SQLite decides it once per statement
     // step, and both indexes lead with what is bound.
@@ -202,12 +204,13 @@ export class EmbeddedStore {
    * The default hot read (limit 20, no confidence floor, the store's cap) of one org+agent when the read
    * cache holds it fresh, else `hits: undefined` with the cache generation to pass to {@link cacheHot}
    * once the caller has read it elsewhere (a store-read thread). No SQL beyond the cache's
-   * `PRAGMA data_version` check.
+   * write check (a counter, and `PRAGMA data_version` at most every 10 ms: read-cache.ts). The hits are
+   * the cache's own frozen array, the same object until a write, so a caller validates it once (retrieve.ts).
    */
-  cachedHot(orgId: string, agentId: string): { hits: StoreHit[] | undefined; generation: number } {
+  cachedHot(orgId: string, agentId: string): { hits: readonly StoreHit[] | undefined; generation: number } {
     if (this.#hotCache === undefined) return { hits: undefined, generation: 0 };
     const hits = this.#hotCache.peek(this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT)));
-    return { hits: hits?.slice(), generation: this.#hotCache.generation };
+    return { hits, generation: this.#hotCache.generation };
   }
 
   /** Caches `hits` (a default hot read done elsewhere) unless a write intervened since `generation`. */
@@ -245,8 +248,7 @@ export class EmbeddedStore {
   }
 
   #noteWrite(): void {
-    this.#hotCache?.noteWrite();
-    this.#directiveCache?.noteWrite();
+    noteThreadWrite();
   }
 
   /**

@@ -3,34 +3,84 @@
  * invalidated on writes"). A hot read or a directive is the same answer until some connection commits a
  * write, so it is read, dated and shaped once and then served from memory.
  *
- * Invalidation: SQLite's `PRAGMA data_version` changes when another connection (the `ingest` CLI, the
- * memory server, another process) commits, and this connection's own writes bump a counter; either change
- * empties the cache before the next read. Checking costs one pragma step per read (about a microsecond),
- * far less than the 20-row read, ISO dating and object building it replaces.
+ * Invalidation ({@link WriteWatch}): a write through any store connection of this thread empties the
+ * caches of every connection of the thread before their next read (a thread-wide write counter); a commit
+ * by another process (the `ingest` CLI, another replica's tools) or thread is seen through SQLite's
+ * `PRAGMA data_version`, read at most once per {@link DATA_VERSION_CHECK_MS}. Reading it begins and ends a
+ * WAL read transaction: two `fcntl` locks and an `fstat`, ~12 µs on this 2-core VM where a syscall costs
+ * ~7 µs (issue 10) — it used to run twice per assembly (hot and directive), now at most 100 times a second.
  */
 import type Database from 'better-sqlite3';
 
 /** Most cached answers; past it the oldest entry goes (a memory server may be asked for many agents). */
 export const READ_CACHE_ENTRIES = 4096;
 
-export class ReadCache<V> {
+/**
+ * Longest a commit by another process or thread may go unseen by the caches, ms. A caller cannot
+ * observe a shorter staleness across processes (its own next call takes longer to arrive); writes through
+ * this thread are seen at once.
+ */
+export const DATA_VERSION_CHECK_MS = 10;
+
+/** Writes committed through any store connection of this thread (see {@link noteThreadWrite}). */
+let threadWrites = 0;
+
+/** Call after every write through a store connection of this thread. */
+export function noteThreadWrite(): void {
+  threadWrites++;
+}
+
+/**
+ * Tells one connection's caches when the database may have changed: a stamp that moves on every write
+ * of this thread at once, and on another connection's commit within {@link DATA_VERSION_CHECK_MS}.
+ */
+export class WriteWatch {
   readonly #dataVersion: Database.Statement<[], number>;
+  readonly #now: () => number;
+  #version = -1;
+  #writes = -1;
+  #nextCheck = Number.NEGATIVE_INFINITY;
+  #stamp = 0;
+
+  /**
+   * @param db the watched connection; it must outlive the watch.
+   * @param now a monotonic ms clock (tests inject one).
+   */
+  constructor(db: Database.Database, now: () => number = () => performance.now()) {
+    this.#dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+    this.#now = now;
+  }
+
+  /** Changes whenever a write is known to have happened since the last call (never goes back). */
+  stamp(): number {
+    if (threadWrites !== this.#writes) {
+      this.#writes = threadWrites;
+      this.#stamp++;
+    }
+    const now = this.#now();
+    if (now >= this.#nextCheck) {
+      this.#nextCheck = now + DATA_VERSION_CHECK_MS;
+      const version = this.#dataVersion.get() as number;
+      if (version !== this.#version) {
+        this.#version = version;
+        this.#stamp++;
+      }
+    }
+    return this.#stamp;
+  }
+}
+
+export class ReadCache<V> {
+  readonly #watch: WriteWatch;
   readonly #entries = new Map<string, V>();
-  #seenVersion = -1;
-  #writes = 0;
-  #seenWrites = 0;
+  #seenStamp = -1;
   #generation = 0;
   readonly #capacity: number;
 
-  /** @param db the connection whose reads are cached; it must outlive the cache. */
-  constructor(db: Database.Database, capacity = READ_CACHE_ENTRIES) {
-    this.#dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+  /** @param watch the connection's write watch, shared by its caches. */
+  constructor(watch: WriteWatch, capacity = READ_CACHE_ENTRIES) {
+    this.#watch = watch;
     this.#capacity = capacity;
-  }
-
-  /** Call after every write through this connection (its own commits do not move `data_version`). */
-  noteWrite(): void {
-    this.#writes++;
   }
 
   /** The cached answer for `key`, or `load()`'s (cached) when absent or stale. */
@@ -48,12 +98,11 @@ export class ReadCache<V> {
    * happens elsewhere (a store-read thread): note {@link generation} before starting it, then {@link put}.
    */
   peek(key: string): V | undefined {
-    const version = this.#dataVersion.get() as number;
-    if (version !== this.#seenVersion || this.#writes !== this.#seenWrites) {
+    const stamp = this.#watch.stamp();
+    if (stamp !== this.#seenStamp) {
       this.#entries.clear();
       this.#generation++;
-      this.#seenVersion = version;
-      this.#seenWrites = this.#writes;
+      this.#seenStamp = stamp;
     }
     return this.#entries.get(key);
   }

@@ -5,12 +5,14 @@
  * dependency failure and returns as soon as the wall (or the caller's signal) fires.
  */
 import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
-import { type Clock, monotonicNow } from '../util/clock.js';
+import type { AbortSignalLike } from '../util/abort.js';
+import { type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
 import { BranchRace, type Settled } from './branch-race.js';
 import type { RetrievalSources } from './sources.js';
 import {
   DEFAULT_MAX_MEMORY_CHARS,
   droppedDetail,
+  type HitLimits,
   HOT_LIMIT,
   type RawHits,
   SEARCH_LIMIT,
@@ -98,6 +100,25 @@ function isRawHits(value: SourceHits): value is RawHits {
   return Array.isArray(value);
 }
 
+/**
+ * Validations of frozen answers (the embedded store's cached hot reads, shared until a write): a frozen
+ * answer cannot change, so it is validated once per org/agent/limits and the result, frozen too, is
+ * reused (issue 10: 20 hits × 3 UUID checks were redone on every call).
+ */
+const validatedOnce = new WeakMap<RawHits, { key: string; hits: ValidatedHits }>();
+
+function validateRaw(items: RawHits, orgId: string, agentId: string, limits: HitLimits): ValidatedHits {
+  if (!Object.isFrozen(items)) return validateHits(items, orgId, agentId, limits);
+  const key = `${orgId}|${agentId}|${limits.limit}|${limits.maxChars}`;
+  const memo = validatedOnce.get(items);
+  if (memo?.key === key) return memo.hits;
+  const hits = validateHits(items, orgId, agentId, limits);
+  for (const hit of hits.hits) Object.freeze(hit);
+  Object.freeze(hits.hits);
+  validatedOnce.set(items, { key, hits: Object.freeze(hits) });
+  return hits;
+}
+
 function skipped(name: BranchName, detail: string): Settled<never> {
   return { outcome: { name, status: 'skipped', latency_ms: 0, detail }, value: undefined };
 }
@@ -124,19 +145,22 @@ function skipped(name: BranchName, detail: string): Settled<never> {
  * on, their signal.
  * @param maxMemoryChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points (default 65,536).
  * @param clock the monotonic clock the wall and branch timeouts are on (tests inject a fake one).
+ * @param timer where the wall and branch timeouts are armed: the call's one timer (`ctx.timer`, on the
+ *   same clock); default a timer of the retrieval's own.
  */
 export async function retrieve(
   sources: RetrievalSources,
   req: RetrievalRequest,
   t: RetrievalTimeouts,
-  signal: AbortSignal,
+  signal: AbortSignalLike,
   maxMemoryChars = DEFAULT_MAX_MEMORY_CHARS,
   clock: Clock = monotonicNow,
+  timer?: Scheduler,
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
-  // One AbortController and one timer for the wall and all three branches (issue 10).
-  const race = new BranchRace(t.wallMs, signal, clock);
+  // One AbortController for the wall and all three branches, their deadlines on the call's timer (issue 10).
+  const race = new BranchRace(t.wallMs, signal, clock, timer);
 
   try {
     const dP = race.run('directive', t.directiveMs, (s) => sources.directive.get(orgId, agentId, s));
@@ -158,7 +182,7 @@ export async function retrieve(
       if (settled.outcome.status !== 'success' || settled.value === undefined) return [];
       const value = settled.value;
       const v = isRawHits(value)
-        ? validateHits(value, orgId, agentId, { limit, maxChars: maxMemoryChars })
+        ? validateRaw(value, orgId, agentId, { limit, maxChars: maxMemoryChars })
         : value;
       dropped.invalid += v.invalid;
       dropped.foreign += v.foreign;

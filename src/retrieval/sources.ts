@@ -106,7 +106,7 @@ function hotThroughCache(
   pooled: PooledStoreReads,
   orgId: string,
   agentId: string,
-): StoreHit[] | Promise<StoreHit[]> {
+): readonly StoreHit[] | Promise<readonly StoreHit[]> {
   const { hits, generation } = store.cachedHot(orgId, agentId);
   if (hits !== undefined) return hits;
   return pooled.hot(orgId, agentId).then(
@@ -170,7 +170,7 @@ export async function createSources(
     if (store) {
       const opened = store;
       // Directives and hot reads are served from the store's read cache on this thread (a map lookup
-      // after a one-step `PRAGMA data_version` check). A hot miss (first read, or after a write) is read
+      // after a write check, read-cache.ts). A hot miss (first read, or after a write) is read
       // in a store-read thread like every FTS5 search: 20 memories at the 64K cap take tens of ms to
       // decode from SQLite's UTF-8 on this thread, far less to receive as a structured clone
       // (bench:store). Only when that queue is full is the miss read here, as it always was before.

@@ -1,31 +1,42 @@
 /**
  * Reads of the embedded store, either in-process (synchronous better-sqlite3, for tools and tests) or in
  * a small Piscina pool of store-read threads (the service), so SQLite never runs on the gRPC event loop.
+ *
+ * Batching (issue 10): reads that arrive while every thread is busy wait here, fair across orgs, and go
+ * to the next free thread together, as one task: one message each way and one thread wake-up for the lot.
+ * A wake-up costs ~0.1 ms of CPU on this 2-core VM and a message exchange several syscalls of ~7 µs, so
+ * under load a burst of searches costs the messaging of one.
  */
 import path from 'node:path';
 import { Piscina } from 'piscina';
+import { type FairEntry, FairQueue, unqueued } from '../pool/fair-queue.js';
 import { projectRoot } from '../pool/worker-file.js';
+import { monotonicNow } from '../util/clock.js';
 import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
 
-/** One read, as sent to a store-read thread. */
-export interface StoreReadTask {
-  db: string;
+/** One read. */
+export interface StoreRead {
   op: 'hot' | 'search' | 'directive';
   orgId: string;
   agentId: string;
   query?: string;
+}
+
+/** What crosses to a store-read thread: the reads that waited for it, answered in one exchange. */
+export interface StoreReadBatch {
+  db: string;
   /** Content cap, code points (`IBEX_CONTEXT_MAX_MEMORY_CHARS`): longer rows come back `oversize`. */
   maxChars?: number;
-  /**
-   * Set to 1 (Atomics) by the caller once its branch has given up: a queued read then costs the thread
-   * nothing, so a backlog of abandoned searches drains at once instead of running each one.
-   */
-  cancelled?: Int32Array;
+  reads: StoreRead[];
 }
+
+/** One read's answer; a failure keeps its SQLite `code` (a cloned Error would lose it). */
+export type StoreReadAnswer = { ok: true; value: unknown } | { ok: false; code: string; message: string };
 
 /** The reads the embedded sources need; sync or async. */
 export interface StoreReads {
-  hot(orgId: string, agentId: string): StoreHit[] | Promise<StoreHit[]>;
+  /** A frozen answer may be shared (the read cache's): it is never to be mutated. */
+  hot(orgId: string, agentId: string): readonly StoreHit[] | Promise<readonly StoreHit[]>;
   /** @param signal the branch's signal: once it aborts the read may be skipped. */
   search(
     orgId: string,
@@ -54,28 +65,72 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
 
 /** Store-read figures for metrics (issue 11 item 6). */
 export interface StoreReadStats {
-  /** Searches waiting for a store-read thread. */
+  /** Reads waiting for a store-read thread. */
   queueSize: number;
-  /** Searches refused at once because that queue was full (cold branch `error`, code `busy`). */
+  /** Reads refused at once because that queue was full (cold branch `error`, code `busy`). */
   busyRejections: number;
 }
 
 /**
+ * Expected wait for a thread, ms, past which a read is refused (`busy`): a few ms of a 40 ms wall, so an
+ * overloaded store fails its searches at once (an L1 answer) instead of holding every call until its wall.
+ */
+export const STORE_QUEUE_BUDGET_MS = 8;
+/** Fewest reads allowed to wait per thread, whatever the measured read time. */
+const MIN_QUEUED_PER_THREAD = 4;
+/** Most reads allowed to wait, whatever the measured read time. */
+const MAX_QUEUED = 64;
+/** Most reads in one batch: the batch answers at once, so its first read waits for its last. */
+export const MAX_BATCH = 8;
+/** Weight of the newest batch in the running mean of the time per read. */
+const MEAN_WEIGHT = 0.1;
+
+/**
+ * How many reads may wait: {@link STORE_QUEUE_BUDGET_MS} of the measured time per read on each thread,
+ * at least 4 per thread (a burst must not be refused because a cold start measured slowly) and at most 64.
+ * Until a read is measured the mean is taken as budget / 4: 4 per thread.
+ * @param meanReadMs measured thread time per read (round trip of a batch / its reads), ms.
+ */
+export function storeQueueLimit(meanReadMs: number, threads: number): number {
+  const fit = Math.floor((STORE_QUEUE_BUDGET_MS * threads) / Math.max(meanReadMs, 1e-3));
+  return Math.min(MAX_QUEUED, Math.max(MIN_QUEUED_PER_THREAD * threads, fit));
+}
+
+interface PendingRead extends FairEntry {
+  read: StoreRead;
+  signal: AbortSignal | undefined;
+  resolve: (value: unknown) => void;
+  reject: (err: unknown) => void;
+}
+
+function answerError(answer: { code: string; message: string }): Error {
+  return Object.assign(new Error(answer.message), { code: answer.code });
+}
+
+/**
  * Reads in `threads` store-read threads, each with its own connection to the WAL database `db`.
- * No AbortSignal is passed to piscina: aborting a running task terminates its thread. A branch that gives
- * up simply stops waiting (the read finishes in about a millisecond and is dropped).
+ * No AbortSignal is passed to piscina: aborting a running task terminates its thread. A read whose branch
+ * gave up while it waited is answered `[]` without running; one already on a thread finishes unread.
  */
 export class PooledStoreReads implements StoreReads {
-  readonly #pool: Piscina;
+  readonly #pool: Piscina<StoreReadBatch, StoreReadAnswer[]>;
   readonly #db: string;
-  readonly #maxQueue: number;
+  readonly #threads: number;
   readonly #maxChars: number | undefined;
+  readonly #queue = new FairQueue<PendingRead>();
+  #running = 0;
+  #meanReadMs = STORE_QUEUE_BUDGET_MS / MIN_QUEUED_PER_THREAD;
   #busyRejections = 0;
 
-  private constructor(pool: Piscina, db: string, maxQueue: number, maxChars: number | undefined) {
+  private constructor(
+    pool: Piscina<StoreReadBatch, StoreReadAnswer[]>,
+    db: string,
+    threads: number,
+    maxChars: number | undefined,
+  ) {
     this.#pool = pool;
     this.#db = db;
-    this.#maxQueue = maxQueue;
+    this.#threads = threads;
     this.#maxChars = maxChars;
   }
 
@@ -90,70 +145,109 @@ export class PooledStoreReads implements StoreReads {
     filename = resolveStoreWorkerFile(),
     maxChars?: number,
   ): Promise<PooledStoreReads> {
-    const maxQueue = 4 * threads;
-    const pool = new Piscina({
+    const pool = new Piscina<StoreReadBatch, StoreReadAnswer[]>({
       filename,
       minThreads: threads,
       maxThreads: threads,
       idleTimeout: Number.POSITIVE_INFINITY,
       // better-sqlite3 is synchronous: a second task per thread would only queue behind the first.
       concurrentTasksPerWorker: 1,
-      // Load shedding: a search costs about a millisecond, so a few queued per thread already eat into the
-      // wall. Past that a search fails at once (cold branch `error`, an L1 answer now) instead of waiting
-      // out the wall while holding the call — under overload that wait is what makes answers late.
-      maxQueue,
     });
-    const reads = new PooledStoreReads(pool, path.resolve(db), maxQueue, maxChars);
+    const reads = new PooledStoreReads(pool, path.resolve(db), threads, maxChars);
     const warm = '00000000-0000-4000-8000-000000000000';
     await Promise.all(Array.from({ length: threads }, () => reads.getDirective(warm, warm)));
     return reads;
   }
 
   hot(orgId: string, agentId: string): Promise<StoreHit[]> {
-    const task: StoreReadTask = { db: this.#db, op: 'hot', orgId, agentId, maxChars: this.#maxChars };
-    return (this.#pool.run(task) as Promise<StoreHit[]>).catch((err: unknown) => this.#busy(err));
+    return this.#read({ op: 'hot', orgId, agentId }, undefined) as Promise<StoreHit[]>;
   }
 
   search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<StoreHit[]> {
-    const cancelled = new Int32Array(new SharedArrayBuffer(4));
-    const onAbort = () => Atomics.store(cancelled, 0, 1);
-    if (signal?.aborted) onAbort();
-    else signal?.addEventListener('abort', onAbort, { once: true });
-    const task: StoreReadTask = {
-      db: this.#db,
-      op: 'search',
-      orgId,
-      agentId,
-      query,
-      cancelled,
-      maxChars: this.#maxChars,
-    };
-    return (this.#pool.run(task) as Promise<StoreHit[]>)
-      .catch((err: unknown) => this.#busy(err))
-      .finally(() => {
-        signal?.removeEventListener('abort', onAbort);
-      });
-  }
-
-  /** piscina rejects at once when the bounded queue is full: say "busy", not "unavailable (error)". */
-  #busy(err: unknown): never {
-    if (this.#pool.queueSize >= this.#maxQueue) {
-      this.#busyRejections++;
-      throw Object.assign(new Error('store-read queue full'), { code: 'busy', cause: err });
-    }
-    throw err;
+    return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<StoreHit[]>;
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {
-    return this.#pool.run({ db: this.#db, op: 'directive', orgId, agentId } satisfies StoreReadTask);
+    return this.#read({ op: 'directive', orgId, agentId }, undefined) as Promise<DirectiveEnvelope | null>;
+  }
+
+  /**
+   * Queues one read and starts a batch if a thread is free.
+   * @throws (rejects) Error code `busy` at once when the queue is full, unless another org has at least
+   *   two more reads waiting: then that org's newest read is refused instead.
+   */
+  #read(read: StoreRead, signal: AbortSignal | undefined): Promise<unknown> {
+    if (signal?.aborted) return Promise.resolve([]);
+    return new Promise((resolve, reject) => {
+      const pending: PendingRead = { ...unqueued(), read, signal, resolve, reject };
+      const limit = storeQueueLimit(this.#meanReadMs, this.#threads);
+      if (this.#running >= this.#threads && this.#queue.size >= limit) {
+        const victim = this.#queue.shedFor(read.orgId);
+        if (victim === null) {
+          this.#refuse(pending);
+          return;
+        }
+        this.#refuse(victim);
+      }
+      this.#queue.push(read.orgId, pending);
+      this.#pump();
+    });
+  }
+
+  #refuse(pending: PendingRead): void {
+    this.#busyRejections++;
+    pending.reject(Object.assign(new Error('store-read queue full'), { code: 'busy' }));
+  }
+
+  /** Sends what waits to the free threads, up to {@link MAX_BATCH} reads a task, round-robin across orgs. */
+  #pump(): void {
+    while (this.#running < this.#threads && this.#queue.size > 0) {
+      const batch: PendingRead[] = [];
+      while (batch.length < MAX_BATCH && this.#queue.size > 0) {
+        const next = this.#queue.shift()!;
+        // Its branch gave up while it waited: nobody will look at the answer.
+        if (next.signal?.aborted) next.resolve([]);
+        else batch.push(next);
+      }
+      if (batch.length > 0) this.#dispatch(batch);
+    }
+  }
+
+  #dispatch(batch: PendingRead[]): void {
+    this.#running++;
+    const started = monotonicNow();
+    const task: StoreReadBatch = { db: this.#db, maxChars: this.#maxChars, reads: batch.map((p) => p.read) };
+    this.#pool.run(task).then(
+      (answers) => {
+        this.#done(started, batch.length);
+        for (let i = 0; i < batch.length; i++) {
+          const answer = answers[i]!;
+          if (answer.ok) batch[i]!.resolve(answer.value);
+          else batch[i]!.reject(answerError(answer));
+        }
+      },
+      (err: unknown) => {
+        this.#done(started, batch.length);
+        for (const p of batch) p.reject(err);
+      },
+    );
+  }
+
+  #done(started: number, reads: number): void {
+    this.#running--;
+    const perRead = (monotonicNow() - started) / reads;
+    this.#meanReadMs += MEAN_WEIGHT * (perRead - this.#meanReadMs);
+    this.#pump();
   }
 
   /** Queue depth now and busy rejections so far (see {@link StoreReadStats}). */
   stats(): StoreReadStats {
-    return { queueSize: this.#pool.queueSize, busyRejections: this.#busyRejections };
+    return { queueSize: this.#queue.size, busyRejections: this.#busyRejections };
   }
 
+  /** Refuses what still waits, then stops the threads. */
   async close(): Promise<void> {
+    for (const p of this.#queue.drain()) this.#refuse(p);
     await this.#pool.destroy();
   }
 }

@@ -166,6 +166,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       },
       ctx.signal,
       settings.maxMemoryChars,
+      monotonicNow,
+      ctx.timer,
     );
     // 0 when retrieval ended by its wall or before: only a late-running loop makes it positive.
     reserve.wallOverrun.record(Math.max(0, monotonicNow() - start - wallMs));
@@ -269,7 +271,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     let stage: CpuStageResult;
     awaitingPool++;
     try {
-      stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId });
+      stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId, timer: ctx.timer });
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))
         reserve.lateness.record(monotonicNow() - input.deadline);

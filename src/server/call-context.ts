@@ -1,11 +1,18 @@
 /**
- * Turns a grpc-js call's deadline and cancellation into one AbortSignal that flows from the handler
+ * Turns a grpc-js call's deadline and cancellation into one abort signal that flows from the handler
  * down to retrieval and the pool (the nice-grpc pattern), plus the absolute request deadline D of
- * SPEC §10 on the monotonic clock.
+ * SPEC §10 on the monotonic clock, and the call's one timer ({@link DeadlineSet}) that every stage arms
+ * its deadlines on.
+ *
+ * Issue 10: one AbortController and one timer per call. The call's signal is a {@link CallSignal}, a
+ * plain listener list rather than an EventTarget: only the retrieval branches need a real AbortSignal
+ * (sockets, Redis commands), and they get the retrieval's own controller (branch-race.ts).
  */
 import type { Metadata } from '@grpc/grpc-js';
-import { type ArmedTimer, armAt, type Clock, monotonicNow } from '../util/clock.js';
+import { type AbortSignalLike, CallSignal } from '../util/abort.js';
+import { type ArmedTimer, type Clock, DeadlineSet, monotonicNow } from '../util/clock.js';
 
+export type { AbortSignalLike };
 /** Re-exported for the server modules that read D; the clock itself lives in src/util/clock.ts. */
 export { monotonicNow };
 
@@ -13,9 +20,14 @@ export { monotonicNow };
 export interface CallContext {
   /**
    * Aborts when the request deadline passes (reason: DOMException `TimeoutError`) or the caller
-   * cancels (reason: DOMException `AbortError`). Pass it to every async step (HTTP, Redis, pool).
+   * cancels (reason: DOMException `AbortError`). Pass it to every async step (retrieval, pool).
    */
-  readonly signal: AbortSignal;
+  readonly signal: AbortSignalLike;
+  /**
+   * The call's one timer: arm every deadline of the call on it (retrieval wall, CPU stage). Absent in
+   * contexts built by hand (tests, warm-up): stages then arm their own.
+   */
+  readonly timer?: DeadlineSet;
   /**
    * Absolute request deadline D in ms on the {@link monotonicNow} clock:
    * min(arrival + IBEX_CONTEXT_TIMEOUT, caller's gRPC deadline). The response must be ready before it.
@@ -41,7 +53,7 @@ export function cancelledReason(): DOMException {
 }
 
 /** The cause of an aborted signal, or null if it has not aborted. */
-export function abortCause(signal: AbortSignal): AbortCause | null {
+export function abortCause(signal: AbortSignalLike): AbortCause | null {
   if (!signal.aborted) return null;
   const reason: unknown = signal.reason;
   return reason instanceof DOMException && reason.name === 'TimeoutError' ? 'deadline' : 'cancelled';
@@ -65,7 +77,7 @@ export interface CallLike {
 /** A context plus the cleanup the handler must run once it has answered. */
 export interface CallContextHandle {
   readonly ctx: CallContext;
-  /** Stops the deadline timer and detaches from the call; does not abort the signal. Idempotent. */
+  /** Stops the deadline and detaches from the call; does not abort the signal. Idempotent. */
   dispose(): void;
 }
 
@@ -92,7 +104,7 @@ export function createCallContext(
 ): CallContextHandle {
   const clock = opts.clock ?? monotonicNow;
   const arrival = opts.arrival ?? clock();
-  const controller = new AbortController();
+  const signal = new CallSignal();
 
   const raw = call.getDeadline();
   const callerWallMs = raw instanceof Date ? raw.getTime() : raw;
@@ -106,16 +118,14 @@ export function createCallContext(
 
   let timer: ArmedTimer | undefined;
   let disposed = false;
-  const abortForDeadline = () => {
-    if (!controller.signal.aborted) controller.abort(deadlineReason());
-  };
+  const abortForDeadline = () => signal.abort(deadlineReason());
   // grpc-js ends the call itself when the caller's deadline passes and reports that as `cancelled`.
   const onCancelled = () => {
-    if (controller.signal.aborted) return;
+    if (signal.aborted) return;
     const callerDeadlinePassed =
       Number.isFinite(callerWallMs) && Date.now() >= callerWallMs - DEADLINE_SLACK_MS;
     const ownDeadlinePassed = clock() >= deadline - DEADLINE_SLACK_MS;
-    controller.abort(callerDeadlinePassed || ownDeadlinePassed ? deadlineReason() : cancelledReason());
+    signal.abort(callerDeadlinePassed || ownDeadlinePassed ? deadlineReason() : cancelledReason());
   };
 
   const dispose = () => {
@@ -125,16 +135,18 @@ export function createCallContext(
     call.removeListener('cancelled', onCancelled);
   };
 
+  // Unref'd, as the deadline timer always was: a pending call deadline never holds the process open.
+  const timers = new DeadlineSet(clock, true);
   const left = deadline - clock();
   if (left <= 0) {
     abortForDeadline();
   } else if (call.cancelled === true) {
-    controller.abort(cancelledReason());
+    signal.abort(cancelledReason());
   } else {
     call.on('cancelled', onCancelled);
-    // armAt re-checks the clock when it fires, so the signal never aborts before D (issue 9 item 4).
-    timer = armAt(deadline, abortForDeadline, { clock, unref: true });
+    // The timer re-checks the clock when it fires, so the signal never aborts before D (issue 9 item 4).
+    timer = timers.at(deadline, abortForDeadline);
   }
 
-  return { ctx: { signal: controller.signal, deadline, arrival, metadata: call.metadata }, dispose };
+  return { ctx: { signal, timer: timers, deadline, arrival, metadata: call.metadata }, dispose };
 }

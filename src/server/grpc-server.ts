@@ -27,6 +27,7 @@ import { Errors, IbexError, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
 import {
+  type AbortSignalLike,
   abortCause,
   type CallContext,
   type CallContextHandle,
@@ -272,7 +273,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       }
     };
 
-    const onAbort = (signal: AbortSignal) => {
+    const onAbort = (signal: AbortSignalLike) => {
       settle(abortCause(signal) === 'deadline' ? deadlineExceeded : { kind: 'cancelled' });
     };
 

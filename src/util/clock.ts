@@ -85,3 +85,93 @@ export function armAt(deadline: number, fn: () => void, opts: ArmOptions = {}): 
 }
 
 const NEVER: ArmedTimer = { cancel() {} };
+
+/** Where a call's deadlines are armed: {@link armAt}'s shape, so a {@link DeadlineSet} can stand in for it. */
+export interface Scheduler {
+  /** Runs `fn` once, no earlier than `deadline` (absolute ms on the scheduler's clock). */
+  at(deadline: number, fn: () => void): ArmedTimer;
+}
+
+interface Pending extends ArmedTimer {
+  readonly at: number;
+  readonly fn: () => void;
+}
+
+/**
+ * Every deadline of one call on ONE timer (issue 10): the request deadline D, the retrieval wall and the
+ * branches' own timeouts, the CPU task's withdrawal and deadline. A handful of entries, kept unsorted; a
+ * single {@link armAt} timer is armed at the earliest and re-armed when that one fires or is cancelled, so a
+ * call never holds more than one Node timer, and a cancelled deadline never wakes the loop.
+ */
+export class DeadlineSet implements Scheduler {
+  readonly #clock: Clock;
+  readonly #unref: boolean;
+  readonly #entries: Pending[] = [];
+  #timer: ArmedTimer | null = null;
+  #armedAt = Number.POSITIVE_INFINITY;
+
+  /**
+   * @param clock the monotonic clock the deadlines are on (default {@link monotonicNow}).
+   * @param unref let the process exit while a deadline is pending (default false).
+   */
+  constructor(clock: Clock = monotonicNow, unref = false) {
+    this.#clock = clock;
+    this.#unref = unref;
+  }
+
+  at(deadline: number, fn: () => void): ArmedTimer {
+    const entry: Pending = { at: deadline, fn, cancel: () => this.#cancel(entry) };
+    if (deadline === Number.POSITIVE_INFINITY) return entry;
+    if (deadline <= this.#clock()) {
+      fn();
+      return NEVER;
+    }
+    this.#entries.push(entry);
+    if (deadline < this.#armedAt) this.#arm(deadline);
+    return entry;
+  }
+
+  /** Deadlines still pending (tests). */
+  get size(): number {
+    return this.#entries.length;
+  }
+
+  #cancel(entry: Pending): void {
+    const i = this.#entries.indexOf(entry);
+    if (i < 0) return;
+    this.#entries.splice(i, 1);
+    if (entry.at <= this.#armedAt) this.#arm(this.#earliest());
+  }
+
+  #earliest(): number {
+    let min = Number.POSITIVE_INFINITY;
+    for (const e of this.#entries) if (e.at < min) min = e.at;
+    return min;
+  }
+
+  #arm(at: number): void {
+    if (at === this.#armedAt && this.#timer !== null) return;
+    this.#timer?.cancel();
+    this.#armedAt = at;
+    if (at === Number.POSITIVE_INFINITY) {
+      this.#timer = null;
+      return;
+    }
+    // An entry already due (a late loop) runs from the timer, never inside the at() or cancel() that re-arms.
+    this.#timer = armAt(Math.max(at, this.#clock() + 1e-3), this.#fire, {
+      clock: this.#clock,
+      unref: this.#unref,
+    });
+  }
+
+  readonly #fire = (): void => {
+    this.#timer = null;
+    this.#armedAt = Number.POSITIVE_INFINITY;
+    const now = this.#clock();
+    const due = this.#entries.filter((e) => e.at <= now).sort((a, b) => a.at - b.at);
+    for (const e of due) this.#entries.splice(this.#entries.indexOf(e), 1);
+    // Re-armed before running them: an entry may add or cancel others.
+    this.#arm(this.#earliest());
+    for (const e of due) e.fn();
+  };
+}

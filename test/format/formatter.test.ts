@@ -100,6 +100,14 @@ describe('formatContext', () => {
     expect(generateNonce(16)).not.toBe(a);
     expect(generateNonce(1)).toHaveLength(2);
     expect(generateNonce(64)).toHaveLength(86);
+    expect(generateNonce(5000)).toHaveLength(6667);
+  });
+
+  it('never hands out the same random bytes twice across refills of the nonce pool (issue 10)', () => {
+    // 2,000 nonces of 16 bytes span eight 4 KiB refills; a reused slice would repeat a nonce.
+    const nonces = Array.from({ length: 2000 }, (_, i) => generateNonce(i % 7 === 0 ? 5 : 16));
+    expect(new Set(nonces).size).toBe(nonces.length);
+    expect(nonces.filter((n) => n.length === 22).every((n) => /^[A-Za-z0-9_-]{22}$/.test(n))).toBe(true);
   });
 
   it('has exactly one real open and close tag per memory for random hostile text (property)', () => {

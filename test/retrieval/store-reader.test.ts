@@ -5,12 +5,19 @@
  * write (issue 10).
  */
 import { randomUUID } from 'node:crypto';
+import path from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
+import { projectRoot } from '../../src/pool/worker-file.js';
 import { EmbeddedStore, type StoreHit } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources, EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
-import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
+import {
+  MAX_BATCH,
+  PooledStoreReads,
+  STORE_QUEUE_BUDGET_MS,
+  storeQueueLimit,
+} from '../../src/retrieval/store-reader.js';
 import { memoriesOf, memoryRow, removeTempDir, tempStore } from './fixtures.js';
 
 const org = randomUUID();
@@ -56,6 +63,62 @@ describe('PooledStoreReads', () => {
     } finally {
       await capped.close();
     }
+  });
+});
+
+const ECHO = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'batch-echo-store-worker.js');
+
+describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
+  it('reads that wait for the busy thread go to it together, in one task; what overflows is refused', async () => {
+    const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
+    try {
+      const first = echo.search(org, agent, 'hold_ms=50');
+      const aborted = new AbortController();
+      const queued = ['a', 'b', 'c'].map((q) => echo.search(org, agent, q));
+      const gaveUp = echo.search(org, agent, 'gave up', aborted.signal);
+      // Nothing measured yet: 4 may wait on one thread; the fifth and sixth are refused at once.
+      const refused = Promise.allSettled([echo.search(org, agent, 'x'), echo.search(org, agent, 'y')]);
+      expect(echo.stats()).toEqual({ queueSize: 4, busyRejections: 2 });
+      aborted.abort();
+      expect(await first).toEqual({ batch: 1, query: 'hold_ms=50' });
+      // The branch that gave up is answered [] without running: the batch holds the other three.
+      expect(await Promise.all(queued)).toEqual(['a', 'b', 'c'].map((query) => ({ batch: 3, query })));
+      expect(await gaveUp).toEqual([]);
+      for (const r of await refused) {
+        expect(r.status === 'rejected' && (r.reason as { code?: string }).code).toBe('busy');
+      }
+    } finally {
+      await echo.close();
+    }
+  });
+
+  it('a full queue refuses the newest read of an org with two more waiting, not the newcomer', async () => {
+    const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
+    try {
+      const first = echo.search(org, agent, 'hold_ms=20');
+      const heavy = ['h1', 'h2', 'h3', 'h4'].map((q) => echo.search(org, agent, q));
+      const other = echo.search(randomUUID(), agent, 'light');
+      const outcomes = await Promise.allSettled([first, ...heavy, other]);
+      expect(outcomes.map((o) => o.status)).toEqual([
+        'fulfilled',
+        'fulfilled',
+        'fulfilled',
+        'fulfilled',
+        'rejected',
+        'fulfilled',
+      ]);
+    } finally {
+      await echo.close();
+    }
+  });
+
+  it('the queue limit is STORE_QUEUE_BUDGET_MS of measured read time per thread, within 4/thread..64', () => {
+    expect(storeQueueLimit(STORE_QUEUE_BUDGET_MS / 4, 1)).toBe(4);
+    expect(storeQueueLimit(0.4, 1)).toBe(20);
+    expect(storeQueueLimit(0.4, 2)).toBe(40);
+    expect(storeQueueLimit(0.01, 1)).toBe(64);
+    expect(storeQueueLimit(50, 2)).toBe(8);
+    expect(MAX_BATCH).toBeLessThanOrEqual(storeQueueLimit(STORE_QUEUE_BUDGET_MS / 4, 2));
   });
 });
 
@@ -165,6 +228,33 @@ describe('service sources: hot misses read in a store-read thread, then cached (
       store.upsertMemories([memory('second note', 1)]);
       const after = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
       expect(after.map((h) => h.memory.content)).toEqual(['second note', 'first note']);
+    } finally {
+      await sources.close();
+    }
+  });
+});
+
+describe('a cached hot answer is validated once until a write (issue 10)', () => {
+  it('two retrievals share the frozen validated hits; a write, or another agent, validates anew', async () => {
+    store.upsertMemories([memory('first note', 0)]);
+    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: file }));
+    const times = { wallMs: 1000, directiveMs: 1000, hotMs: 1000, coldMs: 1000 };
+    const req = { orgId: ORG, agentId: AGENT, query: '', skipHot: false, skipCold: true };
+    const signal = new AbortController().signal;
+    try {
+      await retrieve(sources, req, times, signal); // the miss, read in a thread, then cached
+      const a = await retrieve(sources, req, times, signal);
+      const b = await retrieve(sources, { ...req, orgId: ORG.toUpperCase() }, times, signal);
+      expect(a.hot.map((h) => h.content)).toEqual(['first note']);
+      expect(b.hot).toBe(a.hot);
+      expect(Object.isFrozen(a.hot) && Object.isFrozen(a.hot[0])).toBe(true);
+      const other = await retrieve(sources, { ...req, agentId: randomUUID() }, times, signal);
+      expect(other.hot).toEqual([]);
+      store.upsertMemories([memory('second note', 1)]);
+      await retrieve(sources, req, times, signal);
+      const after = await retrieve(sources, req, times, signal);
+      expect(after.hot).not.toBe(a.hot);
+      expect(after.hot.map((h) => h.content)).toEqual(['second note', 'first note']);
     } finally {
       await sources.close();
     }

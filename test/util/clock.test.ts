@@ -1,12 +1,15 @@
 /**
  * The one deadline timer (issue 14 item 1): `armAt` runs its callback no earlier than the deadline on the
  * injected clock (a timer that fires early re-arms for what is left, issue 9 item 4), at once when the
- * deadline has passed, never for `Infinity`, and not after `cancel()`.
+ * deadline has passed, never for `Infinity`, and not after `cancel()`. A call's DeadlineSet holds all its
+ * deadlines on one such timer (issue 10), and its CallSignal is a listener list without an EventTarget.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { armAt, monotonicNow } from '../../src/util/clock.js';
+import { BranchRace } from '../../src/retrieval/branch-race.js';
+import { CallSignal } from '../../src/util/abort.js';
+import { armAt, DeadlineSet, monotonicNow } from '../../src/util/clock.js';
 
-describe('armAt on fake timers and an injected clock', () => {
+describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
   let now = 0;
   const clock = () => now;
   beforeEach(() => {
@@ -72,6 +75,81 @@ describe('armAt on fake timers and an injected clock', () => {
     vi.advanceTimersByTime(3_000_000_000 - 2_147_483_647);
     expect(runs).toBe(1);
   });
+
+  // DeadlineSet: every deadline of a call on one timer (issue 10).
+  it('holds one Node timer whatever the number of deadlines, runs each at its time, in order', () => {
+    const set = new DeadlineSet(clock);
+    const fired: string[] = [];
+    set.at(1_045, () => fired.push('D'));
+    set.at(1_040, () => fired.push('wall'));
+    set.at(1_015, () => fired.push('hot'));
+    set.at(1_044, () => fired.push('pool'));
+    expect(vi.getTimerCount()).toBe(1);
+    now = 1_015;
+    vi.advanceTimersByTime(15);
+    expect(fired).toEqual(['hot']);
+    expect(vi.getTimerCount()).toBe(1);
+    now = 1_045;
+    vi.advanceTimersByTime(30);
+    expect(fired).toEqual(['hot', 'wall', 'pool', 'D']);
+    expect(vi.getTimerCount()).toBe(0);
+    expect(set.size).toBe(0);
+  });
+
+  it('a cancelled deadline never fires and never wakes the loop: the timer moves to the next one', () => {
+    const set = new DeadlineSet(clock);
+    const fired: string[] = [];
+    const wall = set.at(1_040, () => fired.push('wall'));
+    set.at(1_045, () => fired.push('D'));
+    wall.cancel();
+    expect(vi.getTimerCount()).toBe(1);
+    now = 1_040;
+    vi.advanceTimersByTime(40);
+    // Nothing due at the wall's time: the one timer is armed at D, not at the cancelled wall.
+    expect(fired).toEqual([]);
+    now = 1_045;
+    vi.advanceTimersByTime(5);
+    expect(fired).toEqual(['D']);
+  });
+
+  it('runs a passed deadline at once from at(), an overdue one from the timer (not inside cancel)', () => {
+    const set = new DeadlineSet(clock);
+    const fired: string[] = [];
+    set.at(999, () => fired.push('passed'));
+    expect(fired).toEqual(['passed']);
+    const first = set.at(1_010, () => fired.push('first'));
+    set.at(1_020, () => fired.push('second'));
+    // The loop ran late: both are overdue when the first is cancelled.
+    now = 1_030;
+    first.cancel();
+    expect(fired).toEqual(['passed']);
+    now = 1_031;
+    vi.advanceTimersByTime(1);
+    expect(fired).toEqual(['passed', 'second']);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it("a retrieval race and the call's deadline share the call's one timer", async () => {
+    const set = new DeadlineSet(clock);
+    const caller = new CallSignal();
+    set.at(1_045, () => caller.abort(new DOMException('deadline exceeded', 'TimeoutError')));
+    const race = new BranchRace(40, caller, clock, set);
+    const cold = race.run('cold', 45, () => new Promise<never>(() => {}));
+    const hot = race.run('hot', 15, () => new Promise<never>(() => {}));
+    expect(vi.getTimerCount()).toBe(1);
+    now = 1_015;
+    vi.advanceTimersByTime(15);
+    expect((await hot).outcome).toMatchObject({ status: 'timeout', detail: 'hot_timeout' });
+    now = 1_040;
+    vi.advanceTimersByTime(25);
+    expect((await cold).outcome).toMatchObject({ status: 'timeout', detail: 'outer_deadline' });
+    race.finish();
+    expect(vi.getTimerCount()).toBe(1);
+    expect(caller.aborted).toBe(false);
+    now = 1_045;
+    vi.advanceTimersByTime(5);
+    expect(caller.aborted).toBe(true);
+  });
 });
 
 describe('monotonicNow', () => {
@@ -81,5 +159,24 @@ describe('monotonicNow', () => {
     const c = monotonicNow();
     expect(a).toBeLessThanOrEqual(b);
     expect(b).toBeLessThanOrEqual(c);
+  });
+});
+
+describe('CallSignal', () => {
+  it('aborts once, runs its listeners once in order, without the removed ones', () => {
+    const signal = new CallSignal();
+    const ran: string[] = [];
+    const b = () => ran.push('b');
+    signal.addEventListener('abort', () => ran.push('a'));
+    signal.addEventListener('abort', b);
+    signal.addEventListener('abort', () => ran.push('c'));
+    signal.removeEventListener('abort', b);
+    signal.abort('first');
+    signal.abort('second');
+    expect(ran).toEqual(['a', 'c']);
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBe('first');
+    signal.addEventListener('abort', () => ran.push('late'));
+    expect(ran).toEqual(['a', 'c']);
   });
 });
