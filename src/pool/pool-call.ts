@@ -23,6 +23,7 @@ export class Call implements FairEntry {
     readonly deadline: number,
     readonly signal: AbortSignal | undefined,
     readonly orgId: string,
+    readonly onReturned: ((input: CpuTaskInput) => void) | undefined,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
   ) {}
@@ -33,9 +34,9 @@ export class Call implements FairEntry {
  * caller's views are detached at `run()` even when the task has to wait for a thread.
  */
 export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
-  const { score, similarity, confidence, rank, tokens, text, offsets } = input;
+  const { score, similarity, confidence, rank, tokens, text, offsets, history, historySpans } = input;
   const moved = structuredClone(
-    { score, similarity, confidence, rank, tokens, text, offsets },
+    { score, similarity, confidence, rank, tokens, text, offsets, history, historySpans },
     { transfer: transferList(input) },
   );
   return { ...input, ...moved };

@@ -63,6 +63,12 @@ export interface CpuRunOptions {
    * sheds the org with the most waiting calls first). Calls without one share the org `""`.
    */
   orgId?: string;
+  /**
+   * Called with the batch when the pool gives a queued call up before its task ran (withdrawn, shed, pool
+   * closed): the buffers it had taken are the caller's again — among them a transferred request buffer
+   * that the degraded answer needs (issue 9). Not called for a dispatched call.
+   */
+  onReturned?: (input: CpuTaskInput) => void;
 }
 
 /**
@@ -200,7 +206,16 @@ export class CpuPool {
         return;
       }
       const orgId = opts.orgId ?? '';
-      const call = new Call(input, submitted, input.deadline, signal, orgId, resolve, reject);
+      const call = new Call(
+        input,
+        submitted,
+        input.deadline,
+        signal,
+        orgId,
+        opts.onReturned,
+        resolve,
+        reject,
+      );
       if (this.#running < this.#capacity && this.#queue.size === 0) {
         this.#dispatch(call);
       } else if (
@@ -279,6 +294,7 @@ export class CpuPool {
 
   #settle(call: Call): void {
     call.settled = true;
+    if (!call.dispatched && !call.inputOwnedByCaller) call.onReturned?.(call.input);
     call.timer?.cancel();
     call.timer = null;
     if (call.onAbort) call.signal?.removeEventListener('abort', call.onAbort);

@@ -15,7 +15,13 @@ import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { monotonicNow } from '../util/clock.js';
-import { answerFromStage, degradationLevel, degradationReasons, degradedAnswer } from './answers.js';
+import {
+  answerFromStage,
+  degradationLevel,
+  degradationReasons,
+  degradedAnswer,
+  historyLost,
+} from './answers.js';
 import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
 import { abortCause, type CallContext } from './call-context.js';
 import type { AssembleFn } from './grpc-server.js';
@@ -269,7 +275,15 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     let stage: CpuStageResult;
     awaitingPool++;
     try {
-      stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId });
+      stage = await pool.run(input, {
+        signal: ctx.signal,
+        orgId: req.orgId,
+        // A request buffer transferred with the task comes back if the task never ran: the degraded
+        // answer is built from it (same offsets: the view is the one that was sent).
+        onReturned: (back) => {
+          if (historyLost(req.history)) req.history.source = back.history;
+        },
+      });
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))
         reserve.lateness.record(monotonicNow() - input.deadline);

@@ -162,7 +162,7 @@ describe('answer guarantee (SPEC §10, issue 9 item 4)', () => {
         15_000,
       );
       const levels = burst.map((out) => {
-        expect(out.status.code).toBe(status.OK);
+        expect(out.status.code, out.status.details).toBe(status.OK);
         return out.response!.degradation.level;
       });
       expect(levels).toContain('L2');
