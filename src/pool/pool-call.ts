@@ -4,7 +4,7 @@ import type { ArmedTimer } from '../util/clock.js';
 import type { CpuTaskInput } from './cpu-task.js';
 import { transferList } from './cpu-task.js';
 import type { FairEntry } from './fair-queue.js';
-import type { CpuStageResult } from './pool-client.js';
+import type { CpuRunOptions, CpuStageResult } from './pool-client.js';
 
 /** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
 export class Call implements FairEntry {
@@ -17,16 +17,21 @@ export class Call implements FairEntry {
   settled = false;
   timer: ArmedTimer | null = null;
   onAbort: (() => void) | null = null;
+  readonly signal: AbortSignal | undefined;
+  readonly orgId: string;
+  readonly onReturned: ((input: CpuTaskInput) => void) | undefined;
   constructor(
     public input: CpuTaskInput,
     readonly submitted: number,
     readonly deadline: number,
-    readonly signal: AbortSignal | undefined,
-    readonly orgId: string,
-    readonly onReturned: ((input: CpuTaskInput) => void) | undefined,
+    opts: CpuRunOptions,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
-  ) {}
+  ) {
+    this.signal = opts.signal;
+    this.orgId = opts.orgId ?? '';
+    this.onReturned = opts.onReturned;
+  }
 }
 
 /**

@@ -205,17 +205,8 @@ export class CpuPool {
         reject(Errors.poolDeadline('withdrawn', new Error('deadline passed before dispatch')));
         return;
       }
-      const orgId = opts.orgId ?? '';
-      const call = new Call(
-        input,
-        submitted,
-        input.deadline,
-        signal,
-        orgId,
-        opts.onReturned,
-        resolve,
-        reject,
-      );
+      const call = new Call(input, submitted, input.deadline, opts, resolve, reject);
+      const { orgId } = call;
       if (this.#running < this.#capacity && this.#queue.size === 0) {
         this.#dispatch(call);
       } else if (

@@ -4,7 +4,7 @@
  */
 import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES } from '../../src/server/grpc-server.js';
+import { CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES } from '../../src/server/grpc-internals.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/server/limits.js';
 import { startTestService, type TestService } from '../e2e/harness.js';
 
