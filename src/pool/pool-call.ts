@@ -20,6 +20,8 @@ export class Call implements FairEntry {
   readonly signal: AbortSignal | undefined;
   readonly orgId: string;
   readonly onReturned: ((input: CpuTaskInput) => void) | undefined;
+  /** When a dispatched call stops waiting for its result (see `CpuRunOptions.resultDeadline`). */
+  readonly resultDeadline: number;
   constructor(
     public input: CpuTaskInput,
     readonly submitted: number,
@@ -31,6 +33,7 @@ export class Call implements FairEntry {
     this.signal = opts.signal;
     this.orgId = opts.orgId ?? '';
     this.onReturned = opts.onReturned;
+    this.resultDeadline = Math.max(deadline, opts.resultDeadline ?? deadline);
   }
 }
 

@@ -63,12 +63,10 @@ export interface CpuRunOptions {
    * sheds the org with the most waiting calls first). Calls without one share the org `""`.
    */
   orgId?: string;
-  /**
-   * Called with the batch when the pool gives a queued call up before its task ran (withdrawn, shed, pool
-   * closed): the buffers it had taken are the caller's again — among them a transferred request buffer
-   * that the degraded answer needs (issue 9). Not called for a dispatched call.
-   */
+  /** Gets the batch back when a queued call is given up before it ran (issue 9: the request buffer). */
   onReturned?: (input: CpuTaskInput) => void;
+  /** Until when a dispatched task's result is awaited, epoch ms; default and floor `input.deadline`. */
+  resultDeadline?: number;
 }
 
 /**
@@ -251,7 +249,7 @@ export class CpuPool {
 
   /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
   #arm(call: Call): void {
-    const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
+    const at = call.dispatched ? call.resultDeadline : call.deadline - WITHDRAW_LEAD_MS;
     call.timer = armAt(at, () => this.#onTimer(call));
   }
 
@@ -259,7 +257,7 @@ export class CpuPool {
     call.timer = null;
     if (call.settled) return;
     // Armed for the withdrawal time, but dispatched since: the running task keeps its time until D.
-    if (call.dispatched && monotonicNow() < call.deadline) {
+    if (call.dispatched && monotonicNow() < call.resultDeadline) {
       this.#arm(call);
       return;
     }

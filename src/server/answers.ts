@@ -18,7 +18,7 @@ import {
 } from './proto.js';
 import { type Assembly, baseResponse, roundMs, usedRow } from './response-parts.js';
 import type { StageReserve } from './stage-reserve.js';
-import { CONTENT_OVER, type HistoryBytes } from './wire-request.js';
+import { CONTENT_OVER, encodeHistory, type HistoryBytes } from './wire-request.js';
 
 /**
  * Degradation level (SPEC §10): a memory source is usable iff not skipped and `success` (zero hits count).
@@ -129,6 +129,37 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
   opts.reserve.recordDegraded(end - start, a.historyBytes);
   response.metrics.total_ms = roundMs(end - ctx.arrival);
   return response;
+}
+
+/**
+ * Runs the degraded answer's byte path (measure, budget, spliced format) on a small history a few times,
+ * so that the first late CPU stage does not pay ~5–10 ms of cold code inside its D: the degraded answer
+ * keeps only a few ms of reserve (SPEC §10), and nothing else runs this path on the main thread.
+ */
+export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
+  const h = encodeHistory([
+    { role: 'user', content: 'hello 😀 漢' },
+    { role: ' assistant ', content: 'hi' },
+  ]);
+  const kind = resolved.policy.estimate_kind;
+  for (let i = 0; i < rounds; i++) {
+    const prepared = prepareHistory(h, kind, true);
+    if (!prepared) return;
+    const history = prepared.measure ?? prepared.messages;
+    calculateBudget({
+      model: resolved,
+      directive: 'Be brief.',
+      recentMessages: history,
+      toolSchemas: [],
+      nonceBytes: 16,
+    });
+    formatAssembly(h, prepared, kind, {
+      directive: 'Be brief.',
+      memories: [],
+      toolSchemas: [],
+      nonce: 'warm',
+    });
+  }
 }
 
 /**

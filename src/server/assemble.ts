@@ -21,6 +21,7 @@ import {
   degradationReasons,
   degradedAnswer,
   historyLost,
+  warmDegradedAnswer,
 } from './answers.js';
 import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
 import { abortCause, type CallContext } from './call-context.js';
@@ -89,6 +90,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
   const logger = deps.logger.child({ component: 'assemble' });
   const reserve = new StageReserve(settings.cpuStageReserveMs);
+  warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
   let inFlight = 0;
   /** Calls waiting for their CPU-stage result (queued or running). */
@@ -273,6 +275,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   ): Promise<CpuOutcome> {
     if (shed) return { stage: null, poolReason: 'overloaded' };
     let stage: CpuStageResult;
+    // A task that takes the request buffer along leaves nothing to build the degraded answer from once
+    // it runs: then its result is worth waiting for until D itself, not D minus the degraded reserve.
+    const takesRequest = input.history.length > 0 && input.history.buffer === req.history.source.buffer;
     awaitingPool++;
     try {
       stage = await pool.run(input, {
@@ -283,6 +288,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         onReturned: (back) => {
           if (historyLost(req.history)) req.history.source = back.history;
         },
+        resultDeadline: takesRequest ? ctx.deadline : undefined,
       });
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))
