@@ -4,6 +4,7 @@
  */
 import { escapedCodePointLength } from '../format/escape.js';
 import { safetySentence } from '../format/formatter.js';
+import type { MeasuredHistory } from '../format/history-utf8.js';
 import { nonceLength } from '../format/nonce.js';
 import type { ChatMessage } from '../types.js';
 import { isBpeKind } from './bpe.js';
@@ -33,7 +34,11 @@ export interface BudgetInput {
   model: ResolvedModel;
   /** Raw directive text (null = none). */
   directive: string | null;
-  recentMessages: readonly ChatMessage[];
+  /**
+   * History as messages, or already measured from its bytes (count and code points of the history text;
+   * estimate kinds only: a BPE count needs the text).
+   */
+  recentMessages: readonly ChatMessage[] | MeasuredHistory;
   toolSchemas: readonly string[];
   /** Nonce entropy in bytes (1..64). */
   nonceBytes: number;
@@ -51,9 +56,14 @@ export function historyText(messages: readonly ChatMessage[]): string {
   return messages.map((m) => `${m.role}: ${m.content}`).join('\n');
 }
 
+function isMeasured(h: readonly ChatMessage[] | MeasuredHistory): h is MeasuredHistory {
+  return !Array.isArray(h);
+}
+
 /**
  * Computes the TokenBudget (SPEC §6).
  * @returns budget fields; `usable_budget` is clamped at 0 and capped by `availableTokens`.
+ * @throws TypeError for a measured history under a `bpe_*` kind (see {@link estimateFromLength}).
  */
 export function calculateBudget(input: BudgetInput): TokenBudget {
   const { model, policy } = input.model;
@@ -63,14 +73,19 @@ export function calculateBudget(input: BudgetInput): TokenBudget {
   const safety = Math.trunc(window * policy.safety_buffer_fraction);
   const directive = input.directive ?? '';
   const directiveTokens = estimateTokens(directive, kind);
-  const messagesTokens =
-    input.recentMessages.length > 0 ? estimateTokens(historyText(input.recentMessages), kind) : 0;
+  const history = input.recentMessages;
+  const messageCount = isMeasured(history) ? history.count : history.length;
+  let messagesTokens = 0;
+  if (messageCount > 0) {
+    messagesTokens = isMeasured(history)
+      ? estimateFromLength(history.codePoints, kind)
+      : estimateTokens(historyText(history), kind);
+  }
   const tools = input.toolSchemas.filter((s) => s.trim() !== '');
   const toolTokens = estimateTokens(tools.join('\n'), kind);
 
   const hasDirective = directive.trim() !== '';
-  const sections =
-    (hasDirective ? 1 : 0) + (input.recentMessages.length > 0 ? 1 : 0) + 1 + (tools.length > 0 ? 1 : 0);
+  const sections = (hasDirective ? 1 : 0) + (messageCount > 0 ? 1 : 0) + 1 + (tools.length > 0 ? 1 : 0);
   let overheadText = '';
   if (hasDirective) overheadText += `\n${safetySentence('n'.repeat(nonceLength(input.nonceBytes)))}`;
   overheadText += '\n\n'.repeat(Math.min(3, Math.max(0, sections - 1)));

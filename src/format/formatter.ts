@@ -85,26 +85,32 @@ export function memoryBlock(m: FormatMemory, escapedNonce: string): string {
   );
 }
 
+/** The sections of an assembly other than history, each "" when empty (SPEC §9). */
+export interface OtherSections {
+  directive: string;
+  memories: string;
+  tools: string;
+}
+
+/** Formats the directive, memories and tools sections; history is the caller's (strings or bytes). */
+export function otherSections(input: Omit<FormatInput, 'recentMessages'>): OtherSections {
+  // The nonce is an attribute value in both the safety sentence and the open tags.
+  const nonce = escapeAttr(input.nonce);
+  return {
+    directive: formatDirective(input.directive, nonce),
+    memories: orderByCategory(input.memories)
+      .map((m) => memoryBlock(m, nonce))
+      .join('\n'),
+    tools: input.toolSchemas.filter((s) => s.trim() !== '').join('\n'),
+  };
+}
+
 /**
  * Formats one assembly. Non-empty sections joined by a blank line: directive, history, memories, tools.
  * Everything empty ⇒ "".
  */
 export function formatContext(input: FormatInput): FormatResult {
-  const sections: string[] = [];
-  // The nonce is an attribute value in both the safety sentence and the open tags.
-  const nonce = escapeAttr(input.nonce);
-  const directive = formatDirective(input.directive, nonce);
-  if (directive !== '') sections.push(directive);
-  const history = formatHistory(input.recentMessages);
-  if (history !== '') sections.push(history);
-  if (input.memories.length > 0) {
-    sections.push(
-      orderByCategory(input.memories)
-        .map((m) => memoryBlock(m, nonce))
-        .join('\n'),
-    );
-  }
-  const tools = input.toolSchemas.filter((s) => s.trim() !== '').join('\n');
-  if (tools !== '') sections.push(tools);
+  const { directive, memories, tools } = otherSections(input);
+  const sections = [directive, formatHistory(input.recentMessages), memories, tools].filter((s) => s !== '');
   return { assembled_context: sections.join('\n\n'), memories_included: input.memories.length };
 }

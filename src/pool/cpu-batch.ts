@@ -1,11 +1,13 @@
 /**
  * The CPU task's batch (SPEC §1, §10): what crosses the thread boundary and how. Candidates travel as typed
  * arrays over one ArrayBuffer that is *transferred*, never cloned: numeric columns, plus one UTF-8 byte
- * array holding every id, category and content — and, for the assembly, the history's role and content
- * bytes (issue 9) — with a Uint32Array of byte offsets. Only small scalars are cloned.
+ * array holding every id, category and content, with a Uint32Array of byte offsets. History (issue 9)
+ * travels as bytes too: a large request's own buffer is transferred as it is (no copy on the main thread),
+ * a small history is copied into the candidates' buffer. Only small scalars are cloned.
  */
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
+import { type SplicedUtf8, splicedBuffers } from '../format/spliced.js';
 
 /** One candidate as the assembly hands it to the CPU stage. */
 export interface CpuCandidate {
@@ -33,12 +35,12 @@ export interface CpuTaskScalars {
   /** This assembly's nonce (SPEC §9). */
   nonce: string;
   directive: string | null;
-  /** History as strings; ignored when `historyCount` > 0 (history then travels as bytes in `text`). */
+  /** History as strings; ignored when `historyCount` > 0 (history then travels as bytes, `history`). */
   recentMessages: { role: string; content: string }[];
   toolSchemas: string[];
   /**
-   * Messages whose role and content bytes follow the candidates' in `text` (see `offsets`). The assembly
-   * sends history this way (issue 9: bytes, not strings, on the main thread); 0 or absent = none.
+   * Messages whose role and content bytes are in `history` (spans in `historySpans`). The assembly sends
+   * history this way (issue 9: bytes, not strings, on the main thread); 0 or absent = none.
    */
   historyCount?: number;
   /** Some history content may exceed 32,768 code points: the CPU stage decides (SPEC §11 message). */
@@ -79,11 +81,17 @@ export interface CpuTaskInput extends CpuTaskScalars {
   /** UTF-8 of every candidate's id, category and content, in that order, concatenated. */
   text: Uint8Array;
   /**
-   * 3n+1+2h byte offsets into `text`: field f (0 id, 1 category, 2 content) of candidate i is
-   * [o[3i+f], o[3i+f+1]); then h history messages, role k at [o[3n+2k], o[3n+2k+1]), content at
-   * [o[3n+2k+1], o[3n+2k+2]).
+   * 3n+1 byte offsets into `text`: field f (0 id, 1 category, 2 content) of candidate i is
+   * [o[3i+f], o[3i+f+1]).
    */
   offsets: Uint32Array;
+  /**
+   * History bytes: a view on the request's own buffer (transferred whole) or on the batch's buffer (copied
+   * there); empty without history.
+   */
+  history: Uint8Array;
+  /** 4 × historyCount offsets into `history`: role start, role end, content start, content end. */
+  historySpans: Uint32Array;
 }
 
 /** Pack record of one task: the packer's result without the index arrays (SPEC §8 step 9). */
@@ -122,10 +130,11 @@ export interface CpuTaskOutput {
   /** The formatted context; '' when the task computed the budget (`budgetModel`): see `assembled_utf8`. */
   assembled_context: string;
   /**
-   * With `budgetModel`: the formatted context as UTF-8 bytes, transferred back (not cloned as a string and
-   * encoded again on the main thread: the answer writes these bytes as they are; issue 10). Else empty.
+   * With `budgetModel`: the formatted context as spliced UTF-8 — the bytes the task wrote plus spans of the
+   * history bytes, which come back transferred with it (issues 9, 10: the answer copies them once, into
+   * the gRPC frame). Else null.
    */
-  assembled_utf8: Uint8Array;
+  assembled_utf8: SplicedUtf8 | null;
   memories_included: number;
   pack: CpuPackRecord;
   /** Budget and wrapped-block costs, µs (0 without `budgetModel`). */
@@ -145,9 +154,28 @@ export interface CpuTaskOutput {
 const F64 = Float64Array.BYTES_PER_ELEMENT;
 const I32 = Int32Array.BYTES_PER_ELEMENT;
 
+/** Histories from this many bytes on travel in the request's own buffer, when it has one (no copy). */
+export const TRANSFER_HISTORY_FROM_BYTES = 64 * 1024;
+
 /**
- * Encodes candidates into the typed-array batch of {@link CpuTaskInput}. All seven arrays are views on
- * one freshly allocated ArrayBuffer, so a dispatch transfers exactly one buffer.
+ * Whether `source` can be transferred as it is: it views (all but a gRPC frame header of) an ArrayBuffer
+ * of its own, as grpc-js's decoder makes for every request message, and is large enough for a copy to
+ * matter. A Buffer from Node's shared pool, or a slice of someone else's buffer, is copied instead.
+ */
+export function ownsItsBuffer(source: Uint8Array): boolean {
+  return (
+    source.byteLength >= TRANSFER_HISTORY_FROM_BYTES &&
+    source.buffer instanceof ArrayBuffer &&
+    source.buffer.byteLength - source.byteLength <= 16
+  );
+}
+
+/**
+ * Encodes candidates into the typed-array batch of {@link CpuTaskInput}. The arrays are views on one
+ * freshly allocated ArrayBuffer, plus, for a history of {@link TRANSFER_HISTORY_FROM_BYTES} or more in a
+ * request buffer of its own ({@link ownsItsBuffer}), that buffer: a dispatch transfers one or two buffers.
+ * A transferred request buffer is detached in the sender until the pool hands it back (with the result,
+ * or with `onReturned` when the task never ran).
  * @param candidates in any order (the packer sorts canonically); indices in the output refer to this order.
  * @param scalars everything else the task needs; `deadline` on the epoch clock.
  */
@@ -161,19 +189,22 @@ export function encodeCandidates(
   let historyBytes = 0;
   for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 3]! - history!.spans[4 * k + 2]!;
   for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 1]! - history!.spans[4 * k]!;
+  const transfer = h > 0 && historyBytes >= TRANSFER_HISTORY_FROM_BYTES && ownsItsBuffer(history!.source);
+  if (transfer) historyBytes = 0;
   // One pass: room for the worst case (3 UTF-8 bytes per UTF-16 unit) instead of measuring every string
   // first, which doubled the main thread's encoding time. The slack rides along in the transfer, uncopied.
   let units = 0;
   for (const c of candidates) units += c.memory_id.length + c.category.length + c.content.length;
   // Layout keeps every view aligned: 3 float64 columns, 2 int32 columns, offsets, then the bytes.
-  const numericBytes = 3 * n * F64 + 2 * n * I32 + (3 * n + 1 + 2 * h) * I32;
+  const numericBytes = 3 * n * F64 + 2 * n * I32 + (3 * n + 1 + 4 * h) * I32;
   const buffer = new ArrayBuffer(numericBytes + 3 * units + historyBytes);
   const score = new Float64Array(buffer, 0, n);
   const similarity = new Float64Array(buffer, n * F64, n);
   const confidence = new Float64Array(buffer, 2 * n * F64, n);
   const rank = new Int32Array(buffer, 3 * n * F64, n);
   const tokens = new Int32Array(buffer, 3 * n * F64 + n * I32, n);
-  const offsets = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32, 3 * n + 1 + 2 * h);
+  const offsets = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32, 3 * n + 1);
+  const historySpans = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32 + (3 * n + 1) * I32, 4 * h);
   // A Buffer view (no copy) writes UTF-8 natively without a subarray per string.
   const bytes = Buffer.from(buffer, numericBytes, 3 * units + historyBytes);
   let at = 0;
@@ -192,17 +223,24 @@ export function encodeCandidates(
     at += bytes.write(c.content, at, 'utf8');
   }
   offsets[3 * n] = at;
-  // History bytes are copied once, straight from the request buffer (a memcpy per field, no decoding).
-  for (let k = 0; k < h; k++) {
-    const sp = history!.spans;
-    bytes.set(history!.source.subarray(sp[4 * k]!, sp[4 * k + 1]!), at);
-    at += sp[4 * k + 1]! - sp[4 * k]!;
-    offsets[3 * n + 2 * k + 1] = at;
-    bytes.set(history!.source.subarray(sp[4 * k + 2]!, sp[4 * k + 3]!), at);
-    at += sp[4 * k + 3]! - sp[4 * k + 2]!;
-    offsets[3 * n + 2 * k + 2] = at;
-  }
   const text = new Uint8Array(buffer, numericBytes, at);
+  // Without history the (empty) view stays on the batch buffer: still one transfer.
+  let historyView: Uint8Array = new Uint8Array(buffer, numericBytes + at, 0);
+  if (transfer) {
+    historyView = history!.source;
+    historySpans.set(history!.spans.subarray(0, 4 * h));
+  } else if (h > 0) {
+    // A small history is copied once, after the candidates' text (a memcpy per field, no decoding).
+    const start = at;
+    const sp = history!.spans;
+    for (let j = 0; j < 4 * h; j += 2) {
+      historySpans[j] = at - start;
+      bytes.set(history!.source.subarray(sp[j]!, sp[j + 1]!), at);
+      at += sp[j + 1]! - sp[j]!;
+      historySpans[j + 1] = at - start;
+    }
+    historyView = new Uint8Array(buffer, numericBytes + start, at - start);
+  }
   return {
     ...scalars,
     historyCount: h,
@@ -214,6 +252,8 @@ export function encodeCandidates(
     tokens,
     text,
     offsets,
+    history: historyView,
+    historySpans,
   };
 }
 
@@ -227,7 +267,7 @@ export interface HistoryBytesLike {
 }
 
 /** Distinct transferable buffers of some views; SharedArrayBuffers are shared already and cannot be transferred. */
-function buffersOf(views: readonly ArrayBufferView[]): ArrayBuffer[] {
+function buffersOf(views: readonly { buffer: ArrayBufferLike }[]): ArrayBuffer[] {
   const out: ArrayBuffer[] = [];
   for (const v of views) {
     const b = v.buffer;
@@ -247,12 +287,17 @@ export function transferList(input: CpuTaskInput): ArrayBuffer[] {
     input.tokens,
     input.text,
     input.offsets,
+    input.history,
+    input.historySpans,
   ]);
 }
 
-/** The buffers to transfer back with a result. */
+/** The buffers to transfer back with a result (the history's among them, inside `assembled_utf8`). */
 export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
-  return buffersOf([output.selected, output.excluded, output.costs, output.assembled_utf8]);
+  const spliced = output.assembled_utf8
+    ? splicedBuffers(output.assembled_utf8).map((buffer) => ({ buffer }))
+    : [];
+  return buffersOf([output.selected, output.excluded, output.costs, ...spliced]);
 }
 
 /**
@@ -267,8 +312,7 @@ export function validateTaskInput(input: CpuTaskInput): void {
       throw new TypeError(`CpuTaskInput.${name} has ${input[name].length} entries, expected ${n}`);
   }
   const o = input.offsets;
-  const h = input.historyCount ?? 0;
-  const entries = 3 * n + 1 + 2 * h;
+  const entries = 3 * n + 1;
   if (o.length !== entries) {
     throw new TypeError(
       `CpuTaskInput.offsets has ${o.length} entries, expected ${entries} (detached batch?)`,
@@ -278,5 +322,15 @@ export function validateTaskInput(input: CpuTaskInput): void {
     throw new TypeError('CpuTaskInput.offsets point past the end of text');
   for (let k = 0; k < entries - 1; k++) {
     if (o[k]! > o[k + 1]!) throw new TypeError(`CpuTaskInput.offsets are not ascending at ${k}`);
+  }
+  const h = input.historyCount ?? 0;
+  const sp = input.historySpans;
+  if (sp.length !== 4 * h)
+    throw new TypeError(
+      `CpuTaskInput.historySpans has ${sp.length} entries, expected ${4 * h} (detached batch?)`,
+    );
+  for (let k = 0; k < 4 * h; k += 2) {
+    if (sp[k]! > sp[k + 1]! || sp[k + 1]! > input.history.length)
+      throw new TypeError(`CpuTaskInput.historySpans are out of range at ${k}`);
   }
 }

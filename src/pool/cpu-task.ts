@@ -6,8 +6,14 @@
  */
 import { threadId } from 'node:worker_threads';
 import { calculateBudget, type TokenBudget, wrappedBlockTokens } from '../budget/budget-calculator.js';
-import { codePointLength, estimateTokens } from '../budget/estimate.js';
+import {
+  decodeSpans,
+  formatAssembly,
+  type PreparedHistory,
+  prepareHistory,
+} from '../format/assembly-text.js';
 import { type FormatMemory, formatContext } from '../format/formatter.js';
+import type { HistorySpans } from '../format/history-utf8.js';
 import { nonceLength } from '../format/nonce.js';
 import { pack } from '../pack/packer.js';
 import { LIMITS } from '../server/limits.js';
@@ -27,28 +33,7 @@ export { deadlineReserveMs } from './format-cost.js';
 
 /** The history messages of a task: decoded from its bytes, or the cloned strings. */
 export function historyOf(input: CpuTaskInput): ChatMessage[] {
-  const h = input.historyCount ?? 0;
-  if (h === 0) return input.recentMessages;
-  const n = input.score.length;
-  const o = input.offsets;
-  const t = input.text;
-  const bytes = Buffer.from(t.buffer, t.byteOffset, t.byteLength);
-  const out: ChatMessage[] = new Array(h);
-  for (let k = 0; k < h; k++) {
-    const at = 3 * n + 2 * k;
-    out[k] = {
-      role: bytes.toString('utf8', o[at], o[at + 1]),
-      content: bytes.toString('utf8', o[at + 1], o[at + 2]),
-    };
-  }
-  return out;
-}
-
-/** UTF-8 of `text` in a buffer of its own (never a slice of Node's shared pool: it is transferred). */
-function utf8Of(text: string): Uint8Array {
-  const out = new Uint8Array(Buffer.byteLength(text, 'utf8'));
-  Buffer.from(out.buffer, 0, out.length).write(text, 'utf8');
-  return out;
+  return (input.historyCount ?? 0) === 0 ? input.recentMessages : decodeSpans(spansOf(input));
 }
 
 const CONTENT_OVER = `message.content exceeds ${LIMITS.contentChars} characters`;
@@ -63,7 +48,7 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     selected: empty,
     excluded: new Int32Array(0),
     assembled_context: '',
-    assembled_utf8: new Uint8Array(0),
+    assembled_utf8: null,
     memories_included: 0,
     pack: {
       path: 'dp',
@@ -85,13 +70,28 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
   };
 }
 
+/** The task's history bytes as spans. */
+function spansOf(input: CpuTaskInput): HistorySpans {
+  return { source: input.history, spans: input.historySpans, count: input.historyCount ?? 0 };
+}
+
 /**
- * The CPU stage of one assembly. With `budgetModel` (the service): decodes history from its bytes and
+ * The task's history: measured from its bytes or decoded ({@link prepareHistory}) when the task computes
+ * the budget (the service); the cloned strings otherwise (vectors, benches). Null: a content over its limit.
+ */
+function taskHistory(input: CpuTaskInput): PreparedHistory | null {
+  const kind = input.budgetModel?.policy.estimate_kind;
+  if (kind !== undefined) return prepareHistory(spansOf(input), kind, input.historyContentPending ?? false);
+  return { measure: null, messages: historyOf(input) };
+}
+
+/**
+ * The CPU stage of one assembly. With `budgetModel` (the service): measures history from its bytes and
  * decides pending content lengths (SPEC §11), computes the TokenBudget (SPEC §6) and every candidate's
  * wrapped-block cost; then, always, the packer over candidates [0, packCount) (SPEC §8) and the formatter
- * over the selected ones in packed order (SPEC §9), and `tokens_used`. The packer gets
- * `deadline − deadlineReserveMs(…)` and finishes on the greedy path (`greedy_reason: 'deadline'`) once
- * that passes.
+ * over the selected ones in packed order (SPEC §9), and `tokens_used` (from the parts' code points under
+ * an estimate kind). The packer gets `deadline − deadlineReserveMs(…)` and finishes on the greedy path
+ * (`greedy_reason: 'deadline'`) once that passes.
  * @returns the output; `invalid` set (and nothing packed) for a history content over its limit.
  * @throws TypeError for a malformed or detached batch; IbexError `IBEX_ERR_BUDGET_EXCEEDED` on a packer
  *   invariant breach (impossible by construction).
@@ -103,13 +103,10 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   const o = input.offsets;
   const text = input.text;
   const bytes = Buffer.from(text.buffer, text.byteOffset, text.byteLength);
-  const messages = historyOf(input);
-  if (input.historyContentPending) {
-    for (const m of messages) {
-      if (m.content.length > LIMITS.contentChars && codePointLength(m.content) > LIMITS.contentChars)
-        return invalidOutput(CONTENT_OVER, n, startedAt);
-    }
-  }
+  // Measuring the history is budget work (its tokens), timed with it.
+  const tb = performance.now();
+  const history = taskHistory(input);
+  if (history === null) return invalidOutput(CONTENT_OVER, n, startedAt);
   const ids: string[] = new Array(n);
   const units = new Float64Array(n);
   let totalUnits = 0;
@@ -120,14 +117,13 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   }
   const category = (i: number) => bytes.toString('utf8', o[3 * i + 1], o[3 * i + 2]);
   const content = (i: number) => bytes.toString('utf8', o[3 * i + 2], o[3 * i + 3]);
-  const tb = performance.now();
   let budget: TokenBudget | null = null;
   const costs = new Int32Array(n);
   if (input.budgetModel) {
     budget = calculateBudget({
       model: input.budgetModel,
       directive: input.directive,
-      recentMessages: messages,
+      recentMessages: history.measure ?? history.messages,
       toolSchemas: input.toolSchemas,
       nonceBytes: input.nonceBytes ?? 16,
       availableTokens: input.availableTokens ?? 0,
@@ -166,25 +162,19 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     selectedUnits += units[i]!;
     memories[k] = { memory_id: ids[i]!, category: category(i), content: content(i) };
   }
-  const formatted = formatContext({
-    directive: input.directive,
-    recentMessages: messages,
-    memories,
-    toolSchemas: input.toolSchemas,
-    nonce: input.nonce,
-  });
+  const formatted = formatTask(input, budget, history, memories);
   const t3 = performance.now();
   calibrateFormatCost(selectedUnits, t3 - t2);
   return {
     invalid: null,
     budget,
     costs,
-    tokens_used: budget ? estimateTokens(formatted.assembled_context, budget.estimate_kind) : null,
+    tokens_used: formatted.tokens_used,
     selected: r.selected,
     excluded: r.excluded,
-    assembled_context: budget ? '' : formatted.assembled_context,
-    assembled_utf8: budget ? utf8Of(formatted.assembled_context) : new Uint8Array(0),
-    memories_included: formatted.memories_included,
+    assembled_context: formatted.assembled_context,
+    assembled_utf8: formatted.assembled_utf8,
+    memories_included: memories.length,
     pack: {
       path: r.path,
       greedy_reason: r.greedy_reason,
@@ -203,6 +193,25 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     started_at: startedAt,
     thread_id: threadId,
   };
+}
+
+/**
+ * Formats the task: spliced UTF-8 and `tokens_used` when the task computed the budget (the service; see
+ * {@link formatAssembly}), the plain string otherwise (vectors, benches).
+ */
+function formatTask(
+  input: CpuTaskInput,
+  budget: TokenBudget | null,
+  history: PreparedHistory,
+  memories: FormatMemory[],
+): Pick<CpuTaskOutput, 'assembled_context' | 'assembled_utf8' | 'tokens_used'> {
+  const parts = { directive: input.directive, memories, toolSchemas: input.toolSchemas, nonce: input.nonce };
+  if (budget) {
+    const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts);
+    return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
+  }
+  const context = formatContext({ ...parts, recentMessages: history.messages ?? [] }).assembled_context;
+  return { assembled_context: context, assembled_utf8: null, tokens_used: null };
 }
 
 const WARM_CATEGORIES = ['procedural', 'factual', 'preference', 'behavioral', 'episodic', 'notes'];

@@ -5,7 +5,7 @@ import type { ArmedTimer, Scheduler } from '../util/clock.js';
 import type { CpuTaskInput } from './cpu-task.js';
 import { transferList } from './cpu-task.js';
 import type { FairEntry } from './fair-queue.js';
-import type { CpuStageResult } from './pool-client.js';
+import type { CpuRunOptions, CpuStageResult } from './pool-client.js';
 
 /** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
 export class Call implements FairEntry {
@@ -18,16 +18,27 @@ export class Call implements FairEntry {
   settled = false;
   timer: ArmedTimer | null = null;
   onAbort: (() => void) | null = null;
+  readonly signal: AbortSignalLike | undefined;
+  /** The call's one timer, when the caller has one (`CpuRunOptions.timer`). */
+  readonly scheduler: Scheduler | undefined;
+  readonly orgId: string;
+  readonly onReturned: ((input: CpuTaskInput) => void) | undefined;
+  /** When a dispatched call stops waiting for its result (see `CpuRunOptions.resultDeadline`). */
+  readonly resultDeadline: number;
   constructor(
     public input: CpuTaskInput,
     readonly submitted: number,
     readonly deadline: number,
-    readonly signal: AbortSignalLike | undefined,
-    readonly orgId: string,
+    opts: CpuRunOptions,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
-    readonly scheduler?: Scheduler,
-  ) {}
+  ) {
+    this.signal = opts.signal;
+    this.orgId = opts.orgId ?? '';
+    this.scheduler = opts.timer;
+    this.onReturned = opts.onReturned;
+    this.resultDeadline = Math.max(deadline, opts.resultDeadline ?? deadline);
+  }
 }
 
 /**
@@ -35,9 +46,9 @@ export class Call implements FairEntry {
  * caller's views are detached at `run()` even when the task has to wait for a thread.
  */
 export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
-  const { score, similarity, confidence, rank, tokens, text, offsets } = input;
+  const { score, similarity, confidence, rank, tokens, text, offsets, history, historySpans } = input;
   const moved = structuredClone(
-    { score, similarity, confidence, rank, tokens, text, offsets },
+    { score, similarity, confidence, rank, tokens, text, offsets, history, historySpans },
     { transfer: transferList(input) },
   );
   return { ...input, ...moved };

@@ -69,6 +69,10 @@ export interface CpuRunOptions {
    * sheds the org with the most waiting calls first). Calls without one share the org `""`.
    */
   orgId?: string;
+  /** Gets the batch back when a queued call is given up before it ran (issue 9: the request buffer). */
+  onReturned?: (input: CpuTaskInput) => void;
+  /** Until when a dispatched task's result is awaited, epoch ms; default and floor `input.deadline`. */
+  resultDeadline?: number;
 }
 
 /**
@@ -205,8 +209,8 @@ export class CpuPool {
         reject(Errors.poolDeadline('withdrawn', new Error('deadline passed before dispatch')));
         return;
       }
-      const orgId = opts.orgId ?? '';
-      const call = new Call(input, submitted, input.deadline, signal, orgId, resolve, reject, opts.timer);
+      const call = new Call(input, submitted, input.deadline, opts, resolve, reject);
+      const { orgId } = call;
       if (this.#running < this.#capacity && this.#queue.size === 0) {
         this.#dispatch(call);
       } else if (
@@ -250,7 +254,7 @@ export class CpuPool {
 
   /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
   #arm(call: Call): void {
-    const at = call.dispatched ? call.deadline : call.deadline - WITHDRAW_LEAD_MS;
+    const at = call.dispatched ? call.resultDeadline : call.deadline - WITHDRAW_LEAD_MS;
     const fire = () => this.#onTimer(call);
     call.timer = call.scheduler ? call.scheduler.at(at, fire) : armAt(at, fire);
   }
@@ -259,7 +263,7 @@ export class CpuPool {
     call.timer = null;
     if (call.settled) return;
     // Armed for the withdrawal time, but dispatched since: the running task keeps its time until D.
-    if (call.dispatched && monotonicNow() < call.deadline) {
+    if (call.dispatched && monotonicNow() < call.resultDeadline) {
       this.#arm(call);
       return;
     }
@@ -285,6 +289,7 @@ export class CpuPool {
 
   #settle(call: Call): void {
     call.settled = true;
+    if (!call.dispatched && !call.inputOwnedByCaller) call.onReturned?.(call.input);
     call.timer?.cancel();
     call.timer = null;
     if (call.onAbort) call.signal?.removeEventListener('abort', call.onAbort);

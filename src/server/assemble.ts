@@ -15,7 +15,14 @@ import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { monotonicNow } from '../util/clock.js';
-import { answerFromStage, degradationLevel, degradationReasons, degradedAnswer } from './answers.js';
+import {
+  answerFromStage,
+  degradationLevel,
+  degradationReasons,
+  degradedAnswer,
+  historyLost,
+  warmDegradedAnswer,
+} from './answers.js';
 import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
 import { abortCause, type CallContext } from './call-context.js';
 import type { AssembleFn } from './grpc-server.js';
@@ -83,6 +90,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
   const logger = deps.logger.child({ component: 'assemble' });
   const reserve = new StageReserve(settings.cpuStageReserveMs);
+  warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
   let inFlight = 0;
   /** Calls waiting for their CPU-stage result (queued or running). */
@@ -269,9 +277,22 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   ): Promise<CpuOutcome> {
     if (shed) return { stage: null, poolReason: 'overloaded' };
     let stage: CpuStageResult;
+    // A task that takes the request buffer along leaves nothing to build the degraded answer from once
+    // it runs: then its result is worth waiting for until D itself, not D minus the degraded reserve.
+    const takesRequest = input.history.length > 0 && input.history.buffer === req.history.source.buffer;
     awaitingPool++;
     try {
-      stage = await pool.run(input, { signal: ctx.signal, orgId: req.orgId, timer: ctx.timer });
+      stage = await pool.run(input, {
+        signal: ctx.signal,
+        orgId: req.orgId,
+        timer: ctx.timer,
+        // A request buffer transferred with the task comes back if the task never ran: the degraded
+        // answer is built from it (same offsets: the view is the one that was sent).
+        onReturned: (back) => {
+          if (historyLost(req.history)) req.history.source = back.history;
+        },
+        resultDeadline: takesRequest ? ctx.deadline : undefined,
+      });
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))
         reserve.lateness.record(monotonicNow() - input.deadline);

@@ -4,7 +4,6 @@
  * module owns only what happens at the boundary: validation, the call context, status mapping and
  * making sure no handler error ever escapes into grpc-js.
  */
-import http2 from 'node:http2';
 import path from 'node:path';
 import {
   type ChannelOptions,
@@ -34,6 +33,12 @@ import {
   createCallContext,
   monotonicNow,
 } from './call-context.js';
+import {
+  alignHeaderPairLimit,
+  destroySessions,
+  widenConnectionWindows,
+  widenFlowControlWindows,
+} from './grpc-internals.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -151,36 +156,6 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
 }
 
 /**
- * Issue 11 item 5: Node's HTTP/2 layer refuses a header list of more than `maxHeaderListPairs` (default
- * 128) fields with ENHANCE_YOUR_CALM ("Bandwidth exhausted or memory limit exceeded", ~118 entries or
- * ~4.6 KB) long before the byte limit. Every field costs at least 33 bytes (RFC 9113 §6.5.2: 32 + a name),
- * so `maxBytes / 32` pairs plus the pseudo-headers can never cut a request the byte limit allows; twice
- * that lets a request moderately over it reach {@link metadataLimitInterceptor} and its own message.
- * grpc-js exposes no channel option for this, so it is set on the options grpc-js passes to
- * `http2.createServer` at bind time (private field `commonServerOptions`, grpc-js 1.14).
- */
-function alignHeaderPairLimit(server: Server, maxBytes: number): void {
-  const internal = server as unknown as { commonServerOptions?: { maxHeaderListPairs?: number } };
-  if (internal.commonServerOptions === undefined)
-    throw new Error('grpc-js internals changed: no commonServerOptions');
-  internal.commonServerOptions.maxHeaderListPairs = 2 * Math.ceil(maxBytes / 32) + 16;
-}
-
-/**
- * grpc-js 1.14 `forceShutdown` destroys only the sessions channelz tracked: with `grpc.enable_channelz: 0`
- * (issue 10) in-flight calls would stay open past the drain grace. So the drain destroys every session
- * grpc-js keeps per HTTP/2 server (private field `http2Servers`) itself, with CANCEL as grpc-js does.
- */
-function destroySessions(server: Server): void {
-  const internal = server as unknown as {
-    http2Servers?: Map<unknown, { sessions?: Set<http2.ServerHttp2Session> }>;
-  };
-  for (const info of internal.http2Servers?.values() ?? []) {
-    for (const session of info.sessions ?? []) session.destroy(undefined, http2.constants.NGHTTP2_CANCEL);
-  }
-}
-
-/**
  * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
  * strict reflection clients accept (issue 13; src/server/reflection-descriptors.ts).
  */
@@ -216,6 +191,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   });
 
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
+  widenFlowControlWindows(server);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
@@ -338,6 +314,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
             try {
               // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
               exposeDuplicateAuthorization(server);
+              widenConnectionWindows(server);
             } catch (hookErr) {
               reject(hookErr);
               return;

@@ -2,7 +2,9 @@
  * History as bytes (SPEC §1 isolation rule, issue 9): the request's messages as UTF-8 byte spans into the
  * request buffer, decoded only by the CPU stage — or by the main thread for the L2 degraded answer.
  */
+import { decodeSpans } from '../format/assembly-text.js';
 import type { ChatMessage } from '../types.js';
+import { utf8CodePointCount, utf8Text } from '../util/utf8.js';
 import { LIMITS } from './limits.js';
 
 /**
@@ -24,26 +26,20 @@ export interface HistoryBytes {
 
 /** UTF-8 text of `buf[start, end)` (Node's decoder: invalid sequences become U+FFFD). */
 export function utf8(buf: Uint8Array, start: number, end: number): string {
-  return Buffer.from(buf.buffer, buf.byteOffset + start, end - start).toString('utf8');
+  return utf8Text(buf, start, end);
 }
 
-/** Code points of UTF-8 text as Node decodes it (invalid sequences become U+FFFD, one each). */
+/**
+ * Code points of UTF-8 text as Node decodes it (invalid sequences become U+FFFD, one each), counted on
+ * the bytes (src/util/utf8.ts): nothing is decoded unless the bytes are invalid.
+ */
 export function utf8CodePoints(buf: Uint8Array, start: number, end: number): number {
-  let count = 0;
-  for (const _ of utf8(buf, start, end)) count++;
-  return count;
+  return utf8CodePointCount(buf, start, end);
 }
 
 /** The messages of `h` decoded to strings (raw role and content). Costs one pass over their bytes. */
 export function decodeHistory(h: HistoryBytes): ChatMessage[] {
-  const out: ChatMessage[] = new Array(h.count);
-  for (let i = 0; i < h.count; i++) {
-    out[i] = {
-      role: utf8(h.source, h.spans[4 * i]!, h.spans[4 * i + 1]!),
-      content: utf8(h.source, h.spans[4 * i + 2]!, h.spans[4 * i + 3]!),
-    };
-  }
-  return out;
+  return decodeSpans(h);
 }
 
 /** History bytes of already-decoded messages (the object path: tests, tools, warm-up). */

@@ -10,6 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
+import { copySpliced, type SplicedUtf8 } from '../format/spliced.js';
 import type { Timestamp__Output } from '../generated/proto/google/protobuf/Timestamp.js';
 import type { PrincipalContext__Output } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
 import type { AssembleContextRequest__Output } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
@@ -114,8 +115,9 @@ export type Degradation = Omit<Degradation__Output, 'level' | 'branches'> & {
 };
 
 /**
- * Where a response carries `assembled_context` as UTF-8 bytes made by the CPU stage; the response's
- * string field is then '' and {@link serializeAssembleResponse} writes these bytes as field 1.
+ * Where a response carries `assembled_context` as spliced UTF-8 made by the CPU stage (or the degraded
+ * answer); the response's string field is then '' and {@link serializeAssembleResponse} writes these
+ * bytes as field 1.
  */
 export const ASSEMBLED_UTF8: unique symbol = Symbol('assembled_context as UTF-8');
 
@@ -128,7 +130,7 @@ export type AssembleContextResponse = Omit<
   metrics: AssemblyMetrics;
   degradation: Degradation;
   /** See {@link ASSEMBLED_UTF8}; never on the wire as such. */
-  [ASSEMBLED_UTF8]?: Uint8Array;
+  [ASSEMBLED_UTF8]?: SplicedUtf8;
 };
 
 /** `ibex.context.v1.SearchMemoriesRequest` (deferred, ADR-0038). */
@@ -155,22 +157,67 @@ export type WireInput<T> = T extends (infer U)[]
 export type AssembleContextRequestInput = WireInput<AssembleContextRequest>;
 
 /**
- * AssembleContext's response serializer: the loader's, plus field 1 (`assembled_context`) written from
- * {@link ASSEMBLED_UTF8} bytes when present — one copy instead of re-encoding a string that may be
- * megabytes long on the main thread. Decoders accept fields in any order; for a repeated scalar the last wins.
+ * A serialized message that is not one contiguous Buffer: the loader's bytes for every other field, then
+ * field 1 from spliced bytes. grpc-js 1.14 (`serializeMessage`) reads only `byteLength` and calls
+ * `copy(frame, 5)` to place the message in its own length-prefixed frame, so the context bytes — up to
+ * ~13 MB of history — are copied once, into that frame, and no 10 MB buffer of ours is allocated on the
+ * main thread (a fresh 10 MB allocation costs ~28 ms of page faults on the 2-core VM; issue 9 item 2).
  */
-export function serializeAssembleResponse(response: AssembleContextResponse): Buffer {
-  const rest = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
-  const utf8 = response[ASSEMBLED_UTF8];
-  if (!utf8 || utf8.length === 0) return rest;
+export class SplicedMessage {
+  readonly byteLength: number;
+  readonly #head: Buffer;
+
+  constructor(
+    rest: Buffer,
+    readonly context: SplicedUtf8,
+  ) {
+    this.#head = Buffer.concat([rest, fieldOneHeader(context.byteLength)]);
+    this.byteLength = this.#head.length + context.byteLength;
+  }
+
+  /** Buffer-compatible: writes the whole message at `targetStart` of `target`. @returns bytes written. */
+  copy(target: Uint8Array, targetStart = 0): number {
+    target.set(this.#head, targetStart);
+    copySpliced(this.context, target, targetStart + this.#head.length);
+    return this.byteLength;
+  }
+
+  /** The message as one Buffer (tests and tools). */
+  toBuffer(): Buffer {
+    const out = Buffer.allocUnsafe(this.byteLength);
+    this.copy(out, 0);
+    return out;
+  }
+}
+
+/** Tag and length of field 1 (`assembled_context`, length-delimited) for `length` bytes. */
+function fieldOneHeader(length: number): Buffer {
   const head: number[] = [0x0a];
-  for (let v = utf8.length; ; v = Math.floor(v / 128)) {
+  for (let v = length; ; v = Math.floor(v / 128)) {
     if (v < 0x80) {
       head.push(v);
       break;
     }
     head.push((v & 0x7f) | 0x80);
   }
-  // After the rest: protobufjs writes the empty string field too, and the last occurrence wins.
-  return Buffer.concat([rest, Buffer.from(head), utf8]);
+  return Buffer.from(head);
+}
+
+/**
+ * AssembleContext's response serializer: the loader's, plus field 1 (`assembled_context`) from
+ * {@link ASSEMBLED_UTF8} spliced bytes when present, as a {@link SplicedMessage} (typed as the Buffer that
+ * grpc-js expects; it only copies it). Decoders accept fields in any order; for a repeated scalar the
+ * last wins, and protobufjs writes the empty string field too, hence field 1 after the rest.
+ */
+export function serializeAssembleResponse(response: AssembleContextResponse): Buffer {
+  const rest = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
+  const spliced = response[ASSEMBLED_UTF8];
+  if (!spliced || spliced.byteLength === 0) return rest;
+  return new SplicedMessage(rest, spliced) as unknown as Buffer;
+}
+
+/** {@link serializeAssembleResponse} as one contiguous Buffer (tests and tools). */
+export function serializeAssembleResponseBuffer(response: AssembleContextResponse): Buffer {
+  const out = serializeAssembleResponse(response) as Buffer | SplicedMessage;
+  return out instanceof SplicedMessage ? out.toBuffer() : out;
 }

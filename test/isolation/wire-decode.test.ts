@@ -7,12 +7,15 @@ import fc from 'fast-check';
 import protobuf from 'protobufjs/minimal.js';
 import { describe, expect, it } from 'vitest';
 import { IbexError } from '../../src/errors.js';
+import { SplicedBuilder } from '../../src/format/spliced.js';
 import {
   ASSEMBLED_UTF8,
   type AssembleContextRequestInput,
   type AssembleContextResponse,
   contextServiceDefinition,
+  SplicedMessage,
   serializeAssembleResponse,
+  serializeAssembleResponseBuffer,
 } from '../../src/server/proto.js';
 import { validateAssembleRequest, validateWireRequest } from '../../src/server/validate.js';
 import {
@@ -151,8 +154,15 @@ describe('AssembleContext decoded on the wire (issue 9 item 1)', () => {
       fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), fc.nat(20_000), (text, pad) => {
         const context = text + 'x'.repeat(pad);
         const base = stubResponse({ requestId: 'r', traceId: 't', spanId: 's' } as never);
-        const withBytes = { ...base, assembled_context: '', [ASSEMBLED_UTF8]: Buffer.from(context, 'utf8') };
-        const out = decode(serializeAssembleResponse(withBytes));
+        // The text as the producer wrote it, then the padding as a span of the source bytes.
+        const source = Buffer.from(`head${'x'.repeat(pad)}`, 'utf8');
+        const own = new SplicedBuilder(source);
+        own.text(text);
+        own.bytes(4, source.length);
+        const withBytes = { ...base, assembled_context: '', [ASSEMBLED_UTF8]: own.finish() };
+        const serialized = serializeAssembleResponse(withBytes) as unknown;
+        if (context.length > 0) expect(serialized).toBeInstanceOf(SplicedMessage);
+        const out = decode(serializeAssembleResponseBuffer(withBytes));
         expect(out.assembled_context).toBe(context);
         expect(out.request_id).toBe('r');
         expect(

@@ -4,6 +4,7 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Worker } from 'node:worker_threads';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import protobuf from 'protobufjs/minimal.js';
 import { expect } from 'vitest';
@@ -66,6 +67,62 @@ export function assembleRaw(
         md = m;
       });
   });
+}
+
+/** What {@link assembleInWorker} reports: the status, the level header and the undecoded answer. */
+export interface RawOutcome {
+  code: number;
+  details: string;
+  level: string;
+  /** The response message bytes (empty unless OK). */
+  body: Uint8Array;
+}
+
+// CommonJS, evaluated in the worker; `require` resolves from the project root (the tests' cwd).
+const SENDER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { Client, credentials, Metadata } = require('@grpc/grpc-js');
+const { addr, path, bytes, deadlineMs } = workerData;
+const client = new Client(addr, credentials.createInsecure(), {
+  'grpc.max_send_message_length': -1,
+  'grpc.max_receive_message_length': -1,
+});
+let level = '';
+const call = client.makeUnaryRequest(path, (b) => b, (b) => b, Buffer.from(bytes), new Metadata(),
+  { deadline: Date.now() + deadlineMs }, (err, body) => {
+    client.close();
+    const out = err
+      ? { code: err.code, details: err.details, level, body: new Uint8Array(0) }
+      : { code: 0, details: '', level, body: new Uint8Array(body) };
+    parentPort.postMessage(out, [out.body.buffer]);
+  });
+call.on('metadata', (m) => { level = String(m.get('x-ibex-context-level')[0] ?? ''); });
+`;
+
+/**
+ * Sends raw request bytes to AssembleContext from a worker thread and returns the answer undecoded: the
+ * client's work on a 10 MB request and answer (framing, copies) stays off the event loop that runs the
+ * service under test in this process, so a concurrent small caller measures the service, not the client.
+ */
+export function assembleInWorker(addr: string, bytes: Uint8Array, deadlineMs: number): Promise<RawOutcome> {
+  const worker = new Worker(SENDER, {
+    eval: true,
+    workerData: { addr, path: ASSEMBLE.path, bytes, deadlineMs },
+  });
+  return new Promise<RawOutcome>((resolve, reject) => {
+    worker.once('message', (m: RawOutcome) => resolve(m));
+    worker.once('error', reject);
+  }).finally(() => worker.terminate());
+}
+
+/** Decodes an AssembleContext answer's bytes. */
+export function decodeAnswer(body: Uint8Array): AssembleContextResponse {
+  return ASSEMBLE.responseDeserialize(Buffer.from(body)) as AssembleContextResponse;
+}
+
+/** Encodes an AssembleContext request. */
+export function encodeRequest(req: Parameters<TestClient['assemble']>[0]): Buffer {
+  return ASSEMBLE.requestSerialize(req) as Buffer;
 }
 
 /** One memory-service hit (SPEC §4.1 wire). */

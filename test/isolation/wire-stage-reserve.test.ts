@@ -60,16 +60,16 @@ describe('StageReserve', () => {
     const MiB = 1024 * 1024;
     // Small histories are never refused, however little time is left.
     expect(r.degradedTooLate(0, 256 * 1024 - 1)).toBe(false);
-    // The prior (25 ms per MiB) until measured: 4 MiB needs 100 ms.
-    expect(r.degradedTooLate(99.9, 4 * MiB)).toBe(true);
-    expect(r.degradedTooLate(100, 4 * MiB)).toBe(false);
+    // The prior per MiB until measured.
+    expect(r.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB - 0.1, 4 * MiB)).toBe(true);
+    expect(r.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB, 4 * MiB)).toBe(false);
     r.recordDegraded(8, 2 * MiB); // 4 ms per MiB measured: 10 MiB needs 40 ms
     expect(r.degradedTooLate(39.9, 10 * MiB)).toBe(true);
     expect(r.degradedTooLate(40, 10 * MiB)).toBe(false);
     // A CPU-stage run over a large history teaches the same per-MiB cost; over a small one it does not.
     const s = new StageReserve(5);
     s.recordStageRun(1, 1000);
-    expect(s.degradedTooLate(99.9, 4 * MiB)).toBe(true);
+    expect(s.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB - 0.1, 4 * MiB)).toBe(true);
     s.recordStageRun(3, 1 * MiB); // 3 ms per MiB: 4 MiB needs 12 ms
     expect(s.degradedTooLate(11.9, 4 * MiB)).toBe(true);
     expect(s.degradedTooLate(12, 4 * MiB)).toBe(false);

@@ -258,6 +258,15 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(pool.threadIds()).toEqual(ids);
   });
 
+  it('waits for a dispatched task until resultDeadline when the caller gives one (issue 9: its request buffer went along)', async () => {
+    const input = withFault(typical(30, 30), { fault: 'sleep', sleepMs: 120 });
+    const started = monotonicNow();
+    const r = await pool.run(input, { resultDeadline: started + 5_000 });
+    // Answered after its own deadline (30 ms), by the task itself: not abandoned.
+    expect(monotonicNow() - started).toBeGreaterThanOrEqual(100);
+    expect(r.output.invalid).toBeNull();
+  });
+
   it('fails only the call whose task throws; the thread stays and the next call works', async () => {
     const ids = pool.threadIds();
     const failedBefore = pool.stats().failed;

@@ -105,11 +105,13 @@ describe('transferList', () => {
       tokens: new Int32Array(1),
       text: new Uint8Array(0),
       offsets: new Uint32Array([0, 0, 0, 0]),
+      history: new Uint8Array(own, 32, 8),
+      historySpans: new Uint32Array(0),
     };
     const list = transferList(input);
-    // own (score + similarity), confidence, tokens, text, offsets.
-    expect(list).toHaveLength(5);
-    expect(new Set(list).size).toBe(5);
+    // own (score + similarity + history), confidence, tokens, text, offsets, historySpans.
+    expect(list).toHaveLength(6);
+    expect(new Set(list).size).toBe(6);
     expect(list).toContain(own);
     expect(list).not.toContain(shared as unknown as ArrayBuffer);
   });

@@ -1,0 +1,90 @@
+/**
+ * The assembled context of one assembly from history bytes (SPEC §1, §5, §9, §11; issue 9 item 1), shared
+ * by the CPU stage and the L2 degraded answer: under an estimate kind the history is measured and copied
+ * as bytes and `tokens_used` follows from the parts' code points; a BPE kind (SPEC §5: exact counts need
+ * the text) decodes it.
+ */
+import { isBpeKind } from '../budget/bpe.js';
+import {
+  codePointLength,
+  type EstimateKind,
+  estimateFromLength,
+  estimateTokens,
+} from '../budget/estimate.js';
+import { LIMITS } from '../server/limits.js';
+import type { ChatMessage } from '../types.js';
+import { utf8Text } from '../util/utf8.js';
+import { type FormatMemory, formatContext } from './formatter.js';
+import { formatSpliced, type HistoryMeasure, type HistorySpans, measureHistory } from './history-utf8.js';
+import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
+
+/** History ready for the budget and the formatter: measured (estimate kinds) or decoded (BPE kinds). */
+export type PreparedHistory =
+  | { measure: HistoryMeasure; messages: null }
+  | { measure: null; messages: ChatMessage[] };
+
+/** The messages of `h` decoded (raw role and content). */
+export function decodeSpans(h: HistorySpans): ChatMessage[] {
+  const out: ChatMessage[] = new Array(h.count);
+  for (let k = 0; k < h.count; k++) {
+    out[k] = {
+      role: utf8Text(h.source, h.spans[4 * k]!, h.spans[4 * k + 1]!),
+      content: utf8Text(h.source, h.spans[4 * k + 2]!, h.spans[4 * k + 3]!),
+    };
+  }
+  return out;
+}
+
+/**
+ * Measures (estimate kind) or decodes (BPE kind) a history and decides its content limits (SPEC §11).
+ * @param contentPending whether some content's length was left undecided by the wire (BPE path only: the
+ *   measure counts every content anyway).
+ * @returns null when some content exceeds 32,768 code points.
+ */
+export function prepareHistory(
+  h: HistorySpans,
+  kind: EstimateKind,
+  contentPending: boolean,
+): PreparedHistory | null {
+  if (!isBpeKind(kind)) {
+    const measure = measureHistory(h);
+    return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
+  }
+  const messages = decodeSpans(h);
+  if (contentPending) {
+    for (const m of messages) {
+      if (m.content.length > LIMITS.contentChars && codePointLength(m.content) > LIMITS.contentChars)
+        return null;
+    }
+  }
+  return { measure: null, messages };
+}
+
+/** What {@link formatAssembly} formats besides the history. */
+export interface AssemblyParts {
+  directive: string | null;
+  /** Already in packed order. */
+  memories: readonly FormatMemory[];
+  toolSchemas: readonly string[];
+  nonce: string;
+}
+
+/**
+ * Formats the assembled context (SPEC §9) as spliced UTF-8 and counts its tokens under `kind`.
+ * @param h the history's bytes; spans of `h.source` end up in the result when it was measured.
+ */
+export function formatAssembly(
+  h: HistorySpans,
+  prepared: PreparedHistory,
+  kind: EstimateKind,
+  parts: AssemblyParts,
+): { text: SplicedUtf8; tokens_used: number } {
+  if (prepared.measure) {
+    const f = formatSpliced({ ...parts, history: h, measure: prepared.measure });
+    return { text: f.text, tokens_used: estimateFromLength(f.codePoints, kind) };
+  }
+  const context = formatContext({ ...parts, recentMessages: prepared.messages }).assembled_context;
+  const out = new SplicedBuilder(h.source);
+  out.text(context);
+  return { text: out.finish(), tokens_used: estimateTokens(context, kind) };
+}

@@ -1,0 +1,91 @@
+/**
+ * The assembled context as spliced UTF-8 (SPEC §1 isolation rule, §9; issue 9 item 1): the bytes the
+ * formatter wrote itself (directive, role prefixes, memory blocks, tools, separators) and spans of the
+ * request's history bytes, which are not escaped (SPEC §9) and so are copied as they are — once, by the
+ * response serializer into grpc-js's frame — instead of being decoded, re-encoded and concatenated.
+ */
+
+/** Which byte array a span of {@link SplicedUtf8} reads. */
+export const FROM_OWN = 0;
+export const FROM_SOURCE = 1;
+
+/**
+ * UTF-8 text as spans over two byte arrays: span j is `[spans[3j+1], spans[3j+2])` of `own` when
+ * `spans[3j]` is {@link FROM_OWN}, of `source` when it is {@link FROM_SOURCE}.
+ */
+export interface SplicedUtf8 {
+  /** Bytes the producer wrote. */
+  own: Uint8Array;
+  /** The request's history bytes (possibly the whole request buffer). */
+  source: Uint8Array;
+  spans: Uint32Array;
+  /** Total UTF-8 bytes of the text. */
+  byteLength: number;
+}
+
+/** Builds a {@link SplicedUtf8}: strings are encoded once at the end, source spans are only recorded. */
+export class SplicedBuilder {
+  readonly #strings: string[] = [];
+  readonly #spans: number[] = [];
+  #ownBytes = 0;
+  #byteLength = 0;
+
+  constructor(readonly source: Uint8Array) {}
+
+  /** Appends text the producer wrote. */
+  text(s: string): void {
+    if (s === '') return;
+    const bytes = Buffer.byteLength(s, 'utf8');
+    this.#strings.push(s);
+    this.#spans.push(FROM_OWN, this.#ownBytes, this.#ownBytes + bytes);
+    this.#ownBytes += bytes;
+    this.#byteLength += bytes;
+  }
+
+  /** Appends `source[start, end)` as it is (the caller vouches that it is valid UTF-8). */
+  bytes(start: number, end: number): void {
+    if (end <= start) return;
+    this.#spans.push(FROM_SOURCE, start, end);
+    this.#byteLength += end - start;
+  }
+
+  /** The text; `own` is a fresh buffer of its own (it is transferred, never a slice of Node's pool). */
+  finish(): SplicedUtf8 {
+    const own = new Uint8Array(this.#ownBytes);
+    let at = 0;
+    const view = Buffer.from(own.buffer, 0, own.length);
+    for (const s of this.#strings) at += view.write(s, at, 'utf8');
+    return {
+      own,
+      source: this.source,
+      spans: Uint32Array.from(this.#spans),
+      byteLength: this.#byteLength,
+    };
+  }
+}
+
+/** Copies the text into `target` at `offset` (one memcpy per span). @returns bytes written. */
+export function copySpliced(t: SplicedUtf8, target: Uint8Array, offset: number): number {
+  let at = offset;
+  const { spans } = t;
+  for (let j = 0; j < spans.length; j += 3) {
+    const from = spans[j] === FROM_OWN ? t.own : t.source;
+    const start = spans[j + 1]!;
+    const end = spans[j + 2]!;
+    target.set(from.subarray(start, end), at);
+    at += end - start;
+  }
+  return at - offset;
+}
+
+/** The text as a string (tests and tools; the service never decodes it). */
+export function splicedText(t: SplicedUtf8): string {
+  const out = Buffer.allocUnsafe(t.byteLength);
+  copySpliced(t, out, 0);
+  return out.toString('utf8');
+}
+
+/** The buffers of `t` to transfer to another thread (each once). */
+export function splicedBuffers(t: SplicedUtf8): ArrayBufferLike[] {
+  return [t.own.buffer, t.source.buffer, t.spans.buffer];
+}
