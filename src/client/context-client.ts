@@ -21,11 +21,10 @@ import {
   type AssembleContextRequestInput,
   type AssembleContextResponse,
   contextServiceDefinition,
-  type RecordMemoryFeedbackRequest,
+  type RecordMemoryFeedbackRequestInput,
   type RecordMemoryFeedbackResponse,
-  type SearchMemoriesRequest,
+  type SearchMemoriesRequestInput,
   type SearchMemoriesResponse,
-  type WireInput,
 } from '../server/proto.js';
 
 /** Environment variable holding the caller's bearer token (sent as `authorization: Bearer …`). */
@@ -103,12 +102,12 @@ export interface ContextClient {
   ): Promise<CallOutcome<AssembleContextResponse>>;
   /** `SearchMemories` (deferred: UNIMPLEMENTED, ADR-0038). */
   searchMemories(
-    req: WireInput<SearchMemoriesRequest>,
+    req: SearchMemoriesRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<SearchMemoriesResponse>>;
   /** `RecordMemoryFeedback` (deferred: UNIMPLEMENTED, ADR-0038). */
   recordMemoryFeedback(
-    req: WireInput<RecordMemoryFeedbackRequest>,
+    req: RecordMemoryFeedbackRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<RecordMemoryFeedbackResponse>>;
   /** `grpc.health.v1.Health/Check` for `service` ("" = the whole server). */

@@ -10,22 +10,13 @@ import { loadSync } from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
 import {
   type CallOptions,
-  type CallOutcome,
+  type ContextClient,
   createContextClient,
   type HealthStatus,
   methodOf,
   type UnaryMethod,
 } from '../../src/client/context-client.js';
-import {
-  type AssembleContextRequestInput,
-  type AssembleContextResponse,
-  PROTO_LOADER_OPTIONS,
-  type RecordMemoryFeedbackRequest,
-  type RecordMemoryFeedbackResponse,
-  type SearchMemoriesRequest,
-  type SearchMemoriesResponse,
-  type WireInput,
-} from '../../src/server/proto.js';
+import { PROTO_LOADER_OPTIONS } from '../../src/server/proto.js';
 
 export type { CallOutcome, HealthStatus } from '../../src/client/context-client.js';
 
@@ -41,22 +32,9 @@ export interface ReflectedFile {
   typeNames: string[];
 }
 
-/** A client for one server address. */
-export interface TestClient {
-  assemble(
-    req: AssembleContextRequestInput,
-    opts?: TestCallOptions,
-  ): Promise<CallOutcome<AssembleContextResponse>>;
-  searchMemories(
-    req: WireInput<SearchMemoriesRequest>,
-    opts?: TestCallOptions,
-  ): Promise<CallOutcome<SearchMemoriesResponse>>;
-  recordMemoryFeedback(
-    req: WireInput<RecordMemoryFeedbackRequest>,
-    opts?: TestCallOptions,
-  ): Promise<CallOutcome<RecordMemoryFeedbackResponse>>;
-  /** grpc.health.v1.Health/Check. */
-  healthCheck(service?: string, opts?: TestCallOptions): Promise<CallOutcome<{ status: HealthStatus }>>;
+/** A client for one server address: the service client's unary calls, plus streams and reflection. */
+export interface TestClient
+  extends Pick<ContextClient, 'assemble' | 'searchMemories' | 'recordMemoryFeedback' | 'healthCheck'> {
   /** grpc.health.v1.Health/Watch; `onStatus` gets every update; `cancel()` ends the stream. */
   healthWatch(service: string, onStatus: (s: HealthStatus) => void): { cancel(): void };
   /** Server reflection v1: the fully qualified names of every service the server lists. */
