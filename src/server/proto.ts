@@ -74,10 +74,9 @@ export const contextServiceDefinition = packageDefinition[
 // int64 as a decimal string), and ibex.context.v1 Message, AssemblyOptions (the four weights are accepted
 // and not yet used), AssembleContextRequest as the server receives it, AssemblyMetrics (ms, int,
 // half-to-even, ≥ 0, except `pool_wait_us`/`pool_run_us` in µs), and the deferred (ADR-0038)
-// SearchMemories and RecordMemoryFeedback messages.
+// SearchMemories and RecordMemoryFeedback messages. `…Input` names the generated input shape: what a
+// client may send (every field optional, proto3 fills the defaults; int64 as number, string or Long).
 export type { Timestamp__Output as Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
-// What a client may send: the generated input shapes (every field optional; proto3 fills the defaults;
-// int64 as number, string or Long).
 export type {
   PrincipalContext as PrincipalContextInput,
   PrincipalContext__Output as PrincipalContext,
