@@ -5,12 +5,18 @@
  */
 
 import { budgetMix, mixedSource, probeCandidateTokens } from '../../client/budget-mix.js';
-import { CONNECTION_USAGE, connectionFromFlags, numberFlag, probeService } from '../../client/cli-options.js';
+import {
+  CONNECTION_FLAGS,
+  CONNECTION_USAGE,
+  connectionFromFlags,
+  numberFlag,
+  probeService,
+} from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
 import { type RequestSource, syntheticSource } from '../../client/request-source.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { commandPrologue } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context load [options]
@@ -44,62 +50,65 @@ Errors are counted by gRPC code; DEADLINE_EXCEEDED is split into "(client --time
  *   service cannot be reached or the request source cannot be read.
  */
 export async function run(argv: string[]): Promise<number> {
-  let opts: LoadOptions;
-  let json = argv.includes('--json');
-  let locomo: { dir: string; org: string | undefined } | undefined;
-  let seed: number;
-  let constrained: number;
-  try {
-    const values = parseClientArgs(argv, {
-      connections: { type: 'string', short: 'c' },
-      duration: { type: 'string', short: 'd' },
-      rate: { type: 'string', short: 'R' },
-      pipelining: { type: 'string', short: 'p' },
-      'max-requests': { type: 'string', short: 'a' },
-      warmup: { type: 'string' },
-      timeout: { type: 'string' },
-      'connect-timeout': { type: 'string' },
-      locomo: { type: 'string' },
-      org: { type: 'string' },
-      seed: { type: 'string' },
-      constrained: { type: 'string' },
-      transport: { type: 'string' },
-      verify: { type: 'boolean' },
-    });
-    if (values.help) return printUsage(USAGE);
-    json = values.json ?? false;
-    seed = numberFlag('seed', values.seed, 1, { integer: true });
-    const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
-    constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
-    const transport = values.transport ?? 'h2';
-    if (transport !== 'h2' && transport !== 'grpc-js')
-      throw new Error(`--transport must be h2 or grpc-js, got '${transport}'`);
-    opts = {
-      ...connectionFromFlags(values),
-      connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
-      durationS: numberFlag('duration', values.duration, 10, { min: 0.001, max: 86_400 }),
-      pipelining: numberFlag('pipelining', values.pipelining, 1, { min: 1, max: 10_000, integer: true }),
-      warmupS: numberFlag('warmup', values.warmup, 0, { min: 0, max: 3600 }),
-      timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
-      connectTimeoutMs: numberFlag('connect-timeout', values['connect-timeout'], 5000, {
-        min: 1,
-        max: 600_000,
-      }),
-      transport,
-      verify: values.verify ?? false,
-    };
-    if (rate > 0) opts.rate = rate;
-    if (values['max-requests'] !== undefined) {
-      opts.maxRequests = numberFlag('max-requests', values['max-requests'], 0, { min: 1, integer: true });
-    }
-    if (values.org !== undefined && values.locomo === undefined)
-      throw new Error('--org only applies with --locomo');
-    const org = values.org === undefined ? undefined : canonicalUuid(values.org);
-    if (org === null) throw new Error('--org must be a UUID');
-    if (values.locomo !== undefined) locomo = { dir: values.locomo, org };
-  } catch (err) {
-    return flagError('load', err, json, USAGE);
-  }
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'load',
+      usage: USAGE,
+      options: {
+        ...CONNECTION_FLAGS,
+        connections: { type: 'string', short: 'c' },
+        duration: { type: 'string', short: 'd' },
+        rate: { type: 'string', short: 'R' },
+        pipelining: { type: 'string', short: 'p' },
+        'max-requests': { type: 'string', short: 'a' },
+        warmup: { type: 'string' },
+        timeout: { type: 'string' },
+        'connect-timeout': { type: 'string' },
+        locomo: { type: 'string' },
+        org: { type: 'string' },
+        seed: { type: 'string' },
+        constrained: { type: 'string' },
+        transport: { type: 'string' },
+        verify: { type: 'boolean' },
+      },
+    },
+    (values) => {
+      const seed = numberFlag('seed', values.seed, 1, { integer: true });
+      const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
+      const constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
+      const transport = values.transport ?? 'h2';
+      if (transport !== 'h2' && transport !== 'grpc-js')
+        throw new Error(`--transport must be h2 or grpc-js, got '${transport}'`);
+      const opts: LoadOptions = {
+        ...connectionFromFlags(values),
+        connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
+        durationS: numberFlag('duration', values.duration, 10, { min: 0.001, max: 86_400 }),
+        pipelining: numberFlag('pipelining', values.pipelining, 1, { min: 1, max: 10_000, integer: true }),
+        warmupS: numberFlag('warmup', values.warmup, 0, { min: 0, max: 3600 }),
+        timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
+        connectTimeoutMs: numberFlag('connect-timeout', values['connect-timeout'], 5000, {
+          min: 1,
+          max: 600_000,
+        }),
+        transport,
+        verify: values.verify ?? false,
+      };
+      if (rate > 0) opts.rate = rate;
+      if (values['max-requests'] !== undefined) {
+        opts.maxRequests = numberFlag('max-requests', values['max-requests'], 0, { min: 1, integer: true });
+      }
+      if (values.org !== undefined && values.locomo === undefined)
+        throw new Error('--org only applies with --locomo');
+      const org = values.org === undefined ? undefined : canonicalUuid(values.org);
+      if (org === null) throw new Error('--org must be a UUID');
+      const locomo = values.locomo === undefined ? undefined : { dir: values.locomo, org };
+      return { opts, seed, constrained, locomo };
+    },
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { opts, seed, constrained, locomo } = parsed.config;
 
   let source: RequestSource;
   try {
