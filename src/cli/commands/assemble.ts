@@ -13,7 +13,7 @@ import {
   numberFlag,
   statusName,
 } from '../../client/cli-options.js';
-import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
+import { createContextClient } from '../../client/context-client.js';
 import { renderTable } from '../../client/stats.js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../server/proto.js';
 import { LEVEL_HEADER } from '../../wire-headers.js';
