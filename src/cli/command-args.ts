@@ -16,6 +16,16 @@ const COMMON_FLAGS = {
 /** `parseArgs` option specs of a command's own flags. */
 export type Flags = NonNullable<ParseArgsConfig['options']>;
 
+/** `parseArgs` specs of string flags (`--name <value>`), one per name. */
+export function stringFlags<const N extends string>(...names: N[]): Record<N, { type: 'string' }> {
+  return Object.fromEntries(names.map((n) => [n, { type: 'string' }])) as Record<N, { type: 'string' }>;
+}
+
+/** `parseArgs` specs of boolean flags (`--name`), one per name. */
+export function booleanFlags<const N extends string>(...names: N[]): Record<N, { type: 'boolean' }> {
+  return Object.fromEntries(names.map((n) => [n, { type: 'boolean' }])) as Record<N, { type: 'boolean' }>;
+}
+
 /** The values `parseArgs` returns for `options` plus `--json` and `--help`. */
 export type FlagValues<O extends Flags> = ReturnType<
   typeof parseArgs<{
@@ -73,10 +83,7 @@ export async function commandPrologue<const O extends Flags, T>(
 }
 
 /** `parseArgs` option specs of the store flags of `ingest` and `memory-server`. */
-export const STORE_FLAGS = {
-  db: { type: 'string' },
-  postgres: { type: 'string' },
-} as const;
+export const STORE_FLAGS = stringFlags('db', 'postgres');
 
 /** The store a dev command writes or serves: the embedded file, or PostgreSQL when `postgres` is set. */
 export interface StoreChoice {
@@ -103,4 +110,28 @@ export function storeFromFlags(
   });
   const { url, schema } = settings.postgres;
   return { db: values.db ?? settings.embeddedDb, postgres: url === '' ? null : { url, schema } };
+}
+
+/** A command's progress line on stderr: drawn only on a terminal, so logs and pipes stay clean. */
+export interface ProgressLine {
+  /** stderr is a terminal. */
+  readonly tty: boolean;
+  /** Replaces the line with `text`. */
+  draw(text: string): void;
+  /** Erases the line (before the report, or an error). */
+  clear(): void;
+}
+
+/** The {@link ProgressLine} of `stream` (default stderr). */
+export function progressLine(stream: NodeJS.WriteStream = process.stderr): ProgressLine {
+  const tty = stream.isTTY === true;
+  return {
+    tty,
+    draw: (text) => {
+      if (tty) stream.write(`\r\x1b[2K${text}`);
+    },
+    clear: () => {
+      if (tty) stream.write('\r\x1b[2K');
+    },
+  };
 }

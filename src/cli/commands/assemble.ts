@@ -17,7 +17,7 @@ import { createContextClient } from '../../client/context-client.js';
 import { renderTable } from '../../client/stats.js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../server/proto.js';
 import { LEVEL_HEADER } from '../../wire-headers.js';
-import { commandPrologue } from '../command-args.js';
+import { booleanFlags, commandPrologue, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> --query <text> [options]
@@ -153,17 +153,10 @@ export async function run(argv: string[]): Promise<number> {
       usage: USAGE,
       options: {
         ...CONNECTION_FLAGS,
-        org: { type: 'string' },
-        agent: { type: 'string' },
-        model: { type: 'string' },
-        query: { type: 'string' },
+        ...stringFlags('org', 'agent', 'model', 'query'),
         message: { type: 'string', multiple: true },
-        session: { type: 'string' },
-        'skip-hot': { type: 'boolean' },
-        'skip-cold': { type: 'boolean' },
-        'max-memories': { type: 'string' },
-        'available-tokens': { type: 'string' },
-        timeout: { type: 'string' },
+        ...stringFlags('session', 'max-memories', 'available-tokens', 'timeout'),
+        ...booleanFlags('skip-hot', 'skip-cold'),
       },
     },
     (values) => {

@@ -14,7 +14,7 @@ import {
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 import { DEFAULT_ADMIN_ADDR, DEFAULT_GRPC_ADDR } from '../../config/settings.js';
-import { commandPrologue } from '../command-args.js';
+import { booleanFlags, commandPrologue, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context healthcheck [options]
@@ -91,9 +91,8 @@ export async function run(argv: string[]): Promise<number> {
       usage: USAGE,
       options: {
         ...CONNECTION_FLAGS,
-        service: { type: 'string' },
-        timeout: { type: 'string' },
-        local: { type: 'boolean' },
+        ...stringFlags('service', 'timeout'),
+        ...booleanFlags('local'),
       },
     },
     (values) => ({

@@ -8,7 +8,7 @@ import { type IngestSummary, ingestLocomo } from '../../locomo/ingest.js';
 import { EmbeddedStore } from '../../retrieval/embedded-store.js';
 import type { PgStore } from '../../retrieval/postgres/pg-store.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { commandPrologue, STORE_FLAGS, storeFromFlags } from '../command-args.js';
+import { commandPrologue, progressLine, STORE_FLAGS, storeFromFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context ingest --locomo <dir|file> [options]
@@ -60,7 +60,7 @@ export async function run(argv: string[]): Promise<number> {
   if (parsed.exit !== null) return parsed.exit;
   const { json } = parsed;
   const { locomo, org, db, postgres } = parsed.config;
-  const tty = process.stderr.isTTY === true;
+  const progress = progressLine();
   if (postgres !== null) return ingestPostgres(locomo, postgres, org, json);
   let store: EmbeddedStore | undefined;
   try {
@@ -70,16 +70,16 @@ export async function run(argv: string[]): Promise<number> {
       store,
       conversations,
       org,
-      tty
+      progress.tty
         ? (done, total, memories) =>
-            process.stderr.write(`\r\x1b[2Kingest ${done}/${total} conversations, ${memories} memories`)
+            progress.draw(`ingest ${done}/${total} conversations, ${memories} memories`)
         : undefined,
     );
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
     return 0;
   } catch (err) {
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     printCommandError('ingest', (err as Error).message, json);
     return 1;
   } finally {

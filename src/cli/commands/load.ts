@@ -10,14 +10,14 @@ import {
   CONNECTION_USAGE,
   connectionFromFlags,
   numberFlag,
-  probeService,
 } from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
 import { type RequestSource, syntheticSource } from '../../client/request-source.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { commandPrologue } from '../command-args.js';
+import { booleanFlags, commandPrologue, progressLine, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
+import { unreachableExit } from '../reachability.js';
 
 const USAGE = `usage: ibex-context load [options]
 
@@ -62,15 +62,17 @@ export async function run(argv: string[]): Promise<number> {
         rate: { type: 'string', short: 'R' },
         pipelining: { type: 'string', short: 'p' },
         'max-requests': { type: 'string', short: 'a' },
-        warmup: { type: 'string' },
-        timeout: { type: 'string' },
-        'connect-timeout': { type: 'string' },
-        locomo: { type: 'string' },
-        org: { type: 'string' },
-        seed: { type: 'string' },
-        constrained: { type: 'string' },
-        transport: { type: 'string' },
-        verify: { type: 'boolean' },
+        ...stringFlags(
+          'warmup',
+          'timeout',
+          'connect-timeout',
+          'locomo',
+          'org',
+          'seed',
+          'constrained',
+          'transport',
+        ),
+        ...booleanFlags('verify'),
       },
     },
     (values) => {
@@ -124,11 +126,8 @@ export async function run(argv: string[]): Promise<number> {
     return 1;
   }
   // A refused connection is known at once: say so in a line instead of waiting out --connect-timeout.
-  const unreachable = await probeService(opts, Math.min(1000, opts.connectTimeoutMs!));
-  if (unreachable !== null) {
-    printCommandError('load', unreachable, json, { target: opts.addr });
-    return 1;
-  }
+  const unreachable = await unreachableExit('load', opts, json, Math.min(1000, opts.connectTimeoutMs!));
+  if (unreachable !== null) return unreachable;
   if (constrained > 0) {
     try {
       // The probe is a few unconstrained calls per agent, before the run (and before any warmup).
@@ -142,13 +141,13 @@ export async function run(argv: string[]): Promise<number> {
   }
   opts.source = source;
 
-  const tty = process.stderr.isTTY === true;
+  const progress = progressLine();
   const controller = new AbortController();
   // The first Ctrl-C ends the run early and still prints the report of what was measured.
   const onSigint = () => controller.abort();
   process.once('SIGINT', onSigint);
   opts.signal = controller.signal;
-  if (tty) {
+  if (progress.tty) {
     process.stderr.write(
       `${describeRun({
         target: opts.addr,
@@ -162,15 +161,15 @@ export async function run(argv: string[]): Promise<number> {
         source: source.name,
       })}\n`,
     );
-    opts.onProgress = (p) => process.stderr.write(`\r\x1b[2K${formatProgress(p)}`);
+    opts.onProgress = (p) => progress.draw(formatProgress(p));
   }
   try {
     const report = await runLoad(opts);
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatLoadReport(report)}\n`);
     return 0;
   } catch (err) {
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     printCommandError('load', (err as Error).message, json, { target: opts.addr });
     return 1;
   } finally {

@@ -8,7 +8,7 @@ import {
   type MemoryServerOptions,
   startMemoryServer,
 } from '../../memory-server/server.js';
-import { commandPrologue, STORE_FLAGS, storeFromFlags } from '../command-args.js';
+import { booleanFlags, commandPrologue, STORE_FLAGS, storeFromFlags, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context memory-server [--db <path>] [--port 8088] [--host 127.0.0.1] [--token <t>]
@@ -32,16 +32,17 @@ export async function run(argv: string[]): Promise<number> {
       usage: USAGE,
       options: {
         ...STORE_FLAGS,
-        port: { type: 'string' },
-        host: { type: 'string' },
-        token: { type: 'string' },
-        'latency-ms': { type: 'string' },
-        'latency-dist': { type: 'string' },
-        'latency-route': { type: 'string' },
-        'error-rate': { type: 'string' },
-        'malformed-rate': { type: 'string' },
-        'plant-foreign': { type: 'boolean' },
-        'plant-invalid': { type: 'boolean' },
+        ...stringFlags(
+          'port',
+          'host',
+          'token',
+          'latency-ms',
+          'latency-dist',
+          'latency-route',
+          'error-rate',
+          'malformed-rate',
+        ),
+        ...booleanFlags('plant-foreign', 'plant-invalid'),
       },
     },
     (values): MemoryServerOptions => {

@@ -12,7 +12,6 @@ import {
   CONNECTION_USAGE,
   connectionFromFlags,
   numberFlag,
-  probeService,
 } from '../../client/cli-options.js';
 import { locomoRequests } from '../../client/locomo-requests.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
@@ -20,8 +19,9 @@ import { renderTable } from '../../client/stats.js';
 import { catalogFileSetting } from '../../config/settings.js';
 import { readLocomo } from '../../locomo/dataset.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { commandPrologue } from '../command-args.js';
+import { commandPrologue, progressLine, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
+import { unreachableExit } from '../reachability.js';
 
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 
@@ -119,16 +119,9 @@ export async function run(argv: string[]): Promise<number> {
       usage: USAGE,
       options: {
         ...CONNECTION_FLAGS,
-        locomo: { type: 'string' },
-        concurrency: { type: 'string' },
+        ...stringFlags('locomo', 'concurrency'),
         rate: { type: 'string', short: 'R' },
-        constrained: { type: 'string' },
-        seed: { type: 'string' },
-        retries: { type: 'string' },
-        limit: { type: 'string' },
-        timeout: { type: 'string' },
-        org: { type: 'string' },
-        catalog: { type: 'string' },
+        ...stringFlags('constrained', 'seed', 'retries', 'limit', 'timeout', 'org', 'catalog'),
       },
     },
     (values) => {
@@ -162,13 +155,10 @@ export async function run(argv: string[]): Promise<number> {
   if (parsed.exit !== null) return parsed.exit;
   const { json } = parsed;
   const { opts, dir, constrained, seed } = parsed.config;
-  const unreachable = await probeService(opts);
-  if (unreachable !== null) {
-    printCommandError('replay', unreachable, json, { target: opts.addr });
-    return 1;
-  }
+  const unreachable = await unreachableExit('replay', opts, json);
+  if (unreachable !== null) return unreachable;
 
-  const tty = process.stderr.isTTY === true;
+  const progress = progressLine();
   const controller = new AbortController();
   const onSigint = () => controller.abort();
   process.once('SIGINT', onSigint);
@@ -184,16 +174,16 @@ export async function run(argv: string[]): Promise<number> {
       ...opts,
       conversations,
       signal: controller.signal,
-      onProgress: tty
+      onProgress: progress.tty
         ? (done, total) => {
             const now = Date.now();
             if (now - lastDraw < 200 && done < total) return;
             lastDraw = now;
-            process.stderr.write(`\r\x1b[2Kreplay ${done}/${total}`);
+            progress.draw(`replay ${done}/${total}`);
           }
         : undefined,
     });
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatReplayReport(report)}\n`);
     const errorCount = Object.values(report.errors).reduce((s, n) => s + n, 0);
     if (report.calls === 0) process.stderr.write('ibex-context replay: no turns to replay\n');
@@ -201,7 +191,7 @@ export async function run(argv: string[]): Promise<number> {
     if (warning !== null) process.stderr.write(`ibex-context replay: ${warning}\n`);
     return errorCount === 0 && report.invariant_violations === 0 && report.calls > 0 ? 0 : 1;
   } catch (err) {
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     printCommandError('replay', (err as Error).message, json);
     return 1;
   } finally {
