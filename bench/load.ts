@@ -23,10 +23,11 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
 import {
+  type BenchFlagValues,
   benchOptions,
   machineInfo,
   parseEnvPairs,
@@ -80,31 +81,26 @@ interface Options {
   out: string;
 }
 
-function parseOptions(argv: string[]): Options | null {
-  const { values } = parseArgs({
-    args: argv,
-    strict: true,
-    options: {
-      locomo: { type: 'string' },
-      steps: { type: 'string' },
-      'step-seconds': { type: 'string' },
-      'ramp-seconds': { type: 'string' },
-      'warmup-seconds': { type: 'string' },
-      connections: { type: 'string' },
-      timeout: { type: 'string' },
-      constrained: { type: 'string' },
-      seed: { type: 'string' },
-      transport: { type: 'string' },
-      h2load: { type: 'boolean' },
-      threads: { type: 'string' },
-      'service-env': { type: 'string', multiple: true },
-      'cpu-prof': { type: 'string' },
-      'p99-target': { type: 'string' },
-      out: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
-  if (values.help) return null;
+const FLAGS = {
+  ...stringFlags(
+    'locomo',
+    'steps',
+    'step-seconds',
+    'ramp-seconds',
+    'warmup-seconds',
+    'connections',
+    'timeout',
+    'constrained',
+    'seed',
+    'transport',
+    'threads',
+  ),
+  ...booleanFlags('h2load'),
+  'service-env': { type: 'string', multiple: true },
+  ...stringFlags('cpu-prof', 'p99-target', 'out'),
+} as const;
+
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
   const int = (flag: string, v: string) => {
     const n = parseNumber(flag, v);
     if (!Number.isInteger(n)) throw new Error(`${flag} must be an integer, got '${v}'`);
@@ -142,7 +138,7 @@ function transportOf(v: string): 'h2' | 'grpc-js' {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = benchOptions(argv, USAGE, parseOptions);
+  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };

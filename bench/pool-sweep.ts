@@ -16,9 +16,10 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { stringFlags } from '../src/cli/command-args.js';
 import { medianOfSorted } from '../src/client/stats.js';
 import {
+  type BenchFlagValues,
   benchOptions,
   machineInfo,
   parseEnvPairs,
@@ -144,25 +145,22 @@ export function recommend(grid: readonly GridCell[]): Recommendation {
   return { threads: atLowest[0]!.threads, max_rate_p99_20ms: null };
 }
 
-function parseOptions(argv: string[]): Options | null {
-  const { values } = parseArgs({
-    args: argv,
-    strict: true,
-    options: {
-      rates: { type: 'string' },
-      threads: { type: 'string' },
-      repeats: { type: 'string' },
-      seconds: { type: 'string' },
-      'warmup-seconds': { type: 'string' },
-      locomo: { type: 'string' },
-      connections: { type: 'string' },
-      timeout: { type: 'string' },
-      'service-env': { type: 'string', multiple: true },
-      out: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
-  if (values.help) return null;
+const FLAGS = {
+  ...stringFlags(
+    'rates',
+    'threads',
+    'repeats',
+    'seconds',
+    'warmup-seconds',
+    'locomo',
+    'connections',
+    'timeout',
+  ),
+  'service-env': { type: 'string', multiple: true },
+  out: { type: 'string' },
+} as const;
+
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
   const connections = parseNumber('--connections', values.connections ?? '10');
   if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
   const repeats = parseNumber('--repeats', values.repeats ?? '3');
@@ -182,7 +180,7 @@ function parseOptions(argv: string[]): Options | null {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = benchOptions(argv, USAGE, parseOptions);
+  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-pool-sweep-', opts.locomo);
   console.error(

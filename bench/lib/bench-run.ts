@@ -7,6 +7,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
+import type { Flags } from '../../src/cli/command-args.js';
 import { numberFlag } from '../../src/client/cli-options.js';
 
 /** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */
@@ -66,28 +68,41 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
   return out;
 }
 
+const HELP_FLAG = { help: { type: 'boolean', short: 'h' } } as const;
+
+/** The values `parseArgs` returns for a bench's `options` plus `-h/--help`. */
+export type BenchFlagValues<O extends Flags> = ReturnType<
+  typeof parseArgs<{ args: string[]; strict: true; allowPositionals: false; options: O & typeof HELP_FLAG }>
+>['values'];
+
 /**
- * Parses a bench's options with `parse` (null = `--help`): the usage goes to stdout for `--help` and after
- * the message to stderr for a bad flag.
+ * The prologue every bench main shares: parses `argv` (strict, no positionals) against `options` plus
+ * `-h/--help` and hands the values to `configure`; the usage goes to stdout for `--help` and after the
+ * message to stderr for a bad flag (anything `parseArgs` or `configure` throws).
  * @returns the options, or the exit code (0 after `--help`, 2 for a bad flag) when the bench must stop.
  */
-export function benchOptions<T>(
+export function benchOptions<const O extends Flags, T>(
   argv: string[],
   usage: string,
-  parse: (argv: string[]) => T | null,
+  options: O,
+  configure: (values: BenchFlagValues<O>) => T,
 ): T | number {
-  let opts: T | null;
   try {
-    opts = parse(argv);
+    const values = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: { ...options, ...HELP_FLAG },
+    }).values as BenchFlagValues<O>;
+    if ((values as { help?: boolean }).help) {
+      console.log(usage);
+      return 0;
+    }
+    return configure(values);
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage}`);
     return 2;
   }
-  if (opts === null) {
-    console.log(usage);
-    return 0;
-  }
-  return opts;
 }
 
 /**
