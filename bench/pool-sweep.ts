@@ -22,14 +22,17 @@ import {
   type BenchFlagValues,
   benchOptions,
   machineInfo,
-  parseEnvPairs,
+  parseInteger,
   parseList,
   parseNumber,
   runBenchMain,
+  SERVICE_LOAD_FLAGS,
+  SERVICE_LOAD_USAGE,
+  type ServiceLoadOptions,
+  serviceLoadOptions,
 } from './lib/bench-run.js';
 import { benchLoadData } from './lib/load-data.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
-import { projectPath } from './lib/paths.js';
 import { writeLineChart } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
@@ -42,23 +45,15 @@ const USAGE = `usage: npm run bench:pool-sweep -- [options]
   --repeats <n>           runs per (threads, rate) cell (default 3)
   --seconds <s>           measured seconds per run (default 10)
   --warmup-seconds <s>    unrecorded load at the same rate before each run (default 3)
-  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)
-  --connections <n>       gRPC channels of the driver (default 10)
-  --timeout <ms>          per-call gRPC deadline of the client (default 1000)
-  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)
+${SERVICE_LOAD_USAGE}
   --out <dir>             where the results go (default bench/results)`;
 
-interface Options {
+interface Options extends ServiceLoadOptions {
   rates: number[];
   threads: number[];
   repeats: number;
   seconds: number;
   warmupSeconds: number;
-  locomo: string | undefined;
-  connections: number;
-  timeoutMs: number;
-  serviceEnv: Record<string, string>;
-  out: string;
 }
 
 /** One cell of the grid (the issue's shape, nothing more). */
@@ -146,36 +141,18 @@ export function recommend(grid: readonly GridCell[]): Recommendation {
 }
 
 const FLAGS = {
-  ...stringFlags(
-    'rates',
-    'threads',
-    'repeats',
-    'seconds',
-    'warmup-seconds',
-    'locomo',
-    'connections',
-    'timeout',
-  ),
-  'service-env': { type: 'string', multiple: true },
-  out: { type: 'string' },
+  ...SERVICE_LOAD_FLAGS,
+  ...stringFlags('rates', 'threads', 'repeats', 'seconds', 'warmup-seconds'),
 } as const;
 
 function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
-  const connections = parseNumber('--connections', values.connections ?? '10');
-  if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
-  const repeats = parseNumber('--repeats', values.repeats ?? '3');
-  if (!Number.isInteger(repeats)) throw new Error('--repeats must be an integer');
   return {
+    ...serviceLoadOptions(values),
     rates: parseList('--rates', values.rates ?? '50,100,200,400'),
     threads: parseList('--threads', values.threads ?? '1,2,3,4'),
-    repeats,
+    repeats: parseInteger('--repeats', values.repeats ?? '3'),
     seconds: parseNumber('--seconds', values.seconds ?? '10'),
     warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
-    locomo: values.locomo,
-    connections,
-    timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
-    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
-    out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }
 

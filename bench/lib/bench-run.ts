@@ -8,8 +8,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import type { Flags } from '../../src/cli/command-args.js';
+import { type Flags, stringFlags } from '../../src/cli/command-args.js';
 import { numberFlag } from '../../src/client/cli-options.js';
+import { projectPath } from './paths.js';
 
 /** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */
 export function tempDir(prefix: string): string {
@@ -103,6 +104,58 @@ export function benchOptions<const O extends Flags, T>(
     console.error(`${(err as Error).message}\n${usage}`);
     return 2;
   }
+}
+
+/** Flags of the benches that run a service child under measured load steps (`load`, `pool-sweep`). */
+export const SERVICE_LOAD_FLAGS = {
+  ...stringFlags('locomo', 'connections', 'timeout', 'out'),
+  'service-env': { type: 'string', multiple: true },
+} as const;
+
+/** Usage lines of {@link SERVICE_LOAD_FLAGS} but `--out` (whose text names the bench's files). */
+export const SERVICE_LOAD_USAGE = [
+  '  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)',
+  '  --connections <n>       gRPC channels of the driver (default 10)',
+  '  --timeout <ms>          per-call gRPC deadline of the client (default 1000)',
+  '  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)',
+].join('\n');
+
+/** {@link SERVICE_LOAD_FLAGS} resolved. */
+export interface ServiceLoadOptions {
+  /** LoCoMo directory to ingest and drive; undefined = generated LoCoMo-shaped data. */
+  locomo: string | undefined;
+  /** gRPC channels of the driver (default 10). */
+  connections: number;
+  /** Per-call gRPC deadline of the client, ms (default 1000). */
+  timeoutMs: number;
+  /** Extra IBEX_CONTEXT_* settings of the service ({@link parseEnvPairs}). */
+  serviceEnv: Record<string, string>;
+  /** Absolute directory the results go to (default bench/results). */
+  out: string;
+}
+
+/**
+ * Resolves {@link SERVICE_LOAD_FLAGS}.
+ * @throws Error naming the flag.
+ */
+export function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>): ServiceLoadOptions {
+  return {
+    locomo: values.locomo,
+    connections: parseInteger('--connections', values.connections ?? '10'),
+    timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
+    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
+    out: path.resolve(values.out ?? projectPath('bench/results')),
+  };
+}
+
+/**
+ * Parses a positive integer flag.
+ * @throws Error naming the flag.
+ */
+export function parseInteger(flag: string, text: string): number {
+  const n = parseNumber(flag, text);
+  if (!Number.isInteger(n)) throw new Error(`${flag} must be an integer, got '${text}'`);
+  return n;
 }
 
 /**
