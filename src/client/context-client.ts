@@ -17,13 +17,13 @@ import {
   type StatusObject,
 } from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
+import type { RecordMemoryFeedbackRequest as RecordMemoryFeedbackRequestInput } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
+import type { SearchMemoriesRequest as SearchMemoriesRequestInput } from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
 import {
   type AssembleContextRequestInput,
   type AssembleContextResponse,
   contextServiceDefinition,
-  type RecordMemoryFeedbackRequestInput,
   type RecordMemoryFeedbackResponse,
-  type SearchMemoriesRequestInput,
   type SearchMemoriesResponse,
 } from '../server/proto.js';
 

@@ -74,27 +74,18 @@ export const contextServiceDefinition = packageDefinition[
 // int64 as a decimal string), and ibex.context.v1 Message, AssemblyOptions (the four weights are accepted
 // and not yet used), AssembleContextRequest as the server receives it, AssemblyMetrics (ms, int,
 // half-to-even, ≥ 0, except `pool_wait_us`/`pool_run_us` in µs), and the deferred (ADR-0038)
-// SearchMemories and RecordMemoryFeedback messages. `…Input` names the generated input shape: what a
-// client may send (every field optional, proto3 fills the defaults; int64 as number, string or Long).
+// SearchMemories and RecordMemoryFeedback messages. What a client may send is the generated input shape
+// (no `__Output`: every field optional, proto3 fills the defaults; int64 as number, string or Long).
 export type { Timestamp__Output as Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
-export type {
-  PrincipalContext as PrincipalContextInput,
-  PrincipalContext__Output as PrincipalContext,
-} from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
+export type { PrincipalContext__Output as PrincipalContext } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
 export type { AssembleContextRequest__Output as AssembleContextRequest } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
 export type { AssemblyOptions__Output as AssemblyOptions } from '../generated/proto/ibex/context/v1/AssemblyOptions.js';
 export type { Memory__Output as Memory } from '../generated/proto/ibex/context/v1/Memory.js';
 export type { MemoryScoreUpdate__Output as MemoryScoreUpdate } from '../generated/proto/ibex/context/v1/MemoryScoreUpdate.js';
 export type { Message__Output as Message } from '../generated/proto/ibex/context/v1/Message.js';
-export type {
-  RecordMemoryFeedbackRequest as RecordMemoryFeedbackRequestInput,
-  RecordMemoryFeedbackRequest__Output as RecordMemoryFeedbackRequest,
-} from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
+export type { RecordMemoryFeedbackRequest__Output as RecordMemoryFeedbackRequest } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
 export type { RecordMemoryFeedbackResponse__Output as RecordMemoryFeedbackResponse } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackResponse.js';
-export type {
-  SearchMemoriesRequest as SearchMemoriesRequestInput,
-  SearchMemoriesRequest__Output as SearchMemoriesRequest,
-} from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
+export type { SearchMemoriesRequest__Output as SearchMemoriesRequest } from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
 export type { SearchMemoriesResponse__Output as SearchMemoriesResponse } from '../generated/proto/ibex/context/v1/SearchMemoriesResponse.js';
 export type { AssemblyMetrics };
 

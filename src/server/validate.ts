@@ -4,9 +4,10 @@
  */
 import { Errors } from '../errors.js';
 import type { Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
+import type { PrincipalContext as PrincipalContextInput } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
 import type { ChatMessage } from '../types.js';
 import { LIMITS } from './limits.js';
-import type { AssembleContextRequestInput, PrincipalContextInput } from './proto.js';
+import type { AssembleContextRequestInput } from './proto.js';
 import {
   CONTENT_OVER,
   checkHistoryContents,
