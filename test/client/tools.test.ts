@@ -16,7 +16,7 @@ import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from '../.
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { servers, startAssembleServer } from '../helpers/assemble-server.js';
-import { runCli } from '../helpers/cli.js';
+import { assembleArgs, runCli } from '../helpers/cli.js';
 import { hasOpenssl, makeServerPki } from '../helpers/pki.js';
 
 const catalog = CapabilityCatalog.create();
@@ -342,19 +342,7 @@ describe('ibex-context replay (compiled CLI)', () => {
 });
 
 describe('ibex-context assemble (compiled CLI)', () => {
-  const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
-  const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
-  const base = (addr: string) => [
-    'assemble',
-    '--addr',
-    addr,
-    '--org',
-    ORG,
-    '--agent',
-    AGENT,
-    '--model',
-    'gpt-4o',
-  ];
+  const base = assembleArgs;
 
   it('sends the flags as the request and prints the context and a table', async () => {
     const fake = await startReplayFake();
