@@ -103,6 +103,19 @@ export function memoryService(url: string, token: string): Record<string, string
   return { IBEX_CONTEXT_MEMORY_BASE_URL: url, IBEX_CONTEXT_MEMORY_API_TOKEN: token };
 }
 
+/**
+ * A test service reading memories from the memory HTTP service at `url` (often a test's own server) with
+ * bearer `token`, under {@link roomyDeadlines}`(totalMs, branchMs)`, plus `env`.
+ */
+export function startServiceOverMemory(
+  url: string,
+  token: string,
+  [totalMs, branchMs]: [number, number],
+  env: Record<string, string> = {},
+): Promise<TestService> {
+  return startTestService({ ...memoryService(url, token), ...roomyDeadlines(totalMs, branchMs), ...env });
+}
+
 /** An embedded store in a new temp dir (`store.db`), for a service to read; `close()` removes it all. */
 export function tempServiceStore(prefix = 'ibex-e2e-'): { store: EmbeddedStore; db: string; close(): void } {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));

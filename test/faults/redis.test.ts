@@ -67,6 +67,25 @@ function expectAnswered(
   }
 }
 
+/**
+ * The victim's and the other tenant's calls at once: the victim's directive branch fails with `detail`
+ * (still L0), the other is served its own directive.
+ */
+async function victimBesideOther(
+  svc: TestService,
+  victim: { org: string; agent: string },
+  other: { org: string; agent: string },
+  detail: RegExp,
+) {
+  const [a, b] = await Promise.all([
+    svc.client.assemble(request(victim)),
+    svc.client.assemble(request(other)),
+  ]);
+  expectAnswered(a, { status: 'error', detail });
+  expectAnswered(b, { status: 'success' });
+  expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+}
+
 describe('Redis down (nothing listening)', () => {
   let svc: TestService;
 
@@ -173,13 +192,7 @@ describe('fake Redis: slow and garbage replies', () => {
       redis.set(keyOf(victim), answer);
       redis.set(keyOf(other), { value: envelope('Other directive.') });
       const before = await scrape(svc.service.adminUrl);
-      const [a, b] = await Promise.all([
-        svc.client.assemble(request(victim)),
-        svc.client.assemble(request(other)),
-      ]);
-      expectAnswered(a, { status: 'error', detail });
-      expectAnswered(b, { status: 'success' });
-      expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+      await victimBesideOther(svc, victim, other, detail);
       redis.set(keyOf(victim), { value: envelope('Victim directive.') });
       const next = await svc.client.assemble(request(victim));
       expectAnswered(next, { status: 'success' });
@@ -276,13 +289,7 @@ describeRedis('real Redis: garbage values', redisUp, () => {
       else await redis.set(keyOf(victim), value);
       await redis.set(keyOf(other), envelope('Other directive.'));
       const before = await scrape(svc.service.adminUrl);
-      const [a, b] = await Promise.all([
-        svc.client.assemble(request(victim)),
-        svc.client.assemble(request(other)),
-      ]);
-      expectAnswered(a, { status: 'error', detail });
-      expectAnswered(b, { status: 'success' });
-      expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+      await victimBesideOther(svc, victim, other, detail);
       await redis.del(keyOf(victim));
       await redis.set(keyOf(victim), envelope('Victim directive.'));
       const next = await svc.client.assemble(request(victim));

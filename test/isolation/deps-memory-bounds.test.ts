@@ -10,14 +10,7 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { maxBodyBytes } from '../../src/retrieval/validate.js';
 import type { AssembleContextResponse } from '../../src/server/proto.js';
-import {
-  memoryService,
-  request,
-  roomyDeadlines,
-  startTestService,
-  type TestService,
-  tenant,
-} from '../e2e/harness.js';
+import { request, startServiceOverMemory, type TestService, tenant } from '../e2e/harness.js';
 import { type Listening, listen, moved, scrape } from '../faults/helpers.js';
 
 type Tenant = { org: string; agent: string };
@@ -111,23 +104,16 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
         });
       }),
     );
-    svc = await startTestService({
-      ...memoryService(server.url, 'bounds-token'),
-      // Generous: outcomes are under test, not speed; the suite must pass on a loaded machine.
-      ...roomyDeadlines(5000, 2000),
-    });
+    // Generous: outcomes are under test, not speed; the suite must pass on a loaded machine.
+    svc = await startServiceOverMemory(server.url, 'bounds-token', [5000, 2000]);
   });
-
   afterAll(async () => {
-    await svc?.stop();
-    await server?.close();
+    await Promise.all([svc?.stop(), server?.close()]);
   });
 
   it('IBEX_CONTEXT_MAX_MEMORY_CHARS=1000 lowers both caps: 1,001-char memory oversize, a 300 KB body too large', async () => {
-    const small = await startTestService({
-      ...memoryService(server.url, 'bounds-token'),
+    const small = await startServiceOverMemory(server.url, 'bounds-token', [5000, 2000], {
       IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000',
-      ...roomyDeadlines(5000, 2000),
     });
     try {
       const heavy = tenant();
