@@ -5,7 +5,7 @@
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import type { ClientReadableStream, ServiceDefinition } from '@grpc/grpc-js';
+import type { Client, ClientReadableStream, ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
 import {
@@ -90,10 +90,25 @@ function decodeFile(bytes: Buffer): ReflectedFile {
   return { name: file.name, package: file.package, dependency: [...file.dependency], typeNames };
 }
 
-interface ReflectionResponse {
+/** A server reflection v1 answer, as the loader decodes it. */
+export interface ReflectionResponse {
   list_services_response?: { service: { name: string }[] } | null;
   file_descriptor_response?: { file_descriptor_proto: Buffer[] } | null;
   error_response?: { error_code: number; error_message: string } | null;
+}
+
+/** One request on a new server reflection v1 stream of `client`, and its first answer. */
+export function reflectOnce(client: Client, request: Record<string, unknown>): Promise<ReflectionResponse> {
+  return new Promise((resolve, reject) => {
+    const m = reflectionMethod();
+    const stream = client.makeBidiStreamRequest(m.path, m.requestSerialize, m.responseDeserialize);
+    stream.on('data', (res: ReflectionResponse) => {
+      resolve(res);
+      stream.end();
+    });
+    stream.on('error', reject);
+    stream.write(request);
+  });
 }
 
 /**
@@ -108,17 +123,7 @@ export function createTestClient(addr: string): TestClient {
   const client = context.raw;
   const health = healthService as unknown as ServiceDefinition;
 
-  const reflect = (request: Record<string, unknown>): Promise<ReflectionResponse> =>
-    new Promise((resolve, reject) => {
-      const m = reflectionMethod();
-      const stream = client.makeBidiStreamRequest(m.path, m.requestSerialize, m.responseDeserialize);
-      stream.on('data', (res: ReflectionResponse) => {
-        resolve(res);
-        stream.end();
-      });
-      stream.on('error', reject);
-      stream.write(request);
-    });
+  const reflect = (request: Record<string, unknown>) => reflectOnce(client, request);
 
   return {
     assemble: context.assemble,

@@ -6,7 +6,10 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
+import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
 import { PgStore, type PgStoreOptions } from '../../src/retrieval/postgres/pg-store.js';
+import type { RetrievalSources, RetrievalTimeouts } from '../../src/retrieval/retrieve.js';
+import { bundle } from '../retrieval/fixtures.js';
 import { describeIfReachable } from './reachable.js';
 
 /** URL the PostgreSQL tests use. */
@@ -83,4 +86,9 @@ export function usePgStore(schema: string, opts: Omit<PgStoreOptions, 'url' | 's
       return store;
     },
   };
+}
+
+/** Sources reading the PostgreSQL `store` (hot and search with the default 65,536-code-point cap) under `times`. */
+export function pgSources(store: PgStore, times: RetrievalTimeouts): RetrievalSources {
+  return bundle(new PgMemorySource(store, times, 65_536), new PgDirectiveSource(store, times));
 }

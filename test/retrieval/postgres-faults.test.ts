@@ -8,11 +8,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import { beforeAll, expect, it } from 'vitest';
-import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
+import { PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
 import { PgStatementTimeout } from '../../src/retrieval/postgres/pg-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
-import { adminQuery, describePg, probePostgres, testSchema, usePgStore } from '../helpers/postgres.js';
-import { bundle, memoriesOf } from './fixtures.js';
+import {
+  adminQuery,
+  describePg,
+  pgSources,
+  probePostgres,
+  testSchema,
+  usePgStore,
+} from '../helpers/postgres.js';
+import { memoriesOf } from './fixtures.js';
 
 const reachable = await probePostgres();
 const schema = testSchema('faults');
@@ -85,10 +92,7 @@ describePg('PostgreSQL store faults', reachable, () => {
   it('slow database: hot branch `timeout`, the statement is cancelled, directives still answer', async () => {
     await withSlowReads(2, async () => {
       const times = { directiveMs: 1000, hotMs: 100, coldMs: 100, wallMs: 1000 };
-      const sources = bundle(
-        new PgMemorySource(pg.store, times, 65_536),
-        new PgDirectiveSource(pg.store, times),
-      );
+      const sources = pgSources(pg.store, times);
       const r = await retrieve(
         sources,
         { orgId: ORG, agentId: AGENT, query: 'chess', skipHot: false, skipCold: false },

@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
 import { MIGRATIONS } from '../../src/retrieval/postgres/migrations.js';
-import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
+import { PgDirectiveSource } from '../../src/retrieval/postgres/pg-sources.js';
 import { indexText, toWebSearchQuery } from '../../src/retrieval/postgres/search-text.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
@@ -20,11 +20,12 @@ import {
   describePg,
   dropSchema,
   PG_TEST_URL,
+  pgSources,
   probePostgres,
   testSchema,
   usePgStore,
 } from '../helpers/postgres.js';
-import { bundle, memoriesOf } from './fixtures.js';
+import { memoriesOf } from './fixtures.js';
 
 const reachable = await probePostgres();
 const schema = testSchema('store');
@@ -224,10 +225,7 @@ describePg('PostgreSQL store', reachable, () => {
 
   it('retrieve over the PostgreSQL sources: three successful branches, own-tenant hits only', async () => {
     const times = { directiveMs: 2000, hotMs: 2000, coldMs: 2000, wallMs: 2000 };
-    const sources = bundle(
-      new PgMemorySource(pg.store, times, 65_536),
-      new PgDirectiveSource(pg.store, times),
-    );
+    const sources = pgSources(pg.store, times);
     const r = await retrieve(
       sources,
       { orgId: ORG.toUpperCase(), agentId: AGENT, query: 'lighthouse', skipHot: false, skipCold: false },
