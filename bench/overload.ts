@@ -1,5 +1,5 @@
 import { runLoad } from '../src/client/load-driver.js';
-import { runBenchMain, tempDir } from './lib/bench-run.js';
+import { runBenchMain } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { writeResult } from './lib/paths.js';
 import { snapshot, stepStats } from './lib/server-metrics.js';
@@ -20,8 +20,7 @@ async function main(): Promise<void> {
   const flags = numberFlags(process.argv.slice(2), ['seconds', 'rate', 'connections']);
   const seconds = flags.seconds ?? 30;
   const connections = flags.connections ?? 8;
-  const dir = tempDir('ibex-overload-');
-  const bench = await startSaturatedBench('overload', dir, {
+  const bench = await startSaturatedBench('overload', {
     rate: flags.rate,
     connections,
   });

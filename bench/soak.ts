@@ -16,7 +16,7 @@
 
 import { runLoad } from '../src/client/load-driver.js';
 import { percentilesOf } from '../src/client/stats.js';
-import { runBenchMain, tempDir } from './lib/bench-run.js';
+import { runBenchMain } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { writeResult } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
@@ -60,8 +60,7 @@ async function main(): Promise<void> {
   const connections = flags.connections ?? 8;
   const warmupS = minutes >= 3 ? 60 : 20;
   const windowMs = minutes >= 3 ? 60_000 : 10_000;
-  const dir = tempDir('ibex-soak-');
-  const bench = await startSaturatedBench('soak', dir, {
+  const bench = await startSaturatedBench('soak', {
     rate: flags.rate,
     connections,
   });

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { numberFlag } from '../../src/client/cli-options.js';
 import { type BenchData, type BenchDataOptions, seedStore } from './bench-data.js';
-import { machineInfo } from './bench-run.js';
+import { machineInfo, tempDir } from './bench-run.js';
 import { type findSaturation, resolveSaturation } from './ramp.js';
 import { type ServiceProcess, startServiceProcess } from './service-process.js';
 
@@ -44,17 +44,17 @@ export interface SaturatedBench {
 /**
  * The common start of the overload and soak benches: prints the machine line, starts the service with the
  * production deadlines (45 ms request deadline, 40 ms wall) on generated data, and resolves the saturation
- * rate (`--rate` or a ramp). Stops the service again if the ramp fails.
+ * rate (`--rate` or a ramp), over a store in a temp dir (`ibex-<name>-…`, removed on exit). Stops the
+ * service again if the ramp fails.
  */
 export async function startSaturatedBench(
   name: string,
-  dir: string,
   opts: { rate?: number; connections: number },
 ): Promise<SaturatedBench> {
   console.log(
     `bench:${name} — ${os.availableParallelism()} CPUs, load average ${os.loadavg()[0]!.toFixed(2)}`,
   );
-  const { service, data } = await startBenchService(dir, {
+  const { service, data } = await startBenchService(tempDir(`ibex-${name}-`), {
     IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
     IBEX_CONTEXT_DEADLINE_MS: String(BENCH_WALL_MS),
   });
