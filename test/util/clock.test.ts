@@ -3,30 +3,24 @@
  * injected clock (a timer that fires early re-arms for what is left, issue 9 item 4), at once when the
  * deadline has passed, never for `Infinity`, and not after `cancel()`.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { armAt, monotonicNow } from '../../src/util/clock.js';
+import { useFakeClock } from '../helpers/fake-clock.js';
 
 describe('armAt on fake timers and an injected clock', () => {
-  let now = 0;
-  const clock = () => now;
-  beforeEach(() => {
-    vi.useFakeTimers();
-    now = 1_000;
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  const fake = useFakeClock(1_000);
+  const { clock } = fake;
 
   it('a timer that fires before the deadline on the clock re-arms for the rest: never early', () => {
     const fired: number[] = [];
-    armAt(1_010.4, () => fired.push(now), { clock });
+    armAt(1_010.4, () => fired.push(fake.now), { clock });
     // The timer fires after ceil(10.4) = 11 ms of timer time, but the clock has only reached 1,009.9
     // (libuv's cached loop time lagging the clock): not yet.
-    now = 1_009.9;
+    fake.now = 1_009.9;
     vi.advanceTimersByTime(11);
     expect(fired).toEqual([]);
     expect(vi.getTimerCount()).toBe(1);
-    now = 1_010.4;
+    fake.now = 1_010.4;
     vi.advanceTimersByTime(1);
     expect(fired).toEqual([1_010.4]);
     expect(vi.getTimerCount()).toBe(0);
@@ -56,7 +50,7 @@ describe('armAt on fake timers and an injected clock', () => {
     t.cancel();
     t.cancel();
     expect(vi.getTimerCount()).toBe(0);
-    now = 2_000;
+    fake.now = 2_000;
     vi.advanceTimersByTime(10_000);
     expect(runs).toBe(0);
   });
@@ -65,10 +59,10 @@ describe('armAt on fake timers and an injected clock', () => {
     let runs = 0;
     const far = 1_000 + 3_000_000_000;
     armAt(far, () => runs++, { clock });
-    now = 1_000 + 2_147_483_647;
+    fake.now = 1_000 + 2_147_483_647;
     vi.advanceTimersByTime(2_147_483_647);
     expect(runs).toBe(0);
-    now = far;
+    fake.now = far;
     vi.advanceTimersByTime(3_000_000_000 - 2_147_483_647);
     expect(runs).toBe(1);
   });
