@@ -18,24 +18,13 @@ import { createLogger } from '../../src/telemetry/logger.js';
 import { servers, startAssembleServer } from '../helpers/assemble-server.js';
 import { assembleArgs, runCli } from '../helpers/cli.js';
 import { hasOpenssl, makeServerPki } from '../helpers/pki.js';
+import { usedRow } from '../helpers/stub-response.js';
 
 const catalog = CapabilityCatalog.create();
 const NONCE = 'AAAAAAAAAAAAAAAAAAAAAA';
 
 function used(id: string, exclusion: MemoryUsed['exclusion'] = 'included'): MemoryUsed {
-  return {
-    memory_id: id,
-    composite_score: 0.5,
-    relevance_score: 0.5,
-    recency_score: 0,
-    usefulness_score: 0,
-    rank: 1,
-    category: 'episodic',
-    exclusion,
-    similarity: 0.5,
-    confidence: 0.5,
-    token_estimate: 10,
-  };
+  return usedRow({ memory_id: id, exclusion });
 }
 
 function block(id: string, content: string): string {
