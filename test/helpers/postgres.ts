@@ -37,6 +37,14 @@ export function testSchema(tag: string): string {
   return `ibex_test_${tag}_${randomBytes(4).toString('hex')}`;
 }
 
+/**
+ * A PostgreSQL test file's start: whether the database is reachable ({@link probePostgres}) and the fresh
+ * schema ({@link testSchema}) it works in. Await it at the top level (vitest collects suites synchronously).
+ */
+export async function pgTestFile(tag: string): Promise<{ reachable: boolean; schema: string }> {
+  return { reachable: await probePostgres(), schema: testSchema(tag) };
+}
+
 /** Runs `sql` on a short-lived connection (admin work: drop schema, terminate backends, …). */
 export async function adminQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(
   sql: string,

@@ -11,18 +11,10 @@ import { beforeAll, expect, it } from 'vitest';
 import { PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
 import { PgStatementTimeout } from '../../src/retrieval/postgres/pg-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
-import {
-  adminQuery,
-  describePg,
-  pgSources,
-  probePostgres,
-  testSchema,
-  usePgStore,
-} from '../helpers/postgres.js';
+import { adminQuery, describePg, pgSources, pgTestFile, usePgStore } from '../helpers/postgres.js';
 import { memoriesOf } from './fixtures.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('faults');
+const { reachable, schema } = await pgTestFile('faults');
 const app = `ibex-test-${schema}`;
 const ORG = randomUUID();
 const AGENT = randomUUID();

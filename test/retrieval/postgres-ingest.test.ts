@@ -12,10 +12,9 @@ import { ingestLocomo } from '../../src/locomo/ingest.js';
 import { startMemoryServer } from '../../src/memory-server/server.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { ROOT, runCli } from '../helpers/cli.js';
-import { describePg, PG_TEST_URL, probePostgres, testSchema, usePgStore } from '../helpers/postgres.js';
+import { describePg, PG_TEST_URL, pgTestFile, usePgStore } from '../helpers/postgres.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('ingest');
+const { reachable, schema } = await pgTestFile('ingest');
 const LOCOMO = path.resolve(ROOT, '../shared/datasets/locomo10');
 const env = { IBEX_CONTEXT_POSTGRES_SCHEMA: schema };
 

@@ -21,14 +21,13 @@ import {
   dropSchema,
   PG_TEST_URL,
   pgSources,
-  probePostgres,
+  pgTestFile,
   testSchema,
   usePgStore,
 } from '../helpers/postgres.js';
 import { memoriesOf } from './fixtures.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('store');
+const { reachable, schema } = await pgTestFile('store');
 const ORG = randomUUID();
 const OTHER_ORG = randomUUID();
 const AGENT = randomUUID();
