@@ -67,23 +67,14 @@ function expectAnswered(
   }
 }
 
-/**
- * The victim's and the other tenant's calls at once: the victim's directive branch fails with `detail`
- * (still L0), the other is served its own directive.
- */
-async function victimBesideOther(
-  svc: TestService,
-  victim: { org: string; agent: string },
-  other: { org: string; agent: string },
-  detail: RegExp,
-) {
-  const [a, b] = await Promise.all([
-    svc.client.assemble(request(victim)),
-    svc.client.assemble(request(other)),
-  ]);
-  expectAnswered(a, { status: 'error', detail });
-  expectAnswered(b, { status: 'success' });
-  expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+type Tenant = ReturnType<typeof tenant>;
+
+/** The victim's and the other's calls at once: the victim's directive fails with `detail`, the other is served. */
+async function victimBesideOther(svc: TestService, victim: Tenant, other: Tenant, detail: RegExp) {
+  const [a, b] = await Promise.all([victim, other].map((t) => svc.client.assemble(request(t))));
+  expectAnswered(a!, { status: 'error', detail });
+  expectAnswered(b!, { status: 'success' });
+  expect(b!.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
 }
 
 describe('Redis down (nothing listening)', () => {
