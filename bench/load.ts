@@ -23,26 +23,29 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
+import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
 import {
+  type BenchFlagValues,
   benchOptions,
   machineInfo,
-  parseEnvPairs,
+  parseInteger,
   parseList,
   parseNumber,
   runBenchMain,
+  SERVICE_LOAD_FLAGS,
+  SERVICE_LOAD_USAGE,
+  type ServiceLoadOptions,
+  serviceLoadOptions,
 } from './lib/bench-run.js';
 import { type H2loadResult, hasH2load, runH2load } from './lib/h2load.js';
 import { benchLoadData } from './lib/load-data.js';
 import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
-import { projectPath } from './lib/paths.js';
 import { writeLoadCharts } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
 const USAGE = `usage: npm run bench:load -- [options]
-  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)
   --steps <r1,r2,…>       offered rates, req/s (default 500,1000,2000,3000,4000)
   --step-seconds <s>      measured seconds per step (default 10)
   --ramp-seconds <s>      unrecorded seconds at each step's rate before it is measured (default 1)
@@ -53,80 +56,47 @@ const USAGE = `usage: npm run bench:load -- [options]
   --seed <n>              seed of the budget mix (default 1)
   --transport <h2|grpc-js> driver transport (default h2)
   --h2load                after the steps, drive the first rate with h2load (nghttp2-client) too and report both
-  --connections <n>       gRPC channels of the driver (default 10)
-  --timeout <ms>          per-call gRPC deadline of the client (default 1000)
   --threads <n>           pool threads of the service (default: the service's own default)
-  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)
   --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
   --p99-target <ms>       latency target of the summary line (default 20)
+${SERVICE_LOAD_USAGE}
   --out <dir>             where load.json and load.svg go (default bench/results)`;
 
-interface Options {
-  locomo: string | undefined;
+interface Options extends ServiceLoadOptions {
   steps: number[];
   stepSeconds: number;
   rampSeconds: number;
   warmupSeconds: number;
-  connections: number;
-  timeoutMs: number;
   constrained: number;
   seed: number;
   transport: 'h2' | 'grpc-js';
   h2load: boolean;
   threads: number | undefined;
-  serviceEnv: Record<string, string>;
   cpuProf: string | undefined;
   p99TargetMs: number;
-  out: string;
 }
 
-function parseOptions(argv: string[]): Options | null {
-  const { values } = parseArgs({
-    args: argv,
-    strict: true,
-    options: {
-      locomo: { type: 'string' },
-      steps: { type: 'string' },
-      'step-seconds': { type: 'string' },
-      'ramp-seconds': { type: 'string' },
-      'warmup-seconds': { type: 'string' },
-      connections: { type: 'string' },
-      timeout: { type: 'string' },
-      constrained: { type: 'string' },
-      seed: { type: 'string' },
-      transport: { type: 'string' },
-      h2load: { type: 'boolean' },
-      threads: { type: 'string' },
-      'service-env': { type: 'string', multiple: true },
-      'cpu-prof': { type: 'string' },
-      'p99-target': { type: 'string' },
-      out: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
-  if (values.help) return null;
-  const int = (flag: string, v: string) => {
-    const n = parseNumber(flag, v);
-    if (!Number.isInteger(n)) throw new Error(`${flag} must be an integer, got '${v}'`);
-    return n;
-  };
+const FLAGS = {
+  ...SERVICE_LOAD_FLAGS,
+  ...stringFlags('steps', 'step-seconds', 'ramp-seconds', 'warmup-seconds', 'constrained', 'seed'),
+  ...stringFlags('transport', 'threads', 'cpu-prof', 'p99-target'),
+  ...booleanFlags('h2load'),
+} as const;
+
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
   return {
-    locomo: values.locomo,
+    ...serviceLoadOptions(values),
     steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
     stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
     rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
     warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
-    connections: int('--connections', values.connections ?? '10'),
-    timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
     constrained: shareOf(values.constrained ?? '0.5'),
-    seed: int('--seed', values.seed ?? '1'),
+    seed: parseInteger('--seed', values.seed ?? '1'),
     transport: transportOf(values.transport ?? 'h2'),
     h2load: values.h2load ?? false,
-    threads: values.threads === undefined ? undefined : int('--threads', values.threads),
-    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
+    threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
     cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
     p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
-    out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }
 
@@ -142,7 +112,7 @@ function transportOf(v: string): 'h2' | 'grpc-js' {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = benchOptions(argv, USAGE, parseOptions);
+  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };

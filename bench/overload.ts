@@ -1,5 +1,5 @@
 import { runLoad } from '../src/client/load-driver.js';
-import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
+import { runBenchMain } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { writeResult } from './lib/paths.js';
 import { snapshot, stepStats } from './lib/server-metrics.js';
@@ -8,6 +8,7 @@ import {
   numberFlags,
   printTable,
   sampleRss,
+  saturatedResultHead,
   startSaturatedBench,
 } from './lib/service-child.js';
 
@@ -19,11 +20,11 @@ async function main(): Promise<void> {
   const flags = numberFlags(process.argv.slice(2), ['seconds', 'rate', 'connections']);
   const seconds = flags.seconds ?? 30;
   const connections = flags.connections ?? 8;
-  const dir = tempDir('ibex-overload-');
-  const { service, data, saturationRate, saturation } = await startSaturatedBench('overload', dir, {
+  const bench = await startSaturatedBench('overload', {
     rate: flags.rate,
     connections,
   });
+  const { service, data, saturationRate } = bench;
   try {
     const offered = 2 * saturationRate;
     console.log(`saturation ${saturationRate} rps → overload at ${offered} rps for ${seconds} s`);
@@ -51,19 +52,7 @@ async function main(): Promise<void> {
     const allowed = t.deadline_exceeded.service_before_deadline;
     const server = stepStats(before, after);
     const result = {
-      bench: 'overload',
-      date: new Date().toISOString(),
-      machine: machineInfo(),
-      settings: {
-        request_deadline_ms: DEADLINE_MS,
-        wall_ms: 40,
-        client_deadline_ms: DEADLINE_MS,
-        within_margin_ms: MARGIN_MS,
-        connections,
-        seconds,
-        data: data.describe,
-      },
-      saturation: { rate: saturationRate, from: saturation ? 'ramp' : '--rate', ramp: saturation },
+      ...saturatedResultHead('overload', bench, { within_margin_ms: MARGIN_MS, connections, seconds }),
       offered_rps: offered,
       achieved_rps: report.throughput_rps,
       figures: {

@@ -16,19 +16,23 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { parseArgs } from 'node:util';
+import { stringFlags } from '../src/cli/command-args.js';
 import { medianOfSorted } from '../src/client/stats.js';
 import {
+  type BenchFlagValues,
   benchOptions,
   machineInfo,
-  parseEnvPairs,
+  parseInteger,
   parseList,
   parseNumber,
   runBenchMain,
+  SERVICE_LOAD_FLAGS,
+  SERVICE_LOAD_USAGE,
+  type ServiceLoadOptions,
+  serviceLoadOptions,
 } from './lib/bench-run.js';
 import { benchLoadData } from './lib/load-data.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
-import { projectPath } from './lib/paths.js';
 import { writeLineChart } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
@@ -41,23 +45,15 @@ const USAGE = `usage: npm run bench:pool-sweep -- [options]
   --repeats <n>           runs per (threads, rate) cell (default 3)
   --seconds <s>           measured seconds per run (default 10)
   --warmup-seconds <s>    unrecorded load at the same rate before each run (default 3)
-  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)
-  --connections <n>       gRPC channels of the driver (default 10)
-  --timeout <ms>          per-call gRPC deadline of the client (default 1000)
-  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)
+${SERVICE_LOAD_USAGE}
   --out <dir>             where the results go (default bench/results)`;
 
-interface Options {
+interface Options extends ServiceLoadOptions {
   rates: number[];
   threads: number[];
   repeats: number;
   seconds: number;
   warmupSeconds: number;
-  locomo: string | undefined;
-  connections: number;
-  timeoutMs: number;
-  serviceEnv: Record<string, string>;
-  out: string;
 }
 
 /** One cell of the grid (the issue's shape, nothing more). */
@@ -144,45 +140,24 @@ export function recommend(grid: readonly GridCell[]): Recommendation {
   return { threads: atLowest[0]!.threads, max_rate_p99_20ms: null };
 }
 
-function parseOptions(argv: string[]): Options | null {
-  const { values } = parseArgs({
-    args: argv,
-    strict: true,
-    options: {
-      rates: { type: 'string' },
-      threads: { type: 'string' },
-      repeats: { type: 'string' },
-      seconds: { type: 'string' },
-      'warmup-seconds': { type: 'string' },
-      locomo: { type: 'string' },
-      connections: { type: 'string' },
-      timeout: { type: 'string' },
-      'service-env': { type: 'string', multiple: true },
-      out: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
-  });
-  if (values.help) return null;
-  const connections = parseNumber('--connections', values.connections ?? '10');
-  if (!Number.isInteger(connections)) throw new Error('--connections must be an integer');
-  const repeats = parseNumber('--repeats', values.repeats ?? '3');
-  if (!Number.isInteger(repeats)) throw new Error('--repeats must be an integer');
+const FLAGS = {
+  ...SERVICE_LOAD_FLAGS,
+  ...stringFlags('rates', 'threads', 'repeats', 'seconds', 'warmup-seconds'),
+} as const;
+
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
   return {
+    ...serviceLoadOptions(values),
     rates: parseList('--rates', values.rates ?? '50,100,200,400'),
     threads: parseList('--threads', values.threads ?? '1,2,3,4'),
-    repeats,
+    repeats: parseInteger('--repeats', values.repeats ?? '3'),
     seconds: parseNumber('--seconds', values.seconds ?? '10'),
     warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
-    locomo: values.locomo,
-    connections,
-    timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
-    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
-    out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = benchOptions(argv, USAGE, parseOptions);
+  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-pool-sweep-', opts.locomo);
   console.error(

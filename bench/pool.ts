@@ -19,9 +19,8 @@ import { estimateTokens } from '../src/budget/estimate.js';
 import { percentilesOf } from '../src/client/stats.js';
 import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
 import { CpuPool } from '../src/pool/pool-client.js';
-import { interimScore } from '../src/ranking/score.js';
 import { writeResult } from './lib/paths.js';
-import { type SyntheticCandidate, syntheticCandidates } from './lib/synthetic.js';
+import { type SyntheticCandidate, syntheticCandidates, toCpuCandidate } from './lib/synthetic.js';
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
 
@@ -29,16 +28,7 @@ const epochNow = (): number => performance.timeOrigin + performance.now();
 const WRAPPER_TOKENS = 30;
 
 function toCpu(candidates: readonly SyntheticCandidate[]): CpuCandidate[] {
-  return candidates.map((c) => ({
-    memory_id: c.memory_id,
-    category: c.category,
-    content: c.content,
-    score: interimScore(c.similarity, c.confidence),
-    similarity: c.similarity,
-    confidence: c.confidence,
-    rank: c.rank,
-    tokens: estimateTokens(c.content, 'chars_div_4') + WRAPPER_TOKENS,
-  }));
+  return candidates.map((c) => toCpuCandidate(c, estimateTokens(c.content, 'chars_div_4') + WRAPPER_TOKENS));
 }
 
 function encode(

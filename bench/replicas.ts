@@ -19,8 +19,8 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { parseArgs } from 'node:util';
 import pg from 'pg';
+import { stringFlags } from '../src/cli/command-args.js';
 import { locomoRequests } from '../src/client/locomo-requests.js';
 import { cyclingSource } from '../src/client/request-source.js';
 import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/locomo/dataset.js';
@@ -29,7 +29,7 @@ import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { ingestLocomoPostgres } from '../src/retrieval/postgres/ingest-locomo.js';
 import { PgStore } from '../src/retrieval/postgres/pg-store.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
-import { machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
+import { benchOptions, machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
@@ -202,16 +202,20 @@ async function evidenceRecall(store: PgStore, embedded: EmbeddedStore, conversat
 }
 
 async function main(): Promise<number> {
-  const names = ['rate', 'seconds', 'ramp-seconds', 'connections', 'threads', 'pool-max'];
-  names.push('overlap-queries', 'locomo', 'pg-url', 'out');
-  const options: Record<string, { type: 'string' } | { type: 'boolean' }> = { help: { type: 'boolean' } };
-  for (const n of names) options[n] = { type: 'string' };
-  const { values } = parseArgs({ args: process.argv.slice(2), strict: true, options });
-  if (values.help) {
-    console.log(USAGE);
-    return 0;
-  }
-  const v = values as Record<string, string | undefined>;
+  const flags = stringFlags(
+    'rate',
+    'seconds',
+    'ramp-seconds',
+    'connections',
+    'threads',
+    'pool-max',
+    'overlap-queries',
+    'locomo',
+    'pg-url',
+    'out',
+  );
+  const v = benchOptions(process.argv.slice(2), USAGE, flags, (values) => values);
+  if (typeof v === 'number') return v;
   const rate = parseNumber('--rate', v.rate ?? '400');
   const seconds = parseNumber('--seconds', v.seconds ?? '10');
   const ramp = parseNumber('--ramp-seconds', v['ramp-seconds'] ?? '2', true);

@@ -16,7 +16,7 @@
 
 import { runLoad } from '../src/client/load-driver.js';
 import { percentilesOf } from '../src/client/stats.js';
-import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
+import { runBenchMain } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { writeResult } from './lib/paths.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
@@ -25,6 +25,7 @@ import {
   numberFlags,
   printTable,
   rssBytes,
+  saturatedResultHead,
   startSaturatedBench,
 } from './lib/service-child.js';
 
@@ -59,11 +60,11 @@ async function main(): Promise<void> {
   const connections = flags.connections ?? 8;
   const warmupS = minutes >= 3 ? 60 : 20;
   const windowMs = minutes >= 3 ? 60_000 : 10_000;
-  const dir = tempDir('ibex-soak-');
-  const { service, data, saturationRate, saturation } = await startSaturatedBench('soak', dir, {
+  const bench = await startSaturatedBench('soak', {
     rate: flags.rate,
     connections,
   });
+  const { service, data, saturationRate } = bench;
   try {
     const rate = Math.max(1, Math.round(saturationRate / 2));
     console.log(`saturation ${saturationRate} rps → soak at ${rate} rps for ${minutes} min`);
@@ -129,20 +130,12 @@ async function main(): Promise<void> {
     const t = tracker.total;
     const errors = Object.values(t.errors).reduce((a, b) => a + b, 0);
     const result = {
-      bench: 'soak',
-      date: new Date().toISOString(),
-      machine: machineInfo(),
-      settings: {
-        request_deadline_ms: DEADLINE_MS,
-        wall_ms: 40,
-        client_deadline_ms: DEADLINE_MS,
+      ...saturatedResultHead('soak', bench, {
         connections,
         minutes,
         warmup_s: warmupS,
         window_s: windowMs / 1000,
-        data: data.describe,
-      },
-      saturation: { rate: saturationRate, from: saturation ? 'ramp' : '--rate', ramp: saturation },
+      }),
       rate_rps: rate,
       achieved_rps: report.throughput_rps,
       samples_every_10s: samples,

@@ -32,6 +32,7 @@ import {
 } from '../src/retrieval/embedded-store.js';
 import { toFtsQuery } from '../src/retrieval/fts-query.js';
 import { scopeText } from '../src/retrieval/store-schema.js';
+import { ftsSegments } from './lib/fts-segments.js';
 import { projectPath, writeResult } from './lib/paths.js';
 
 const ORG = LOCOMO_ORG_ID;
@@ -63,15 +64,6 @@ function legacySearch(db: Database.Database) {
       return r.id;
     });
   };
-}
-
-function segments(file: string): number {
-  const db = new Database(file, { readonly: true });
-  try {
-    return (db.prepare('SELECT COUNT(DISTINCT segid) AS n FROM memories_fts_idx').get() as { n: number }).n;
-  } finally {
-    db.close();
-  }
 }
 
 /**
@@ -159,7 +151,7 @@ async function main() {
   };
 
   const bench = new Bench({ time, warmupTime: 200, retainSamples: false });
-  const segmentsBefore = segments(file);
+  const segmentsBefore = ftsSegments(file);
   const addSearch = (label: string) => {
     const nextL = cycle(queries);
     const nextT = cycle(queries);
@@ -175,7 +167,7 @@ async function main() {
   const tOpt = performance.now();
   writer.optimize();
   const optimizeMs = performance.now() - tOpt;
-  const segmentsAfter = segments(file);
+  const segmentsAfter = ftsSegments(file);
   const pairedMerged = pairedSearch(queries, legacy, topk, rounds);
   addSearch('merged');
 

@@ -7,7 +7,10 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { type Flags, stringFlags } from '../../src/cli/command-args.js';
 import { numberFlag } from '../../src/client/cli-options.js';
+import { projectPath } from './paths.js';
 
 /** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */
 export function tempDir(prefix: string): string {
@@ -66,28 +69,93 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
   return out;
 }
 
+const HELP_FLAG = { help: { type: 'boolean', short: 'h' } } as const;
+
+/** The values `parseArgs` returns for a bench's `options` plus `-h/--help`. */
+export type BenchFlagValues<O extends Flags> = ReturnType<
+  typeof parseArgs<{ args: string[]; strict: true; allowPositionals: false; options: O & typeof HELP_FLAG }>
+>['values'];
+
 /**
- * Parses a bench's options with `parse` (null = `--help`): the usage goes to stdout for `--help` and after
- * the message to stderr for a bad flag.
+ * The prologue every bench main shares: parses `argv` (strict, no positionals) against `options` plus
+ * `-h/--help` and hands the values to `configure`; the usage goes to stdout for `--help` and after the
+ * message to stderr for a bad flag (anything `parseArgs` or `configure` throws).
  * @returns the options, or the exit code (0 after `--help`, 2 for a bad flag) when the bench must stop.
  */
-export function benchOptions<T>(
+export function benchOptions<const O extends Flags, T>(
   argv: string[],
   usage: string,
-  parse: (argv: string[]) => T | null,
+  options: O,
+  configure: (values: BenchFlagValues<O>) => T,
 ): T | number {
-  let opts: T | null;
   try {
-    opts = parse(argv);
+    const values = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: { ...options, ...HELP_FLAG },
+    }).values as BenchFlagValues<O>;
+    if ((values as { help?: boolean }).help) {
+      console.log(usage);
+      return 0;
+    }
+    return configure(values);
   } catch (err) {
     console.error(`${(err as Error).message}\n${usage}`);
     return 2;
   }
-  if (opts === null) {
-    console.log(usage);
-    return 0;
-  }
-  return opts;
+}
+
+/** Flags of the benches that run a service child under measured load steps (`load`, `pool-sweep`). */
+export const SERVICE_LOAD_FLAGS = {
+  ...stringFlags('locomo', 'connections', 'timeout', 'out'),
+  'service-env': { type: 'string', multiple: true },
+} as const;
+
+/** Usage lines of {@link SERVICE_LOAD_FLAGS} but `--out` (whose text names the bench's files). */
+export const SERVICE_LOAD_USAGE = [
+  '  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)',
+  '  --connections <n>       gRPC channels of the driver (default 10)',
+  '  --timeout <ms>          per-call gRPC deadline of the client (default 1000)',
+  '  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)',
+].join('\n');
+
+/** {@link SERVICE_LOAD_FLAGS} resolved. */
+export interface ServiceLoadOptions {
+  /** LoCoMo directory to ingest and drive; undefined = generated LoCoMo-shaped data. */
+  locomo: string | undefined;
+  /** gRPC channels of the driver (default 10). */
+  connections: number;
+  /** Per-call gRPC deadline of the client, ms (default 1000). */
+  timeoutMs: number;
+  /** Extra IBEX_CONTEXT_* settings of the service ({@link parseEnvPairs}). */
+  serviceEnv: Record<string, string>;
+  /** Absolute directory the results go to (default bench/results). */
+  out: string;
+}
+
+/**
+ * Resolves {@link SERVICE_LOAD_FLAGS}.
+ * @throws Error naming the flag.
+ */
+export function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>): ServiceLoadOptions {
+  return {
+    locomo: values.locomo,
+    connections: parseInteger('--connections', values.connections ?? '10'),
+    timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
+    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
+    out: path.resolve(values.out ?? projectPath('bench/results')),
+  };
+}
+
+/**
+ * Parses a positive integer flag.
+ * @throws Error naming the flag.
+ */
+export function parseInteger(flag: string, text: string): number {
+  const n = parseNumber(flag, text);
+  if (!Number.isInteger(n)) throw new Error(`${flag} must be an integer, got '${text}'`);
+  return n;
 }
 
 /**

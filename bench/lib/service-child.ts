@@ -10,6 +10,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { numberFlag } from '../../src/client/cli-options.js';
 import { type BenchData, type BenchDataOptions, seedStore } from './bench-data.js';
+import { machineInfo, tempDir } from './bench-run.js';
 import { type findSaturation, resolveSaturation } from './ramp.js';
 import { type ServiceProcess, startServiceProcess } from './service-process.js';
 
@@ -27,28 +28,35 @@ export async function startBenchService(
 
 /** Request deadline the overload and soak benches run the service and the client with, ms. */
 export const BENCH_DEADLINE_MS = 45;
+/** Retrieval wall (IBEX_CONTEXT_DEADLINE_MS) of the overload and soak benches' service, ms. */
+export const BENCH_WALL_MS = 40;
+
+/** What {@link startSaturatedBench} resolves with. */
+export interface SaturatedBench {
+  service: ServiceProcess;
+  data: BenchData;
+  /** Offered rate the service saturates at, req/s (`--rate`, or found by the ramp). */
+  saturationRate: number;
+  /** The ramp that found it; null when `--rate` gave it. */
+  saturation: Awaited<ReturnType<typeof findSaturation>> | null;
+}
 
 /**
  * The common start of the overload and soak benches: prints the machine line, starts the service with the
  * production deadlines (45 ms request deadline, 40 ms wall) on generated data, and resolves the saturation
- * rate (`--rate` or a ramp). Stops the service again if the ramp fails.
+ * rate (`--rate` or a ramp), over a store in a temp dir (`ibex-<name>-…`, removed on exit). Stops the
+ * service again if the ramp fails.
  */
 export async function startSaturatedBench(
   name: string,
-  dir: string,
   opts: { rate?: number; connections: number },
-): Promise<{
-  service: ServiceProcess;
-  data: BenchData;
-  saturationRate: number;
-  saturation: Awaited<ReturnType<typeof findSaturation>> | null;
-}> {
+): Promise<SaturatedBench> {
   console.log(
     `bench:${name} — ${os.availableParallelism()} CPUs, load average ${os.loadavg()[0]!.toFixed(2)}`,
   );
-  const { service, data } = await startBenchService(dir, {
+  const { service, data } = await startBenchService(tempDir(`ibex-${name}-`), {
     IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
-    IBEX_CONTEXT_DEADLINE_MS: '40',
+    IBEX_CONTEXT_DEADLINE_MS: String(BENCH_WALL_MS),
   });
   try {
     console.log(`service pid ${service.pid} on ${service.grpcAddr}; data ${data.describe}`);
@@ -62,6 +70,34 @@ export async function startSaturatedBench(
     await service.stop();
     throw err;
   }
+}
+
+/**
+ * The head of an overload or soak result: bench name, date, machine, the deadlines the service and client
+ * ran with, the bench's own `settings` (then the data described), and how the saturation rate was found.
+ */
+export function saturatedResultHead(
+  name: string,
+  bench: Pick<SaturatedBench, 'data' | 'saturationRate' | 'saturation'>,
+  settings: Record<string, unknown>,
+) {
+  return {
+    bench: name,
+    date: new Date().toISOString(),
+    machine: machineInfo(),
+    settings: {
+      request_deadline_ms: BENCH_DEADLINE_MS,
+      wall_ms: BENCH_WALL_MS,
+      client_deadline_ms: BENCH_DEADLINE_MS,
+      ...settings,
+      data: bench.data.describe,
+    },
+    saturation: {
+      rate: bench.saturationRate,
+      from: bench.saturation ? 'ramp' : '--rate',
+      ramp: bench.saturation,
+    },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
  */
 import { type EstimateKind, estimateTokens } from '../../src/budget/estimate.js';
 import { seededRandom } from '../../src/client/request-source.js';
+import type { CpuCandidate } from '../../src/pool/cpu-task.js';
 import { interimScore } from '../../src/ranking/score.js';
 
 export { seededRandom };
@@ -15,6 +16,23 @@ export function randomText(rand: () => number, length: number): string {
   let s = '';
   for (let i = 0; i < length; i++) s += chars[Math.floor(rand() * chars.length)];
   return s;
+}
+
+/**
+ * `c` as a CPU-stage candidate: its interim score (SPEC §7) as the packer's value and `tokens` as its cost.
+ * For the benches and the pool's vector test, which start from SPEC §13 pack-shaped candidates.
+ */
+export function toCpuCandidate(c: Omit<SyntheticCandidate, 'source'>, tokens: number): CpuCandidate {
+  return {
+    memory_id: c.memory_id,
+    category: c.category,
+    content: c.content,
+    score: interimScore(c.similarity, c.confidence),
+    similarity: c.similarity,
+    confidence: c.confidence,
+    rank: c.rank,
+    tokens,
+  };
 }
 
 /** One synthetic candidate. */

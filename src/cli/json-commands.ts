@@ -65,6 +65,25 @@ const schemas = {
   }),
 } as const;
 
+/** Input of `ibex-context pack` (SPEC §13), as its schema accepts it. */
+export type PackInput = z.infer<typeof schemas.pack>;
+/** One candidate of a {@link PackInput}. */
+export type PackCandidateInput = PackInput['candidates'][number];
+/** Input of `ibex-context format` (SPEC §13), defaults filled. */
+export type FormatInput = z.infer<typeof schemas.format>;
+
+/** Output of `ibex-context pack` (SPEC §13): the selection in packed order and its totals. */
+export interface PackOutput {
+  memory_ids: string[];
+  total_tokens: number;
+  total_score: number;
+  skipped_count: number;
+  was_budget_reached: boolean;
+  /** Which packer path chose (SPEC §8). */
+  path: string;
+  candidates_evaluated: number;
+}
+
 let catalog: CapabilityCatalog | undefined;
 function getCatalog(): CapabilityCatalog {
   catalog ??= CapabilityCatalog.load(catalogFileSetting(), {
@@ -130,8 +149,8 @@ export function runJsonCommand(command: JsonCommand, input: unknown): Record<str
         dpCellCeiling: p.dp_cell_ceiling,
         maxConsecutiveSkips: p.max_consecutive_skips,
       });
-      return {
-        memory_ids: Array.from(r.selected, (i) => ids[i]),
+      const out: PackOutput = {
+        memory_ids: Array.from(r.selected, (i) => ids[i]!),
         total_tokens: r.total_tokens,
         total_score: r.total_score,
         skipped_count: r.skipped_count,
@@ -139,6 +158,7 @@ export function runJsonCommand(command: JsonCommand, input: unknown): Record<str
         path: r.path,
         candidates_evaluated: r.candidates_evaluated,
       };
+      return { ...out };
     }
     case 'format': {
       const f = parse('format', input);

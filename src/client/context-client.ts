@@ -17,15 +17,14 @@ import {
   type StatusObject,
 } from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
+import type { RecordMemoryFeedbackRequest as RecordMemoryFeedbackRequestInput } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
+import type { SearchMemoriesRequest as SearchMemoriesRequestInput } from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
 import {
   type AssembleContextRequestInput,
   type AssembleContextResponse,
   contextServiceDefinition,
-  type RecordMemoryFeedbackRequest,
   type RecordMemoryFeedbackResponse,
-  type SearchMemoriesRequest,
   type SearchMemoriesResponse,
-  type WireInput,
 } from '../server/proto.js';
 
 /** Environment variable holding the caller's bearer token (sent as `authorization: Bearer …`). */
@@ -103,12 +102,12 @@ export interface ContextClient {
   ): Promise<CallOutcome<AssembleContextResponse>>;
   /** `SearchMemories` (deferred: UNIMPLEMENTED, ADR-0038). */
   searchMemories(
-    req: WireInput<SearchMemoriesRequest>,
+    req: SearchMemoriesRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<SearchMemoriesResponse>>;
   /** `RecordMemoryFeedback` (deferred: UNIMPLEMENTED, ADR-0038). */
   recordMemoryFeedback(
-    req: WireInput<RecordMemoryFeedbackRequest>,
+    req: RecordMemoryFeedbackRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<RecordMemoryFeedbackResponse>>;
   /** `grpc.health.v1.Health/Check` for `service` ("" = the whole server). */

@@ -11,21 +11,11 @@ import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
 import { copySpliced, type SplicedUtf8 } from '../format/spliced.js';
-import type { Timestamp__Output } from '../generated/proto/google/protobuf/Timestamp.js';
-import type { PrincipalContext__Output } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
-import type { AssembleContextRequest__Output } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
+import type { AssembleContextRequest } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
 import type { AssembleContextResponse__Output } from '../generated/proto/ibex/context/v1/AssembleContextResponse.js';
-import type { AssemblyMetrics__Output } from '../generated/proto/ibex/context/v1/AssemblyMetrics.js';
-import type { AssemblyOptions__Output } from '../generated/proto/ibex/context/v1/AssemblyOptions.js';
+import type { AssemblyMetrics__Output as AssemblyMetrics } from '../generated/proto/ibex/context/v1/AssemblyMetrics.js';
 import type { Degradation__Output } from '../generated/proto/ibex/context/v1/Degradation.js';
-import type { Memory__Output } from '../generated/proto/ibex/context/v1/Memory.js';
-import type { MemoryScoreUpdate__Output } from '../generated/proto/ibex/context/v1/MemoryScoreUpdate.js';
 import type { MemoryUsed__Output } from '../generated/proto/ibex/context/v1/MemoryUsed.js';
-import type { Message__Output } from '../generated/proto/ibex/context/v1/Message.js';
-import type { RecordMemoryFeedbackRequest__Output } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
-import type { RecordMemoryFeedbackResponse__Output } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackResponse.js';
-import type { SearchMemoriesRequest__Output } from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
-import type { SearchMemoriesResponse__Output } from '../generated/proto/ibex/context/v1/SearchMemoriesResponse.js';
 import type { BranchOutcome } from '../types.js';
 
 /** Proto files relative to {@link PROTO_DIR}. */
@@ -80,18 +70,28 @@ export const contextServiceDefinition = packageDefinition[
 // PROTO_LOADER_OPTIONS, so every field is present on what the loader decodes (`__Output`). Narrowed here
 // only where the SPEC fixes a string's values or the server always sets a message field. ----
 
-/** `google.protobuf.Timestamp`; `seconds` is int64, hence a decimal string. */
-export type Timestamp = Timestamp__Output;
-/** `ibex.auth.v1.PrincipalContext` (SPEC §2); `permissions` is int64 as a decimal string. */
-export type PrincipalContext = PrincipalContext__Output;
-/** `ibex.context.v1.Message`: one history message. */
-export type Message = Message__Output;
-/** `ibex.context.v1.AssemblyOptions`. The four weights are accepted and not yet used. */
-export type AssemblyOptions = AssemblyOptions__Output;
-/** `ibex.context.v1.AssembleContextRequest` as the server receives it. */
-export type AssembleContextRequest = AssembleContextRequest__Output;
-/** `ibex.context.v1.AssemblyMetrics`: ms (int, half-to-even, ≥ 0) except `pool_wait_us`/`pool_run_us` (µs). */
-export type AssemblyMetrics = AssemblyMetrics__Output;
+// Plain wire shapes, as the loader decodes them (`__Output`: every field present): google.protobuf
+// Timestamp (`seconds` int64 as a decimal string), ibex.auth.v1 PrincipalContext (SPEC §2; `permissions`
+// int64 as a decimal string), and ibex.context.v1 Message, AssemblyOptions (the four weights are accepted
+// and not yet used), AssembleContextRequest as the server receives it, AssemblyMetrics (ms, int,
+// half-to-even, ≥ 0, except `pool_wait_us`/`pool_run_us` in µs), and the deferred (ADR-0038)
+// SearchMemories and RecordMemoryFeedback messages. What a client may send is the generated input shape
+// (no `__Output`: every field optional, proto3 fills the defaults; int64 as number, string or Long).
+export type { Timestamp__Output as Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
+export type { PrincipalContext__Output as PrincipalContext } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
+export type { AssembleContextRequest__Output as AssembleContextRequest } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
+export type { AssemblyOptions__Output as AssemblyOptions } from '../generated/proto/ibex/context/v1/AssemblyOptions.js';
+export type { Memory__Output as Memory } from '../generated/proto/ibex/context/v1/Memory.js';
+export type { MemoryScoreUpdate__Output as MemoryScoreUpdate } from '../generated/proto/ibex/context/v1/MemoryScoreUpdate.js';
+export type { Message__Output as Message } from '../generated/proto/ibex/context/v1/Message.js';
+export type { RecordMemoryFeedbackRequest__Output as RecordMemoryFeedbackRequest } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackRequest.js';
+export type { RecordMemoryFeedbackResponse__Output as RecordMemoryFeedbackResponse } from '../generated/proto/ibex/context/v1/RecordMemoryFeedbackResponse.js';
+export type { SearchMemoriesRequest__Output as SearchMemoriesRequest } from '../generated/proto/ibex/context/v1/SearchMemoriesRequest.js';
+export type { SearchMemoriesResponse__Output as SearchMemoriesResponse } from '../generated/proto/ibex/context/v1/SearchMemoriesResponse.js';
+export type { AssemblyMetrics };
+
+/** What a client may send as an AssembleContextRequest (the generated input shape). */
+export type AssembleContextRequestInput = AssembleContextRequest;
 
 /** Why a scored candidate is or is not in the context (SPEC §2 MemoryUsed.exclusion). */
 export type Exclusion = 'included' | 'budget' | 'filter' | 'truncated' | 'failed' | 'unknown';
@@ -132,29 +132,6 @@ export type AssembleContextResponse = Omit<
   /** See {@link ASSEMBLED_UTF8}; never on the wire as such. */
   [ASSEMBLED_UTF8]?: SplicedUtf8;
 };
-
-/** `ibex.context.v1.SearchMemoriesRequest` (deferred, ADR-0038). */
-export type SearchMemoriesRequest = SearchMemoriesRequest__Output;
-/** `ibex.context.v1.Memory`. */
-export type Memory = Memory__Output;
-/** `ibex.context.v1.SearchMemoriesResponse`. */
-export type SearchMemoriesResponse = SearchMemoriesResponse__Output;
-/** `ibex.context.v1.RecordMemoryFeedbackRequest` (deferred, ADR-0038). */
-export type RecordMemoryFeedbackRequest = RecordMemoryFeedbackRequest__Output;
-/** `ibex.context.v1.MemoryScoreUpdate`. */
-export type MemoryScoreUpdate = MemoryScoreUpdate__Output;
-/** `ibex.context.v1.RecordMemoryFeedbackResponse`. */
-export type RecordMemoryFeedbackResponse = RecordMemoryFeedbackResponse__Output;
-
-/** Recursively optional form of a wire shape: what a client may send (proto3 fills the defaults). */
-export type WireInput<T> = T extends (infer U)[]
-  ? WireInput<U>[]
-  : T extends object
-    ? { [K in keyof T]?: WireInput<T[K]> | null }
-    : T;
-
-/** What a client may send as an AssembleContextRequest. */
-export type AssembleContextRequestInput = WireInput<AssembleContextRequest>;
 
 /**
  * A serialized message that is not one contiguous Buffer: the loader's bytes for every other field, then

@@ -3,9 +3,11 @@
  * failure wins, so a client always sees the same message for the same request.
  */
 import { Errors } from '../errors.js';
+import type { Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
+import type { PrincipalContext as PrincipalContextInput } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
 import type { ChatMessage } from '../types.js';
 import { LIMITS } from './limits.js';
-import type { AssembleContextRequestInput, PrincipalContext, Timestamp, WireInput } from './proto.js';
+import type { AssembleContextRequestInput } from './proto.js';
 import {
   CONTENT_OVER,
   checkHistoryContents,
@@ -111,14 +113,30 @@ function str(v: unknown): string {
   return typeof v === 'string' ? v : '';
 }
 
-function requiredUuid(field: 'org_id' | 'agent_id', raw: unknown): string {
-  const value = str(raw).trim();
-  if (value === '') throw Errors.invalidArgument(field, `${field} is required`);
-  if (!UUID.test(value)) throw Errors.invalidArgument(field, `${field} must be a UUID`);
+/**
+ * SPEC §11's INVALID_ARGUMENT details, each stated once: both the object and the wire path answer with
+ * these (vectors and tests pin the strings).
+ */
+export const INVALID = {
+  required: (field: 'org_id' | 'agent_id' | 'model') => `${field} is required`,
+  notUuid: (field: 'org_id' | 'agent_id') => `${field} must be a UUID`,
+  model: `model exceeds ${LIMITS.modelChars} characters`,
+  query: `query exceeds ${LIMITS.queryChars} characters`,
+  recentMessages: `recent_messages exceeds ${LIMITS.recentMessages} items`,
+  role: `message.role exceeds ${LIMITS.roleChars} characters`,
+  content: CONTENT_OVER,
+  maxMemories: (n: number) => `max_memories must be in 0..${LIMITS.maxMemories}, got ${n}`,
+} as const;
+
+function requiredUuid(field: 'org_id' | 'agent_id', s: WireString): string {
+  // An undecoded id (over 64 KiB) cannot be a UUID.
+  const value = s.text?.trim() ?? null;
+  if (value === '') throw Errors.invalidArgument(field, INVALID.required(field));
+  if (value === null || !UUID.test(value)) throw Errors.invalidArgument(field, INVALID.notUuid(field));
   return value.toLowerCase();
 }
 
-function timestampMs(ts: WireInput<Timestamp> | null | undefined): number | null {
+function timestampMs(ts: Timestamp | null | undefined): number | null {
   if (ts == null) return null;
   return Number(ts.seconds ?? 0) * 1000 + Math.trunc(Number(ts.nanos ?? 0) / 1e6);
 }
@@ -131,8 +149,51 @@ function int64(v: unknown): string {
   }
 }
 
+function wireString(v: unknown): WireString {
+  const text = str(v);
+  return { text, bytes: Buffer.byteLength(text) };
+}
+
 /**
- * Validates an AssembleContext request (SPEC §11) and returns its normalized form.
+ * An AssembleContext request object in the wire decoder's shape ({@link WireAssembleRequest}), with the
+ * lengths the wire leaves undecided decided here (exact code points), so that one validator serves both.
+ * History is encoded only when its count is within the limit (the count error comes first otherwise);
+ * `principal_context` is left out (its input shape is not the decoder's) and read by the caller.
+ */
+function fromObject(req: AssembleContextRequestInput): WireAssembleRequest {
+  const messages = req.recent_messages ?? [];
+  const counted = messages.length <= LIMITS.recentMessages;
+  const history: ChatMessage[] = counted
+    ? messages.map((m) => ({ role: str(m?.role), content: str(m?.content) }))
+    : [];
+  const options = req.options ?? {};
+  return {
+    refused: null,
+    org_id: wireString(req.org_id),
+    agent_id: wireString(req.agent_id),
+    model: wireString(req.model),
+    query: wireString(req.query),
+    session_id: str(req.session_id),
+    directive_version_id: str(req.directive_version_id),
+    available_tokens: Number(req.available_tokens ?? 0),
+    request_id: str(req.request_id),
+    trace_id: str(req.trace_id),
+    span_id: str(req.span_id),
+    skip_hot_memories: options.skip_hot_memories === true,
+    skip_cold_memories: options.skip_cold_memories === true,
+    max_memories: Number(options.max_memories ?? 0),
+    principal_context: null,
+    messageCount: messages.length,
+    history: { ...encodeHistory(history), contentPending: false },
+    roleOver: history.some((m) => exceedsCodePoints(m.role, LIMITS.roleChars)),
+    contentOver: history.some((m) => exceedsCodePoints(m.content, LIMITS.contentChars)),
+    stoppedEarly: false,
+  };
+}
+
+/**
+ * Validates an AssembleContext request object (SPEC §11) and returns its normalized form: the object path
+ * of tools, tests and warm-up, answered by {@link validateWireRequest} after {@link fromObject}.
  *
  * Order: org_id, agent_id, model (required, length), query length, recent_messages count, every
  * message's role, every message's content, max_memories. "Required" means non-empty after trim; UUIDs
@@ -142,73 +203,12 @@ function int64(v: unknown): string {
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` whose message is the SPEC §11 detail string.
  */
 export function validateAssembleRequest(req: AssembleContextRequestInput): ValidatedRequest {
-  const orgId = requiredUuid('org_id', req.org_id);
-  const agentId = requiredUuid('agent_id', req.agent_id);
-
-  const model = str(req.model).trim();
-  if (model === '') throw Errors.invalidArgument('model', 'model is required');
-  if (exceedsCodePoints(model, LIMITS.modelChars)) {
-    throw Errors.invalidArgument('model', `model exceeds ${LIMITS.modelChars} characters`);
-  }
-
-  const query = str(req.query);
-  if (exceedsCodePoints(query, LIMITS.queryChars)) {
-    throw Errors.invalidArgument('query', `query exceeds ${LIMITS.queryChars} characters`);
-  }
-
-  const messages = req.recent_messages ?? [];
-  if (messages.length > LIMITS.recentMessages) {
-    throw Errors.invalidArgument('recent_messages', `recent_messages exceeds ${LIMITS.recentMessages} items`);
-  }
-  const recentMessages: ChatMessage[] = messages.map((m) => ({
-    role: str(m?.role),
-    content: str(m?.content),
-  }));
-  // Two passes: SPEC §11 orders every role check before every content check.
-  for (const m of recentMessages) {
-    if (exceedsCodePoints(m.role, LIMITS.roleChars)) {
-      throw Errors.invalidArgument('message.role', `message.role exceeds ${LIMITS.roleChars} characters`);
-    }
-  }
-  for (const m of recentMessages) {
-    if (exceedsCodePoints(m.content, LIMITS.contentChars)) {
-      throw Errors.invalidArgument(
-        'message.content',
-        `message.content exceeds ${LIMITS.contentChars} characters`,
-      );
-    }
-  }
-
-  const options = req.options ?? {};
-  const maxMemories = Number(options.max_memories ?? 0);
-  if (!Number.isInteger(maxMemories) || maxMemories < 0 || maxMemories > LIMITS.maxMemories) {
-    throw Errors.invalidArgument(
-      'max_memories',
-      `max_memories must be in 0..${LIMITS.maxMemories}, got ${maxMemories}`,
-    );
-  }
-
-  const validated = withHistoryView({
-    orgId,
-    agentId,
-    sessionId: str(req.session_id),
-    query,
-    model,
-    directiveVersionId: str(req.directive_version_id),
-    availableTokens: Number(req.available_tokens ?? 0) | 0,
-    history: { ...encodeHistory(recentMessages), contentPending: false },
-    skipHot: options.skip_hot_memories === true,
-    skipCold: options.skip_cold_memories === true,
-    maxMemories,
-    requestId: str(req.request_id),
-    traceId: str(req.trace_id),
-    spanId: str(req.span_id),
-  });
+  const validated = validateWireRequest(fromObject(req));
   if (req.principal_context != null) validated.principal = principalOf(req.principal_context);
   return validated;
 }
 
-function principalOf(p: WireInput<PrincipalContext>): ValidatedPrincipal {
+function principalOf(p: PrincipalContextInput): ValidatedPrincipal {
   return {
     orgId: str(p.org_id),
     principalId: str(p.principal_id),
@@ -227,16 +227,10 @@ function principalOf(p: WireInput<PrincipalContext>): ValidatedPrincipal {
   };
 }
 
-function wireUuid(field: 'org_id' | 'agent_id', s: WireString): string {
-  // An undecoded id (over 64 KiB) cannot be a UUID.
-  if (s.text === null) throw Errors.invalidArgument(field, `${field} must be a UUID`);
-  return requiredUuid(field, s.text);
-}
-
 /**
- * Validates a request decoded on the wire ({@link decodeAssembleRequest}) in the SPEC §11 order, with the
- * same messages as {@link validateAssembleRequest}, deciding lengths from byte lengths where they decide
- * (UTF-8: bytes ≥ code points ≥ bytes/4). Contents of 32,768 < bytes ≤ 131,072 are left to the CPU stage
+ * Validates a request decoded on the wire ({@link decodeAssembleRequest}) in the SPEC §11 order with the
+ * {@link INVALID} details, deciding lengths from byte lengths where they decide (UTF-8: bytes ≥ code
+ * points ≥ bytes/4). Contents of 32,768 < bytes ≤ 131,072 are left to the CPU stage
  * (`history.contentPending`), except when `max_memories` is invalid: then they are decided here, so the
  * answer keeps the SPEC order.
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` with the SPEC §11 detail (or the wire's refusal: malformed
@@ -245,33 +239,27 @@ function wireUuid(field: 'org_id' | 'agent_id', s: WireString): string {
 export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
   if (w.refused) throw Errors.invalidArgument(w.refused.field, w.refused.message);
   const countOver = w.messageCount > LIMITS.recentMessages;
-  const countError = () =>
-    Errors.invalidArgument('recent_messages', `recent_messages exceeds ${LIMITS.recentMessages} items`);
+  const countError = () => Errors.invalidArgument('recent_messages', INVALID.recentMessages);
   if (countOver && w.stoppedEarly) throw countError();
 
-  const orgId = wireUuid('org_id', w.org_id);
-  const agentId = wireUuid('agent_id', w.agent_id);
+  const orgId = requiredUuid('org_id', w.org_id);
+  const agentId = requiredUuid('agent_id', w.agent_id);
   const model = w.model.text === null ? null : w.model.text.trim();
-  if (model === '') throw Errors.invalidArgument('model', 'model is required');
+  if (model === '') throw Errors.invalidArgument('model', INVALID.required('model'));
   if (model === null || exceedsCodePoints(model, LIMITS.modelChars)) {
-    throw Errors.invalidArgument('model', `model exceeds ${LIMITS.modelChars} characters`);
+    throw Errors.invalidArgument('model', INVALID.model);
   }
   const query = w.query.text;
   if (query === null || exceedsCodePoints(query, LIMITS.queryChars)) {
-    throw Errors.invalidArgument('query', `query exceeds ${LIMITS.queryChars} characters`);
+    throw Errors.invalidArgument('query', INVALID.query);
   }
   if (countOver) throw countError();
-  if (w.roleOver) {
-    throw Errors.invalidArgument('message.role', `message.role exceeds ${LIMITS.roleChars} characters`);
-  }
-  if (w.contentOver) throw Errors.invalidArgument('message.content', CONTENT_OVER);
+  if (w.roleOver) throw Errors.invalidArgument('message.role', INVALID.role);
+  if (w.contentOver) throw Errors.invalidArgument('message.content', INVALID.content);
   const maxMemories = w.max_memories;
-  if (maxMemories < 0 || maxMemories > LIMITS.maxMemories) {
-    if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
-    throw Errors.invalidArgument(
-      'max_memories',
-      `max_memories must be in 0..${LIMITS.maxMemories}, got ${maxMemories}`,
-    );
+  if (!Number.isInteger(maxMemories) || maxMemories < 0 || maxMemories > LIMITS.maxMemories) {
+    if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
+    throw Errors.invalidArgument('max_memories', INVALID.maxMemories(maxMemories));
   }
   const validated = withHistoryView({
     orgId,

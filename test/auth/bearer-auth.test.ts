@@ -10,11 +10,11 @@ import { authorizeRequest } from '../../src/auth/authorize-request.js';
 import { bearerAuthInterceptor, UNAUTHENTICATED_DETAILS } from '../../src/auth/bearer-interceptor.js';
 import { attachCaller } from '../../src/auth/caller.js';
 import { parseTokenFile } from '../../src/auth/token-file.js';
-import { isIbexError } from '../../src/errors.js';
 import { type AssembleResult, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import type { AssembleContextRequestInput } from '../../src/server/proto.js';
 import { type ValidatedRequest, validateAssembleRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { thrownMessage } from '../helpers/auth.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 import { stubResponse } from '../helpers/stub-response.js';
 
@@ -115,31 +115,17 @@ describe('bearer tokens over gRPC', () => {
     h.seen.length = 0;
   });
 
-  it('answers UNAUTHENTICATED without a token, before the pipeline runs', async () => {
-    const out = await h.client.assemble(request());
+  it.each([
+    ['without a token', undefined, UNAUTHENTICATED_DETAILS.missing],
+    ['for a wrong token', bearer(WRONG), UNAUTHENTICATED_DETAILS.invalid],
+    ['for a Basic scheme', { authorization: `Basic ${TOKEN_A}` }, UNAUTHENTICATED_DETAILS.malformed],
+    ['for a Bearer without token', { authorization: 'Bearer' }, UNAUTHENTICATED_DETAILS.malformed],
+    ['for a token and more', { authorization: `Bearer ${TOKEN_A} extra` }, UNAUTHENTICATED_DETAILS.malformed],
+    ['for a token without scheme', { authorization: TOKEN_A }, UNAUTHENTICATED_DETAILS.malformed],
+  ])('answers UNAUTHENTICATED %s, before the pipeline runs', async (_, metadata, details) => {
+    const out = await h.client.assemble(request(), metadata ? { metadata } : {});
     expect(out.status.code).toBe(status.UNAUTHENTICATED);
-    expect(out.status.details).toBe(UNAUTHENTICATED_DETAILS.missing);
-    expect(h.seen).toEqual([]);
-  });
-
-  it('answers UNAUTHENTICATED for a wrong token', async () => {
-    const out = await h.client.assemble(request(), { metadata: bearer(WRONG) });
-    expect(out.status.code).toBe(status.UNAUTHENTICATED);
-    expect(out.status.details).toBe(UNAUTHENTICATED_DETAILS.invalid);
-    expect(h.seen).toEqual([]);
-  });
-
-  it('answers UNAUTHENTICATED for malformed authorization metadata', async () => {
-    for (const metadata of [
-      { authorization: `Basic ${TOKEN_A}` },
-      { authorization: 'Bearer' },
-      { authorization: `Bearer ${TOKEN_A} extra` },
-      { authorization: TOKEN_A },
-    ]) {
-      const out = await h.client.assemble(request(), { metadata });
-      expect(out.status.code).toBe(status.UNAUTHENTICATED);
-      expect(out.status.details).toBe(UNAUTHENTICATED_DETAILS.malformed);
-    }
+    expect(out.status.details).toBe(details);
     expect(h.seen).toEqual([]);
   });
 
@@ -251,15 +237,7 @@ describe('principal_context without authentication configured', () => {
 
 describe('authorizeRequest', () => {
   const validated = (req: AssembleContextRequestInput) => validateAssembleRequest(req);
-  const denied = (fn: () => void): string => {
-    try {
-      fn();
-    } catch (err) {
-      expect(isIbexError(err, 'IBEX_ERR_PERMISSION_DENIED')).toBe(true);
-      return (err as Error).message;
-    }
-    throw new Error('expected PERMISSION_DENIED');
-  };
+  const denied = (fn: () => void) => thrownMessage('IBEX_ERR_PERMISSION_DENIED', fn);
 
   it('passes calls with no attached caller and no principal_context', () => {
     expect(() => authorizeRequest(validated(request(ORG_B)), { metadata: new Metadata() })).not.toThrow();

@@ -11,9 +11,9 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { decideBinding, hostOfAddr, isLoopbackHost } from '../../src/auth/binding-policy.js';
 import { setupAuth } from '../../src/auth/setup-auth.js';
-import type { AuthSettings } from '../../src/config/settings.js';
 import { isIbexError } from '../../src/errors.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { authSettings } from '../helpers/auth.js';
 import { CLI, ROOT, runCli } from '../helpers/cli.js';
 import { logSink } from '../helpers/log-sink.js';
 
@@ -23,31 +23,17 @@ const REFUSAL =
   'IBEX_CONTEXT_TLS_CLIENT_CA (mutual TLS), or set IBEX_CONTEXT_ALLOW_INSECURE=true to serve unauthenticated anyway';
 
 describe('isLoopbackHost', () => {
-  it.each([
-    'localhost',
-    'LOCALHOST',
-    '127.0.0.1',
-    '127.255.3.4',
-    '::1',
-    '[::1]',
-    '0:0:0:0:0:0:0:1',
-    '::ffff:127.0.0.1',
-    '[::ffff:127.1.2.3]',
-  ])('%s is loopback', (host) => {
+  it.each(
+    'localhost LOCALHOST 127.0.0.1 127.255.3.4 ::1 [::1] 0:0:0:0:0:0:0:1 ::ffff:127.0.0.1 [::ffff:127.1.2.3]'.split(
+      ' ',
+    ),
+  )('%s is loopback', (host) => {
     expect(isLoopbackHost(host)).toBe(true);
   });
 
   it.each([
-    '0.0.0.0',
-    '::',
-    '[::]',
-    '10.0.0.1',
-    '128.0.0.1',
-    '::2',
-    '::ffff:10.0.0.1',
-    'localhost.example.com',
-    'example.com',
     '',
+    ...'0.0.0.0 :: [::] 10.0.0.1 128.0.0.1 ::2 ::ffff:10.0.0.1 localhost.example.com example.com'.split(' '),
   ])('%s is not loopback', (host) => {
     expect(isLoopbackHost(host)).toBe(false);
   });
@@ -112,14 +98,7 @@ describe('decideBinding', () => {
 describe('setupAuth', () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'ibex-setup-auth-'));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  const auth = (a: Partial<AuthSettings>): AuthSettings => ({
-    tlsCert: '',
-    tlsKey: '',
-    tlsClientCa: '',
-    tokensFile: '',
-    allowInsecure: false,
-    ...a,
-  });
+  const auth = authSettings;
   const capture = () => {
     const { lines, stream } = logSink();
     return { lines, logger: createLogger({ logLevel: 'info' }, stream) };

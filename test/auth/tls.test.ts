@@ -12,13 +12,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setupAuth } from '../../src/auth/setup-auth.js';
 import { loadTransportCredentials } from '../../src/auth/tls-credentials.js';
 import type { AuthSettings } from '../../src/config/settings.js';
-import { isIbexError } from '../../src/errors.js';
 import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import {
   type AssembleContextRequestInput,
   type AssembleContextResponse,
   contextServiceDefinition,
 } from '../../src/server/proto.js';
+import { authSettings, thrownMessage } from '../helpers/auth.js';
 import { hasOpenssl } from '../helpers/pki.js';
 import { stubResponse } from '../helpers/stub-response.js';
 
@@ -103,14 +103,7 @@ function makePki(): Pki {
 }
 
 const silent = pino({ level: 'silent' });
-const auth = (a: Partial<AuthSettings>): AuthSettings => ({
-  tlsCert: '',
-  tlsKey: '',
-  tlsClientCa: '',
-  tokensFile: '',
-  allowInsecure: false,
-  ...a,
-});
+const auth = authSettings;
 
 /** One AssembleContext call on a raw grpc-js client; resolves with the status and the context text. */
 function call(port: number, creds: ChannelCredentials): Promise<StatusObject & { context?: string }> {
@@ -150,15 +143,7 @@ async function serve(settings: AuthSettings): Promise<{ grpc: GrpcServer; port: 
   return { grpc, port };
 }
 
-function configError(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(isIbexError(err, 'IBEX_ERR_CONFIG')).toBe(true);
-    return (err as Error).message;
-  }
-  throw new Error('expected a config error');
-}
+const configError = (fn: () => unknown) => thrownMessage('IBEX_ERR_CONFIG', fn);
 
 describe('loadTransportCredentials without files', () => {
   it('is plaintext when nothing is set', () => {

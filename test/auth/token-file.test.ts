@@ -9,7 +9,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadTokenFile, parseTokenFile, tokenDigest } from '../../src/auth/token-file.js';
 import { findGrant } from '../../src/auth/verify-token.js';
-import { isIbexError } from '../../src/errors.js';
+import { thrownMessage } from '../helpers/auth.js';
 
 const ORG_A = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const ORG_B = '7c9e6679-7425-40de-944b-e07fc1f90ae7';
@@ -17,16 +17,7 @@ const TOKEN_A = 'tok-a-0123456789abcdef';
 const TOKEN_B = 'tok-b-fedcba9876543210';
 const sha = (t: string) => createHash('sha256').update(t, 'utf8').digest('hex');
 
-/** The message of the config error `fn` throws (fails the test if it throws anything else). */
-function configError(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (err) {
-    expect(isIbexError(err, 'IBEX_ERR_CONFIG')).toBe(true);
-    return (err as Error).message;
-  }
-  throw new Error('expected a config error');
-}
+const configError = (fn: () => unknown) => thrownMessage('IBEX_ERR_CONFIG', fn);
 
 const parse = (json: unknown) => parseTokenFile(JSON.stringify(json), 'tokens.json');
 

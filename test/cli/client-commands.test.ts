@@ -14,11 +14,9 @@ import { Errors } from '../../src/errors.js';
 import type { AssembleResult } from '../../src/server/grpc-server.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { startAssembleServer } from '../helpers/assemble-server.js';
-import { runCli } from '../helpers/cli.js';
+import { CLI_AGENT as AGENT, assembleArgs, CLI_ORG as ORG, runCli } from '../helpers/cli.js';
 import { stubResponse, ZERO_METRICS } from '../helpers/stub-response.js';
 
-const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
-const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 let dir: string;
 
 async function startFake(assemble: (req: ValidatedRequest) => Promise<AssembleResult>): Promise<string> {
@@ -83,17 +81,7 @@ describe('a refused connection is one line naming the address', () => {
   it('assemble, healthcheck, replay and load all say it; --json gives an error object on stdout', async () => {
     const addr = await refusedAddr();
     const line = `cannot reach the service at ${addr} (connection refused); is it running, and is --addr right?`;
-    const assemble = await runCli([
-      'assemble',
-      '--addr',
-      addr,
-      '--org',
-      ORG,
-      '--agent',
-      AGENT,
-      '--model',
-      'gpt-4o',
-    ]);
+    const assemble = await runCli(assembleArgs(addr));
     expect(assemble.code).toBe(1);
     expect(assemble.stderr).toBe(`ibex-context assemble: ${line}\n`);
     const health = await runCli(['healthcheck', '--addr', addr]);
@@ -146,18 +134,7 @@ describe('assemble output', () => {
       });
       return { response: res, level: 'L0' };
     });
-    const r = await runCli([
-      'assemble',
-      '--addr',
-      addr,
-      '--org',
-      ORG,
-      '--agent',
-      AGENT,
-      '--model',
-      'gpt-4o',
-      '--json',
-    ]);
+    const r = await runCli(assembleArgs(addr, '--json'));
     expect(r.code).toBe(0);
     const body = JSON.parse(r.stdout) as Record<string, unknown>;
     const keys = Object.keys(body);

@@ -7,7 +7,7 @@ import type {
 } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { startAssembleServer } from '../helpers/assemble-server.js';
-import { ZERO_METRICS } from '../helpers/stub-response.js';
+import { usedRow, ZERO_METRICS } from '../helpers/stub-response.js';
 
 export const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 export const AGENTS = ['a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d', 'b1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5e'];
@@ -25,19 +25,14 @@ export function answer(req: ValidatedRequest, level: DegradationLevel, bodyLevel
   const rows = [0, 1, 2, 3].map((i) => {
     const fits = each <= room;
     if (fits) room -= each;
-    return {
+    return usedRow({
       memory_id: `m${i}`,
-      composite_score: 0.5,
-      relevance_score: 0.5,
-      recency_score: 0,
-      usefulness_score: 0,
       rank: i + 1,
       category: 'fact',
-      exclusion: fits ? ('included' as const) : ('budget' as const),
-      similarity: 0.5,
+      exclusion: fits ? 'included' : 'budget',
       confidence: 1,
       token_estimate: each,
-    };
+    });
   });
   const included = rows.filter((r) => r.exclusion === 'included').length;
   const response: AssembleContextResponse = {

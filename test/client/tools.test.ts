@@ -16,26 +16,15 @@ import type { AssembleContextResponse, DegradationLevel, MemoryUsed } from '../.
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { servers, startAssembleServer } from '../helpers/assemble-server.js';
-import { runCli } from '../helpers/cli.js';
+import { assembleArgs, runCli } from '../helpers/cli.js';
 import { hasOpenssl, makeServerPki } from '../helpers/pki.js';
+import { usedRow } from '../helpers/stub-response.js';
 
 const catalog = CapabilityCatalog.create();
 const NONCE = 'AAAAAAAAAAAAAAAAAAAAAA';
 
 function used(id: string, exclusion: MemoryUsed['exclusion'] = 'included'): MemoryUsed {
-  return {
-    memory_id: id,
-    composite_score: 0.5,
-    relevance_score: 0.5,
-    recency_score: 0,
-    usefulness_score: 0,
-    rank: 1,
-    category: 'episodic',
-    exclusion,
-    similarity: 0.5,
-    confidence: 0.5,
-    token_estimate: 10,
-  };
+  return usedRow({ memory_id: id, exclusion });
 }
 
 function block(id: string, content: string): string {
@@ -342,19 +331,7 @@ describe('ibex-context replay (compiled CLI)', () => {
 });
 
 describe('ibex-context assemble (compiled CLI)', () => {
-  const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
-  const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
-  const base = (addr: string) => [
-    'assemble',
-    '--addr',
-    addr,
-    '--org',
-    ORG,
-    '--agent',
-    AGENT,
-    '--model',
-    'gpt-4o',
-  ];
+  const base = assembleArgs;
 
   it('sends the flags as the request and prints the context and a table', async () => {
     const fake = await startReplayFake();

@@ -7,6 +7,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { loadSettings, type Settings } from '../../src/config/settings.js';
+import {
+  type MemoryServerHandle,
+  type MemoryServerOptions,
+  startMemoryServer,
+} from '../../src/memory-server/server.js';
 import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/embedded-store.js';
 import type { AssembleContextRequestInput } from '../../src/server/proto.js';
 import { type RunningService, startService } from '../../src/server/service.js';
@@ -60,6 +65,99 @@ export async function startTestService(env: Record<string, string> = {}): Promis
       await service.stop(1000);
       store.close();
       fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Deadlines for a test service whose outcomes, not speed, are under test (the suite shares two cores):
+ * `totalMs` for the request (IBEX_CONTEXT_TIMEOUT), `branchMs` for the retrieval wall and the hot and
+ * cold branches, and for the directive branch too when `directive` is set.
+ */
+export function roomyDeadlines(
+  totalMs: number,
+  branchMs: number,
+  { directive = false } = {},
+): Record<string, string> {
+  const b = String(branchMs);
+  return {
+    IBEX_CONTEXT_TIMEOUT: String(totalMs),
+    IBEX_CONTEXT_DEADLINE_MS: b,
+    IBEX_CONTEXT_HOT_TIMEOUT_MS: b,
+    IBEX_CONTEXT_COLD_TIMEOUT_MS: b,
+    ...(directive ? { IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: b } : {}),
+  };
+}
+
+/** A pool of exactly `threads` workers (min = max) whose queue holds `queue` tasks. */
+export function fixedPool(threads: number, queue: number): Record<string, string> {
+  return {
+    IBEX_CONTEXT_POOL_MIN_THREADS: String(threads),
+    IBEX_CONTEXT_POOL_MAX_THREADS: String(threads),
+    IBEX_CONTEXT_POOL_MAX_QUEUE: String(queue),
+  };
+}
+
+/** The settings that point a service at the memory HTTP service at `url` with bearer `token`. */
+export function memoryService(url: string, token: string): Record<string, string> {
+  return { IBEX_CONTEXT_MEMORY_BASE_URL: url, IBEX_CONTEXT_MEMORY_API_TOKEN: token };
+}
+
+/**
+ * A test service reading memories from the memory HTTP service at `url` (often a test's own server) with
+ * bearer `token`, under {@link roomyDeadlines}`(totalMs, branchMs)`, plus `env`.
+ */
+export function startServiceOverMemory(
+  url: string,
+  token: string,
+  [totalMs, branchMs]: [number, number],
+  env: Record<string, string> = {},
+): Promise<TestService> {
+  return startTestService({ ...memoryService(url, token), ...roomyDeadlines(totalMs, branchMs), ...env });
+}
+
+/** An embedded store in a new temp dir (`store.db`), for a service to read; `close()` removes it all. */
+export function tempServiceStore(prefix = 'ibex-e2e-'): { store: EmbeddedStore; db: string; close(): void } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const db = path.join(dir, 'store.db');
+  const store = EmbeddedStore.open(db);
+  return {
+    store,
+    db,
+    close() {
+      store.close();
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A dev memory server started by {@link startMemoryFixture}. */
+export interface MemoryFixture {
+  memory: MemoryServerHandle;
+  /** {@link memoryService} settings pointing a service at it. */
+  env: Record<string, string>;
+  /** Stops the server and removes its store. */
+  close(): Promise<void>;
+}
+
+/**
+ * The dev memory server over HTTP on loopback, on a store of its own (the service under test reads it
+ * only over HTTP) holding `n` {@link memories} of `t`.
+ */
+export async function startMemoryFixture(
+  t: { org: string; agent: string },
+  n: number,
+  opts: Omit<MemoryServerOptions, 'store' | 'db' | 'port'>,
+): Promise<MemoryFixture> {
+  const data = tempServiceStore('ibex-mem-');
+  data.store.upsertMemories(memories(t.org, t.agent, n));
+  const memory = await startMemoryServer({ ...opts, store: data.store, port: 0 });
+  return {
+    memory,
+    env: memoryService(memory.url, opts.token),
+    async close() {
+      await memory.close();
+      data.close();
     },
   };
 }

@@ -10,7 +10,7 @@ import http from 'node:http';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { request, startServiceOverMemory, type TestService, tenant } from '../e2e/harness.js';
 import { type Listening, listen, moved, scrape } from './helpers.js';
 
 const ORG = randomUUID();
@@ -238,21 +238,12 @@ describe('random memory-service bodies', () => {
         });
       }),
     );
-    svc = await startTestService({
-      IBEX_CONTEXT_MEMORY_BASE_URL: server.url,
-      IBEX_CONTEXT_MEMORY_API_TOKEN: 'fuzz-token',
-      IBEX_CONTEXT_TIMEOUT: '8000',
-      // Generous: a 200 000-item body takes tens of ms to parse on a busy machine; the level is what
-      // is checked here, not the wall.
-      IBEX_CONTEXT_DEADLINE_MS: '5000',
-      IBEX_CONTEXT_HOT_TIMEOUT_MS: '5000',
-      IBEX_CONTEXT_COLD_TIMEOUT_MS: '5000',
-    });
+    // Generous: a 200 000-item body takes tens of ms to parse on a busy machine; the level is what is
+    // checked here, not the wall.
+    svc = await startServiceOverMemory(server.url, 'fuzz-token', [8000, 5000]);
   });
-
   afterAll(async () => {
-    await svc?.stop();
-    await server?.close();
+    await Promise.all([svc?.stop(), server?.close()]);
   });
 
   it('every answer is OK, at the level the bodies call for, with no foreign or invalid memory', async () => {

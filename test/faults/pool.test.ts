@@ -15,9 +15,16 @@ import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CallOutcome } from '../../src/client/context-client.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import type { AssembleContextResponse } from '../../src/server/proto.js';
-import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import {
+  fixedPool,
+  memories,
+  request,
+  startTestService,
+  type TestService,
+  tempServiceStore,
+  tenant,
+} from '../e2e/harness.js';
 import { FAULT_PREFIX, moved, type PoolFaultService, scrape, startPoolFaultService } from './helpers.js';
 
 const N = 5;
@@ -55,17 +62,15 @@ function expectFull(r: CallOutcome<AssembleContextResponse>, n = N) {
 
 describe('pool faults (fault-injecting worker)', () => {
   let svc: PoolFaultService;
-  let store: EmbeddedStore;
+  let data: ReturnType<typeof tempServiceStore>;
   const victim = tenant();
   const other = tenant();
 
   beforeAll(async () => {
-    const dir = fs.mkdtempSync(path.join((await import('node:os')).tmpdir(), 'ibex-faults-pool-'));
-    const db = path.join(dir, 'store.db');
-    store = EmbeddedStore.open(db);
-    store.upsertMemories(memories(victim.org, victim.agent, N));
-    store.upsertMemories(memories(other.org, other.agent, N));
-    store.setDirective({
+    data = tempServiceStore('ibex-faults-pool-');
+    data.store.upsertMemories(memories(victim.org, victim.agent, N));
+    data.store.upsertMemories(memories(other.org, other.agent, N));
+    data.store.setDirective({
       org_id: victim.org,
       agent_id: victim.agent,
       content: DIRECTIVE,
@@ -73,15 +78,13 @@ describe('pool faults (fault-injecting worker)', () => {
       version_id: randomUUID(),
     });
     svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: db,
-      IBEX_CONTEXT_POOL_MIN_THREADS: '2',
-      IBEX_CONTEXT_POOL_MAX_THREADS: '2',
-      IBEX_CONTEXT_POOL_MAX_QUEUE: '1',
+      IBEX_CONTEXT_EMBEDDED_DB: data.db,
+      ...fixedPool(2, 1),
     });
   });
   afterAll(async () => {
     await svc?.stop();
-    store?.close();
+    data?.close();
   });
 
   it.each([

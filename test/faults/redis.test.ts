@@ -67,6 +67,16 @@ function expectAnswered(
   }
 }
 
+type Tenant = ReturnType<typeof tenant>;
+
+/** The victim's and the other's calls at once: the victim's directive fails with `detail`, the other is served. */
+async function victimBesideOther(svc: TestService, victim: Tenant, other: Tenant, detail: RegExp) {
+  const [a, b] = await Promise.all([victim, other].map((t) => svc.client.assemble(request(t))));
+  expectAnswered(a!, { status: 'error', detail });
+  expectAnswered(b!, { status: 'success' });
+  expect(b!.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+}
+
 describe('Redis down (nothing listening)', () => {
   let svc: TestService;
 
@@ -173,13 +183,7 @@ describe('fake Redis: slow and garbage replies', () => {
       redis.set(keyOf(victim), answer);
       redis.set(keyOf(other), { value: envelope('Other directive.') });
       const before = await scrape(svc.service.adminUrl);
-      const [a, b] = await Promise.all([
-        svc.client.assemble(request(victim)),
-        svc.client.assemble(request(other)),
-      ]);
-      expectAnswered(a, { status: 'error', detail });
-      expectAnswered(b, { status: 'success' });
-      expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+      await victimBesideOther(svc, victim, other, detail);
       redis.set(keyOf(victim), { value: envelope('Victim directive.') });
       const next = await svc.client.assemble(request(victim));
       expectAnswered(next, { status: 'success' });
@@ -276,13 +280,7 @@ describeRedis('real Redis: garbage values', redisUp, () => {
       else await redis.set(keyOf(victim), value);
       await redis.set(keyOf(other), envelope('Other directive.'));
       const before = await scrape(svc.service.adminUrl);
-      const [a, b] = await Promise.all([
-        svc.client.assemble(request(victim)),
-        svc.client.assemble(request(other)),
-      ]);
-      expectAnswered(a, { status: 'error', detail });
-      expectAnswered(b, { status: 'success' });
-      expect(b.response!.assembled_context.startsWith('Other directive.\n')).toBe(true);
+      await victimBesideOther(svc, victim, other, detail);
       await redis.del(keyOf(victim));
       await redis.set(keyOf(victim), envelope('Victim directive.'));
       const next = await svc.client.assemble(request(victim));

@@ -50,3 +50,12 @@ export function runCli(
     child.stdin.end(stdin);
   });
 }
+
+/** Org and agent ids (valid UUIDs) the CLI tests call with. */
+export const CLI_ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
+export const CLI_AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
+
+/** Arguments of `ibex-context assemble` against `addr` for {@link CLI_ORG}/{@link CLI_AGENT} and gpt-4o, then `more`. */
+export function assembleArgs(addr: string, ...more: string[]): string[] {
+  return ['assemble', '--addr', addr, '--org', CLI_ORG, '--agent', CLI_AGENT, '--model', 'gpt-4o', ...more];
+}

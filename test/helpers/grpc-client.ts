@@ -5,27 +5,18 @@
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import type { ClientReadableStream, ServiceDefinition } from '@grpc/grpc-js';
+import type { Client, ClientReadableStream, ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
 import {
   type CallOptions,
-  type CallOutcome,
+  type ContextClient,
   createContextClient,
   type HealthStatus,
   methodOf,
   type UnaryMethod,
 } from '../../src/client/context-client.js';
-import {
-  type AssembleContextRequestInput,
-  type AssembleContextResponse,
-  PROTO_LOADER_OPTIONS,
-  type RecordMemoryFeedbackRequest,
-  type RecordMemoryFeedbackResponse,
-  type SearchMemoriesRequest,
-  type SearchMemoriesResponse,
-  type WireInput,
-} from '../../src/server/proto.js';
+import { PROTO_LOADER_OPTIONS } from '../../src/server/proto.js';
 
 export type { CallOutcome, HealthStatus } from '../../src/client/context-client.js';
 
@@ -41,22 +32,9 @@ export interface ReflectedFile {
   typeNames: string[];
 }
 
-/** A client for one server address. */
-export interface TestClient {
-  assemble(
-    req: AssembleContextRequestInput,
-    opts?: TestCallOptions,
-  ): Promise<CallOutcome<AssembleContextResponse>>;
-  searchMemories(
-    req: WireInput<SearchMemoriesRequest>,
-    opts?: TestCallOptions,
-  ): Promise<CallOutcome<SearchMemoriesResponse>>;
-  recordMemoryFeedback(
-    req: WireInput<RecordMemoryFeedbackRequest>,
-    opts?: TestCallOptions,
-  ): Promise<CallOutcome<RecordMemoryFeedbackResponse>>;
-  /** grpc.health.v1.Health/Check. */
-  healthCheck(service?: string, opts?: TestCallOptions): Promise<CallOutcome<{ status: HealthStatus }>>;
+/** A client for one server address: the service client's unary calls, plus streams and reflection. */
+export interface TestClient
+  extends Pick<ContextClient, 'assemble' | 'searchMemories' | 'recordMemoryFeedback' | 'healthCheck'> {
   /** grpc.health.v1.Health/Watch; `onStatus` gets every update; `cancel()` ends the stream. */
   healthWatch(service: string, onStatus: (s: HealthStatus) => void): { cancel(): void };
   /** Server reflection v1: the fully qualified names of every service the server lists. */
@@ -112,10 +90,25 @@ function decodeFile(bytes: Buffer): ReflectedFile {
   return { name: file.name, package: file.package, dependency: [...file.dependency], typeNames };
 }
 
-interface ReflectionResponse {
+/** A server reflection v1 answer, as the loader decodes it. */
+export interface ReflectionResponse {
   list_services_response?: { service: { name: string }[] } | null;
   file_descriptor_response?: { file_descriptor_proto: Buffer[] } | null;
   error_response?: { error_code: number; error_message: string } | null;
+}
+
+/** One request on a new server reflection v1 stream of `client`, and its first answer. */
+export function reflectOnce(client: Client, request: Record<string, unknown>): Promise<ReflectionResponse> {
+  return new Promise((resolve, reject) => {
+    const m = reflectionMethod();
+    const stream = client.makeBidiStreamRequest(m.path, m.requestSerialize, m.responseDeserialize);
+    stream.on('data', (res: ReflectionResponse) => {
+      resolve(res);
+      stream.end();
+    });
+    stream.on('error', reject);
+    stream.write(request);
+  });
 }
 
 /**
@@ -130,17 +123,7 @@ export function createTestClient(addr: string): TestClient {
   const client = context.raw;
   const health = healthService as unknown as ServiceDefinition;
 
-  const reflect = (request: Record<string, unknown>): Promise<ReflectionResponse> =>
-    new Promise((resolve, reject) => {
-      const m = reflectionMethod();
-      const stream = client.makeBidiStreamRequest(m.path, m.requestSerialize, m.responseDeserialize);
-      stream.on('data', (res: ReflectionResponse) => {
-        resolve(res);
-        stream.end();
-      });
-      stream.on('error', reject);
-      stream.write(request);
-    });
+  const reflect = (request: Record<string, unknown>) => reflectOnce(client, request);
 
   return {
     assemble: context.assemble,

@@ -5,7 +5,12 @@
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { describe, it } from 'vitest';
+import { afterAll, beforeAll } from 'vitest';
+import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
+import { PgStore, type PgStoreOptions } from '../../src/retrieval/postgres/pg-store.js';
+import type { RetrievalSources, RetrievalTimeouts } from '../../src/retrieval/retrieve.js';
+import { bundle } from '../retrieval/fixtures.js';
+import { describeIfReachable } from './reachable.js';
 
 /** URL the PostgreSQL tests use. */
 export const PG_TEST_URL = process.env.PG_URL || 'postgres://postgres@127.0.0.1:5432/test';
@@ -32,6 +37,14 @@ export function testSchema(tag: string): string {
   return `ibex_test_${tag}_${randomBytes(4).toString('hex')}`;
 }
 
+/**
+ * A PostgreSQL test file's start: whether the database is reachable ({@link probePostgres}) and the fresh
+ * schema ({@link testSchema}) it works in. Await it at the top level (vitest collects suites synchronously).
+ */
+export async function pgTestFile(tag: string): Promise<{ reachable: boolean; schema: string }> {
+  return { reachable: await probePostgres(), schema: testSchema(tag) };
+}
+
 /** Runs `sql` on a short-lived connection (admin work: drop schema, terminate backends, …). */
 export async function adminQuery<R extends pg.QueryResultRow = pg.QueryResultRow>(
   sql: string,
@@ -52,23 +65,38 @@ export async function dropSchema(schema: string): Promise<void> {
   await adminQuery(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
 }
 
-/**
- * `describe` that applies the availability rule; `reachable` comes from an awaited
- * {@link probePostgres} (top-level await in the test file), because vitest collects suites synchronously.
- */
+/** `describe` under the availability rule ({@link describeIfReachable}) for PostgreSQL at {@link PG_TEST_URL}. */
 export function describePg(name: string, reachable: boolean, fn: () => void): void {
-  if (reachable) {
-    describe(name, fn);
-    return;
-  }
-  if (process.env.CI === 'true') {
-    describe(name, () => {
-      it('needs a reachable PostgreSQL (CI=true)', () => {
-        throw new Error(NOTICE);
-      });
-    });
-    return;
-  }
-  console.warn(NOTICE);
-  describe.skip(name, fn);
+  describeIfReachable(name, reachable, { what: 'PostgreSQL', notice: NOTICE }, fn);
+}
+
+/** What {@link usePgStore} hands a suite: the store open for its tests. */
+export interface PgStoreFixture {
+  readonly store: PgStore;
+}
+
+/**
+ * A {@link PgStore} on the test database in `schema`, opened before the calling suite's tests and closed
+ * after them, the schema dropped.
+ */
+export function usePgStore(schema: string, opts: Omit<PgStoreOptions, 'url' | 'schema'>): PgStoreFixture {
+  let store: PgStore | undefined;
+  beforeAll(async () => {
+    store = await PgStore.open({ url: PG_TEST_URL, schema, ...opts });
+  });
+  afterAll(async () => {
+    await store?.close();
+    await dropSchema(schema);
+  });
+  return {
+    get store() {
+      if (!store) throw new Error('usePgStore: no store outside the suite');
+      return store;
+    },
+  };
+}
+
+/** Sources reading the PostgreSQL `store` (hot and search with the default 65,536-code-point cap) under `times`. */
+export function pgSources(store: PgStore, times: RetrievalTimeouts): RetrievalSources {
+  return bundle(new PgMemorySource(store, times, 65_536), new PgDirectiveSource(store, times));
 }

@@ -4,7 +4,7 @@
  * skipped with a printed notice otherwise.
  */
 import { createClient } from 'redis';
-import { describe, it } from 'vitest';
+import { describeIfReachable } from './reachable.js';
 
 /** URL the Redis tests use. */
 export const REDIS_TEST_URL = process.env.REDIS_URL || 'redis://127.0.0.1:6379';
@@ -27,23 +27,8 @@ export async function probeRedis(url = REDIS_TEST_URL, timeoutMs = 750): Promise
   }
 }
 
-/**
- * `describe` that applies the availability rule. `reachable` comes from an awaited {@link probeRedis}
- * (top-level await in the test file), because vitest collects suites synchronously.
- */
+/** `describe` under the availability rule ({@link describeIfReachable}) for Redis at {@link REDIS_TEST_URL}. */
 export function describeRedis(name: string, reachable: boolean, fn: () => void): void {
-  if (reachable) {
-    describe(name, fn);
-    return;
-  }
-  if (process.env.CI === 'true') {
-    describe(name, () => {
-      it('needs a reachable Redis (CI=true)', () => {
-        throw new Error(`Redis not reachable at ${REDIS_TEST_URL} — start it with: redis-server --port 6379`);
-      });
-    });
-    return;
-  }
-  console.warn(`Redis not reachable at ${REDIS_TEST_URL} — start it with: redis-server --port 6379`);
-  describe.skip(name, fn);
+  const notice = `Redis not reachable at ${REDIS_TEST_URL} — start it with: redis-server --port 6379`;
+  describeIfReachable(name, reachable, { what: 'Redis', notice }, fn);
 }

@@ -3,7 +3,7 @@
  * auth, fuzzing, client tools): every field present, zero metrics, level L0. Tests override what they
  * assert on.
  */
-import type { AssembleContextResponse, AssemblyMetrics } from '../../src/server/proto.js';
+import type { AssembleContextResponse, AssemblyMetrics, MemoryUsed } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 
 /** All-zero metrics. */
@@ -20,6 +20,26 @@ export const ZERO_METRICS: AssemblyMetrics = {
   pool_wait_us: 0,
   pool_run_us: 0,
 };
+
+/**
+ * One `memories_used` row: `memory_id` and what the test sets over mid-range defaults (scores 0.5, recency
+ * and usefulness 0, rank 1, `episodic`, included, 10 tokens).
+ */
+export function usedRow(fields: Partial<MemoryUsed> & Pick<MemoryUsed, 'memory_id'>): MemoryUsed {
+  return {
+    composite_score: 0.5,
+    relevance_score: 0.5,
+    recency_score: 0,
+    usefulness_score: 0,
+    rank: 1,
+    category: 'episodic',
+    exclusion: 'included',
+    similarity: 0.5,
+    confidence: 0.5,
+    token_estimate: 10,
+    ...fields,
+  };
+}
 
 /**
  * @param req echoes its request/trace/span ids when given.

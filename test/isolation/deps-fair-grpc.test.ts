@@ -1,16 +1,6 @@
-/**
- * Issue 9 item 3 end to end: real gRPC on loopback, the production pipeline with the fault-injecting
- * worker on ONE pool thread. A noisy org floods calls whose CPU stage holds the thread (`FAULT:sleep`);
- * a quiet org's call, sent after the flood, is served right after at most one more noisy task instead of
- * behind all of them, and stays L0. Asserted on order and outcomes, not on durations.
- */
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
-import { memories, request, tenant } from '../e2e/harness.js';
+import { fixedPool, memories, request, roomyDeadlines, tempServiceStore, tenant } from '../e2e/harness.js';
 import { FAULT_PREFIX, type PoolFaultService, startPoolFaultService } from '../faults/helpers.js';
 
 const NOISY = tenant();
@@ -19,34 +9,24 @@ const FLOOD = 6;
 
 describe('pool fairness over gRPC (one thread)', () => {
   let svc: PoolFaultService;
-  let store: EmbeddedStore;
-  let dir: string;
+  let data: ReturnType<typeof tempServiceStore>;
 
   beforeAll(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ibex-fair-'));
-    const db = path.join(dir, 'store.db');
-    store = EmbeddedStore.open(db);
-    store.upsertMemories(memories(QUIET.org, QUIET.agent, 3));
-    store.upsertMemories(memories(NOISY.org, NOISY.agent, 3));
+    data = tempServiceStore('ibex-fair-');
+    data.store.upsertMemories(memories(QUIET.org, QUIET.agent, 3));
+    data.store.upsertMemories(memories(NOISY.org, NOISY.agent, 3));
     svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: db,
+      IBEX_CONTEXT_EMBEDDED_DB: data.db,
       // Generous: the flood takes FLOOD × 150 ms of the one thread; nothing here may time out.
-      IBEX_CONTEXT_TIMEOUT: '20000',
-      IBEX_CONTEXT_DEADLINE_MS: '10000',
-      IBEX_CONTEXT_HOT_TIMEOUT_MS: '10000',
-      IBEX_CONTEXT_COLD_TIMEOUT_MS: '10000',
-      IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '10000',
+      ...roomyDeadlines(20_000, 10_000, { directive: true }),
       // Store reads on the main thread: the store-read queue's own shedding is not under test here.
       IBEX_CONTEXT_EMBEDDED_READ_THREADS: '0',
-      IBEX_CONTEXT_POOL_MIN_THREADS: '1',
-      IBEX_CONTEXT_POOL_MAX_THREADS: '1',
-      IBEX_CONTEXT_POOL_MAX_QUEUE: '16',
+      ...fixedPool(1, 16),
     });
   });
   afterAll(async () => {
     await svc?.stop();
-    store?.close();
-    fs.rmSync(dir, { recursive: true, force: true });
+    data?.close();
   });
 
   it("a noisy org's heavy calls wait behind each other, not in front of the quiet org's call", async () => {

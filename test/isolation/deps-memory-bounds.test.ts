@@ -10,7 +10,7 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { maxBodyBytes } from '../../src/retrieval/validate.js';
 import type { AssembleContextResponse } from '../../src/server/proto.js';
-import { request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { request, startServiceOverMemory, type TestService, tenant } from '../e2e/harness.js';
 import { type Listening, listen, moved, scrape } from '../faults/helpers.js';
 
 type Tenant = { org: string; agent: string };
@@ -65,6 +65,23 @@ function expectQuietL0(outcomes: Awaited<ReturnType<typeof quietDuring>>) {
   }
 }
 
+/**
+ * Assembles for `heavy` while the quiet org calls alongside ({@link quietDuring}): the heavy call must be
+ * OK (at `level` when given) and every quiet call OK at L0 with its own memories.
+ * @returns the heavy answer and the service's /metrics before and after it.
+ */
+async function assembleBeside(svc: TestService, heavy: { org: string; agent: string }, level?: string) {
+  const before = await scrape(svc.service.adminUrl);
+  const call = svc.client.assemble(request(heavy), { deadlineMs: 5000 });
+  const quiet = await quietDuring(svc, call);
+  const r = await call;
+  expect(r.status.code, r.status.details).toBe(status.OK);
+  const res = r.response as AssembleContextResponse;
+  if (level !== undefined) expect(res.degradation.level).toBe(level);
+  expectQuietL0(quiet);
+  return { res, before, after: await scrape(svc.service.adminUrl) };
+}
+
 describe('bounded memory-service answers (issue 9), with a concurrent quiet org', () => {
   let server: Listening;
   let svc: TestService;
@@ -87,31 +104,16 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
         });
       }),
     );
-    svc = await startTestService({
-      IBEX_CONTEXT_MEMORY_BASE_URL: server.url,
-      IBEX_CONTEXT_MEMORY_API_TOKEN: 'bounds-token',
-      // Generous: outcomes are under test, not speed; the suite must pass on a loaded machine.
-      IBEX_CONTEXT_TIMEOUT: '5000',
-      IBEX_CONTEXT_DEADLINE_MS: '2000',
-      IBEX_CONTEXT_HOT_TIMEOUT_MS: '2000',
-      IBEX_CONTEXT_COLD_TIMEOUT_MS: '2000',
-    });
+    // Generous: outcomes are under test, not speed; the suite must pass on a loaded machine.
+    svc = await startServiceOverMemory(server.url, 'bounds-token', [5000, 2000]);
   });
-
   afterAll(async () => {
-    await svc?.stop();
-    await server?.close();
+    await Promise.all([svc?.stop(), server?.close()]);
   });
 
   it('IBEX_CONTEXT_MAX_MEMORY_CHARS=1000 lowers both caps: 1,001-char memory oversize, a 300 KB body too large', async () => {
-    const small = await startTestService({
-      IBEX_CONTEXT_MEMORY_BASE_URL: server.url,
-      IBEX_CONTEXT_MEMORY_API_TOKEN: 'bounds-token',
+    const small = await startServiceOverMemory(server.url, 'bounds-token', [5000, 2000], {
       IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000',
-      IBEX_CONTEXT_TIMEOUT: '5000',
-      IBEX_CONTEXT_DEADLINE_MS: '2000',
-      IBEX_CONTEXT_HOT_TIMEOUT_MS: '2000',
-      IBEX_CONTEXT_COLD_TIMEOUT_MS: '2000',
     });
     try {
       const heavy = tenant();
@@ -137,13 +139,7 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
     const hot = Array.from({ length: 5000 }, (_, i) => item(heavy, `hot memory ${i} about sailing`, i + 1));
     const cold = Array.from({ length: 5000 }, (_, i) => item(heavy, `cold memory ${i} on the lake`, i + 1));
     bodies.set(heavy.agent, { hot: envelope(hot), cold: envelope(cold) });
-    const before = await scrape(svc.service.adminUrl);
-    const call = svc.client.assemble(request(heavy), { deadlineMs: 5000 });
-    const quiet = await quietDuring(svc, call);
-    const r = await call;
-    expect(r.status.code, r.status.details).toBe(status.OK);
-    const res = r.response as AssembleContextResponse;
-    expect(res.degradation.level).toBe('L0');
+    const { res, before, after } = await assembleBeside(svc, heavy, 'L0');
     expect(res.degradation.branches[1]).toMatchObject({
       status: 'success',
       detail: 'ignored 4980 past limit',
@@ -155,9 +151,7 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
     const allowed = new Set([...hot.slice(0, 20), ...cold.slice(0, 10)].map((h) => h.memory.id));
     expect(res.memories_used).toHaveLength(30);
     for (const m of res.memories_used) expect(allowed.has(m.memory_id)).toBe(true);
-    const after = await scrape(svc.service.adminUrl);
     expect(moved(before, after, 'ibex_context_dropped_hits_total', { reason: 'past_limit' })).toBe(9970);
-    expectQuietL0(quiet);
   });
 
   it('20 hot memories of 300 KB HTML: dropped as oversize and counted; cold kept; L0', async () => {
@@ -168,19 +162,11 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
     const cold = [item(heavy, 'a small cold memory', 1), item(heavy, 'another small one', 2)];
     bodies.set(heavy.agent, { hot: envelope(hot), cold: envelope(cold) });
     expect(bodies.get(heavy.agent)!.hot.length).toBeLessThan(maxBodyBytes(20, 65_536));
-    const before = await scrape(svc.service.adminUrl);
-    const call = svc.client.assemble(request(heavy), { deadlineMs: 5000 });
-    const quiet = await quietDuring(svc, call);
-    const r = await call;
-    expect(r.status.code, r.status.details).toBe(status.OK);
-    const res = r.response as AssembleContextResponse;
-    expect(res.degradation.level).toBe('L0');
+    const { res, before, after } = await assembleBeside(svc, heavy, 'L0');
     expect(res.degradation.branches[1]).toMatchObject({ status: 'success', detail: 'dropped 20 oversize' });
     expect(res.memories_used.map((m) => m.memory_id).sort()).toEqual(cold.map((c) => c.memory.id).sort());
     expect(res.assembled_context).not.toContain('<b>bold</b>');
-    const after = await scrape(svc.service.adminUrl);
     expect(moved(before, after, 'ibex_context_dropped_hits_total', { reason: 'oversize' })).toBe(20);
-    expectQuietL0(quiet);
   });
 
   it('a body past the cap derived from limit=20: hot error `response too large`, L1', async () => {
@@ -189,15 +175,9 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
     const hot = Array.from({ length: 20 }, (_, i) => item(heavy, big, i + 1));
     bodies.set(heavy.agent, { hot: envelope(hot), cold: envelope([item(heavy, 'small cold', 1)]) });
     expect(bodies.get(heavy.agent)!.hot.length).toBeGreaterThan(maxBodyBytes(20, 65_536));
-    const call = svc.client.assemble(request(heavy), { deadlineMs: 5000 });
-    const quiet = await quietDuring(svc, call);
-    const r = await call;
-    expect(r.status.code, r.status.details).toBe(status.OK);
-    const res = r.response as AssembleContextResponse;
-    expect(res.degradation.level).toBe('L1');
+    const { res } = await assembleBeside(svc, heavy, 'L1');
     expect(res.degradation.branches[1]).toMatchObject({ status: 'error', detail: 'response too large' });
     expect(res.memories_used).toHaveLength(1);
-    expectQuietL0(quiet);
   });
 
   it('the memory cap counts code points: 65,536 emoji kept, 65,537 dropped as oversize', async () => {
@@ -205,13 +185,8 @@ describe('bounded memory-service answers (issue 9), with a concurrent quiet org'
     const atCap = item(heavy, '😀'.repeat(65_536), 1);
     const overCap = item(heavy, '😀'.repeat(65_537), 2);
     bodies.set(heavy.agent, { hot: envelope([atCap, overCap]), cold: EMPTY });
-    const call = svc.client.assemble(request(heavy), { deadlineMs: 5000 });
-    const quiet = await quietDuring(svc, call);
-    const r = await call;
-    expect(r.status.code, r.status.details).toBe(status.OK);
-    const res = r.response as AssembleContextResponse;
+    const { res } = await assembleBeside(svc, heavy);
     expect(res.degradation.branches[1]).toMatchObject({ status: 'success', detail: 'dropped 1 oversize' });
     expect(res.memories_used.map((m) => m.memory_id)).toEqual([atCap.memory.id]);
-    expectQuietL0(quiet);
   });
 });

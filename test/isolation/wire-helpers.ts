@@ -9,6 +9,7 @@ import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/
 import protobuf from 'protobufjs/minimal.js';
 import { expect } from 'vitest';
 import type { CallOutcome } from '../../src/client/context-client.js';
+import type { MemoryRow } from '../../src/retrieval/embedded-store.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../../src/server/proto.js';
 import type { TestClient } from '../helpers/grpc-client.js';
 
@@ -125,16 +126,8 @@ export function encodeRequest(req: Parameters<TestClient['assemble']>[0]): Buffe
   return ASSEMBLE.requestSerialize(req) as Buffer;
 }
 
-/** One memory-service hit (SPEC §4.1 wire). */
-export interface FixtureHit {
-  id: string;
-  org_id: string;
-  agent_id: string;
-  content: string;
-  category: string;
-  confidence: number;
-  similarity: number;
-}
+/** One memory-service hit (SPEC §4.1 wire): a stored memory without its time, and its similarity. */
+export type FixtureHit = Omit<MemoryRow, 'created_at'> & { similarity: number };
 
 /** A memory HTTP service answering hot and cold from `hitsFor(agent)` after `delayFor(agent)` ms. */
 export async function startMemoryFixture(

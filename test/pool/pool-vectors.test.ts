@@ -16,9 +16,15 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toCpuCandidate } from '../../bench/lib/synthetic.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
-import { runJsonCommand } from '../../src/cli/json-commands.js';
+import {
+  type FormatInput,
+  type PackInput,
+  type PackOutput,
+  runJsonCommand,
+} from '../../src/cli/json-commands.js';
 import { formatContext } from '../../src/format/formatter.js';
 import {
   type CpuCandidate,
@@ -27,7 +33,6 @@ import {
   runCpuTask,
 } from '../../src/pool/cpu-task.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
-import { interimScore } from '../../src/ranking/score.js';
 import { monotonicNow } from '../../src/util/clock.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -37,39 +42,10 @@ interface Vector<I, E> {
   input: I;
   expect: E;
 }
-interface PackIn {
-  token_budget: number;
-  tokenizer_family: string;
-  dp_cell_ceiling: number;
-  max_consecutive_skips: number;
-  candidates: {
-    memory_id: string;
-    content: string;
-    category: string;
-    similarity: number;
-    confidence: number;
-    rank: number;
-  }[];
-}
-interface PackRef {
-  memory_ids: string[];
-  total_tokens: number;
-  total_score: number;
-  skipped_count: number;
-  path: string;
-  candidates_evaluated: number;
-}
 interface PackExpect {
-  reference: PackRef;
+  reference: Omit<PackOutput, 'was_budget_reached'>;
   exact_match: boolean;
   optimum_score: number;
-}
-interface FormatIn {
-  directive: string | null;
-  recent_messages: { role: string; content: string }[];
-  memories: { memory_id: string; category: string; content: string }[];
-  tool_schemas: string[];
-  nonce: string;
 }
 interface FormatExpect {
   assembled_context: string;
@@ -81,23 +57,14 @@ function load<I, E>(kind: string): Vector<I, E>[] {
   return (JSON.parse(readFileSync(file, 'utf8')) as { vectors: Vector<I, E>[] }).vectors;
 }
 
-const packVectors = load<PackIn, PackExpect>('pack');
-const formatVectors = load<FormatIn, FormatExpect>('format');
+const packVectors = load<PackInput, PackExpect>('pack');
+const formatVectors = load<FormatInput, FormatExpect>('format');
 const catalog = CapabilityCatalog.create();
 const NONCE = 'vector-nonce';
 
-function packTask(v: PackIn) {
+function packTask(v: PackInput) {
   const kind = catalog.family(v.tokenizer_family).estimate_kind;
-  const candidates: CpuCandidate[] = v.candidates.map((c) => ({
-    memory_id: c.memory_id,
-    category: c.category,
-    content: c.content,
-    score: interimScore(c.similarity, c.confidence),
-    similarity: c.similarity,
-    confidence: c.confidence,
-    rank: c.rank,
-    tokens: estimateTokens(c.content, kind),
-  }));
+  const candidates = v.candidates.map((c) => toCpuCandidate(c, estimateTokens(c.content, kind)));
   const input = encodeCandidates(candidates, {
     budget: v.token_budget,
     dpCellCeiling: v.dp_cell_ceiling,
@@ -111,7 +78,7 @@ function packTask(v: PackIn) {
   return { candidates, input };
 }
 
-function formatTask(v: FormatIn) {
+function formatTask(v: FormatInput) {
   const n = v.memories.length;
   const candidates: CpuCandidate[] = v.memories.map((m, i) => ({
     ...m,

@@ -4,8 +4,9 @@
  * own timeout is settled `<name>_timeout` and its read stopped when the retrieval ends; the wall and the
  * caller's abort settle what is left.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { BranchRace } from '../../src/retrieval/branch-race.js';
+import { useFakeClock } from '../helpers/fake-clock.js';
 
 /** A source read that never answers by itself; records the signal it was given. */
 function hanging() {
@@ -18,19 +19,9 @@ function hanging() {
 }
 
 describe('BranchRace', () => {
-  let now = 0;
-  const clock = () => now;
-  const advance = (ms: number) => {
-    now += ms;
-    vi.advanceTimersByTime(ms);
-  };
-  beforeEach(() => {
-    vi.useFakeTimers();
-    now = 10_000;
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  const fake = useFakeClock(10_000);
+  const { clock } = fake;
+  const advance = (ms: number) => fake.advance(ms);
 
   it('a source that answers synchronously is settled at once and arms no timer', () => {
     const race = new BranchRace(40, new AbortController().signal, clock);
@@ -93,11 +84,11 @@ describe('BranchRace', () => {
       settled = true;
     });
     // The timer fires after 5 ms of timer time while the clock says 4.5: re-armed, not settled.
-    now += 4.5;
+    fake.now += 4.5;
     await vi.advanceTimersByTimeAsync(5);
     expect(settled).toBe(false);
     expect(vi.getTimerCount()).toBe(1);
-    now += 0.5;
+    fake.now += 0.5;
     await vi.advanceTimersByTimeAsync(1);
     expect(settled).toBe(true);
     race.finish();

@@ -4,28 +4,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { describe, expect, it } from 'vitest';
 import { toFtsQuery } from '../../src/retrieval/fts-query.js';
-import { retrieve } from '../../src/retrieval/retrieve.js';
-import { EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
-import { memoryRow, removeTempDir, tempStore } from './fixtures.js';
+import { memoryRow, retrieveEmbedded, useTempStore } from './fixtures.js';
 
 const ORG = randomUUID();
 const OTHER_ORG = randomUUID();
 const AGENT = randomUUID();
 const OTHER_AGENT = randomUUID();
 
-let store: EmbeddedStore;
-let dir: string;
-
-beforeEach(() => {
-  ({ store, dir } = tempStore());
-});
-afterEach(() => {
-  store.close();
-  removeTempDir(dir);
-});
+const fx = useTempStore();
 
 /** One memory of `content` for ORG/AGENT (or the given org/agent), created at `i` minutes. */
 const memory = (content: string, i = 0, org = ORG, agent = AGENT) => memoryRow(org, agent, content, i);
@@ -38,39 +26,33 @@ describe('cold search in text without spaces (issue 11.2, SPEC §4.3)', () => {
     ['kit', '部署脚本build-kit运行成功'],
   ];
   it.each(cases)('%s is found inside %s, with cold=success through retrieve', async (query, text) => {
-    store.upsertMemories([memory(text), memory('the kitchen kit-car note about gardening', 1)]);
-    const direct = store.search(ORG, AGENT, query).map((h) => h.memory.content);
+    fx.store.upsertMemories([memory(text), memory('the kitchen kit-car note about gardening', 1)]);
+    const direct = fx.store.search(ORG, AGENT, query).map((h) => h.memory.content);
     expect(direct[0] === text || direct.includes(text)).toBe(true);
-    const sources = {
-      memory: new EmbeddedMemorySource(store),
-      directive: new EmbeddedDirectiveSource(store),
-      kind: { memory: 'embedded', directive: 'embedded' } as const,
-      close: async () => {},
-    };
-    const t = { wallMs: 500, directiveMs: 500, hotMs: 500, coldMs: 500 };
-    const r = await retrieve(
-      sources,
-      { orgId: ORG, agentId: AGENT, query, skipHot: true, skipCold: false },
-      t,
-      new AbortController().signal,
-    );
+    const r = await retrieveEmbedded(fx.store, {
+      orgId: ORG,
+      agentId: AGENT,
+      query,
+      skipHot: true,
+      skipCold: false,
+    });
     expect(r.branches[2]).toMatchObject({ name: 'cold', status: 'success' });
     expect(r.cold.map((h) => h.content)).toContain(text);
   });
 
   it('CJK matches are exact bigrams: 绿茶 does not find 红茶, 茶 finds both', () => {
-    store.upsertMemories([memory('我喜欢红茶'), memory('用户喜欢喝绿茶', 1)]);
-    expect(store.search(ORG, AGENT, '绿茶').map((h) => h.memory.content)).toEqual(['用户喜欢喝绿茶']);
-    expect(new Set(store.search(ORG, AGENT, '茶').map((h) => h.memory.content))).toEqual(
+    fx.store.upsertMemories([memory('我喜欢红茶'), memory('用户喜欢喝绿茶', 1)]);
+    expect(fx.store.search(ORG, AGENT, '绿茶').map((h) => h.memory.content)).toEqual(['用户喜欢喝绿茶']);
+    expect(new Set(fx.store.search(ORG, AGENT, '茶').map((h) => h.memory.content))).toEqual(
       new Set(['我喜欢红茶', '用户喜欢喝绿茶']),
     );
     // A longer CJK query ranks the memory holding all its bigrams first.
-    expect(store.search(ORG, AGENT, '喝绿茶吗')[0]!.memory.content).toBe('用户喜欢喝绿茶');
+    expect(fx.store.search(ORG, AGENT, '喝绿茶吗')[0]!.memory.content).toBe('用户喜欢喝绿茶');
   });
 
   it('kit glued to CJK does not turn English into substring search: kit does not find kitchen', () => {
-    store.upsertMemories([memory('the kitchen is clean'), memory('部署脚本build-kit运行成功', 1)]);
-    expect(store.search(ORG, AGENT, 'kit').map((h) => h.memory.content)).toEqual([
+    fx.store.upsertMemories([memory('the kitchen is clean'), memory('部署脚本build-kit运行成功', 1)]);
+    expect(fx.store.search(ORG, AGENT, 'kit').map((h) => h.memory.content)).toEqual([
       '部署脚本build-kit运行成功',
     ]);
   });
@@ -120,7 +102,7 @@ describe('FTS query builder: user text is never syntax (property)', () => {
   it('search never throws and never returns another org or agent, even when it names their scope', () => {
     const otherScope = `a${OTHER_AGENT.replaceAll('-', '')}${ORG.replaceAll('-', '')}`;
     const same = ['gardening memory 绿茶 kit', '부산 painting note', 'scope content NEAR'];
-    store.upsertMemories([
+    fx.store.upsertMemories([
       ...same.map((c, i) => memory(c, i)),
       ...same.map((c, i) => memory(c, i, OTHER_ORG, AGENT)),
       ...same.map((c, i) => memory(c, i, ORG, OTHER_AGENT)),
@@ -129,7 +111,7 @@ describe('FTS query builder: user text is never syntax (property)', () => {
       fc.property(
         fc.oneof(text, fc.constant([`scope:${otherScope}`, ' OR ', `"${otherScope}"*`])),
         (parts) => {
-          const hits = store.search(ORG, AGENT, parts.join(''));
+          const hits = fx.store.search(ORG, AGENT, parts.join(''));
           return (
             hits.length <= 3 &&
             hits.every((h) => h.memory.org_id === ORG && h.memory.agent_id === AGENT && h.similarity <= 1)

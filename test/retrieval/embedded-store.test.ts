@@ -1,43 +1,33 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import fc from 'fast-check';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
-import { bm25ToSimilarity, EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { bm25ToSimilarity } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
-import { createSources, EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
-import { memoriesOf, removeTempDir, tempStore } from './fixtures.js';
+import { createSources } from '../../src/retrieval/sources.js';
+import { embeddedSources, memoriesOf, useTempStore } from './fixtures.js';
 
 const ORG = randomUUID();
 const OTHER_ORG = randomUUID();
 const AGENT = randomUUID();
 const OTHER_AGENT = randomUUID();
 
-let store: EmbeddedStore;
-let dir: string;
-let file: string;
-
-beforeEach(() => {
-  ({ store, dir, file } = tempStore());
-});
-afterEach(() => {
-  store.close();
-  removeTempDir(dir);
-});
+const fx = useTempStore();
 
 describe('EmbeddedStore (SPEC §4.3)', () => {
   it('creates the parent directory and uses WAL', () => {
-    expect(fs.existsSync(file)).toBe(true);
-    store.upsertMemories(memoriesOf(ORG, AGENT, 1));
-    expect(fs.existsSync(`${file}-wal`)).toBe(true);
+    expect(fs.existsSync(fx.file)).toBe(true);
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 1));
+    expect(fs.existsSync(`${fx.file}-wal`)).toBe(true);
   });
 
   it('hot: newest first, then confidence, limit 20, rank = position, similarity = confidence', () => {
     const rows = memoriesOf(ORG, AGENT, 25);
     // Two rows with the same timestamp: the more confident one comes first.
     rows.push({ ...rows[24]!, id: randomUUID(), confidence: 0.99, content: 'tie winner' });
-    store.upsertMemories(rows);
-    const hits = store.hot(ORG, AGENT);
+    fx.store.upsertMemories(rows);
+    const hits = fx.store.hot(ORG, AGENT);
     expect(hits).toHaveLength(20);
     expect(hits.map((h) => h.rank)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     expect(hits[0]!.memory.content).toBe('tie winner');
@@ -51,28 +41,28 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
   });
 
   it('scopes hot and search by org AND agent', () => {
-    store.upsertMemories([
+    fx.store.upsertMemories([
       ...memoriesOf(ORG, AGENT, 3, 'mine'),
       ...memoriesOf(OTHER_ORG, AGENT, 3, 'otherorg'),
       ...memoriesOf(ORG, OTHER_AGENT, 3, 'otheragent'),
     ]);
-    const hot = store.hot(ORG, AGENT);
+    const hot = fx.store.hot(ORG, AGENT);
     expect(hot.map((h) => h.memory.content!.split(' ')[0])).toEqual(['mine', 'mine', 'mine']);
-    const found = store.search(ORG, AGENT, 'memory about gardening painting sailing');
+    const found = fx.store.search(ORG, AGENT, 'memory about gardening painting sailing');
     expect(found.length).toBe(3);
     for (const h of found) {
       expect(h.memory.org_id).toBe(ORG);
       expect(h.memory.agent_id).toBe(AGENT);
     }
     // The memory wire carries no org: the agent's rows of every org, with their real org_id.
-    const anyOrg = store.hot(null, AGENT);
+    const anyOrg = fx.store.hot(null, AGENT);
     expect(new Set(anyOrg.map((h) => h.memory.org_id))).toEqual(new Set([ORG, OTHER_ORG]));
-    expect(store.search(null, AGENT, 'memory').length).toBe(6);
-    expect(store.search(randomUUID(), AGENT, 'memory')).toEqual([]);
+    expect(fx.store.search(null, AGENT, 'memory').length).toBe(6);
+    expect(fx.store.search(randomUUID(), AGENT, 'memory')).toEqual([]);
   });
 
   it('search: BM25 similarity in [0,1], best first, rank = position, source fts', () => {
-    store.upsertMemories([
+    fx.store.upsertMemories([
       ...memoriesOf(ORG, AGENT, 10),
       { ...memoriesOf(ORG, AGENT, 1)[0]!, id: randomUUID(), content: 'zeppelin zeppelin zeppelin ride' },
       {
@@ -81,7 +71,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
         content: 'a long note that mentions a zeppelin once among many other words here',
       },
     ]);
-    const hits = store.search(ORG, AGENT, 'Zeppelin!');
+    const hits = fx.store.search(ORG, AGENT, 'Zeppelin!');
     expect(hits.map((h) => h.memory.content!.slice(0, 8))).toEqual(['zeppelin', 'a long n']);
     expect(hits.map((h) => h.rank)).toEqual([1, 2]);
     expect(hits.every((h) => h.source === 'fts')).toBe(true);
@@ -90,7 +80,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
       expect(h.similarity).toBeGreaterThan(0);
       expect(h.similarity).toBeLessThan(1);
     }
-    const broad = store.search(ORG, AGENT, 'memory about chess or baking');
+    const broad = fx.store.search(ORG, AGENT, 'memory about chess or baking');
     expect(broad.length).toBe(10);
     for (let i = 1; i < broad.length; i++)
       expect(broad[i - 1]!.similarity).toBeGreaterThanOrEqual(broad[i]!.similarity);
@@ -122,20 +112,20 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
     '-- DROP TABLE memories; --',
     "'; SELECT 1; --",
   ])('hostile query %j never throws', (q) => {
-    store.upsertMemories(memoriesOf(ORG, AGENT, 5));
-    const hits = store.search(ORG, AGENT, q);
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 5));
+    const hits = fx.store.search(ORG, AGENT, q);
     expect(Array.isArray(hits)).toBe(true);
     for (const h of hits) expect(h.memory.agent_id).toBe(AGENT);
   });
 
   it('hostile text still finds its real words', () => {
-    store.upsertMemories(memoriesOf(ORG, AGENT, 5));
-    const hits = store.search(ORG, AGENT, '"NEAR(gardening* OR 😀');
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 5));
+    const hits = fx.store.search(ORG, AGENT, '"NEAR(gardening* OR 😀');
     expect(hits.map((h) => h.memory.content)).toEqual(['note memory 0 about gardening']);
   });
 
   it('any unicode text is a safe query (property)', () => {
-    store.upsertMemories(memoriesOf(ORG, AGENT, 5));
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 5));
     fc.assert(
       fc.property(
         fc.string({
@@ -145,7 +135,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
           ),
         }),
         (q) => {
-          const hits = store.search(ORG, AGENT, q);
+          const hits = fx.store.search(ORG, AGENT, q);
           return hits.every((h) => h.similarity >= 0 && h.similarity <= 1 && h.memory.agent_id === AGENT);
         },
       ),
@@ -155,60 +145,63 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
 
   it('upsert replaces content and the FTS index follows', () => {
     const [row] = memoriesOf(ORG, AGENT, 1);
-    store.upsertMemories([row!]);
-    expect(store.search(ORG, AGENT, 'gardening')).toHaveLength(1);
-    store.upsertMemories([{ ...row!, content: 'now about kayaking' }]);
-    expect(store.search(ORG, AGENT, 'gardening')).toHaveLength(0);
-    expect(store.search(ORG, AGENT, 'kayaking')[0]!.memory.id).toBe(row!.id);
-    expect(store.counts()).toEqual({ memories: 1, directives: 0, agents: 1 });
+    fx.store.upsertMemories([row!]);
+    expect(fx.store.search(ORG, AGENT, 'gardening')).toHaveLength(1);
+    fx.store.upsertMemories([{ ...row!, content: 'now about kayaking' }]);
+    expect(fx.store.search(ORG, AGENT, 'gardening')).toHaveLength(0);
+    expect(fx.store.search(ORG, AGENT, 'kayaking')[0]!.memory.id).toBe(row!.id);
+    expect(fx.store.counts()).toEqual({ memories: 1, directives: 0, agents: 1 });
   });
 
   it('replaceAgent swaps one agent atomically and leaves others alone', () => {
-    store.upsertMemories([...memoriesOf(ORG, AGENT, 4, 'old'), ...memoriesOf(ORG, OTHER_AGENT, 2, 'keep')]);
-    store.replaceAgent(ORG, AGENT, memoriesOf(ORG, AGENT, 2, 'new'));
-    expect(store.hot(ORG, AGENT).map((h) => h.memory.content!.split(' ')[0])).toEqual(['new', 'new']);
-    expect(store.search(ORG, AGENT, 'old')).toEqual([]);
-    expect(store.hot(ORG, OTHER_AGENT)).toHaveLength(2);
-    expect(() => store.replaceAgent(ORG, AGENT, memoriesOf(ORG, OTHER_AGENT, 1))).toThrow(/is not of org/);
-    expect(store.hot(ORG, AGENT)).toHaveLength(2);
+    fx.store.upsertMemories([
+      ...memoriesOf(ORG, AGENT, 4, 'old'),
+      ...memoriesOf(ORG, OTHER_AGENT, 2, 'keep'),
+    ]);
+    fx.store.replaceAgent(ORG, AGENT, memoriesOf(ORG, AGENT, 2, 'new'));
+    expect(fx.store.hot(ORG, AGENT).map((h) => h.memory.content!.split(' ')[0])).toEqual(['new', 'new']);
+    expect(fx.store.search(ORG, AGENT, 'old')).toEqual([]);
+    expect(fx.store.hot(ORG, OTHER_AGENT)).toHaveLength(2);
+    expect(() => fx.store.replaceAgent(ORG, AGENT, memoriesOf(ORG, OTHER_AGENT, 1))).toThrow(/is not of org/);
+    expect(fx.store.hot(ORG, AGENT)).toHaveLength(2);
   });
 
   it('rejects invalid writes without writing anything', () => {
     const rows = memoriesOf(ORG, AGENT, 2);
-    expect(() => store.upsertMemories([rows[0]!, { ...rows[1]!, confidence: 1.5 }])).toThrow(
+    expect(() => fx.store.upsertMemories([rows[0]!, { ...rows[1]!, confidence: 1.5 }])).toThrow(
       'confidence must be in [0,1]',
     );
-    expect(() => store.upsertMemories([{ ...rows[1]!, id: 'x' }])).toThrow('id must be a UUID');
-    expect(store.counts().memories).toBe(0);
-    expect(() => store.hot(ORG, 'nope')).toThrow('agent_id must be a UUID');
+    expect(() => fx.store.upsertMemories([{ ...rows[1]!, id: 'x' }])).toThrow('id must be a UUID');
+    expect(fx.store.counts().memories).toBe(0);
+    expect(() => fx.store.hot(ORG, 'nope')).toThrow('agent_id must be a UUID');
   });
 
   it('directives round-trip, null content included', () => {
     const version = randomUUID();
-    store.setDirective({
+    fx.store.setDirective({
       org_id: ORG,
       agent_id: AGENT,
       content: 'Be kind.',
       injection_mode: 'user_prepend',
       version_id: version,
     });
-    expect(store.getDirective(ORG, AGENT)).toEqual({
+    expect(fx.store.getDirective(ORG, AGENT)).toEqual({
       v: 1,
       content: 'Be kind.',
       injection_mode: 'user_prepend',
       version_id: version,
     });
-    store.setDirective({
+    fx.store.setDirective({
       org_id: ORG,
       agent_id: AGENT,
       content: null,
       injection_mode: '',
       version_id: version,
     });
-    expect(store.getDirective(ORG, AGENT)?.content).toBeNull();
-    expect(store.getDirective(OTHER_ORG, AGENT)).toBeNull();
-    expect(store.deleteDirective(ORG, AGENT)).toBe(true);
-    expect(store.getDirective(ORG, AGENT)).toBeNull();
+    expect(fx.store.getDirective(ORG, AGENT)?.content).toBeNull();
+    expect(fx.store.getDirective(OTHER_ORG, AGENT)).toBeNull();
+    expect(fx.store.deleteDirective(ORG, AGENT)).toBe(true);
+    expect(fx.store.getDirective(ORG, AGENT)).toBeNull();
   });
 });
 
@@ -217,15 +210,15 @@ describe('embedded sources through retrieve (SPEC §4.3)', () => {
   const req = { orgId: ORG, agentId: AGENT, query: 'painting', skipHot: false, skipCold: false };
 
   it('serves directive, hot and cold with the same validation and scoping', async () => {
-    store.close();
-    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: file }));
+    fx.store.close();
+    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: fx.file }));
     try {
       expect(sources.kind).toEqual({ memory: 'embedded', directive: 'embedded' });
       // A second handle on the same file, as `ingest` would be.
-      store = EmbeddedStore.open(file);
+      fx.reopen();
       const version = randomUUID();
-      store.upsertMemories([...memoriesOf(ORG, AGENT, 6), ...memoriesOf(OTHER_ORG, AGENT, 6)]);
-      store.setDirective({
+      fx.store.upsertMemories([...memoriesOf(ORG, AGENT, 6), ...memoriesOf(OTHER_ORG, AGENT, 6)]);
+      fx.store.setDirective({
         org_id: ORG,
         agent_id: AGENT,
         content: 'Answer briefly.',
@@ -254,20 +247,15 @@ describe('embedded sources through retrieve (SPEC §4.3)', () => {
   });
 
   it('a bad stored directive is a branch error; memories are unaffected', async () => {
-    store.upsertMemories(memoriesOf(ORG, AGENT, 2));
-    store.setDirective({
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 2));
+    fx.store.setDirective({
       org_id: ORG,
       agent_id: AGENT,
       content: 'x',
       injection_mode: '',
       version_id: 'not-a-uuid',
     });
-    const sources = {
-      memory: new EmbeddedMemorySource(store),
-      directive: new EmbeddedDirectiveSource(store),
-      kind: { memory: 'embedded', directive: 'embedded' } as const,
-      close: async () => {},
-    };
+    const sources = embeddedSources(fx.store);
     const r = await retrieve(sources, req, t, new AbortController().signal);
     expect(r.directive).toBeNull();
     expect(r.branches[0]).toMatchObject({
@@ -278,13 +266,8 @@ describe('embedded sources through retrieve (SPEC §4.3)', () => {
   });
 
   it('a closed store is a branch error, never a throw', async () => {
-    const sources = {
-      memory: new EmbeddedMemorySource(store),
-      directive: new EmbeddedDirectiveSource(store),
-      kind: { memory: 'embedded', directive: 'embedded' } as const,
-      close: async () => {},
-    };
-    store.close();
+    const sources = embeddedSources(fx.store);
+    fx.store.close();
     const r = await retrieve(sources, req, t, new AbortController().signal);
     expect(r.branches.map((b) => b.status)).toEqual(['error', 'error', 'error']);
     expect(r.branches[1]!.detail).toMatch(/^embedded store unavailable/);

@@ -3,8 +3,18 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/embedded-store.js';
-import type { DirectiveSource, MemorySource, RetrievalSources } from '../../src/retrieval/retrieve.js';
+import { afterEach, beforeEach } from 'vitest';
+import { EmbeddedStore, type MemoryRow, type OpenOptions } from '../../src/retrieval/embedded-store.js';
+import {
+  type DirectiveSource,
+  type MemorySource,
+  type RetrievalRequest,
+  type RetrievalResult,
+  type RetrievalSources,
+  type RetrievalTimeouts,
+  retrieve,
+} from '../../src/retrieval/retrieve.js';
+import { EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
 
 /** A fresh directory under the OS temp dir; remove it with {@link removeTempDir}. */
 export function makeTempDir(prefix = 'ibex-retrieval-'): string {
@@ -20,6 +30,52 @@ export function tempStore(): { store: EmbeddedStore; dir: string; file: string }
   const dir = makeTempDir();
   const file = path.join(dir, 'nested', 'store.db');
   return { store: EmbeddedStore.open(file), dir, file };
+}
+
+/** What {@link useTempStore} hands a test file: the current test's store, its files, a way to reopen it. */
+export interface TempStoreFixture {
+  readonly store: EmbeddedStore;
+  readonly dir: string;
+  readonly file: string;
+  /** Closes the store and opens its file again with `opts` (e.g. another `maxMemoryChars`). */
+  reopen(opts?: OpenOptions): EmbeddedStore;
+}
+
+/**
+ * A fresh {@link tempStore} for every test of the calling file (vitest beforeEach), closed and removed
+ * after it; read it through the returned fixture, which always names the current test's store.
+ */
+export function useTempStore(): TempStoreFixture {
+  let current: { store: EmbeddedStore; dir: string; file: string } | undefined;
+  beforeEach(() => {
+    current = tempStore();
+  });
+  afterEach(() => {
+    current?.store.close();
+    if (current) removeTempDir(current.dir);
+    current = undefined;
+  });
+  const now = () => {
+    if (!current) throw new Error('useTempStore: no store outside a test');
+    return current;
+  };
+  return {
+    get store() {
+      return now().store;
+    },
+    get dir() {
+      return now().dir;
+    },
+    get file() {
+      return now().file;
+    },
+    reopen(opts) {
+      const c = now();
+      c.store.close();
+      c.store = EmbeddedStore.open(c.file, opts);
+      return c.store;
+    },
+  };
 }
 
 /** `n` memories of one org+agent, newest last, contents `"<tag> memory <i> about <topic>"`. */
@@ -59,4 +115,26 @@ export function bundle(memory: MemorySource, directive: DirectiveSource): Retrie
       await Promise.allSettled([memory.close(), directive.close()]);
     },
   };
+}
+
+/** Sources reading `store` in-process (both kinds `embedded`); closing them leaves the store open. */
+export function embeddedSources(store: EmbeddedStore): RetrievalSources {
+  return {
+    memory: new EmbeddedMemorySource(store),
+    directive: new EmbeddedDirectiveSource(store),
+    kind: { memory: 'embedded', directive: 'embedded' },
+    close: async () => {},
+  };
+}
+
+/** Branch timings no in-process read comes near: 500 ms each. */
+export const ROOMY_TIMEOUTS: RetrievalTimeouts = { wallMs: 500, directiveMs: 500, hotMs: 500, coldMs: 500 };
+
+/** `retrieve` over {@link embeddedSources} of `store`, with `t` (default {@link ROOMY_TIMEOUTS}), never aborted. */
+export function retrieveEmbedded(
+  store: EmbeddedStore,
+  req: RetrievalRequest,
+  t: RetrievalTimeouts = ROOMY_TIMEOUTS,
+): Promise<RetrievalResult> {
+  return retrieve(embeddedSources(store), req, t, new AbortController().signal);
 }

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { ftsSegments } from '../../bench/lib/fts-segments.js';
 import { run } from '../../src/cli/commands/ingest-cli.js';
 import {
   LOCOMO_MEMORY_NS,
@@ -186,16 +187,6 @@ describe('ingest into the embedded store', () => {
     }
   });
 });
-
-/** FTS5 segments of the store's index (distinct segment ids in its `_idx` shadow table). */
-function ftsSegments(file: string): number {
-  const db = new Database(file, { readonly: true });
-  try {
-    return (db.prepare('SELECT COUNT(DISTINCT segid) AS n FROM memories_fts_idx').get() as { n: number }).n;
-  } finally {
-    db.close();
-  }
-}
 
 /** The schema every store file had before `PRAGMA user_version` 2 (commit ff49bfe). */
 const SCHEMA_V0 = `

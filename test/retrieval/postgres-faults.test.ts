@@ -7,22 +7,14 @@
  * `error`, and the next reads recover on new connections.
  */
 import { randomUUID } from 'node:crypto';
-import { afterAll, beforeAll, expect, it } from 'vitest';
-import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
-import { PgStatementTimeout, PgStore } from '../../src/retrieval/postgres/pg-store.js';
+import { beforeAll, expect, it } from 'vitest';
+import { PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
+import { PgStatementTimeout } from '../../src/retrieval/postgres/pg-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
-import {
-  adminQuery,
-  describePg,
-  dropSchema,
-  PG_TEST_URL,
-  probePostgres,
-  testSchema,
-} from '../helpers/postgres.js';
-import { bundle, memoriesOf } from './fixtures.js';
+import { adminQuery, describePg, pgSources, pgTestFile, usePgStore } from '../helpers/postgres.js';
+import { memoriesOf } from './fixtures.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('faults');
+const { reachable, schema } = await pgTestFile('faults');
 const app = `ibex-test-${schema}`;
 const ORG = randomUUID();
 const AGENT = randomUUID();
@@ -56,6 +48,16 @@ async function activeStatements(): Promise<number> {
   return Number(rows[0]!.n);
 }
 
+/** Runs `fn` while every read of `memories` sleeps `seconds`, then restores the real table. */
+async function withSlowReads(seconds: number, fn: () => Promise<void>): Promise<void> {
+  await slowReads(seconds);
+  try {
+    await fn();
+  } finally {
+    await slowReads(0);
+  }
+}
+
 async function waitFor(check: () => Promise<boolean>, ms = 3000): Promise<boolean> {
   const end = Date.now() + ms;
   while (Date.now() < end) {
@@ -66,9 +68,9 @@ async function waitFor(check: () => Promise<boolean>, ms = 3000): Promise<boolea
 }
 
 describePg('PostgreSQL store faults', reachable, () => {
-  let store: PgStore;
+  const pg = usePgStore(schema, { poolMax: 4, applicationName: app });
   beforeAll(async () => {
-    store = await PgStore.open({ url: PG_TEST_URL, schema, poolMax: 4, applicationName: app });
+    const { store } = pg;
     await store.replaceAgent(ORG, AGENT, memoriesOf(ORG, AGENT, 5));
     await store.setDirective({
       org_id: ORG,
@@ -78,16 +80,11 @@ describePg('PostgreSQL store faults', reachable, () => {
       version_id: randomUUID(),
     });
   });
-  afterAll(async () => {
-    await store?.close();
-    await dropSchema(schema);
-  });
 
   it('slow database: hot branch `timeout`, the statement is cancelled, directives still answer', async () => {
-    await slowReads(2);
-    try {
+    await withSlowReads(2, async () => {
       const times = { directiveMs: 1000, hotMs: 100, coldMs: 100, wallMs: 1000 };
-      const sources = bundle(new PgMemorySource(store, times, 65_536), new PgDirectiveSource(store, times));
+      const sources = pgSources(pg.store, times);
       const r = await retrieve(
         sources,
         { orgId: ORG, agentId: AGENT, query: 'chess', skipHot: false, skipCold: false },
@@ -102,50 +99,46 @@ describePg('PostgreSQL store faults', reachable, () => {
       expect(r.directive?.content).toBe('Stay on topic.');
       // The cancel request (or statement_timeout) stops the sleeping statements well before 2 s.
       expect(await waitFor(async () => (await activeStatements()) === 0, 1500)).toBe(true);
-    } finally {
-      await slowReads(0);
-    }
-    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+    });
+    expect(await pg.store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
   });
 
   it('abort alone (statement_timeout far away) sends the cancel request: the backend stops at once', async () => {
-    await slowReads(5);
-    try {
+    await withSlowReads(5, async () => {
       const ctl = new AbortController();
       const reason = new DOMException('hot_timeout', 'TimeoutError');
       setTimeout(() => ctl.abort(reason), 50);
       const t0 = performance.now();
-      await expect(store.hot(ORG, AGENT, { timeoutMs: 10_000, signal: ctl.signal })).rejects.toBe(reason);
+      await expect(pg.store.hot(ORG, AGENT, { timeoutMs: 10_000, signal: ctl.signal })).rejects.toBe(reason);
       // Rejected when the cancelled statement ended, long before its 5 s sleep or 10 s timeout.
       expect(performance.now() - t0).toBeLessThan(4000);
       expect(await waitFor(async () => (await activeStatements()) === 0, 3000)).toBe(true);
-    } finally {
-      await slowReads(0);
-    }
-    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+    });
+    expect(await pg.store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
   });
 
   it('statement_timeout alone (no abort) ends a slow statement: PgStatementTimeout → branch `timeout`', async () => {
-    await slowReads(2);
-    try {
-      await expect(store.hot(ORG, AGENT, { timeoutMs: 80 })).rejects.toBeInstanceOf(PgStatementTimeout);
-      const source = new PgMemorySource(store, { directiveMs: 5, hotMs: 80, coldMs: 80, wallMs: 80 }, 65_536);
+    await withSlowReads(2, async () => {
+      await expect(pg.store.hot(ORG, AGENT, { timeoutMs: 80 })).rejects.toBeInstanceOf(PgStatementTimeout);
+      const source = new PgMemorySource(
+        pg.store,
+        { directiveMs: 5, hotMs: 80, coldMs: 80, wallMs: 80 },
+        65_536,
+      );
       await expect(source.hot(ORG, AGENT, new AbortController().signal)).rejects.toMatchObject({
         status: 'timeout',
         detail: 'hot_timeout',
       });
-    } finally {
-      await slowReads(0);
-    }
+    });
     // The connection that timed out keeps serving with the next read's own timeout.
-    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+    expect(await pg.store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
   });
 
   it('backends terminated mid-load: in-flight branches `error`, then reads recover', async () => {
     // Long enough that all four are surely running when the backends are terminated, even on a busy machine.
     await slowReads(2);
     const times = { directiveMs: 5000, hotMs: 5000, coldMs: 5000, wallMs: 5000 };
-    const source = new PgMemorySource(store, times, 65_536);
+    const source = new PgMemorySource(pg.store, times, 65_536);
     const inFlight = Array.from({ length: 4 }, () =>
       source.hot(ORG, AGENT, new AbortController().signal).then(
         () => 'ok',
@@ -171,6 +164,6 @@ describePg('PostgreSQL store faults', reachable, () => {
       ),
     );
     expect(statuses).toEqual(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? 5 : 1)));
-    expect(store.poolStats().total).toBeLessThanOrEqual(4);
+    expect(pg.store.poolStats().total).toBeLessThanOrEqual(4);
   });
 });

@@ -6,29 +6,20 @@
  */
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { LOCOMO_ORG_ID, readLocomo } from '../../src/locomo/dataset.js';
 import { ingestLocomo } from '../../src/locomo/ingest.js';
 import { startMemoryServer } from '../../src/memory-server/server.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
-import { PgStore } from '../../src/retrieval/postgres/pg-store.js';
 import { ROOT, runCli } from '../helpers/cli.js';
-import { describePg, dropSchema, PG_TEST_URL, probePostgres, testSchema } from '../helpers/postgres.js';
+import { describePg, PG_TEST_URL, pgTestFile, usePgStore } from '../helpers/postgres.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('ingest');
+const { reachable, schema } = await pgTestFile('ingest');
 const LOCOMO = path.resolve(ROOT, '../shared/datasets/locomo10');
 const env = { IBEX_CONTEXT_POSTGRES_SCHEMA: schema };
 
 describePg('ingest and memory-server on PostgreSQL', reachable, () => {
-  let store: PgStore;
-  beforeAll(async () => {
-    store = await PgStore.open({ url: PG_TEST_URL, schema, poolMax: 2 });
-  });
-  afterAll(async () => {
-    await store?.close();
-    await dropSchema(schema);
-  });
+  const pg = usePgStore(schema, { poolMax: 2 });
 
   it('imports LoCoMo exactly as the embedded store does, and a re-run changes nothing', async () => {
     const first = await runCli(['ingest', '--locomo', LOCOMO, '--postgres', PG_TEST_URL, '--json'], '', {
@@ -42,16 +33,16 @@ describePg('ingest and memory-server on PostgreSQL', reachable, () => {
       const expected = ingestLocomo(embedded, await readLocomo(LOCOMO), LOCOMO_ORG_ID);
       expect(summary).toEqual({ ...expected, db: `postgres:${schema}` });
       const counts = embedded.counts();
-      expect(await store.counts()).toEqual(counts);
+      expect(await pg.store.counts()).toEqual(counts);
       const again = await runCli(['ingest', '--locomo', LOCOMO, '--postgres', PG_TEST_URL, '--json'], '', {
         env,
         timeoutMs: 60_000,
       });
       expect(again.code).toBe(0);
-      expect(await store.counts()).toEqual(counts);
+      expect(await pg.store.counts()).toEqual(counts);
       // Same newest memories for an agent, in the same order.
       const agent = expected.agents[0]!.agent_id;
-      const ids = (await store.hot(LOCOMO_ORG_ID, agent, { timeoutMs: 5000 })).map((h) => h.memory.id);
+      const ids = (await pg.store.hot(LOCOMO_ORG_ID, agent, { timeoutMs: 5000 })).map((h) => h.memory.id);
       expect(ids).toEqual(embedded.hot(LOCOMO_ORG_ID, agent).map((h) => h.memory.id));
     } finally {
       embedded.close();
@@ -77,7 +68,7 @@ describePg('ingest and memory-server on PostgreSQL', reachable, () => {
       confidence: 0.7,
       created_at: at,
     });
-    await store.upsertMemories([row('the harbour festival'), row('foreign harbour note', randomUUID())]);
+    await pg.store.upsertMemories([row('the harbour festival'), row('foreign harbour note', randomUUID())]);
     type Wire = { data: { results: { memory: { content: string }; rank: number; source: string }[] } };
     const server = await startMemoryServer({ token: 't0k', postgres: { url: PG_TEST_URL, schema }, port: 0 });
     try {

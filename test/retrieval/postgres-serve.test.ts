@@ -12,10 +12,9 @@ import { type ServiceProcess, startServiceProcess } from '../../bench/lib/servic
 import { PgStore } from '../../src/retrieval/postgres/pg-store.js';
 import { memories, request, tenant } from '../e2e/harness.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
-import { describePg, dropSchema, PG_TEST_URL, probePostgres, testSchema } from '../helpers/postgres.js';
+import { describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../helpers/postgres.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('serve');
+const { reachable, schema } = await pgTestFile('serve');
 const t = tenant();
 const other = tenant();
 // Trust auth ignores the password; it is here to prove it never reaches a log line.

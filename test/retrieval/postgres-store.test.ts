@@ -7,11 +7,10 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
 import { MIGRATIONS } from '../../src/retrieval/postgres/migrations.js';
-import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
-import { PgStore } from '../../src/retrieval/postgres/pg-store.js';
+import { PgDirectiveSource } from '../../src/retrieval/postgres/pg-sources.js';
 import { indexText, toWebSearchQuery } from '../../src/retrieval/postgres/search-text.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
@@ -21,13 +20,14 @@ import {
   describePg,
   dropSchema,
   PG_TEST_URL,
-  probePostgres,
+  pgSources,
+  pgTestFile,
   testSchema,
+  usePgStore,
 } from '../helpers/postgres.js';
-import { bundle, memoriesOf } from './fixtures.js';
+import { memoriesOf } from './fixtures.js';
 
-const reachable = await probePostgres();
-const schema = testSchema('store');
+const { reachable, schema } = await pgTestFile('store');
 const ORG = randomUUID();
 const OTHER_ORG = randomUUID();
 const AGENT = randomUUID();
@@ -58,20 +58,13 @@ describe('IBEX_CONTEXT_POSTGRES_* settings', () => {
 });
 
 describePg('PostgreSQL store', reachable, () => {
-  let store: PgStore;
-  beforeAll(async () => {
-    store = await PgStore.open({ url: PG_TEST_URL, schema, poolMax: 4 });
-  });
-  afterAll(async () => {
-    await store?.close();
-    await dropSchema(schema);
-  });
+  const pg = usePgStore(schema, { poolMax: 4 });
 
   it('hot: newest first, limit 20, similarity = confidence, wire shape that validates', async () => {
     const agent = randomUUID();
     const rows = memoriesOf(ORG, agent, 25);
-    await store.replaceAgent(ORG, agent, rows);
-    const hits = await store.hot(ORG, agent, T);
+    await pg.store.replaceAgent(ORG, agent, rows);
+    const hits = await pg.store.hot(ORG, agent, T);
     expect(hits).toHaveLength(20);
     expect(hits[0]).toEqual({
       memory: {
@@ -94,17 +87,17 @@ describePg('PostgreSQL store', reachable, () => {
   });
 
   it('scoping: another org’s or agent’s memory is never returned, by hot or by search', async () => {
-    await store.upsertMemories([
+    await pg.store.upsertMemories([
       memory(randomUUID(), 'shared secret about the lighthouse', { org: OTHER_ORG }),
       memory(randomUUID(), 'shared secret about the lighthouse', { agent: OTHER_AGENT }),
       memory(randomUUID(), 'own note about the lighthouse'),
     ]);
-    const hot = await store.hot(ORG, AGENT, T);
-    const cold = await store.search(ORG, AGENT, 'lighthouse secret', T);
+    const hot = await pg.store.hot(ORG, AGENT, T);
+    const cold = await pg.store.search(ORG, AGENT, 'lighthouse secret', T);
     for (const h of [...hot, ...cold]) expect([h.memory.org_id, h.memory.agent_id]).toEqual([ORG, AGENT]);
     expect(cold.map((h) => h.memory.content)).toEqual(['own note about the lighthouse']);
     // The memory wire has no org: `null` reads the agent's memories of every org.
-    const wire = await store.search(null, OTHER_AGENT, 'lighthouse', T);
+    const wire = await pg.store.search(null, OTHER_AGENT, 'lighthouse', T);
     expect(wire.map((h) => h.memory.agent_id)).toEqual([OTHER_AGENT]);
   });
 
@@ -115,8 +108,8 @@ describePg('PostgreSQL store', reachable, () => {
     );
     rows.push(memory(randomUUID(), 'the kayak we took across the lake', { agent }));
     rows.push(memory(randomUUID(), 'the and of it was', { agent }));
-    await store.replaceAgent(ORG, agent, rows);
-    const hits = await store.search(ORG, agent, 'Where is the KAYAK on the lake?', T);
+    await pg.store.replaceAgent(ORG, agent, rows);
+    const hits = await pg.store.search(ORG, agent, 'Where is the KAYAK on the lake?', T);
     expect(hits).toHaveLength(10);
     expect(hits[0]!.memory.content).toBe('the kayak we took across the lake');
     const sims = hits.map((h) => h.similarity);
@@ -128,27 +121,27 @@ describePg('PostgreSQL store', reachable, () => {
   it('size cap: a memory longer than maxChars code points is filtered in SQL (emoji count as one)', async () => {
     const agent = randomUUID();
     const astral = '😀'.repeat(10); // 10 code points, 20 UTF-16 units
-    await store.replaceAgent(ORG, agent, [
+    await pg.store.replaceAgent(ORG, agent, [
       memory(randomUUID(), `${astral} zebra`, { agent, at: 1 }), // 16 code points
       memory(randomUUID(), `${astral} zebra!!`, { agent, at: 2 }), // 18 code points
     ]);
-    const hot = await store.hot(ORG, agent, { ...T, maxChars: 16 });
+    const hot = await pg.store.hot(ORG, agent, { ...T, maxChars: 16 });
     expect(hot.map((h) => h.memory.content)).toEqual([`${astral} zebra`]);
-    const cold = await store.search(ORG, agent, 'zebra', { ...T, maxChars: 17 });
+    const cold = await pg.store.search(ORG, agent, 'zebra', { ...T, maxChars: 17 });
     expect(cold.map((h) => h.memory.content)).toEqual([`${astral} zebra`]);
-    expect(await store.hot(ORG, agent, { ...T, maxChars: 18 })).toHaveLength(2);
+    expect(await pg.store.hot(ORG, agent, { ...T, maxChars: 18 })).toHaveLength(2);
   });
 
   it('CJK: a word inside a longer run is found, and an ASCII word glued to CJK text', async () => {
     const agent = randomUUID();
-    await store.replaceAgent(ORG, agent, [
+    await pg.store.replaceAgent(ORG, agent, [
       memory(randomUUID(), '部署脚本build-kit运行', { agent }),
       memory(randomUUID(), '東京タワーに行きました', { agent }),
       memory(randomUUID(), '脚注の本', { agent }),
       memory(randomUUID(), '나는 학교에 갑니다', { agent }),
     ]);
     const found = async (q: string) =>
-      (await store.search(ORG, agent, q, T)).map((h) => h.memory.content).sort();
+      (await pg.store.search(ORG, agent, q, T)).map((h) => h.memory.content).sort();
     expect(await found('脚本')).toEqual(['部署脚本build-kit运行']);
     expect(await found('kit')).toEqual(['部署脚本build-kit运行']);
     expect(await found('タワー')).toEqual(['東京タワーに行きました']);
@@ -158,7 +151,7 @@ describePg('PostgreSQL store', reachable, () => {
 
   it('query text is never syntax: any string searches without a database error (fast-check)', async () => {
     const agent = randomUUID();
-    await store.replaceAgent(ORG, agent, [
+    await pg.store.replaceAgent(ORG, agent, [
       memory(randomUUID(), 'or and not "quoted" -minus (paren) ! & | <->', { agent }),
     ]);
     await fc.assert(
@@ -188,14 +181,14 @@ describePg('PostgreSQL store', reachable, () => {
             .map((a) => a.join(' ')),
         ),
         async (q) => {
-          const hits = await store.search(ORG, agent, q, T);
+          const hits = await pg.store.search(ORG, agent, q, T);
           expect(hits.length).toBeLessThanOrEqual(1);
         },
       ),
       { numRuns: 150 },
     );
     expect(toWebSearchQuery('!!! ---')).toBeNull();
-    expect(await store.search(ORG, agent, '"" -- ((', T)).toEqual([]);
+    expect(await pg.store.search(ORG, agent, '"" -- ((', T)).toEqual([]);
   });
 
   it('indexText / toWebSearchQuery: bigrams for CJK runs, plain lower-case terms, or-joined', () => {
@@ -207,14 +200,14 @@ describePg('PostgreSQL store', reachable, () => {
 
   it('directives: stored envelope read back through the SPEC §4.2 rules, other org sees none', async () => {
     const version = randomUUID();
-    await store.setDirective({
+    await pg.store.setDirective({
       org_id: ORG,
       agent_id: AGENT,
       content: 'Be brief.',
       injection_mode: 'weird',
       version_id: version,
     });
-    const source = new PgDirectiveSource(store, {
+    const source = new PgDirectiveSource(pg.store, {
       directiveMs: 2000,
       hotMs: 2000,
       coldMs: 2000,
@@ -231,7 +224,7 @@ describePg('PostgreSQL store', reachable, () => {
 
   it('retrieve over the PostgreSQL sources: three successful branches, own-tenant hits only', async () => {
     const times = { directiveMs: 2000, hotMs: 2000, coldMs: 2000, wallMs: 2000 };
-    const sources = bundle(new PgMemorySource(store, times, 65_536), new PgDirectiveSource(store, times));
+    const sources = pgSources(pg.store, times);
     const r = await retrieve(
       sources,
       { orgId: ORG.toUpperCase(), agentId: AGENT, query: 'lighthouse', skipHot: false, skipCold: false },

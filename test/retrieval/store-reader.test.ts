@@ -6,19 +6,26 @@
  */
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { EmbeddedStore, type StoreHit } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
-import { createSources, EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
+import { createSources } from '../../src/retrieval/sources.js';
 import {
   MAX_BATCH,
   PooledStoreReads,
   STORE_QUEUE_BUDGET_MS,
   storeQueueLimit,
 } from '../../src/retrieval/store-reader.js';
-import { memoriesOf, memoryRow, removeTempDir, tempStore } from './fixtures.js';
+import {
+  memoriesOf,
+  memoryRow,
+  removeTempDir,
+  retrieveEmbedded,
+  tempStore,
+  useTempStore,
+} from './fixtures.js';
 
 const org = randomUUID();
 const agent = randomUUID();
@@ -124,70 +131,54 @@ describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
 
 const ORG = randomUUID();
 const AGENT = randomUUID();
-let store: EmbeddedStore;
-let dir: string;
-let file: string;
-
-beforeEach(() => {
-  ({ store, dir, file } = tempStore());
-});
-afterEach(() => {
-  store.close();
-  removeTempDir(dir);
-});
+const fx = useTempStore();
 
 /** One memory of `content` for ORG/AGENT, created at `i` minutes. */
 const memory = (content: string, i = 0) => memoryRow(ORG, AGENT, content, i);
 
 describe('caps and the read cache (issue 9.2, issue 10)', () => {
   it('a memory longer than maxMemoryChars code points comes back oversize, without its text', async () => {
-    store.close();
-    store = EmbeddedStore.open(file, { maxMemoryChars: 10 });
+    fx.store.close();
+    fx.reopen({ maxMemoryChars: 10 });
     // 10 emoji = 10 code points (20 UTF-16 units): kept; 11 = oversize.
-    store.upsertMemories([memory('😀'.repeat(10), 0), memory(`${'😀'.repeat(10)}x`, 1)]);
-    const hot = store.hot(ORG, AGENT);
+    fx.store.upsertMemories([memory('😀'.repeat(10), 0), memory(`${'😀'.repeat(10)}x`, 1)]);
+    const hot = fx.store.hot(ORG, AGENT);
     expect(hot.map((h) => [h.memory.content, h.oversize])).toEqual([
       [null, true],
       ['😀'.repeat(10), undefined],
     ]);
-    expect(store.hot(ORG, AGENT, { maxChars: 11 }).every((h) => h.oversize === undefined)).toBe(true);
-    const sources = {
-      memory: new EmbeddedMemorySource(store),
-      directive: new EmbeddedDirectiveSource(store),
-      kind: { memory: 'embedded', directive: 'embedded' } as const,
-      close: async () => {},
-    };
-    const t = { wallMs: 500, directiveMs: 500, hotMs: 500, coldMs: 500 };
-    const r = await retrieve(
-      sources,
-      { orgId: ORG, agentId: AGENT, query: '', skipHot: false, skipCold: true },
-      t,
-      new AbortController().signal,
-    );
+    expect(fx.store.hot(ORG, AGENT, { maxChars: 11 }).every((h) => h.oversize === undefined)).toBe(true);
+    const r = await retrieveEmbedded(fx.store, {
+      orgId: ORG,
+      agentId: AGENT,
+      query: '',
+      skipHot: false,
+      skipCold: true,
+    });
     expect(r.hot.map((h) => h.content)).toEqual(['😀'.repeat(10)]);
     expect(r.dropped.invalid).toBe(1);
   });
 
   it('hot and search return at most limit hits (hot 20, cold 10)', () => {
-    store.upsertMemories(Array.from({ length: 30 }, (_, i) => memory(`gardening note ${i}`, i)));
-    expect(store.hot(ORG, AGENT)).toHaveLength(20);
-    expect(store.search(ORG, AGENT, 'gardening')).toHaveLength(10);
-    expect(store.search(ORG, AGENT, 'gardening', { limit: 3 })).toHaveLength(3);
+    fx.store.upsertMemories(Array.from({ length: 30 }, (_, i) => memory(`gardening note ${i}`, i)));
+    expect(fx.store.hot(ORG, AGENT)).toHaveLength(20);
+    expect(fx.store.search(ORG, AGENT, 'gardening')).toHaveLength(10);
+    expect(fx.store.search(ORG, AGENT, 'gardening', { limit: 3 })).toHaveLength(3);
   });
 
   it('hot and directive reads are served from the cache until a write by this or another connection', () => {
-    store.upsertMemories([memory('first note', 0)]);
-    const a = store.hot(ORG, AGENT);
+    fx.store.upsertMemories([memory('first note', 0)]);
+    const a = fx.store.hot(ORG, AGENT);
     // A cache hit hands out the very same (frozen) hit objects.
-    expect(store.hot(ORG, AGENT)[0]).toBe(a[0]);
+    expect(fx.store.hot(ORG, AGENT)[0]).toBe(a[0]);
     expect(Object.isFrozen(a[0])).toBe(true);
     // Another connection (as `ingest` would be) writes: the next read sees it.
-    const writer = EmbeddedStore.open(file);
+    const writer = EmbeddedStore.open(fx.file);
     try {
       writer.upsertMemories([memory('second note', 1)]);
-      expect(store.hot(ORG, AGENT).map((h) => h.memory.content)).toEqual(['second note', 'first note']);
+      expect(fx.store.hot(ORG, AGENT).map((h) => h.memory.content)).toEqual(['second note', 'first note']);
       const version = randomUUID();
-      expect(store.getDirective(ORG, AGENT)).toBeNull();
+      expect(fx.store.getDirective(ORG, AGENT)).toBeNull();
       writer.setDirective({
         org_id: ORG,
         agent_id: AGENT,
@@ -195,28 +186,28 @@ describe('caps and the read cache (issue 9.2, issue 10)', () => {
         injection_mode: '',
         version_id: version,
       });
-      expect(store.getDirective(ORG, AGENT)?.content).toBe('v1');
+      expect(fx.store.getDirective(ORG, AGENT)?.content).toBe('v1');
     } finally {
       writer.close();
     }
     // This connection's own write.
-    store.setDirective({
+    fx.store.setDirective({
       org_id: ORG,
       agent_id: AGENT,
       content: 'v2',
       injection_mode: '',
       version_id: randomUUID(),
     });
-    expect(store.getDirective(ORG, AGENT)?.content).toBe('v2');
-    store.deleteMemories(ORG, AGENT);
-    expect(store.hot(ORG, AGENT)).toEqual([]);
+    expect(fx.store.getDirective(ORG, AGENT)?.content).toBe('v2');
+    fx.store.deleteMemories(ORG, AGENT);
+    expect(fx.store.hot(ORG, AGENT)).toEqual([]);
   });
 });
 
 describe('service sources: hot misses read in a store-read thread, then cached (issue 9.2, issue 10)', () => {
   it('a hot read is cached after its first (threaded) read and a later write is seen at once', async () => {
-    store.upsertMemories([memory('first note', 0)]);
-    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: file }));
+    fx.store.upsertMemories([memory('first note', 0)]);
+    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: fx.file }));
     try {
       const signal = new AbortController().signal;
       const first = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
@@ -225,7 +216,7 @@ describe('service sources: hot misses read in a store-read thread, then cached (
       // Served from the cache: the very same frozen hit, not a new structured clone.
       expect(again[0]).toBe(first[0]);
       expect(Object.isFrozen(again[0])).toBe(true);
-      store.upsertMemories([memory('second note', 1)]);
+      fx.store.upsertMemories([memory('second note', 1)]);
       const after = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
       expect(after.map((h) => h.memory.content)).toEqual(['second note', 'first note']);
     } finally {
@@ -236,8 +227,8 @@ describe('service sources: hot misses read in a store-read thread, then cached (
 
 describe('a cached hot answer is validated once until a write (issue 10)', () => {
   it('two retrievals share the frozen validated hits; a write, or another agent, validates anew', async () => {
-    store.upsertMemories([memory('first note', 0)]);
-    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: file }));
+    fx.store.upsertMemories([memory('first note', 0)]);
+    const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: fx.file }));
     const times = { wallMs: 1000, directiveMs: 1000, hotMs: 1000, coldMs: 1000 };
     const req = { orgId: ORG, agentId: AGENT, query: '', skipHot: false, skipCold: true };
     const signal = new AbortController().signal;
@@ -250,7 +241,7 @@ describe('a cached hot answer is validated once until a write (issue 10)', () =>
       expect(Object.isFrozen(a.hot) && Object.isFrozen(a.hot[0])).toBe(true);
       const other = await retrieve(sources, { ...req, agentId: randomUUID() }, times, signal);
       expect(other.hot).toEqual([]);
-      store.upsertMemories([memory('second note', 1)]);
+      fx.store.upsertMemories([memory('second note', 1)]);
       await retrieve(sources, req, times, signal);
       const after = await retrieve(sources, req, times, signal);
       expect(after.hot).not.toBe(a.hot);
@@ -263,21 +254,21 @@ describe('a cached hot answer is validated once until a write (issue 10)', () =>
 
 describe('ReadCache generations (a load that straddles a write is not cached)', () => {
   it('put with the generation read before a write by another connection is refused', () => {
-    store.upsertMemories([memory('before', 0)]);
-    const { hits, generation } = store.cachedHot(ORG, AGENT);
+    fx.store.upsertMemories([memory('before', 0)]);
+    const { hits, generation } = fx.store.cachedHot(ORG, AGENT);
     expect(hits).toBeUndefined();
-    const stale = store.hot(ORG, AGENT); // what a thread read before the write below
-    const writer = EmbeddedStore.open(file);
+    const stale = fx.store.hot(ORG, AGENT); // what a thread read before the write below
+    const writer = EmbeddedStore.open(fx.file);
     try {
       writer.upsertMemories([memory('after', 1)]);
     } finally {
       writer.close();
     }
     // The write is noticed (cache emptied, generation moved) before the late answer arrives…
-    expect(store.cachedHot(ORG, AGENT).generation).not.toBe(generation);
-    store.cacheHot(ORG, AGENT, stale, generation);
+    expect(fx.store.cachedHot(ORG, AGENT).generation).not.toBe(generation);
+    fx.store.cacheHot(ORG, AGENT, stale, generation);
     // …so the stale answer is not served; the next read has the write.
-    expect(store.cachedHot(ORG, AGENT).hits).toBeUndefined();
-    expect(store.hot(ORG, AGENT).map((h) => h.memory.content)).toEqual(['after', 'before']);
+    expect(fx.store.cachedHot(ORG, AGENT).hits).toBeUndefined();
+    expect(fx.store.hot(ORG, AGENT).map((h) => h.memory.content)).toEqual(['after', 'before']);
   });
 });

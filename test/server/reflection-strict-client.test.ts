@@ -7,7 +7,6 @@
  */
 
 import { createRequire } from 'node:module';
-import path from 'node:path';
 import {
   create,
   createFileRegistry,
@@ -17,17 +16,16 @@ import {
   toBinary,
 } from '@bufbuild/protobuf';
 import { type FileDescriptorProto, FileDescriptorProtoSchema } from '@bufbuild/protobuf/wkt';
-import { Client, credentials, Metadata, type ServiceDefinition } from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
+import { Client, credentials, Metadata } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { methodOf } from '../../src/client/context-client.js';
 import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import { PROTO_LOADER_OPTIONS, packageDefinition } from '../../src/server/proto.js';
+import { packageDefinition } from '../../src/server/proto.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { type ReflectionResponse, reflectOnce } from '../helpers/grpc-client.js';
 import { stubResponse } from '../helpers/stub-response.js';
 
-const require = createRequire(import.meta.url);
+const _require = createRequire(import.meta.url);
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 
@@ -35,30 +33,8 @@ let server: GrpcServer;
 let client: Client;
 const seen: ValidatedRequest[] = [];
 
-interface ReflectionResponse {
-  list_services_response?: { service: { name: string }[] } | null;
-  file_descriptor_response?: { file_descriptor_proto: Buffer[] } | null;
-  error_response?: { error_code: number; error_message: string } | null;
-}
-
 /** One request on the reflection stream; only the envelope uses proto-loader, never the descriptors. */
-function reflect(request: Record<string, unknown>): Promise<ReflectionResponse> {
-  const root = path.resolve(path.dirname(require.resolve('@grpc/reflection')), '../proto');
-  const pkg = loadSync('grpc/reflection/v1/reflection.proto', {
-    ...PROTO_LOADER_OPTIONS,
-    includeDirs: [root],
-  });
-  const m = methodOf(pkg['grpc.reflection.v1.ServerReflection'] as ServiceDefinition, 'ServerReflectionInfo');
-  return new Promise((resolve, reject) => {
-    const stream = client.makeBidiStreamRequest(m.path, m.requestSerialize, m.responseDeserialize);
-    stream.on('data', (res: ReflectionResponse) => {
-      resolve(res);
-      stream.end();
-    });
-    stream.on('error', reject);
-    stream.write(request);
-  });
-}
+const reflect = (request: Record<string, unknown>) => reflectOnce(client, request);
 
 const decode = (res: ReflectionResponse): FileDescriptorProto[] => {
   if (res.error_response) throw new Error(res.error_response.error_message);

@@ -6,18 +6,16 @@
  */
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Errors, isIbexError } from '../../src/errors.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
 import { createGrpcServer } from '../../src/server/grpc-server.js';
 import { startAdminServer } from '../../src/telemetry/admin-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
-import { memories, request, tenant } from '../e2e/harness.js';
+import { fixedPool, memories, request, tempServiceStore, tenant } from '../e2e/harness.js';
 import {
   FAULT_PREFIX,
   moved,
@@ -33,20 +31,15 @@ const TASKS = 'ibex_context_pool_tasks_total';
 
 describe('metrics on /metrics of a real admin server', () => {
   let svc: PoolFaultService;
-  let store: EmbeddedStore;
-  let dir: string;
+  let data: ReturnType<typeof tempServiceStore>;
   const t = tenant();
 
   beforeAll(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ibex-metrics-'));
-    const db = path.join(dir, 'store.db');
-    store = EmbeddedStore.open(db);
-    store.upsertMemories(memories(t.org, t.agent, 3));
+    data = tempServiceStore('ibex-metrics-');
+    data.store.upsertMemories(memories(t.org, t.agent, 3));
     svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: db,
-      IBEX_CONTEXT_POOL_MIN_THREADS: '2',
-      IBEX_CONTEXT_POOL_MAX_THREADS: '2',
-      IBEX_CONTEXT_POOL_MAX_QUEUE: '3',
+      IBEX_CONTEXT_EMBEDDED_DB: data.db,
+      ...fixedPool(2, 3),
       // The request deadline D is the server's own (800 ms), so the degraded answer at D is not raced
       // by a client-side deadline.
       IBEX_CONTEXT_TIMEOUT: '800',
@@ -54,8 +47,7 @@ describe('metrics on /metrics of a real admin server', () => {
   });
   afterAll(async () => {
     await svc?.stop();
-    store?.close();
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    data?.close();
   });
 
   it('assembly_duration_seconds counts an OK call by its level and code OK', async () => {

@@ -4,32 +4,26 @@
  * deadline has passed, never for `Infinity`, and not after `cancel()`. A call's DeadlineSet holds all its
  * deadlines on one such timer (issue 10), and its CallSignal is a listener list without an EventTarget.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { BranchRace } from '../../src/retrieval/branch-race.js';
 import { CallSignal } from '../../src/util/abort.js';
 import { armAt, DeadlineSet, monotonicNow } from '../../src/util/clock.js';
+import { useFakeClock } from '../helpers/fake-clock.js';
 
 describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
-  let now = 0;
-  const clock = () => now;
-  beforeEach(() => {
-    vi.useFakeTimers();
-    now = 1_000;
-  });
-  afterEach(() => {
-    vi.useRealTimers();
-  });
+  const fake = useFakeClock(1_000);
+  const { clock } = fake;
 
   it('a timer that fires before the deadline on the clock re-arms for the rest: never early', () => {
     const fired: number[] = [];
-    armAt(1_010.4, () => fired.push(now), { clock });
+    armAt(1_010.4, () => fired.push(fake.now), { clock });
     // The timer fires after ceil(10.4) = 11 ms of timer time, but the clock has only reached 1,009.9
     // (libuv's cached loop time lagging the clock): not yet.
-    now = 1_009.9;
+    fake.now = 1_009.9;
     vi.advanceTimersByTime(11);
     expect(fired).toEqual([]);
     expect(vi.getTimerCount()).toBe(1);
-    now = 1_010.4;
+    fake.now = 1_010.4;
     vi.advanceTimersByTime(1);
     expect(fired).toEqual([1_010.4]);
     expect(vi.getTimerCount()).toBe(0);
@@ -59,7 +53,7 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     t.cancel();
     t.cancel();
     expect(vi.getTimerCount()).toBe(0);
-    now = 2_000;
+    fake.now = 2_000;
     vi.advanceTimersByTime(10_000);
     expect(runs).toBe(0);
   });
@@ -68,10 +62,10 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     let runs = 0;
     const far = 1_000 + 3_000_000_000;
     armAt(far, () => runs++, { clock });
-    now = 1_000 + 2_147_483_647;
+    fake.now = 1_000 + 2_147_483_647;
     vi.advanceTimersByTime(2_147_483_647);
     expect(runs).toBe(0);
-    now = far;
+    fake.now = far;
     vi.advanceTimersByTime(3_000_000_000 - 2_147_483_647);
     expect(runs).toBe(1);
   });
@@ -85,11 +79,11 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     set.at(1_015, () => fired.push('hot'));
     set.at(1_044, () => fired.push('pool'));
     expect(vi.getTimerCount()).toBe(1);
-    now = 1_015;
+    fake.now = 1_015;
     vi.advanceTimersByTime(15);
     expect(fired).toEqual(['hot']);
     expect(vi.getTimerCount()).toBe(1);
-    now = 1_045;
+    fake.now = 1_045;
     vi.advanceTimersByTime(30);
     expect(fired).toEqual(['hot', 'wall', 'pool', 'D']);
     expect(vi.getTimerCount()).toBe(0);
@@ -103,11 +97,11 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     set.at(1_045, () => fired.push('D'));
     wall.cancel();
     expect(vi.getTimerCount()).toBe(1);
-    now = 1_040;
+    fake.now = 1_040;
     vi.advanceTimersByTime(40);
     // Nothing due at the wall's time: the one timer is armed at D, not at the cancelled wall.
     expect(fired).toEqual([]);
-    now = 1_045;
+    fake.now = 1_045;
     vi.advanceTimersByTime(5);
     expect(fired).toEqual(['D']);
   });
@@ -120,10 +114,10 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     const first = set.at(1_010, () => fired.push('first'));
     set.at(1_020, () => fired.push('second'));
     // The loop ran late: both are overdue when the first is cancelled.
-    now = 1_030;
+    fake.now = 1_030;
     first.cancel();
     expect(fired).toEqual(['passed']);
-    now = 1_031;
+    fake.now = 1_031;
     vi.advanceTimersByTime(1);
     expect(fired).toEqual(['passed', 'second']);
     expect(vi.getTimerCount()).toBe(0);
@@ -137,16 +131,16 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     const cold = race.run('cold', 45, () => new Promise<never>(() => {}));
     const hot = race.run('hot', 15, () => new Promise<never>(() => {}));
     expect(vi.getTimerCount()).toBe(1);
-    now = 1_015;
+    fake.now = 1_015;
     vi.advanceTimersByTime(15);
     expect((await hot).outcome).toMatchObject({ status: 'timeout', detail: 'hot_timeout' });
-    now = 1_040;
+    fake.now = 1_040;
     vi.advanceTimersByTime(25);
     expect((await cold).outcome).toMatchObject({ status: 'timeout', detail: 'outer_deadline' });
     race.finish();
     expect(vi.getTimerCount()).toBe(1);
     expect(caller.aborted).toBe(false);
-    now = 1_045;
+    fake.now = 1_045;
     vi.advanceTimersByTime(5);
     expect(caller.aborted).toBe(true);
   });

@@ -5,6 +5,7 @@
 
 import { status } from '@grpc/grpc-js';
 import {
+  CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
   deadlineSide,
@@ -12,11 +13,11 @@ import {
   numberFlag,
   statusName,
 } from '../../client/cli-options.js';
-import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
+import { createContextClient } from '../../client/context-client.js';
 import { renderTable } from '../../client/stats.js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../server/proto.js';
 import { LEVEL_HEADER } from '../../wire-headers.js';
-import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { booleanFlags, commandPrologue, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> --query <text> [options]
@@ -145,59 +146,55 @@ export function formatAssembleSummary(res: AssembleContextResponse, levelHeader:
  *   failure, 2 for bad flags.
  */
 export async function run(argv: string[]): Promise<number> {
-  let conn: ConnectionOptions;
-  let req: AssembleContextRequestInput;
-  let timeoutMs: number;
-  let json = argv.includes('--json');
-  try {
-    const values = parseClientArgs(argv, {
-      org: { type: 'string' },
-      agent: { type: 'string' },
-      model: { type: 'string' },
-      query: { type: 'string' },
-      message: { type: 'string', multiple: true },
-      session: { type: 'string' },
-      'skip-hot': { type: 'boolean' },
-      'skip-cold': { type: 'boolean' },
-      'max-memories': { type: 'string' },
-      'available-tokens': { type: 'string' },
-      timeout: { type: 'string' },
-    });
-    if (values.help) return printUsage(USAGE);
-    for (const name of ['org', 'agent', 'model'] as const) {
-      if (values[name] === undefined) throw new Error(`--${name} is required`);
-    }
-    json = values.json ?? false;
-    conn = connectionFromFlags(values);
-    timeoutMs = numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 });
-    // Range checks that the server makes (max_memories 0..100, UUIDs) are left to it, so this tool
-    // shows the service's own INVALID_ARGUMENT details.
-    req = {
-      org_id: values.org,
-      agent_id: values.agent,
-      model: values.model,
-      query: values.query ?? '',
-      session_id: values.session ?? '',
-      recent_messages: (values.message ?? []).map(parseMessageFlag),
-      available_tokens: numberFlag('available-tokens', values['available-tokens'], 0, {
-        min: 0,
-        max: 2 ** 31 - 1,
-        integer: true,
-      }),
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'assemble',
+      usage: USAGE,
       options: {
-        skip_hot_memories: values['skip-hot'] ?? false,
-        skip_cold_memories: values['skip-cold'] ?? false,
-        max_memories: numberFlag('max-memories', values['max-memories'], 0, {
-          min: -(2 ** 31),
+        ...CONNECTION_FLAGS,
+        ...stringFlags('org', 'agent', 'model', 'query'),
+        message: { type: 'string', multiple: true },
+        ...stringFlags('session', 'max-memories', 'available-tokens', 'timeout'),
+        ...booleanFlags('skip-hot', 'skip-cold'),
+      },
+    },
+    (values) => {
+      for (const name of ['org', 'agent', 'model'] as const) {
+        if (values[name] === undefined) throw new Error(`--${name} is required`);
+      }
+      const conn = connectionFromFlags(values);
+      const timeoutMs = numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 });
+      // Range checks that the server makes (max_memories 0..100, UUIDs) are left to it, so this tool
+      // shows the service's own INVALID_ARGUMENT details.
+      const req: AssembleContextRequestInput = {
+        org_id: values.org,
+        agent_id: values.agent,
+        model: values.model,
+        query: values.query ?? '',
+        session_id: values.session ?? '',
+        recent_messages: (values.message ?? []).map(parseMessageFlag),
+        available_tokens: numberFlag('available-tokens', values['available-tokens'], 0, {
+          min: 0,
           max: 2 ** 31 - 1,
           integer: true,
         }),
-      },
-    };
-  } catch (err) {
-    return flagError('assemble', err, json, USAGE);
-  }
-
+        options: {
+          skip_hot_memories: values['skip-hot'] ?? false,
+          skip_cold_memories: values['skip-cold'] ?? false,
+          max_memories: numberFlag('max-memories', values['max-memories'], 0, {
+            min: -(2 ** 31),
+            max: 2 ** 31 - 1,
+            integer: true,
+          }),
+        },
+      };
+      return { conn, timeoutMs, req };
+    },
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { conn, timeoutMs, req } = parsed.config;
   const client = createContextClient(conn);
   try {
     const started = performance.now();

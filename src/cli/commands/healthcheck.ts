@@ -6,6 +6,7 @@
 
 import { status } from '@grpc/grpc-js';
 import {
+  CONNECTION_FLAGS,
   CONNECTION_USAGE,
   connectionFromFlags,
   describeStatus,
@@ -13,7 +14,7 @@ import {
 } from '../../client/cli-options.js';
 import { type ConnectionOptions, createContextClient } from '../../client/context-client.js';
 import { DEFAULT_ADMIN_ADDR, DEFAULT_GRPC_ADDR } from '../../config/settings.js';
-import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { booleanFlags, commandPrologue, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context healthcheck [options]
@@ -83,30 +84,29 @@ async function checkAdmin(url: string, timeoutMs: number, json: boolean): Promis
  *   2 for bad flags.
  */
 export async function run(argv: string[]): Promise<number> {
-  let conn: ConnectionOptions;
-  let service: string;
-  let timeoutMs: number;
-  let json = argv.includes('--json');
-  try {
-    const values = parseClientArgs(argv, {
-      service: { type: 'string' },
-      timeout: { type: 'string' },
-      local: { type: 'boolean' },
-    });
-    if (values.help) return printUsage(USAGE);
-    json = values.json ?? false;
-    service = values.service ?? '';
-    timeoutMs = numberFlag('timeout', values.timeout, 2000, { min: 1, max: 600_000 });
-    if (values.local) {
-      const target = localTarget();
-      if (target.kind === 'admin') return await checkAdmin(target.url, timeoutMs, json);
-      conn = { addr: target.addr, ...(target.tls ? { tls: { skipVerify: true } } : {}) };
-    } else {
-      conn = connectionFromFlags(values);
-    }
-  } catch (err) {
-    return flagError('healthcheck', err, json, USAGE);
-  }
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'healthcheck',
+      usage: USAGE,
+      options: {
+        ...CONNECTION_FLAGS,
+        ...stringFlags('service', 'timeout'),
+        ...booleanFlags('local'),
+      },
+    },
+    (values) => ({
+      service: values.service ?? '',
+      timeoutMs: numberFlag('timeout', values.timeout, 2000, { min: 1, max: 600_000 }),
+      target: values.local ? localTarget() : connectionFromFlags(values),
+    }),
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { service, timeoutMs, target } = parsed.config;
+  if ('kind' in target && target.kind === 'admin') return checkAdmin(target.url, timeoutMs, json);
+  const conn: ConnectionOptions =
+    'kind' in target ? { addr: target.addr, ...(target.tls ? { tls: { skipVerify: true } } : {}) } : target;
   const client = createContextClient(conn);
   try {
     // waitForReady is left off: an unreachable server must fail fast, not wait out the deadline.

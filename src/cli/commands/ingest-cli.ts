@@ -2,14 +2,13 @@
  * `ibex-context ingest`: the command line around {@link ingestLocomo} (issue 13): flags, a progress line on
  * a terminal, a short table of what was written (or one JSON object with `--json`).
  */
-import { parseArgs } from 'node:util';
 import { renderTable } from '../../client/stats.js';
-import { loadSettings } from '../../config/settings.js';
 import { LOCOMO_ORG_ID, readLocomo } from '../../locomo/dataset.js';
 import { type IngestSummary, ingestLocomo } from '../../locomo/ingest.js';
 import { EmbeddedStore } from '../../retrieval/embedded-store.js';
 import type { PgStore } from '../../retrieval/postgres/pg-store.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
+import { commandPrologue, progressLine, STORE_FLAGS, storeFromFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
 const USAGE = `usage: ibex-context ingest --locomo <dir|file> [options]
@@ -42,52 +41,26 @@ export function formatIngestSummary(summary: IngestSummary): string {
  *   stderr, or `{"error"}` on stdout with `--json`).
  */
 export async function run(argv: string[]): Promise<number> {
-  let locomo: string;
-  let db: string;
-  let org: string;
-  let postgres: { url: string; schema: string } | null = null;
-  let json = argv.includes('--json');
-  try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      options: {
-        locomo: { type: 'string' },
-        db: { type: 'string' },
-        postgres: { type: 'string' },
-        org: { type: 'string' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-    });
-    if (values.help) {
-      process.stdout.write(`${USAGE}\n`);
-      return 0;
-    }
-    json = values.json ?? false;
-    if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
-    locomo = values.locomo;
-    const orgId = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
-    if (orgId === null) throw new Error('--org must be a UUID');
-    org = orgId;
-    if (values.postgres !== undefined && values.db !== undefined) throw new Error('give --db or --postgres');
-    if (values.postgres !== undefined && !/^postgres(ql)?:\/\/\S+$/.test(values.postgres.trim()))
-      throw new Error('--postgres must be a postgres:// URL');
-    // Only the store settings are read from the environment, so unrelated settings cannot block an import.
-    const env = loadSettings({
-      IBEX_CONTEXT_EMBEDDED_DB: process.env.IBEX_CONTEXT_EMBEDDED_DB,
-      IBEX_CONTEXT_POSTGRES_URL: values.postgres ?? process.env.IBEX_CONTEXT_POSTGRES_URL,
-      IBEX_CONTEXT_POSTGRES_SCHEMA: process.env.IBEX_CONTEXT_POSTGRES_SCHEMA,
-    });
-    db = values.db ?? env.embeddedDb;
-    if (values.db === undefined && env.postgres.url !== '')
-      postgres = { url: env.postgres.url, schema: env.postgres.schema };
-  } catch (err) {
-    printCommandError('ingest', (err as Error).message, json);
-    if (!json) process.stderr.write(`${USAGE}\n`);
-    return 2;
-  }
-  const tty = process.stderr.isTTY === true;
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'ingest',
+      usage: USAGE,
+      options: { ...STORE_FLAGS, locomo: { type: 'string' }, org: { type: 'string' } },
+    },
+    (values) => {
+      if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
+      const org = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
+      if (org === null) throw new Error('--org must be a UUID');
+      if (values.postgres !== undefined && values.db !== undefined)
+        throw new Error('give --db or --postgres');
+      return { locomo: values.locomo, org, ...storeFromFlags(values) };
+    },
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { locomo, org, db, postgres } = parsed.config;
+  const progress = progressLine();
   if (postgres !== null) return ingestPostgres(locomo, postgres, org, json);
   let store: EmbeddedStore | undefined;
   try {
@@ -97,16 +70,16 @@ export async function run(argv: string[]): Promise<number> {
       store,
       conversations,
       org,
-      tty
+      progress.tty
         ? (done, total, memories) =>
-            process.stderr.write(`\r\x1b[2Kingest ${done}/${total} conversations, ${memories} memories`)
+            progress.draw(`ingest ${done}/${total} conversations, ${memories} memories`)
         : undefined,
     );
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
     return 0;
   } catch (err) {
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     printCommandError('ingest', (err as Error).message, json);
     return 1;
   } finally {

@@ -5,13 +5,19 @@
  */
 
 import { budgetMix, mixedSource, probeCandidateTokens } from '../../client/budget-mix.js';
-import { CONNECTION_USAGE, connectionFromFlags, numberFlag, probeService } from '../../client/cli-options.js';
+import {
+  CONNECTION_FLAGS,
+  CONNECTION_USAGE,
+  connectionFromFlags,
+  numberFlag,
+} from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
 import { type RequestSource, syntheticSource } from '../../client/request-source.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { booleanFlags, commandPrologue, progressLine, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
+import { unreachableExit } from '../reachability.js';
 
 const USAGE = `usage: ibex-context load [options]
 
@@ -44,62 +50,67 @@ Errors are counted by gRPC code; DEADLINE_EXCEEDED is split into "(client --time
  *   service cannot be reached or the request source cannot be read.
  */
 export async function run(argv: string[]): Promise<number> {
-  let opts: LoadOptions;
-  let json = argv.includes('--json');
-  let locomo: { dir: string; org: string | undefined } | undefined;
-  let seed: number;
-  let constrained: number;
-  try {
-    const values = parseClientArgs(argv, {
-      connections: { type: 'string', short: 'c' },
-      duration: { type: 'string', short: 'd' },
-      rate: { type: 'string', short: 'R' },
-      pipelining: { type: 'string', short: 'p' },
-      'max-requests': { type: 'string', short: 'a' },
-      warmup: { type: 'string' },
-      timeout: { type: 'string' },
-      'connect-timeout': { type: 'string' },
-      locomo: { type: 'string' },
-      org: { type: 'string' },
-      seed: { type: 'string' },
-      constrained: { type: 'string' },
-      transport: { type: 'string' },
-      verify: { type: 'boolean' },
-    });
-    if (values.help) return printUsage(USAGE);
-    json = values.json ?? false;
-    seed = numberFlag('seed', values.seed, 1, { integer: true });
-    const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
-    constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
-    const transport = values.transport ?? 'h2';
-    if (transport !== 'h2' && transport !== 'grpc-js')
-      throw new Error(`--transport must be h2 or grpc-js, got '${transport}'`);
-    opts = {
-      ...connectionFromFlags(values),
-      connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
-      durationS: numberFlag('duration', values.duration, 10, { min: 0.001, max: 86_400 }),
-      pipelining: numberFlag('pipelining', values.pipelining, 1, { min: 1, max: 10_000, integer: true }),
-      warmupS: numberFlag('warmup', values.warmup, 0, { min: 0, max: 3600 }),
-      timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
-      connectTimeoutMs: numberFlag('connect-timeout', values['connect-timeout'], 5000, {
-        min: 1,
-        max: 600_000,
-      }),
-      transport,
-      verify: values.verify ?? false,
-    };
-    if (rate > 0) opts.rate = rate;
-    if (values['max-requests'] !== undefined) {
-      opts.maxRequests = numberFlag('max-requests', values['max-requests'], 0, { min: 1, integer: true });
-    }
-    if (values.org !== undefined && values.locomo === undefined)
-      throw new Error('--org only applies with --locomo');
-    const org = values.org === undefined ? undefined : canonicalUuid(values.org);
-    if (org === null) throw new Error('--org must be a UUID');
-    if (values.locomo !== undefined) locomo = { dir: values.locomo, org };
-  } catch (err) {
-    return flagError('load', err, json, USAGE);
-  }
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'load',
+      usage: USAGE,
+      options: {
+        ...CONNECTION_FLAGS,
+        connections: { type: 'string', short: 'c' },
+        duration: { type: 'string', short: 'd' },
+        rate: { type: 'string', short: 'R' },
+        pipelining: { type: 'string', short: 'p' },
+        'max-requests': { type: 'string', short: 'a' },
+        ...stringFlags(
+          'warmup',
+          'timeout',
+          'connect-timeout',
+          'locomo',
+          'org',
+          'seed',
+          'constrained',
+          'transport',
+        ),
+        ...booleanFlags('verify'),
+      },
+    },
+    (values) => {
+      const seed = numberFlag('seed', values.seed, 1, { integer: true });
+      const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
+      const constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
+      const transport = values.transport ?? 'h2';
+      if (transport !== 'h2' && transport !== 'grpc-js')
+        throw new Error(`--transport must be h2 or grpc-js, got '${transport}'`);
+      const opts: LoadOptions = {
+        ...connectionFromFlags(values),
+        connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
+        durationS: numberFlag('duration', values.duration, 10, { min: 0.001, max: 86_400 }),
+        pipelining: numberFlag('pipelining', values.pipelining, 1, { min: 1, max: 10_000, integer: true }),
+        warmupS: numberFlag('warmup', values.warmup, 0, { min: 0, max: 3600 }),
+        timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
+        connectTimeoutMs: numberFlag('connect-timeout', values['connect-timeout'], 5000, {
+          min: 1,
+          max: 600_000,
+        }),
+        transport,
+        verify: values.verify ?? false,
+      };
+      if (rate > 0) opts.rate = rate;
+      if (values['max-requests'] !== undefined) {
+        opts.maxRequests = numberFlag('max-requests', values['max-requests'], 0, { min: 1, integer: true });
+      }
+      if (values.org !== undefined && values.locomo === undefined)
+        throw new Error('--org only applies with --locomo');
+      const org = values.org === undefined ? undefined : canonicalUuid(values.org);
+      if (org === null) throw new Error('--org must be a UUID');
+      const locomo = values.locomo === undefined ? undefined : { dir: values.locomo, org };
+      return { opts, seed, constrained, locomo };
+    },
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { opts, seed, constrained, locomo } = parsed.config;
 
   let source: RequestSource;
   try {
@@ -115,11 +126,8 @@ export async function run(argv: string[]): Promise<number> {
     return 1;
   }
   // A refused connection is known at once: say so in a line instead of waiting out --connect-timeout.
-  const unreachable = await probeService(opts, Math.min(1000, opts.connectTimeoutMs!));
-  if (unreachable !== null) {
-    printCommandError('load', unreachable, json, { target: opts.addr });
-    return 1;
-  }
+  const unreachable = await unreachableExit('load', opts, json, Math.min(1000, opts.connectTimeoutMs!));
+  if (unreachable !== null) return unreachable;
   if (constrained > 0) {
     try {
       // The probe is a few unconstrained calls per agent, before the run (and before any warmup).
@@ -133,13 +141,13 @@ export async function run(argv: string[]): Promise<number> {
   }
   opts.source = source;
 
-  const tty = process.stderr.isTTY === true;
+  const progress = progressLine();
   const controller = new AbortController();
   // The first Ctrl-C ends the run early and still prints the report of what was measured.
   const onSigint = () => controller.abort();
   process.once('SIGINT', onSigint);
   opts.signal = controller.signal;
-  if (tty) {
+  if (progress.tty) {
     process.stderr.write(
       `${describeRun({
         target: opts.addr,
@@ -153,15 +161,15 @@ export async function run(argv: string[]): Promise<number> {
         source: source.name,
       })}\n`,
     );
-    opts.onProgress = (p) => process.stderr.write(`\r\x1b[2K${formatProgress(p)}`);
+    opts.onProgress = (p) => progress.draw(formatProgress(p));
   }
   try {
     const report = await runLoad(opts);
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatLoadReport(report)}\n`);
     return 0;
   } catch (err) {
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     printCommandError('load', (err as Error).message, json, { target: opts.addr });
     return 1;
   } finally {

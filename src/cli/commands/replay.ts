@@ -7,15 +7,21 @@
 
 import { CapabilityCatalog } from '../../budget/catalog.js';
 import { budgetMix, probeCandidateTokens } from '../../client/budget-mix.js';
-import { CONNECTION_USAGE, connectionFromFlags, numberFlag, probeService } from '../../client/cli-options.js';
+import {
+  CONNECTION_FLAGS,
+  CONNECTION_USAGE,
+  connectionFromFlags,
+  numberFlag,
+} from '../../client/cli-options.js';
 import { locomoRequests } from '../../client/locomo-requests.js';
 import { type ReplayOptions, type ReplayReport, runReplay } from '../../client/replay.js';
 import { renderTable } from '../../client/stats.js';
 import { catalogFileSetting } from '../../config/settings.js';
 import { readLocomo } from '../../locomo/dataset.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
-import { flagError, parseClientArgs, printUsage } from '../client-args.js';
+import { commandPrologue, progressLine, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
+import { unreachableExit } from '../reachability.js';
 
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 
@@ -106,60 +112,53 @@ export function formatReplayReport(r: ReplayReport): string {
  *   an unreachable service; 2 for bad flags.
  */
 export async function run(argv: string[]): Promise<number> {
-  let opts: Omit<ReplayOptions, 'conversations'>;
-  let dir: string;
-  let json = argv.includes('--json');
-  let constrained = 0;
-  let seed = 1;
-  try {
-    const values = parseClientArgs(argv, {
-      locomo: { type: 'string' },
-      concurrency: { type: 'string' },
-      rate: { type: 'string', short: 'R' },
-      constrained: { type: 'string' },
-      seed: { type: 'string' },
-      retries: { type: 'string' },
-      limit: { type: 'string' },
-      timeout: { type: 'string' },
-      org: { type: 'string' },
-      catalog: { type: 'string' },
-    });
-    if (values.help) return printUsage(USAGE);
-    if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
-    dir = values.locomo;
-    json = values.json ?? false;
-    opts = {
-      ...connectionFromFlags(values),
-      rate: numberFlag('rate', values.rate, 100, { min: 0, max: 100_000 }),
-      timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
-      catalog: CapabilityCatalog.load(values.catalog ?? catalogFileSetting()),
-    };
-    opts.concurrency = numberFlag('concurrency', values.concurrency, opts.rate ? 16 : 4, {
-      min: 1,
-      max: 1024,
-      integer: true,
-    });
-    opts.retries = numberFlag('retries', values.retries, 0, { min: 0, max: 10, integer: true });
-    constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
-    seed = numberFlag('seed', values.seed, 1, { integer: true });
-    if (values.limit !== undefined) {
-      opts.limit = numberFlag('limit', values.limit, 0, { min: 1, integer: true });
-    }
-    if (values.org !== undefined) {
-      const org = canonicalUuid(values.org);
-      if (org === null) throw new Error('--org must be a UUID');
-      opts.orgId = org;
-    }
-  } catch (err) {
-    return flagError('replay', err, json, USAGE);
-  }
-  const unreachable = await probeService(opts);
-  if (unreachable !== null) {
-    printCommandError('replay', unreachable, json, { target: opts.addr });
-    return 1;
-  }
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'replay',
+      usage: USAGE,
+      options: {
+        ...CONNECTION_FLAGS,
+        ...stringFlags('locomo', 'concurrency'),
+        rate: { type: 'string', short: 'R' },
+        ...stringFlags('constrained', 'seed', 'retries', 'limit', 'timeout', 'org', 'catalog'),
+      },
+    },
+    (values) => {
+      if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
+      const rate = numberFlag('rate', values.rate, 100, { min: 0, max: 100_000 });
+      const opts: Omit<ReplayOptions, 'conversations'> = {
+        ...connectionFromFlags(values),
+        rate,
+        timeoutMs: numberFlag('timeout', values.timeout, 1000, { min: 1, max: 3_600_000 }),
+        catalog: CapabilityCatalog.load(values.catalog ?? catalogFileSetting()),
+        concurrency: numberFlag('concurrency', values.concurrency, rate ? 16 : 4, {
+          min: 1,
+          max: 1024,
+          integer: true,
+        }),
+        retries: numberFlag('retries', values.retries, 0, { min: 0, max: 10, integer: true }),
+      };
+      const constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
+      const seed = numberFlag('seed', values.seed, 1, { integer: true });
+      if (values.limit !== undefined) {
+        opts.limit = numberFlag('limit', values.limit, 0, { min: 1, integer: true });
+      }
+      if (values.org !== undefined) {
+        const org = canonicalUuid(values.org);
+        if (org === null) throw new Error('--org must be a UUID');
+        opts.orgId = org;
+      }
+      return { opts, dir: values.locomo, constrained, seed };
+    },
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { opts, dir, constrained, seed } = parsed.config;
+  const unreachable = await unreachableExit('replay', opts, json);
+  if (unreachable !== null) return unreachable;
 
-  const tty = process.stderr.isTTY === true;
+  const progress = progressLine();
   const controller = new AbortController();
   const onSigint = () => controller.abort();
   process.once('SIGINT', onSigint);
@@ -175,16 +174,16 @@ export async function run(argv: string[]): Promise<number> {
       ...opts,
       conversations,
       signal: controller.signal,
-      onProgress: tty
+      onProgress: progress.tty
         ? (done, total) => {
             const now = Date.now();
             if (now - lastDraw < 200 && done < total) return;
             lastDraw = now;
-            process.stderr.write(`\r\x1b[2Kreplay ${done}/${total}`);
+            progress.draw(`replay ${done}/${total}`);
           }
         : undefined,
     });
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     process.stdout.write(json ? `${JSON.stringify(report)}\n` : `${formatReplayReport(report)}\n`);
     const errorCount = Object.values(report.errors).reduce((s, n) => s + n, 0);
     if (report.calls === 0) process.stderr.write('ibex-context replay: no turns to replay\n');
@@ -192,7 +191,7 @@ export async function run(argv: string[]): Promise<number> {
     if (warning !== null) process.stderr.write(`ibex-context replay: ${warning}\n`);
     return errorCount === 0 && report.invariant_violations === 0 && report.calls > 0 ? 0 : 1;
   } catch (err) {
-    if (tty) process.stderr.write('\r\x1b[2K');
+    progress.clear();
     printCommandError('replay', (err as Error).message, json);
     return 1;
   } finally {

@@ -19,7 +19,7 @@
 import pg from 'pg';
 import { Errors } from '../../errors.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
-import { checkMemory, toHit, uuidArg } from '../store-rows.js';
+import { checkMemory, type MemoryDbRow as StoreDbRow, toHit, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { insertMemories, upsertDirective } from './pg-writes.js';
@@ -55,16 +55,8 @@ export interface PgReadOptions {
   maxChars?: number;
 }
 
-interface MemoryDbRow {
-  id: string;
-  org_id: string;
-  agent_id: string;
-  content: string;
-  category: string;
-  confidence: number;
-  created_at: Date;
-  score?: number;
-}
+/** A `memories` row as `pg` returns it: the embedded store's row, with `created_at` a Date. */
+type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
 
 /** A read the store abandoned because its statement ran past `statement_timeout`. */
 export class PgStatementTimeout extends Error {
