@@ -14,6 +14,7 @@
 import { Errors } from '../errors.js';
 import { compareCodePoints } from '../format/code-point-order.js';
 import { monotonicNow } from '../util/clock.js';
+import { sortIndices } from './index-sort.js';
 import { DeadlineReached, knapsack } from './knapsack.js';
 import { DEFAULT_SEARCH_NODE_LIMIT, improveBySearch } from './search.js';
 import { greedy, improve, refill, repair, selectedScore, selectedTokens } from './steps.js';
@@ -105,20 +106,7 @@ export function canonicalOrder(ids: readonly string[], scores: Float64Array): In
     const c = compareCodePoints(ids[a]!, ids[b]!);
     return c !== 0 ? c < 0 : a < b;
   };
-  if (n <= 64) {
-    // Insertion sort: for the usual few dozen candidates it beats Array#sort's call overhead.
-    for (let i = 1; i < n; i++) {
-      const x = order[i]!;
-      let j = i - 1;
-      while (j >= 0 && before(x, order[j]!)) {
-        order[j + 1] = order[j]!;
-        j--;
-      }
-      order[j + 1] = x;
-    }
-    return order;
-  }
-  return order.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
+  return sortIndices(order, before, 64);
 }
 
 /**

@@ -10,6 +10,7 @@
  * so the never-below-ADR-0069 rule holds by construction.
  */
 import { monotonicNow } from '../util/clock.js';
+import { sortIndices } from './index-sort.js';
 
 /**
  * Default node limit of {@link improveBySearch}. A node costs ~80 ns (n = 120), so the worst case adds
@@ -194,22 +195,10 @@ export function improveBySearch(
 
 /** Sorts `idx` in place by score per token descending, then tokens ascending. */
 function efficiencyOrder(idx: Int32Array, tokens: Int32Array, values: Float64Array): Int32Array {
-  const m = idx.length;
   // a before b iff v_a/t_a > v_b/t_b (cross-multiplied: no division), or equal and t_a < t_b.
   const before = (a: number, b: number): boolean => {
     const d = values[a]! * tokens[b]! - values[b]! * tokens[a]!;
     return d !== 0 ? d > 0 : tokens[a]! < tokens[b]!;
   };
-  if (m > 128) return idx.sort((a, b) => (before(a, b) ? -1 : before(b, a) ? 1 : 0));
-  // Insertion sort: for the usual few dozen candidates it beats a comparator sort's call overhead.
-  for (let i = 1; i < m; i++) {
-    const x = idx[i]!;
-    let j = i - 1;
-    while (j >= 0 && before(x, idx[j]!)) {
-      idx[j + 1] = idx[j]!;
-      j--;
-    }
-    idx[j + 1] = x;
-  }
-  return idx;
+  return sortIndices(idx, before, 128);
 }

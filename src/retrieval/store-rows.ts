@@ -82,15 +82,8 @@ export interface OpenOptions {
 /** Default of {@link OpenOptions.maxMemoryChars} (SPEC §3 `IBEX_CONTEXT_MAX_MEMORY_CHARS`). */
 export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
 
-export interface MemoryDbRow {
-  id: string;
-  org_id: string;
-  agent_id: string;
-  content: string | null;
-  category: string;
-  confidence: number;
-  created_at: number;
-}
+/** A memory as a read returns it: a {@link MemoryRow} whose content is `null` when over the read's cap. */
+export type MemoryDbRow = Omit<MemoryRow, 'content'> & { content: string | null };
 
 export function uuidArg(field: string, value: string): string {
   const id = canonicalUuid(value);

@@ -121,6 +121,13 @@ function span(r: ProtoReader): [number, number] {
   return [start, start + length];
 }
 
+/** A reader over the embedded message at `[start, end)` of `buf`, bounded by `end`. */
+function nested(buf: Uint8Array, [start, end]: [number, number]): ProtoReader {
+  const sub = Reader.create(buf.subarray(0, end));
+  sub.pos = start;
+  return sub;
+}
+
 function stringField(r: ProtoReader, buf: Uint8Array, cap = Number.POSITIVE_INFINITY): WireString {
   const [start, end] = span(r);
   const bytes = end - start;
@@ -183,10 +190,8 @@ function decodePrincipal(r: ProtoReader, buf: Uint8Array, end: number): Principa
     const name = PRINCIPAL_STRINGS[field];
     if (name && wireType === 2) (p as unknown as Record<string, string>)[name] = fullString(r, buf);
     else if ((field === 8 || field === 9) && wireType === 2) {
-      const [start, stop] = span(r);
-      const sub = Reader.create(buf.subarray(0, stop));
-      sub.pos = start;
-      p[field === 8 ? 'issued_at' : 'expires_at'] = decodeTimestamp(sub, stop);
+      const at = span(r);
+      p[field === 8 ? 'issued_at' : 'expires_at'] = decodeTimestamp(nested(buf, at), at[1]);
     } else if (field === 13 && wireType === 0) p.permissions = r.int64().toString();
     else r.skipType(wireType);
   }
@@ -244,6 +249,30 @@ function readMessage(
 }
 
 /**
+ * Request string fields decoded only up to a byte cap, by field number: longer ones come back with
+ * `text: null` (see {@link WireString}).
+ */
+const CAPPED_STRINGS: Record<number, readonly ['agent_id' | 'org_id' | 'query' | 'model', number]> = {
+  1: ['agent_id', MAX_DECODED_ID_BYTES],
+  2: ['org_id', MAX_DECODED_ID_BYTES],
+  // Beyond 4 × 8192 bytes the query is over its limit whatever it holds: not decoded.
+  4: ['query', LIMITS.queryChars * MAX_UTF8_BYTES_PER_CODE_POINT],
+  5: ['model', MAX_DECODED_ID_BYTES],
+};
+
+/** Request string fields decoded whole, by field number. */
+const REQUEST_STRINGS: Record<
+  number,
+  'session_id' | 'directive_version_id' | 'request_id' | 'trace_id' | 'span_id'
+> = {
+  3: 'session_id',
+  6: 'directive_version_id',
+  10: 'request_id',
+  11: 'trace_id',
+  12: 'span_id',
+};
+
+/**
  * The AssembleContext method's `requestDeserialize`: decodes the routing fields of the raw request and
  * keeps history as byte spans (see the module comment). Never throws: bytes that are not a request, or
  * that carry more than {@link MAX_REQUEST_FIELDS} fields, come back with `refused` set, which the handler
@@ -267,64 +296,35 @@ export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
       else if (wireType !== 2 || field < 1 || field > 13) r.skipType(wireType);
       else {
         seen.add(field);
-        switch (field) {
-          case 1:
-            out.agent_id = stringField(r, buf, MAX_DECODED_ID_BYTES);
-            break;
-          case 2:
-            out.org_id = stringField(r, buf, MAX_DECODED_ID_BYTES);
-            break;
-          case 3:
-            out.session_id = fullString(r, buf);
-            break;
-          case 4:
-            // Beyond 4 × 8192 bytes the query is over its limit whatever it holds: not decoded.
-            out.query = stringField(r, buf, LIMITS.queryChars * MAX_UTF8_BYTES_PER_CODE_POINT);
-            break;
-          case 5:
-            out.model = stringField(r, buf, MAX_DECODED_ID_BYTES);
-            break;
-          case 6:
-            out.directive_version_id = fullString(r, buf);
-            break;
-          case 8: {
-            const [start, end] = span(r);
-            if (out.messageCount === LIMITS.recentMessages) {
-              // The 101st: the count is decided, and walking on would cost in proportion to the rest.
+        const capped = CAPPED_STRINGS[field];
+        const text = REQUEST_STRINGS[field];
+        if (capped) out[capped[0]] = stringField(r, buf, capped[1]);
+        else if (text) out[text] = fullString(r, buf);
+        else
+          switch (field) {
+            case 8: {
+              const at = span(r);
+              if (out.messageCount === LIMITS.recentMessages) {
+                // The 101st: the count is decided, and walking on would cost in proportion to the rest.
+                out.messageCount++;
+                out.stoppedEarly = [1, 2, 4, 5].some((f) => !seen.has(f));
+                return out;
+              }
+              readMessage(nested(buf, at), buf, at[1], out.messageCount, out);
               out.messageCount++;
-              out.stoppedEarly = [1, 2, 4, 5].some((f) => !seen.has(f));
-              return out;
+              break;
             }
-            const sub = Reader.create(buf.subarray(0, end));
-            sub.pos = start;
-            readMessage(sub, buf, end, out.messageCount, out);
-            out.messageCount++;
-            break;
+            case 9: {
+              const at = span(r);
+              decodeOptions(nested(buf, at), at[1], out);
+              break;
+            }
+            case 13: {
+              const at = span(r);
+              out.principal_context = decodePrincipal(nested(buf, at), buf, at[1]);
+              break;
+            }
           }
-          case 9: {
-            const [start, end] = span(r);
-            const sub = Reader.create(buf.subarray(0, end));
-            sub.pos = start;
-            decodeOptions(sub, end, out);
-            break;
-          }
-          case 10:
-            out.request_id = fullString(r, buf);
-            break;
-          case 11:
-            out.trace_id = fullString(r, buf);
-            break;
-          case 12:
-            out.span_id = fullString(r, buf);
-            break;
-          case 13: {
-            const [start, end] = span(r);
-            const sub = Reader.create(buf.subarray(0, end));
-            sub.pos = start;
-            out.principal_context = decodePrincipal(sub, buf, end);
-            break;
-          }
-        }
       }
     }
   } catch (err) {
