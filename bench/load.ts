@@ -27,17 +27,12 @@ import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
 import {
-  type BenchFlagValues,
-  benchOptions,
   machineInfo,
   parseInteger,
   parseList,
   parseNumber,
   runBenchMain,
-  SERVICE_LOAD_FLAGS,
-  SERVICE_LOAD_USAGE,
-  type ServiceLoadOptions,
-  serviceLoadOptions,
+  serviceLoadBenchOptions,
 } from './lib/bench-run.js';
 import { type H2loadResult, hasH2load, runH2load } from './lib/h2load.js';
 import { benchLoadData } from './lib/load-data.js';
@@ -58,11 +53,9 @@ const USAGE = `usage: npm run bench:load -- [options]
   --h2load                after the steps, drive the first rate with h2load (nghttp2-client) too and report both
   --threads <n>           pool threads of the service (default: the service's own default)
   --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
-  --p99-target <ms>       latency target of the summary line (default 20)
-${SERVICE_LOAD_USAGE}
-  --out <dir>             where load.json and load.svg go (default bench/results)`;
+  --p99-target <ms>       latency target of the summary line (default 20)`;
 
-interface Options extends ServiceLoadOptions {
+interface Options {
   steps: number[];
   stepSeconds: number;
   rampSeconds: number;
@@ -77,28 +70,10 @@ interface Options extends ServiceLoadOptions {
 }
 
 const FLAGS = {
-  ...SERVICE_LOAD_FLAGS,
   ...stringFlags('steps', 'step-seconds', 'ramp-seconds', 'warmup-seconds', 'constrained', 'seed'),
   ...stringFlags('transport', 'threads', 'cpu-prof', 'p99-target'),
   ...booleanFlags('h2load'),
 } as const;
-
-function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
-  return {
-    ...serviceLoadOptions(values),
-    steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
-    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
-    rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
-    constrained: shareOf(values.constrained ?? '0.5'),
-    seed: parseInteger('--seed', values.seed ?? '1'),
-    transport: transportOf(values.transport ?? 'h2'),
-    h2load: values.h2load ?? false,
-    threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
-    cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
-    p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
-  };
-}
 
 function shareOf(v: string): number {
   const n = parseNumber('--constrained', v, true);
@@ -112,7 +87,24 @@ function transportOf(v: string): 'h2' | 'grpc-js' {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
+  const opts = serviceLoadBenchOptions(argv, {
+    usage: USAGE,
+    outUsage: '  --out <dir>             where load.json and load.svg go (default bench/results)',
+    options: FLAGS,
+    configure: (values): Options => ({
+      steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
+      stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+      rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
+      warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
+      constrained: shareOf(values.constrained ?? '0.5'),
+      seed: parseInteger('--seed', values.seed ?? '1'),
+      transport: transportOf(values.transport ?? 'h2'),
+      h2load: values.h2load ?? false,
+      threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
+      cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
+      p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
+    }),
+  });
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };

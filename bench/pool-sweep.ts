@@ -19,17 +19,12 @@ import { pathToFileURL } from 'node:url';
 import { stringFlags } from '../src/cli/command-args.js';
 import { medianOfSorted } from '../src/client/stats.js';
 import {
-  type BenchFlagValues,
-  benchOptions,
   machineInfo,
   parseInteger,
   parseList,
   parseNumber,
   runBenchMain,
-  SERVICE_LOAD_FLAGS,
-  SERVICE_LOAD_USAGE,
-  type ServiceLoadOptions,
-  serviceLoadOptions,
+  serviceLoadBenchOptions,
 } from './lib/bench-run.js';
 import { benchLoadData } from './lib/load-data.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
@@ -44,11 +39,9 @@ const USAGE = `usage: npm run bench:pool-sweep -- [options]
   --threads <n1,n2,…>     pool sizes, one fresh service each (default 1,2,3,4)
   --repeats <n>           runs per (threads, rate) cell (default 3)
   --seconds <s>           measured seconds per run (default 10)
-  --warmup-seconds <s>    unrecorded load at the same rate before each run (default 3)
-${SERVICE_LOAD_USAGE}
-  --out <dir>             where the results go (default bench/results)`;
+  --warmup-seconds <s>    unrecorded load at the same rate before each run (default 3)`;
 
-interface Options extends ServiceLoadOptions {
+interface Options {
   rates: number[];
   threads: number[];
   repeats: number;
@@ -140,24 +133,21 @@ export function recommend(grid: readonly GridCell[]): Recommendation {
   return { threads: atLowest[0]!.threads, max_rate_p99_20ms: null };
 }
 
-const FLAGS = {
-  ...SERVICE_LOAD_FLAGS,
-  ...stringFlags('rates', 'threads', 'repeats', 'seconds', 'warmup-seconds'),
-} as const;
-
-function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
-  return {
-    ...serviceLoadOptions(values),
-    rates: parseList('--rates', values.rates ?? '50,100,200,400'),
-    threads: parseList('--threads', values.threads ?? '1,2,3,4'),
-    repeats: parseInteger('--repeats', values.repeats ?? '3'),
-    seconds: parseNumber('--seconds', values.seconds ?? '10'),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
-  };
-}
+const FLAGS = stringFlags('rates', 'threads', 'repeats', 'seconds', 'warmup-seconds');
 
 async function main(argv: string[]): Promise<number> {
-  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
+  const opts = serviceLoadBenchOptions(argv, {
+    usage: USAGE,
+    outUsage: '  --out <dir>             where the results go (default bench/results)',
+    options: FLAGS,
+    configure: (values): Options => ({
+      rates: parseList('--rates', values.rates ?? '50,100,200,400'),
+      threads: parseList('--threads', values.threads ?? '1,2,3,4'),
+      repeats: parseInteger('--repeats', values.repeats ?? '3'),
+      seconds: parseNumber('--seconds', values.seconds ?? '10'),
+      warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
+    }),
+  });
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-pool-sweep-', opts.locomo);
   console.error(

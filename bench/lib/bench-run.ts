@@ -107,13 +107,13 @@ export function benchOptions<const O extends Flags, T>(
 }
 
 /** Flags of the benches that run a service child under measured load steps (`load`, `pool-sweep`). */
-export const SERVICE_LOAD_FLAGS = {
+const SERVICE_LOAD_FLAGS = {
   ...stringFlags('locomo', 'connections', 'timeout', 'out'),
   'service-env': { type: 'string', multiple: true },
 } as const;
 
 /** Usage lines of {@link SERVICE_LOAD_FLAGS} but `--out` (whose text names the bench's files). */
-export const SERVICE_LOAD_USAGE = [
+const SERVICE_LOAD_USAGE = [
   '  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)',
   '  --connections <n>       gRPC channels of the driver (default 10)',
   '  --timeout <ms>          per-call gRPC deadline of the client (default 1000)',
@@ -138,7 +138,7 @@ export interface ServiceLoadOptions {
  * Resolves {@link SERVICE_LOAD_FLAGS}.
  * @throws Error naming the flag.
  */
-export function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>): ServiceLoadOptions {
+function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>): ServiceLoadOptions {
   return {
     locomo: values.locomo,
     connections: parseInteger('--connections', values.connections ?? '10'),
@@ -146,6 +146,35 @@ export function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_F
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
     out: path.resolve(values.out ?? projectPath('bench/results')),
   };
+}
+
+/** A service-load bench's own part of {@link serviceLoadBenchOptions}. */
+export interface ServiceLoadBench<O extends Flags, T> {
+  /** Usage up to the bench's own flags; {@link SERVICE_LOAD_USAGE} follows it. */
+  usage: string;
+  /** The `--out` usage line, last (its text names the bench's files). */
+  outUsage: string;
+  /** The bench's own flags, besides {@link SERVICE_LOAD_FLAGS}. */
+  options: O;
+  /** Resolves the bench's own flags; throws an Error naming the flag. */
+  configure: (values: BenchFlagValues<O>) => T;
+}
+
+/**
+ * {@link benchOptions} for the benches that run a service child under measured load steps (`load`,
+ * `pool-sweep`): their own flags plus {@link SERVICE_LOAD_FLAGS}, resolved by {@link serviceLoadOptions}
+ * beside what `configure` makes of the rest.
+ * @returns the options, or the exit code when the bench must stop (as {@link benchOptions}).
+ */
+export function serviceLoadBenchOptions<const O extends Flags, T>(
+  argv: string[],
+  bench: ServiceLoadBench<O, T>,
+): (ServiceLoadOptions & T) | number {
+  const usage = `${bench.usage}\n${SERVICE_LOAD_USAGE}\n${bench.outUsage}`;
+  return benchOptions(argv, usage, { ...SERVICE_LOAD_FLAGS, ...bench.options }, (values) => ({
+    ...serviceLoadOptions(values as BenchFlagValues<typeof SERVICE_LOAD_FLAGS>),
+    ...bench.configure(values as BenchFlagValues<O>),
+  }));
 }
 
 /**

@@ -35,6 +35,15 @@ export interface LineChart {
   height?: number;
 }
 
+/** One series' mark over the faceted `line` data at (x, y); `enter` holds the mark's own channels. */
+function seriesMark(type: 'line' | 'symbol', enter: vega.EncodeEntry): vega.Mark {
+  return {
+    type,
+    from: { data: 'line' },
+    encode: { enter: { x: { scale: 'x', field: 'x' }, y: { scale: 'y', field: 'y' }, ...enter } },
+  };
+}
+
 /** The Vega spec of a chart (exported for tests and for tweaking by hand). */
 export function lineChartSpec(chart: LineChart): vega.Spec {
   const floor = chart.yFloor ?? 0.01;
@@ -123,32 +132,16 @@ export function lineChartSpec(chart: LineChart): vega.Spec {
         type: 'group',
         from: { facet: { name: 'line', data: 'points', groupby: ['series', 'order', 'dashed'] } },
         marks: [
-          {
-            type: 'line',
-            from: { data: 'line' },
-            encode: {
-              enter: {
-                x: { scale: 'x', field: 'x' },
-                y: { scale: 'y', field: 'y' },
-                stroke: { scale: 'color', field: 'series' },
-                strokeWidth: { value: 2 },
-                strokeDash: { signal: 'datum.dashed ? [6, 4] : [1, 0]' },
-              },
-            },
-          },
-          {
-            type: 'symbol',
-            from: { data: 'line' },
-            encode: {
-              enter: {
-                x: { scale: 'x', field: 'x' },
-                y: { scale: 'y', field: 'y' },
-                fill: { scale: 'color', field: 'series' },
-                size: { signal: 'datum.dashed ? 0 : 36' },
-                tooltip: { signal: "datum.series + ': ' + format(datum.y, '.3~g')" },
-              },
-            },
-          },
+          seriesMark('line', {
+            stroke: { scale: 'color', field: 'series' },
+            strokeWidth: { value: 2 },
+            strokeDash: { signal: 'datum.dashed ? [6, 4] : [1, 0]' },
+          }),
+          seriesMark('symbol', {
+            fill: { scale: 'color', field: 'series' },
+            size: { signal: 'datum.dashed ? 0 : 36' },
+            tooltip: { signal: "datum.series + ': ' + format(datum.y, '.3~g')" },
+          }),
         ],
       },
     ],

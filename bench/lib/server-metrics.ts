@@ -158,6 +158,24 @@ export interface ServerStepStats {
   machine_busy_cores: number | null;
 }
 
+/**
+ * How much counter `name` grew from `a` to `b` per value of `label` (values seen in `b`), leaving out
+ * values that did not grow: e.g. pool tasks by outcome.
+ */
+function countersByLabel(
+  a: PromSamples,
+  b: PromSamples,
+  name: string,
+  label: string,
+): Record<string, number> {
+  const grown: Record<string, number> = {};
+  for (const value of labelValues(b, name, label)) {
+    const n = sumOf(b, name, { [label]: value }) - sumOf(a, name, { [label]: value });
+    if (n > 0) grown[value] = n;
+  }
+  return grown;
+}
+
 /** {@link ServerStepStats} between `a` and `b`. */
 export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats {
   const windowS = Math.max(1e-9, (b.at - a.at) / 1000);
@@ -166,13 +184,7 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
   const runSumS =
     sumOf(b.samples, 'ibex_context_pool_run_seconds_sum') -
     sumOf(a.samples, 'ibex_context_pool_run_seconds_sum');
-  const pool_tasks: Record<string, number> = {};
-  for (const outcome of labelValues(b.samples, 'ibex_context_pool_tasks_total', 'outcome')) {
-    const n =
-      sumOf(b.samples, 'ibex_context_pool_tasks_total', { outcome }) -
-      sumOf(a.samples, 'ibex_context_pool_tasks_total', { outcome });
-    if (n > 0) pool_tasks[outcome] = n;
-  }
+  const pool_tasks = countersByLabel(a.samples, b.samples, 'ibex_context_pool_tasks_total', 'outcome');
   const branches: ServerStepStats['branches'] = {};
   for (const branch of labelValues(b.samples, 'ibex_context_branch_duration_seconds_count', 'branch')) {
     const h = histogramDelta(a.samples, b.samples, 'ibex_context_branch_duration_seconds', { branch });
@@ -182,13 +194,7 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
       sumOf(m, 'ibex_context_branch_outcomes_total', { branch, status: 'skipped' });
     branches[branch] = { ...h, not_success: outcomes(b.samples) - outcomes(a.samples) };
   }
-  const degraded_reasons: Record<string, number> = {};
-  for (const reason of labelValues(b.samples, 'ibex_context_degraded_total', 'reason')) {
-    const n =
-      sumOf(b.samples, 'ibex_context_degraded_total', { reason }) -
-      sumOf(a.samples, 'ibex_context_degraded_total', { reason });
-    if (n > 0) degraded_reasons[reason] = n;
-  }
+  const degraded_reasons = countersByLabel(a.samples, b.samples, 'ibex_context_degraded_total', 'reason');
   const eld = (q: string) =>
     round3(sumOf(b.samples, 'ibex_context_event_loop_delay_seconds', { quantile: q }) * 1000);
   let cpu_cores: ServerStepStats['cpu_cores'] = null;
