@@ -101,6 +101,28 @@ async function isSettled(p: Promise<unknown>): Promise<boolean> {
   return done;
 }
 
+/**
+ * Runs `run` on the fake clock, waits (real time) until `ready` holds (the calls it must outlast are in
+ * flight), and asserts it settles exactly `atMs` after it started: not at `atMs − 1`, and at `atMs`.
+ * @returns what the retrieval resolved with.
+ */
+async function settlesAt(
+  atMs: number,
+  run: () => ReturnType<typeof retrieve>,
+  ready: () => boolean,
+  what: string,
+): ReturnType<typeof retrieve> {
+  const started = performance.now();
+  const p = run();
+  await until(ready, what);
+  await vi.advanceTimersByTimeAsync(atMs - 1);
+  expect(await isSettled(p)).toBe(false);
+  await vi.advanceTimersByTimeAsync(1);
+  const r = await p;
+  expect(performance.now() - started).toBe(atMs);
+  return r;
+}
+
 beforeAll(async () => {
   ({ store, dir } = tempStore());
   store.upsertMemories(memoriesOf(ORG, AGENT, 8));
@@ -166,14 +188,12 @@ describe('retrieve over the memory HTTP wire (SPEC §4, §4.1)', () => {
     const t: RetrievalTimeouts = { wallMs: 1000, directiveMs: 1000, hotMs: 30, coldMs: 1000 };
     fakeClock();
     const { sources: s, settled } = tracked();
-    const started = performance.now();
-    const p = retrieve(s, req(), t, never());
-    await until(() => settled.has('cold') && server.stats.hot > 0, 'cold answered, hot received');
-    await vi.advanceTimersByTimeAsync(29);
-    expect(await isSettled(p)).toBe(false);
-    await vi.advanceTimersByTimeAsync(1);
-    const r = await p;
-    expect(performance.now() - started).toBe(30);
+    const r = await settlesAt(
+      30,
+      () => retrieve(s, req(), t, never()),
+      () => settled.has('cold') && server.stats.hot > 0,
+      'cold answered, hot received',
+    );
     expect(r.branches[1]).toMatchObject({ name: 'hot', status: 'timeout', detail: 'hot_timeout' });
     expect(r.branches[1]!.latency_ms).toBe(30);
     expect(r.hot).toEqual([]);
@@ -187,15 +207,13 @@ describe('retrieve over the memory HTTP wire (SPEC §4, §4.1)', () => {
     const before = server.stats.search;
     fakeClock();
     const { sources: s, settled } = tracked();
-    const started = performance.now();
-    const p = retrieve(s, req(), t, never());
-    await until(() => settled.has('hot') && server.stats.search > before, 'hot answered, search received');
-    await vi.advanceTimersByTimeAsync(59);
-    expect(await isSettled(p)).toBe(false);
-    await vi.advanceTimersByTimeAsync(1);
-    const r = await p;
     // At the wall exactly, not at the server's 400 ms.
-    expect(performance.now() - started).toBe(60);
+    const r = await settlesAt(
+      60,
+      () => retrieve(s, req(), t, never()),
+      () => settled.has('hot') && server.stats.search > before,
+      'hot answered, search received',
+    );
     expect(r.branches[2]).toMatchObject({ name: 'cold', status: 'timeout', detail: 'outer_deadline' });
     expect(r.branches[2]!.latency_ms).toBe(60);
     expect(r.branches[1]).toMatchObject({ name: 'hot', status: 'success' });
@@ -209,17 +227,12 @@ describe('retrieve over the memory HTTP wire (SPEC §4, §4.1)', () => {
     fakeClock();
     for (let i = 0; i < 5; i++) {
       const before = { ...server.stats };
-      const started = performance.now();
-      const p = retrieve(sources(), req(), t, never());
-      await until(
+      const r = await settlesAt(
+        40,
+        () => retrieve(sources(), req(), t, never()),
         () => server.stats.hot > before.hot && server.stats.search > before.search,
         'both requests received',
       );
-      await vi.advanceTimersByTimeAsync(39);
-      expect(await isSettled(p)).toBe(false);
-      await vi.advanceTimersByTimeAsync(1);
-      const r = await p;
-      expect(performance.now() - started).toBe(40);
       // hot's own 15 ms timeout fires first; cold's 45 ms is beyond the 40 ms wall.
       expect(r.branches[1]).toMatchObject({ status: 'timeout', detail: 'hot_timeout', latency_ms: 15 });
       expect(r.branches[2]).toMatchObject({ status: 'timeout', detail: 'outer_deadline', latency_ms: 40 });
