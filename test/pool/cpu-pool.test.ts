@@ -95,6 +95,21 @@ async function rejection(p: Promise<unknown>): Promise<{ err: IbexError; at: num
   throw new Error('expected a rejection');
 }
 
+/** {@link rejection} of `pool.run(input)`, with how many of `pool`'s tasks were running when it came. */
+async function runRejection(
+  pool: CpuPool,
+  input: CpuTaskInput,
+): Promise<{ err: IbexError; at: number; running: number }> {
+  let running = -1;
+  const { err, at } = await rejection(
+    pool.run(input).catch((e: unknown) => {
+      running = pool.stats().running;
+      throw e;
+    }),
+  );
+  return { err, at, running };
+}
+
 const sameMembers = (a: number[], b: number[]) => expect([...a].sort()).toEqual([...b].sort());
 
 describe('CpuPool on the real worker', () => {
@@ -192,13 +207,7 @@ describe('CpuPool with the fault-injecting worker', () => {
     const long = [1, 2].map(() => pool.run(withFault(typical(), { fault: 'sleep', sleepMs: 300 })));
     const queued = typical(30, 40);
     const deadline = queued.deadline;
-    let runningAtWithdrawal = -1;
-    const { err, at } = await rejection(
-      pool.run(queued).catch((e: unknown) => {
-        runningAtWithdrawal = pool.stats().running;
-        throw e;
-      }),
-    );
+    const { err, at, running: runningAtWithdrawal } = await runRejection(pool, queued);
     expect(isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')).toBe(true);
     // Withdrawn by the deadline — never before it (the pool re-checks the clock) — and not when a thread
     // freed up: both long tasks were still running. (Upper real-clock bounds flake on a loaded machine.)
@@ -236,13 +245,7 @@ describe('CpuPool with the fault-injecting worker', () => {
     const abandonedBefore = pool.stats().abandoned;
     const input = withFault(typical(30, 30), { fault: 'sleep', sleepMs: 200 });
     const deadline = input.deadline;
-    let runningAtAnswer = -1;
-    const { err, at } = await rejection(
-      pool.run(input).catch((e: unknown) => {
-        runningAtAnswer = pool.stats().running;
-        throw e;
-      }),
-    );
+    const { err, at, running: runningAtAnswer } = await runRejection(pool, input);
     expect(err.code).toBe('IBEX_ERR_POOL_DEADLINE');
     // At the deadline, never before it; "not when the task ended" is the task still running then.
     expect(at).toBeGreaterThanOrEqual(deadline - 0.5);
