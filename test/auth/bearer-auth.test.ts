@@ -101,18 +101,24 @@ const request = (
   model: 'gpt-4o',
   ...extra,
 });
+/** A harness started before the enclosing describe block's tests and stopped after them. */
+function harnessFor(withTokens: boolean): () => Harness {
+  let h: Harness | undefined;
+  beforeAll(async () => {
+    h = await start(withTokens);
+  });
+  afterAll(async () => {
+    await h?.stop();
+  });
+  return () => h!;
+}
+
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
 describe('bearer tokens over gRPC', () => {
-  let h: Harness;
-  beforeAll(async () => {
-    h = await start(true);
-  });
-  afterAll(async () => {
-    await h.stop();
-  });
+  const h = harnessFor(true);
   beforeEach(() => {
-    h.seen.length = 0;
+    h().seen.length = 0;
   });
 
   it.each([
@@ -123,48 +129,48 @@ describe('bearer tokens over gRPC', () => {
     ['for a token and more', { authorization: `Bearer ${TOKEN_A} extra` }, UNAUTHENTICATED_DETAILS.malformed],
     ['for a token without scheme', { authorization: TOKEN_A }, UNAUTHENTICATED_DETAILS.malformed],
   ])('answers UNAUTHENTICATED %s, before the pipeline runs', async (_, metadata, details) => {
-    const out = await h.client.assemble(request(), metadata ? { metadata } : {});
+    const out = await h().client.assemble(request(), metadata ? { metadata } : {});
     expect(out.status.code).toBe(status.UNAUTHENTICATED);
     expect(out.status.details).toBe(details);
-    expect(h.seen).toEqual([]);
+    expect(h().seen).toEqual([]);
   });
 
   it('answers OK for a token acting for its own org (any case, any scheme case) and hides the token from the pipeline', async () => {
-    const out = await h.client.assemble(request(), { metadata: bearer(TOKEN_A) });
+    const out = await h().client.assemble(request(), { metadata: bearer(TOKEN_A) });
     expect(out.status.code).toBe(status.OK);
     expect(out.response?.assembled_context).toBe(`org=${ORG_A}`);
-    const upper = await h.client.assemble(request(ORG_A.toUpperCase()), {
+    const upper = await h().client.assemble(request(ORG_A.toUpperCase()), {
       metadata: { authorization: `bearer   ${TOKEN_A}` },
     });
     expect(upper.status.code).toBe(status.OK);
     expect(upper.response?.assembled_context).toBe(`org=${ORG_A}`);
-    expect(h.seen.length).toBe(2);
-    for (const keys of h.seen) expect(keys).not.toContain('authorization');
+    expect(h().seen.length).toBe(2);
+    for (const keys of h().seen) expect(keys).not.toContain('authorization');
   });
 
   it('answers PERMISSION_DENIED for a valid token acting for another org', async () => {
-    const out = await h.client.assemble(request(ORG_B), { metadata: bearer(TOKEN_A) });
+    const out = await h().client.assemble(request(ORG_B), { metadata: bearer(TOKEN_A) });
     expect(out.status.code).toBe(status.PERMISSION_DENIED);
     expect(out.status.details).toBe(`caller 'proxy-a' may not act for org_id ${ORG_B}`);
-    expect(h.seen).toEqual([]);
+    expect(h().seen).toEqual([]);
   });
 
   it('lets a "*" token act for every org', async () => {
     for (const org of [ORG_A, ORG_B]) {
-      const out = await h.client.assemble(request(org), { metadata: bearer(TOKEN_ANY) });
+      const out = await h().client.assemble(request(org), { metadata: bearer(TOKEN_ANY) });
       expect(out.status.code).toBe(status.OK);
       expect(out.response?.assembled_context).toBe(`org=${org}`);
     }
   });
 
   it('validates before authorizing: a bad org_id with a valid token is INVALID_ARGUMENT', async () => {
-    const out = await h.client.assemble(request('not-a-uuid'), { metadata: bearer(TOKEN_A) });
+    const out = await h().client.assemble(request('not-a-uuid'), { metadata: bearer(TOKEN_A) });
     expect(out.status.code).toBe(status.INVALID_ARGUMENT);
     expect(out.status.details).toBe('org_id must be a UUID');
   });
 
   it('checks principal_context against the request when a token is used', async () => {
-    const out = await h.client.assemble(
+    const out = await h().client.assemble(
       request(ORG_A, { principal_context: { org_id: ORG_B, agent_id: AGENT } }),
       {
         metadata: bearer(TOKEN_ANY),
@@ -175,23 +181,23 @@ describe('bearer tokens over gRPC', () => {
   });
 
   it('protects every ContextAssemblyService method and reflection, but not health', async () => {
-    expect((await h.client.searchMemories({ org_id: ORG_A })).status.code).toBe(status.UNAUTHENTICATED);
+    expect((await h().client.searchMemories({ org_id: ORG_A })).status.code).toBe(status.UNAUTHENTICATED);
     expect(
-      (await h.client.searchMemories({ org_id: ORG_A }, { metadata: bearer(TOKEN_A) })).status.code,
+      (await h().client.searchMemories({ org_id: ORG_A }, { metadata: bearer(TOKEN_A) })).status.code,
     ).toBe(status.UNIMPLEMENTED);
-    expect((await h.client.recordMemoryFeedback({})).status.code).toBe(status.UNAUTHENTICATED);
-    await expect(h.client.listServices()).rejects.toMatchObject({ code: status.UNAUTHENTICATED });
-    const health = await h.client.healthCheck('');
+    expect((await h().client.recordMemoryFeedback({})).status.code).toBe(status.UNAUTHENTICATED);
+    await expect(h().client.listServices()).rejects.toMatchObject({ code: status.UNAUTHENTICATED });
+    const health = await h().client.healthCheck('');
     expect(health.status.code).toBe(status.OK);
     expect(health.response?.status).toBe('SERVING');
   });
 
   it('never writes a token to the log, even when the pipeline logs the metadata', async () => {
-    await h.client.assemble(request(), { metadata: bearer(TOKEN_A) });
-    await h.client.assemble(request(ORG_B), { metadata: bearer(TOKEN_A) });
-    await h.client.assemble(request(), { metadata: bearer(WRONG) });
-    await h.client.assemble(request(), { metadata: { authorization: `Basic ${TOKEN_ANY}` } });
-    const text = h.logText();
+    await h().client.assemble(request(), { metadata: bearer(TOKEN_A) });
+    await h().client.assemble(request(ORG_B), { metadata: bearer(TOKEN_A) });
+    await h().client.assemble(request(), { metadata: bearer(WRONG) });
+    await h().client.assemble(request(), { metadata: { authorization: `Basic ${TOKEN_ANY}` } });
+    const text = h().logText();
     expect(text).toContain('"msg":"pipeline saw"');
     expect(text).toContain('"msg":"caller not authenticated"');
     expect(text).toContain('"reason":"invalid"');
@@ -200,38 +206,32 @@ describe('bearer tokens over gRPC', () => {
 });
 
 describe('principal_context without authentication configured', () => {
-  let h: Harness;
-  beforeAll(async () => {
-    h = await start(false);
-  });
-  afterAll(async () => {
-    await h.stop();
-  });
+  const h = harnessFor(false);
 
   it('answers PERMISSION_DENIED when its org_id or agent_id differs from the request', async () => {
-    const orgMismatch = await h.client.assemble(
+    const orgMismatch = await h().client.assemble(
       request(ORG_A, { principal_context: { org_id: ORG_B, agent_id: AGENT } }),
     );
     expect(orgMismatch.status.code).toBe(status.PERMISSION_DENIED);
     expect(orgMismatch.status.details).toBe('principal_context.org_id does not match org_id');
-    const agentMismatch = await h.client.assemble(
+    const agentMismatch = await h().client.assemble(
       request(ORG_A, { principal_context: { org_id: ORG_A, agent_id: OTHER_AGENT } }),
     );
     expect(agentMismatch.status.code).toBe(status.PERMISSION_DENIED);
     expect(agentMismatch.status.details).toBe('principal_context.agent_id does not match agent_id');
-    const empty = await h.client.assemble(request(ORG_A, { principal_context: {} }));
+    const empty = await h().client.assemble(request(ORG_A, { principal_context: {} }));
     expect(empty.status.code).toBe(status.PERMISSION_DENIED);
     expect(empty.status.details).toBe('principal_context.org_id does not match org_id');
   });
 
   it('answers OK when it matches (case and surrounding space ignored), or is absent', async () => {
-    const matching = await h.client.assemble(
+    const matching = await h().client.assemble(
       request(ORG_A, {
         principal_context: { org_id: ` ${ORG_A.toUpperCase()} `, agent_id: AGENT.toUpperCase() },
       }),
     );
     expect(matching.status.code).toBe(status.OK);
-    expect((await h.client.assemble(request(ORG_B))).status.code).toBe(status.OK);
+    expect((await h().client.assemble(request(ORG_B))).status.code).toBe(status.OK);
   });
 });
 
