@@ -83,26 +83,28 @@ describe('wire isolation on the embedded store (issue 9)', () => {
     expect(out.status.details).toBe('recent_messages exceeds 100 items');
   });
 
-  it('30 × 32,768 emoji history (3.9 MB) is OK with exact history_tokens', async () => {
-    const content = '😀'.repeat(32_768);
-    const recent = Array.from({ length: 30 }, () => ({ role: 'user', content }));
+  /**
+   * The heavy org's `count` user messages of 32,768 × `char` beside the quiet caller: answered OK with
+   * history_tokens exact (each line `user: ` + 32,768 code points, joined by `\n` (SPEC §5), chars_div_4).
+   */
+  const maxHistory = async (count: number, char: string, deadlineMs: number) => {
+    const content = char.repeat(32_768);
+    const recent = Array.from({ length: count }, () => ({ role: 'user', content }));
     const out = await withQuietCaller(svc.client, quietRequest, () =>
-      svc.client.assemble(request(heavy, { recent_messages: recent }), { deadlineMs: 10_000 }),
+      svc.client.assemble(request(heavy, { recent_messages: recent }), { deadlineMs }),
     );
     expect(out.status.code).toBe(status.OK);
-    // Each line `user: ` + 32,768 code points, joined by `\n` (SPEC §5), chars_div_4.
-    expect(out.response!.history_tokens).toBe(Math.ceil((30 * (6 + 32_768) + 29) / 4));
+    expect(out.response!.history_tokens).toBe(Math.ceil((count * (6 + 32_768) + count - 1) / 4));
+    return out;
+  };
+
+  it('30 × 32,768 emoji history (3.9 MB) is OK with exact history_tokens', async () => {
+    const out = await maxHistory(30, '😀', 10_000);
     expect(out.response!.tokens_used).toBe(estimateTokens(out.response!.assembled_context, 'chars_div_4'));
   });
 
   it('100 × 32,768 CJK history (≈ 9.8 MB) is accepted by the transport and answered OK', async () => {
-    const content = '绿'.repeat(32_768);
-    const recent = Array.from({ length: 100 }, () => ({ role: 'user', content }));
-    const out = await withQuietCaller(svc.client, quietRequest, () =>
-      svc.client.assemble(request(heavy, { recent_messages: recent }), { deadlineMs: 15_000 }),
-    );
-    expect(out.status.code).toBe(status.OK);
-    expect(out.response!.history_tokens).toBe(Math.ceil((100 * (6 + 32_768) + 99) / 4));
+    const out = await maxHistory(100, '绿', 15_000);
     // History does not fit beside the fixed parts: nothing is packed and history is not trimmed (SPEC §6).
     expect(out.response!.memories_included).toBe(0);
     expect(out.response!.assembled_context.split('\n').filter((l) => l.startsWith('user: '))).toHaveLength(
