@@ -27,6 +27,7 @@ import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
 import {
+  type BenchFlagValues,
   machineInfo,
   parseInteger,
   parseList,
@@ -53,7 +54,8 @@ const USAGE = `usage: npm run bench:load -- [options]
   --h2load                after the steps, drive the first rate with h2load (nghttp2-client) too and report both
   --threads <n>           pool threads of the service (default: the service's own default)
   --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
-  --p99-target <ms>       latency target of the summary line (default 20)`;
+  --p99-target <ms>       latency target of the summary line (default 20)
+  --out <dir>             where load.json and load.svg go (default bench/results)`;
 
 interface Options {
   steps: number[];
@@ -75,6 +77,22 @@ const FLAGS = {
   ...booleanFlags('h2load'),
 } as const;
 
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
+  return {
+    steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
+    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+    rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
+    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
+    constrained: shareOf(values.constrained ?? '0.5'),
+    seed: parseInteger('--seed', values.seed ?? '1'),
+    transport: transportOf(values.transport ?? 'h2'),
+    h2load: values.h2load ?? false,
+    threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
+    cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
+    p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
+  };
+}
+
 function shareOf(v: string): number {
   const n = parseNumber('--constrained', v, true);
   if (n > 1) throw new Error(`--constrained must be in 0..1, got '${v}'`);
@@ -87,24 +105,7 @@ function transportOf(v: string): 'h2' | 'grpc-js' {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = serviceLoadBenchOptions(argv, {
-    usage: USAGE,
-    outUsage: '  --out <dir>             where load.json and load.svg go (default bench/results)',
-    options: FLAGS,
-    configure: (values): Options => ({
-      steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
-      stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
-      rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
-      warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
-      constrained: shareOf(values.constrained ?? '0.5'),
-      seed: parseInteger('--seed', values.seed ?? '1'),
-      transport: transportOf(values.transport ?? 'h2'),
-      h2load: values.h2load ?? false,
-      threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
-      cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
-      p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
-    }),
-  });
+  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };

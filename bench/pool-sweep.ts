@@ -19,6 +19,7 @@ import { pathToFileURL } from 'node:url';
 import { stringFlags } from '../src/cli/command-args.js';
 import { medianOfSorted } from '../src/client/stats.js';
 import {
+  type BenchFlagValues,
   machineInfo,
   parseInteger,
   parseList,
@@ -39,7 +40,8 @@ const USAGE = `usage: npm run bench:pool-sweep -- [options]
   --threads <n1,n2,…>     pool sizes, one fresh service each (default 1,2,3,4)
   --repeats <n>           runs per (threads, rate) cell (default 3)
   --seconds <s>           measured seconds per run (default 10)
-  --warmup-seconds <s>    unrecorded load at the same rate before each run (default 3)`;
+  --warmup-seconds <s>    unrecorded load at the same rate before each run (default 3)
+  --out <dir>             where the results go (default bench/results)`;
 
 interface Options {
   rates: number[];
@@ -135,19 +137,18 @@ export function recommend(grid: readonly GridCell[]): Recommendation {
 
 const FLAGS = stringFlags('rates', 'threads', 'repeats', 'seconds', 'warmup-seconds');
 
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
+  return {
+    rates: parseList('--rates', values.rates ?? '50,100,200,400'),
+    threads: parseList('--threads', values.threads ?? '1,2,3,4'),
+    repeats: parseInteger('--repeats', values.repeats ?? '3'),
+    seconds: parseNumber('--seconds', values.seconds ?? '10'),
+    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
+  };
+}
+
 async function main(argv: string[]): Promise<number> {
-  const opts = serviceLoadBenchOptions(argv, {
-    usage: USAGE,
-    outUsage: '  --out <dir>             where the results go (default bench/results)',
-    options: FLAGS,
-    configure: (values): Options => ({
-      rates: parseList('--rates', values.rates ?? '50,100,200,400'),
-      threads: parseList('--threads', values.threads ?? '1,2,3,4'),
-      repeats: parseInteger('--repeats', values.repeats ?? '3'),
-      seconds: parseNumber('--seconds', values.seconds ?? '10'),
-      warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
-    }),
-  });
+  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-pool-sweep-', opts.locomo);
   console.error(

@@ -148,32 +148,24 @@ function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>):
   };
 }
 
-/** A service-load bench's own part of {@link serviceLoadBenchOptions}. */
-export interface ServiceLoadBench<O extends Flags, T> {
-  /** Usage up to the bench's own flags; {@link SERVICE_LOAD_USAGE} follows it. */
-  usage: string;
-  /** The `--out` usage line, last (its text names the bench's files). */
-  outUsage: string;
-  /** The bench's own flags, besides {@link SERVICE_LOAD_FLAGS}. */
-  options: O;
-  /** Resolves the bench's own flags; throws an Error naming the flag. */
-  configure: (values: BenchFlagValues<O>) => T;
-}
-
 /**
  * {@link benchOptions} for the benches that run a service child under measured load steps (`load`,
- * `pool-sweep`): their own flags plus {@link SERVICE_LOAD_FLAGS}, resolved by {@link serviceLoadOptions}
- * beside what `configure` makes of the rest.
+ * `pool-sweep`): their own `options` plus {@link SERVICE_LOAD_FLAGS}, resolved by {@link serviceLoadOptions}
+ * beside what `configure` makes of the rest. The usage lines of {@link SERVICE_LOAD_FLAGS} go before the
+ * last line of `usage`, the bench's `--out` (whose text names the bench's files).
  * @returns the options, or the exit code when the bench must stop (as {@link benchOptions}).
  */
 export function serviceLoadBenchOptions<const O extends Flags, T>(
   argv: string[],
-  bench: ServiceLoadBench<O, T>,
+  usage: string,
+  options: O,
+  configure: (values: BenchFlagValues<O>) => T,
 ): (ServiceLoadOptions & T) | number {
-  const usage = `${bench.usage}\n${SERVICE_LOAD_USAGE}\n${bench.outUsage}`;
-  return benchOptions(argv, usage, { ...SERVICE_LOAD_FLAGS, ...bench.options }, (values) => ({
+  const cut = usage.lastIndexOf('\n');
+  const full = `${usage.slice(0, cut)}\n${SERVICE_LOAD_USAGE}${usage.slice(cut)}`;
+  return benchOptions(argv, full, { ...SERVICE_LOAD_FLAGS, ...options }, (values) => ({
     ...serviceLoadOptions(values as BenchFlagValues<typeof SERVICE_LOAD_FLAGS>),
-    ...bench.configure(values as BenchFlagValues<O>),
+    ...configure(values as BenchFlagValues<O>),
   }));
 }
 
