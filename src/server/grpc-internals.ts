@@ -1,6 +1,6 @@
 /**
  * What the gRPC server sets on grpc-js 1.14's private fields, because grpc-js exposes no option for it:
- * the HTTP/2 header-pair limit (issue 11), the HTTP/2 receive windows (issue 9) and session teardown on a
+ * the HTTP/2 header-pair limit (issue 11), and session teardown on a
  * forced drain (issue 10). Each hook throws when the field it needs is gone, so a grpc-js upgrade that
  * moves them fails at start-up, not silently.
  */
@@ -21,45 +21,6 @@ export function alignHeaderPairLimit(server: Server, maxBytes: number): void {
   if (internal.commonServerOptions === undefined)
     throw new Error('grpc-js internals changed: no commonServerOptions');
   internal.commonServerOptions.maxHeaderListPairs = 2 * Math.ceil(maxBytes / 32) + 16;
-}
-
-/**
- * HTTP/2 receive windows of the server, bytes: per stream and per connection. Node's defaults are the
- * protocol's 65,535 bytes, so a 10 MB request crawls in ~150 WINDOW_UPDATE round trips; with windows
- * above the largest request SPEC §11 allows (≈ 13.2 MB), a client sends a whole request without waiting.
- * Measured (issue 9 item 3, a 9.8 MB upload through a proxy adding 1 ms each way, 2 × 12 uploads
- * interleaved): median 678–718 ms with the defaults, 35–54 ms with these; on bare loopback (µs round
- * trips) no difference beyond the noise. Memory stays bounded by what grpc-js buffers anyway: one message
- * per stream up to the receive cap.
- */
-export const STREAM_WINDOW_BYTES = 16 * 1024 * 1024;
-export const CONNECTION_WINDOW_BYTES = 32 * 1024 * 1024;
-
-/**
- * Issue 9 item 3: sets the HTTP/2 stream window in the settings grpc-js passes to `http2.createServer`
- * (private field `commonServerOptions`, grpc-js 1.14, as {@link alignHeaderPairLimit}); the connection
- * window, which HTTP/2 settings cannot set, is widened on each new session.
- */
-export function widenFlowControlWindows(server: Server): void {
-  const internal = server as unknown as {
-    commonServerOptions?: { settings?: http2.Settings };
-  };
-  if (internal.commonServerOptions === undefined)
-    throw new Error('grpc-js internals changed: no commonServerOptions');
-  internal.commonServerOptions.settings = {
-    ...internal.commonServerOptions.settings,
-    initialWindowSize: STREAM_WINDOW_BYTES,
-  };
-}
-
-/** Widens the connection window of every session the bound HTTP/2 servers accept (see above). */
-export function widenConnectionWindows(server: Server): void {
-  const internal = server as unknown as { http2Servers?: Map<http2.Http2Server, unknown> };
-  for (const h2 of internal.http2Servers?.keys() ?? []) {
-    h2.on('session', (session: http2.ServerHttp2Session) => {
-      session.setLocalWindowSize(CONNECTION_WINDOW_BYTES);
-    });
-  }
 }
 
 /**

@@ -33,12 +33,7 @@ import {
   createCallContext,
   monotonicNow,
 } from './call-context.js';
-import {
-  alignHeaderPairLimit,
-  destroySessions,
-  widenConnectionWindows,
-  widenFlowControlWindows,
-} from './grpc-internals.js';
+import { alignHeaderPairLimit, destroySessions } from './grpc-internals.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -191,7 +186,6 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   });
 
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
-  widenFlowControlWindows(server);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
@@ -314,7 +308,6 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
             try {
               // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
               exposeDuplicateAuthorization(server);
-              widenConnectionWindows(server);
             } catch (hookErr) {
               reject(hookErr);
               return;

@@ -1,14 +1,17 @@
 /**
- * Issue 9 item 3: the server advertises HTTP/2 receive windows above the largest request SPEC §11 allows,
- * so a 10 MB upload is not paced by ~150 WINDOW_UPDATE round trips of the protocol's 65,535-byte default.
+ * HTTP/2 flow control as isolation (issue 9): the server keeps the protocol's 65,535-byte receive windows,
+ * so a client's multi-MB upload is paced by the main thread's own reading instead of landing on the event
+ * loop in one burst. Widened windows (16 MiB / 32 MiB) were measured to drop the quiet org from 93–97 % to
+ * 31–49 % OK under bench:isolation's heavy kinds; this pins the choice.
  */
 import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES } from '../../src/server/grpc-internals.js';
-import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/server/limits.js';
 import { startTestService, type TestService } from '../e2e/harness.js';
 
-describe('HTTP/2 flow-control windows (issue 9 item 3)', () => {
+/** RFC 9113 §6.5.2 SETTINGS_INITIAL_WINDOW_SIZE default, bytes. */
+const PROTOCOL_DEFAULT_WINDOW = 65_535;
+
+describe('HTTP/2 flow-control windows (issue 9)', () => {
   let svc: TestService;
   beforeAll(async () => {
     svc = await startTestService();
@@ -17,20 +20,14 @@ describe('HTTP/2 flow-control windows (issue 9 item 3)', () => {
     await svc?.stop();
   });
 
-  it('stream and connection windows hold the largest request a client may send', async () => {
-    expect(STREAM_WINDOW_BYTES).toBeGreaterThan(MAX_ASSEMBLE_REQUEST_BYTES);
-    expect(CONNECTION_WINDOW_BYTES).toBeGreaterThanOrEqual(STREAM_WINDOW_BYTES);
+  it('the server advertises the protocol default stream and connection windows', async () => {
     const session = http2.connect(`http://${svc.service.grpcAddr}`);
     try {
       const settings = await new Promise<http2.Settings>((resolve) =>
         session.once('remoteSettings', resolve),
       );
-      expect(settings.initialWindowSize).toBe(STREAM_WINDOW_BYTES);
-      // The connection window arrives as a WINDOW_UPDATE right after the settings: poll briefly for it.
-      const until = Date.now() + 2000;
-      while (session.state.remoteWindowSize !== CONNECTION_WINDOW_BYTES && Date.now() < until)
-        await new Promise((resolve) => setTimeout(resolve, 10));
-      expect(session.state.remoteWindowSize).toBe(CONNECTION_WINDOW_BYTES);
+      expect(settings.initialWindowSize ?? PROTOCOL_DEFAULT_WINDOW).toBe(PROTOCOL_DEFAULT_WINDOW);
+      expect(session.state.remoteWindowSize).toBe(PROTOCOL_DEFAULT_WINDOW);
     } finally {
       session.destroy();
     }
