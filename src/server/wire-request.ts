@@ -37,6 +37,9 @@ export const MAX_MESSAGE_FIELDS = 16;
 export const TOO_MANY_FIELDS = `request has more than ${MAX_REQUEST_FIELDS} fields`;
 /** Detail for a history message with more than {@link MAX_MESSAGE_FIELDS} fields. */
 export const MESSAGE_TOO_MANY_FIELDS = `message has more than ${MAX_MESSAGE_FIELDS} fields`;
+
+/** A field-count limit hit during the walk; its message is the refusal's detail (protobufjs throws plain RangeErrors). */
+class FieldLimitError extends RangeError {}
 /** Detail for bytes that are not a protobuf AssembleContextRequest. */
 export const MALFORMED_REQUEST = 'request is not a valid AssembleContextRequest';
 /**
@@ -183,7 +186,7 @@ function decodePrincipal(r: ProtoReader, buf: Uint8Array, end: number): Principa
   };
   let fields = 0;
   while (r.pos < end) {
-    if (++fields > MAX_REQUEST_FIELDS) throw new RangeError(TOO_MANY_FIELDS);
+    if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
     const tag = r.uint32();
     const field = tag >>> 3;
     const wireType = tag & 7;
@@ -201,7 +204,7 @@ function decodePrincipal(r: ProtoReader, buf: Uint8Array, end: number): Principa
 function decodeOptions(r: ProtoReader, end: number, out: WireAssembleRequest): void {
   let fields = 0;
   while (r.pos < end) {
-    if (++fields > MAX_REQUEST_FIELDS) throw new RangeError(TOO_MANY_FIELDS);
+    if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
     const tag = r.uint32();
     // The four weights (3..6) are a forward contract: accepted, not read.
     if (tag === 8) out.skip_cold_memories = r.bool();
@@ -228,7 +231,7 @@ function readMessage(
   let content: [number, number] = [0, 0];
   let fields = 0;
   while (r.pos < end) {
-    if (++fields > MAX_MESSAGE_FIELDS) throw new RangeError(MESSAGE_TOO_MANY_FIELDS);
+    if (++fields > MAX_MESSAGE_FIELDS) throw new FieldLimitError(MESSAGE_TOO_MANY_FIELDS);
     const tag = r.uint32();
     // proto3: the last occurrence of a scalar field wins.
     if (tag === 10) role = span(r);
@@ -288,7 +291,7 @@ export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
   let fields = 0;
   try {
     while (r.pos < r.len) {
-      if (++fields > MAX_REQUEST_FIELDS) throw new RangeError(TOO_MANY_FIELDS);
+      if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
       const tag = r.uint32();
       const field = tag >>> 3;
       const wireType = tag & 7;
@@ -328,8 +331,7 @@ export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
       }
     }
   } catch (err) {
-    const message =
-      err instanceof RangeError && err.message.includes('fields') ? err.message : MALFORMED_REQUEST;
+    const message = err instanceof FieldLimitError ? err.message : MALFORMED_REQUEST;
     out.refused = { field: 'request', message };
     return out;
   }
