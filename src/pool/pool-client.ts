@@ -54,15 +54,9 @@ export interface CpuPoolOptions {
 
 /** Options of one call. */
 export interface CpuRunOptions {
-  /**
-   * The call's signal (e.g. the request's): aborting withdraws a waiting task, or answers a running one
-   * IBEX_ERR_POOL_DEADLINE at once and lets its thread finish.
-   */
+  /** The call's signal: aborting withdraws a waiting task, or answers a running one POOL_DEADLINE at once. */
   signal?: AbortSignalLike;
-  /**
-   * Where the call's withdrawal and deadline are armed: the call's one timer (`ctx.timer`, issue 10);
-   * default a timer of its own.
-   */
+  /** Arms the call's withdrawal and deadline on the call's one timer (`ctx.timer`, issue 10); default its own. */
   timer?: Scheduler;
   /**
    * The caller's org id: the queue is fair across orgs (round-robin between per-org FIFOs; a full queue
