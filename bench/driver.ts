@@ -19,6 +19,7 @@ import { runLoad } from '../src/client/load-driver.js';
 import type { TransportName } from '../src/client/load-transport.js';
 import { syntheticSource } from '../src/client/request-source.js';
 import type { AssembleContextResponse } from '../src/server/proto.js';
+import { LEVEL_HEADER } from '../src/wire-headers.js';
 import { machineInfo, parseList, parseNumber, runBenchMain } from './lib/bench-run.js';
 import { projectPath } from './lib/paths.js';
 import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
@@ -61,7 +62,7 @@ function serve(): void {
     stream.on('end', () => {
       if (stream.destroyed || stream.closed) return;
       stream.respond(
-        { ':status': 200, 'content-type': 'application/grpc', 'x-ibex-context-level': 'L0' },
+        { ':status': 200, 'content-type': 'application/grpc', [LEVEL_HEADER]: 'L0' },
         { waitForTrailers: true },
       );
       stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
