@@ -4,7 +4,7 @@
  */
 import { decodeSpans } from '../format/assembly-text.js';
 import type { ChatMessage } from '../types.js';
-import { utf8CodePointCount, utf8Text } from '../util/utf8.js';
+import { utf8CodePointCount } from '../util/utf8.js';
 import { LIMITS } from './limits.js';
 
 /**
@@ -22,19 +22,6 @@ export interface HistoryBytes {
    * 131,072): the CPU stage (or {@link checkHistoryContents}) decides it.
    */
   contentPending: boolean;
-}
-
-/** UTF-8 text of `buf[start, end)` (Node's decoder: invalid sequences become U+FFFD). */
-export function utf8(buf: Uint8Array, start: number, end: number): string {
-  return utf8Text(buf, start, end);
-}
-
-/**
- * Code points of UTF-8 text as Node decodes it (invalid sequences become U+FFFD, one each), counted on
- * the bytes (src/util/utf8.ts): nothing is decoded unless the bytes are invalid.
- */
-export function utf8CodePoints(buf: Uint8Array, start: number, end: number): number {
-  return utf8CodePointCount(buf, start, end);
 }
 
 /** The messages of `h` decoded to strings (raw role and content). Costs one pass over their bytes. */
@@ -72,7 +59,7 @@ export function checkHistoryContents(h: HistoryBytes): boolean {
   for (let i = 0; i < h.count; i++) {
     const start = h.spans[4 * i + 2]!;
     const end = h.spans[4 * i + 3]!;
-    if (end - start > LIMITS.contentChars && utf8CodePoints(h.source, start, end) > LIMITS.contentChars)
+    if (end - start > LIMITS.contentChars && utf8CodePointCount(h.source, start, end) > LIMITS.contentChars)
       return true;
   }
   return false;

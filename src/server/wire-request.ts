@@ -10,7 +10,8 @@
  * points ≥ bytes/4) are decided here; the rest is left to the CPU stage.
  */
 import protobuf from 'protobufjs/minimal.js';
-import { type HistoryBytes, utf8, utf8CodePoints } from './history-bytes.js';
+import { utf8CodePointCount, utf8Text } from '../util/utf8.js';
+import type { HistoryBytes } from './history-bytes.js';
 import { LIMITS, MAX_UTF8_BYTES_PER_CODE_POINT } from './limits.js';
 import type { PrincipalContext, Timestamp } from './proto.js';
 
@@ -134,12 +135,12 @@ function nested(buf: Uint8Array, [start, end]: [number, number]): ProtoReader {
 function stringField(r: ProtoReader, buf: Uint8Array, cap = Number.POSITIVE_INFINITY): WireString {
   const [start, end] = span(r);
   const bytes = end - start;
-  return { text: bytes > cap ? null : utf8(buf, start, end), bytes };
+  return { text: bytes > cap ? null : utf8Text(buf, start, end), bytes };
 }
 
 function fullString(r: ProtoReader, buf: Uint8Array): string {
   const [start, end] = span(r);
-  return utf8(buf, start, end);
+  return utf8Text(buf, start, end);
 }
 
 function decodeTimestamp(r: ProtoReader, end: number): Timestamp {
@@ -244,7 +245,7 @@ function readMessage(
   spans[4 * i + 3] = content[1];
   const roleBytes = role[1] - role[0];
   if (roleBytes > LIMITS.roleChars * MAX_UTF8_BYTES_PER_CODE_POINT) out.roleOver = true;
-  else if (roleBytes > LIMITS.roleChars && utf8CodePoints(buf, role[0], role[1]) > LIMITS.roleChars)
+  else if (roleBytes > LIMITS.roleChars && utf8CodePointCount(buf, role[0], role[1]) > LIMITS.roleChars)
     out.roleOver = true;
   const contentBytes = content[1] - content[0];
   if (contentBytes > LIMITS.contentChars * MAX_UTF8_BYTES_PER_CODE_POINT) out.contentOver = true;
