@@ -88,7 +88,7 @@ async function main(argv: string[]): Promise<number> {
   const seconds = parseNumber('--seconds', values.seconds ?? '5');
   const warmupS = parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true);
   const connections = parseNumber('--connections', values.connections ?? '4');
-  const transports = (values.transports ?? 'h2,grpc-js').split(',') as TransportName[];
+  const transports = (values.transports ?? 'frames,h2,grpc-js').split(',') as TransportName[];
   const out = path.resolve(values.out ?? projectPath('bench/results'));
 
   const child = fork(new URL(import.meta.url).pathname, ['--serve'], { stdio: 'inherit' });

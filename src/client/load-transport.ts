@@ -18,11 +18,15 @@ import {
   type UnaryMethod,
   waitForReady,
 } from './context-client.js';
+import { FramesChannel } from './frames-channel.js';
 import { frameCache, summarizeResponse } from './grpc-frames.js';
 import { type CallEnd, type CallSink, type RawCall, RawChannel, type RawOutcome } from './raw-grpc.js';
 
 /** Transport names accepted by `load --transport`. */
-export type TransportName = 'h2' | 'grpc-js';
+export type TransportName = 'frames' | 'h2' | 'grpc-js';
+
+/** Every transport name, for flag checks and help texts. */
+export const TRANSPORT_NAMES: readonly TransportName[] = ['frames', 'h2', 'grpc-js'];
 
 /** `connections` independent connections to one service. */
 export interface DriverTransport {
@@ -51,14 +55,18 @@ export function openTransport(
   conn: ConnectionOptions,
   connections: number,
 ): DriverTransport {
-  return name === 'h2' ? h2Transport(conn, connections) : grpcJsTransport(conn, connections);
+  if (name === 'grpc-js') return grpcJsTransport(conn, connections);
+  return rawTransport(name, conn, connections);
 }
 
-function h2Transport(conn: ConnectionOptions, connections: number): DriverTransport {
-  const channels = Array.from({ length: connections }, () => new RawChannel(conn));
+/** `frames` ({@link FramesChannel}) or `h2` ({@link RawChannel}): the same pre-encoded frames either way. */
+function rawTransport(name: 'frames' | 'h2', conn: ConnectionOptions, connections: number): DriverTransport {
+  const channels = Array.from({ length: connections }, () =>
+    name === 'frames' ? new FramesChannel(conn) : new RawChannel(conn),
+  );
   const frameOf = frameCache();
   return {
-    name: 'h2',
+    name,
     ready: async (timeoutMs) => {
       await Promise.all(channels.map((c) => c.ready(conn.addr, timeoutMs)));
     },

@@ -338,7 +338,8 @@ export class RawChannel {
   }
 }
 
-function isIp(host: string): boolean {
+/** True for an IPv4 address or a (bracketed) IPv6 one: no TLS server name then. */
+export function isIp(host: string): boolean {
   return /^[\d.]+$/.test(host) || host.includes(':');
 }
 
