@@ -26,7 +26,6 @@ import {
   frame,
   GOAWAY_DONE,
   HEADER_BYTES,
-  HeaderDecoder,
   headerFragment,
   MAX_WINDOW,
   rstStreamFrame,
@@ -35,6 +34,7 @@ import {
   windowUpdateFrame,
   writeFrameHeader,
 } from './h2-codec.js';
+import { HeaderDecoder } from './hpack-reader.js';
 import type { CallEnd } from './raw-grpc.js';
 
 /** Received bytes after which we hand the window back (half of it: the sender never runs dry). */
@@ -279,7 +279,7 @@ export class H2Connection {
     const data = dataOf(flags, payload);
     c.bytes += data.length;
     // The read buffer is reused (frames-channel.ts): a kept body is copied out of it.
-    c.chunks?.push(Buffer.from(data));
+    c.chunks?.push(Buffer.copyBytesFrom(data));
     c.received += payload.length;
     if (c.received >= REFILL_AT && !(flags & Flag.END_STREAM)) {
       this.queue(windowUpdateFrame(id, c.received));

@@ -1,11 +1,10 @@
 /**
  * HTTP/2 framing for the load driver's `frames` transport (issue 10): just what a client of unary gRPC
  * calls needs (RFC 9113 §4, §6), written by hand because it is a few fixed byte layouts, and an HPACK
- * decoder for answers taken from hpack.js (RFC 7541: dynamic table, Huffman). Requests need no encoder
- * state: their header blocks are literal fields without indexing (RFC 7541 §6.2.2), built once.
+ * decoder for answers in hpack-reader.ts. Requests need no encoder state: their header blocks are literal
+ * fields without indexing (RFC 7541 §6.2.2), built once.
  */
 import type { Socket } from 'node:net';
-import hpack, { type Decompressor } from 'hpack.js';
 
 /** The client connection preface (RFC 9113 §3.4). */
 export const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
@@ -46,8 +45,6 @@ export const MAX_WINDOW = 0x7fffffff;
 export const DEFAULT_MAX_FRAME = 16_384;
 /** Flow-control windows before SETTINGS / WINDOW_UPDATE change them, bytes. */
 export const DEFAULT_WINDOW = 65_535;
-/** HPACK dynamic table size before SETTINGS_HEADER_TABLE_SIZE changes it (we never do), bytes. */
-const HEADER_TABLE_BYTES = 4096;
 
 /** Writes a 9-byte frame header at `at` of `buf`. */
 export function writeFrameHeader(
@@ -153,38 +150,6 @@ export function literalHeaderBlock(
   return Buffer.from(out);
 }
 
-/**
- * One connection's HPACK decoder (hpack.js): header blocks must be decoded in the order they arrive,
- * whichever stream they belong to, to keep the dynamic table in step with the server's.
- */
-export class HeaderDecoder {
-  private readonly d: Decompressor;
-  private failure: Error | null = null;
-
-  constructor() {
-    this.d = hpack.decompressor.create({ table: { maxSize: HEADER_TABLE_BYTES } });
-    this.d.on('error', (err) => {
-      this.failure = err;
-    });
-  }
-
-  /**
-   * Decodes one complete header block into `name → value` (a repeated name keeps its first value).
-   * @throws Error on a malformed block (a connection error: COMPRESSION_ERROR).
-   */
-  decode(block: Buffer): Map<string, string> {
-    this.d.write(block);
-    this.d.execute();
-    const failure = this.failure;
-    if (failure !== null) throw new Error(`malformed header block: ${failure.message}`);
-    const fields = new Map<string, string>();
-    for (let f = this.d.read(); f !== null; f = this.d.read()) {
-      if (!fields.has(f.name)) fields.set(f.name, f.value);
-    }
-    return fields;
-  }
-}
-
 /** What {@link FrameReader} hands on: one whole frame. `payload` is a view valid until the handler returns. */
 export interface FrameHandler {
   onFrame(type: number, flags: number, streamId: number, payload: Buffer): void;
@@ -267,6 +232,9 @@ export class CoalescingWriter {
   private bytes = 0;
   private queued = false;
 
+  /** One function for every turn's flush, not a closure per turn. */
+  private readonly flushLater = () => this.flush();
+
   constructor(private readonly socket: Socket) {}
 
   /** Queues `buf` (not copied: it must not change until the turn ends). */
@@ -275,7 +243,7 @@ export class CoalescingWriter {
     this.bytes += buf.length;
     if (!this.queued) {
       this.queued = true;
-      process.nextTick(() => this.flush());
+      process.nextTick(this.flushLater);
     }
   }
 

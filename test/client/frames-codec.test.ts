@@ -10,10 +10,10 @@ import {
   dataOf,
   FrameReader,
   frame,
-  HeaderDecoder,
   headerFragment,
   literalHeaderBlock,
 } from '../../src/client/h2-codec.js';
+import { HeaderDecoder, keepsTable } from '../../src/client/hpack-reader.js';
 
 interface Seen {
   type: number;
@@ -106,5 +106,36 @@ describe('request header blocks', () => {
     expect(() => new HeaderDecoder().decode(Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff]))).toThrow(
       /malformed header block/,
     );
+  });
+});
+
+describe('the decoded-block cache', () => {
+  const lit = (first: number, name: string, value: string) =>
+    Buffer.from([first, name.length, ...Buffer.from(name), value.length, ...Buffer.from(value)]);
+
+  it('serves a repeated block from the cache only while the dynamic table stays as it was', () => {
+    const d = new HeaderDecoder();
+    // x-a: 1 enters the dynamic table at index 62 (incremental indexing).
+    expect([...d.decode(lit(0x40, 'x-a', '1'))]).toEqual([['x-a', '1']]);
+    const ref = Buffer.from([0x80 | 62]);
+    expect(keepsTable(ref)).toBe(true);
+    const first = d.decode(ref);
+    expect([...first]).toEqual([['x-a', '1']]);
+    expect(d.decode(ref)).toBe(first);
+    // x-b: 2 enters at 62 and pushes x-a: 1 to 63: the same bytes now mean another field.
+    expect(keepsTable(lit(0x40, 'x-b', '2'))).toBe(false);
+    d.decode(lit(0x40, 'x-b', '2'));
+    expect([...d.decode(ref)]).toEqual([['x-b', '2']]);
+    expect([...d.decode(Buffer.from([0x80 | 63]))]).toEqual([['x-a', '1']]);
+  });
+
+  it('tells table changes from literals that leave it alone', () => {
+    expect(
+      keepsTable(Buffer.concat([lit(0x00, 'x-c', '3'), lit(0x10, 'x-d', '4'), Buffer.from([0x88])])),
+    ).toBe(true);
+    // Indexed name (content-type, 31) without indexing: 0x0f 0x10 (31 = 15 + 16), then the value.
+    expect(keepsTable(Buffer.from([0x0f, 0x10, 1, 0x61]))).toBe(true);
+    expect(keepsTable(Buffer.from([0x3f, 0xe1, 0x1f]))).toBe(false); // table size update
+    expect(keepsTable(Buffer.from([0x00, 5, 0x61]))).toBe(false); // a name longer than the block
   });
 });
