@@ -65,8 +65,8 @@ export class FramesChannel {
         );
       };
     } else {
-      // Reads land in one buffer per connection (`onread`), not a fresh 64 KiB allocation per read: fewer
-      // allocations and less GC per call (issue 10: the driver's CPU per call).
+      // Reads land in one buffer per connection (`onread`), not a fresh 64 KiB allocation per read; what a
+      // call still needs after a read goes to its connection's BodyArena (issue 10: the driver's CPU).
       this.dial = () => {
         const buffer = Buffer.allocUnsafe(READ_BUFFER_BYTES);
         return new H2Connection(

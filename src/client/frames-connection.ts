@@ -12,7 +12,15 @@
  */
 import type { Socket } from 'node:net';
 import { LEVEL_HEADER } from '../wire-headers.js';
-import { CANCELLED, type FramesCall, grpcMessage, INTERNAL, UNAVAILABLE, UNKNOWN } from './frames-call.js';
+import {
+  BodyArena,
+  CANCELLED,
+  type FramesCall,
+  grpcMessage,
+  INTERNAL,
+  UNAVAILABLE,
+  UNKNOWN,
+} from './frames-call.js';
 import {
   CLIENT_OPENING,
   CoalescingWriter,
@@ -69,10 +77,15 @@ export class H2Connection {
 
   private readonly socket: Socket;
   private readonly writer: CoalescingWriter;
+  /** Calls that took views of the read being handled into their bodies. */
+  private readonly holders: FramesCall[] = [];
+  /** Where those views go when their call outlives the read. */
+  readonly arena = new BodyArena();
 
   /**
-   * Dials with `dial`, which hands every read to the function it is given (a view that may be reused
-   * after it returns: what a call keeps is copied), and speaks HTTP/2 once `connectEvent` fires.
+   * Dials with `dial`, which hands every read to the function it is given (a view of a buffer that the
+   * next read may reuse: what a call still needs after it is copied to the {@link BodyArena}), and speaks
+   * HTTP/2 once `connectEvent` fires.
    * @param checkConnected a reason to give up on a connected socket (TLS without ALPN `h2`), or null.
    */
   constructor(
@@ -86,6 +99,8 @@ export class H2Connection {
       } catch (err) {
         this.fail(err as Error);
       }
+      for (const c of this.holders) this.arena.keep(c);
+      this.holders.length = 0;
     });
     this.socket = socket;
     this.writer = new CoalescingWriter(socket);
@@ -278,8 +293,14 @@ export class H2Connection {
     if (c === undefined) return;
     const data = dataOf(flags, payload);
     c.bytes += data.length;
-    // The read buffer is reused (frames-channel.ts): a kept body is copied out of it.
-    c.chunks?.push(Buffer.copyBytesFrom(data));
+    if (c.chunks !== null) {
+      // A view, not a copy: a body is handed on before the next read, or the read is kept (see below).
+      if (c.heldFrom < 0) {
+        c.heldFrom = c.chunks.length;
+        this.holders.push(c);
+      }
+      c.chunks.push(data);
+    }
     c.received += payload.length;
     if (c.received >= REFILL_AT && !(flags & Flag.END_STREAM)) {
       this.queue(windowUpdateFrame(id, c.received));

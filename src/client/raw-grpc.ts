@@ -43,7 +43,11 @@ export interface RawOutcome {
   level: string;
   /** Response bytes received as DATA (prefix included). */
   bytes: number;
-  /** The response message (prefix stripped), kept only when the caller asked for it. */
+  /**
+   * The response message (prefix stripped), kept only when the caller asked for it. Valid until
+   * {@link CallSink.done} returns: a transport may read into its memory again afterwards (the `frames`
+   * transport does, issue 10), so copy it to keep it.
+   */
   body: Buffer | null;
 }
 

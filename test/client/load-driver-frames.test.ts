@@ -187,6 +187,26 @@ describe('frames transport flow control and stream limits', () => {
     }
   });
 
+  it('a body whose trailers come reads later stays intact while other answers reuse the read buffer', async () => {
+    const { addr } = await bareServer((s, body) => {
+      const fill = body[5]!;
+      s.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
+      s.on('wantTrailers', () =>
+        setTimeout(() => s.sendTrailers({ 'grpc-status': '0' }), fill === 65 ? 60 : 0),
+      );
+      s.end(grpcFrame(Buffer.alloc(fill === 65 ? 12_000 : 40_000, fill)));
+    });
+    const ch = channel(addr);
+    await ch.ready(addr, 2000);
+    const slow = call(ch, grpcFrame(Buffer.from('A')));
+    await new Promise((r) => setTimeout(r, 20));
+    const fast = await Promise.all([66, 67, 68, 69].map((b) => call(ch, grpcFrame(Buffer.from([b]))).done));
+    for (const [i, o] of fast.entries()) expect(o.body!.equals(Buffer.alloc(40_000, 66 + i))).toBe(true);
+    const o = await slow.done;
+    expect(o.code).toBe(0);
+    expect(o.body!.equals(Buffer.alloc(12_000, 65))).toBe(true);
+  });
+
   it('keeps to MAX_CONCURRENT_STREAMS: 12 calls through 2 streams, none refused', async () => {
     let open = 0;
     let most = 0;
