@@ -9,7 +9,8 @@
  * the step, where the server spent the time: pool wait and run, retrieval branches, event-loop delay,
  * CPU of the server's threads, the driver's own CPU and schedule lag, and the rest of the machine.
  *
- * Issue 10: the driver sends pre-encoded frames over node:http2 (`--transport grpc-js` to compare); every
+ * Issue 10: the driver sends pre-encoded frames over its own HTTP/2 framing (`--transport h2|grpc-js` to
+ * compare); every
  * step records CPU per call per thread from `/proc/<pid>/task/<tid>/stat` (server main thread, pool workers
  * `ibex-pool`, store readers `ibex-store`, the rest; and the driver), after a 30 s warm-up by default (a
  * shorter one leaves JIT in the figures); half the calls carry an `available_tokens` (the budget mix,
@@ -26,6 +27,7 @@ import path from 'node:path';
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
+import { type TransportName, transportFlag } from '../src/client/load-transport.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -50,7 +52,7 @@ const USAGE = `usage: npm run bench:load -- [options]
   --constrained <share>   share of calls with an available_tokens that fits 30–80 % of the candidates'
                           tokens (the budget mix; default 0.5)
   --seed <n>              seed of the budget mix (default 1)
-  --transport <h2|grpc-js> driver transport (default h2)
+  --transport <frames|h2|grpc-js> driver transport (default frames)
   --h2load                after the steps, drive the first rate with h2load (nghttp2-client) too and report both
   --threads <n>           pool threads of the service (default: the service's own default)
   --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
@@ -64,7 +66,7 @@ interface Options {
   warmupSeconds: number;
   constrained: number;
   seed: number;
-  transport: 'h2' | 'grpc-js';
+  transport: TransportName;
   h2load: boolean;
   threads: number | undefined;
   cpuProf: string | undefined;
@@ -85,7 +87,7 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
     warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
     constrained: shareOf(values.constrained ?? '0.5'),
     seed: parseInteger('--seed', values.seed ?? '1'),
-    transport: transportOf(values.transport ?? 'h2'),
+    transport: transportFlag(values.transport ?? 'frames'),
     h2load: values.h2load ?? false,
     threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
     cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
@@ -97,11 +99,6 @@ function shareOf(v: string): number {
   const n = parseNumber('--constrained', v, true);
   if (n > 1) throw new Error(`--constrained must be in 0..1, got '${v}'`);
   return n;
-}
-
-function transportOf(v: string): 'h2' | 'grpc-js' {
-  if (v !== 'h2' && v !== 'grpc-js') throw new Error(`--transport must be h2 or grpc-js, got '${v}'`);
-  return v;
 }
 
 async function main(argv: string[]): Promise<number> {

@@ -7,6 +7,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
+import type { TransportName } from '../../src/client/load-transport.js';
 import type { RequestSource } from '../../src/client/request-source.js';
 import { parsePrometheus, type ServerStepStats, snapshot, stepStats, sumOf } from './server-metrics.js';
 import type { ServiceProcess } from './service-process.js';
@@ -23,7 +24,7 @@ export interface StepOptions {
   timeoutMs: number;
   source: RequestSource;
   /** Driver transport (default h2). */
-  transport?: 'h2' | 'grpc-js';
+  transport?: TransportName;
 }
 
 /** Driver ELU above which the driver, not the server, probably set the pace. */
@@ -159,7 +160,7 @@ export async function measureStep(service: ServiceProcess, opts: StepOptions): P
     connections: opts.connections,
     timeoutMs: opts.timeoutMs,
     source: opts.source,
-    transport: opts.transport ?? 'h2',
+    transport: opts.transport ?? 'frames',
   };
   if (opts.rampSeconds > 0) await runLoad({ ...common, durationS: opts.rampSeconds });
   const before = await snapshot(service);

@@ -39,8 +39,9 @@ export interface LoadOptions extends ConnectionOptions {
   /** Aborting it ends the run early; the report covers what was measured until then. */
   signal?: AbortSignal;
   /**
-   * How calls go on the wire (default `h2`: pre-encoded frames over `node:http2`; `grpc-js` when
-   * `channelOptions` are given, since only grpc-js channels read them).
+   * How calls go on the wire (default `frames`: pre-encoded frames over our own HTTP/2 framing on a
+   * plain socket; `h2`: the same frames over `node:http2`; `grpc-js` when `channelOptions` are given,
+   * since only grpc-js channels read them).
    */
   transport?: TransportName;
   /**
@@ -57,7 +58,8 @@ export interface LoadOptions extends ConnectionOptions {
 
 /**
  * One ended call as {@link LoadOptions.onCall} sees it: the transport's outcome (status, what ended it,
- * level, bytes) with its times, `performance.now()` ms. `body` is null unless the run keeps bodies.
+ * level, bytes) with its times, `performance.now()` ms. `body` is null unless the run keeps bodies, and
+ * valid only until `onCall` returns ({@link RawOutcome.body}).
  */
 export interface LoadCall extends RawOutcome {
   /** When it actually went out. */
@@ -249,7 +251,7 @@ export function resolveLoadOptions(opts: LoadOptions) {
   const lateMarginMs = opts.lateMarginMs ?? LOAD_DEFAULTS.lateMarginMs;
   const source = opts.source ?? syntheticSource();
   const verify = opts.verify ?? false;
-  const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'h2');
+  const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'frames');
 
   return {
     connections,

@@ -384,3 +384,24 @@ describe('frames transport in the load driver', () => {
     }
   });
 });
+
+describe('ibex-context load --transport (compiled CLI)', () => {
+  it('runs on frames by default, takes h2 and grpc-js, and refuses other names with exit 2', async () => {
+    const { runCli } = await import('../helpers/cli.js');
+    const fake = await startFake();
+    const base = ['load', '--addr', fake.addr, '-c', '1', '-d', '0.3', '-R', '20', '--json'];
+    for (const [flags, name] of [
+      [[], 'frames'],
+      [['--transport', 'h2'], 'h2'],
+      [['--transport', 'grpc-js'], 'grpc-js'],
+    ] as const) {
+      const res = await runCli([...base, ...flags]);
+      expect(res.code).toBe(0);
+      const report = JSON.parse(res.stdout) as { transport: string; requests: { ok: number } };
+      expect(report).toMatchObject({ transport: name, requests: { ok: 6 } });
+    }
+    const bad = await runCli(['load', '--addr', fake.addr, '--transport', 'http3']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--transport must be frames, h2 or grpc-js, got 'http3'");
+  });
+});

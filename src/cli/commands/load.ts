@@ -13,6 +13,7 @@ import {
 } from '../../client/cli-options.js';
 import { type LoadOptions, runLoad } from '../../client/load-driver.js';
 import { describeRun, formatLoadReport, formatProgress } from '../../client/load-report.js';
+import { transportFlag } from '../../client/load-transport.js';
 import { type RequestSource, syntheticSource } from '../../client/request-source.js';
 import { canonicalUuid } from '../../retrieval/uuid.js';
 import { booleanFlags, commandPrologue, progressLine, stringFlags } from '../command-args.js';
@@ -34,8 +35,9 @@ const USAGE = `usage: ibex-context load [options]
       --seed <n>            seed of the synthetic request generator and of the budget mix (default 1)
       --constrained <share> share of calls (0..1) sent with an available_tokens that fits 30–80 % of the
                             candidates' tokens, probed per agent before the run (default 0)
-      --transport <h2|grpc-js>  h2: pre-encoded frames over node:http2 (default); grpc-js: a grpc-js channel
-                            per connection (costs the driver more; for comparison)
+      --transport <name>    frames (default): pre-encoded frames in the driver's own HTTP/2 framing,
+                            one socket per connection (the cheapest); h2: the same frames over
+                            node:http2; grpc-js: a grpc-js channel per connection (for comparison)
       --verify              decode every OK answer in full and check its level (costs driver CPU)
       --json                print one JSON object instead of the tables (errors too: {"error": …})
   -h, --help                this text
@@ -79,9 +81,7 @@ export async function run(argv: string[]): Promise<number> {
       const seed = numberFlag('seed', values.seed, 1, { integer: true });
       const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
       const constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
-      const transport = values.transport ?? 'h2';
-      if (transport !== 'h2' && transport !== 'grpc-js')
-        throw new Error(`--transport must be h2 or grpc-js, got '${transport}'`);
+      const transport = transportFlag(values.transport ?? 'frames');
       const opts: LoadOptions = {
         ...connectionFromFlags(values),
         connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),
