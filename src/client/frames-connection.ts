@@ -3,8 +3,7 @@
  * calls over a plain socket, without `node:http2`'s per-stream objects and callbacks. A call is one
  * HEADERS frame (a cached literal header block) and the cached request frame as DATA with END_STREAM;
  * the writes of one turn of the loop go out in one socket write. Answers are parsed frame by frame
- * (h2-codec.ts); the level header, grpc-status and grpc-message end the call through the same
- * {@link CallSink}/{@link CallEnd} contract as the `h2` transport (raw-grpc.ts).
+ * (h2-codec.ts) and end calls under the same {@link CallEnd} contract as the `h2` transport (raw-grpc.ts).
  *
  * Flow control: our receive windows are the largest allowed, so the server never waits on us; our DATA
  * honours the server's stream and connection windows (queued until WINDOW_UPDATE or SETTINGS open them)
@@ -35,20 +34,18 @@ import {
   GOAWAY_DONE,
   HEADER_BYTES,
   headerFragment,
+  headersAndData,
+  LAST_STREAM_ID,
   MAX_WINDOW,
+  REFILL_AT,
+  readSettings,
   rstStreamFrame,
   SETTINGS_ACK,
-  Setting,
   windowUpdateFrame,
   writeFrameHeader,
 } from './h2-codec.js';
 import { HeaderDecoder } from './hpack-reader.js';
 import type { CallEnd } from './raw-grpc.js';
-
-/** Received bytes after which we hand the window back (half of it: the sender never runs dry). */
-const REFILL_AT = Math.floor(MAX_WINDOW / 2);
-/** The last client stream id (RFC 9113 §5.1.1); a connection that reaches it goes away. */
-const LAST_STREAM_ID = MAX_WINDOW;
 
 /** One socket speaking HTTP/2 for {@link FramesCall}s; unusable for new calls once it failed or went away. */
 export class H2Connection {
@@ -176,16 +173,10 @@ export class H2Connection {
     const n = req.length;
     if (n <= c.sendWindow && n <= this.connWindow && n <= this.maxFrame) {
       // The usual call: HEADERS and the whole request in one buffer.
-      const buf = Buffer.allocUnsafe(2 * HEADER_BYTES + block.length + n);
-      writeFrameHeader(buf, 0, block.length, FrameType.HEADERS, Flag.END_HEADERS, id);
-      block.copy(buf, HEADER_BYTES);
-      const at = HEADER_BYTES + block.length;
-      writeFrameHeader(buf, at, n, FrameType.DATA, Flag.END_STREAM, id);
-      req.copy(buf, at + HEADER_BYTES);
+      this.queue(headersAndData(id, block, req));
       c.sendWindow -= n;
       this.connWindow -= n;
       c.out = null;
-      this.queue(buf);
       return;
     }
     this.queue(frame(FrameType.HEADERS, Flag.END_HEADERS, id, block));
@@ -338,31 +329,25 @@ export class H2Connection {
   private onReset(id: number, code: number): void {
     const c = this.streams.get(id);
     if (c === undefined) return;
-    this.streams.delete(id);
-    c.out = null;
+    c.out = null; // nothing more to send, and no reset back
     // As raw-grpc.ts: a refused stream never reached the service; CANCEL is gRPC's CANCELLED.
     if (code === ErrorCode.REFUSED_STREAM)
-      c.finish(UNAVAILABLE, `stream refused (rst ${code})`, 'connection');
-    else c.finish(code === ErrorCode.CANCEL ? CANCELLED : INTERNAL, `stream closed (rst ${code})`, 'stream');
-    this.pump();
+      this.end(c, UNAVAILABLE, `stream refused (rst ${code})`, 'connection');
+    else
+      this.end(c, code === ErrorCode.CANCEL ? CANCELLED : INTERNAL, `stream closed (rst ${code})`, 'stream');
   }
 
   private onSettings(payload: Buffer): void {
-    if (payload.length % 6 !== 0) throw new Error('SETTINGS payload is not a multiple of 6 bytes');
-    let maxStreams = this.settled ? this.maxStreams : Number.POSITIVE_INFINITY;
-    for (let at = 0; at < payload.length; at += 6) {
-      const key = payload.readUInt16BE(at);
-      const value = payload.readUInt32BE(at + 2);
-      if (key === Setting.MAX_CONCURRENT_STREAMS) maxStreams = value;
-      else if (key === Setting.MAX_FRAME_SIZE) this.maxFrame = value;
-      else if (key === Setting.INITIAL_WINDOW_SIZE) {
-        // Changes every open stream's window by the difference (RFC 9113 §6.9.2).
-        const delta = value - this.streamWindow;
-        this.streamWindow = value;
-        for (const c of this.streams.values()) c.sendWindow += delta;
-      }
+    const s = readSettings(payload);
+    // Unlimited streams until the server says otherwise (RFC 9113 §6.5.2).
+    this.maxStreams = s.maxStreams ?? (this.settled ? this.maxStreams : Number.POSITIVE_INFINITY);
+    this.maxFrame = s.maxFrame ?? this.maxFrame;
+    if (s.initialWindow !== undefined) {
+      // Changes every open stream's window by the difference (RFC 9113 §6.9.2).
+      const delta = s.initialWindow - this.streamWindow;
+      this.streamWindow = s.initialWindow;
+      for (const c of this.streams.values()) c.sendWindow += delta;
     }
-    this.maxStreams = maxStreams;
     this.queue(SETTINGS_ACK);
     if (!this.settled) {
       this.settled = true;
@@ -391,10 +376,7 @@ export class H2Connection {
     for (const c of waiting) c.finish(UNAVAILABLE, details, 'connection');
   }
 
-  /**
-   * Closes a connection the server sent GOAWAY on once its last stream ended: what is queued (resets of
-   * the streams it did not take: a server that waits for them sees them closed) and our own GOAWAY.
-   */
+  /** After GOAWAY and the last stream: sends what is queued (resets of streams not taken) and our GOAWAY. */
   private leave(): void {
     this.error = new Error('connection closed after GOAWAY');
     this.reader.stopped = true;

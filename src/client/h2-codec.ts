@@ -63,6 +63,22 @@ export function writeFrameHeader(
   buf.writeUInt32BE(streamId & MAX_WINDOW, at + 5);
 }
 
+/** Received bytes after which we hand the window back (half of it: the sender never runs dry). */
+export const REFILL_AT = Math.floor(MAX_WINDOW / 2);
+/** The last client stream id (RFC 9113 §5.1.1); a connection that reaches it goes away. */
+export const LAST_STREAM_ID = MAX_WINDOW;
+
+/** HEADERS (END_HEADERS) with `block` and DATA (END_STREAM) with all of `data`, in one buffer. */
+export function headersAndData(streamId: number, block: Buffer, data: Buffer): Buffer {
+  const buf = Buffer.allocUnsafe(2 * HEADER_BYTES + block.length + data.length);
+  writeFrameHeader(buf, 0, block.length, FrameType.HEADERS, Flag.END_HEADERS, streamId);
+  block.copy(buf, HEADER_BYTES);
+  const at = HEADER_BYTES + block.length;
+  writeFrameHeader(buf, at, data.length, FrameType.DATA, Flag.END_STREAM, streamId);
+  data.copy(buf, at + HEADER_BYTES);
+  return buf;
+}
+
 /** A frame with `payload`. */
 export function frame(type: number, flags: number, streamId: number, payload: Buffer): Buffer {
   const out = Buffer.allocUnsafe(HEADER_BYTES + payload.length);
@@ -79,6 +95,30 @@ export function settingsFrame(pairs: readonly (readonly [number, number])[]): Bu
     payload.writeUInt32BE(value, 6 * i + 2);
   });
   return frame(FrameType.SETTINGS, 0, 0, payload);
+}
+
+/** The SETTINGS a client acts on; absent when the frame does not set them. */
+export interface PeerSettings {
+  maxStreams?: number;
+  maxFrame?: number;
+  initialWindow?: number;
+}
+
+/**
+ * Reads a SETTINGS payload (RFC 9113 §6.5); the last value of a repeated setting wins.
+ * @throws Error when the payload is not a multiple of 6 bytes (FRAME_SIZE_ERROR).
+ */
+export function readSettings(payload: Buffer): PeerSettings {
+  if (payload.length % 6 !== 0) throw new Error('SETTINGS payload is not a multiple of 6 bytes');
+  const out: PeerSettings = {};
+  for (let at = 0; at < payload.length; at += 6) {
+    const key = payload.readUInt16BE(at);
+    const value = payload.readUInt32BE(at + 2);
+    if (key === Setting.MAX_CONCURRENT_STREAMS) out.maxStreams = value;
+    else if (key === Setting.MAX_FRAME_SIZE) out.maxFrame = value;
+    else if (key === Setting.INITIAL_WINDOW_SIZE) out.initialWindow = value;
+  }
+  return out;
 }
 
 /** SETTINGS with ACK. */
