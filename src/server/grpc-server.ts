@@ -53,8 +53,8 @@ import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.
  * pool per process: grpc-js's decoder is patched process-wide, and servers in one process share it.
  */
 export const MESSAGE_BUFFERS = new MessageBufferPool();
-const releaseMessageBuffer = (source: Uint8Array) => {
-  MESSAGE_BUFFERS.release(source);
+const releaseMessageBuffer = (source: Uint8Array | undefined) => {
+  if (source) MESSAGE_BUFFERS.release(source);
 };
 
 /** What the injected pipeline returns for one assembly. */
@@ -251,6 +251,11 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         // 'cancelled': grpc-js has already ended the stream; there is no one to answer.
       } catch (err) {
         logger.error({ err }, 'failed to send AssembleContext answer');
+      } finally {
+        // Refused, late or cancelled calls hand a recycled request buffer back too (a spliced answer
+        // already did while being serialized). A buffer that went to a CPU task is detached here and is
+        // not taken; a pipeline still running for an abandoned call reads nothing it could send anyone.
+        releaseMessageBuffer(call.request?.history?.source);
       }
     };
 

@@ -15,7 +15,7 @@ import { assembleLargeMessagesIn } from '../../src/server/grpc-internals.js';
 import { MESSAGE_BUFFERS } from '../../src/server/grpc-server.js';
 import { MessageBufferPool, POOLED_MESSAGE_FROM_BYTES } from '../../src/util/message-buffers.js';
 import { request, startTestService, type TestService, tenant } from '../e2e/harness.js';
-import { assembleInWorker, decodeAnswer, encodeRequest } from './wire-helpers.js';
+import { assembleInWorker, decodeAnswer, decodeBomb, encodeRequest } from './wire-helpers.js';
 
 const MiB = 1 << 20;
 
@@ -186,5 +186,18 @@ describe('recycled request buffers over gRPC (issue 9)', () => {
     expect(lines(first, '绿')).toBe(100);
     expect(lines(second, '漢')).toBe(100);
     expect(second.includes('绿')).toBe(false);
+  });
+
+  it('a refused 4 MB request (2,000,000 empty messages) hands its buffer back too', async () => {
+    const before = { ...MESSAGE_BUFFERS.stats };
+    for (let i = 0; i < 2; i++) {
+      const t = tenant();
+      const bomb = decodeBomb(t.org, t.agent, 2_000_000);
+      const out = await assembleInWorker(svc.service.grpcAddr, bomb, 15_000);
+      expect(out.code).toBe(status.INVALID_ARGUMENT);
+      expect(out.details).toBe('recent_messages exceeds 100 items');
+    }
+    expect(MESSAGE_BUFFERS.stats.released - before.released).toBe(2);
+    expect(MESSAGE_BUFFERS.stats.reused - before.reused).toBeGreaterThanOrEqual(1);
   });
 });
