@@ -210,6 +210,31 @@ describe('recycled request buffers over gRPC (issue 9)', () => {
     expect(second.includes('绿')).toBe(false);
   });
 
+  it('concurrent heavy calls of several orgs on reused buffers: each answer holds its own history only', async () => {
+    const chars = ['绿', '漢', '茶', '海', '山', '川'];
+    const before = { ...MESSAGE_BUFFERS.stats };
+    for (let round = 0; round < 2; round++) {
+      const answers = await Promise.all(
+        chars.slice(round * 3, round * 3 + 3).map(async (ch) => {
+          const recent = Array.from({ length: 60 }, () => ({ role: 'user', content: ch.repeat(32_768) }));
+          const out = await assembleInWorker(
+            svc.service.grpcAddr,
+            encodeRequest(request(tenant(), { recent_messages: recent })),
+            20_000,
+          );
+          expect(out.code).toBe(status.OK);
+          return { ch, text: decodeAnswer(out.body).assembled_context };
+        }),
+      );
+      for (const { ch, text } of answers) {
+        expect(text.split('\n').filter((l) => l === `user: ${ch.repeat(32_768)}`)).toHaveLength(60);
+        for (const other of chars) if (other !== ch) expect(text.includes(other)).toBe(false);
+      }
+    }
+    expect(MESSAGE_BUFFERS.stats.released - before.released).toBe(6);
+    expect(MESSAGE_BUFFERS.stats.reused - before.reused).toBeGreaterThanOrEqual(3);
+  });
+
   it('a refused 4 MB request (2,000,000 empty messages) hands its buffer back too', async () => {
     const before = { ...MESSAGE_BUFFERS.stats };
     for (let i = 0; i < 2; i++) {
