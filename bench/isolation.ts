@@ -57,6 +57,7 @@ function quietFigures(r: LoadReport, server: ServerStepStats) {
     p99_ms: r.latency_ms.p99,
     max_ms: r.latency_ms.max,
     event_loop_delay_ms: server.event_loop_delay_ms,
+    gc: server.gc,
     server: {
       degraded_reasons: server.degraded_reasons,
       pool_tasks: server.pool_tasks,
@@ -235,6 +236,10 @@ async function main(): Promise<void> {
       [
         'event-loop delay p99',
         `${alone.event_loop_delay_ms.p99} / ${m.event_loop_delay_ms.p99} / ${underAttack.event_loop_delay_ms.p99} ms  (≤ 2 ms)`,
+      ],
+      [
+        'main-thread GC ms/s (mark-compacts/s)',
+        [alone, m, underAttack].map((q) => `${q.gc.ms_per_s} (${q.gc.major_per_s})`).join(' / '),
       ],
       ['main-thread CPU per noisy memory call', `${mainMsPerMemoryCall} ms (5,000 hits: 2.8 MB; HTML: 6 MB)`],
       [

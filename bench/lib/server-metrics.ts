@@ -152,6 +152,8 @@ export interface ServerStepStats {
   store_busy: number;
   /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 1 ms resolution). */
   event_loop_delay_ms: { p50: number; p99: number; max: number };
+  /** Main-isolate garbage collection over the step ({@link gcDelta}). */
+  gc: GcStepStats;
   /** Cores used by the server: all threads, the main (event-loop) thread, and the rest (pool, GC, libuv). */
   cpu_cores: { total: number; main_thread: number; other_threads: number } | null;
   /** Busy cores of the whole machine over the step (every process, the driver included). */
@@ -174,6 +176,41 @@ function countersByLabel(
     if (n > 0) grown[value] = n;
   }
   return grown;
+}
+
+/**
+ * Main-isolate garbage collection between two scrapes, from prom-client's `nodejs_gc_duration_seconds`
+ * (perf_hooks GC entries of the main thread only; pool and store threads are not in it). Issue 9: heavy
+ * uploads and answers allocate ~10 MB buffers outside the JS heap, and V8 answers that external-memory
+ * growth with mark-compacts whose pauses land on the event loop.
+ */
+export interface GcStepStats {
+  /** GC time per wall second, ms/s (every kind). */
+  ms_per_s: number;
+  /** Mark-compacts per wall second. */
+  major_per_s: number;
+  /** Count and total ms per kind (`minor`, `major`, `incremental`, `weakcb`). */
+  by_kind: Record<string, { count: number; ms: number }>;
+}
+
+function gcDelta(a: PromSamples, b: PromSamples, windowS: number): GcStepStats {
+  const by_kind: GcStepStats['by_kind'] = {};
+  let totalMs = 0;
+  for (const kind of labelValues(b, 'nodejs_gc_duration_seconds_count', 'kind')) {
+    const grown = (suffix: string) =>
+      sumOf(b, `nodejs_gc_duration_seconds_${suffix}`, { kind }) -
+      sumOf(a, `nodejs_gc_duration_seconds_${suffix}`, { kind });
+    const count = grown('count');
+    if (count <= 0) continue;
+    const ms = grown('sum') * 1000;
+    by_kind[kind] = { count, ms: round2(ms) };
+    totalMs += ms;
+  }
+  return {
+    ms_per_s: round2(totalMs / windowS),
+    major_per_s: round2((by_kind.major?.count ?? 0) / windowS),
+    by_kind,
+  };
 }
 
 /** {@link ServerStepStats} between `a` and `b`. */
@@ -220,6 +257,7 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
       sumOf(b.samples, 'ibex_context_store_read_busy_total') -
       sumOf(a.samples, 'ibex_context_store_read_busy_total'),
     event_loop_delay_ms: { p50: eld('0.5'), p99: eld('0.99'), max: eld('1') },
+    gc: gcDelta(a.samples, b.samples, windowS),
     cpu_cores,
     machine_busy_cores,
   };

@@ -64,7 +64,10 @@ export class SplicedBuilder {
   }
 }
 
-/** Copies the text into `target` at `offset` (one memcpy per span). @returns bytes written. */
+/**
+ * Copies the text into `target` at `offset` (one memcpy per span). @returns bytes written.
+ * @throws Error when a span lies past its byte array (e.g. a request buffer already released).
+ */
 export function copySpliced(t: SplicedUtf8, target: Uint8Array, offset: number): number {
   let at = offset;
   const { spans } = t;
@@ -72,6 +75,9 @@ export function copySpliced(t: SplicedUtf8, target: Uint8Array, offset: number):
     const from = spans[j] === FROM_OWN ? t.own : t.source;
     const start = spans[j + 1]!;
     const end = spans[j + 2]!;
+    // A released (detached) request buffer reads as empty: writing nothing would leave whatever the
+    // target held (grpc-js frames are allocUnsafe), so a span past its bytes is an error, never a gap.
+    if (end > from.length) throw new Error(`spliced span [${start}, ${end}) past its ${from.length} bytes`);
     target.set(from.subarray(start, end), at);
     at += end - start;
   }

@@ -8,6 +8,7 @@
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import { type SplicedUtf8, splicedBuffers } from '../format/spliced.js';
+import { isPooledMessageView } from '../util/message-buffers.js';
 
 /** One candidate as the assembly hands it to the CPU stage. */
 export interface CpuCandidate {
@@ -160,13 +161,14 @@ export const TRANSFER_HISTORY_FROM_BYTES = 64 * 1024;
 /**
  * Whether `source` can be transferred as it is: it views (all but a gRPC frame header of) an ArrayBuffer
  * of its own, as grpc-js's decoder makes for every request message, and is large enough for a copy to
- * matter. A Buffer from Node's shared pool, or a slice of someone else's buffer, is copied instead.
+ * matter, or a message in a recycled buffer (src/util/message-buffers.ts), whose remaining bytes are zero.
+ * A Buffer from Node's shared pool, or a slice of someone else's buffer, is copied instead.
  */
 export function ownsItsBuffer(source: Uint8Array): boolean {
   return (
     source.byteLength >= TRANSFER_HISTORY_FROM_BYTES &&
     source.buffer instanceof ArrayBuffer &&
-    source.buffer.byteLength - source.byteLength <= 16
+    (source.buffer.byteLength - source.byteLength <= 16 || isPooledMessageView(source))
   );
 }
 

@@ -1,11 +1,15 @@
 /**
  * What the gRPC server sets on grpc-js 1.14's private fields, because grpc-js exposes no option for it:
- * the HTTP/2 header-pair limit (issue 11), and session teardown on a
- * forced drain (issue 10). Each hook throws when the field it needs is gone, so a grpc-js upgrade that
- * moves them fails at start-up, not silently.
+ * the HTTP/2 header-pair limit (issue 11), session teardown on a forced drain (issue 10), and large
+ * messages assembled in recycled buffers (issue 9). Each hook throws when the field it needs is gone, so
+ * a grpc-js upgrade that moves them fails at start-up, not silently.
  */
 import http2 from 'node:http2';
+import { createRequire } from 'node:module';
 import type { Server } from '@grpc/grpc-js';
+import { type MessageBufferPool, POOLED_MESSAGE_FROM_BYTES } from '../util/message-buffers.js';
+
+const requireCjs = createRequire(import.meta.url);
 
 /**
  * Issue 11 item 5: Node's HTTP/2 layer refuses a header list of more than `maxHeaderListPairs` (default
@@ -35,4 +39,138 @@ export function destroySessions(server: Server): void {
   for (const info of internal.http2Servers?.values() ?? []) {
     for (const session of info.sessions ?? []) session.destroy(undefined, http2.constants.NGHTTP2_CANCEL);
   }
+}
+
+/** grpc-js 1.14 `StreamDecoder` fields (build/src/stream-decoder.js), read and written by the patch. */
+interface StreamDecoderFields {
+  maxReadMessageLength: number;
+  readState: number;
+  readCompressFlag: Buffer;
+  readPartialSize: Buffer;
+  readSizeRemaining: number;
+  readMessageSize: number;
+  readPartialMessage: Buffer[];
+  readMessageRemaining: number;
+  /** Ours: the pooled buffer a large message is being copied into, and how far it is filled. */
+  [FILLING]?: { buf: Buffer; at: number } | null;
+}
+type StreamDecoderClass = (new (
+  maxReadMessageLength: number,
+) => StreamDecoderFields) & {
+  prototype: { write?: unknown; [PATCHED]?: { pool: MessageBufferPool } };
+};
+
+const FILLING = Symbol('ibex pooled message');
+const PATCHED = Symbol('ibex message pool');
+const NO_DATA = 0;
+const READING_SIZE = 1;
+const READING_MESSAGE = 2;
+
+/**
+ * Issue 9: grpc-js keeps every DATA chunk of a message and then `Buffer.concat`s them into a fresh buffer
+ * — for a 10 MB request, 10 MB of new external memory, which V8 repays with mark-compacts on the event
+ * loop. Messages of {@link POOLED_MESSAGE_FROM_BYTES} or more are instead copied chunk by chunk into a
+ * buffer of `pool` (src/util/message-buffers.ts); smaller ones take grpc-js's own path unchanged. The
+ * decoder's state machine is grpc-js 1.14's (Apache-2.0), with that one branch added; it is the
+ * prototype's, so it also serves grpc-js clients in this process (their buffers are simply never
+ * released). Calling it again only swaps the pool.
+ * @throws Error when grpc-js's StreamDecoder is gone or its fields were renamed (a grpc-js upgrade).
+ */
+export function assembleLargeMessagesIn(pool: MessageBufferPool): void {
+  const mod = requireCjs('@grpc/grpc-js/build/src/stream-decoder.js') as {
+    StreamDecoder?: StreamDecoderClass;
+  };
+  const Decoder = mod.StreamDecoder;
+  if (typeof Decoder?.prototype?.write !== 'function')
+    throw new Error('grpc-js internals changed: no StreamDecoder.write');
+  const probe = new Decoder(-1);
+  for (const field of [
+    'maxReadMessageLength',
+    'readState',
+    'readCompressFlag',
+    'readPartialSize',
+    'readSizeRemaining',
+    'readMessageSize',
+    'readPartialMessage',
+    'readMessageRemaining',
+  ])
+    if (!(field in probe)) throw new Error(`grpc-js internals changed: StreamDecoder has no ${field}`);
+  const proto = Decoder.prototype;
+  if (proto[PATCHED]) {
+    proto[PATCHED].pool = pool;
+    return;
+  }
+  const state = { pool };
+  proto[PATCHED] = state;
+  proto.write = function write(this: StreamDecoderFields, data: Buffer): Buffer[] {
+    let readHead = 0;
+    const result: Buffer[] = [];
+    while (readHead < data.length) {
+      switch (this.readState) {
+        case NO_DATA:
+          this.readCompressFlag = data.subarray(readHead, readHead + 1);
+          readHead += 1;
+          this.readState = READING_SIZE;
+          this.readPartialSize.fill(0);
+          this.readSizeRemaining = 4;
+          this.readMessageSize = 0;
+          this.readMessageRemaining = 0;
+          this.readPartialMessage = [];
+          this[FILLING] = null;
+          break;
+        case READING_SIZE: {
+          const toRead = Math.min(data.length - readHead, this.readSizeRemaining);
+          data.copy(this.readPartialSize, 4 - this.readSizeRemaining, readHead, readHead + toRead);
+          this.readSizeRemaining -= toRead;
+          readHead += toRead;
+          if (this.readSizeRemaining > 0) break;
+          this.readMessageSize = this.readPartialSize.readUInt32BE(0);
+          if (this.maxReadMessageLength !== -1 && this.readMessageSize > this.maxReadMessageLength) {
+            throw new Error(
+              `Received message larger than max (${this.readMessageSize} vs ${this.maxReadMessageLength})`,
+            );
+          }
+          this.readMessageRemaining = this.readMessageSize;
+          if (this.readMessageRemaining > 0) {
+            this.readState = READING_MESSAGE;
+            const buf = state.pool.acquire(this.readMessageSize + 5);
+            if (buf) {
+              buf[0] = this.readCompressFlag[0]!;
+              this.readPartialSize.copy(buf, 1);
+              this[FILLING] = { buf, at: 5 };
+            }
+          } else {
+            result.push(Buffer.concat([this.readCompressFlag, this.readPartialSize], 5));
+            this.readState = NO_DATA;
+          }
+          break;
+        }
+        case READING_MESSAGE: {
+          const toRead = Math.min(data.length - readHead, this.readMessageRemaining);
+          const filling = this[FILLING];
+          if (filling) {
+            data.copy(filling.buf, filling.at, readHead, readHead + toRead);
+            filling.at += toRead;
+          } else {
+            this.readPartialMessage.push(data.subarray(readHead, readHead + toRead));
+          }
+          this.readMessageRemaining -= toRead;
+          readHead += toRead;
+          if (this.readMessageRemaining > 0) break;
+          if (filling) {
+            result.push(filling.buf);
+            this[FILLING] = null;
+          } else {
+            const parts = [this.readCompressFlag, this.readPartialSize, ...this.readPartialMessage];
+            result.push(Buffer.concat(parts, this.readMessageSize + 5));
+          }
+          this.readState = NO_DATA;
+          break;
+        }
+        default:
+          throw new Error('Unexpected read state');
+      }
+    }
+    return result;
+  };
 }

@@ -24,6 +24,7 @@ import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js
 import type { Settings } from '../config/settings.js';
 import { Errors, IbexError, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
+import { MessageBufferPool } from '../util/message-buffers.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
 import {
   type AbortSignalLike,
@@ -33,7 +34,7 @@ import {
   createCallContext,
   monotonicNow,
 } from './call-context.js';
-import { alignHeaderPairLimit, destroySessions } from './grpc-internals.js';
+import { alignHeaderPairLimit, assembleLargeMessagesIn, destroySessions } from './grpc-internals.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -46,6 +47,15 @@ import {
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.js';
+
+/**
+ * Large request messages are assembled in recycled buffers (issue 9; src/util/message-buffers.ts). One
+ * pool per process: grpc-js's decoder is patched process-wide, and servers in one process share it.
+ */
+export const MESSAGE_BUFFERS = new MessageBufferPool();
+const releaseMessageBuffer = (source: Uint8Array | undefined) => {
+  if (source) MESSAGE_BUFFERS.release(source);
+};
 
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
@@ -186,6 +196,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   });
 
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
+  assembleLargeMessagesIn(MESSAGE_BUFFERS);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
@@ -240,6 +251,11 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         // 'cancelled': grpc-js has already ended the stream; there is no one to answer.
       } catch (err) {
         logger.error({ err }, 'failed to send AssembleContext answer');
+      } finally {
+        // Refused, late or cancelled calls hand a recycled request buffer back too (a spliced answer
+        // already did while being serialized). A buffer that went to a CPU task is detached here and is
+        // not taken; a pipeline still running for an abandoned call reads nothing it could send anyone.
+        releaseMessageBuffer(call.request?.history?.source);
       }
     };
 
@@ -289,7 +305,9 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     AssembleContext: {
       ...contextServiceDefinition.AssembleContext!,
       requestDeserialize: decodeAssembleRequest,
-      responseSerialize: serializeAssembleResponse,
+      // The answer's copy of the history is the request buffer's last use: back to the pool then.
+      responseSerialize: (response: AssembleContextResponse) =>
+        serializeAssembleResponse(response, releaseMessageBuffer),
     },
   };
   server.addService(serviceDefinition, {

@@ -144,18 +144,28 @@ export class SplicedMessage {
   readonly byteLength: number;
   readonly #head: Buffer;
 
+  readonly #release: ((source: Uint8Array) => void) | undefined;
+
+  /**
+   * @param release called with the history's source bytes once {@link copy} has copied them: the server
+   *   hands a recycled request buffer back to its pool there (src/util/message-buffers.ts), which
+   *   detaches it, so a second copy throws instead of reading another request's bytes.
+   */
   constructor(
     rest: Buffer,
     readonly context: SplicedUtf8,
+    release?: (source: Uint8Array) => void,
   ) {
     this.#head = Buffer.concat([rest, fieldOneHeader(context.byteLength)]);
     this.byteLength = this.#head.length + context.byteLength;
+    this.#release = release;
   }
 
   /** Buffer-compatible: writes the whole message at `targetStart` of `target`. @returns bytes written. */
   copy(target: Uint8Array, targetStart = 0): number {
     target.set(this.#head, targetStart);
     copySpliced(this.context, target, targetStart + this.#head.length);
+    this.#release?.(this.context.source);
     return this.byteLength;
   }
 
@@ -185,12 +195,16 @@ function fieldOneHeader(length: number): Buffer {
  * {@link ASSEMBLED_UTF8} spliced bytes when present, as a {@link SplicedMessage} (typed as the Buffer that
  * grpc-js expects; it only copies it). Decoders accept fields in any order; for a repeated scalar the
  * last wins, and protobufjs writes the empty string field too, hence field 1 after the rest.
+ * @param release see {@link SplicedMessage}; the server passes its message pool's, tools pass none.
  */
-export function serializeAssembleResponse(response: AssembleContextResponse): Buffer {
+export function serializeAssembleResponse(
+  response: AssembleContextResponse,
+  release?: (source: Uint8Array) => void,
+): Buffer {
   const rest = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
   const spliced = response[ASSEMBLED_UTF8];
   if (!spliced || spliced.byteLength === 0) return rest;
-  return new SplicedMessage(rest, spliced) as unknown as Buffer;
+  return new SplicedMessage(rest, spliced, release) as unknown as Buffer;
 }
 
 /** {@link serializeAssembleResponse} as one contiguous Buffer (tests and tools). */
