@@ -7,6 +7,7 @@
  */
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
+import type { AnswerFrame } from '../format/answer-frame.js';
 import { type SplicedUtf8, splicedBuffers } from '../format/spliced.js';
 
 /** One candidate as the assembly hands it to the CPU stage. */
@@ -135,6 +136,12 @@ export interface CpuTaskOutput {
    * the gRPC frame). Else null.
    */
   assembled_utf8: SplicedUtf8 | null;
+  /**
+   * With `budgetModel` and a context of `FRAME_FROM_BYTES` (64 KiB) or more: the context already in a gRPC
+   * frame buffer with headroom for the rest of the answer (src/format/answer-frame.ts; issue 9), and then
+   * `assembled_utf8` is null and the history's bytes stay with the worker. Else null.
+   */
+  assembled_frame: AnswerFrame | null;
   memories_included: number;
   pack: CpuPackRecord;
   /** Budget and wrapped-block costs, µs (0 without `budgetModel`). */
@@ -297,7 +304,8 @@ export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
   const spliced = output.assembled_utf8
     ? splicedBuffers(output.assembled_utf8).map((buffer) => ({ buffer }))
     : [];
-  return buffersOf([output.selected, output.excluded, output.costs, ...spliced]);
+  const frame = output.assembled_frame ? [output.assembled_frame.buffer] : [];
+  return buffersOf([output.selected, output.excluded, output.costs, ...spliced, ...frame]);
 }
 
 /**

@@ -7,6 +7,12 @@
 import { threadId } from 'node:worker_threads';
 import { calculateBudget, type TokenBudget, wrappedBlockTokens } from '../budget/budget-calculator.js';
 import {
+  buildAnswerFrame,
+  FRAME_BASE_HEADROOM_BYTES,
+  FRAME_FROM_BYTES,
+  FRAME_ROW_HEADROOM_BYTES,
+} from '../format/answer-frame.js';
+import {
   decodeSpans,
   formatAssembly,
   type PreparedHistory,
@@ -49,6 +55,7 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     excluded: new Int32Array(0),
     assembled_context: '',
     assembled_utf8: null,
+    assembled_frame: null,
     memories_included: 0,
     pack: {
       path: 'dp',
@@ -174,6 +181,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     excluded: r.excluded,
     assembled_context: formatted.assembled_context,
     assembled_utf8: formatted.assembled_utf8,
+    assembled_frame: formatted.assembled_frame,
     memories_included: memories.length,
     pack: {
       path: r.path,
@@ -204,14 +212,41 @@ function formatTask(
   budget: TokenBudget | null,
   history: PreparedHistory,
   memories: FormatMemory[],
-): Pick<CpuTaskOutput, 'assembled_context' | 'assembled_utf8' | 'tokens_used'> {
+): Pick<CpuTaskOutput, 'assembled_context' | 'assembled_utf8' | 'assembled_frame' | 'tokens_used'> {
   const parts = { directive: input.directive, memories, toolSchemas: input.toolSchemas, nonce: input.nonce };
   if (budget) {
     const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts);
-    return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
+    // A large context is framed here, so the main thread neither allocates nor copies it (issue 9).
+    if (f.text.byteLength >= FRAME_FROM_BYTES) {
+      const frame = buildAnswerFrame(f.text, frameHeadroom(input));
+      return {
+        assembled_context: '',
+        assembled_utf8: null,
+        assembled_frame: frame,
+        tokens_used: f.tokens_used,
+      };
+    }
+    return {
+      assembled_context: '',
+      assembled_utf8: f.text,
+      assembled_frame: null,
+      tokens_used: f.tokens_used,
+    };
   }
   const context = formatContext({ ...parts, recentMessages: history.messages ?? [] }).assembled_context;
-  return { assembled_context: context, assembled_utf8: null, tokens_used: null };
+  return { assembled_context: context, assembled_utf8: null, assembled_frame: null, tokens_used: null };
+}
+
+/**
+ * Headroom of the task's answer frame: the base room plus, per candidate (each is one MemoryUsed row),
+ * its id and category bytes and the row's fixed fields (src/format/answer-frame.ts).
+ */
+function frameHeadroom(input: CpuTaskInput): number {
+  const o = input.offsets;
+  const n = input.score.length;
+  let rows = 0;
+  for (let i = 0; i < n; i++) rows += o[3 * i + 2]! - o[3 * i]! + FRAME_ROW_HEADROOM_BYTES;
+  return FRAME_BASE_HEADROOM_BYTES + rows;
 }
 
 const WARM_CATEGORIES = ['procedural', 'factual', 'preference', 'behavioral', 'episodic', 'notes'];

@@ -11,6 +11,7 @@ import type { CpuStageResult } from '../pool/pool-client.js';
 import type { BranchOutcome } from '../types.js';
 import { monotonicNow } from '../util/clock.js';
 import {
+  ASSEMBLED_FRAME,
   ASSEMBLED_UTF8,
   type AssembleContextResponse,
   type DegradationLevel,
@@ -60,6 +61,7 @@ export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleCon
   const response = baseResponse(a, out.budget!, rows);
   response.assembled_context = out.assembled_context;
   if (out.assembled_utf8) response[ASSEMBLED_UTF8] = out.assembled_utf8;
+  if (out.assembled_frame) response[ASSEMBLED_FRAME] = out.assembled_frame;
   response.tokens_used = out.tokens_used ?? 0;
   response.memories_included = out.memories_included;
   response.memory_tokens = out.pack.total_tokens;

@@ -1,10 +1,11 @@
 /**
  * What the gRPC server sets on grpc-js 1.14's private fields, because grpc-js exposes no option for it:
- * the HTTP/2 header-pair limit (issue 11), and session teardown on a
- * forced drain (issue 10). Each hook throws when the field it needs is gone, so a grpc-js upgrade that
+ * the HTTP/2 header-pair limit (issue 11), session teardown on a
+ * forced drain (issue 10), and sending a response frame the CPU stage built as it is (issue 9). Each hook throws when the field it needs is gone, so a grpc-js upgrade that
  * moves them fails at start-up, not silently.
  */
 import http2 from 'node:http2';
+import { createRequire } from 'node:module';
 import type { Server } from '@grpc/grpc-js';
 
 /**
@@ -35,4 +36,46 @@ export function destroySessions(server: Server): void {
   for (const info of internal.http2Servers?.values() ?? []) {
     for (const session of info.sessions ?? []) session.destroy(undefined, http2.constants.NGHTTP2_CANCEL);
   }
+}
+
+/** grpc-js 1.14's server call that serializes and frames each response (private module). */
+interface BaseServerCallPrototype {
+  serializeMessage(this: unknown, value: unknown): Buffer;
+}
+
+let framesInstalled = false;
+let framesSent = 0;
+
+/** How many responses this process sent as prebuilt frames (tests: which path an answer took). */
+export function prebuiltFramesSent(): number {
+  return framesSent;
+}
+
+/**
+ * Issue 9 (isolation): grpc-js 1.14 frames every response in `BaseServerInterceptingCall.serializeMessage`
+ * with a fresh `Buffer.allocUnsafe(byteLength + 5)` and a copy of the serialized message — for a ~10 MB
+ * context a 10 MB allocation (page faults) and a 10 MB copy on the main thread per answer. grpc-js has no
+ * option to send bytes as they are, so its method is wrapped once per process: a value for which
+ * `prebuilt` returns a frame (the CPU stage's answer frame, src/format/answer-frame.ts) is sent as that
+ * frame; every other value goes through the original method. Idempotent.
+ * @param prebuilt the whole gRPC frame (5-byte prefix + message) for `value`, or null.
+ * @throws Error when grpc-js no longer has the method.
+ */
+export function sendPrebuiltFrames(prebuilt: (value: unknown) => Buffer | null): void {
+  if (framesInstalled) return;
+  const require = createRequire(import.meta.url);
+  const mod = require('@grpc/grpc-js/build/src/server-interceptors.js') as {
+    BaseServerInterceptingCall?: { prototype: BaseServerCallPrototype };
+  };
+  const proto = mod.BaseServerInterceptingCall?.prototype;
+  if (typeof proto?.serializeMessage !== 'function')
+    throw new Error('grpc-js internals changed: no BaseServerInterceptingCall.serializeMessage');
+  const original = proto.serializeMessage;
+  proto.serializeMessage = function serializeMessage(value: unknown): Buffer {
+    const frame = prebuilt(value);
+    if (frame === null) return original.call(this, value);
+    framesSent++;
+    return frame;
+  };
+  framesInstalled = true;
 }

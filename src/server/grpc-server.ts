@@ -33,7 +33,7 @@ import {
   createCallContext,
   monotonicNow,
 } from './call-context.js';
-import { alignHeaderPairLimit, destroySessions } from './grpc-internals.js';
+import { alignHeaderPairLimit, destroySessions, sendPrebuiltFrames } from './grpc-internals.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -41,6 +41,7 @@ import {
   type DegradationLevel,
   PROTO_DIR,
   PROTO_FILES,
+  prebuiltAnswerFrame,
   serializeAssembleResponse,
 } from './proto.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
@@ -186,6 +187,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   });
 
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
+  sendPrebuiltFrames(prebuiltAnswerFrame);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
