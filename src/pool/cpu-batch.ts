@@ -148,8 +148,13 @@ export interface CpuTaskOutput {
   budget_us: number;
   /** Packer time, µs. */
   pack_us: number;
-  /** Decoding the selected memories + formatter, µs. */
+  /** Decoding the selected memories + formatter, µs (framing included). */
   format_us: number;
+  /**
+   * Of `format_us`, copying the context into `assembled_frame`, µs (0 without a frame). Not work the L2
+   * degraded answer does (it never frames), so its reserve leaves it out (src/server/stage-reserve.ts).
+   */
+  frame_us: number;
   /** Whole task in the worker (validation, id decode, pack, format), µs. */
   run_us: number;
   /** When the task began, epoch ms (same clock as `deadline`), for queue-wait accounting. */

@@ -306,7 +306,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     reserve.roundTrip.record(stage.round_trip_us / 1000);
     // The CPU stage does all the degraded answer's work on the history (and more): its cost teaches the
     // per-MiB reserve too, so a pessimistic prior cannot refuse large histories forever.
-    reserve.recordStageRun(stage.run_us / 1000, historyBytes);
+    // Framing is not: the degraded answer never frames (a bound that counted it refused large histories).
+    reserve.recordStageRun((stage.run_us - stage.output.frame_us) / 1000, historyBytes);
     if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
     observer.cpuStageDone(stage);
     if (stage.output.pack.path === 'greedy') {

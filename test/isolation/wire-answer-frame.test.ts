@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
 import {
   buildAnswerFrame,
@@ -17,6 +18,7 @@ import {
   GRPC_PREFIX_BYTES,
 } from '../../src/format/answer-frame.js';
 import { SplicedBuilder } from '../../src/format/spliced.js';
+import { encodeCandidates, runCpuTask } from '../../src/pool/cpu-task.js';
 import { prebuiltFramesSent } from '../../src/server/grpc-internals.js';
 import {
   ASSEMBLED_FRAME,
@@ -26,6 +28,8 @@ import {
   prebuiltAnswerFrame,
   serializeAssembleResponseBuffer,
 } from '../../src/server/proto.js';
+import { encodeHistory } from '../../src/server/wire-request.js';
+import { monotonicNow } from '../../src/util/clock.js';
 import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
 import { stubResponse, usedRow } from '../helpers/stub-response.js';
 
@@ -138,6 +142,51 @@ describe('prebuilt answer frames (issue 9)', () => {
     expect(prebuiltAnswerFrame(null)).toBeNull();
     expect(prebuiltAnswerFrame(Buffer.alloc(3))).toBeNull();
     expect(prebuiltAnswerFrame(stubResponse())).toBeNull();
+  });
+});
+
+describe('the CPU task frames large contexts only when the copy fits its deadline (issue 9)', () => {
+  const resolved = CapabilityCatalog.load(undefined).resolve('gpt-4o');
+  const task = (deadline: number) =>
+    encodeCandidates(
+      [],
+      {
+        budget: 0,
+        dpCellCeiling: 437_570,
+        maxConsecutiveSkips: 5,
+        nonce: 'n0nce',
+        directive: 'Be brief.',
+        recentMessages: [],
+        toolSchemas: [],
+        deadline,
+        budgetModel: resolved,
+        nonceBytes: 16,
+      },
+      {
+        ...encodeHistory([
+          { role: 'user', content: '绿'.repeat(30_000) },
+          { role: 'assistant', content: 'ok' },
+        ]),
+        contentPending: false,
+      },
+    );
+
+  it('far deadline: a frame whose context is the spliced text, and its copy time reported apart', () => {
+    const out = runCpuTask(task(monotonicNow() + 60_000));
+    expect(out.assembled_utf8).toBeNull();
+    const frame = out.assembled_frame!;
+    expect(frame.contextBytes).toBeGreaterThanOrEqual(FRAME_FROM_BYTES);
+    const text = Buffer.from(frame.buffer.subarray(frame.contextAt)).toString('utf8');
+    expect(text).toContain(`user: ${'绿'.repeat(30_000)}\nassistant: ok`);
+    expect(out.frame_us).toBeGreaterThan(0);
+    expect(out.frame_us).toBeLessThanOrEqual(out.format_us);
+  });
+
+  it('a deadline already passed: no frame, the spliced text as before (the main thread copies it once)', () => {
+    const out = runCpuTask(task(monotonicNow() - 1));
+    expect(out.assembled_frame).toBeNull();
+    expect(out.assembled_utf8!.byteLength).toBeGreaterThanOrEqual(FRAME_FROM_BYTES);
+    expect(out.frame_us).toBe(0);
   });
 });
 
