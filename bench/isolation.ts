@@ -1,16 +1,25 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { Bench } from 'tinybench';
+import { stringFlags } from '../src/cli/command-args.js';
 import { type LoadReport, runLoad } from '../src/client/load-driver.js';
 import { cyclingSource } from '../src/client/request-source.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
-import { machineInfo, runBenchMain, tempDir } from './lib/bench-run.js';
-import { writeResult } from './lib/paths.js';
+import {
+  type BenchFlagValues,
+  benchOptions,
+  machineInfo,
+  parseNumber,
+  runBenchMain,
+  tempDir,
+} from './lib/bench-run.js';
+import { projectPath } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
-import { BENCH_DEADLINE_MS, numberFlags, printTable, startBenchService } from './lib/service-child.js';
+import { BENCH_DEADLINE_MS, printTable, startBenchService } from './lib/service-child.js';
 import type { ServiceProcess } from './lib/service-process.js';
 
 const TARGETS = {
@@ -152,19 +161,32 @@ function attack(
 /** The memory-service kinds of the attack (the dependency half of issue 9). */
 const MEMORY_KINDS = ['memory_5000_hits', 'memory_html_300kb'];
 
-async function main(): Promise<void> {
-  const flags = numberFlags(process.argv.slice(2), [
-    'seconds',
-    'quiet-rate',
-    'noisy-rate',
-    'noisy-timeout-ms',
-  ]);
-  const seconds = flags.seconds ?? 10;
-  const quietRate = flags['quiet-rate'] ?? 25;
-  const noisyRate = flags['noisy-rate'] ?? 10;
-  // The noisy caller's own deadline covers its 10 MB upload and download; the server keeps D = arrival +
-  // BENCH_DEADLINE_MS for every call, and the quiet org keeps BENCH_DEADLINE_MS as its deadline.
-  const noisyTimeoutMs = flags['noisy-timeout-ms'] ?? NOISY_TIMEOUT_MS;
+const USAGE = `usage: npm run bench:isolation -- [options]
+  --seconds <s>           measured seconds per phase: quiet alone, under memory kinds, under all kinds (default 10)
+  --quiet-rate <r>        the quiet org's calls per second (default 25)
+  --noisy-rate <r>        the noisy org's calls per second, per heavy kind (default 10)
+  --noisy-timeout-ms <ms> the noisy caller's own deadline (default ${NOISY_TIMEOUT_MS})
+  --out <dir>             where isolation.json goes (default bench/results)`;
+
+const FLAGS = stringFlags('seconds', 'quiet-rate', 'noisy-rate', 'noisy-timeout-ms', 'out');
+
+/** The bench's options, resolved. @throws Error naming a bad flag. */
+function parseOptions(values: BenchFlagValues<typeof FLAGS>) {
+  return {
+    seconds: parseNumber('--seconds', values.seconds ?? '10'),
+    quietRate: parseNumber('--quiet-rate', values['quiet-rate'] ?? '25'),
+    noisyRate: parseNumber('--noisy-rate', values['noisy-rate'] ?? '10'),
+    // The noisy caller's own deadline covers its 10 MB upload and download; the server keeps D = arrival +
+    // BENCH_DEADLINE_MS for every call, and the quiet org keeps BENCH_DEADLINE_MS as its deadline.
+    noisyTimeoutMs: parseNumber('--noisy-timeout-ms', values['noisy-timeout-ms'] ?? String(NOISY_TIMEOUT_MS)),
+    out: path.resolve(values.out ?? projectPath('bench/results')),
+  };
+}
+
+async function main(): Promise<number> {
+  const opts = benchOptions(process.argv.slice(2), USAGE, FLAGS, parseOptions);
+  if (typeof opts === 'number') return opts;
+  const { seconds, quietRate, noisyRate, noisyTimeoutMs } = opts;
   const machine = machineInfo();
   console.log(`bench:isolation — ${machine.cpus} CPUs, load average ${machine.loadavg_1m_at_start}`);
 
@@ -285,8 +307,11 @@ async function main(): Promise<void> {
       noisy,
       main_thread_parse: parse,
     };
-    writeResult('isolation', out);
-    console.log('wrote bench/results/isolation.json');
+    mkdirSync(opts.out, { recursive: true });
+    const file = path.join(opts.out, 'isolation.json');
+    writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
+    console.log(`wrote ${path.relative(process.cwd(), file) || file}`);
+    return 0;
   } finally {
     worker.postMessage({ stop: true });
     await service.stop();

@@ -3,6 +3,7 @@
  * degraded one built on the main thread when the CPU stage could not answer; plus the degradation record
  * both carry.
  */
+
 import { calculateBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import { Errors } from '../errors.js';
@@ -10,7 +11,9 @@ import { formatAssembly, prepareHistory } from '../format/assembly-text.js';
 import type { CpuStageResult } from '../pool/pool-client.js';
 import type { BranchOutcome } from '../types.js';
 import { monotonicNow } from '../util/clock.js';
+import { releaseMessageBuffer } from '../util/message-buffers.js';
 import {
+  ASSEMBLED_FRAME,
   ASSEMBLED_UTF8,
   type AssembleContextResponse,
   type DegradationLevel,
@@ -60,6 +63,9 @@ export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleCon
   const response = baseResponse(a, out.budget!, rows);
   response.assembled_context = out.assembled_context;
   if (out.assembled_utf8) response[ASSEMBLED_UTF8] = out.assembled_utf8;
+  if (out.assembled_frame) response[ASSEMBLED_FRAME] = out.assembled_frame;
+  // The frame holds the history's copy: a recycled request buffer can serve the next large request.
+  releaseMessageBuffer(out.history_back);
   response.tokens_used = out.tokens_used ?? 0;
   response.memories_included = out.memories_included;
   response.memory_tokens = out.pack.total_tokens;

@@ -1,8 +1,9 @@
 /**
  * What the gRPC server sets on grpc-js 1.14's private fields, because grpc-js exposes no option for it:
- * the HTTP/2 header-pair limit (issue 11), session teardown on a forced drain (issue 10), and large
- * messages assembled in recycled buffers (issue 9). Each hook throws when the field it needs is gone, so
- * a grpc-js upgrade that moves them fails at start-up, not silently.
+ * the HTTP/2 header-pair limit (issue 11), session teardown on a forced drain (issue 10), large messages
+ * assembled in recycled buffers, and a response frame the CPU stage built sent as it is (issue 9). Each
+ * hook throws when the field it needs is gone, so a grpc-js upgrade that moves them fails at start-up, not
+ * silently.
  */
 import http2 from 'node:http2';
 import { createRequire } from 'node:module';
@@ -173,4 +174,45 @@ export function assembleLargeMessagesIn(pool: MessageBufferPool): void {
     }
     return result;
   };
+}
+
+/** grpc-js 1.14's server call that serializes and frames each response (private module). */
+interface BaseServerCallPrototype {
+  serializeMessage(this: unknown, value: unknown): Buffer;
+}
+
+let framesInstalled = false;
+let framesSent = 0;
+
+/** How many responses this process sent as prebuilt frames (tests: which path an answer took). */
+export function prebuiltFramesSent(): number {
+  return framesSent;
+}
+
+/**
+ * Issue 9 (isolation): grpc-js 1.14 frames every response in `BaseServerInterceptingCall.serializeMessage`
+ * with a fresh `Buffer.allocUnsafe(byteLength + 5)` and a copy of the serialized message — for a ~10 MB
+ * context a 10 MB allocation (page faults) and a 10 MB copy on the main thread per answer. grpc-js has no
+ * option to send bytes as they are, so its method is wrapped once per process: a value for which
+ * `prebuilt` returns a frame (the CPU stage's answer frame, src/format/answer-frame.ts) is sent as that
+ * frame; every other value goes through the original method. Idempotent.
+ * @param prebuilt the whole gRPC frame (5-byte prefix + message) for `value`, or null.
+ * @throws Error when grpc-js no longer has the method.
+ */
+export function sendPrebuiltFrames(prebuilt: (value: unknown) => Buffer | null): void {
+  if (framesInstalled) return;
+  const mod = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
+    BaseServerInterceptingCall?: { prototype: BaseServerCallPrototype };
+  };
+  const proto = mod.BaseServerInterceptingCall?.prototype;
+  if (typeof proto?.serializeMessage !== 'function')
+    throw new Error('grpc-js internals changed: no BaseServerInterceptingCall.serializeMessage');
+  const original = proto.serializeMessage;
+  proto.serializeMessage = function serializeMessage(value: unknown): Buffer {
+    const frame = prebuilt(value);
+    if (frame === null) return original.call(this, value);
+    framesSent++;
+    return frame;
+  };
+  framesInstalled = true;
 }

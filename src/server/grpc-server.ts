@@ -24,7 +24,7 @@ import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js
 import type { Settings } from '../config/settings.js';
 import { Errors, IbexError, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
-import { MessageBufferPool } from '../util/message-buffers.js';
+import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
 import {
   type AbortSignalLike,
@@ -34,7 +34,12 @@ import {
   createCallContext,
   monotonicNow,
 } from './call-context.js';
-import { alignHeaderPairLimit, assembleLargeMessagesIn, destroySessions } from './grpc-internals.js';
+import {
+  alignHeaderPairLimit,
+  assembleLargeMessagesIn,
+  destroySessions,
+  sendPrebuiltFrames,
+} from './grpc-internals.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -42,20 +47,12 @@ import {
   type DegradationLevel,
   PROTO_DIR,
   PROTO_FILES,
+  prebuiltAnswerFrame,
   serializeAssembleResponse,
 } from './proto.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.js';
-
-/**
- * Large request messages are assembled in recycled buffers (issue 9; src/util/message-buffers.ts). One
- * pool per process: grpc-js's decoder is patched process-wide, and servers in one process share it.
- */
-export const MESSAGE_BUFFERS = new MessageBufferPool();
-const releaseMessageBuffer = (source: Uint8Array | undefined) => {
-  if (source) MESSAGE_BUFFERS.release(source);
-};
 
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
@@ -197,6 +194,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
 
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
   assembleLargeMessagesIn(MESSAGE_BUFFERS);
+  sendPrebuiltFrames(prebuiltAnswerFrame);
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {

@@ -10,6 +10,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
+import { type AnswerFrame, finishAnswerFrame, frameContext } from '../format/answer-frame.js';
 import { copySpliced, type SplicedUtf8 } from '../format/spliced.js';
 import type { AssembleContextRequest } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
 import type { AssembleContextResponse__Output } from '../generated/proto/ibex/context/v1/AssembleContextResponse.js';
@@ -131,7 +132,16 @@ export type AssembleContextResponse = Omit<
   degradation: Degradation;
   /** See {@link ASSEMBLED_UTF8}; never on the wire as such. */
   [ASSEMBLED_UTF8]?: SplicedUtf8;
+  /** See {@link ASSEMBLED_FRAME}; never on the wire as such. */
+  [ASSEMBLED_FRAME]?: AnswerFrame;
 };
+
+/**
+ * Where a response carries `assembled_context` already in a gRPC frame buffer built by the CPU stage
+ * (src/format/answer-frame.ts; issue 9); the string field is then '' and {@link prebuiltAnswerFrame}
+ * completes the frame in place. Takes precedence over {@link ASSEMBLED_UTF8}.
+ */
+export const ASSEMBLED_FRAME: unique symbol = Symbol('assembled_context in a prebuilt gRPC frame');
 
 /**
  * A serialized message that is not one contiguous Buffer: the loader's bytes for every other field, then
@@ -190,21 +200,51 @@ function fieldOneHeader(length: number): Buffer {
   return Buffer.from(head);
 }
 
+/** The response's context as spliced UTF-8: from its frame, its spliced bytes, or none. */
+function splicedContext(response: AssembleContextResponse): SplicedUtf8 | undefined {
+  const frame = response[ASSEMBLED_FRAME];
+  return frame ? frameContext(frame) : response[ASSEMBLED_UTF8];
+}
+
+/** The loader's bytes for every field but the context (its string field is '' then). */
+function restOf(response: AssembleContextResponse): Buffer {
+  return contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
+}
+
 /**
  * AssembleContext's response serializer: the loader's, plus field 1 (`assembled_context`) from
- * {@link ASSEMBLED_UTF8} spliced bytes when present, as a {@link SplicedMessage} (typed as the Buffer that
- * grpc-js expects; it only copies it). Decoders accept fields in any order; for a repeated scalar the
- * last wins, and protobufjs writes the empty string field too, hence field 1 after the rest.
+ * {@link ASSEMBLED_FRAME} or {@link ASSEMBLED_UTF8} bytes when present, as a {@link SplicedMessage} (typed
+ * as the Buffer that grpc-js expects; it only copies it). Decoders accept fields in any order; for a
+ * repeated scalar the last wins, and protobufjs writes the empty string field too, hence field 1 after
+ * the rest.
  * @param release see {@link SplicedMessage}; the server passes its message pool's, tools pass none.
  */
 export function serializeAssembleResponse(
   response: AssembleContextResponse,
   release?: (source: Uint8Array) => void,
 ): Buffer {
-  const rest = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
-  const spliced = response[ASSEMBLED_UTF8];
+  const rest = restOf(response);
+  const spliced = splicedContext(response);
   if (!spliced || spliced.byteLength === 0) return rest;
   return new SplicedMessage(rest, spliced, release) as unknown as Buffer;
+}
+
+/**
+ * The whole gRPC frame (5-byte prefix + message) of a response that carries {@link ASSEMBLED_FRAME}:
+ * the rest of the message is written into the frame's headroom, in place, so the bytes are those of
+ * {@link serializeAssembleResponse}. For grpc-js's send path (src/server/grpc-internals.ts).
+ * @returns the frame, or null for any other value, or when the rest does not fit the headroom (the
+ *   response then carries the context as {@link ASSEMBLED_UTF8} and goes the spliced way).
+ */
+export function prebuiltAnswerFrame(value: unknown): Buffer | null {
+  const frame = (value as AssembleContextResponse | null)?.[ASSEMBLED_FRAME];
+  if (frame === undefined) return null;
+  const response = value as AssembleContextResponse;
+  const out = finishAnswerFrame(frame, restOf(response));
+  if (out !== null) return out;
+  response[ASSEMBLED_UTF8] = frameContext(frame);
+  delete response[ASSEMBLED_FRAME];
+  return null;
 }
 
 /** {@link serializeAssembleResponse} as one contiguous Buffer (tests and tools). */

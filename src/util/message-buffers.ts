@@ -110,6 +110,17 @@ export class MessageBufferPool {
 }
 
 /**
+ * The process's pool: grpc-js's decoder is patched process-wide (src/server/grpc-internals.ts), so every
+ * server in a process assembles into it, and whoever ends a request's last use releases into it.
+ */
+export const MESSAGE_BUFFERS = new MessageBufferPool();
+
+/** {@link MessageBufferPool.release} on {@link MESSAGE_BUFFERS}; `undefined` and `null` are ignored. */
+export function releaseMessageBuffer(view: Uint8Array | null | undefined): void {
+  if (view) MESSAGE_BUFFERS.release(view);
+}
+
+/**
  * Whether `view` lies in a buffer that a {@link MessageBufferPool} handed out for one message (offset ≤ 16:
  * the message or its body), which holds nothing else: such a buffer may be transferred as it is.
  */

@@ -12,8 +12,11 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { copySpliced, FROM_SOURCE } from '../../src/format/spliced.js';
 import { assembleLargeMessagesIn } from '../../src/server/grpc-internals.js';
-import { MESSAGE_BUFFERS } from '../../src/server/grpc-server.js';
-import { MessageBufferPool, POOLED_MESSAGE_FROM_BYTES } from '../../src/util/message-buffers.js';
+import {
+  MESSAGE_BUFFERS,
+  MessageBufferPool,
+  POOLED_MESSAGE_FROM_BYTES,
+} from '../../src/util/message-buffers.js';
 import { request, startTestService, type TestService, tenant } from '../e2e/harness.js';
 import { assembleInWorker, decodeAnswer, decodeBomb, encodeRequest } from './wire-helpers.js';
 
