@@ -4,33 +4,21 @@
  */
 import type { H2Connection } from './frames-connection.js';
 import { ErrorCode } from './h2-codec.js';
-import type { CallEnd, CallSink, RawCall } from './raw-grpc.js';
+import { type CallSink, RawCallState } from './raw-grpc.js';
 
-/** gRPC status codes the transport itself gives. */
-export const CANCELLED = 1;
-export const UNKNOWN = 2;
-export const DEADLINE_EXCEEDED = 4;
-export const INTERNAL = 13;
-export const UNAVAILABLE = 14;
-
-/** `grpc-message` percent-decoded (gRPC over HTTP/2, "Responses"); '' when absent. */
-export function grpcMessage(raw: string | undefined): string {
-  if (raw === undefined || raw === '') return '';
-  try {
-    return decodeURIComponent(raw);
-  } catch {
-    return raw;
-  }
-}
+export {
+  CANCELLED,
+  DEADLINE_EXCEEDED,
+  grpcMessage,
+  INTERNAL,
+  UNAVAILABLE,
+  UNKNOWN,
+} from './raw-grpc.js';
 
 /** One call: its stream's state on the connection and the outcome handed to its sink. */
-export class FramesCall implements RawCall {
+export class FramesCall extends RawCallState {
   /** Stream id, 0 until the call gets a stream. */
   id = 0;
-  ended = false;
-  level = '';
-  bytes = 0;
-  chunks: Buffer[] | null;
   /** Request bytes still to send from `outAt` (null once all went out). */
   out: Buffer | null;
   outAt = 0;
@@ -48,26 +36,15 @@ export class FramesCall implements RawCall {
   constructor(
     request: Buffer,
     readonly headerBlock: Buffer,
-    private readonly timeoutMs: number,
+    timeoutMs: number,
     keepBody: boolean,
-    private readonly sink: CallSink,
+    sink: CallSink,
   ) {
+    super(timeoutMs, keepBody, sink);
     this.out = request;
-    this.chunks = keepBody ? [] : null;
   }
 
-  finish(code: number, details: string, end: CallEnd): void {
-    if (this.ended) return;
-    this.ended = true;
-    const chunks = this.chunks;
-    let body: Buffer | null = null;
-    if (chunks !== null && chunks.length > 0) {
-      const all = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      // One unary response: one length-prefixed message.
-      if (all.length >= 5) body = all.subarray(5, 5 + all.readUInt32BE(1));
-    }
-    this.chunks = null;
-    this.sink.done({ code, details, end, level: this.level, bytes: this.bytes, body });
+  protected override afterDone(): void {
     // The body was valid until `done` returned (RawOutcome.body): its arena bytes may be reused now.
     if (this.inArena) {
       this.inArena = false;
@@ -75,24 +52,7 @@ export class FramesCall implements RawCall {
     }
   }
 
-  expire(): void {
-    // Worded like grpc-js's client timer; the words are for people, `end` is for code.
-    this.abandon(DEADLINE_EXCEEDED, `Deadline exceeded after ${this.timeoutMs} ms (driver)`, 'timer');
-  }
-
-  cancel(): void {
-    this.abandon(CANCELLED, 'cancelled by the driver at the end of the run', 'cancel');
-  }
-
-  /** Ends a call that cannot start, on the next turn of the loop (never inside `call`). */
-  failSoon(details: string): this {
-    setImmediate(() => this.finish(UNAVAILABLE, details, 'connection'));
-    return this;
-  }
-
-  private abandon(code: number, details: string, end: CallEnd): void {
-    if (this.ended) return;
-    this.finish(code, details, end);
+  protected resetStream(): void {
     this.conn?.drop(this, ErrorCode.CANCEL);
   }
 }

@@ -13,12 +13,12 @@ import { LEVEL_HEADER } from '../wire-headers.js';
 import type { ConnectionOptions } from './context-client.js';
 import { ASSEMBLE_PATH } from './grpc-frames.js';
 
-/** gRPC status codes used by the transport itself. */
-const CANCELLED = 1;
-const UNKNOWN = 2;
-const DEADLINE_EXCEEDED = 4;
-const UNAVAILABLE = 14;
-const INTERNAL = 13;
+/** gRPC status codes the driver's transports give themselves. */
+export const CANCELLED = 1;
+export const UNKNOWN = 2;
+export const DEADLINE_EXCEEDED = 4;
+export const UNAVAILABLE = 14;
+export const INTERNAL = 13;
 
 /**
  * What ended a call, as the transport saw it. Callers classify outcomes by this and the status code,
@@ -73,7 +73,8 @@ export interface RawCall {
   cancel(): void;
 }
 
-function decodeGrpcMessage(raw: unknown): string {
+/** `grpc-message` percent-decoded (gRPC over HTTP/2, "Responses"); '' when absent. */
+export function grpcMessage(raw: unknown): string {
   if (typeof raw !== 'string' || raw === '') return '';
   try {
     return decodeURIComponent(raw);
@@ -115,22 +116,25 @@ const CONNECTION_ERRORS = new Set([
 const CALL = Symbol('rawCall');
 type CallStream = ClientHttp2Stream & { [CALL]: H2Call };
 
-/** One call's state; the stream's listeners below end it through {@link H2Call.finish}. */
-class H2Call implements RawCall {
+/**
+ * What the driver's transports share per call (h2 here, frames in frames-call.ts): the outcome under way
+ * (level, bytes, the kept body's chunks) and the one way a call ends, {@link RawCallState.finish}.
+ */
+export abstract class RawCallState implements RawCall {
   ended = false;
   level = '';
   bytes = 0;
   chunks: Buffer[] | null;
-  stream: ClientHttp2Stream | null = null;
 
   constructor(
-    private readonly timeoutMs: number,
+    protected readonly timeoutMs: number,
     keepBody: boolean,
     private readonly sink: CallSink,
   ) {
     this.chunks = keepBody ? [] : null;
   }
 
+  /** Ends the call once: the sink gets the outcome, the body being the one message of the kept chunks. */
   finish(code: number, details: string, end: CallEnd): void {
     if (this.ended) return;
     this.ended = true;
@@ -143,7 +147,14 @@ class H2Call implements RawCall {
     }
     this.chunks = null;
     this.sink.done({ code, details, end, level: this.level, bytes: this.bytes, body });
+    this.afterDone();
   }
+
+  /** Runs once the sink has the outcome (the body's bytes may be reused from then on). */
+  protected afterDone(): void {}
+
+  /** Resets the call's stream, if it has one, with CANCEL. */
+  protected abstract resetStream(): void;
 
   expire(): void {
     // Worded like grpc-js's client timer; the words are for people, `end` is for code.
@@ -154,7 +165,7 @@ class H2Call implements RawCall {
     this.abandon(CANCELLED, 'cancelled by the driver at the end of the run', 'cancel');
   }
 
-  /** Ends a call that cannot start, on the next turn of the loop (see {@link RawChannel.call}). */
+  /** Ends a call that cannot start, on the next turn of the loop (never inside a transport's `call`). */
   failSoon(details: string): this {
     setImmediate(() => this.finish(UNAVAILABLE, details, 'connection'));
     return this;
@@ -163,6 +174,15 @@ class H2Call implements RawCall {
   private abandon(code: number, details: string, end: CallEnd): void {
     if (this.ended) return;
     this.finish(code, details, end);
+    this.resetStream();
+  }
+}
+
+/** One call's state; the stream's listeners below end it through {@link H2Call.finish}. */
+class H2Call extends RawCallState {
+  stream: ClientHttp2Stream | null = null;
+
+  protected resetStream(): void {
     const s = this.stream;
     if (s !== null && !s.destroyed) s.close(http2.constants.NGHTTP2_CANCEL);
   }
@@ -173,8 +193,7 @@ function onResponse(this: CallStream, headers: http2.IncomingHttpHeaders): void 
   c.level = headerString(headers[LEVEL_HEADER]);
   // A trailers-only answer (errors) carries the status in the headers.
   const st = headers['grpc-status'];
-  if (st !== undefined)
-    c.finish(Number(headerString(st)), decodeGrpcMessage(headers['grpc-message']), 'server');
+  if (st !== undefined) c.finish(Number(headerString(st)), grpcMessage(headers['grpc-message']), 'server');
 }
 
 function onData(this: CallStream, chunk: Buffer): void {
@@ -186,7 +205,7 @@ function onData(this: CallStream, chunk: Buffer): void {
 function onTrailers(this: CallStream, trailers: http2.IncomingHttpHeaders): void {
   const st = trailers['grpc-status'];
   if (st === undefined) this[CALL].finish(UNKNOWN, 'no grpc-status in the trailers', 'stream');
-  else this[CALL].finish(Number(headerString(st)), decodeGrpcMessage(trailers['grpc-message']), 'server');
+  else this[CALL].finish(Number(headerString(st)), grpcMessage(trailers['grpc-message']), 'server');
 }
 
 function onError(this: CallStream, err: NodeJS.ErrnoException): void {
