@@ -11,6 +11,7 @@
  * transport × rate grid runs N times, interleaved (so a busy neighbour hits every transport alike), and
  * the summary gives the median, min and max CPU per call per cell. Writes bench/results/driver.json.
  */
+
 import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
@@ -24,24 +25,13 @@ import { syntheticSource } from '../src/client/request-source.js';
 import type { AssembleContextResponse } from '../src/server/proto.js';
 import { LEVEL_HEADER } from '../src/wire-headers.js';
 import { machineInfo, parseList, parseNumber, runBenchMain } from './lib/bench-run.js';
+import { cannedRows } from './lib/canned-rows.js';
 import { projectPath } from './lib/paths.js';
 import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
 
 /** The canned answer: a LoCoMo-sized context and 30 candidate rows, 6 of them excluded for budget. */
 function cannedFrame(): Buffer {
-  const rows = Array.from({ length: 30 }, (_, i) => ({
-    memory_id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-    composite_score: 0.5,
-    relevance_score: 0.5,
-    recency_score: 0,
-    usefulness_score: 0,
-    rank: i + 1,
-    category: 'fact',
-    exclusion: i < 24 ? 'included' : 'budget',
-    similarity: 0.5,
-    confidence: 1,
-    token_estimate: 110,
-  }));
+  const rows = cannedRows({ category: 'fact', included: 24, confidence: 1, tokens: 110 });
   const res = {
     assembled_context: 'x'.repeat(12_000),
     tokens_used: 3000,

@@ -8,19 +8,23 @@
  * - `response_prebuilt_frame`: the CPU stage's frame completed in place (src/format/answer-frame.ts): the
  *   loader-encoded rest and the 5-byte prefix only;
  * - `request_stream_decoder`: grpc-js's own `StreamDecoder` reassembling one request message from 16 KiB
- *   HTTP/2 DATA chunks (a fresh n-byte `Buffer.concat` and copy), the request-side cost.
+ *   HTTP/2 DATA chunks (a fresh n-byte `Buffer.concat` and copy), the request-side cost;
+ * - `request_pooled_decoder`: the same with the service's decoder hook, each message assembled in the
+ *   buffer the previous one released (src/util/message-buffers.ts).
  *
  * Each sample is one operation's wall time including the allocation's page faults; freed buffers go back
  * at V8's next GC, as in the service. Run it once plain and once with
  * `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824` to see the
  * allocator's share (the figure records the variable). Figures, not gates; run under `flock /work/bench.lock`.
  */
+
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { stringFlags } from '../src/cli/command-args.js';
 import { buildAnswerFrame } from '../src/format/answer-frame.js';
 import { SplicedBuilder } from '../src/format/spliced.js';
+import { assembleLargeMessagesIn } from '../src/server/grpc-internals.js';
 import {
   ASSEMBLED_FRAME,
   ASSEMBLED_UTF8,
@@ -29,6 +33,7 @@ import {
   serializeAssembleResponse,
   serializeAssembleResponseBuffer,
 } from '../src/server/proto.js';
+import { MessageBufferPool } from '../src/util/message-buffers.js';
 import {
   type BenchFlagValues,
   benchOptions,
@@ -36,6 +41,7 @@ import {
   parseInteger,
   runBenchMain,
 } from './lib/bench-run.js';
+import { cannedRows } from './lib/canned-rows.js';
 import { projectPath } from './lib/paths.js';
 
 const USAGE = `usage: node dist/bench/frames.js [options]
@@ -55,19 +61,7 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>) {
 
 /** A response of 30 memory rows with `bytes` of context: spliced history plus a few bytes of our own. */
 function response(bytes: number): { base: AssembleContextResponse; context: SplicedBuilder } {
-  const rows = Array.from({ length: 30 }, (_, i) => ({
-    memory_id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-    composite_score: 0.5,
-    relevance_score: 0.5,
-    recency_score: 0,
-    usefulness_score: 0,
-    rank: i + 1,
-    category: 'episodic',
-    exclusion: 'budget' as const,
-    similarity: 0.5,
-    confidence: 0.5,
-    token_estimate: 120,
-  }));
+  const rows = cannedRows({ category: 'episodic', included: 0, confidence: 0.5, tokens: 120 });
   const history = Buffer.alloc(bytes, 0x61);
   const context = new SplicedBuilder(history);
   context.text('<system-directive>be brief</system-directive>\nuser: ');
@@ -163,11 +157,21 @@ async function main(): Promise<number> {
   const b = prebuiltAnswerFrame({ ...base, [ASSEMBLED_FRAME]: buildAnswerFrame(text, 16 * 1024) });
   if (b === null || !b.subarray(5).equals(a))
     throw new Error('prebuilt frame differs from the spliced message');
-  const figures = {
+  const grpcJsFigures = {
     response_grpc_js_frame: sample(opts.iterations, grpcJsFrame),
     response_prebuilt_frame: sample(opts.iterations, prebuilt),
     request_stream_decoder: sample(opts.iterations, decodeRequest),
   };
+  // The same reassembly with the service's decoder hook (src/server/grpc-internals.ts): each message lands
+  // in the buffer the previous one released, as a request buffer returns to the pool after its answer.
+  const pool = new MessageBufferPool();
+  assembleLargeMessagesIn(pool);
+  const decodePooled = () => {
+    const d = new StreamDecoder(-1);
+    for (const c of chunks) for (const message of d.write(c)) pool.release(message.subarray(5));
+    sink += 1;
+  };
+  const figures = { ...grpcJsFigures, request_pooled_decoder: sample(opts.iterations, decodePooled) };
   if (sink === -1) console.log(sink);
   const out = {
     bench: 'frames',
