@@ -2,12 +2,14 @@
  * Prometheus metrics (SPEC §12), named `ibex_context_*` in base units (seconds, bytes), on a registry of
  * their own so tests and several servers in one process do not collide.
  */
+
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { PoolStats } from '../pool/pool-stats.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
+import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 
 /** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
 const LATENCY_BUCKETS = [
@@ -173,6 +175,25 @@ export function createMetrics(
     labelNames: ['version', 'node_version'],
     registers: [registry],
   }).set({ version: packageVersion(), node_version: process.versions.node }, 1);
+  new Counter({
+    name: 'ibex_context_message_buffers_total',
+    help: 'Request messages of 1 MiB or more: assembled in a reused buffer (reused) or not (missed), and buffers taken back (released)',
+    labelNames: ['event'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const event of ['reused', 'missed', 'released'] as const)
+        this.inc({ event }, MESSAGE_BUFFERS.stats[event]);
+    },
+  });
+  new Gauge({
+    name: 'ibex_context_message_buffers_retained_bytes',
+    help: 'Bytes held in free request-message buffers (at most 64 MiB)',
+    registers: [registry],
+    collect() {
+      this.set(MESSAGE_BUFFERS.retainedBytes);
+    },
+  });
   new Gauge({
     name: 'ibex_context_pool_threads',
     help: 'Worker threads alive',

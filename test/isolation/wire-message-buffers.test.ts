@@ -236,6 +236,15 @@ describe('recycled request buffers over gRPC (issue 9)', () => {
     }
     expect(MESSAGE_BUFFERS.stats.released - before.released).toBe(6);
     expect(MESSAGE_BUFFERS.stats.reused - before.reused).toBeGreaterThanOrEqual(3);
+    // The same counters on /metrics (the test service's process is this one).
+    const text = await (await fetch(`${svc.service.adminUrl}/metrics`)).text();
+    const counter = (event: string) =>
+      Number(
+        text.match(new RegExp(`^ibex_context_message_buffers_total\\{event="${event}"\\} (\\d+)$`, 'm'))?.[1],
+      );
+    expect(counter('released')).toBe(MESSAGE_BUFFERS.stats.released);
+    expect(counter('reused')).toBe(MESSAGE_BUFFERS.stats.reused);
+    expect(text).toMatch(/^ibex_context_message_buffers_retained_bytes \d+$/m);
   });
 
   it('a refused 4 MB request (2,000,000 empty messages) hands its buffer back too', async () => {
