@@ -70,8 +70,9 @@ const READING_MESSAGE = 2;
 /**
  * Issue 9: grpc-js keeps every DATA chunk of a message and then `Buffer.concat`s them into a fresh buffer
  * — for a 10 MB request, 10 MB of new external memory, which V8 repays with mark-compacts on the event
- * loop. Messages of {@link POOLED_MESSAGE_FROM_BYTES} or more are instead copied chunk by chunk into a
- * buffer of `pool` (src/util/message-buffers.ts); smaller ones take grpc-js's own path unchanged. The
+ * loop. A message of {@link POOLED_MESSAGE_FROM_BYTES} or more is instead copied chunk by chunk into a free
+ * buffer of `pool` when one fits (src/util/message-buffers.ts); smaller ones, and large ones that find
+ * none, take grpc-js's own path unchanged. The
  * decoder's state machine is grpc-js 1.14's (Apache-2.0), with that one branch added; it is the
  * prototype's, so it also serves grpc-js clients in this process (their buffers are simply never
  * released). Calling it again only swaps the pool.

@@ -7,8 +7,9 @@
  * requests) that was 9.4 mark-compacts and 98 ms of GC per second on the event loop. A buffer that is
  * transferred (to a pool thread and back) and then reused is not new memory to V8, so it triggers
  * nothing. So a large request's buffer is handed back here once its call is done with it (the response
- * serializer has copied the history out of it, or the call ended without an answer that needs it:
- * {@link MessageBufferPool.release}), and the next large message is assembled in it when it fits.
+ * serializer has copied the history out of it, the CPU stage returned it with a prebuilt answer frame, or
+ * the call ended without an answer that needs it: {@link MessageBufferPool.release}), and the next large
+ * message is assembled in it when it fits.
  * The pool never allocates: a message that finds no free buffer takes grpc-js's own path, which
  * allocates only once the whole message is in (an upload abandoned half-way costs nothing), and that
  * buffer joins the pool when its call ends.
