@@ -361,30 +361,6 @@ describe('frames transport ends', () => {
   });
 });
 
-describe('frames transport in the load driver', () => {
-  it('counts the same levels and packer choices as h2 against the same server', async () => {
-    const fake = await startFake({ l1Every: 5 });
-    const list = requests(20).map((r, i) => (i % 2 === 0 ? { ...r, available_tokens: 150 } : r));
-    for (const transport of ['frames', 'h2'] as const) {
-      const before = fake.tally.calls;
-      const report = await runLoad({
-        addr: fake.addr,
-        connections: 2,
-        rate: 100,
-        durationS: 1,
-        transport,
-        verify: true,
-        source: cyclingSource('t', list),
-      });
-      expect(report.transport).toBe(transport);
-      expect(report.requests.ok).toBe(100);
-      expect(report.requests.levels.L1).toBe(Math.floor(fake.tally.calls / 5) - Math.floor(before / 5));
-      expect(report.packing.budget_choice).toBe(50);
-      expect(report.packing.unreadable).toBe(0);
-    }
-  });
-});
-
 describe('ibex-context load --transport (compiled CLI)', () => {
   it('runs on frames by default, takes h2 and grpc-js, and refuses other names with exit 2', async () => {
     const { runCli } = await import('../helpers/cli.js');

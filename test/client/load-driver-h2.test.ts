@@ -107,24 +107,26 @@ describe('the budget mix against a real server', () => {
 });
 
 describe('transports and --verify', () => {
-  it('grpc-js and h2 transports count levels and packer choices the same against the same server', async () => {
+  it('frames, h2 and grpc-js transports count levels and packer choices the same against the same server', async () => {
     const fake = await startFake({ l1Every: 5 });
     const list = requests(20).map((r, i) => (i % 2 === 0 ? { ...r, available_tokens: 150 } : r));
-    for (const transport of ['h2', 'grpc-js'] as const) {
-      const before = { ...fake.tally, calls: fake.tally.calls };
+    for (const transport of ['frames', 'h2', 'grpc-js'] as const) {
+      const before = fake.tally.calls;
       const report = await runLoad({
         addr: fake.addr,
         connections: 2,
         rate: 100,
         durationS: 1,
         transport,
+        verify: true,
         source: cyclingSource('t', list),
       });
       expect(report.transport).toBe(transport);
       expect(report.requests.ok).toBe(100);
-      expect(report.requests.levels.L1).toBe(Math.floor(fake.tally.calls / 5) - Math.floor(before.calls / 5));
+      expect(report.requests.levels.L1).toBe(Math.floor(fake.tally.calls / 5) - Math.floor(before / 5));
       expect(report.packing.constrained_sent).toBe(50);
       expect(report.packing.budget_choice).toBe(50);
+      expect(report.packing.unreadable).toBe(0);
     }
   });
 
