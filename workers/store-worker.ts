@@ -6,7 +6,12 @@
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
-import type { StoreRead, StoreReadAnswer, StoreReadBatch } from '../src/retrieval/store-reader.js';
+import type {
+  StoreRead,
+  StoreReadAnswer,
+  StoreReadBatch,
+  StoreReadReply,
+} from '../src/retrieval/store-reader.js';
 
 // bench:load splits the server's CPU per thread by name (issue 10).
 nameThisThread(THREAD_NAMES.store);
@@ -36,10 +41,14 @@ function readOne(store: EmbeddedStore, read: StoreRead, maxChars: number | undef
   }
 }
 
-/** Piscina task entry point: a batch of reads, answered in order with plain (cloneable) values. */
-export default function storeRead(batch: StoreReadBatch): StoreReadAnswer[] {
+/**
+ * Piscina task entry point: a batch of reads, answered in order with plain (cloneable) values, and this
+ * thread's time on them (the reader sizes its queue from it).
+ */
+export default function storeRead(batch: StoreReadBatch): StoreReadReply {
+  const started = performance.now();
   const store = storeFor(batch.db);
-  return batch.reads.map((read): StoreReadAnswer => {
+  const answers = batch.reads.map((read): StoreReadAnswer => {
     try {
       return { ok: true, value: readOne(store, read, batch.maxChars) };
     } catch (err) {
@@ -51,4 +60,5 @@ export default function storeRead(batch: StoreReadBatch): StoreReadAnswer[] {
       };
     }
   });
+  return { answers, runMs: performance.now() - started };
 }
