@@ -113,7 +113,7 @@ async function main(argv: string[]): Promise<number> {
   const service = await startServiceProcess({
     db,
     env: serviceEnv,
-    nodeArgs: opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : [],
+    nodeArgs: [...opts.nodeArgs, ...(opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : [])],
   });
   const rows: StepRow[] = [];
   let h2: H2loadResult | null = null;
@@ -199,6 +199,7 @@ async function main(argv: string[]): Promise<number> {
       pool_threads: rows[0]?.server.pool_threads ?? null,
       p99_target_ms: opts.p99TargetMs,
       service_env: serviceEnv,
+      node_args: opts.nodeArgs,
       driver: 'in the bench process (one thread), service in a child process',
     },
     data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },

@@ -110,6 +110,7 @@ export function benchOptions<const O extends Flags, T>(
 const SERVICE_LOAD_FLAGS = {
   ...stringFlags('locomo', 'connections', 'timeout', 'out'),
   'service-env': { type: 'string', multiple: true },
+  'node-arg': { type: 'string', multiple: true },
 } as const;
 
 /** Usage lines of {@link SERVICE_LOAD_FLAGS} but `--out` (whose text names the bench's files). */
@@ -118,6 +119,8 @@ const SERVICE_LOAD_USAGE = [
   '  --connections <n>       gRPC channels of the driver (default 10)',
   '  --timeout <ms>          per-call gRPC deadline of the client (default 1000)',
   '  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)',
+  '  --node-arg <flag>       extra node/V8 flag of the service process, e.g. --node-arg=--single-threaded-gc',
+  '                          (repeatable)',
 ].join('\n');
 
 /** {@link SERVICE_LOAD_FLAGS} resolved. */
@@ -130,8 +133,22 @@ export interface ServiceLoadOptions {
   timeoutMs: number;
   /** Extra IBEX_CONTEXT_* settings of the service ({@link parseEnvPairs}). */
   serviceEnv: Record<string, string>;
+  /** Extra `node` flags of the service process (`--node-arg`: GC and JIT experiments). */
+  nodeArgs: string[];
   /** Absolute directory the results go to (default bench/results). */
   out: string;
+}
+
+/**
+ * `--node-arg` values: each must itself be a flag (`--…`), so a missing `=` cannot swallow the next option.
+ * @throws Error naming the flag.
+ */
+function nodeArgsOf(args: string[]): string[] {
+  for (const a of args) {
+    if (!a.startsWith('--'))
+      throw new Error(`--node-arg takes a node flag such as --single-threaded-gc, got '${a}'`);
+  }
+  return args;
 }
 
 /**
@@ -144,6 +161,7 @@ function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>):
     connections: parseInteger('--connections', values.connections ?? '10'),
     timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
+    nodeArgs: nodeArgsOf(values['node-arg'] ?? []),
     out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }
