@@ -26,6 +26,12 @@ export interface CpuCandidate {
   tokens: number;
 }
 
+/**
+ * A candidate as {@link encodeCandidates} takes it: `tokens` may be absent (0), as in the assembly, whose
+ * CPU stage computes every cost itself; other fields (a scored candidate's) are ignored.
+ */
+export type CandidateFields = Omit<CpuCandidate, 'tokens'> & { tokens?: number };
+
 /** The small values that are cloned to the worker with each task. */
 export interface CpuTaskScalars {
   /** Usable budget in tokens (SPEC §6). */
@@ -144,6 +150,12 @@ export interface CpuTaskOutput {
    */
   assembled_frame: AnswerFrame | null;
   memories_included: number;
+  /**
+   * The answer's `memories_used` rows as protobuf bytes (repeated field 4 of AssembleContextResponse:
+   * `included`, `budget`, then `filter` rows; src/format/memory-rows.ts); transferred. Empty when
+   * `invalid` is set.
+   */
+  memory_rows: Uint8Array;
   pack: CpuPackRecord;
   /** Budget and wrapped-block costs, µs (0 without `budgetModel`). */
   budget_us: number;
@@ -200,7 +212,7 @@ export function ownsItsBuffer(source: Uint8Array): boolean {
  * @param scalars everything else the task needs; `deadline` on the epoch clock.
  */
 export function encodeCandidates(
-  candidates: readonly CpuCandidate[],
+  candidates: readonly CandidateFields[],
   scalars: CpuTaskScalars,
   history?: HistoryBytesLike,
 ): CpuTaskInput {
@@ -234,7 +246,7 @@ export function encodeCandidates(
     similarity[i] = c.similarity;
     confidence[i] = c.confidence;
     rank[i] = c.rank;
-    tokens[i] = c.tokens;
+    tokens[i] = c.tokens ?? 0;
     offsets[3 * i] = at;
     at += bytes.write(c.memory_id, at, 'utf8');
     offsets[3 * i + 1] = at;
@@ -319,7 +331,14 @@ export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
     : [];
   const frame = output.assembled_frame ? [output.assembled_frame.buffer] : [];
   if (output.history_back) frame.push(output.history_back);
-  return buffersOf([output.selected, output.excluded, output.costs, ...spliced, ...frame]);
+  return buffersOf([
+    output.selected,
+    output.excluded,
+    output.costs,
+    output.memory_rows,
+    ...spliced,
+    ...frame,
+  ]);
 }
 
 /**

@@ -20,6 +20,7 @@ import {
 } from '../format/assembly-text.js';
 import { type FormatMemory, formatContext } from '../format/formatter.js';
 import type { HistorySpans } from '../format/history-utf8.js';
+import { encodeMemoryRows } from '../format/memory-rows.js';
 import { nonceLength } from '../format/nonce.js';
 import { pack } from '../pack/packer.js';
 import { LIMITS } from '../server/limits.js';
@@ -57,6 +58,7 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     assembled_utf8: null,
     assembled_frame: null,
     memories_included: 0,
+    memory_rows: new Uint8Array(0),
     pack: {
       path: 'dp',
       greedy_reason: null,
@@ -186,6 +188,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     assembled_utf8: formatted.assembled_utf8,
     assembled_frame: formatted.assembled_frame,
     memories_included: memories.length,
+    memory_rows: encodeMemoryRows(input, { selected: r.selected, excluded: r.excluded, packCount, costs }),
     pack: {
       path: r.path,
       greedy_reason: r.greedy_reason,

@@ -17,7 +17,7 @@ import {
   ASSEMBLED_UTF8,
   type AssembleContextResponse,
   type DegradationLevel,
-  type MemoryUsed,
+  MEMORY_ROWS,
 } from './proto.js';
 import { type Assembly, baseResponse, roundMs, usedRow } from './response-parts.js';
 import type { StageReserve } from './stage-reserve.js';
@@ -49,18 +49,13 @@ export function degradationReasons(branches: readonly BranchOutcome[], poolReaso
 
 /**
  * The full answer from a CPU-stage result: its budget, costs, pack, context and tokens_used; memory rows
- * `included` / `budget` for the kept candidates, `filter` for the cut ones. Times in ms, pool figures µs.
+ * `included` / `budget` for the kept candidates, `filter` for the cut ones, as the stage encoded them
+ * ({@link MEMORY_ROWS}). Times in ms, pool figures µs.
  */
 export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleContextResponse {
   const out = stage.output;
-  const { kept, filtered } = a;
-  const rows: MemoryUsed[] = [];
-  for (const i of out.selected) rows.push(usedRow(kept[i]!, 'included', out.costs[i]!));
-  for (const i of out.excluded) rows.push(usedRow(kept[i]!, 'budget', out.costs[i]!));
-  filtered.forEach((c, j) => {
-    rows.push(usedRow(c, 'filter', out.costs[kept.length + j]!));
-  });
-  const response = baseResponse(a, out.budget!, rows);
+  const response = baseResponse(a, out.budget!, []);
+  response[MEMORY_ROWS] = out.memory_rows;
   response.assembled_context = out.assembled_context;
   if (out.assembled_utf8) response[ASSEMBLED_UTF8] = out.assembled_utf8;
   if (out.assembled_frame) response[ASSEMBLED_FRAME] = out.assembled_frame;

@@ -9,7 +9,7 @@ import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
 import { Errors, isIbexError } from '../errors.js';
 import { generateNonce } from '../format/nonce.js';
-import { type CpuCandidate, type CpuTaskInput, encodeCandidates } from '../pool/cpu-task.js';
+import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../pool/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
@@ -219,16 +219,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       dedupeAndScore(retrieval.hot, retrieval.cold),
       req.maxMemories,
     );
-    const candidates: CpuCandidate[] = [...kept, ...filtered].map((c) => ({
-      memory_id: c.memory_id,
-      category: c.category,
-      content: c.content,
-      score: c.score,
-      similarity: c.similarity,
-      confidence: c.confidence,
-      rank: c.rank,
-      tokens: 0,
-    }));
+    // Scored candidates go as they are: encodeCandidates reads only the fields it needs.
+    const candidates: readonly CandidateFields[] = filtered.length === 0 ? kept : kept.concat(filtered);
     const nonce = generateNonce(settings.nonceBytes);
     const input = encodeCandidates(
       candidates,

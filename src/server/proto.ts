@@ -134,7 +134,17 @@ export type AssembleContextResponse = Omit<
   [ASSEMBLED_UTF8]?: SplicedUtf8;
   /** See {@link ASSEMBLED_FRAME}; never on the wire as such. */
   [ASSEMBLED_FRAME]?: AnswerFrame;
+  /** See {@link MEMORY_ROWS}; never on the wire as such. */
+  [MEMORY_ROWS]?: Uint8Array;
 };
+
+/**
+ * Where a response carries its `memories_used` rows already encoded by the CPU stage (repeated field 4;
+ * src/format/memory-rows.ts; issue 10): `memories_used` is then `[]` and the serializer appends these
+ * bytes to the loader's. Repeated message fields may come in any order on the wire (SPEC §2, protobuf
+ * encoding rules), so clients decode the same rows.
+ */
+export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf bytes');
 
 /**
  * Where a response carries `assembled_context` already in a gRPC frame buffer built by the CPU stage
@@ -206,9 +216,14 @@ function splicedContext(response: AssembleContextResponse): SplicedUtf8 | undefi
   return frame ? frameContext(frame) : response[ASSEMBLED_UTF8];
 }
 
-/** The loader's bytes for every field but the context (its string field is '' then). */
+/**
+ * The loader's bytes for every field but the context (its string field is '' then), and the CPU stage's
+ * {@link MEMORY_ROWS} after them.
+ */
 function restOf(response: AssembleContextResponse): Buffer {
-  return contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
+  const loader = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
+  const rows = response[MEMORY_ROWS];
+  return rows && rows.byteLength > 0 ? Buffer.concat([loader, rows]) : loader;
 }
 
 /**

@@ -1,0 +1,174 @@
+/**
+ * The answer's `memories_used` rows (SPEC §2 MemoryUsed) as protobuf bytes, written by the CPU stage
+ * (issue 10). The main thread used to build one object per scored candidate and have protobufjs turn
+ * each into a message object and a chain of writer ops: a third of everything the event loop allocated
+ * per call (`npm run bench:load` heap sampling, ~57 KB of ~180 KB), so more scavenges and longer ones
+ * under load. The worker already holds every field (ids and categories as UTF-8, scores, ranks, costs)
+ * and knows each row's exclusion, so it writes the repeated field 4 once and the main thread only
+ * appends those bytes to the rest of the message (src/server/proto.ts).
+ *
+ * The bytes equal protobufjs's for the same rows: every field in field-number order, written even when
+ * zero or empty (proto-loader's `fromObject` sets each field, and protobufjs writes what is set), floats
+ * as little-endian float32, int32 as varints (a negative one sign-extended to 10 bytes).
+ * `test/format/memory-rows.test.ts` checks this against the loader for arbitrary rows.
+ *
+ * Pure: runs in the pool worker and on the main thread.
+ */
+
+/** One row's columns as the CPU stage holds them (the task's transferred candidate columns). */
+export interface MemoryRowColumns {
+  /** UTF-8 bytes of every id, category and content. */
+  text: Uint8Array;
+  /** Per candidate `i`: id at [3i, 3i+1), category at [3i+1, 3i+2) of `text`. */
+  offsets: Uint32Array;
+  /** Interim score (SPEC §7): `composite_score`. */
+  score: Float64Array;
+  /** `similarity`, and `relevance_score` too (SPEC §2). */
+  similarity: Float64Array;
+  confidence: Float64Array;
+  rank: Int32Array;
+}
+
+/** Which candidates become which rows, in answer order: `included`, then `budget`, then `filter`. */
+export interface MemoryRowOrder {
+  /** Packed candidates, packed order (exclusion `included`). */
+  selected: Int32Array;
+  /** Unpacked candidates among the packed ones, canonical order (exclusion `budget`). */
+  excluded: Int32Array;
+  /** Candidates [packCount, n) were cut by `max_memories` (exclusion `filter`). */
+  packCount: number;
+  /** Each candidate's packer cost in tokens (`token_estimate`). */
+  costs: Int32Array;
+}
+
+/** `AssembleContextResponse.memories_used` = field 4, length-delimited. */
+const ROW_TAG = 0x22;
+const F_ID = 0x0a;
+const F_COMPOSITE = 0x15;
+const F_RELEVANCE = 0x1d;
+const F_RECENCY = 0x25;
+const F_USEFULNESS = 0x2d;
+const F_RANK = 0x30;
+const F_CATEGORY = 0x3a;
+const F_EXCLUSION = 0x42;
+const F_SIMILARITY = 0x4d;
+const F_CONFIDENCE = 0x55;
+const F_TOKENS = 0x58;
+/** Tags (11, one byte each) and six float32 values. */
+const FIXED_BYTES = 11 + 6 * 4;
+
+const EXCLUSION_BYTES = {
+  included: Buffer.from('included'),
+  budget: Buffer.from('budget'),
+  filter: Buffer.from('filter'),
+} as const;
+
+/** Bytes of `v` as a protobuf varint (uint32). */
+function varintBytes(v: number): number {
+  return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5;
+}
+
+/** Bytes of an int32 field's value: negative ones are sign-extended to 64 bits, 10 bytes. */
+function int32Bytes(v: number): number {
+  return v < 0 ? 10 : varintBytes(v);
+}
+
+function writeVarint(out: Uint8Array, at: number, v: number): number {
+  let i = at;
+  while (v >= 0x80) {
+    out[i++] = (v & 0x7f) | 0x80;
+    v >>>= 7;
+  }
+  out[i++] = v;
+  return i;
+}
+
+function writeInt32(out: Uint8Array, at: number, v: number): number {
+  if (v >= 0) return writeVarint(out, at, v);
+  // Two's complement over 64 bits: the low 32 bits as 5 groups' worth, then all-ones.
+  let i = at;
+  let lo = v >>> 0;
+  for (let k = 0; k < 4; k++) {
+    out[i++] = (lo & 0x7f) | 0x80;
+    lo >>>= 7;
+  }
+  out[i++] = (lo & 0x0f) | 0x70 | 0x80;
+  for (let k = 0; k < 4; k++) out[i++] = 0xff;
+  out[i++] = 0x01;
+  return i;
+}
+
+/**
+ * The repeated field 4 of AssembleContextResponse for the candidates of `cols`, in answer order
+ * (`included` rows in packed order, `budget` rows, `filter` rows).
+ * @returns the bytes, in a buffer of their own (transferable).
+ * @throws RangeError when an index points outside the columns.
+ */
+export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder): Uint8Array {
+  const n = cols.score.length;
+  const o = cols.offsets;
+  const rows: number[] = [];
+  const kinds: (keyof typeof EXCLUSION_BYTES)[] = [];
+  const add = (i: number, kind: keyof typeof EXCLUSION_BYTES) => {
+    rows.push(i);
+    kinds.push(kind);
+  };
+  for (const i of order.selected) add(i, 'included');
+  for (const i of order.excluded) add(i, 'budget');
+  for (let i = order.packCount; i < n; i++) add(i, 'filter');
+  const bodies = new Int32Array(rows.length);
+  let total = 0;
+  for (let r = 0; r < rows.length; r++) {
+    const i = rows[r]!;
+    if (!(i >= 0 && i < n)) throw new RangeError(`memory row index ${i} outside 0..${n - 1}`);
+    const id = o[3 * i + 1]! - o[3 * i]!;
+    const category = o[3 * i + 2]! - o[3 * i + 1]!;
+    const exclusion = EXCLUSION_BYTES[kinds[r]!].length;
+    const body =
+      FIXED_BYTES +
+      varintBytes(id) +
+      id +
+      int32Bytes(cols.rank[i]!) +
+      varintBytes(category) +
+      category +
+      varintBytes(exclusion) +
+      exclusion +
+      int32Bytes(order.costs[i]!);
+    bodies[r] = body;
+    total += 1 + varintBytes(body) + body;
+  }
+  const out = new Uint8Array(total);
+  const view = new DataView(out.buffer);
+  let at = 0;
+  const float = (tag: number, v: number) => {
+    out[at++] = tag;
+    view.setFloat32(at, v, true);
+    at += 4;
+  };
+  const bytes = (tag: number, src: Uint8Array, start: number, end: number) => {
+    out[at++] = tag;
+    at = writeVarint(out, at, end - start);
+    out.set(src.subarray(start, end), at);
+    at += end - start;
+  };
+  for (let r = 0; r < rows.length; r++) {
+    const i = rows[r]!;
+    out[at++] = ROW_TAG;
+    at = writeVarint(out, at, bodies[r]!);
+    bytes(F_ID, cols.text, o[3 * i]!, o[3 * i + 1]!);
+    float(F_COMPOSITE, cols.score[i]!);
+    float(F_RELEVANCE, cols.similarity[i]!);
+    float(F_RECENCY, 0);
+    float(F_USEFULNESS, 0);
+    out[at++] = F_RANK;
+    at = writeInt32(out, at, cols.rank[i]!);
+    bytes(F_CATEGORY, cols.text, o[3 * i + 1]!, o[3 * i + 2]!);
+    const exclusion = EXCLUSION_BYTES[kinds[r]!];
+    bytes(F_EXCLUSION, exclusion, 0, exclusion.length);
+    float(F_SIMILARITY, cols.similarity[i]!);
+    float(F_CONFIDENCE, cols.confidence[i]!);
+    out[at++] = F_TOKENS;
+    at = writeInt32(out, at, order.costs[i]!);
+  }
+  return out;
+}
