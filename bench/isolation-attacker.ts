@@ -1,13 +1,16 @@
 /**
- * The noisy side of `bench:isolation`, in a worker thread of the bench process so that its work (serving
- * multi-MB memory bodies, sending multi-MB requests) never runs on the event loop that measures the quiet
- * org: a memory service over node:http that answers per agent (small bodies for the quiet org, 5,000 hits
- * or 20 × 300 KB HTML for the noisy one), and one open-loop sender per heavy request kind that sends
- * pre-encoded request bytes at a fixed rate and tallies the outcomes by gRPC code and level.
+ * The noisy side of `bench:isolation`, in worker threads of the bench process so that its work never runs
+ * on the event loop that measures the quiet org. One file, two roles, one thread each:
+ * - `memory`: a memory service over node:http that answers per agent (small bodies for the quiet org,
+ *   5,000 hits or 20 × 300 KB HTML for the noisy one). Its own thread: sharing the senders' event loop,
+ *   it answered the quiet org's hot and cold reads late while the senders pushed ~180 MB/s of requests,
+ *   and the quiet org's L1/L2 answers measured the bench's dependency, not the service's isolation.
+ * - `sender`: one open-loop sender per heavy request kind that sends pre-encoded request bytes at a fixed
+ *   rate and tallies the outcomes by gRPC code and level.
  *
- * Protocol: workerData = {@link AttackerData}; posts `{ memoryUrl }` once listening; on `{ attack: ms }`
- * sends for that long (only `kinds`, when given), then posts `{ result }` ({@link NoisyResult} per kind);
- * on `{ stop: true }` exits.
+ * Protocol: workerData = {@link AttackerData}; posts `{ memoryUrl }` once ready (the URL is '' for a
+ * sender); a sender, on `{ attack: ms }`, sends for that long (only `kinds`, when given), then posts
+ * `{ result }` ({@link NoisyResult} per kind); on `{ stop: true }` either exits.
  */
 import http from 'node:http';
 import type net from 'node:net';
@@ -24,6 +27,8 @@ import { LEVEL_HEADER } from '../src/wire-headers.js';
 
 /** What the bench hands the attacker. */
 export interface AttackerData {
+  /** What this thread is (see the file's comment). */
+  role: 'memory' | 'sender';
   grpcAddr?: string;
   quiet: { org: string; agent: string };
   noisyOrg: string;
@@ -234,17 +239,25 @@ async function attack(client: Client, encoded: Record<string, Buffer>, ms: numbe
 async function main(): Promise<void> {
   const port = parentPort;
   if (!port) throw new Error('isolation-attacker must run as a worker thread');
-  const memory = await startMemoryService();
+  if (data.role === 'memory') {
+    const memory = await startMemoryService();
+    port.postMessage({ memoryUrl: memory.url });
+    port.on('message', (msg: { stop?: boolean }) => {
+      if (!msg.stop) return;
+      memory.server.closeAllConnections();
+      memory.server.close();
+      port.close();
+    });
+    return;
+  }
   const encoded: Record<string, Buffer> = {};
   for (const [kind, req] of Object.entries(heavyRequests()))
     encoded[kind] = ASSEMBLE_METHOD.requestSerialize(req) as Buffer;
   let client: Client | null = null;
-  port.postMessage({ memoryUrl: memory.url });
+  port.postMessage({ memoryUrl: '' });
   port.on('message', (msg: { attack?: number; grpcAddr?: string; kinds?: string[]; stop?: boolean }) => {
     if (msg.stop) {
       client?.close();
-      memory.server.closeAllConnections();
-      memory.server.close();
       port.close();
       return;
     }

@@ -194,13 +194,15 @@ async function main(): Promise<number> {
   console.log('main-thread JSON.parse + validation of one memory body (median):');
   printTable(Object.entries(parse.bodies).map(([k, v]) => [k, `${v.median_ms} ms (${v.bytes} bytes)`]));
 
-  const { worker, memoryUrl } = await startAttacker({
+  const attackerData: Omit<AttackerData, 'role'> = {
     quiet: QUIET,
     noisyOrg: NOISY_ORG,
     agents: AGENTS,
     ratePerKind: noisyRate,
     timeoutMs: noisyTimeoutMs,
-  });
+  };
+  const { worker: memoryWorker, memoryUrl } = await startAttacker({ ...attackerData, role: 'memory' });
+  const { worker } = await startAttacker({ ...attackerData, role: 'sender' });
   const dir = tempDir('ibex-isolation-');
   const { service } = await startBenchService(dir, {
     IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
@@ -314,8 +316,10 @@ async function main(): Promise<number> {
     return 0;
   } finally {
     worker.postMessage({ stop: true });
+    memoryWorker.postMessage({ stop: true });
     await service.stop();
     await worker.terminate();
+    await memoryWorker.terminate();
   }
 }
 
