@@ -60,6 +60,11 @@ export interface Settings {
   maxInFlight: number;
   /** Max inbound gRPC message size, bytes. */
   maxReceiveMessageBytes: number;
+  /**
+   * Sustained rate at which one connection's request messages of 1 MiB or more are read, MB/s (10^6
+   * bytes); 0 = unpaced (src/server/receive-governor.ts, issue 9).
+   */
+  largeMessageReceiveMbPerS: number;
   /** Max inbound metadata size, bytes. */
   maxMetadataBytes: number;
   auth: AuthSettings;
@@ -113,6 +118,12 @@ function parseWith<T>(schema: z.ZodType<T>, env: Env, names: readonly string[], 
   if (!result.success) throw Errors.config(name, result.error.issues[0]?.message ?? 'invalid value');
   return result.data;
 }
+
+/**
+ * Default of `IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S`: a connection sending nothing but maximal
+ * requests (13.2 MB) gets about 2.4 of them a second; one from an idle connection is never held back.
+ */
+export const LARGE_MESSAGE_RECEIVE_MB_PER_S = 32;
 
 const intText = (min: number, max = Number.MAX_SAFE_INTEGER) =>
   z
@@ -279,6 +290,12 @@ export function loadSettings(env: Env = process.env): Settings {
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
       // The largest request SPEC §11 allows (issue 9), and nothing larger.
       MAX_ASSEMBLE_REQUEST_BYTES,
+    ),
+    largeMessageReceiveMbPerS: parseWith(
+      intText(0, 100_000),
+      env,
+      ['IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S'],
+      LARGE_MESSAGE_RECEIVE_MB_PER_S,
     ),
     maxMetadataBytes: parseWith(intText(1024), env, ['IBEX_CONTEXT_MAX_METADATA_BYTES'], 16 * 1024),
     auth: {

@@ -217,3 +217,63 @@ export function sendPrebuiltFrames(prebuilt: (value: unknown) => Buffer | null):
   };
   framesInstalled = true;
 }
+
+/** grpc-js 1.14's server call as the governor hook reads it (private module). */
+interface GovernedCall {
+  handleDataFrame(this: GovernedCall, data: Buffer): void;
+  stream: http2.ServerHttp2Stream;
+  decoder: StreamDecoderFields;
+  [RESUME_TIMER]?: NodeJS.Timeout;
+}
+
+const GOVERNED = Symbol('ibex receive governor');
+const RESUME_TIMER = Symbol('ibex governor resume');
+let pausesApplied = 0;
+
+/** How many times this process paused a stream for its connection's large-message budget (metrics). */
+export function receivePauses(): number {
+  return pausesApplied;
+}
+
+/**
+ * Issue 9: paces the large request messages of each connection with `governor`
+ * (src/server/receive-governor.ts). grpc-js 1.14 hands every DATA chunk of a call to
+ * `BaseServerInterceptingCall.handleDataFrame`; the wrapper lets it decode the chunk, then charges the
+ * chunk to the connection when it belongs to a message of {@link POOLED_MESSAGE_FROM_BYTES} or more, and
+ * past the budget pauses that call's HTTP/2 stream until the bucket refills. A paused stream stops
+ * consuming its flow-control window, so the sender's further bytes wait on its side. grpc-js pauses and
+ * resumes the stream itself only between messages, so the resume here cannot undo one of its own pauses
+ * mid-message; a call cancelled or past its deadline meanwhile is simply not resumed. Calling it again
+ * only swaps the governor.
+ * @throws Error when grpc-js no longer has the method.
+ */
+export function governLargeMessages(governor: { take(connection: object, bytes: number): number }): void {
+  const mod = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
+    BaseServerInterceptingCall?: { prototype: GovernedCall & { [GOVERNED]?: { governor: typeof governor } } };
+  };
+  const proto = mod.BaseServerInterceptingCall?.prototype;
+  if (typeof proto?.handleDataFrame !== 'function')
+    throw new Error('grpc-js internals changed: no BaseServerInterceptingCall.handleDataFrame');
+  if (proto[GOVERNED]) {
+    proto[GOVERNED].governor = governor;
+    return;
+  }
+  const state = { governor };
+  proto[GOVERNED] = state;
+  const original = proto.handleDataFrame;
+  proto.handleDataFrame = function handleDataFrame(this: GovernedCall, data: Buffer): void {
+    original.call(this, data);
+    // Set by the decoder from the message's prefix; it stays until the next message starts.
+    if (!(this.decoder?.readMessageSize >= POOLED_MESSAGE_FROM_BYTES)) return;
+    const stream = this.stream;
+    const pauseMs = state.governor.take(stream.session ?? stream, data.length);
+    if (pauseMs <= 0 || this[RESUME_TIMER] !== undefined || stream.destroyed) return;
+    stream.pause();
+    pausesApplied++;
+    this[RESUME_TIMER] = setTimeout(() => {
+      this[RESUME_TIMER] = undefined;
+      if (!stream.destroyed) stream.resume();
+    }, Math.ceil(pauseMs));
+    this[RESUME_TIMER].unref();
+  };
+}

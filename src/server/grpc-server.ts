@@ -21,7 +21,7 @@ import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
 import { authorizeRequest } from '../auth/authorize-request.js';
 import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js';
-import type { Settings } from '../config/settings.js';
+import { LARGE_MESSAGE_RECEIVE_MB_PER_S, type Settings } from '../config/settings.js';
 import { Errors, IbexError, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
 import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
@@ -38,6 +38,7 @@ import {
   alignHeaderPairLimit,
   assembleLargeMessagesIn,
   destroySessions,
+  governLargeMessages,
   sendPrebuiltFrames,
 } from './grpc-internals.js';
 import {
@@ -50,6 +51,7 @@ import {
   prebuiltAnswerFrame,
   serializeAssembleResponse,
 } from './proto.js';
+import { ReceiveGovernor } from './receive-governor.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.js';
@@ -75,7 +77,9 @@ export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<As
 export interface GrpcServerOptions {
   assemble: AssembleFn;
   logger: Logger;
-  settings: Pick<Settings, 'timeoutMs' | 'maxReceiveMessageBytes' | 'maxMetadataBytes'>;
+  /** `largeMessageReceiveMbPerS` defaults to {@link LARGE_MESSAGE_RECEIVE_MB_PER_S}. */
+  settings: Pick<Settings, 'timeoutMs' | 'maxReceiveMessageBytes' | 'maxMetadataBytes'> &
+    Partial<Pick<Settings, 'largeMessageReceiveMbPerS'>>;
   /** Extra server interceptors (e.g. authentication), run after the built-in metadata-size check. */
   interceptors?: ServerInterceptor[];
   /** Overrides of the default channel options (keepalive, connection age, …). */
@@ -195,6 +199,12 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
   assembleLargeMessagesIn(MESSAGE_BUFFERS);
   sendPrebuiltFrames(prebuiltAnswerFrame);
+  governLargeMessages(
+    new ReceiveGovernor({
+      bytesPerSecond: (settings.largeMessageReceiveMbPerS ?? LARGE_MESSAGE_RECEIVE_MB_PER_S) * 1e6,
+      burstBytes: settings.maxReceiveMessageBytes,
+    }),
+  );
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {

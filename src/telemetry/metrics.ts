@@ -9,6 +9,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { PoolStats } from '../pool/pool-stats.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
+import { receivePauses } from '../server/grpc-internals.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 
 /** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
@@ -184,6 +185,15 @@ export function createMetrics(
       this.reset();
       for (const event of ['reused', 'missed', 'released'] as const)
         this.inc({ event }, MESSAGE_BUFFERS.stats[event]);
+    },
+  });
+  new Counter({
+    name: 'ibex_context_receive_pauses_total',
+    help: 'Times a connection was paused for sending request messages of 1 MiB or more past IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(receivePauses());
     },
   });
   new Gauge({
