@@ -119,6 +119,29 @@ describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
     }
   });
 
+  it('the queue is sized from the time the thread reports, not from a late event loop', async () => {
+    const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
+    try {
+      for (let i = 0; i < 40; i++) {
+        const read = echo.search(org, agent, 'run_ms=0.05');
+        // The reply waits ≥ 10 ms for this thread: a round trip would measure 10 ms per read (limit 4).
+        const until = performance.now() + 10;
+        while (performance.now() < until) {}
+        await read;
+      }
+      // 0.05 ms per read: 8 ms of queue is 160 reads, capped at 64; all wait, none is refused.
+      const first = echo.search(org, agent, 'hold_ms=20');
+      const queued = Array.from({ length: 64 }, (_, i) => echo.search(org, agent, `w${i}`));
+      expect(echo.stats()).toEqual({ queueSize: 64, busyRejections: 0 });
+      expect(await first).toEqual({ batch: 1, query: 'hold_ms=20' });
+      expect((await Promise.all(queued)).map((a) => (a as unknown as { query: string }).query)).toEqual(
+        queued.map((_, i) => `w${i}`),
+      );
+    } finally {
+      await echo.close();
+    }
+  });
+
   it('the queue limit is STORE_QUEUE_BUDGET_MS of measured read time per thread, within 4/thread..64', () => {
     expect(storeQueueLimit(STORE_QUEUE_BUDGET_MS / 4, 1)).toBe(4);
     expect(storeQueueLimit(0.4, 1)).toBe(20);
