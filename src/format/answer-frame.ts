@@ -13,6 +13,7 @@
  * Pure: runs in the pool worker and on the main thread.
  */
 import { copySpliced, FROM_OWN, type SplicedUtf8 } from './spliced.js';
+import { varintLength, writeVarint } from './varint.js';
 
 /** Contexts of this many UTF-8 bytes or more are framed by the CPU stage; smaller ones stay spliced. */
 export const FRAME_FROM_BYTES = 64 * 1024;
@@ -44,23 +45,14 @@ export interface AnswerFrame {
 }
 
 /** Writes protobuf field 1 (length-delimited) tag and the varint `length` at `at`. @returns the end. */
-function writeFieldOneHeader(target: Uint8Array, at: number, length: number): number {
-  let i = at;
-  target[i++] = 0x0a;
-  let v = length;
-  while (v >= 0x80) {
-    target[i++] = (v & 0x7f) | 0x80;
-    v = Math.floor(v / 128);
-  }
-  target[i++] = v;
-  return i;
+export function writeFieldOneHeader(target: Uint8Array, at: number, length: number): number {
+  target[at] = 0x0a;
+  return writeVarint(target, at + 1, length);
 }
 
 /** Bytes of field 1's tag and varint length for `length` context bytes. */
 export function fieldOneHeaderBytes(length: number): number {
-  let n = 2;
-  for (let v = length; v >= 0x80; v = Math.floor(v / 128)) n++;
-  return n;
+  return 1 + varintLength(length);
 }
 
 /**

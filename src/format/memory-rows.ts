@@ -15,6 +15,8 @@
  * Pure: runs in the pool worker and on the main thread.
  */
 
+import { varintLength, writeVarint } from './varint.js';
+
 /** One row's columns as the CPU stage holds them (the task's transferred candidate columns). */
 export interface MemoryRowColumns {
   /** UTF-8 bytes of every id, category and content. */
@@ -63,24 +65,9 @@ const EXCLUSION_BYTES = {
   filter: Buffer.from('filter'),
 } as const;
 
-/** Bytes of `v` as a protobuf varint (uint32). */
-function varintBytes(v: number): number {
-  return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5;
-}
-
 /** Bytes of an int32 field's value: negative ones are sign-extended to 64 bits, 10 bytes. */
 function int32Bytes(v: number): number {
-  return v < 0 ? 10 : varintBytes(v);
-}
-
-function writeVarint(out: Uint8Array, at: number, v: number): number {
-  let i = at;
-  while (v >= 0x80) {
-    out[i++] = (v & 0x7f) | 0x80;
-    v >>>= 7;
-  }
-  out[i++] = v;
-  return i;
+  return v < 0 ? 10 : varintLength(v);
 }
 
 function writeInt32(out: Uint8Array, at: number, v: number): number {
@@ -126,16 +113,16 @@ export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder):
     const exclusion = EXCLUSION_BYTES[kinds[r]!].length;
     const body =
       FIXED_BYTES +
-      varintBytes(id) +
+      varintLength(id) +
       id +
       int32Bytes(cols.rank[i]!) +
-      varintBytes(category) +
+      varintLength(category) +
       category +
-      varintBytes(exclusion) +
+      varintLength(exclusion) +
       exclusion +
       int32Bytes(order.costs[i]!);
     bodies[r] = body;
-    total += 1 + varintBytes(body) + body;
+    total += 1 + varintLength(body) + body;
   }
   const out = new Uint8Array(total);
   const view = new DataView(out.buffer);

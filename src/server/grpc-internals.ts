@@ -177,6 +177,20 @@ export function assembleLargeMessagesIn(pool: MessageBufferPool): void {
   };
 }
 
+/**
+ * The prototype of grpc-js 1.14's `BaseServerInterceptingCall` (private module), which the hooks below wrap.
+ * @throws Error when it no longer has `method` (a grpc-js upgrade).
+ */
+function serverCallPrototype<P>(method: string): P {
+  const mod = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
+    BaseServerInterceptingCall?: { prototype: Record<string, unknown> };
+  };
+  const proto = mod.BaseServerInterceptingCall?.prototype;
+  if (typeof proto?.[method] !== 'function')
+    throw new Error(`grpc-js internals changed: no BaseServerInterceptingCall.${method}`);
+  return proto as P;
+}
+
 /** grpc-js 1.14's server call that serializes and frames each response (private module). */
 interface BaseServerCallPrototype {
   serializeMessage(this: unknown, value: unknown): Buffer;
@@ -202,12 +216,7 @@ export function prebuiltFramesSent(): number {
  */
 export function sendPrebuiltFrames(prebuilt: (value: unknown) => Buffer | null): void {
   if (framesInstalled) return;
-  const mod = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
-    BaseServerInterceptingCall?: { prototype: BaseServerCallPrototype };
-  };
-  const proto = mod.BaseServerInterceptingCall?.prototype;
-  if (typeof proto?.serializeMessage !== 'function')
-    throw new Error('grpc-js internals changed: no BaseServerInterceptingCall.serializeMessage');
+  const proto = serverCallPrototype<BaseServerCallPrototype>('serializeMessage');
   const original = proto.serializeMessage;
   proto.serializeMessage = function serializeMessage(value: unknown): Buffer {
     const frame = prebuilt(value);
@@ -248,12 +257,9 @@ export function receivePauses(): number {
  * @throws Error when grpc-js no longer has the method.
  */
 export function governLargeMessages(governor: { take(connection: object, bytes: number): number }): void {
-  const mod = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
-    BaseServerInterceptingCall?: { prototype: GovernedCall & { [GOVERNED]?: { governor: typeof governor } } };
-  };
-  const proto = mod.BaseServerInterceptingCall?.prototype;
-  if (typeof proto?.handleDataFrame !== 'function')
-    throw new Error('grpc-js internals changed: no BaseServerInterceptingCall.handleDataFrame');
+  const proto = serverCallPrototype<GovernedCall & { [GOVERNED]?: { governor: typeof governor } }>(
+    'handleDataFrame',
+  );
   if (proto[GOVERNED]) {
     proto[GOVERNED].governor = governor;
     return;

@@ -10,7 +10,13 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
-import { type AnswerFrame, finishAnswerFrame, frameContext } from '../format/answer-frame.js';
+import {
+  type AnswerFrame,
+  fieldOneHeaderBytes,
+  finishAnswerFrame,
+  frameContext,
+  writeFieldOneHeader,
+} from '../format/answer-frame.js';
 import { copySpliced, type SplicedUtf8 } from '../format/spliced.js';
 import type { AssembleContextRequest } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
 import type { AssembleContextResponse__Output } from '../generated/proto/ibex/context/v1/AssembleContextResponse.js';
@@ -199,15 +205,9 @@ export class SplicedMessage {
 
 /** Tag and length of field 1 (`assembled_context`, length-delimited) for `length` bytes. */
 function fieldOneHeader(length: number): Buffer {
-  const head: number[] = [0x0a];
-  for (let v = length; ; v = Math.floor(v / 128)) {
-    if (v < 0x80) {
-      head.push(v);
-      break;
-    }
-    head.push((v & 0x7f) | 0x80);
-  }
-  return Buffer.from(head);
+  const head = Buffer.allocUnsafe(fieldOneHeaderBytes(length));
+  writeFieldOneHeader(head, 0, length);
+  return head;
 }
 
 /** The response's context as spliced UTF-8: from its frame, its spliced bytes, or none. */
