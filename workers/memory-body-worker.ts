@@ -1,14 +1,30 @@
 /**
  * Body-decoder worker (issue 9 item 2): parses, bounds and validates large memory-service bodies off the
- * gRPC event loop. Imports only the retrieval validation code (types aside), never the server or the pool.
+ * gRPC event loop. Imports only the retrieval validation code and the message-buffer size (types aside),
+ * never the server or the pool.
  */
 
+import { move, transferableSymbol, valueSymbol } from 'piscina';
 import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
 import { decodeMemoryBody } from '../src/retrieval/validate.js';
+import { POOLED_MESSAGE_FROM_BYTES } from '../src/util/message-buffers.js';
 
-/** Piscina task entry point: the hits, or the branch error as data (classes do not survive the clone). */
+/**
+ * Piscina task entry point: the hits, or the branch error as data (classes do not survive the clone),
+ * with a large body handed back by transfer so the main thread can reuse its buffer.
+ */
 export default function memoryBodyWorker(task: BodyDecodeTask): BodyDecodeResult {
+  const result = decode(task);
+  const body = task.body;
+  if (!(body.buffer instanceof ArrayBuffer) || body.buffer.byteLength < POOLED_MESSAGE_FROM_BYTES)
+    return result;
+  // piscina transfers `[transferableSymbol]` and delivers `[valueSymbol]` for a value marked by move().
+  const back = { ...result, body };
+  return move({ [transferableSymbol]: [body.buffer], [valueSymbol]: back }) as unknown as BodyDecodeResult;
+}
+
+function decode(task: BodyDecodeTask): BodyDecodeResult {
   // The branch gave up while this decode was queued: nobody will read the answer.
   if (Atomics.load(task.cancelled, 0) === 1) return { ok: false, code: 'cancelled', detail: 'cancelled' };
   try {

@@ -13,6 +13,7 @@ import path from 'node:path';
 import { Piscina } from 'piscina';
 import { type FairEntry, FairQueue, unqueued } from '../pool/fair-queue.js';
 import { projectRoot } from '../pool/worker-file.js';
+import { POOLED_MESSAGE_FROM_BYTES, releaseMessageBuffer } from '../util/message-buffers.js';
 import { BranchError, type BranchErrorCode, BranchErrors } from './branch-error.js';
 import { decodeMemoryBody, type HitLimits, type ValidatedHits } from './validate.js';
 
@@ -37,11 +38,16 @@ export interface BodyDecodeTask {
   cancelled: Int32Array;
 }
 
-/** What the thread answers: the hits, or the branch error's code and detail (classes do not clone). */
-export type BodyDecodeResult =
+/**
+ * What the thread answers: the hits, or the branch error's code and detail (classes do not clone); and a
+ * body of {@link POOLED_MESSAGE_FROM_BYTES} or more handed back (transferred), for the process's message
+ * buffers.
+ */
+export type BodyDecodeResult = (
   | { ok: true; value: ValidatedHits }
   | { ok: false; code: BranchErrorCode; detail: string }
-  | { ok: false; code: 'cancelled'; detail: string };
+  | { ok: false; code: 'cancelled'; detail: string }
+) & { body?: Uint8Array };
 
 /** Absolute path of the compiled body-decoder worker (`npm run build`). */
 export function resolveBodyWorkerFile(): string {
@@ -110,10 +116,13 @@ export class BodyDecoder {
         onAbort: () => {
           Atomics.store(cancelled, 0, 1);
           this.#queue.remove(p);
+          // A queued body is nobody's now; one already on the thread is detached here (release skips it).
+          releaseMessageBuffer(body);
           reject(signal.reason);
         },
       };
       if (this.#queue.size >= MAX_QUEUE && !this.#shedFor(orgId)) {
+        releaseMessageBuffer(body);
         reject(BranchErrors.decoderBusy());
         return;
       }
@@ -139,6 +148,7 @@ export class BodyDecoder {
     const victim = this.#queue.shedFor(orgId);
     if (victim === null) return false;
     victim.signal.removeEventListener('abort', victim.onAbort);
+    releaseMessageBuffer(victim.task.body);
     victim.reject(BranchErrors.decoderBusy());
     return true;
   }
@@ -160,6 +170,8 @@ export class BodyDecoder {
       .then(
         (result) => {
           settle();
+          // The hits are strings of their own: the body's buffer can take the next large message.
+          releaseMessageBuffer(result.body);
           if (result.ok) p.resolve(result.value);
           else if (result.code === 'cancelled') p.reject(signal.reason);
           else p.reject(new BranchError(result.code, 'error', result.detail));

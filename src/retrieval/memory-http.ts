@@ -7,6 +7,7 @@
  * ({@link BodyDecoder}). The source returns hits already validated and scoped.
  */
 import { Pool } from 'undici';
+import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
 import { BodyDecoder } from './body-decoder.js';
 import { BranchErrors, isBranchError } from './branch-error.js';
 import type { MemorySource } from './retrieve.js';
@@ -159,6 +160,7 @@ export class HttpMemorySource implements MemorySource {
     const headers: Record<string, string> = { authorization: this.#auth, accept: 'application/json' };
     if (body !== undefined) headers['content-type'] = 'application/json';
     let payload: Uint8Array;
+    let sink: BodySink | undefined;
     try {
       const res = await this.#pool.request({
         method,
@@ -180,7 +182,7 @@ export class HttpMemorySource implements MemorySource {
         res.body.destroy();
         throw BranchErrors.tooLarge();
       }
-      const sink = new BodySink(Number.isFinite(declared) ? declared : 0);
+      sink = new BodySink(Number.isFinite(declared) ? declared : 0);
       for await (const chunk of res.body) {
         // Leaving the loop by throwing destroys the body, which stops reading from the socket.
         if (sink.size + (chunk as Buffer).length > maxBytes) throw BranchErrors.tooLarge();
@@ -188,6 +190,8 @@ export class HttpMemorySource implements MemorySource {
       }
       payload = sink.bytes();
     } catch (err) {
+      // A body abandoned half-way: its buffer can take the next large message.
+      if (sink) releaseMessageBuffer(sink.bytes());
       throw classify(branch, err, signal);
     }
     return this.#decoder.decode(payload, orgId, agentId, limits, signal);
@@ -204,7 +208,10 @@ class BodySink {
   #buf: Uint8Array;
   size = 0;
   constructor(expected: number) {
-    this.#buf = new Uint8Array(Math.max(expected, 16 * 1024));
+    // A large body reuses a buffer of the process's message pool when one fits (issue 9: fresh multi-MB
+    // buffers are new external memory, which V8 repays with collections on the event loop); the decoder
+    // thread hands it back after decoding.
+    this.#buf = MESSAGE_BUFFERS.acquire(expected) ?? new Uint8Array(Math.max(expected, 16 * 1024));
   }
   add(chunk: Uint8Array): void {
     if (this.size + chunk.length > this.#buf.length) {

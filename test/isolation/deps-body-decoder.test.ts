@@ -1,12 +1,17 @@
 /**
  * Issue 9 item 2: the body decoder (compiled worker: `npm run build` first). A large body is transferred
  * to the decoder thread (the caller's view is detached), decoded with the same bounds and the same errors
- * as inline, and a branch that gives up gets its signal's reason without waiting for the decode.
+ * as inline, and a branch that gives up gets its signal's reason without waiting for the decode; a body of
+ * 1 MiB or more comes back to the process's message buffers once decoded or withdrawn.
  */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BodyDecoder, INLINE_BODY_BYTES } from '../../src/retrieval/body-decoder.js';
 import { isBranchError } from '../../src/retrieval/branch-error.js';
+import { HttpMemorySource } from '../../src/retrieval/memory-http.js';
 import { decodeMemoryBody } from '../../src/retrieval/validate.js';
+import { MESSAGE_BUFFERS, POOLED_MESSAGE_FROM_BYTES } from '../../src/util/message-buffers.js';
 
 const ORG = '11111111-1111-4111-8111-111111111111';
 const AGENT = '22222222-2222-4222-8222-222222222222';
@@ -116,5 +121,68 @@ describe('BodyDecoder', () => {
       never,
     );
     expect(next.hits).toHaveLength(17);
+  });
+
+  it('hands a body of 1 MiB or more back to the message pool: the next large body is assembled in it', async () => {
+    const big = body(8000, (i) => `memory ${i} about the lake and the boat on tuesday`);
+    expect(big.byteLength).toBeGreaterThanOrEqual(POOLED_MESSAGE_FROM_BYTES);
+    const size = big.byteLength;
+    const before = { ...MESSAGE_BUFFERS.stats };
+    const got = await decoder.decode(big, ORG, AGENT, LIMITS, never);
+    // The first 20 items, 3 of them another org's.
+    expect(got.hits).toHaveLength(17);
+    expect(big.byteLength).toBe(0);
+    expect(MESSAGE_BUFFERS.stats.released).toBe(before.released + 1);
+    const again = MESSAGE_BUFFERS.acquire(size)!;
+    expect(again.buffer.byteLength).toBe(size);
+    expect(MESSAGE_BUFFERS.stats.reused).toBe(before.reused + 1);
+    // A body withdrawn while queued goes back too (the thread is busy with the first one).
+    const ctl = new AbortController();
+    const first = decoder.decode(
+      body(8000, (i) => `x${i}`),
+      ORG,
+      AGENT,
+      LIMITS,
+      never,
+    );
+    const queued = body(8000, (i) => `y${i}`);
+    const withdrawn = decoder.decode(queued, ORG, AGENT, LIMITS, ctl.signal);
+    ctl.abort(new DOMException('cold_timeout', 'TimeoutError'));
+    await expect(withdrawn).rejects.toMatchObject({ name: 'TimeoutError' });
+    expect(queued.byteLength).toBe(0);
+    await first;
+    expect(MESSAGE_BUFFERS.stats.released).toBe(before.released + 3);
+  });
+});
+
+describe('memory-service bodies over HTTP', () => {
+  it('a large body is read into a recycled buffer: the second answer of 1.4 MB reuses the first one', async () => {
+    const answer = Buffer.from(body(9000, (i) => `memory ${i} about the lake and the boat on tuesday`));
+    expect(answer.byteLength).toBeGreaterThanOrEqual(POOLED_MESSAGE_FROM_BYTES);
+    const server = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': answer.byteLength });
+      res.end(answer);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const memory = new HttpMemorySource({
+      baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      token: 'test-token',
+      hotTimeoutMs: 10_000,
+      coldTimeoutMs: 10_000,
+    });
+    try {
+      const signal = new AbortController().signal;
+      const first = await memory.hot(ORG, AGENT, signal);
+      const before = { ...MESSAGE_BUFFERS.stats };
+      const second = await memory.hot(ORG, AGENT, signal);
+      expect(second).toEqual(first);
+      expect(first.hits).toHaveLength(17);
+      // Read into the buffer the first body handed back, which came back again after decoding.
+      expect(MESSAGE_BUFFERS.stats.reused).toBe(before.reused + 1);
+      expect(MESSAGE_BUFFERS.stats.released).toBe(before.released + 1);
+    } finally {
+      await memory.close();
+      server.close();
+    }
   });
 });
