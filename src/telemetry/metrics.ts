@@ -178,7 +178,7 @@ export function createMetrics(
   }).set({ version: packageVersion(), node_version: process.versions.node }, 1);
   new Counter({
     name: 'ibex_context_message_buffers_total',
-    help: 'Request messages of 1 MiB or more: assembled in a reused buffer (reused) or not (missed), and buffers taken back (released)',
+    help: 'Request messages and memory-service bodies of 1 MiB or more: read into a reused buffer (reused) or not (missed), and buffers taken back (released)',
     labelNames: ['event'],
     registers: [registry],
     collect() {

@@ -10,6 +10,9 @@
  * serializer has copied the history out of it, the CPU stage returned it with a prebuilt answer frame, or
  * the call ended without an answer that needs it: {@link MessageBufferPool.release}), and the next large
  * message is assembled in it when it fits.
+ * Memory-service bodies of 1 MiB or more use the same buffers (src/retrieval/memory-http.ts: read into
+ * one, handed back by the body-decoder thread), so a tenant whose memory service answers in megabytes
+ * does not feed V8 new external memory either.
  * The pool never allocates: a message that finds no free buffer takes grpc-js's own path, which
  * allocates only once the whole message is in (an upload abandoned half-way costs nothing), and that
  * buffer joins the pool when its call ends.
