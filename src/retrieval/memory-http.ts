@@ -190,8 +190,9 @@ export class HttpMemorySource implements MemorySource {
       }
       payload = sink.bytes();
     } catch (err) {
-      // A body abandoned half-way: its buffer can take the next large message.
-      if (sink) releaseMessageBuffer(sink.bytes());
+      // A pooled buffer abandoned half-way goes back; a fresh one (a chunked body grown past the cap, say)
+      // is left to the GC rather than kept at whatever size it reached.
+      if (sink?.pooled) releaseMessageBuffer(sink.bytes());
       throw classify(branch, err, signal);
     }
     return this.#decoder.decode(payload, orgId, agentId, limits, signal);
@@ -207,11 +208,15 @@ export class HttpMemorySource implements MemorySource {
 class BodySink {
   #buf: Uint8Array;
   size = 0;
+  /** Whether the buffer came from the process's message pool (then it must go back, read or not). */
+  readonly pooled: boolean;
   constructor(expected: number) {
     // A large body reuses a buffer of the process's message pool when one fits (issue 9: fresh multi-MB
     // buffers are new external memory, which V8 repays with collections on the event loop); the decoder
     // thread hands it back after decoding.
-    this.#buf = MESSAGE_BUFFERS.acquire(expected) ?? new Uint8Array(Math.max(expected, 16 * 1024));
+    const reused = MESSAGE_BUFFERS.acquire(expected);
+    this.pooled = reused !== null;
+    this.#buf = reused ?? new Uint8Array(Math.max(expected, 16 * 1024));
   }
   add(chunk: Uint8Array): void {
     if (this.size + chunk.length > this.#buf.length) {
