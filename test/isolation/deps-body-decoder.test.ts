@@ -156,7 +156,7 @@ describe('BodyDecoder', () => {
 });
 
 describe('memory-service bodies over HTTP', () => {
-  it('a large body is read into a recycled buffer: the second answer of 1.4 MB reuses the first one', async () => {
+  it('a large body is read into a recycled buffer: the second answer of 2.7 MB reuses the first one', async () => {
     const answer = Buffer.from(body(9000, (i) => `memory ${i} about the lake and the boat on tuesday`));
     expect(answer.byteLength).toBeGreaterThanOrEqual(POOLED_MESSAGE_FROM_BYTES);
     const server = http.createServer((_req, res) => {
