@@ -173,16 +173,18 @@ export class SplicedMessage {
   readonly #release: ((source: Uint8Array) => void) | undefined;
 
   /**
+   * @param rest the bytes of every other field, in parts (the loader's, then the CPU stage's rows),
+   *   joined once here with field 1's header.
    * @param release called with the history's source bytes once {@link copy} has copied them: the server
    *   hands a recycled request buffer back to its pool there (src/util/message-buffers.ts), which
    *   detaches it, so a second copy throws instead of reading another request's bytes.
    */
   constructor(
-    rest: Buffer,
+    rest: readonly Uint8Array[],
     readonly context: SplicedUtf8,
     release?: (source: Uint8Array) => void,
   ) {
-    this.#head = Buffer.concat([rest, fieldOneHeader(context.byteLength)]);
+    this.#head = Buffer.concat([...rest, fieldOneHeader(context.byteLength)]);
     this.byteLength = this.#head.length + context.byteLength;
     this.#release = release;
   }
@@ -218,12 +220,19 @@ function splicedContext(response: AssembleContextResponse): SplicedUtf8 | undefi
 
 /**
  * The loader's bytes for every field but the context (its string field is '' then), and the CPU stage's
- * {@link MEMORY_ROWS} after them.
+ * {@link MEMORY_ROWS} after them: parts, so that the spliced serializer joins them with field 1's header
+ * in one copy.
  */
-function restOf(response: AssembleContextResponse): Buffer {
+function restParts(response: AssembleContextResponse): Uint8Array[] {
   const loader = contextServiceDefinition.AssembleContext!.responseSerialize(response) as Buffer;
   const rows = response[MEMORY_ROWS];
-  return rows && rows.byteLength > 0 ? Buffer.concat([loader, rows]) : loader;
+  return rows && rows.byteLength > 0 ? [loader, rows] : [loader];
+}
+
+/** {@link restParts} as one Buffer. */
+function restOf(response: AssembleContextResponse): Buffer {
+  const parts = restParts(response);
+  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
 }
 
 /**
@@ -238,10 +247,9 @@ export function serializeAssembleResponse(
   response: AssembleContextResponse,
   release?: (source: Uint8Array) => void,
 ): Buffer {
-  const rest = restOf(response);
   const spliced = splicedContext(response);
-  if (!spliced || spliced.byteLength === 0) return rest;
-  return new SplicedMessage(rest, spliced, release) as unknown as Buffer;
+  if (!spliced || spliced.byteLength === 0) return restOf(response);
+  return new SplicedMessage(restParts(response), spliced, release) as unknown as Buffer;
 }
 
 /**
