@@ -4,7 +4,6 @@
  * Imports only pure modules (the CPU task, and through it the packer and formatter), never the server.
  * The pool points at the compiled `dist/workers/cpu-worker.js`.
  */
-import { move, transferableSymbol, valueSymbol } from 'piscina';
 import { warmBpe } from '../src/budget/bpe.js';
 import { exactTokensSetting } from '../src/config/settings.js';
 import {
@@ -15,6 +14,7 @@ import {
   warmCpuTask,
 } from '../src/pool/cpu-task.js';
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
+import { transferred } from '../src/pool/transfer-result.js';
 
 // bench:load splits the server's CPU per thread by name (issue 10).
 nameThisThread(THREAD_NAMES.pool);
@@ -31,8 +31,5 @@ if (exactTokensSetting()) warmBpe();
  */
 export default function cpuTask(input: CpuTaskInput): CpuTaskOutput {
   const output = runCpuTask(input);
-  // piscina transfers `[transferableSymbol]` and delivers `[valueSymbol]` for a value marked by move().
-  const movable = move({ [transferableSymbol]: outputTransferList(output), [valueSymbol]: output });
-  // The pool receives the unwrapped output; the wrapper type exists only on this side.
-  return movable as unknown as CpuTaskOutput;
+  return transferred(output, outputTransferList(output));
 }

@@ -1,10 +1,10 @@
 /**
  * Body-decoder worker (issue 9 item 2): parses, bounds and validates large memory-service bodies off the
- * gRPC event loop. Imports only the retrieval validation code and the message-buffer size (types aside),
- * never the server or the pool.
+ * gRPC event loop. Imports only the retrieval validation code, the message-buffer size and the
+ * result-transfer helper (types aside), never the server or the pool client.
  */
 
-import { move, transferableSymbol, valueSymbol } from 'piscina';
+import { transferred } from '../src/pool/transfer-result.js';
 import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
 import { decodeMemoryBody } from '../src/retrieval/validate.js';
@@ -19,9 +19,7 @@ export default function memoryBodyWorker(task: BodyDecodeTask): BodyDecodeResult
   const body = task.body;
   if (!(body.buffer instanceof ArrayBuffer) || body.buffer.byteLength < POOLED_MESSAGE_FROM_BYTES)
     return result;
-  // piscina transfers `[transferableSymbol]` and delivers `[valueSymbol]` for a value marked by move().
-  const back = { ...result, body };
-  return move({ [transferableSymbol]: [body.buffer], [valueSymbol]: back }) as unknown as BodyDecodeResult;
+  return transferred({ ...result, body }, [body.buffer]);
 }
 
 function decode(task: BodyDecodeTask): BodyDecodeResult {
