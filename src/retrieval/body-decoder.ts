@@ -104,7 +104,10 @@ export class BodyDecoder {
         return Promise.reject(err);
       }
     }
-    if (signal.aborted) return Promise.reject(signal.reason);
+    if (signal.aborted) {
+      releaseMessageBuffer(body);
+      return Promise.reject(signal.reason);
+    }
     return new Promise<ValidatedHits>((resolve, reject) => {
       const cancelled = new Int32Array(new SharedArrayBuffer(4));
       const p: Pending = {
