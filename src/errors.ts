@@ -4,6 +4,7 @@
  * Callers branch on `code`, never on message text.
  */
 import { status } from '@grpc/grpc-js';
+import { stackless } from './util/stackless.js';
 
 /** Stable error codes, grouped by area. */
 export type IbexErrorCode =
@@ -89,13 +90,20 @@ export const Errors = {
   /** SPEC §8 step 9: total_tokens > budget is an internal error. */
   budgetExceeded: (total: number, budget: number) =>
     new IbexError('IBEX_ERR_BUDGET_EXCEEDED', `packer selected ${total} tokens over a budget of ${budget}`),
-  poolSaturated: () => new IbexError('IBEX_ERR_POOL_SATURATED', 'worker pool queue is full'),
-  /** The CPU stage missed its deadline; `reason` says whether the task ever ran (issue 11 item 6). */
+  /** Flow control under load: built {@link stackless}. */
+  poolSaturated: () => stackless(() => new IbexError('IBEX_ERR_POOL_SATURATED', 'worker pool queue is full')),
+  /**
+   * The CPU stage missed its deadline; `reason` says whether the task ever ran (issue 11 item 6). Flow
+   * control under load: {@link stackless}.
+   */
   poolDeadline: (reason: PoolDeadlineReason, cause?: unknown) =>
-    new IbexError('IBEX_ERR_POOL_DEADLINE', 'CPU stage could not finish before the deadline', {
-      cause,
-      poolReason: reason,
-    }),
+    stackless(
+      () =>
+        new IbexError('IBEX_ERR_POOL_DEADLINE', 'CPU stage could not finish before the deadline', {
+          cause,
+          poolReason: reason,
+        }),
+    ),
   poolTaskFailed: (cause: unknown) =>
     new IbexError(
       'IBEX_ERR_POOL_TASK_FAILED',
@@ -105,9 +113,10 @@ export const Errors = {
       },
     ),
   /** The request deadline D passed before the answer was ready (SPEC §10). */
-  deadlineExceeded: () => new IbexError('IBEX_ERR_DEADLINE_EXCEEDED', 'deadline exceeded'),
-  /** The caller cancelled the call (SPEC §10); nobody is left to answer. */
-  cancelled: () => new IbexError('IBEX_ERR_CANCELLED', 'call cancelled'),
+  /** The call's deadline passed (SPEC §10); {@link stackless}: an overloaded process raises it by the thousand. */
+  deadlineExceeded: () => stackless(() => new IbexError('IBEX_ERR_DEADLINE_EXCEEDED', 'deadline exceeded')),
+  /** The caller cancelled the call (SPEC §10); nobody is left to answer. {@link stackless}. */
+  cancelled: () => stackless(() => new IbexError('IBEX_ERR_CANCELLED', 'call cancelled')),
   unauthenticated: (reason: string) => new IbexError('IBEX_ERR_UNAUTHENTICATED', reason),
   permissionDenied: (reason: string) => new IbexError('IBEX_ERR_PERMISSION_DENIED', reason),
   /** Request metadata over `grpc.max_metadata_size`, which grpc-js does not enforce itself (issue 12). */

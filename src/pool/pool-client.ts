@@ -19,6 +19,7 @@ import type { PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import { armAt, monotonicNow, type Scheduler } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
 import {
   type CpuTaskInput,
   type CpuTaskOutput,
@@ -30,6 +31,9 @@ import { FairQueue } from './fair-queue.js';
 import { Call, takeOwnership } from './pool-call.js';
 import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';
 import { resolveWorkerFile } from './worker-file.js';
+
+/** Why a call ends without its result: flow control under load, so built without a stack (util/stackless.ts). */
+const noResult = (why: string): Error => stackless(() => new Error(why));
 
 export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
 
@@ -200,7 +204,7 @@ export class CpuPool {
       }
       if (!(input.deadline > submitted)) {
         this.#withdrawn++;
-        reject(Errors.poolDeadline('withdrawn', new Error('deadline passed before dispatch')));
+        reject(Errors.poolDeadline('withdrawn', noResult('deadline passed before dispatch')));
         return;
       }
       const call = new Call(input, submitted, input.deadline, opts, resolve, reject);
@@ -217,7 +221,7 @@ export class CpuPool {
         return;
       } else if (call.deadline - WITHDRAW_LEAD_MS <= submitted) {
         this.#withdrawn++;
-        reject(Errors.poolDeadline('withdrawn', new Error('deadline too close to queue the task')));
+        reject(Errors.poolDeadline('withdrawn', noResult('deadline too close to queue the task')));
         return;
       } else {
         call.input = takeOwnership(input);
@@ -261,7 +265,7 @@ export class CpuPool {
       this.#arm(call);
       return;
     }
-    this.#end(call, new Error('CPU stage deadline reached'));
+    this.#end(call, noResult('CPU stage deadline reached'));
   }
 
   /**
@@ -341,7 +345,7 @@ export class CpuPool {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shift()!;
       if (monotonicNow() >= call.deadline - WITHDRAW_LEAD_MS) {
-        this.#end(call, new Error('CPU stage deadline reached in the queue'));
+        this.#end(call, noResult('CPU stage deadline reached in the queue'));
         continue;
       }
       this.#dispatch(call);

@@ -13,6 +13,7 @@
 import type { BranchName, BranchOutcome } from '../types.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import { type ArmedTimer, armAt, type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
 import { isBranchError } from './branch-error.js';
 
 /** A branch's outcome and, on success, its value. */
@@ -21,7 +22,8 @@ export interface Settled<T> {
   value: T | undefined;
 }
 
-const timeoutReason = (detail: string) => new DOMException(detail, 'TimeoutError');
+// Raised per branch that times out: without a stack (util/stackless.ts).
+const timeoutReason = (detail: string) => stackless(() => new DOMException(detail, 'TimeoutError'));
 
 /**
  * Reads an abort reason into an outcome. Our own reasons are DOMException `TimeoutError`s whose message is
@@ -193,7 +195,11 @@ export class BranchRace {
   readonly #onCaller = (): void => {
     const reason: unknown = this.#caller.reason;
     const deadline = reason instanceof DOMException && reason.name === 'TimeoutError';
-    this.#endAll(deadline ? timeoutReason('outer_deadline') : new DOMException('cancelled', 'AbortError'));
+    this.#endAll(
+      deadline
+        ? timeoutReason('outer_deadline')
+        : stackless(() => new DOMException('cancelled', 'AbortError')),
+    );
   };
 
   /** Aborts the shared signal and settles every pending branch with `reason`. */

@@ -11,6 +11,7 @@
 import type { Metadata } from '@grpc/grpc-js';
 import { type AbortSignalLike, CallSignal } from '../util/abort.js';
 import { type ArmedTimer, type Clock, DeadlineSet, monotonicNow } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
 
 export type { AbortSignalLike };
 /** Re-exported for the server modules that read D; the clock itself lives in src/util/clock.ts. */
@@ -44,12 +45,12 @@ export type AbortCause = 'deadline' | 'cancelled';
 
 /** Abort reason used when the deadline passes (same name as `AbortSignal.timeout`'s reason). */
 export function deadlineReason(): DOMException {
-  return new DOMException('deadline exceeded', 'TimeoutError');
+  return stackless(() => new DOMException('deadline exceeded', 'TimeoutError'));
 }
 
 /** Abort reason used when the caller cancels. */
 export function cancelledReason(): DOMException {
-  return new DOMException('call cancelled', 'AbortError');
+  return stackless(() => new DOMException('call cancelled', 'AbortError'));
 }
 
 /** The cause of an aborted signal, or null if it has not aborted. */
