@@ -14,6 +14,7 @@ import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
 import {
   MAX_BATCH,
+  PIPELINE_DEPTH,
   PooledStoreReads,
   STORE_QUEUE_BUDGET_MS,
   storeQueueLimit,
@@ -79,7 +80,9 @@ describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
   it('reads that wait for the busy thread go to it together, in one task; what overflows is refused', async () => {
     const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
     try {
+      // The thread's PIPELINE_DEPTH (2) slots: one read runs, the next waits in the thread's port.
       const first = echo.search(org, agent, 'hold_ms=50');
+      const second = echo.search(org, agent, 'second');
       const aborted = new AbortController();
       const queued = ['a', 'b', 'c'].map((q) => echo.search(org, agent, q));
       const gaveUp = echo.search(org, agent, 'gave up', aborted.signal);
@@ -88,12 +91,33 @@ describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
       expect(echo.stats()).toEqual({ queueSize: 4, busyRejections: 2 });
       aborted.abort();
       expect(await first).toEqual({ batch: 1, query: 'hold_ms=50' });
+      expect(await second).toEqual({ batch: 1, query: 'second' });
       // The branch that gave up is answered [] without running: the batch holds the other three.
       expect(await Promise.all(queued)).toEqual(['a', 'b', 'c'].map((query) => ({ batch: 3, query })));
       expect(await gaveUp).toEqual([]);
       for (const r of await refused) {
         expect(r.status === 'rejected' && (r.reason as { code?: string }).code).toBe('busy');
+        // A refusal is flow control: built without a stack (util/stackless.ts).
+        expect((r as PromiseRejectedResult).reason.stack).toBe('Error: store-read queue full');
       }
+    } finally {
+      await echo.close();
+    }
+  });
+
+  it('the thread starts its next batch while the event loop is still busy (PIPELINE_DEPTH)', async () => {
+    expect(PIPELINE_DEPTH).toBe(2);
+    const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
+    try {
+      const first = echo.search(org, agent, 'hold_ms=10');
+      const second = echo.search(org, agent, 'started');
+      // The event loop cannot read the first reply nor dispatch again until this block ends: with one
+      // batch per thread the second read would start after it.
+      const blockEnd = performance.timeOrigin + performance.now() + 300;
+      while (performance.timeOrigin + performance.now() < blockEnd) {}
+      await first;
+      const { startedAt } = (await second) as unknown as { startedAt: number };
+      expect(startedAt).toBeLessThan(blockEnd);
     } finally {
       await echo.close();
     }
@@ -102,11 +126,14 @@ describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
   it('a full queue refuses the newest read of an org with two more waiting, not the newcomer', async () => {
     const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
     try {
+      // `first` runs, h1 waits in the thread's port, h2–h5 fill the queue (4): the other org's read finds
+      // it full and the heavy org's newest (h5) is refused in its place.
       const first = echo.search(org, agent, 'hold_ms=20');
-      const heavy = ['h1', 'h2', 'h3', 'h4'].map((q) => echo.search(org, agent, q));
+      const heavy = ['h1', 'h2', 'h3', 'h4', 'h5'].map((q) => echo.search(org, agent, q));
       const other = echo.search(randomUUID(), agent, 'light');
       const outcomes = await Promise.allSettled([first, ...heavy, other]);
       expect(outcomes.map((o) => o.status)).toEqual([
+        'fulfilled',
         'fulfilled',
         'fulfilled',
         'fulfilled',
@@ -129,9 +156,10 @@ describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
         while (performance.now() < until) {}
         await read;
       }
-      // 0.05 ms per read: 8 ms of queue is 160 reads, capped at 64; all wait, none is refused.
+      // 0.05 ms per read: 8 ms of queue is 160 reads, capped at 64; w0 waits in the thread's port, w1–w64
+      // in the queue, none is refused.
       const first = echo.search(org, agent, 'hold_ms=20');
-      const queued = Array.from({ length: 64 }, (_, i) => echo.search(org, agent, `w${i}`));
+      const queued = Array.from({ length: 65 }, (_, i) => echo.search(org, agent, `w${i}`));
       expect(echo.stats()).toEqual({ queueSize: 64, busyRejections: 0 });
       expect(await first).toEqual({ batch: 1, query: 'hold_ms=20' });
       expect((await Promise.all(queued)).map((a) => (a as unknown as { query: string }).query)).toEqual(
