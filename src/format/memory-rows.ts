@@ -63,7 +63,11 @@ const EXCLUSION_BYTES = {
   included: Buffer.from('included'),
   budget: Buffer.from('budget'),
   filter: Buffer.from('filter'),
+  failed: Buffer.from('failed'),
 } as const;
+
+/** A row's `exclusion` (SPEC §2 MemoryUsed). */
+type RowKind = keyof typeof EXCLUSION_BYTES;
 
 /** Bytes of an int32 field's value: negative ones are sign-extended to 64 bits, 10 bytes. */
 function int32Bytes(v: number): number {
@@ -93,16 +97,76 @@ function writeInt32(out: Uint8Array, at: number, v: number): number {
  */
 export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder): Uint8Array {
   const n = cols.score.length;
-  const o = cols.offsets;
   const rows: number[] = [];
-  const kinds: (keyof typeof EXCLUSION_BYTES)[] = [];
-  const add = (i: number, kind: keyof typeof EXCLUSION_BYTES) => {
+  const kinds: RowKind[] = [];
+  const add = (i: number, kind: RowKind) => {
     rows.push(i);
     kinds.push(kind);
   };
   for (const i of order.selected) add(i, 'included');
   for (const i of order.excluded) add(i, 'budget');
   for (let i = order.packCount; i < n; i++) add(i, 'filter');
+  return writeRows(cols, rows, kinds, order.costs);
+}
+
+/** The fields of a scored candidate that its row shows. */
+export interface RowFields {
+  memory_id: string;
+  category: string;
+  score: number;
+  similarity: number;
+  confidence: number;
+  rank: number;
+}
+
+/**
+ * The L2 degraded answer's rows (SPEC §10, src/server/answers.ts): `failed` for the candidates within
+ * `max_memories`, then `filter` for the cut ones, token_estimate 0 (the CPU stage that costs them did not
+ * run). Written from the scored candidates on the main thread: protobufjs's row objects and writer ops
+ * were the largest allocation of a degraded call (~19 KB; V8 sampling heap profiler on the service under
+ * `bench:load` at 1,000 req/s), and an overloaded process answers most calls this way.
+ * @returns the repeated field 4 as bytes, the loader's for the same rows.
+ */
+export function encodeDegradedRows(kept: readonly RowFields[], filtered: readonly RowFields[]): Uint8Array {
+  const n = kept.length + filtered.length;
+  const at = (i: number) => (i < kept.length ? kept[i]! : filtered[i - kept.length]!);
+  let units = 0;
+  for (let i = 0; i < n; i++) units += at(i).memory_id.length + at(i).category.length;
+  // Worst case 3 UTF-8 bytes per UTF-16 unit; only ids and categories, no content.
+  const text = Buffer.allocUnsafe(3 * units);
+  const cols: MemoryRowColumns = {
+    text,
+    offsets: new Uint32Array(3 * n + 1),
+    score: new Float64Array(n),
+    similarity: new Float64Array(n),
+    confidence: new Float64Array(n),
+    rank: new Int32Array(n),
+  };
+  const rows: number[] = [];
+  const kinds: RowKind[] = [];
+  let end = 0;
+  for (let i = 0; i < n; i++) {
+    const c = at(i);
+    cols.offsets[3 * i] = end;
+    end += text.write(c.memory_id, end, 'utf8');
+    cols.offsets[3 * i + 1] = end;
+    end += text.write(c.category, end, 'utf8');
+    cols.offsets[3 * i + 2] = end;
+    cols.score[i] = c.score;
+    cols.similarity[i] = c.similarity;
+    cols.confidence[i] = c.confidence;
+    cols.rank[i] = c.rank;
+    rows.push(i);
+    kinds.push(i < kept.length ? 'failed' : 'filter');
+  }
+  cols.offsets[3 * n] = end;
+  return writeRows(cols, rows, kinds, new Int32Array(n));
+}
+
+/** Writes `rows` (candidate indices into `cols`) with their exclusions and costs, in that order. */
+function writeRows(cols: MemoryRowColumns, rows: number[], kinds: RowKind[], costs: Int32Array): Uint8Array {
+  const n = cols.score.length;
+  const o = cols.offsets;
   const bodies = new Int32Array(rows.length);
   let total = 0;
   for (let r = 0; r < rows.length; r++) {
@@ -120,7 +184,7 @@ export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder):
       category +
       varintLength(exclusion) +
       exclusion +
-      int32Bytes(order.costs[i]!);
+      int32Bytes(costs[i]!);
     bodies[r] = body;
     total += 1 + varintLength(body) + body;
   }
@@ -155,7 +219,7 @@ export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder):
     float(F_SIMILARITY, cols.similarity[i]!);
     float(F_CONFIDENCE, cols.confidence[i]!);
     out[at++] = F_TOKENS;
-    at = writeInt32(out, at, order.costs[i]!);
+    at = writeInt32(out, at, costs[i]!);
   }
   return out;
 }

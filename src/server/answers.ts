@@ -8,6 +8,7 @@ import { calculateBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import { Errors } from '../errors.js';
 import { formatAssembly, prepareHistory } from '../format/assembly-text.js';
+import { encodeDegradedRows } from '../format/memory-rows.js';
 import type { CpuStageResult } from '../pool/pool-client.js';
 import type { BranchOutcome } from '../types.js';
 import { monotonicNow } from '../util/clock.js';
@@ -19,7 +20,7 @@ import {
   type DegradationLevel,
   MEMORY_ROWS,
 } from './proto.js';
-import { type Assembly, baseResponse, roundMs, usedRow } from './response-parts.js';
+import { type Assembly, baseResponse, roundMs } from './response-parts.js';
 import type { StageReserve } from './stage-reserve.js';
 import { CONTENT_OVER, encodeHistory, type HistoryBytes } from './wire-request.js';
 
@@ -54,7 +55,7 @@ export function degradationReasons(branches: readonly BranchOutcome[], poolReaso
  */
 export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleContextResponse {
   const out = stage.output;
-  const response = baseResponse(a, out.budget!, []);
+  const response = baseResponse(a, out.budget!);
   response[MEMORY_ROWS] = out.memory_rows;
   response.assembled_context = out.assembled_context;
   if (out.assembled_utf8) response[ASSEMBLED_UTF8] = out.assembled_utf8;
@@ -112,11 +113,8 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
     nonceBytes: opts.nonceBytes,
     availableTokens: req.availableTokens,
   });
-  const rows = [
-    ...a.kept.map((c) => usedRow(c, 'failed', 0)),
-    ...a.filtered.map((c) => usedRow(c, 'filter', 0)),
-  ];
-  const response = baseResponse(a, budget, rows);
+  const response = baseResponse(a, budget);
+  response[MEMORY_ROWS] = encodeDegradedRows(a.kept, a.filtered);
   const formatted = formatAssembly(h, prepared, kind, {
     directive,
     memories: [],
@@ -132,8 +130,10 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
   return response;
 }
 
+const WARM_ROW = { memory_id: 'warm', category: 'fact', score: 0.5, similarity: 0.5, confidence: 1, rank: 1 };
+
 /**
- * Runs the degraded answer's byte path (measure, budget, spliced format) on a small history a few times,
+ * Runs the degraded answer's byte path (measure, budget, spliced format, rows) on a small history a few times,
  * so that the first late CPU stage does not pay ~5–10 ms of cold code inside its D: the degraded answer
  * keeps only a few ms of reserve (SPEC §10), and nothing else runs this path on the main thread.
  */
@@ -160,6 +160,7 @@ export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
       toolSchemas: [],
       nonce: 'warm',
     });
+    encodeDegradedRows([WARM_ROW], [WARM_ROW]);
   }
 }
 

@@ -8,7 +8,7 @@ import { SCORE_SCHEMA } from '../ranking/score.js';
 import type { RetrievalResult } from '../retrieval/retrieve.js';
 import type { ScoredCandidate } from '../types.js';
 import { type CallContext, monotonicNow } from './call-context.js';
-import type { AssembleContextResponse, MemoryUsed } from './proto.js';
+import type { AssembleContextResponse } from './proto.js';
 import type { ValidatedRequest } from './validate.js';
 
 /** One call once ranking is done: what both answers (CPU stage and degraded) are built from. */
@@ -38,35 +38,19 @@ export function roundMs(ms: number): number {
   return floor % 2 === 0 ? floor : floor + 1;
 }
 
-/** One MemoryUsed row of a scored candidate; `tokens` is its packer cost (0 when not measured). */
-export function usedRow(c: ScoredCandidate, exclusion: MemoryUsed['exclusion'], tokens: number): MemoryUsed {
-  return {
-    memory_id: c.memory_id,
-    composite_score: c.score,
-    relevance_score: c.similarity,
-    recency_score: 0,
-    usefulness_score: 0,
-    rank: c.rank,
-    category: c.category,
-    exclusion,
-    similarity: c.similarity,
-    confidence: c.confidence,
-    token_estimate: tokens,
-  };
-}
-
 /**
  * The fields both answers share; the caller fills context, tokens and the CPU-stage
  * metrics. Budget fields from `budget`; times in ms, rounded half-to-even.
  */
-export function baseResponse(a: Assembly, budget: TokenBudget, rows: MemoryUsed[]): AssembleContextResponse {
+export function baseResponse(a: Assembly, budget: TokenBudget): AssembleContextResponse {
   const { req, ctx, retrieval, rankingMs } = a;
   const branch = (name: string) => retrieval.branches.find((b) => b.name === name)?.latency_ms ?? 0;
   return {
     assembled_context: '',
     tokens_used: 0,
     memories_included: 0,
-    memories_used: rows,
+    // The rows travel as bytes (proto.ts MEMORY_ROWS), encoded by the CPU stage or the degraded answer.
+    memories_used: [],
     directive_tokens: budget.directive_tokens,
     history_tokens: budget.messages_tokens,
     memory_tokens: 0,

@@ -1,13 +1,13 @@
 /**
- * The CPU stage's `memories_used` bytes (src/format/memory-rows.ts, issue 10) are exactly what the loader
- * writes for the rows the main thread used to build (usedRow), for any candidates and any pack outcome.
+ * The `memories_used` bytes (src/format/memory-rows.ts, issue 10) are exactly what the loader writes for
+ * the row objects the main thread used to build (usedRow below): the CPU stage's, for any candidates and
+ * any pack outcome, and the degraded answer's (`failed` / `filter`).
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { encodeMemoryRows } from '../../src/format/memory-rows.js';
+import { encodeDegradedRows, encodeMemoryRows, type RowFields } from '../../src/format/memory-rows.js';
 import { type CpuCandidate, encodeCandidates } from '../../src/pool/cpu-batch.js';
 import { contextServiceDefinition, type MemoryUsed } from '../../src/server/proto.js';
-import { usedRow } from '../../src/server/response-parts.js';
 
 const SCALARS = {
   budget: 0,
@@ -19,6 +19,23 @@ const SCALARS = {
   toolSchemas: [],
   deadline: 0,
 };
+
+/** One MemoryUsed row of a scored candidate as the answers built it before rows became bytes. */
+function usedRow(c: RowFields, exclusion: MemoryUsed['exclusion'], tokens: number): MemoryUsed {
+  return {
+    memory_id: c.memory_id,
+    composite_score: c.score,
+    relevance_score: c.similarity,
+    recency_score: 0,
+    usefulness_score: 0,
+    rank: c.rank,
+    category: c.category,
+    exclusion,
+    similarity: c.similarity,
+    confidence: c.confidence,
+    token_estimate: tokens,
+  };
+}
 
 /** The loader's bytes for a message that holds only these rows (field 4 repeated, nothing else). */
 function loaderBytes(rows: MemoryUsed[]): Buffer {
@@ -133,5 +150,30 @@ describe('encodeMemoryRows', () => {
         costs: Int32Array.of(),
       }),
     ).toThrow(RangeError);
+  });
+});
+
+describe('encodeDegradedRows', () => {
+  it('writes the loader’s bytes for `failed` rows of the kept candidates, then `filter` rows, token_estimate 0', () => {
+    fc.assert(
+      fc.property(
+        fc.array(candidate, { maxLength: 40 }),
+        fc.array(candidate, { maxLength: 10 }),
+        (kept, filtered) => {
+          const bytes = encodeDegradedRows(kept, filtered);
+          expect(Buffer.from(bytes)).toEqual(
+            loaderBytes([
+              ...kept.map((c) => usedRow(c, 'failed', 0)),
+              ...filtered.map((c) => usedRow(c, 'filter', 0)),
+            ]),
+          );
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('no candidates, no rows', () => {
+    expect(encodeDegradedRows([], []).byteLength).toBe(0);
   });
 });
