@@ -27,6 +27,11 @@ export class RunningP99 {
     if (++this.#sinceRecompute >= RECOMPUTE_EVERY || this.#count <= RECOMPUTE_EVERY) this.#recompute();
   }
 
+  /** Samples in the window (at most {@link RESERVE_WINDOW}); 0 = nothing measured yet. */
+  get count(): number {
+    return this.#count;
+  }
+
   /** The p99 of the window, ms (nearest rank). */
   get p99(): number {
     return this.#p99;
@@ -41,6 +46,19 @@ export class RunningP99 {
 
 /** Least time kept for the degraded answer (format + encode + send, and a late timer), ms. */
 export const MIN_DEGRADED_RESERVE_MS = 5;
+/**
+ * Prior cost of a degraded answer over a small history, ms, until this process has measured one: the
+ * first one runs cold code (1.3–2.9 ms measured in a fresh test process on this 2-core VM; a warm one
+ * costs well under 1 ms).
+ */
+export const PRIOR_DEGRADED_MS = 3;
+/**
+ * Prior lateness of the CPU task's deadline timer, ms, until one is measured: a libuv timer fires after
+ * its whole-ms delay, from the loop's cached time (0.9–2.6 ms late on an idle loop here). Without these
+ * two priors a process's first CPU-stage miss kept only the 5 ms floor, and a call with 800 ms to spare
+ * was answered DEADLINE_EXCEEDED a fraction of a ms after D (test/telemetry/metrics.test.ts, 5 runs of 12).
+ */
+export const PRIOR_LATENESS_MS = 2;
 /**
  * Prior cost of the degraded answer per MiB of history (validity check, code-point count, spliced format:
  * ~0.5–1 ms per MiB measured on the loaded 2-core VM; issue 9), ms, until this process has measured its
@@ -95,13 +113,16 @@ export class StageReserve {
 
   /**
    * Time the degraded answer keeps before D, ms: the CPU task's deadline is D minus this. Its cost is a
-   * fixed part plus a part proportional to the history it formats (measured p99s, a prior per MiB until
-   * measured), with headroom.
+   * fixed part plus a part proportional to the history it formats, and the timer's lateness (measured p99s;
+   * until measured, {@link PRIOR_DEGRADED_MS}, {@link PRIOR_DEGRADED_MS_PER_MIB}, {@link PRIOR_LATENESS_MS}),
+   * with headroom.
    * @param historyBytes UTF-8 bytes of the request's history.
    */
   degradedMs(historyBytes = 0): number {
     const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
-    const measured = this.degraded.p99 + (historyBytes / MIB) * perMiB + this.lateness.p99;
+    const fixed = this.degraded.count > 0 ? this.degraded.p99 : PRIOR_DEGRADED_MS;
+    const late = this.lateness.count > 0 ? this.lateness.p99 : PRIOR_LATENESS_MS;
+    const measured = fixed + (historyBytes / MIB) * perMiB + late;
     return Math.max(MIN_DEGRADED_RESERVE_MS, HEADROOM * measured + 1);
   }
 

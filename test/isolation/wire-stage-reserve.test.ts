@@ -4,8 +4,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
-  MIN_DEGRADED_RESERVE_MS,
+  PRIOR_DEGRADED_MS,
   PRIOR_DEGRADED_MS_PER_MIB,
+  PRIOR_LATENESS_MS,
   RESERVE_WINDOW,
   RunningP99,
   StageReserve,
@@ -36,11 +37,22 @@ describe('RunningP99', () => {
 });
 
 describe('StageReserve', () => {
-  it('keeps the floor before anything is measured, and a prior per MiB of history', () => {
+  it('keeps priors before anything is measured: a cold degraded answer, a late timer, a cost per MiB', () => {
     const r = new StageReserve(5);
-    expect(r.degradedMs()).toBe(MIN_DEGRADED_RESERVE_MS);
-    expect(r.degradedMs(4 * 1024 * 1024)).toBe(1.5 * 4 * PRIOR_DEGRADED_MS_PER_MIB + 1);
-    expect(r.cpuShareMs(45)).toBe(5);
+    const cold = PRIOR_DEGRADED_MS + PRIOR_LATENESS_MS;
+    expect(r.degradedMs()).toBe(1.5 * cold + 1);
+    expect(r.degradedMs()).toBe(8.5);
+    expect(r.degradedMs(4 * 1024 * 1024)).toBe(1.5 * (cold + 4 * PRIOR_DEGRADED_MS_PER_MIB) + 1);
+    expect(r.cpuShareMs(45)).toBe(8.5);
+  });
+
+  it('a measurement replaces its prior, even a measured 0', () => {
+    const r = new StageReserve(5);
+    r.lateness.record(0);
+    expect(r.degradedMs()).toBe(1.5 * PRIOR_DEGRADED_MS + 1);
+    r.recordDegraded(0.2, 1000);
+    // 1.5 × 0.2 + 1 = 1.3: the 5 ms floor.
+    expect(r.degradedMs()).toBe(5);
   });
 
   it('grows with measured round-trips, degraded costs and timer lateness, capped at half of what is left', () => {
@@ -79,7 +91,7 @@ describe('StageReserve', () => {
     const r = new StageReserve(5);
     r.roundTrip.record(10);
     r.wallOverrun.record(4);
-    expect(r.cpuShareMs(2000)).toBe(1.5 * (10 + 4) + MIN_DEGRADED_RESERVE_MS);
+    expect(r.cpuShareMs(2000)).toBe(1.5 * (10 + 4) + 1.5 * (PRIOR_DEGRADED_MS + PRIOR_LATENESS_MS) + 1);
     expect(r.cpuShareMs(40)).toBe(20);
   });
 
