@@ -127,14 +127,15 @@ describe('store-read queue depth and busy rejections (issue 11 item 6)', () => {
       expect(before.value('ibex_context_store_read_busy_total')).toBe(0);
       const pending = Array.from({ length: 30 }, () => reads.search(org, agent, 'sailing'));
       const settled = Promise.allSettled(pending);
-      // Right after the burst: 1 search on the thread, 4 waiting (the queue limit), the rest refused.
+      // Right after the burst: 2 searches on the thread (PIPELINE_DEPTH), 4 waiting (the queue limit), the
+      // rest refused.
       expect(reads.stats().queueSize).toBe(4);
       const outcomes = await settled;
       const busy = outcomes.filter(
         (o) => o.status === 'rejected' && (o.reason as { code?: string }).code === 'busy',
       ).length;
-      expect(busy).toBe(25);
-      expect(outcomes.filter((o) => o.status === 'fulfilled').length).toBe(5);
+      expect(busy).toBe(24);
+      expect(outcomes.filter((o) => o.status === 'fulfilled').length).toBe(6);
       const after = await scrape(admin.url);
       expect(after.value('ibex_context_store_read_busy_total')).toBe(busy);
       expect(await (await fetch(`${admin.url}/metrics`)).text()).toMatch(
