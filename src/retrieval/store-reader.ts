@@ -3,7 +3,8 @@
  * a small Piscina pool of store-read threads (the service), so SQLite never runs on the gRPC event loop.
  *
  * Batching (issue 10): reads that arrive while every thread is busy (PIPELINE_DEPTH batches each) wait
- * here, fair across orgs, and go to the next free thread together, as one task: one message each way and one thread wake-up for the lot.
+ * here, fair across orgs, and go to the next free thread together, as one task: one message each way and
+ * one thread wake-up for the lot.
  * A wake-up costs ~0.1 ms of CPU on this 2-core VM and a message exchange several syscalls of ~7 µs, so
  * under load a burst of searches costs the messaging of one.
  */
@@ -96,9 +97,10 @@ const MAX_QUEUED = 64;
 export const MAX_BATCH = 8;
 /**
  * Batches in flight per thread: the next one waits in the thread's port while the current one runs, so the
- * thread goes on to it without waiting for the event loop to read a reply and dispatch again. With one,
- * a late loop left the thread idle while reads piled up and were refused: at 1,000 req/s, 42 % busy and
- * 10,100 `busy` refusals of 20,000 calls; with two, 8,200–8,400 (bench:load, interleaved runs).
+ * thread goes on to it without waiting for the event loop to read a reply and dispatch again. With one, a
+ * late loop left the thread idle while reads piled up and were refused (at 1,000 req/s the thread was 42 %
+ * busy while about half the calls' searches were refused `busy`). Bursts that arrive in one late loop turn
+ * are still refused past the queue limit: README "Benchmarks" has the figures.
  */
 export const PIPELINE_DEPTH = 2;
 /** Weight of the newest batch in the running mean of the time per read. */

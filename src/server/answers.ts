@@ -133,9 +133,9 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
 const WARM_ROW = { memory_id: 'warm', category: 'fact', score: 0.5, similarity: 0.5, confidence: 1, rank: 1 };
 
 /**
- * Runs the degraded answer's byte path (measure, budget, spliced format, rows) on a small history a few times,
- * so that the first late CPU stage does not pay ~5–10 ms of cold code inside its D: the degraded answer
- * keeps only a few ms of reserve (SPEC §10), and nothing else runs this path on the main thread.
+ * Runs the degraded answer's byte path (measure, budget, spliced format, rows) on a small history a few
+ * times, so that the first late CPU stage does not pay ~5–10 ms of cold code inside its D: the degraded
+ * answer keeps only a few ms of reserve (SPEC §10), and nothing else runs this path on the main thread.
  */
 export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
   const h = encodeHistory([

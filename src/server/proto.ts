@@ -145,10 +145,10 @@ export type AssembleContextResponse = Omit<
 };
 
 /**
- * Where a response carries its `memories_used` rows already encoded by the CPU stage (repeated field 4;
- * src/format/memory-rows.ts; issue 10): `memories_used` is then `[]` and the serializer appends these
- * bytes to the loader's. Repeated message fields may come in any order on the wire (SPEC §2, protobuf
- * encoding rules), so clients decode the same rows.
+ * Where a response carries its `memories_used` rows already encoded, by the CPU stage or the degraded
+ * answer (repeated field 4; src/format/memory-rows.ts; issue 10): `memories_used` is then `[]` and the
+ * serializer appends these bytes to the loader's. Repeated message fields may come in any order on the
+ * wire (SPEC §2, protobuf encoding rules), so clients decode the same rows.
  */
 export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf bytes');
 

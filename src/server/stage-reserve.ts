@@ -48,8 +48,7 @@ export class RunningP99 {
 export const MIN_DEGRADED_RESERVE_MS = 5;
 /**
  * Prior cost of a degraded answer over a small history, ms, until this process has measured one: the
- * first one runs cold code (1.3–2.9 ms measured in a fresh test process on this 2-core VM; a warm one
- * costs well under 1 ms).
+ * first one runs cold code (0.8–3.4 ms, 16 fresh test processes on this 2-core VM).
  */
 export const PRIOR_DEGRADED_MS = 3;
 /**
