@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { afterAll, beforeAll } from 'vitest';
 import { loadSettings, type Settings } from '../../src/config/settings.js';
 import {
   type MemoryServerHandle,
@@ -66,6 +67,25 @@ export async function startTestService(env: Record<string, string> = {}): Promis
       store.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
+  };
+}
+
+/**
+ * One test service for the enclosing `describe` (or file): started by `beforeAll` with `env` over the base
+ * test environment, stopped by `afterAll`.
+ * @returns the service; it throws if called before `beforeAll` has run.
+ */
+export function useTestService(env: Record<string, string> = {}): () => TestService {
+  let svc: TestService | undefined;
+  beforeAll(async () => {
+    svc = await startTestService(env);
+  });
+  afterAll(async () => {
+    await svc?.stop();
+  });
+  return () => {
+    if (!svc) throw new Error('the test service starts in beforeAll: call the getter inside a test');
+    return svc;
   };
 }
 

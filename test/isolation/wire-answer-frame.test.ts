@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
 import {
@@ -30,7 +30,7 @@ import {
 } from '../../src/server/proto.js';
 import { encodeHistory } from '../../src/server/wire-request.js';
 import { monotonicNow } from '../../src/util/clock.js';
-import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { memories, request, tenant, useTestService } from '../e2e/harness.js';
 import { stubResponse, usedRow } from '../helpers/stub-response.js';
 
 const decode = (b: Buffer) =>
@@ -191,14 +191,10 @@ describe('the CPU task frames large contexts only when the copy fits its deadlin
 });
 
 describe('prebuilt answer frames over gRPC on loopback (issue 9)', () => {
-  let svc: TestService;
+  const svc = useTestService();
   const who = tenant();
-  beforeAll(async () => {
-    svc = await startTestService();
-    svc.store.upsertMemories(memories(who.org, who.agent, 6));
-  });
-  afterAll(async () => {
-    await svc?.stop();
+  beforeAll(() => {
+    svc().store.upsertMemories(memories(who.org, who.agent, 6));
   });
 
   it('a 480 KB CJK history is answered through a prebuilt frame with every line and exact tokens_used', async () => {
@@ -207,7 +203,9 @@ describe('prebuilt answer frames over gRPC on loopback (issue 9)', () => {
       content: `${i}:${'绿'.repeat(8000)}`,
     }));
     const before = prebuiltFramesSent();
-    const out = await svc.client.assemble(request(who, { recent_messages: recent }), { deadlineMs: 15_000 });
+    const out = await svc().client.assemble(request(who, { recent_messages: recent }), {
+      deadlineMs: 15_000,
+    });
     expect(out.status.code).toBe(status.OK);
     expect(prebuiltFramesSent()).toBe(before + 1);
     const res = out.response!;
@@ -223,7 +221,7 @@ describe('prebuilt answer frames over gRPC on loopback (issue 9)', () => {
 
   it('a small answer keeps the spliced path', async () => {
     const before = prebuiltFramesSent();
-    const out = await svc.client.assemble(request(who), { deadlineMs: 15_000 });
+    const out = await svc().client.assemble(request(who), { deadlineMs: 15_000 });
     expect(out.status.code).toBe(status.OK);
     expect(out.response!.assembled_context.length).toBeGreaterThan(0);
     expect(prebuiltFramesSent()).toBe(before);
@@ -234,7 +232,7 @@ describe('prebuilt answer frames over gRPC on loopback (issue 9)', () => {
     const ids = [randomUUID(), randomUUID(), randomUUID()];
     const outs = await Promise.all(
       ids.map((id) =>
-        svc.client.assemble(request(who, { recent_messages: big, request_id: id }), { deadlineMs: 15_000 }),
+        svc().client.assemble(request(who, { recent_messages: big, request_id: id }), { deadlineMs: 15_000 }),
       ),
     );
     expect(outs.map((o) => o.status.code)).toEqual([status.OK, status.OK, status.OK]);

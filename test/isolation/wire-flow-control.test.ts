@@ -5,23 +5,17 @@
  * 31–49 % OK under bench:isolation's heavy kinds; this pins the choice.
  */
 import http2 from 'node:http2';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestService } from '../e2e/harness.js';
+import { describe, expect, it } from 'vitest';
+import { useTestService } from '../e2e/harness.js';
 
 /** RFC 9113 §6.5.2 SETTINGS_INITIAL_WINDOW_SIZE default, bytes. */
 const PROTOCOL_DEFAULT_WINDOW = 65_535;
 
 describe('HTTP/2 flow-control windows (issue 9)', () => {
-  let svc: TestService;
-  beforeAll(async () => {
-    svc = await startTestService();
-  });
-  afterAll(async () => {
-    await svc?.stop();
-  });
+  const svc = useTestService();
 
   it('the server advertises the protocol default stream and connection windows', async () => {
-    const session = http2.connect(`http://${svc.service.grpcAddr}`);
+    const session = http2.connect(`http://${svc().service.grpcAddr}`);
     try {
       const settings = await new Promise<http2.Settings>((resolve) =>
         session.once('remoteSettings', resolve),

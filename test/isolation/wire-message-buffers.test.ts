@@ -9,7 +9,7 @@
 import { createRequire } from 'node:module';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { copySpliced, FROM_SOURCE } from '../../src/format/spliced.js';
 import { assembleLargeMessagesIn } from '../../src/server/grpc-internals.js';
 import {
@@ -17,7 +17,7 @@ import {
   MessageBufferPool,
   POOLED_MESSAGE_FROM_BYTES,
 } from '../../src/util/message-buffers.js';
-import { request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { request, tenant, useTestService } from '../e2e/harness.js';
 import { assembleInWorker, decodeAnswer, decodeBomb, encodeRequest } from './wire-helpers.js';
 
 const MiB = 1 << 20;
@@ -177,20 +177,14 @@ describe('grpc-js decoder with pooled large messages', () => {
 });
 
 describe('recycled request buffers over gRPC (issue 9)', () => {
-  let svc: TestService;
-  beforeAll(async () => {
-    svc = await startTestService();
-  });
-  afterAll(async () => {
-    await svc?.stop();
-  });
+  const svc = useTestService();
 
   it('a second 9.8 MB call reuses the first call’s buffer and answers with its own history only', async () => {
     const heavy = tenant();
     const call = async (ch: string) => {
       const recent = Array.from({ length: 100 }, () => ({ role: 'user', content: ch.repeat(32_768) }));
       const out = await assembleInWorker(
-        svc.service.grpcAddr,
+        svc().service.grpcAddr,
         encodeRequest(request(heavy, { recent_messages: recent })),
         15_000,
       );
@@ -221,7 +215,7 @@ describe('recycled request buffers over gRPC (issue 9)', () => {
         chars.slice(round * 3, round * 3 + 3).map(async (ch) => {
           const recent = Array.from({ length: 60 }, () => ({ role: 'user', content: ch.repeat(32_768) }));
           const out = await assembleInWorker(
-            svc.service.grpcAddr,
+            svc().service.grpcAddr,
             encodeRequest(request(tenant(), { recent_messages: recent })),
             20_000,
           );
@@ -237,7 +231,7 @@ describe('recycled request buffers over gRPC (issue 9)', () => {
     expect(MESSAGE_BUFFERS.stats.released - before.released).toBe(6);
     expect(MESSAGE_BUFFERS.stats.reused - before.reused).toBeGreaterThanOrEqual(3);
     // The same counters on /metrics (the test service's process is this one).
-    const text = await (await fetch(`${svc.service.adminUrl}/metrics`)).text();
+    const text = await (await fetch(`${svc().service.adminUrl}/metrics`)).text();
     const counter = (event: string) =>
       Number(
         text.match(new RegExp(`^ibex_context_message_buffers_total\\{event="${event}"\\} (\\d+)$`, 'm'))?.[1],
@@ -252,7 +246,7 @@ describe('recycled request buffers over gRPC (issue 9)', () => {
     for (let i = 0; i < 2; i++) {
       const t = tenant();
       const bomb = decodeBomb(t.org, t.agent, 2_000_000);
-      const out = await assembleInWorker(svc.service.grpcAddr, bomb, 15_000);
+      const out = await assembleInWorker(svc().service.grpcAddr, bomb, 15_000);
       expect(out.code).toBe(status.INVALID_ARGUMENT);
       expect(out.details).toBe('recent_messages exceeds 100 items');
     }
