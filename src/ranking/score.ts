@@ -33,7 +33,20 @@ export function dedupeAndScore(hot: readonly MemoryHit[], cold: readonly MemoryH
   const position = new Map<string, number>();
   for (const list of [hot, cold]) {
     for (const hit of list) {
-      const candidate: ScoredCandidate = { ...hit, score: interimScore(hit.similarity, hit.confidence) };
+      // Fields written out, not `{ ...hit, score }`: V8 11 adds a property after a spread through its
+      // runtime, ~1 µs per candidate on the event loop (issue 10).
+      const candidate: ScoredCandidate = {
+        memory_id: hit.memory_id,
+        org_id: hit.org_id,
+        agent_id: hit.agent_id,
+        content: hit.content,
+        category: hit.category,
+        confidence: hit.confidence,
+        similarity: hit.similarity,
+        rank: hit.rank,
+        source: hit.source,
+        score: interimScore(hit.similarity, hit.confidence),
+      };
       const at = position.get(hit.memory_id);
       if (at === undefined) {
         position.set(hit.memory_id, out.length);

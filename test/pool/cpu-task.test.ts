@@ -2,6 +2,7 @@
  * The CPU task inline (no threads): batch encoding, transfer lists, validation, and the deadline path.
  */
 import { describe, expect, it } from 'vitest';
+import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { formatContext } from '../../src/format/formatter.js';
 import { pack } from '../../src/pack/packer.js';
 import {
@@ -82,6 +83,22 @@ describe('encodeCandidates', () => {
     expect(transferList(input)).toEqual([input.score.buffer]);
     expect(input.budget).toBe(1000);
     expect(input.nonce).toBe('n0nce');
+  });
+
+  it('carries every scalar into the task, optional ones included (they are written out one by one)', () => {
+    const all: Required<CpuTaskScalars> = {
+      ...scalars({ directive: 'Be brief.', recentMessages: [{ role: 'user', content: 'hi' }] }),
+      toolSchemas: ['{"name":"t"}'],
+      historyCount: 0,
+      historyContentPending: false,
+      budgetModel: CapabilityCatalog.create().resolve('gpt-4o'),
+      nonceBytes: 16,
+      availableTokens: 512,
+      packCount: 0,
+    };
+    // Required<…>: a key CpuTaskScalars gains must be listed here, and then encodeCandidates must carry it.
+    const input = encodeCandidates([], all);
+    for (const key of Object.keys(all) as (keyof CpuTaskScalars)[]) expect(input[key], key).toEqual(all[key]);
   });
 
   it('encodes an empty batch', () => {
