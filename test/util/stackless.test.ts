@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Errors } from '../../src/errors.js';
-import { BranchErrors } from '../../src/retrieval/branch-error.js';
+import { BranchError, BranchErrors } from '../../src/retrieval/branch-error.js';
 import { cancelledReason, deadlineReason } from '../../src/server/call-context.js';
 import { stackless } from '../../src/util/stackless.js';
 
@@ -43,6 +43,8 @@ describe('stackless', () => {
       Errors.cancelled(),
       BranchErrors.unavailable('embedded store', 'busy'),
       BranchErrors.httpTimeout('cold'),
+      // Built directly, as the body decoder does from its thread's answer.
+      new BranchError('IBEX_RETRIEVAL_INVALID_JSON', 'error', 'invalid JSON'),
       deadlineReason(),
       cancelledReason(),
     ]) {
