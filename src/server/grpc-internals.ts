@@ -54,6 +54,18 @@ interface StreamDecoderFields {
   readMessageRemaining: number;
   /** Ours: the pooled buffer a large message is being copied into, and how far it is filled. */
   [FILLING]?: { buf: Buffer; at: number } | null;
+  /** Ours: makes the prefix scanner of the call's method (null: the method has none; unset: not asked yet). */
+  [SCAN_FOR]?: (() => PrefixScanner) | null;
+  /** Ours: the scanner following the large message being read, if any. */
+  [SCANNER]?: PrefixScanner | null;
+}
+
+/**
+ * Follows a request message's bytes as they arrive; {@link decideRequestsOnTheWire}. `feed` gets the
+ * message's next bytes and returns the length of the prefix that decides the request's outcome, or -1.
+ */
+export interface PrefixScanner {
+  feed(data: Uint8Array, start: number, end: number): number;
 }
 type StreamDecoderClass = (new (
   maxReadMessageLength: number,
@@ -62,10 +74,14 @@ type StreamDecoderClass = (new (
 };
 
 const FILLING = Symbol('ibex pooled message');
+const SCAN_FOR = Symbol('ibex prefix scanner factory');
+const SCANNER = Symbol('ibex prefix scanner');
 const PATCHED = Symbol('ibex message pool');
 const NO_DATA = 0;
 const READING_SIZE = 1;
 const READING_MESSAGE = 2;
+/** Ours: the message was decided by its prefix; the call's further bytes are dropped unread. */
+const DECIDED_EARLY = 3;
 
 /**
  * Issue 9: grpc-js keeps every DATA chunk of a message and then `Buffer.concat`s them into a fresh buffer
@@ -107,6 +123,7 @@ export function assembleLargeMessagesIn(pool: MessageBufferPool): void {
   proto.write = function write(this: StreamDecoderFields, data: Buffer): Buffer[] {
     let readHead = 0;
     const result: Buffer[] = [];
+    if (this.readState === DECIDED_EARLY) return result;
     while (readHead < data.length) {
       switch (this.readState) {
         case NO_DATA:
@@ -133,6 +150,11 @@ export function assembleLargeMessagesIn(pool: MessageBufferPool): void {
             );
           }
           this.readMessageRemaining = this.readMessageSize;
+          const scanFor = this[SCAN_FOR];
+          this[SCANNER] =
+            scanFor && this.readCompressFlag[0] === 0 && this.readMessageSize >= POOLED_MESSAGE_FROM_BYTES
+              ? scanFor()
+              : null;
           if (this.readMessageRemaining > 0) {
             this.readState = READING_MESSAGE;
             const buf = state.pool.acquire(this.readMessageSize + 5);
@@ -155,6 +177,25 @@ export function assembleLargeMessagesIn(pool: MessageBufferPool): void {
             filling.at += toRead;
           } else {
             this.readPartialMessage.push(data.subarray(readHead, readHead + toRead));
+          }
+          const decided = this[SCANNER]?.feed(data, readHead, readHead + toRead) ?? -1;
+          if (decided >= 0) {
+            // The prefix is the whole message as far as the deserializer goes: it stops where the scanner did.
+            result.push(
+              filling
+                ? filling.buf.subarray(0, 5 + decided)
+                : Buffer.concat(
+                    [this.readCompressFlag, this.readPartialSize, ...this.readPartialMessage],
+                    5 + decided,
+                  ),
+            );
+            this[FILLING] = null;
+            this[SCANNER] = null;
+            this.readPartialMessage = [];
+            this.readMessageSize = 0;
+            this.readMessageRemaining = 0;
+            this.readState = DECIDED_EARLY;
+            return result;
           }
           this.readMessageRemaining -= toRead;
           readHead += toRead;
@@ -281,5 +322,73 @@ export function governLargeMessages(governor: { take(connection: object, bytes: 
       if (!stream.destroyed) stream.resume();
     }, Math.ceil(pauseMs));
     this[RESUME_TIMER].unref();
+  };
+}
+
+/** grpc-js 1.14's server call as the early-decision hook reads it (private module). */
+interface EarlyDecidedCall {
+  handleDataFrame(this: EarlyDecidedCall, data: Buffer): void;
+  handleEndEvent(this: EarlyDecidedCall): void;
+  stream: http2.ServerHttp2Stream;
+  decoder: StreamDecoderFields;
+  handler?: { path?: string };
+  [ENDED_EARLY]?: boolean;
+}
+
+const DECIDES = Symbol('ibex early decisions');
+const ENDED_EARLY = Symbol('ibex request ended early');
+let decidedEarly = 0;
+
+/** How many requests this process decided from a prefix of their bytes (tests, metrics). */
+export function requestsDecidedEarly(): number {
+  return decidedEarly;
+}
+
+/**
+ * Issue 9, SPEC §11 ("counts are checked on the wire … at a cost independent of that count"): a large
+ * request message (≥ {@link POOLED_MESSAGE_FROM_BYTES}, uncompressed) of a method for which `scannerFor`
+ * returns a scanner is followed as its DATA frames arrive. Once the scanner says the bytes so far decide
+ * the outcome, grpc-js is handed that prefix as the whole message and the request as ended: the handler
+ * runs on it and answers through the interceptors as for any other call (metrics, logs), the rest of the
+ * upload is dropped unread, and once the answer is sent the stream is reset with NO_ERROR, which RFC 9113
+ * §8.1 provides for a server that answered before the request ended, so the client stops sending. Without
+ * it a two-million-message request (4 MB) had to arrive in full, behind every other upload on its
+ * connection and through its receive governor, before its refusal. Calling it again only swaps the choice
+ * of scanner.
+ * @param scannerFor the scanner factory for a method path, or null for methods that have none.
+ * @throws Error when grpc-js no longer has the methods it wraps.
+ */
+export function decideRequestsOnTheWire(scannerFor: (path: string) => (() => PrefixScanner) | null): void {
+  const proto = serverCallPrototype<EarlyDecidedCall & { [DECIDES]?: { scannerFor: typeof scannerFor } }>(
+    'handleDataFrame',
+  );
+  if (typeof proto.handleEndEvent !== 'function')
+    throw new Error('grpc-js internals changed: no BaseServerInterceptingCall.handleEndEvent');
+  if (proto[DECIDES]) {
+    proto[DECIDES].scannerFor = scannerFor;
+    return;
+  }
+  const state = { scannerFor };
+  proto[DECIDES] = state;
+  const originalData = proto.handleDataFrame;
+  const originalEnd = proto.handleEndEvent;
+  proto.handleDataFrame = function handleDataFrame(this: EarlyDecidedCall, data: Buffer): void {
+    const decoder = this.decoder;
+    if (decoder && decoder[SCAN_FOR] === undefined)
+      decoder[SCAN_FOR] = state.scannerFor(this.handler?.path ?? '');
+    originalData.call(this, data);
+    if (decoder?.readState !== DECIDED_EARLY || this[ENDED_EARLY]) return;
+    this[ENDED_EARLY] = true;
+    decidedEarly++;
+    const stream = this.stream;
+    // 'finish': the answer (trailers included) is written; the client's further bytes are not wanted.
+    stream.once('finish', () => {
+      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    });
+    originalEnd.call(this);
+  };
+  proto.handleEndEvent = function handleEndEvent(this: EarlyDecidedCall): void {
+    if (this[ENDED_EARLY]) return;
+    originalEnd.call(this);
   };
 }

@@ -37,6 +37,7 @@ import {
 import {
   alignHeaderPairLimit,
   assembleLargeMessagesIn,
+  decideRequestsOnTheWire,
   destroySessions,
   governLargeMessages,
   sendPrebuiltFrames,
@@ -54,7 +55,7 @@ import {
 import { ReceiveGovernor } from './receive-governor.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
-import { decodeAssembleRequest, type WireAssembleRequest } from './wire-request.js';
+import { decodeAssembleRequest, RequestPrefixScanner, type WireAssembleRequest } from './wire-request.js';
 
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
@@ -199,6 +200,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
   assembleLargeMessagesIn(MESSAGE_BUFFERS);
   sendPrebuiltFrames(prebuiltAnswerFrame);
+  const assemblePath = contextServiceDefinition.AssembleContext!.path;
+  decideRequestsOnTheWire((path) => (path === assemblePath ? () => new RequestPrefixScanner() : null));
   governLargeMessages(
     new ReceiveGovernor({
       bytesPerSecond: (settings.largeMessageReceiveMbPerS ?? LARGE_MESSAGE_RECEIVE_MB_PER_S) * 1e6,

@@ -23,7 +23,9 @@ import {
   decodeAssembleRequest,
   decodeHistory,
   MALFORMED_REQUEST,
+  RequestPrefixScanner,
   TOO_MANY_FIELDS,
+  type WireAssembleRequest,
 } from '../../src/server/wire-request.js';
 import { stubResponse } from '../helpers/stub-response.js';
 import { decodeBomb } from './wire-helpers.js';
@@ -171,5 +173,138 @@ describe('AssembleContext decoded on the wire (issue 9 item 1)', () => {
       }),
       { numRuns: 50 },
     );
+  });
+});
+
+/** A request field as its writer call; a segment is a run of them. */
+type Put = (w: protobuf.Writer) => void;
+
+const scalarField: fc.Arbitrary<Put> = fc.oneof(
+  fc.constantFrom(ORG, 'not-a-uuid', '').map(
+    (v): Put =>
+      (w) =>
+        w.uint32(18).string(v),
+  ),
+  fc.constantFrom(AGENT, 'x').map(
+    (v): Put =>
+      (w) =>
+        w.uint32(10).string(v),
+  ),
+  fc.constantFrom('gpt-4o', '').map(
+    (v): Put =>
+      (w) =>
+        w.uint32(42).string(v),
+  ),
+  fc.constantFrom('sailing', 'q'.repeat(8193)).map(
+    (v): Put =>
+      (w) =>
+        w.uint32(34).string(v),
+  ),
+  // A negative int32 is a ten-byte varint.
+  fc.integer({ min: -5, max: 5000 }).map(
+    (n): Put =>
+      (w) =>
+        w.uint32(56).int32(n),
+  ),
+  fc.string({ maxLength: 3 }).map(
+    (v): Put =>
+      (w) =>
+        w.uint32(26).string(v),
+  ),
+  // Unknown fields of every wire type the decoder skips: fixed64, fixed32, varint, bytes.
+  fc.constant<Put>((w) => w.uint32((20 << 3) | 1).fixed64(1)),
+  fc.constant<Put>((w) => w.uint32((21 << 3) | 5).fixed32(7)),
+  fc.constant<Put>((w) => w.uint32(200 << 3).uint32(300)),
+  fc.constant<Put>((w) => w.uint32((22 << 3) | 2).bytes(Buffer.alloc(200))),
+);
+
+const wireRequest = fc
+  .record({
+    head: fc.array(scalarField, { maxLength: 8 }),
+    messages: fc.constantFrom(0, 3, 100, 101, 102, 300),
+    content: fc.constantFrom('', 'hi', 'x'.repeat(700)),
+    filler: fc.constantFrom(0, 1000, 1023, 1024, 1030),
+    tail: fc.array(scalarField, { maxLength: 4 }),
+    order: fc.shuffledSubarray([0, 1, 2, 3], { minLength: 4 }),
+    chunks: fc.array(fc.integer({ min: 1, max: 700 }), { minLength: 1, maxLength: 5 }),
+  })
+  .map(({ head, messages, content, filler, tail, order, chunks }) => {
+    const w = protobuf.Writer.create();
+    const segments: Put[] = [
+      (x) => {
+        for (const put of head) put(x);
+      },
+      (x) => {
+        for (let i = 0; i < messages; i++)
+          x.uint32(66).fork().uint32(10).string('user').uint32(18).string(content).ldelim();
+      },
+      (x) => {
+        for (let i = 0; i < filler; i++) x.uint32(26).string('');
+      },
+      (x) => {
+        for (const put of tail) put(x);
+      },
+    ];
+    for (const i of order) segments[i]!(w);
+    return { bytes: Buffer.from(w.finish()), chunks };
+  });
+
+/** The decoded request without the buffer it points into (a prefix and its whole differ only there). */
+function comparable(wire: WireAssembleRequest) {
+  const { history, ...rest } = wire;
+  return { ...rest, spans: Array.from(history.spans), count: history.count, pending: history.contentPending };
+}
+
+/** Feeds `bytes` to a new scanner in chunks of the given sizes (cycled); the decided prefix length or -1. */
+function scan(bytes: Buffer, chunks: number[]): number {
+  const scanner = new RequestPrefixScanner();
+  for (let at = 0, i = 0; at < bytes.length; i++) {
+    const end = Math.min(bytes.length, at + chunks[i % chunks.length]!);
+    const decided = scanner.feed(bytes, at, end);
+    if (decided >= 0) return decided;
+    at = end;
+  }
+  return -1;
+}
+
+describe('RequestPrefixScanner: deciding a request from its first bytes (issue 9, SPEC §11)', () => {
+  it('the prefix it stops at decodes to what the whole request decodes to, and it stops whenever the decoder would', () => {
+    fc.assert(
+      fc.property(wireRequest, ({ bytes, chunks }) => {
+        const whole = decodeAssembleRequest(bytes);
+        const decided = scan(bytes, chunks);
+        // However the bytes are split, the decision is the same.
+        expect(decided).toBe(scan(bytes, [bytes.length]));
+        const stopsEarly = whole.messageCount > 100 || whole.refused?.message === TOO_MANY_FIELDS;
+        expect(decided >= 0).toBe(stopsEarly);
+        if (decided < 0) return;
+        expect(decided).toBeLessThanOrEqual(bytes.length);
+        const prefix = decodeAssembleRequest(bytes.subarray(0, decided));
+        expect(comparable(prefix)).toEqual(comparable(whole));
+        expect(outcome(() => validateWireRequest(prefix))).toEqual(outcome(() => validateWireRequest(whole)));
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('decode bomb: decided within its first 300 bytes, whether it has 101 or 2,000,000 messages', () => {
+    for (const n of [101, 2_000_000]) {
+      const bytes = decodeBomb(ORG, AGENT, n);
+      const decided = scan(bytes, [16_384]);
+      expect(decided).toBe(bytes.length - 2 * (n - 101));
+      expect(decided).toBeLessThan(300);
+      expect(() => validateWireRequest(decodeAssembleRequest(bytes.subarray(0, decided)))).toThrow(
+        'recent_messages exceeds 100 items',
+      );
+    }
+  });
+
+  it('gives up, undecided, on wire types the decoder does not skip field by field', () => {
+    const group = Buffer.from(
+      protobuf.Writer.create()
+        .uint32((30 << 3) | 3)
+        .finish(),
+    );
+    expect(scan(Buffer.concat([group, decodeBomb(ORG, AGENT, 200)]), [7])).toBe(-1);
   });
 });

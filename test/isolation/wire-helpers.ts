@@ -3,6 +3,7 @@
  * service fixture, and a quiet caller of another org running alongside a heavy call.
  */
 import http from 'node:http';
+import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
@@ -34,6 +35,57 @@ export function decodeBomb(org: string, agent: string, emptyMessages: number): B
   out.set(head, 0);
   for (let i = head.length; i < out.length; i += 2) out[i] = 0x42;
   return out;
+}
+
+/** What {@link uploadPrefix} saw. */
+export interface PrefixUploadOutcome {
+  /** `grpc-status` and `grpc-message` of the answer, or null when none came before the deadline. */
+  grpcStatus: number | null;
+  grpcMessage: string | null;
+  /** The RST_STREAM code the stream closed with (0: NO_ERROR). */
+  rstCode: number;
+}
+
+/**
+ * Opens an AssembleContext call over plain `node:http2` whose gRPC frame announces all of `message`, sends
+ * only its first `sendBytes`, and never ends the request: an answer can only come from those bytes.
+ * Gives up (grpcStatus null) after `waitMs`.
+ */
+export function uploadPrefix(
+  addr: string,
+  message: Buffer,
+  sendBytes: number,
+  waitMs: number,
+): Promise<PrefixUploadOutcome> {
+  const session = http2.connect(`http://${addr}`);
+  const stream = session.request({
+    ':method': 'POST',
+    ':path': ASSEMBLE.path,
+    'content-type': 'application/grpc',
+    te: 'trailers',
+  });
+  const prefix = Buffer.alloc(5);
+  prefix.writeUInt32BE(message.length, 1);
+  stream.write(Buffer.concat([prefix, message.subarray(0, sendBytes)]));
+  const out: PrefixUploadOutcome = { grpcStatus: null, grpcMessage: null, rstCode: -1 };
+  const read = (headers: http2.IncomingHttpHeaders) => {
+    if (headers['grpc-status'] === undefined) return;
+    out.grpcStatus = Number(headers['grpc-status']);
+    out.grpcMessage = decodeURIComponent(String(headers['grpc-message'] ?? ''));
+  };
+  stream.on('response', read);
+  stream.on('trailers', read);
+  stream.on('error', () => {});
+  stream.resume();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), waitMs);
+    stream.on('close', () => {
+      clearTimeout(timer);
+      out.rstCode = stream.rstCode ?? -1;
+      session.close();
+      resolve(out);
+    });
+  });
 }
 
 /** Sends raw request bytes to AssembleContext and decodes the answer. */

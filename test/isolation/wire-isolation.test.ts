@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
 import { nonceLength } from '../../src/format/nonce.js';
+import { requestsDecidedEarly } from '../../src/server/grpc-internals.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/server/limits.js';
 import {
   memories,
@@ -28,6 +29,7 @@ import {
   decodeBomb,
   encodeRequest,
   startMemoryFixture,
+  uploadPrefix,
   withQuietCaller,
 } from './wire-helpers.js';
 
@@ -88,6 +90,37 @@ describe('wire isolation on the embedded store (issue 9)', () => {
     );
     expect(out.status.code).toBe(status.INVALID_ARGUMENT);
     expect(out.status.details).toBe('recent_messages exceeds 100 items');
+  });
+
+  it('decode bomb: refused from its first 64 KiB, the other 3.9 MB never sent, the stream reset with NO_ERROR', async () => {
+    const bytes = decodeBomb(heavy.org, heavy.agent, 2_000_000);
+    const before = requestsDecidedEarly();
+    const out = await withQuietCaller(svc.client, quietRequest, () =>
+      uploadPrefix(svc.service.grpcAddr, bytes, 65_536, 10_000),
+    );
+    expect(out).toEqual({
+      grpcStatus: status.INVALID_ARGUMENT,
+      grpcMessage: 'recent_messages exceeds 100 items',
+      rstCode: 0,
+    });
+    expect(requestsDecidedEarly()).toBe(before + 1);
+    // SPEC §11 order holds on a prefix too: an org_id that is not a UUID comes before the count.
+    const badOrg = await uploadPrefix(
+      svc.service.grpcAddr,
+      decodeBomb('nope', heavy.agent, 2_000_000),
+      65_536,
+      10_000,
+    );
+    expect(badOrg.grpcMessage).toBe('org_id must be a UUID');
+  });
+
+  it('a 9.8 MB history of 100 messages is not decided before its end: a prefix of it gets no answer', async () => {
+    const content = '绿'.repeat(32_768);
+    const bytes = encodeRequest(
+      request(heavy, { recent_messages: Array.from({ length: 100 }, () => ({ role: 'user', content })) }),
+    );
+    const out = await uploadPrefix(svc.service.grpcAddr, bytes, bytes.length - 1, 1_500);
+    expect(out.grpcStatus).toBe(null);
   });
 
   /**
