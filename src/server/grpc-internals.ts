@@ -325,13 +325,19 @@ export function governLargeMessages(governor: { take(connection: object, bytes: 
   };
 }
 
+/** What grpc-js 1.14 keeps of a registered method (`handler` of a server call). */
+export interface MethodHandler {
+  path?: string;
+  deserialize?: (bytes: Buffer) => unknown;
+}
+
 /** grpc-js 1.14's server call as the early-decision hook reads it (private module). */
 interface EarlyDecidedCall {
   handleDataFrame(this: EarlyDecidedCall, data: Buffer): void;
   handleEndEvent(this: EarlyDecidedCall): void;
   stream: http2.ServerHttp2Stream;
   decoder: StreamDecoderFields;
-  handler?: { path?: string };
+  handler?: MethodHandler;
   [ENDED_EARLY]?: boolean;
 }
 
@@ -347,7 +353,7 @@ export function requestsDecidedEarly(): number {
 /**
  * Issue 9, SPEC §11 ("counts are checked on the wire … at a cost independent of that count"): a large
  * request message (≥ {@link POOLED_MESSAGE_FROM_BYTES}, uncompressed) of a method for which `scannerFor`
- * returns a scanner is followed as its DATA frames arrive. Once the scanner says the bytes so far decide
+ * returns a scanner (it is asked with the method's deserializer, whose decoding the scanner must match) is followed as its DATA frames arrive. Once the scanner says the bytes so far decide
  * the outcome, grpc-js is handed that prefix as the whole message and the request as ended: the handler
  * runs on it and answers through the interceptors as for any other call (metrics, logs), the rest of the
  * upload is dropped unread, and once the answer is sent the stream is reset with NO_ERROR, which RFC 9113
@@ -355,10 +361,12 @@ export function requestsDecidedEarly(): number {
  * it a two-million-message request (4 MB) had to arrive in full, behind every other upload on its
  * connection and through its receive governor, before its refusal. Calling it again only swaps the choice
  * of scanner.
- * @param scannerFor the scanner factory for a method path, or null for methods that have none.
+ * @param scannerFor the scanner factory for a registered method, or null for methods that have none.
  * @throws Error when grpc-js no longer has the methods it wraps.
  */
-export function decideRequestsOnTheWire(scannerFor: (path: string) => (() => PrefixScanner) | null): void {
+export function decideRequestsOnTheWire(
+  scannerFor: (handler: MethodHandler) => (() => PrefixScanner) | null,
+): void {
   const proto = serverCallPrototype<EarlyDecidedCall & { [DECIDES]?: { scannerFor: typeof scannerFor } }>(
     'handleDataFrame',
   );
@@ -375,7 +383,7 @@ export function decideRequestsOnTheWire(scannerFor: (path: string) => (() => Pre
   proto.handleDataFrame = function handleDataFrame(this: EarlyDecidedCall, data: Buffer): void {
     const decoder = this.decoder;
     if (decoder && decoder[SCAN_FOR] === undefined)
-      decoder[SCAN_FOR] = state.scannerFor(this.handler?.path ?? '');
+      decoder[SCAN_FOR] = this.handler ? state.scannerFor(this.handler) : null;
     originalData.call(this, data);
     if (decoder?.readState !== DECIDED_EARLY || this[ENDED_EARLY]) return;
     this[ENDED_EARLY] = true;

@@ -200,8 +200,10 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
   assembleLargeMessagesIn(MESSAGE_BUFFERS);
   sendPrebuiltFrames(prebuiltAnswerFrame);
-  const assemblePath = contextServiceDefinition.AssembleContext!.path;
-  decideRequestsOnTheWire((path) => (path === assemblePath ? () => new RequestPrefixScanner() : null));
+  // Keyed by the deserializer, not the path: the scanner's stopping points are decodeAssembleRequest's.
+  decideRequestsOnTheWire((handler) =>
+    handler.deserialize === decodeAssembleRequest ? () => new RequestPrefixScanner() : null,
+  );
   governLargeMessages(
     new ReceiveGovernor({
       bytesPerSecond: (settings.largeMessageReceiveMbPerS ?? LARGE_MESSAGE_RECEIVE_MB_PER_S) * 1e6,
