@@ -9,6 +9,7 @@ import http2 from 'node:http2';
 import { createRequire } from 'node:module';
 import type { Server } from '@grpc/grpc-js';
 import { type MessageBufferPool, POOLED_MESSAGE_FROM_BYTES } from '../util/message-buffers.js';
+import type { UploadCall, UploadTurns } from './receive-governor.js';
 
 const requireCjs = createRequire(import.meta.url);
 
@@ -274,10 +275,32 @@ interface GovernedCall {
   stream: http2.ServerHttp2Stream;
   decoder: StreamDecoderFields;
   [RESUME_TIMER]?: NodeJS.Timeout;
+  [UPLOAD]?: StreamUpload;
+}
+
+/** A call's large upload as {@link UploadTurns} sees it. */
+class StreamUpload implements UploadCall {
+  constructor(
+    readonly stream: http2.ServerHttp2Stream,
+    readonly decoder: StreamDecoderFields,
+  ) {}
+  get remaining(): number {
+    return this.decoder.readMessageRemaining;
+  }
+  get gone(): boolean {
+    return this.stream.destroyed || this.stream.closed;
+  }
+  pause(): void {
+    this.stream.pause();
+  }
+  resume(): void {
+    if (!this.gone) this.stream.resume();
+  }
 }
 
 const GOVERNED = Symbol('ibex receive governor');
 const RESUME_TIMER = Symbol('ibex governor resume');
+const UPLOAD = Symbol('ibex upload turn');
 let pausesApplied = 0;
 
 /** How many times this process paused a stream for its connection's large-message budget (metrics). */
@@ -285,38 +308,64 @@ export function receivePauses(): number {
   return pausesApplied;
 }
 
+/** What {@link governLargeMessages} applies to each connection's large messages. */
+export interface LargeMessagePolicy {
+  /** The connection's receive rate (src/server/receive-governor.ts). */
+  governor: { take(connection: object, bytes: number): number };
+  /** Turns between a connection's large uploads; absent: they share its rate as HTTP/2 shares it. */
+  turns?: UploadTurns<UploadCall>;
+}
+
 /**
- * Issue 9: paces the large request messages of each connection with `governor`
- * (src/server/receive-governor.ts). grpc-js 1.14 hands every DATA chunk of a call to
- * `BaseServerInterceptingCall.handleDataFrame`; the wrapper lets it decode the chunk, then charges the
- * chunk to the connection when it belongs to a message of {@link POOLED_MESSAGE_FROM_BYTES} or more, and
- * past the budget pauses that call's HTTP/2 stream until the bucket refills. A paused stream stops
- * consuming its flow-control window, so the sender's further bytes wait on its side. grpc-js pauses and
- * resumes the stream itself only between messages, so the resume here cannot undo one of its own pauses
- * mid-message; a call cancelled or past its deadline meanwhile is simply not resumed. Calling it again
- * only swaps the governor.
+ * Issue 9: paces the large request messages of each connection with `policy.governor`, in turns
+ * (`policy.turns`; src/server/receive-governor.ts). grpc-js 1.14 hands every DATA chunk of a call to
+ * `BaseServerInterceptingCall.handleDataFrame`; the wrapper lets it decode the chunk, then, when the chunk
+ * belongs to a message of {@link POOLED_MESSAGE_FROM_BYTES} or more: a call whose turn it is not is paused
+ * until its turn; the active call's chunk is charged to the connection, and past the budget its HTTP/2
+ * stream is paused until the bucket refills. A paused stream stops consuming its flow-control window, so
+ * the sender's further bytes wait on its side. A complete message or a closed stream passes the turn on.
+ * grpc-js pauses and resumes the stream itself only between messages, so the resumes here cannot undo one
+ * of its own pauses mid-message; a call cancelled or past its deadline meanwhile is simply not resumed.
+ * Calling it again only swaps the policy.
  * @throws Error when grpc-js no longer has the method.
  */
-export function governLargeMessages(governor: { take(connection: object, bytes: number): number }): void {
-  const proto = serverCallPrototype<GovernedCall & { [GOVERNED]?: { governor: typeof governor } }>(
+export function governLargeMessages(policy: LargeMessagePolicy): void {
+  const proto = serverCallPrototype<GovernedCall & { [GOVERNED]?: { policy: LargeMessagePolicy } }>(
     'handleDataFrame',
   );
   if (proto[GOVERNED]) {
-    proto[GOVERNED].governor = governor;
+    proto[GOVERNED].policy = policy;
     return;
   }
-  const state = { governor };
+  const state = { policy };
   proto[GOVERNED] = state;
   const original = proto.handleDataFrame;
   proto.handleDataFrame = function handleDataFrame(this: GovernedCall, data: Buffer): void {
     original.call(this, data);
-    // Set by the decoder from the message's prefix; it stays until the next message starts.
-    if (!(this.decoder?.readMessageSize >= POOLED_MESSAGE_FROM_BYTES)) return;
+    const decoder = this.decoder;
+    const { governor, turns } = state.policy;
     const stream = this.stream;
-    const pauseMs = state.governor.take(stream.session ?? stream, data.length);
+    const connection = stream.session ?? stream;
+    let upload = this[UPLOAD];
+    // A message decided early (decideRequestsOnTheWire) reads nothing more: its turn passes on now.
+    if (turns && upload && decoder?.readState === DECIDED_EARLY) turns.done(connection, upload);
+    // Set by the decoder from the message's prefix; it stays until the next message starts.
+    if (!(decoder?.readMessageSize >= POOLED_MESSAGE_FROM_BYTES)) return;
+    if (turns) {
+      if (upload === undefined) {
+        const created = new StreamUpload(stream, decoder);
+        upload = created;
+        this[UPLOAD] = created;
+        stream.once('close', () => turns.done(connection, created));
+      }
+      if (decoder.readState !== READING_MESSAGE) turns.done(connection, upload);
+      else if (!turns.arrived(connection, upload)) return;
+    }
+    const pauseMs = governor.take(connection, data.length);
     if (pauseMs <= 0 || this[RESUME_TIMER] !== undefined || stream.destroyed) return;
     stream.pause();
     pausesApplied++;
+    if (turns && upload) turns.held(connection, upload, pauseMs);
     this[RESUME_TIMER] = setTimeout(() => {
       this[RESUME_TIMER] = undefined;
       if (!stream.destroyed) stream.resume();

@@ -52,7 +52,7 @@ import {
   prebuiltAnswerFrame,
   serializeAssembleResponse,
 } from './proto.js';
-import { ReceiveGovernor } from './receive-governor.js';
+import { ReceiveGovernor, UploadTurns } from './receive-governor.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, RequestPrefixScanner, type WireAssembleRequest } from './wire-request.js';
@@ -204,12 +204,13 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   decideRequestsOnTheWire((handler) =>
     handler.deserialize === decodeAssembleRequest ? () => new RequestPrefixScanner() : null,
   );
-  governLargeMessages(
-    new ReceiveGovernor({
+  governLargeMessages({
+    governor: new ReceiveGovernor({
       bytesPerSecond: (settings.largeMessageReceiveMbPerS ?? LARGE_MESSAGE_RECEIVE_MB_PER_S) * 1e6,
       burstBytes: settings.maxReceiveMessageBytes,
     }),
-  );
+    turns: new UploadTurns(),
+  });
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {

@@ -4,13 +4,14 @@
  * never held back. The bucket is checked with an injected clock; the pacing over gRPC on loopback by a
  * lower bound only (a loaded machine can make calls slower, never faster than the bucket allows).
  */
+import http2 from 'node:http2';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Errors } from '../../src/errors.js';
 import { receivePauses } from '../../src/server/grpc-internals.js';
 import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import { contextServiceDefinition } from '../../src/server/proto.js';
-import { ReceiveGovernor } from '../../src/server/receive-governor.js';
+import { ReceiveGovernor, type UploadCall, UploadTurns } from '../../src/server/receive-governor.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { encodeRequest } from './wire-helpers.js';
 
@@ -40,6 +41,84 @@ describe('ReceiveGovernor', () => {
     expect(g.enabled).toBe(false);
     expect(g.take({}, 1e9)).toBe(0);
     expect(g.pauses).toBe(0);
+  });
+});
+
+/** A call for UploadTurns: its remaining bytes, and a log of what the turns did to it. */
+class FakeUpload implements UploadCall {
+  gone = false;
+  paused = false;
+  constructor(
+    readonly name: string,
+    public remaining: number,
+    readonly log: string[],
+  ) {}
+  pause() {
+    this.paused = true;
+    this.log.push(`pause ${this.name}`);
+  }
+  resume() {
+    this.paused = false;
+    this.log.push(`resume ${this.name}`);
+  }
+}
+
+describe('UploadTurns', () => {
+  it('one large upload at a time per connection; the next is the waiting one with the fewest bytes left', () => {
+    const log: string[] = [];
+    const turns = new UploadTurns<FakeUpload>(250, () => 0);
+    const conn = {};
+    const [a, b, c] = [
+      new FakeUpload('a', 9e6, log),
+      new FakeUpload('b', 3e6, log),
+      new FakeUpload('c', 1e6, log),
+    ];
+    expect(turns.arrived(conn, a)).toBe(true);
+    expect(turns.arrived(conn, b)).toBe(false);
+    expect(turns.arrived(conn, c)).toBe(false);
+    // Another connection has turns of its own.
+    expect(turns.arrived({}, new FakeUpload('x', 5e6, log))).toBe(true);
+    expect(turns.arrived(conn, a)).toBe(true);
+    expect(turns.waiting(conn)).toBe(2);
+    turns.done(conn, a);
+    expect(turns.arrived(conn, c)).toBe(true);
+    // A waiting call whose stream closed leaves the queue; done() of a non-active call changes no turn.
+    b.gone = true;
+    turns.done(conn, c);
+    expect(turns.waiting(conn)).toBe(0);
+    expect(log).toEqual(['pause b', 'pause c', 'resume c']);
+    // Nobody holds the turn now: the next arrival takes it.
+    expect(turns.arrived(conn, new FakeUpload('d', 1, log))).toBe(true);
+  });
+
+  it('a stalled active upload goes to the back after stallMs; a rate pause is not a stall', () => {
+    vi.useFakeTimers();
+    try {
+      let now = 0;
+      const log: string[] = [];
+      const turns = new UploadTurns<FakeUpload>(250, () => now);
+      const conn = {};
+      const [a, b] = [new FakeUpload('a', 1e6, log), new FakeUpload('b', 2e6, log)];
+      turns.arrived(conn, a);
+      turns.held(conn, a, 1000);
+      expect(turns.arrived(conn, b)).toBe(false);
+      // Held by the rate for 1 s: 1.25 s before a's bytes are late.
+      now = 1200;
+      vi.advanceTimersByTime(1200);
+      expect(log).toEqual(['pause b']);
+      now = 1260;
+      vi.advanceTimersByTime(60);
+      expect(log).toEqual(['pause b', 'pause a', 'resume b']);
+      expect(turns.waiting(conn)).toBe(1);
+      // b keeps sending: a waits; b done: a's turn again.
+      now = 1400;
+      expect(turns.arrived(conn, b)).toBe(true);
+      turns.done(conn, b);
+      expect(log.at(-1)).toBe('resume a');
+      expect(turns.waiting(conn)).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
@@ -140,6 +219,67 @@ describe('large messages over gRPC are paced per connection', () => {
     } finally {
       heavy.close();
       light.close();
+    }
+  });
+
+  it('in turns: four 3 MB requests on one connection complete one after another, not all together at the end', async () => {
+    const addr = await startServer();
+    const big = bigRequest(96);
+    const heavy = ownConnection(addr);
+    try {
+      await send(heavy, bigRequest(1));
+      const done = await Promise.all([1, 2, 3, 4].map(() => send(heavy, big)));
+      for (const r of done) expect(r.details).toContain('received 96 messages');
+      const at = done.map((r) => r.at).sort((x, y) => x - y);
+      // Sharing the rate, all four would finish within moments of each other, after ~1 s; in turns the last
+      // one's ~3.1 MB still arrive at 4 MB/s after the first is answered.
+      expect(at[3]! - at[0]!).toBeGreaterThanOrEqual(500);
+    } finally {
+      heavy.close();
+    }
+  });
+
+  it('a stalled upload does not hold the turn: a complete request on the same connection is answered', async () => {
+    const addr = await startServer();
+    const session = http2.connect(`http://${addr}`);
+    const open = () =>
+      session.request({
+        ':method': 'POST',
+        ':path': contextServiceDefinition.AssembleContext!.path,
+        'content-type': 'application/grpc',
+        te: 'trailers',
+      });
+    const frame = (message: Buffer, send: number) => {
+      const prefix = Buffer.alloc(5);
+      prefix.writeUInt32BE(message.length, 1);
+      return Buffer.concat([prefix, message.subarray(0, send)]);
+    };
+    const big = bigRequest(96);
+    try {
+      // 1.5 MB of a 3 MB request, then nothing: the sender stalls with the turn.
+      const stalled = open();
+      stalled.on('error', () => {});
+      stalled.write(frame(big, 1_500_000));
+      await new Promise((r) => setTimeout(r, 300));
+      const complete = open();
+      complete.end(frame(big, big.length));
+      const details = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error('no answer in 10 s')), 10_000);
+        complete.on('trailers', (t) => {
+          clearTimeout(timer);
+          resolve(decodeURIComponent(String(t['grpc-message'])));
+        });
+        complete.on('response', (h) => {
+          if (h['grpc-message'] === undefined) return;
+          clearTimeout(timer);
+          resolve(decodeURIComponent(String(h['grpc-message'])));
+        });
+        complete.resume();
+      });
+      expect(details).toContain('received 96 messages');
+      stalled.close(http2.constants.NGHTTP2_CANCEL);
+    } finally {
+      session.destroy();
     }
   });
 });
