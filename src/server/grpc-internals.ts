@@ -302,10 +302,16 @@ const GOVERNED = Symbol('ibex receive governor');
 const RESUME_TIMER = Symbol('ibex governor resume');
 const UPLOAD = Symbol('ibex upload turn');
 let pausesApplied = 0;
+let turnWaits = 0;
 
 /** How many times this process paused a stream for its connection's large-message budget (metrics). */
 export function receivePauses(): number {
   return pausesApplied;
+}
+
+/** How many times a large upload was paused to wait for its connection's turn (metrics). */
+export function uploadTurnWaits(): number {
+  return turnWaits;
 }
 
 /** What {@link governLargeMessages} applies to each connection's large messages. */
@@ -359,7 +365,10 @@ export function governLargeMessages(policy: LargeMessagePolicy): void {
         stream.once('close', () => turns.done(connection, created));
       }
       if (decoder.readState !== READING_MESSAGE) turns.done(connection, upload);
-      else if (!turns.arrived(connection, upload)) return;
+      else if (!turns.arrived(connection, upload)) {
+        turnWaits++;
+        return;
+      }
     }
     const pauseMs = governor.take(connection, data.length);
     if (pauseMs <= 0 || this[RESUME_TIMER] !== undefined || stream.destroyed) return;

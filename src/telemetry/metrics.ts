@@ -9,7 +9,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { PoolStats } from '../pool/pool-stats.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
-import { receivePauses } from '../server/grpc-internals.js';
+import { receivePauses, requestsDecidedEarly, uploadTurnWaits } from '../server/grpc-internals.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 
 /** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
@@ -194,6 +194,24 @@ export function createMetrics(
     collect() {
       this.reset();
       this.inc(receivePauses());
+    },
+  });
+  new Counter({
+    name: 'ibex_context_upload_turn_waits_total',
+    help: "Times a request message of 1 MiB or more was paused to wait for its connection's turn (another large upload was being read)",
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(uploadTurnWaits());
+    },
+  });
+  new Counter({
+    name: 'ibex_context_requests_decided_early_total',
+    help: 'AssembleContext requests of 1 MiB or more answered from a prefix of their bytes (SPEC §11 counts on the wire); the rest was never read',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(requestsDecidedEarly());
     },
   });
   new Gauge({

@@ -104,6 +104,9 @@ describe('wire isolation on the embedded store (issue 9)', () => {
       rstCode: 0,
     });
     expect(requestsDecidedEarly()).toBe(before + 1);
+    // The same count on /metrics (the test service's process is this one).
+    const metrics = await (await fetch(`${svc.service.adminUrl}/metrics`)).text();
+    expect(metrics).toMatch(new RegExp(`^ibex_context_requests_decided_early_total ${before + 1}$`, 'm'));
     // SPEC §11 order holds on a prefix too: an org_id that is not a UUID comes before the count.
     const badOrg = await uploadPrefix(
       svc.service.grpcAddr,

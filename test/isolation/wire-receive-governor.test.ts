@@ -8,7 +8,7 @@ import http2 from 'node:http2';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Errors } from '../../src/errors.js';
-import { receivePauses } from '../../src/server/grpc-internals.js';
+import { receivePauses, uploadTurnWaits } from '../../src/server/grpc-internals.js';
 import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
 import { contextServiceDefinition } from '../../src/server/proto.js';
 import { ReceiveGovernor, type UploadCall, UploadTurns } from '../../src/server/receive-governor.js';
@@ -228,7 +228,10 @@ describe('large messages over gRPC are paced per connection', () => {
     const heavy = ownConnection(addr);
     try {
       await send(heavy, bigRequest(1));
+      const waitsBefore = uploadTurnWaits();
       const done = await Promise.all([1, 2, 3, 4].map(() => send(heavy, big)));
+      // What /metrics reports as ibex_context_upload_turn_waits_total: at least the three that queued.
+      expect(uploadTurnWaits() - waitsBefore).toBeGreaterThanOrEqual(3);
       for (const r of done) expect(r.details).toContain('received 96 messages');
       const at = done.map((r) => r.at).sort((x, y) => x - y);
       // Sharing the rate, all four would finish within moments of each other, after ~1 s; in turns the last
