@@ -1,7 +1,8 @@
 /**
  * What the gRPC server sets on grpc-js 1.14's private fields, because grpc-js exposes no option for it:
  * the HTTP/2 header-pair limit (issue 11), session teardown on a forced drain (issue 10), large messages
- * assembled in recycled buffers, and a response frame the CPU stage built sent as it is (issue 9). Each
+ * assembled in recycled buffers, a response frame the CPU stage built sent as it is, large requests decided
+ * from their first bytes and large uploads paced in turns (issue 9). Each
  * hook throws when the field it needs is gone, so a grpc-js upgrade that moves them fails at start-up, not
  * silently.
  */
@@ -411,10 +412,11 @@ export function requestsDecidedEarly(): number {
 /**
  * Issue 9, SPEC §11 ("counts are checked on the wire … at a cost independent of that count"): a large
  * request message (≥ {@link POOLED_MESSAGE_FROM_BYTES}, uncompressed) of a method for which `scannerFor`
- * returns a scanner (it is asked with the method's deserializer, whose decoding the scanner must match) is followed as its DATA frames arrive. Once the scanner says the bytes so far decide
- * the outcome, grpc-js is handed that prefix as the whole message and the request as ended: the handler
- * runs on it and answers through the interceptors as for any other call (metrics, logs), the rest of the
- * upload is dropped unread, and once the answer is sent the stream is reset with NO_ERROR, which RFC 9113
+ * returns a scanner (it is asked with the method's handler, whose deserializer the scanner must match) is
+ * followed as its DATA frames arrive. Once the scanner says the bytes so far decide the outcome, grpc-js
+ * is handed that prefix as the whole message and the request as ended: the handler runs on it and
+ * answers through the interceptors as for any other call (metrics, logs), the rest of the upload is
+ * dropped unread, and once the answer is sent the stream is reset with NO_ERROR, which RFC 9113
  * §8.1 provides for a server that answered before the request ended, so the client stops sending. Without
  * it a two-million-message request (4 MB) had to arrive in full, behind every other upload on its
  * connection and through its receive governor, before its refusal. Calling it again only swaps the choice
