@@ -6,6 +6,7 @@
  */
 import http2 from 'node:http2';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Errors } from '../../src/errors.js';
 import { receivePauses, uploadTurnWaits } from '../../src/server/grpc-internals.js';
@@ -119,6 +120,72 @@ describe('UploadTurns', () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+describe('UploadTurns invariants (fast-check)', () => {
+  const op = fc.oneof(
+    fc.record({ kind: fc.constant('data' as const), i: fc.nat(4), bytes: fc.integer({ min: 1, max: 4 }) }),
+    fc.record({ kind: fc.constant('close' as const), i: fc.nat(4) }),
+    fc.record({ kind: fc.constant('tick' as const), ms: fc.integer({ min: 1, max: 400 }) }),
+  );
+
+  it('at most one upload of a connection reads at a time, and whenever some are unfinished one reads within the stall time', () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.integer({ min: 1, max: 6 }), { minLength: 5, maxLength: 5 }),
+        fc.array(op, { maxLength: 60 }),
+        (sizes, ops) => {
+          vi.useFakeTimers();
+          try {
+            let now = 0;
+            const turns = new UploadTurns<FakeUpload>(250, () => now);
+            const conn = {};
+            const calls = sizes.map((n, i) => new FakeUpload(`c${i}`, n, []));
+            const seen = new Set<FakeUpload>();
+            const finished = new Set<FakeUpload>();
+            const live = () => calls.filter((c) => seen.has(c) && !c.gone && !finished.has(c));
+            const tick = (ms: number) => {
+              now += ms;
+              vi.advanceTimersByTime(ms);
+            };
+            for (const o of ops) {
+              if (o.kind === 'tick') tick(o.ms);
+              else {
+                const c = calls[o.i]!;
+                if (c.gone || finished.has(c)) continue;
+                if (o.kind === 'close') {
+                  // What the stream's 'close' listener does.
+                  c.gone = true;
+                  turns.done(conn, c);
+                } else if (!(seen.has(c) && c.paused)) {
+                  // A paused stream delivers no data: only a new or reading call can send.
+                  seen.add(c);
+                  if (turns.arrived(conn, c)) {
+                    c.remaining = Math.max(0, c.remaining - o.bytes);
+                    if (c.remaining === 0) {
+                      finished.add(c);
+                      turns.done(conn, c);
+                    }
+                  }
+                }
+              }
+              expect(live().filter((c) => !c.paused).length).toBeLessThanOrEqual(1);
+            }
+            // Nobody sends any more: within the stall time one unfinished upload has the turn and reads, and
+            // a reader that stalled has handed it to one that waited.
+            const stalled = live().filter((c) => !c.paused);
+            const waited = live().filter((c) => c.paused);
+            tick(251);
+            if (live().length > 0) expect(live().filter((c) => !c.paused)).toHaveLength(1);
+            if (stalled.length === 1 && waited.length > 0) expect(stalled[0]!.paused).toBe(true);
+          } finally {
+            vi.useRealTimers();
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });
 
