@@ -381,14 +381,7 @@ export class RequestPrefixScanner {
             this.#fields++;
             this.#value = 0;
           }
-          const b = data[i++]!;
-          this.#value += (b & 0x7f) * 2 ** this.#shift;
-          if (b & 0x80) {
-            this.#shift += 7;
-            if (this.#shift > 28) this.#state = GIVEN_UP;
-            break;
-          }
-          this.#shift = 0;
+          if (!this.#varintByte(data[i++]!)) break;
           const wireType = this.#value % 8;
           this.#field = Math.floor(this.#value / 8);
           if (wireType === 0) this.#state = VARINT;
@@ -414,14 +407,7 @@ export class RequestPrefixScanner {
           break;
         }
         case LENGTH: {
-          const b = data[i++]!;
-          this.#value += (b & 0x7f) * 2 ** this.#shift;
-          if (b & 0x80) {
-            this.#shift += 7;
-            if (this.#shift > 28) this.#state = GIVEN_UP;
-            break;
-          }
-          this.#shift = 0;
+          if (!this.#varintByte(data[i++]!)) break;
           this.#skip = this.#value;
           this.#state = SKIP;
           if (this.#skip === 0 && this.#fieldDone()) return this.#consumed + (i - start);
@@ -441,6 +427,21 @@ export class RequestPrefixScanner {
     }
     this.#consumed += end - start;
     return -1;
+  }
+
+  /**
+   * Adds one byte of a tag or length varint (≤ 32 bits, as protobufjs reads them) to `#value`.
+   * @returns true once the varint is complete (`#shift` back at 0); past five bytes the scanner gives up.
+   */
+  #varintByte(b: number): boolean {
+    this.#value += (b & 0x7f) * 2 ** this.#shift;
+    if (!(b & 0x80)) {
+      this.#shift = 0;
+      return true;
+    }
+    this.#shift += 7;
+    if (this.#shift > 28) this.#state = GIVEN_UP;
+    return false;
   }
 
   /** A field's bytes are complete: true when it was the 101st history message. */
