@@ -57,6 +57,9 @@ import { reflectionPackageDefinition } from './reflection-descriptors.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, RequestPrefixScanner, type WireAssembleRequest } from './wire-request.js';
 
+/** The AssembleContext request's prefix scanner (one factory, not one closure per call). */
+const newPrefixScanner = () => new RequestPrefixScanner();
+
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
   response: AssembleContextResponse;
@@ -202,7 +205,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   sendPrebuiltFrames(prebuiltAnswerFrame);
   // Keyed by the deserializer, not the path: the scanner's stopping points are decodeAssembleRequest's.
   decideRequestsOnTheWire((handler) =>
-    handler.deserialize === decodeAssembleRequest ? () => new RequestPrefixScanner() : null,
+    handler.deserialize === decodeAssembleRequest ? newPrefixScanner : null,
   );
   governLargeMessages({
     governor: new ReceiveGovernor({
