@@ -47,26 +47,33 @@ export interface PrefixUploadOutcome {
 }
 
 /**
- * Opens an AssembleContext call over plain `node:http2` whose gRPC frame announces all of `message`, sends
- * only its first `sendBytes`, and never ends the request: an answer can only come from those bytes.
- * Gives up (grpcStatus null) after `waitMs`.
+ * Opens an AssembleContext call on `session` (plain `node:http2`) whose gRPC frame announces all of
+ * `message` and sends its first `sendBytes`; the request ends only when that is all of it.
  */
-export function uploadPrefix(
-  addr: string,
+export function openUpload(
+  session: http2.ClientHttp2Session,
   message: Buffer,
   sendBytes: number,
-  waitMs: number,
-): Promise<PrefixUploadOutcome> {
-  const session = http2.connect(`http://${addr}`);
+): http2.ClientHttp2Stream {
   const stream = session.request({
     ':method': 'POST',
     ':path': ASSEMBLE.path,
     'content-type': 'application/grpc',
     te: 'trailers',
   });
+  stream.on('error', () => {});
   const prefix = Buffer.alloc(5);
   prefix.writeUInt32BE(message.length, 1);
-  stream.write(Buffer.concat([prefix, message.subarray(0, sendBytes)]));
+  const bytes = Buffer.concat([prefix, message.subarray(0, sendBytes)]);
+  if (sendBytes >= message.length) stream.end(bytes);
+  else stream.write(bytes);
+  return stream;
+}
+
+/**
+ * Waits for `stream`'s answer and its close; resets it with CANCEL (grpcStatus null) after `waitMs`.
+ */
+export function uploadOutcome(stream: http2.ClientHttp2Stream, waitMs: number): Promise<PrefixUploadOutcome> {
   const out: PrefixUploadOutcome = { grpcStatus: null, grpcMessage: null, rstCode: -1 };
   const read = (headers: http2.IncomingHttpHeaders) => {
     if (headers['grpc-status'] === undefined) return;
@@ -75,17 +82,33 @@ export function uploadPrefix(
   };
   stream.on('response', read);
   stream.on('trailers', read);
-  stream.on('error', () => {});
   stream.resume();
   return new Promise((resolve) => {
     const timer = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), waitMs);
     stream.on('close', () => {
       clearTimeout(timer);
       out.rstCode = stream.rstCode ?? -1;
-      session.close();
       resolve(out);
     });
   });
+}
+
+/**
+ * An AssembleContext call on a connection of its own that sends only the first `sendBytes` of `message`
+ * and never ends the request: an answer can only come from those bytes. Gives up after `waitMs`.
+ */
+export async function uploadPrefix(
+  addr: string,
+  message: Buffer,
+  sendBytes: number,
+  waitMs: number,
+): Promise<PrefixUploadOutcome> {
+  const session = http2.connect(`http://${addr}`);
+  try {
+    return await uploadOutcome(openUpload(session, message, sendBytes), waitMs);
+  } finally {
+    session.close();
+  }
 }
 
 /** Sends raw request bytes to AssembleContext and decodes the answer. */

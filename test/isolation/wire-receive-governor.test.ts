@@ -14,7 +14,7 @@ import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.
 import { contextServiceDefinition } from '../../src/server/proto.js';
 import { ReceiveGovernor, type UploadCall, UploadTurns } from '../../src/server/receive-governor.js';
 import { createLogger } from '../../src/telemetry/logger.js';
-import { encodeRequest } from './wire-helpers.js';
+import { encodeRequest, openUpload, uploadOutcome } from './wire-helpers.js';
 
 describe('ReceiveGovernor', () => {
   it('lets a burst through, then asks for pauses that pay back the excess at the rate', () => {
@@ -312,41 +312,13 @@ describe('large messages over gRPC are paced per connection', () => {
   it('a stalled upload does not hold the turn: a complete request on the same connection is answered', async () => {
     const addr = await startServer();
     const session = http2.connect(`http://${addr}`);
-    const open = () =>
-      session.request({
-        ':method': 'POST',
-        ':path': contextServiceDefinition.AssembleContext!.path,
-        'content-type': 'application/grpc',
-        te: 'trailers',
-      });
-    const frame = (message: Buffer, send: number) => {
-      const prefix = Buffer.alloc(5);
-      prefix.writeUInt32BE(message.length, 1);
-      return Buffer.concat([prefix, message.subarray(0, send)]);
-    };
     const big = bigRequest(96);
     try {
       // 1.5 MB of a 3 MB request, then nothing: the sender stalls with the turn.
-      const stalled = open();
-      stalled.on('error', () => {});
-      stalled.write(frame(big, 1_500_000));
+      const stalled = openUpload(session, big, 1_500_000);
       await new Promise((r) => setTimeout(r, 300));
-      const complete = open();
-      complete.end(frame(big, big.length));
-      const details = await new Promise<string>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('no answer in 10 s')), 10_000);
-        complete.on('trailers', (t) => {
-          clearTimeout(timer);
-          resolve(decodeURIComponent(String(t['grpc-message'])));
-        });
-        complete.on('response', (h) => {
-          if (h['grpc-message'] === undefined) return;
-          clearTimeout(timer);
-          resolve(decodeURIComponent(String(h['grpc-message'])));
-        });
-        complete.resume();
-      });
-      expect(details).toContain('received 96 messages');
+      const complete = await uploadOutcome(openUpload(session, big, big.length), 10_000);
+      expect(complete.grpcMessage).toContain('received 96 messages');
       stalled.close(http2.constants.NGHTTP2_CANCEL);
     } finally {
       session.destroy();
