@@ -1,6 +1,7 @@
 /**
  * Shapes shared by retrieval, ranking, packing and formatting. Pure types, no runtime code.
  */
+import type { MemoryContent } from './retrieval/content-bytes.js';
 
 /** A memory hit as the memory service (or the embedded store) returns it, after SPEC §4.1 validation. */
 export interface MemoryHit {
@@ -8,8 +9,11 @@ export interface MemoryHit {
   memory_id: string;
   org_id: string;
   agent_id: string;
-  /** Untrusted text. */
-  content: string;
+  /**
+   * Untrusted text: a string, or its UTF-8 bytes when a retrieval thread (memory-body decoder, store
+   * read) encoded it so that the event loop never decodes memory text (retrieval/content-bytes.ts).
+   */
+  content: MemoryContent;
   category: string;
   /** In [0,1]. */
   confidence: number;

@@ -1,25 +1,34 @@
 /**
  * Body-decoder worker (issue 9 item 2): parses, bounds and validates large memory-service bodies off the
- * gRPC event loop. Imports only the retrieval validation code, the message-buffer size and the
- * result-transfer helper (types aside), never the server or the pool client.
+ * gRPC event loop, and hands the hits back with their contents as UTF-8 bytes (content-bytes.ts). Imports
+ * only the retrieval validation code, the message-buffer size and the result-transfer helper (types
+ * aside), never the server or the pool client.
  */
 
 import { transferred } from '../src/pool/transfer-result.js';
 import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
+import { bytesInPlace } from '../src/retrieval/content-bytes.js';
 import { decodeMemoryBody } from '../src/retrieval/validate.js';
 import { POOLED_MESSAGE_FROM_BYTES } from '../src/util/message-buffers.js';
 
 /**
  * Piscina task entry point: the hits, or the branch error as data (classes do not survive the clone),
- * with a large body handed back by transfer so the main thread can reuse its buffer.
+ * with a large body handed back by transfer so the main thread can reuse its buffer, and the contents'
+ * buffer transferred with the hits.
  */
 export default function memoryBodyWorker(task: BodyDecodeTask): BodyDecodeResult {
   const result = decode(task);
+  const transfer: ArrayBuffer[] = [];
+  // The hits' contents cross as bytes on one transferred buffer: the main thread never decodes them.
+  const contents = result.ok ? bytesInPlace(result.value.hits) : null;
+  if (contents !== null) transfer.push(contents);
   const body = task.body;
-  if (!(body.buffer instanceof ArrayBuffer) || body.buffer.byteLength < POOLED_MESSAGE_FROM_BYTES)
-    return result;
-  return transferred({ ...result, body }, [body.buffer]);
+  if (body.buffer instanceof ArrayBuffer && body.buffer.byteLength >= POOLED_MESSAGE_FROM_BYTES) {
+    transfer.push(body.buffer);
+    return transferred({ ...result, body }, transfer);
+  }
+  return transfer.length === 0 ? result : transferred(result, transfer);
 }
 
 function decode(task: BodyDecodeTask): BodyDecodeResult {

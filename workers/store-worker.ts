@@ -5,7 +5,9 @@
  * Imports only the store module, never the server.
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
-import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
+import { transferred } from '../src/pool/transfer-result.js';
+import { bytesInPlace } from '../src/retrieval/content-bytes.js';
+import { EmbeddedStore, type StoreHit } from '../src/retrieval/embedded-store.js';
 import type {
   StoreRead,
   StoreReadAnswer,
@@ -42,15 +44,23 @@ function readOne(store: EmbeddedStore, read: StoreRead, maxChars: number | undef
 }
 
 /**
- * Piscina task entry point: a batch of reads, answered in order with plain (cloneable) values, and this
- * thread's time on them (the reader sizes its queue from it).
+ * Piscina task entry point: a batch of reads, answered in order with plain (cloneable) values, hits'
+ * contents as UTF-8 bytes on transferred buffers (content-bytes.ts), and this thread's time on them (the
+ * reader sizes its queue from it).
  */
 export default function storeRead(batch: StoreReadBatch): StoreReadReply {
   const started = performance.now();
   const store = storeFor(batch.db);
+  const transfer: ArrayBuffer[] = [];
   const answers = batch.reads.map((read): StoreReadAnswer => {
     try {
-      return { ok: true, value: readOne(store, read, batch.maxChars) };
+      const value = readOne(store, read, batch.maxChars);
+      // Hits' contents cross as UTF-8 bytes on a transferred buffer: the event loop never decodes them.
+      if (Array.isArray(value)) {
+        const contents = bytesInPlace((value as StoreHit[]).map((hit) => hit.memory));
+        if (contents !== null) transfer.push(contents);
+      }
+      return { ok: true, value };
     } catch (err) {
       const code = (err as { code?: unknown })?.code;
       return {
@@ -60,5 +70,6 @@ export default function storeRead(batch: StoreReadBatch): StoreReadReply {
       };
     }
   });
-  return { answers, runMs: performance.now() - started };
+  const reply = { answers, runMs: performance.now() - started };
+  return transfer.length === 0 ? reply : transferred(reply, transfer);
 }

@@ -9,6 +9,7 @@ import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import type { AnswerFrame } from '../format/answer-frame.js';
 import { type SplicedUtf8, splicedBuffers } from '../format/spliced.js';
+import type { MemoryContent } from '../retrieval/content-bytes.js';
 import { isPooledMessageView } from '../util/message-buffers.js';
 
 /** One candidate as the assembly hands it to the CPU stage. */
@@ -30,7 +31,11 @@ export interface CpuCandidate {
  * A candidate as {@link encodeCandidates} takes it: `tokens` may be absent (0), as in the assembly, whose
  * CPU stage computes every cost itself; other fields (a scored candidate's) are ignored.
  */
-export type CandidateFields = Omit<CpuCandidate, 'tokens'> & { tokens?: number };
+export type CandidateFields = Omit<CpuCandidate, 'tokens' | 'content'> & {
+  tokens?: number;
+  /** The text, or its UTF-8 bytes as a retrieval thread sent them (copied as they are). */
+  content: MemoryContent;
+};
 
 /** The small values that are cloned to the worker with each task. */
 export interface CpuTaskScalars {
@@ -225,11 +230,15 @@ export function encodeCandidates(
   if (transfer) historyBytes = 0;
   // One pass: room for the worst case (3 UTF-8 bytes per UTF-16 unit) instead of measuring every string
   // first, which doubled the main thread's encoding time. The slack rides along in the transfer, uncopied.
-  let units = 0;
-  for (const c of candidates) units += c.memory_id.length + c.category.length + c.content.length;
+  // A content already in bytes (content-bytes.ts) needs exactly its length.
+  let textRoom = 0;
+  for (const c of candidates) {
+    textRoom += 3 * (c.memory_id.length + c.category.length);
+    textRoom += typeof c.content === 'string' ? 3 * c.content.length : c.content.byteLength;
+  }
   // Layout keeps every view aligned: 3 float64 columns, 2 int32 columns, offsets, then the bytes.
   const numericBytes = 3 * n * F64 + 2 * n * I32 + (3 * n + 1 + 4 * h) * I32;
-  const buffer = new ArrayBuffer(numericBytes + 3 * units + historyBytes);
+  const buffer = new ArrayBuffer(numericBytes + textRoom + historyBytes);
   const score = new Float64Array(buffer, 0, n);
   const similarity = new Float64Array(buffer, n * F64, n);
   const confidence = new Float64Array(buffer, 2 * n * F64, n);
@@ -238,7 +247,7 @@ export function encodeCandidates(
   const offsets = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32, 3 * n + 1);
   const historySpans = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32 + (3 * n + 1) * I32, 4 * h);
   // A Buffer view (no copy) writes UTF-8 natively without a subarray per string.
-  const bytes = Buffer.from(buffer, numericBytes, 3 * units + historyBytes);
+  const bytes = Buffer.from(buffer, numericBytes, textRoom + historyBytes);
   let at = 0;
   for (let i = 0; i < n; i++) {
     const c = candidates[i]!;
@@ -252,7 +261,11 @@ export function encodeCandidates(
     offsets[3 * i + 1] = at;
     at += bytes.write(c.category, at, 'utf8');
     offsets[3 * i + 2] = at;
-    at += bytes.write(c.content, at, 'utf8');
+    if (typeof c.content === 'string') at += bytes.write(c.content, at, 'utf8');
+    else {
+      bytes.set(c.content, at);
+      at += c.content.byteLength;
+    }
   }
   offsets[3 * n] = at;
   const text = new Uint8Array(buffer, numericBytes, at);

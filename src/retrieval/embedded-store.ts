@@ -23,6 +23,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { Errors } from '../errors.js';
+import type { MemoryContent } from './content-bytes.js';
 import { toFtsQuery } from './fts-query.js';
 import { noteThreadWrite, ReadCache, WriteWatch } from './read-cache.js';
 import {
@@ -80,6 +81,11 @@ export class EmbeddedStore {
   readonly #db: Database.Database;
   readonly #maxChars: number;
   readonly #hotCache: ReadCache<readonly StoreHit[]> | undefined;
+  /**
+   * Hot reads a store-read thread made ({@link cacheHot}): their contents may be UTF-8 bytes, so they
+   * are kept apart from {@link hot}'s own, which are always text.
+   */
+  readonly #threadHotCache: ReadCache<readonly StoreHit<MemoryContent>[]> | undefined;
   readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
   readonly #hot: Database.Statement<ReadParams, MemoryDbRow>;
   readonly #search: Database.Statement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
@@ -104,6 +110,7 @@ export class EmbeddedStore {
       // One watch for both caches: at most one `PRAGMA data_version` per check interval per connection.
       const watch = new WriteWatch(db);
       this.#hotCache = new ReadCache(watch);
+      this.#threadHotCache = new ReadCache(watch);
       this.#directiveCache = new ReadCache(watch);
     }
     // `@org IS NULL` is the memory wire's agent-across-orgs read; SQLite decides it once per statement
@@ -187,7 +194,8 @@ export class EmbeddedStore {
 
   /**
    * The agent's most recent memories, then highest confidence, then id (SPEC §4.3), served from the
-   * read cache until a write. A fresh array each call; its hits are frozen, shared by every caller.
+   * read cache until a write. A fresh array each call; with the cache on, its hits are frozen, shared by
+   * every caller (without it, as in a store-read thread, they are the caller's own).
    * @param orgId the org to scope to; `null` = every org (only for the memory wire, which has no org).
    * @returns wire-shaped hits, `rank` 1..n (at most `limit`, default 20), `similarity = confidence`,
    *   `source = "hot"`; an oversize memory as `{oversize: true, memory.content: null}`.
@@ -195,9 +203,10 @@ export class EmbeddedStore {
    */
   hot(orgId: string | null, agentId: string, options: ReadOptions = {}): StoreHit[] {
     const p = this.#params(orgId, agentId, options, HOT_LIMIT);
-    const read = () => freezeHits(this.#hot.all(p).map((row, i) => toHit(row, row.confidence, i + 1, 'hot')));
-    if (this.#hotCache === undefined) return read().slice();
-    return this.#hotCache.get(this.#hotKey(p), read).slice();
+    const read = () => this.#hot.all(p).map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
+    // Only cached hits are shared, so only they are frozen (a store-read thread rewrites its own).
+    if (this.#hotCache === undefined) return read();
+    return this.#hotCache.get(this.#hotKey(p), () => freezeHits(read())).slice();
   }
 
   /**
@@ -207,16 +216,24 @@ export class EmbeddedStore {
    * write check (a counter, and `PRAGMA data_version` at most every 10 ms: read-cache.ts). The hits are
    * the cache's own frozen array, the same object until a write, so a caller validates it once (retrieve.ts).
    */
-  cachedHot(orgId: string, agentId: string): { hits: readonly StoreHit[] | undefined; generation: number } {
-    if (this.#hotCache === undefined) return { hits: undefined, generation: 0 };
-    const hits = this.#hotCache.peek(this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT)));
-    return { hits, generation: this.#hotCache.generation };
+  cachedHot(
+    orgId: string,
+    agentId: string,
+  ): { hits: readonly StoreHit<MemoryContent>[] | undefined; generation: number } {
+    if (this.#threadHotCache === undefined) return { hits: undefined, generation: 0 };
+    const hits = this.#threadHotCache.peek(this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT)));
+    return { hits, generation: this.#threadHotCache.generation };
   }
 
   /** Caches `hits` (a default hot read done elsewhere) unless a write intervened since `generation`. */
-  cacheHot(orgId: string, agentId: string, hits: readonly StoreHit[], generation: number): void {
+  cacheHot(
+    orgId: string,
+    agentId: string,
+    hits: readonly StoreHit<MemoryContent>[],
+    generation: number,
+  ): void {
     const key = this.#hotKey(this.#params(orgId, agentId, {}, HOT_LIMIT));
-    this.#hotCache?.put(key, freezeHits(hits.slice()), generation);
+    this.#threadHotCache?.put(key, freezeHits(hits.slice()), generation);
   }
 
   #hotKey(p: ReadParams): string {

@@ -7,6 +7,7 @@
 import type { Settings } from '../config/settings.js';
 import type { Directive } from '../types.js';
 import { BranchErrors } from './branch-error.js';
+import type { MemoryContent } from './content-bytes.js';
 import { parseDirectiveObject } from './directive.js';
 import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore, type StoreHit } from './embedded-store.js';
@@ -106,7 +107,7 @@ function hotThroughCache(
   pooled: PooledStoreReads,
   orgId: string,
   agentId: string,
-): readonly StoreHit[] | Promise<readonly StoreHit[]> {
+): readonly StoreHit<MemoryContent>[] | Promise<readonly StoreHit<MemoryContent>[]> {
   const { hits, generation } = store.cachedHot(orgId, agentId);
   if (hits !== undefined) return hits;
   return pooled.hot(orgId, agentId).then(

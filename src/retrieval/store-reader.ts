@@ -13,6 +13,7 @@ import { Piscina } from 'piscina';
 import { type FairEntry, FairQueue } from '../pool/fair-queue.js';
 import { projectRoot } from '../pool/worker-file.js';
 import { stackless } from '../util/stackless.js';
+import type { MemoryContent } from './content-bytes.js';
 import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
 
 /** One read. */
@@ -46,17 +47,23 @@ export interface StoreReadReply {
   runMs: number;
 }
 
-/** The reads the embedded sources need; sync or async. */
+/**
+ * The reads the embedded sources need; sync or async. Hits read by a store-read thread carry their
+ * contents as UTF-8 bytes (content-bytes.ts), in-process ones as text.
+ */
 export interface StoreReads {
   /** A frozen answer may be shared (the read cache's): it is never to be mutated. */
-  hot(orgId: string, agentId: string): readonly StoreHit[] | Promise<readonly StoreHit[]>;
+  hot(
+    orgId: string,
+    agentId: string,
+  ): readonly StoreHit<MemoryContent>[] | Promise<readonly StoreHit<MemoryContent>[]>;
   /** @param signal the branch's signal: once it aborts the read may be skipped. */
   search(
     orgId: string,
     agentId: string,
     query: string,
     signal?: AbortSignal,
-  ): StoreHit[] | Promise<StoreHit[]>;
+  ): StoreHit<MemoryContent>[] | Promise<StoreHit<MemoryContent>[]>;
   getDirective(orgId: string, agentId: string): DirectiveEnvelope | null | Promise<DirectiveEnvelope | null>;
   close(): Promise<void>;
 }
@@ -181,12 +188,17 @@ export class PooledStoreReads implements StoreReads {
     return reads;
   }
 
-  hot(orgId: string, agentId: string): Promise<StoreHit[]> {
-    return this.#read({ op: 'hot', orgId, agentId }, undefined) as Promise<StoreHit[]>;
+  hot(orgId: string, agentId: string): Promise<StoreHit<MemoryContent>[]> {
+    return this.#read({ op: 'hot', orgId, agentId }, undefined) as Promise<StoreHit<MemoryContent>[]>;
   }
 
-  search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<StoreHit[]> {
-    return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<StoreHit[]>;
+  search(
+    orgId: string,
+    agentId: string,
+    query: string,
+    signal?: AbortSignal,
+  ): Promise<StoreHit<MemoryContent>[]> {
+    return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<StoreHit<MemoryContent>[]>;
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {

@@ -3,6 +3,7 @@
  * row mapping shared by its statements; the store itself is embedded-store.ts.
  */
 import { Errors } from '../errors.js';
+import type { MemoryContent } from './content-bytes.js';
 import { codePoints, scopeText } from './store-schema.js';
 import { canonicalUuid } from './uuid.js';
 
@@ -31,14 +32,20 @@ export interface DirectiveRow {
   version_id: string;
 }
 
-/** A hit in the memory-wire item shape (SPEC §4.1), before validation. */
-export interface StoreHit {
+/**
+ * A hit in the memory-wire item shape (SPEC §4.1), before validation. `C` is the content's type: text
+ * from the store itself, {@link MemoryContent} (text or UTF-8 bytes) from a store-read thread.
+ */
+export interface StoreHit<C extends MemoryContent = string> {
   memory: {
     id: string;
     org_id: string;
     agent_id: string;
-    /** `null` when the memory is longer than the cap (then `oversize` is set). */
-    content: string | null;
+    /**
+     * `null` when the memory is longer than the cap (then `oversize` is set); UTF-8 bytes when it comes
+     * from a store-read thread (content-bytes.ts).
+     */
+    content: C | null;
     category: string;
     confidence: number;
     /** ISO-8601 UTC. */
@@ -159,7 +166,7 @@ export function dbRow(
 }
 
 /** Hits are shared through the read cache: freezing makes a caller's mutation an error, not a leak. */
-export function freezeHits(hits: StoreHit[]): readonly StoreHit[] {
+export function freezeHits<C extends MemoryContent>(hits: StoreHit<C>[]): readonly StoreHit<C>[] {
   for (const hit of hits) {
     Object.freeze(hit.memory);
     Object.freeze(hit);

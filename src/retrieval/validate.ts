@@ -5,6 +5,7 @@
  */
 import type { MemoryHit } from '../types.js';
 import { BranchErrors } from './branch-error.js';
+import { type MemoryContent, utf8ExceedsCodePoints } from './content-bytes.js';
 import { canonicalUuid } from './uuid.js';
 
 /** Hot read size (SPEC §4.1 `limit=20`). */
@@ -56,6 +57,11 @@ export function exceedsCodePoints(text: string, max: number): boolean {
   return false;
 }
 
+/** {@link exceedsCodePoints} for a content held as text or as UTF-8 bytes (content-bytes.ts). */
+export function contentExceedsCodePoints(content: MemoryContent, max: number): boolean {
+  return typeof content === 'string' ? exceedsCodePoints(content, max) : utf8ExceedsCodePoints(content, max);
+}
+
 /** Bounds applied while validating a branch's items (SPEC §4.1). */
 export interface HitLimits {
   /** Items requested: later items are ignored (not validated, not scored) and counted. */
@@ -95,7 +101,8 @@ function unitInterval(value: unknown): value is number {
 
 /**
  * Checks one item (SPEC §4.1): ids UUID strings (returned lower-case), content/category/source strings,
- * confidence and similarity finite in [0,1], rank an integer ≥ 1.
+ * confidence and similarity finite in [0,1], rank an integer ≥ 1. A content may also be UTF-8 bytes, as a
+ * store-read thread sends it (content-bytes.ts); JSON cannot produce that.
  * @returns the hit, or `null` when anything is off. Never throws.
  */
 export function validateHit(item: unknown): MemoryHit | null {
@@ -108,7 +115,8 @@ export function validateHit(item: unknown): MemoryHit | null {
   if (memoryId === null || orgId === null || agentId === null) return null;
   const { content, category, confidence } = memory;
   const { similarity, rank, source } = item;
-  if (typeof content !== 'string' || typeof category !== 'string' || typeof source !== 'string') return null;
+  if (typeof content !== 'string' && !(content instanceof Uint8Array)) return null;
+  if (typeof category !== 'string' || typeof source !== 'string') return null;
   if (!unitInterval(confidence) || !unitInterval(similarity)) return null;
   if (typeof rank !== 'number' || !Number.isSafeInteger(rank) || rank < 1) return null;
   return {
@@ -150,7 +158,7 @@ export function validateHits(
   for (let i = 0; i < n; i++) {
     const hit = validateHit(items[i]);
     if (hit === null) invalid++;
-    else if (exceedsCodePoints(hit.content, limits.maxChars)) oversize++;
+    else if (contentExceedsCodePoints(hit.content, limits.maxChars)) oversize++;
     else if (hit.org_id !== org || hit.agent_id !== agent) foreign++;
     else hits.push(hit);
   }

@@ -39,13 +39,24 @@ describe('BodyDecoder', () => {
   afterAll(() => decoder.close());
   const never = new AbortController().signal;
 
-  it('decodes a large body in the thread exactly as inline, and takes the buffer (transferred)', async () => {
-    const big = body(5000, (i) => (i === 1 ? 'x'.repeat(70_000) : `memory ${i} about the lake`));
+  it('decodes a large body in the thread exactly as inline, contents as UTF-8 bytes, and takes the buffer (transferred)', async () => {
+    const big = body(5000, (i) =>
+      i === 1 ? 'x'.repeat(70_000) : `memory ${i} about the lake, 湖 \u{1F30A} <b>&amp;</b>`,
+    );
     expect(big.byteLength).toBeGreaterThan(INLINE_BODY_BYTES);
     const expected = decodeMemoryBody(big.slice(), ORG, AGENT, LIMITS);
     expect(expected).toMatchObject({ oversize: 1, foreign: 3, ignored: 4980, invalid: 0 });
     const got = await decoder.decode(big, ORG, AGENT, LIMITS, never);
-    expect(got).toEqual(expected);
+    // The thread sends each content as its UTF-8 bytes (content-bytes.ts), all views on one buffer.
+    const contents = got.hits.map((h) => h.content);
+    expect(contents.every((c) => c instanceof Uint8Array)).toBe(true);
+    expect(new Set(contents.map((c) => (c as Uint8Array).buffer)).size).toBe(1);
+    const decoded = got.hits.map((h) => ({
+      ...h,
+      content: Buffer.from(h.content as Uint8Array).toString('utf8'),
+    }));
+    expect({ ...got, hits: decoded }).toEqual(expected);
+    expect(decoded[0]!.content).toBe('memory 0 about the lake, 湖 \u{1F30A} <b>&amp;</b>');
     expect(big.byteLength).toBe(0);
   });
 

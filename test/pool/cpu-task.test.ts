@@ -6,6 +6,7 @@ import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { formatContext } from '../../src/format/formatter.js';
 import { pack } from '../../src/pack/packer.js';
 import {
+  type CandidateFields,
   type CpuCandidate,
   type CpuTaskScalars,
   deadlineReserveMs,
@@ -99,6 +100,26 @@ describe('encodeCandidates', () => {
     // Required<…>: a key CpuTaskScalars gains must be listed here, and then encodeCandidates must carry it.
     const input = encodeCandidates([], all);
     for (const key of Object.keys(all) as (keyof CpuTaskScalars)[]) expect(input[key], key).toEqual(all[key]);
+  });
+
+  it('copies contents a retrieval thread sent as UTF-8 bytes: the same text and offsets as from strings', () => {
+    const asStrings = encodeCandidates(candidates, scalars());
+    const mixed = candidates.map(
+      (c, i): CandidateFields => ({
+        ...c,
+        content: i === 1 ? c.content : new Uint8Array(Buffer.from(c.content)),
+      }),
+    );
+    // Views on one shared buffer, as bytesInPlace builds them, at a non-zero offset.
+    const shared = new Uint8Array(64);
+    shared.set(mixed[0]!.content as Uint8Array, 7);
+    mixed[0]!.content = shared.subarray(7, 7 + (mixed[0]!.content as Uint8Array).byteLength);
+    const asBytes = encodeCandidates(mixed, scalars());
+    expect(Array.from(asBytes.offsets)).toEqual(Array.from(asStrings.offsets));
+    expect(Buffer.from(asBytes.text).equals(Buffer.from(asStrings.text))).toBe(true);
+    // The source bytes are copied, not transferred: a cached hit's content stays readable.
+    expect(shared.byteLength).toBe(64);
+    expect(transferList(asBytes)).toEqual([asBytes.score.buffer]);
   });
 
   it('encodes an empty batch', () => {

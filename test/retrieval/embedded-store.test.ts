@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
+import { contentText } from '../../src/retrieval/content-bytes.js';
 import { bm25ToSimilarity } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
@@ -233,7 +234,7 @@ describe('embedded sources through retrieve (SPEC §4.3)', () => {
       });
       expect(r.hot).toHaveLength(6);
       expect(r.hot.every((h) => h.org_id === ORG && h.agent_id === AGENT)).toBe(true);
-      expect(r.cold.map((h) => h.content)).toEqual(['note memory 1 about painting']);
+      expect(r.cold.map((h) => contentText(h.content))).toEqual(['note memory 1 about painting']);
       expect(r.cold[0]!.source).toBe('fts');
       expect(r.branches.map((b) => [b.name, b.status, b.detail])).toEqual([
         ['directive', 'success', ''],

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
+import { contentText } from '../../src/retrieval/content-bytes.js';
 import { EmbeddedStore, type StoreHit } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
@@ -49,7 +50,14 @@ describe('PooledStoreReads', () => {
   it('answers a search exactly as the in-process store does', async () => {
     const pooled = await reads.search(org, agent, 'memory about sailing');
     expect(pooled.length).toBeGreaterThan(0);
-    expect(pooled).toEqual(fixture.store.search(org, agent, 'memory about sailing'));
+    // The thread sends contents as UTF-8 bytes (content-bytes.ts), all on one transferred buffer.
+    expect(pooled.every((h) => h.memory.content instanceof Uint8Array)).toBe(true);
+    expect(new Set(pooled.map((h) => (h.memory.content as Uint8Array).buffer)).size).toBe(1);
+    const asText = pooled.map((h) => ({
+      ...h,
+      memory: { ...h.memory, content: contentText(h.memory.content) },
+    }));
+    expect(asText).toEqual(fixture.store.search(org, agent, 'memory about sailing'));
   });
 
   it('skips a search whose signal has already aborted', async () => {
@@ -206,7 +214,7 @@ describe('caps and the read cache (issue 9.2, issue 10)', () => {
       skipHot: false,
       skipCold: true,
     });
-    expect(r.hot.map((h) => h.content)).toEqual(['😀'.repeat(10)]);
+    expect(r.hot.map((h) => contentText(h.content))).toEqual(['😀'.repeat(10)]);
     expect(r.dropped.invalid).toBe(1);
   });
 
@@ -262,14 +270,14 @@ describe('service sources: hot misses read in a store-read thread, then cached (
     try {
       const signal = new AbortController().signal;
       const first = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
-      expect(first.map((h) => h.memory.content)).toEqual(['first note']);
+      expect(first.map((h) => contentText(h.memory.content))).toEqual(['first note']);
       const again = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
       // Served from the cache: the very same frozen hit, not a new structured clone.
       expect(again[0]).toBe(first[0]);
       expect(Object.isFrozen(again[0])).toBe(true);
       fx.store.upsertMemories([memory('second note', 1)]);
       const after = (await sources.memory.hot(ORG, AGENT, signal)) as StoreHit[];
-      expect(after.map((h) => h.memory.content)).toEqual(['second note', 'first note']);
+      expect(after.map((h) => contentText(h.memory.content))).toEqual(['second note', 'first note']);
     } finally {
       await sources.close();
     }
@@ -287,7 +295,7 @@ describe('a cached hot answer is validated once until a write (issue 10)', () =>
       await retrieve(sources, req, times, signal); // the miss, read in a thread, then cached
       const a = await retrieve(sources, req, times, signal);
       const b = await retrieve(sources, { ...req, orgId: ORG.toUpperCase() }, times, signal);
-      expect(a.hot.map((h) => h.content)).toEqual(['first note']);
+      expect(a.hot.map((h) => contentText(h.content))).toEqual(['first note']);
       expect(b.hot).toBe(a.hot);
       expect(Object.isFrozen(a.hot) && Object.isFrozen(a.hot[0])).toBe(true);
       const other = await retrieve(sources, { ...req, agentId: randomUUID() }, times, signal);
@@ -296,7 +304,7 @@ describe('a cached hot answer is validated once until a write (issue 10)', () =>
       await retrieve(sources, req, times, signal);
       const after = await retrieve(sources, req, times, signal);
       expect(after.hot).not.toBe(a.hot);
-      expect(after.hot.map((h) => h.content)).toEqual(['second note', 'first note']);
+      expect(after.hot.map((h) => contentText(h.content))).toEqual(['second note', 'first note']);
     } finally {
       await sources.close();
     }

@@ -1,10 +1,13 @@
 import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { bytesInPlace, utf8ExceedsCodePoints } from '../../src/retrieval/content-bytes.js';
 import { parseDirectiveObject, parseDirectiveValue } from '../../src/retrieval/directive.js';
 import { toFtsQuery } from '../../src/retrieval/fts-query.js';
 import { uuidV5 } from '../../src/retrieval/uuid.js';
 import {
   droppedDetail,
+  exceedsCodePoints,
   unwrapMemoryResponse,
   validateHit,
   validateHits,
@@ -101,6 +104,48 @@ describe('validateHits', () => {
     expect(out.hits.map((h) => h.rank)).toEqual([1, 4]);
     expect(out.invalid).toBe(2);
     expect(out.foreign).toBe(2);
+  });
+
+  it('keeps a content a store-read thread sent as UTF-8 bytes, and bounds it in code points', () => {
+    const bytes = (text: string) => new Uint8Array(Buffer.from(text));
+    const items = [
+      item({ rank: 1 }, { id: randomUUID(), content: bytes('湖湖湖') }),
+      item({ rank: 2 }, { id: randomUUID(), content: bytes('湖湖湖湖') }),
+      item({ rank: 3 }, { id: randomUUID(), content: bytes('a😀c') }),
+      item({ rank: 4 }, { id: randomUUID(), content: [1, 2] }),
+    ];
+    const out = validateHits(items, ORG, AGENT, { limit: 20, maxChars: 3 });
+    expect(out.hits.map((h) => Buffer.from(h.content as Uint8Array).toString())).toEqual(['湖湖湖', 'a😀c']);
+    expect(out).toMatchObject({ oversize: 1, invalid: 1 });
+  });
+
+  it('counts UTF-8 code points exactly as the string check counts them (property)', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 40 }), fc.nat(45), (text, max) => {
+        // Buffer.from writes a lone surrogate as U+FFFD: one code point either way.
+        expect(utf8ExceedsCodePoints(Buffer.from(text), max)).toBe(exceedsCodePoints(text, max));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('bytesInPlace: every string content becomes a view on one buffer, byte-exact, nulls and bytes kept', () => {
+    const already = new Uint8Array([104, 105]);
+    const holders: { content: string | Uint8Array | null }[] = [
+      { content: 'tea <b>' },
+      { content: null },
+      { content: already },
+      { content: '湖 😀' },
+    ];
+    const buffer = bytesInPlace(holders);
+    expect(buffer?.byteLength).toBe(Buffer.byteLength('tea <b>湖 😀'));
+    expect(
+      holders.map((h) => (h.content instanceof Uint8Array ? Buffer.from(h.content).toString() : h.content)),
+    ).toEqual(['tea <b>', null, 'hi', '湖 😀']);
+    expect((holders[0]!.content as Uint8Array).buffer).toBe(buffer);
+    expect((holders[3]!.content as Uint8Array).buffer).toBe(buffer);
+    expect(holders[2]!.content).toBe(already);
+    expect(bytesInPlace([{ content: null }, { content: already }])).toBeNull();
   });
 
   it('writes the drop detail', () => {

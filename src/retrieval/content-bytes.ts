@@ -1,0 +1,68 @@
+/**
+ * Memory content as UTF-8 bytes across threads (issue 9 item 2, SPEC §1 isolation rule).
+ *
+ * A thread that reads memories (the memory-body decoder, the store-read thread) hands each content to
+ * the main thread as a `Uint8Array` view on one ArrayBuffer per answer, and transfers that buffer. The
+ * main thread then never materialises memory text: structured-clone decoding of a 6 MB answer's strings
+ * cost 21 ms of event loop, and encoding them again into the CPU task's buffer 13 ms more; a transferred
+ * buffer costs ~50 µs to receive, and its bytes are copied into the task with `Uint8Array.set`.
+ * The CPU stage reads the same UTF-8 it always did.
+ */
+
+/** Memory content: the text, or its UTF-8 bytes when a retrieval thread encoded it ({@link bytesInPlace}). */
+export type MemoryContent = string | Uint8Array;
+
+/** Anything holding a memory content in `content` (a validated hit, or a store row's `memory`). */
+interface HasContent {
+  content: MemoryContent | null;
+}
+
+/**
+ * Replaces every string `content` of `holders` with a view on one fresh ArrayBuffer holding their UTF-8
+ * bytes, in order. Holders whose content is null or already bytes are left as they are.
+ * @returns the ArrayBuffer to transfer with the holders, or `null` when no content was a string.
+ */
+export function bytesInPlace(holders: readonly HasContent[]): ArrayBuffer | null {
+  let bytes = 0;
+  let strings = 0;
+  for (const h of holders) {
+    if (typeof h.content === 'string') {
+      bytes += Buffer.byteLength(h.content, 'utf8');
+      strings++;
+    }
+  }
+  if (strings === 0) return null;
+  const buffer = new ArrayBuffer(bytes);
+  const out = Buffer.from(buffer);
+  let at = 0;
+  for (const h of holders) {
+    if (typeof h.content !== 'string') continue;
+    const n = out.write(h.content, at, 'utf8');
+    h.content = new Uint8Array(buffer, at, n);
+    at += n;
+  }
+  return buffer;
+}
+
+/**
+ * Whether UTF-8 `bytes` hold more than `max` code points: every byte that is not a continuation byte
+ * (10xxxxxx) starts one. Reads at most the whole array, returns early once over; `bytes.byteLength ≤ max`
+ * cannot exceed.
+ */
+export function utf8ExceedsCodePoints(bytes: Uint8Array, max: number): boolean {
+  if (bytes.byteLength <= max) return false;
+  let points = 0;
+  for (let i = 0; i < bytes.byteLength; i++) {
+    if ((bytes[i]! & 0xc0) !== 0x80 && ++points > max) return true;
+  }
+  return false;
+}
+
+/**
+ * The text of a content held either way (tools and tests: on the event loop the bytes are only copied).
+ * `null` stays `null` (a store's oversize row).
+ */
+export function contentText(content: MemoryContent | null): string | null {
+  if (content === null || typeof content === 'string') return content;
+  return Buffer.from(content.buffer, content.byteOffset, content.byteLength).toString('utf8');
+}
