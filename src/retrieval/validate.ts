@@ -132,6 +132,14 @@ export function validateHit(item: unknown): MemoryHit | null {
   };
 }
 
+/**
+ * An embedded-store row over the content cap: the store sends it without its text (`memory.content`
+ * null, `oversize: true`, SPEC §4.3) so that no thread reads it; it counts as `oversize`, not invalid.
+ */
+function isOversizeRow(item: unknown): boolean {
+  return isRecord(item) && item.oversize === true && isRecord(item.memory) && item.memory.content === null;
+}
+
 const UNBOUNDED: HitLimits = { limit: Number.POSITIVE_INFINITY, maxChars: Number.POSITIVE_INFINITY };
 
 /**
@@ -156,9 +164,12 @@ export function validateHits(
   let oversize = 0;
   const n = Math.min(items.length, limits.limit);
   for (let i = 0; i < n; i++) {
-    const hit = validateHit(items[i]);
-    if (hit === null) invalid++;
-    else if (contentExceedsCodePoints(hit.content, limits.maxChars)) oversize++;
+    const item = items[i];
+    const hit = validateHit(item);
+    if (hit === null) {
+      if (isOversizeRow(item)) oversize++;
+      else invalid++;
+    } else if (contentExceedsCodePoints(hit.content, limits.maxChars)) oversize++;
     else if (hit.org_id !== org || hit.agent_id !== agent) foreign++;
     else hits.push(hit);
   }
