@@ -13,6 +13,7 @@ import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../po
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
+import { degradedAssemblyLog } from '../telemetry/logger.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { monotonicNow } from '../util/clock.js';
 import {
@@ -89,6 +90,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool } = deps;
   const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
   const logger = deps.logger.child({ component: 'assemble' });
+  const logDegraded = degradedAssemblyLog(logger);
   const reserve = new StageReserve(settings.cpuStageReserveMs);
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
@@ -340,16 +342,13 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     };
     if (response.degradation.reasons.length > 0) {
       observer.degraded(level, response.degradation.reasons);
-      logger.info(
-        {
-          level,
-          reasons: response.degradation.reasons,
-          branches: retrieval.branches,
-          intentional: response.degradation.intentional,
-          request_id: req.requestId || undefined,
-        },
-        'degraded assembly',
-      );
+      logDegraded({
+        degradation_level: level,
+        reasons: response.degradation.reasons,
+        branches: retrieval.branches,
+        intentional: response.degradation.intentional,
+        request_id: req.requestId || undefined,
+      });
     }
     return { response, level };
   }

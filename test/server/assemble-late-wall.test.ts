@@ -5,7 +5,6 @@
  * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps).
  */
 import { Metadata } from '@grpc/grpc-js';
-import pino from 'pino';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
@@ -15,6 +14,8 @@ import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
 import { createAssembler } from '../../src/server/assemble.js';
 import type { CallContext } from '../../src/server/call-context.js';
 import { validateAssembleRequest } from '../../src/server/validate.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+import { logSink } from '../helpers/log-sink.js';
 
 /** The injected monotonic clock: moves only when the test (or a "stalled" source) moves it. */
 const fake = vi.hoisted(() => ({ now: 1_000_000 }));
@@ -49,6 +50,7 @@ function setup() {
     kind: { memory: 'embedded', directive: 'embedded' },
   } as unknown as RetrievalSources;
   const runs: number[] = [];
+  const log = logSink();
   const pool = {
     // A 10 ms round-trip, as measured by the assembler.
     run: async (input: CpuTaskInput): Promise<CpuStageResult> => {
@@ -61,7 +63,7 @@ function setup() {
     catalog: CapabilityCatalog.load(settings.catalogFile),
     sources,
     pool,
-    logger: pino({ level: 'silent' }),
+    logger: createLogger({ logLevel: 'info' }, log.stream),
   });
   const call = () => {
     const ctx: CallContext = {
@@ -73,7 +75,7 @@ function setup() {
     const req = validateAssembleRequest({ org_id: ORG, agent_id: AGENT, model: 'gpt-4o', query: 'q' });
     return assemble(req, ctx);
   };
-  return { stall, runs, call };
+  return { stall, runs, call, logLines: log.lines };
 }
 
 describe('assembler: retrieval wall ended late', () => {
@@ -82,7 +84,7 @@ describe('assembler: retrieval wall ended late', () => {
   });
 
   it('answers L2 pool_deadline without submitting a CPU task that cannot fit the time left', async () => {
-    const { stall, runs, call } = setup();
+    const { stall, runs, call, logLines } = setup();
     // On time: the CPU stage runs and teaches its 10 ms round-trip.
     const first = await call();
     expect(first.level).toBe('L0');
@@ -93,6 +95,16 @@ describe('assembler: retrieval wall ended late', () => {
     expect(runs).toHaveLength(1);
     expect(late.level).toBe('L2');
     expect(late.response.degradation.reasons).toContain('pool_deadline');
+    // SPEC §12: one line per degraded assembly (none for the L0 call), with its level and reasons.
+    const degraded = logLines.filter((l) => l.msg === 'degraded assembly');
+    expect(degraded).toHaveLength(1);
+    expect(degraded[0]).toMatchObject({
+      level: 'info',
+      component: 'assemble',
+      degradation_level: 'L2',
+      reasons: late.response.degradation.reasons,
+    });
+    expect((degraded[0]!.branches as unknown[]).length).toBe(3);
   });
 
   it('still submits the CPU task when retrieval left it the share it was meant to', async () => {

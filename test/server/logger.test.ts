@@ -1,5 +1,6 @@
+import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger } from '../../src/telemetry/logger.js';
+import { createLogger, degradedAssemblyLog } from '../../src/telemetry/logger.js';
 import { logSink } from '../helpers/log-sink.js';
 
 describe('createLogger', () => {
@@ -37,5 +38,46 @@ describe('createLogger', () => {
     expect(lines[0]).toMatchObject({
       settings: { grpcAddr: '127.0.0.1:9092', memoryApiToken: '[redacted]' },
     });
+  });
+
+  it('writes the degraded-assembly line with every field, through a child that skips redaction', () => {
+    // Raw text, not parsed objects: a duplicate key would vanish in JSON.parse.
+    const raw: string[] = [];
+    const stream = new Writable({
+      write(chunk, _enc, cb) {
+        raw.push(String(chunk));
+        cb();
+      },
+    });
+    const root = createLogger({ logLevel: 'info' }, stream).child({ component: 'assemble' });
+    const branches = [
+      { name: 'directive' as const, status: 'success' as const, latency_ms: 0.5, detail: '' },
+      { name: 'hot' as const, status: 'success' as const, latency_ms: 1.25, detail: '' },
+      { name: 'cold' as const, status: 'error' as const, latency_ms: 2, detail: 'memory service HTTP 503' },
+    ];
+    degradedAssemblyLog(root)({
+      degradation_level: 'L1',
+      reasons: ['cold_error:memory service HTTP 503'],
+      branches,
+      intentional: false,
+      request_id: 'r-1',
+    });
+    expect(raw).toHaveLength(1);
+    expect(JSON.parse(raw[0]!)).toMatchObject({
+      level: 'info',
+      component: 'assemble',
+      msg: 'degraded assembly',
+      degradation_level: 'L1',
+      reasons: ['cold_error:memory service HTTP 503'],
+      branches,
+      intentional: false,
+      request_id: 'r-1',
+    });
+    // One `level` key, pino's: the degradation level has its own name.
+    expect(raw[0]!.match(/"level":/g)).toHaveLength(1);
+    // The parent logger still redacts.
+    root.info({ token: 'secret-h' }, 'after');
+    expect(raw[1]).toContain('[redacted]');
+    expect(raw[1]).not.toContain('secret-h');
   });
 });
