@@ -1,11 +1,13 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
+import { MessageChannel, receiveMessageOnPort, Worker } from 'node:worker_threads';
 import { Bench } from 'tinybench';
 import { stringFlags } from '../src/cli/command-args.js';
 import { type LoadReport, runLoad } from '../src/client/load-driver.js';
 import { cyclingSource } from '../src/client/request-source.js';
+import { type CpuTaskScalars, encodeCandidates } from '../src/pool/cpu-batch.js';
+import { bytesInPlace, type MemoryContent } from '../src/retrieval/content-bytes.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
@@ -136,6 +138,61 @@ async function parseCosts() {
   return { hot_cap_bytes: maxBodyBytes(20, 65_536), bodies: out };
 }
 
+/**
+ * Main-thread cost of taking decoded hits from a thread and writing them into the CPU task, median ms:
+ * 20 hot memories at the cap (65,536 CJK code points each), their contents sent as strings (structured
+ * clone) or as UTF-8 bytes on one transferred buffer (content-bytes.ts, what the body-decoder and
+ * store-read threads send). Only the receive and `encodeCandidates` are timed: the sender is the thread.
+ */
+async function crossingCosts() {
+  const hits = () =>
+    Array.from({ length: 20 }, (_, i) => ({
+      memory_id: `00000000-0000-4000-8000-${i.toString(16).padStart(12, '0')}`,
+      category: 'factual',
+      content: '漢'.repeat(65_536) as MemoryContent,
+      score: 0.5,
+      similarity: 0.5,
+      confidence: 0.5,
+      rank: i + 1,
+    }));
+  const scalars: CpuTaskScalars = {
+    budget: 1000,
+    dpCellCeiling: 437_570,
+    maxConsecutiveSkips: 5,
+    nonce: 'n',
+    directive: null,
+    recentMessages: [],
+    toolSchemas: [],
+    deadline: Number.POSITIVE_INFINITY,
+  };
+  const { port1, port2 } = new MessageChannel();
+  const bench = new Bench({ iterations: 10, warmupIterations: 2, time: 0 });
+  for (const asBytes of [false, true]) {
+    bench.add(
+      asBytes ? 'bytes_transferred' : 'strings_cloned',
+      () => {
+        const got = receiveMessageOnPort(port2)!.message as ReturnType<typeof hits>;
+        encodeCandidates(got, scalars);
+      },
+      {
+        beforeEach: () => {
+          const h = hits();
+          const contents = asBytes ? bytesInPlace(h) : null;
+          port1.postMessage(h, contents ? [contents] : []);
+        },
+      },
+    );
+  }
+  await bench.run();
+  port1.close();
+  const out: Record<string, number> = {};
+  for (const task of bench.tasks) {
+    const r = task.result as { latency?: { p50?: number } } | undefined;
+    out[task.name] = Math.round((r?.latency?.p50 ?? Number.NaN) * 1000) / 1000;
+  }
+  return out;
+}
+
 function startAttacker(data: AttackerData): Promise<{ worker: Worker; memoryUrl: string }> {
   const here = path.dirname(fileURLToPath(import.meta.url));
   const worker = new Worker(path.join(here, 'isolation-attacker.js'), { workerData: data });
@@ -193,6 +250,11 @@ async function main(): Promise<number> {
   const parse = await parseCosts();
   console.log('main-thread JSON.parse + validation of one memory body (median):');
   printTable(Object.entries(parse.bodies).map(([k, v]) => [k, `${v.median_ms} ms (${v.bytes} bytes)`]));
+  const crossing = await crossingCosts();
+  console.log(
+    'main-thread receive + CPU-task encoding of 20 hot memories of 65,536 CJK code points (median):',
+  );
+  printTable(Object.entries(crossing).map(([k, v]) => [k, `${v} ms`]));
 
   const attackerData: Omit<AttackerData, 'role'> = {
     quiet: QUIET,
@@ -308,6 +370,7 @@ async function main(): Promise<number> {
       noisy_memory_phase: noisyMemory,
       noisy,
       main_thread_parse: parse,
+      main_thread_crossing_ms: crossing,
     };
     mkdirSync(opts.out, { recursive: true });
     const file = path.join(opts.out, 'isolation.json');
