@@ -166,7 +166,7 @@ async function crossingCosts() {
     deadline: Number.POSITIVE_INFINITY,
   };
   const { port1, port2 } = new MessageChannel();
-  const bench = new Bench({ iterations: 10, warmupIterations: 2, time: 0 });
+  const bench = new Bench({ iterations: 40, warmupIterations: 4, time: 0 });
   for (const asBytes of [false, true]) {
     bench.add(
       asBytes ? 'bytes_transferred' : 'strings_cloned',
