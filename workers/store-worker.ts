@@ -6,7 +6,7 @@
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
-import { bytesInPlace } from '../src/retrieval/content-bytes.js';
+import { bytesInPlace, type MemoryContent } from '../src/retrieval/content-bytes.js';
 import { EmbeddedStore, type StoreHit } from '../src/retrieval/embedded-store.js';
 import type {
   StoreRead,
@@ -14,6 +14,7 @@ import type {
   StoreReadBatch,
   StoreReadReply,
 } from '../src/retrieval/store-reader.js';
+import { DEFAULT_MAX_MEMORY_CHARS, SEARCH_LIMIT, validateHits } from '../src/retrieval/validate.js';
 
 // bench:load splits the server's CPU per thread by name (issue 10).
 nameThisThread(THREAD_NAMES.store);
@@ -32,15 +33,47 @@ function storeFor(path: string): EmbeddedStore {
   return store;
 }
 
-function readOne(store: EmbeddedStore, read: StoreRead, maxChars: number | undefined): unknown {
+/**
+ * One read's value. Hot hits stay raw (the main thread caches them and validates a cached answer once);
+ * search hits are validated and scoped here (SPEC §4.1, the same `validateHits` as on the main thread),
+ * so that the event loop does no per-hit work for them. Contents become UTF-8 bytes on a buffer pushed
+ * to `transfer`.
+ */
+function readOne(
+  store: EmbeddedStore,
+  read: StoreRead,
+  maxChars: number | undefined,
+  transfer: ArrayBuffer[],
+): unknown {
   switch (read.op) {
-    case 'hot':
-      return store.hot(read.orgId, read.agentId, { maxChars });
-    case 'search':
-      return store.search(read.orgId, read.agentId, read.query ?? '', { maxChars });
+    case 'hot': {
+      const hits: StoreHit<MemoryContent>[] = store.hot(read.orgId, read.agentId, { maxChars });
+      return withContentBytes(
+        hits,
+        hits.map((hit) => hit.memory),
+        transfer,
+      );
+    }
+    case 'search': {
+      const raw = store.search(read.orgId, read.agentId, read.query ?? '', { maxChars });
+      const limits = { limit: SEARCH_LIMIT, maxChars: maxChars ?? DEFAULT_MAX_MEMORY_CHARS };
+      const validated = validateHits(raw, read.orgId, read.agentId, limits);
+      return withContentBytes(validated, validated.hits, transfer);
+    }
     case 'directive':
       return store.getDirective(read.orgId, read.agentId);
   }
+}
+
+/** `value`, its holders' contents turned into UTF-8 bytes on one buffer, which is added to `transfer`. */
+function withContentBytes<T>(
+  value: T,
+  holders: { content: MemoryContent | null }[],
+  transfer: ArrayBuffer[],
+): T {
+  const contents = bytesInPlace(holders);
+  if (contents !== null) transfer.push(contents);
+  return value;
 }
 
 /**
@@ -54,13 +87,8 @@ export default function storeRead(batch: StoreReadBatch): StoreReadReply {
   const transfer: ArrayBuffer[] = [];
   const answers = batch.reads.map((read): StoreReadAnswer => {
     try {
-      const value = readOne(store, read, batch.maxChars);
       // Hits' contents cross as UTF-8 bytes on a transferred buffer: the event loop never decodes them.
-      if (Array.isArray(value)) {
-        const contents = bytesInPlace((value as StoreHit[]).map((hit) => hit.memory));
-        if (contents !== null) transfer.push(contents);
-      }
-      return { ok: true, value };
+      return { ok: true, value: readOne(store, read, batch.maxChars, transfer) };
     } catch (err) {
       const code = (err as { code?: unknown })?.code;
       return {

@@ -15,7 +15,7 @@ import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
-import type { DirectiveSource, MemorySource } from './retrieve.js';
+import type { DirectiveSource, MemorySource, SourceHits } from './retrieve.js';
 import { inProcessReads, PooledStoreReads, type StoreReadStats, type StoreReads } from './store-reader.js';
 import type { RawHits } from './validate.js';
 
@@ -71,7 +71,12 @@ export class EmbeddedMemorySource implements MemorySource {
     return settleRead(() => this.#store.hot(orgId, agentId));
   }
   /** `EmbeddedStore.search` (FTS5, limit 10, BM25 similarity). Throws as {@link EmbeddedMemorySource.hot}. */
-  search(orgId: string, agentId: string, query: string, signal: AbortSignal): RawHits | Promise<RawHits> {
+  search(
+    orgId: string,
+    agentId: string,
+    query: string,
+    signal: AbortSignal,
+  ): SourceHits | Promise<SourceHits> {
     signal.throwIfAborted();
     return settleRead(() => this.#store.search(orgId, agentId, query, signal));
   }

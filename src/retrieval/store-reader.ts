@@ -15,6 +15,7 @@ import { projectRoot } from '../pool/worker-file.js';
 import { stackless } from '../util/stackless.js';
 import type { MemoryContent } from './content-bytes.js';
 import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
+import type { SourceHits } from './retrieve.js';
 
 /** One read. */
 export interface StoreRead {
@@ -57,13 +58,16 @@ export interface StoreReads {
     orgId: string,
     agentId: string,
   ): readonly StoreHit<MemoryContent>[] | Promise<readonly StoreHit<MemoryContent>[]>;
-  /** @param signal the branch's signal: once it aborts the read may be skipped. */
+  /**
+   * @param signal the branch's signal: once it aborts the read may be skipped.
+   * @returns raw hits (in-process), or hits a store-read thread validated and scoped (SPEC §4.1).
+   */
   search(
     orgId: string,
     agentId: string,
     query: string,
     signal?: AbortSignal,
-  ): StoreHit<MemoryContent>[] | Promise<StoreHit<MemoryContent>[]>;
+  ): SourceHits | Promise<SourceHits>;
   getDirective(orgId: string, agentId: string): DirectiveEnvelope | null | Promise<DirectiveEnvelope | null>;
   close(): Promise<void>;
 }
@@ -192,13 +196,12 @@ export class PooledStoreReads implements StoreReads {
     return this.#read({ op: 'hot', orgId, agentId }, undefined) as Promise<StoreHit<MemoryContent>[]>;
   }
 
-  search(
-    orgId: string,
-    agentId: string,
-    query: string,
-    signal?: AbortSignal,
-  ): Promise<StoreHit<MemoryContent>[]> {
-    return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<StoreHit<MemoryContent>[]>;
+  /**
+   * The thread validates and scopes the hits itself (`validateHits`, limit 10, this reader's content cap),
+   * so the answer is {@link ValidatedHits}; `[]` when the signal aborted before the read.
+   */
+  search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<SourceHits> {
+    return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<SourceHits>;
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {

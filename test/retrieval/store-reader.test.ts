@@ -11,7 +11,7 @@ import { loadSettings } from '../../src/config/settings.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { contentText } from '../../src/retrieval/content-bytes.js';
 import { EmbeddedStore, type StoreHit } from '../../src/retrieval/embedded-store.js';
-import { retrieve } from '../../src/retrieval/retrieve.js';
+import { retrieve, type SourceHits, type ValidatedHits } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
 import {
   MAX_BATCH,
@@ -20,6 +20,7 @@ import {
   STORE_QUEUE_BUDGET_MS,
   storeQueueLimit,
 } from '../../src/retrieval/store-reader.js';
+import { SEARCH_LIMIT, validateHits } from '../../src/retrieval/validate.js';
 import {
   memoriesOf,
   memoryRow,
@@ -47,17 +48,15 @@ afterAll(async () => {
 });
 
 describe('PooledStoreReads', () => {
-  it('answers a search exactly as the in-process store does', async () => {
-    const pooled = await reads.search(org, agent, 'memory about sailing');
-    expect(pooled.length).toBeGreaterThan(0);
+  it('answers a search validated and scoped in the thread, exactly as validating the in-process answer', async () => {
+    const pooled = validated(await reads.search(org, agent, 'memory about sailing'));
+    expect(pooled.hits.length).toBeGreaterThan(0);
     // The thread sends contents as UTF-8 bytes (content-bytes.ts), all on one transferred buffer.
-    expect(pooled.every((h) => h.memory.content instanceof Uint8Array)).toBe(true);
-    expect(new Set(pooled.map((h) => (h.memory.content as Uint8Array).buffer)).size).toBe(1);
-    const asText = pooled.map((h) => ({
-      ...h,
-      memory: { ...h.memory, content: contentText(h.memory.content) },
-    }));
-    expect(asText).toEqual(fixture.store.search(org, agent, 'memory about sailing'));
+    expect(pooled.hits.every((h) => h.content instanceof Uint8Array)).toBe(true);
+    expect(new Set(pooled.hits.map((h) => (h.content as Uint8Array).buffer)).size).toBe(1);
+    const asText = { ...pooled, hits: pooled.hits.map((h) => ({ ...h, content: contentText(h.content) })) };
+    const inProcess = fixture.store.search(org, agent, 'memory about sailing');
+    expect(asText).toEqual(validateHits(inProcess, org, agent, { limit: SEARCH_LIMIT, maxChars: 65_536 }));
   });
 
   it('skips a search whose signal has already aborted', async () => {
@@ -65,22 +64,30 @@ describe('PooledStoreReads', () => {
     controller.abort();
     expect(await reads.search(org, agent, 'memory about sailing', controller.signal)).toEqual([]);
     // The thread is still fine afterwards.
-    expect((await reads.search(org, agent, 'sailing')).length).toBeGreaterThan(0);
+    expect(validated(await reads.search(org, agent, 'sailing')).hits.length).toBeGreaterThan(0);
   });
 
-  it('applies the content cap in the thread: an oversize row crosses without its text', async () => {
+  it('applies the content cap in the thread: an oversize row crosses without its text, counted oversize', async () => {
     const capped = await PooledStoreReads.start(fixture.file, 1, undefined, 28);
     try {
-      const hits = await capped.search(org, agent, 'gardening');
+      const answer = validated(await capped.search(org, agent, 'gardening'));
       // `note memory 0 about gardening` is 29 code points, `note memory 5 …` too; nothing fits 28.
-      expect(hits.length).toBeGreaterThan(0);
-      expect(hits.every((h) => h.oversize === true && h.memory.content === null)).toBe(true);
-      expect((await reads.search(org, agent, 'gardening')).every((h) => h.oversize === undefined)).toBe(true);
+      expect(answer.hits).toEqual([]);
+      expect(answer.oversize).toBeGreaterThan(0);
+      expect(answer.invalid).toBe(0);
+      const uncapped = validated(await reads.search(org, agent, 'gardening'));
+      expect([uncapped.hits.length, uncapped.oversize]).toEqual([answer.oversize, 0]);
     } finally {
       await capped.close();
     }
   });
 });
+
+/** A pooled search's answer: the thread validated it (an array would be raw hits). */
+function validated(answer: SourceHits): ValidatedHits {
+  if (Array.isArray(answer)) throw new Error('expected hits validated in the thread, got raw hits');
+  return answer as ValidatedHits;
+}
 
 const ECHO = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'batch-echo-store-worker.js');
 
