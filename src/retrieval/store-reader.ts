@@ -198,7 +198,7 @@ export class PooledStoreReads implements StoreReads {
 
   /**
    * The thread validates and scopes the hits itself (`validateHits`, limit 10, this reader's content cap),
-   * so the answer is {@link ValidatedHits}; `[]` when the signal aborted before the read.
+   * so the answer is `ValidatedHits` (retrieve.ts); `[]` when the signal aborted before the read.
    */
   search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<SourceHits> {
     return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<SourceHits>;
