@@ -9,6 +9,8 @@
  * `bench:isolation`, `main_thread_crossing_ms`). The CPU stage reads the same UTF-8 it always did.
  */
 
+import { utf8CodePointCount, utf8Text } from '../util/utf8.js';
+
 /** Memory content: the text, or its UTF-8 bytes when a retrieval thread encoded it ({@link bytesInPlace}). */
 export type MemoryContent = string | Uint8Array;
 
@@ -45,17 +47,11 @@ export function bytesInPlace(holders: readonly HasContent[]): ArrayBuffer | null
 }
 
 /**
- * Whether UTF-8 `bytes` hold more than `max` code points: every byte that is not a continuation byte
- * (10xxxxxx) starts one. Reads at most the whole array, returns early once over; `bytes.byteLength ≤ max`
- * cannot exceed.
+ * Whether UTF-8 `bytes` hold more than `max` code points, counted as Node decodes them
+ * (`utf8CodePointCount`); `bytes.byteLength ≤ max` cannot exceed and is not read.
  */
 export function utf8ExceedsCodePoints(bytes: Uint8Array, max: number): boolean {
-  if (bytes.byteLength <= max) return false;
-  let points = 0;
-  for (let i = 0; i < bytes.byteLength; i++) {
-    if ((bytes[i]! & 0xc0) !== 0x80 && ++points > max) return true;
-  }
-  return false;
+  return bytes.byteLength > max && utf8CodePointCount(bytes, 0, bytes.byteLength) > max;
 }
 
 /**
@@ -64,5 +60,5 @@ export function utf8ExceedsCodePoints(bytes: Uint8Array, max: number): boolean {
  */
 export function contentText(content: MemoryContent | null): string | null {
   if (content === null || typeof content === 'string') return content;
-  return Buffer.from(content.buffer, content.byteOffset, content.byteLength).toString('utf8');
+  return utf8Text(content, 0, content.byteLength);
 }
