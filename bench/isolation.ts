@@ -94,6 +94,12 @@ async function quietPhase(service: ServiceProcess, seconds: number, rate: number
   return quietFigures(report, stepStats(before, after));
 }
 
+/** A tinybench task's median, ms to the µs. */
+function medianMs(task: { result?: unknown }): number {
+  const r = task.result as { latency?: { p50?: number } } | undefined;
+  return Math.round((r?.latency?.p50 ?? Number.NaN) * 1000) / 1000;
+}
+
 /**
  * Main-thread cost of `JSON.parse` + validation of memory bodies (the work a body-decoder thread takes
  * off the event loop), median ms per body: at the inline threshold, 5,000 small hits, and the hot cap.
@@ -129,11 +135,7 @@ async function parseCosts() {
   await bench.run();
   const out: Record<string, { bytes: number; median_ms: number }> = {};
   for (const task of bench.tasks) {
-    const r = task.result as { latency?: { p50?: number } } | undefined;
-    out[task.name] = {
-      bytes: bodies[task.name]!.length,
-      median_ms: Math.round((r?.latency?.p50 ?? Number.NaN) * 1000) / 1000,
-    };
+    out[task.name] = { bytes: bodies[task.name]!.length, median_ms: medianMs(task) };
   }
   return { hot_cap_bytes: maxBodyBytes(20, 65_536), bodies: out };
 }
@@ -187,8 +189,7 @@ async function crossingCosts() {
   port1.close();
   const out: Record<string, number> = {};
   for (const task of bench.tasks) {
-    const r = task.result as { latency?: { p50?: number } } | undefined;
-    out[task.name] = Math.round((r?.latency?.p50 ?? Number.NaN) * 1000) / 1000;
+    out[task.name] = medianMs(task);
   }
   return out;
 }
