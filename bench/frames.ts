@@ -5,8 +5,9 @@
  * - `response_grpc_js_frame`: today's spliced answer framed by grpc-js 1.14 (`Buffer.allocUnsafe(n + 5)` and
  *   `SplicedMessage.copy`, the history as one source span), as `BaseServerInterceptingCall.serializeMessage`
  *   does it;
- * - `response_prebuilt_frame`: the CPU stage's frame completed in place (src/format/answer-frame.ts): the
- *   loader-encoded rest and the 5-byte prefix only;
+ * - `response_gathered`: the service's way for a context of 64 KiB or more (src/server/grpc-internals.ts,
+ *   `sendGatheredMessages`): the loader-encoded rest, the 5-byte prefix and one view per span, which the
+ *   HTTP/2 stream then writes as they are (that write is the kernel's copy, the same for both ways);
  * - `request_stream_decoder`: grpc-js's own `StreamDecoder` reassembling one request message from 16 KiB
  *   HTTP/2 DATA chunks (a fresh n-byte `Buffer.concat` and copy), the request-side cost;
  * - `request_pooled_decoder`: the same with the service's decoder hook, each message assembled in the
@@ -22,14 +23,12 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { stringFlags } from '../src/cli/command-args.js';
-import { buildAnswerFrame } from '../src/format/answer-frame.js';
 import { SplicedBuilder } from '../src/format/spliced.js';
 import { assembleLargeMessagesIn } from '../src/server/grpc-internals.js';
 import {
-  ASSEMBLED_FRAME,
   ASSEMBLED_UTF8,
   type AssembleContextResponse,
-  prebuiltAnswerFrame,
+  gatheredAnswer,
   serializeAssembleResponse,
   serializeAssembleResponseBuffer,
 } from '../src/server/proto.js';
@@ -126,14 +125,15 @@ async function main(): Promise<number> {
     m.copy(out, 5);
     sink += out[out.length - 1]!;
   };
-  // The worker built the frame; the main thread completes it (a fresh frame per call, built outside the
-  // timed part, as the worker does it in its own thread).
-  const frames = Array.from({ length: 4 }, () => buildAnswerFrame(text, 16 * 1024));
-  let k = 0;
-  const prebuilt = () => {
-    const out = prebuiltAnswerFrame({ ...base, [ASSEMBLED_FRAME]: frames[k++ % frames.length]! });
-    if (out === null) throw new Error('the bench response does not fit the headroom');
-    sink += out[0]!;
+  // What sendGatheredMessages does before the stream's write: serialize the rest, the prefix, the views.
+  const serialize = (v: unknown) => serializeAssembleResponse(v as AssembleContextResponse);
+  const gather = () => {
+    const m = gatheredAnswer({ ...base, [ASSEMBLED_UTF8]: text }, serialize);
+    if (m === null) throw new Error('the bench response is not gathered');
+    const prefix = Buffer.allocUnsafe(5);
+    prefix.writeUInt8(0, 0);
+    prefix.writeUInt32BE(m.byteLength, 1);
+    sink += m.chunks().length + prefix[4]!;
   };
   // grpc-js's StreamDecoder over one framed request in 16 KiB DATA chunks (HTTP/2's default frame size).
   const require = createRequire(import.meta.url);
@@ -154,12 +154,12 @@ async function main(): Promise<number> {
 
   // Both ways send the same bytes (a bench of two different messages would compare nothing).
   const a = serializeAssembleResponseBuffer({ ...base, [ASSEMBLED_UTF8]: text });
-  const b = prebuiltAnswerFrame({ ...base, [ASSEMBLED_FRAME]: buildAnswerFrame(text, 16 * 1024) });
-  if (b === null || !b.subarray(5).equals(a))
-    throw new Error('prebuilt frame differs from the spliced message');
+  const b = gatheredAnswer({ ...base, [ASSEMBLED_UTF8]: text }, serialize);
+  if (b === null || !Buffer.concat(b.chunks()).equals(a))
+    throw new Error('gathered chunks differ from the spliced message');
   const grpcJsFigures = {
     response_grpc_js_frame: sample(opts.iterations, grpcJsFrame),
-    response_prebuilt_frame: sample(opts.iterations, prebuilt),
+    response_gathered: sample(opts.iterations, gather),
     request_stream_decoder: sample(opts.iterations, decodeRequest),
   };
   // The same reassembly with the service's decoder hook (src/server/grpc-internals.ts): each message lands

@@ -7,7 +7,6 @@
  */
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
-import type { AnswerFrame } from '../format/answer-frame.js';
 import { type SplicedUtf8, splicedBuffers } from '../format/spliced.js';
 import type { MemoryContent } from '../retrieval/content-bytes.js';
 import { isPooledMessageView } from '../util/message-buffers.js';
@@ -144,16 +143,10 @@ export interface CpuTaskOutput {
   assembled_context: string;
   /**
    * With `budgetModel`: the formatted context as spliced UTF-8 — the bytes the task wrote plus spans of the
-   * history bytes, which come back transferred with it (issues 9, 10: the answer copies them once, into
-   * the gRPC frame). Else null.
+   * history bytes, which come back transferred with it (issues 9, 10: a small answer copies them once,
+   * into the gRPC frame; a large one is written from them as they are). Else null.
    */
   assembled_utf8: SplicedUtf8 | null;
-  /**
-   * With `budgetModel` and a context of `FRAME_FROM_BYTES` (64 KiB) or more: the context already in a gRPC
-   * frame buffer with headroom for the rest of the answer (src/format/answer-frame.ts; issue 9), and then
-   * `assembled_utf8` is null and the history's bytes stay with the worker. Else null.
-   */
-  assembled_frame: AnswerFrame | null;
   memories_included: number;
   /**
    * The answer's `memories_used` rows as protobuf bytes (repeated field 4 of AssembleContextResponse:
@@ -166,19 +159,8 @@ export interface CpuTaskOutput {
   budget_us: number;
   /** Packer time, µs. */
   pack_us: number;
-  /** Decoding the selected memories + formatter, µs (framing included). */
+  /** Decoding the selected memories + formatter, µs. */
   format_us: number;
-  /**
-   * Of `format_us`, copying the context into `assembled_frame`, µs (0 without a frame). Not work the L2
-   * degraded answer does (it never frames), so its reserve leaves it out (src/server/stage-reserve.ts).
-   */
-  frame_us: number;
-  /**
-   * With `assembled_frame`: the task's history bytes (`history`), which the frame no longer needs, back to
-   * the main thread (transferred), so that a recycled request buffer returns to its pool
-   * (src/util/message-buffers.ts; issue 9). Else null.
-   */
-  history_back: Uint8Array | null;
   /** Whole task in the worker (validation, id decode, pack, format), µs. */
   run_us: number;
   /** When the task began, epoch ms (same clock as `deadline`), for queue-wait accounting. */
@@ -355,16 +337,7 @@ export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
   const spliced = output.assembled_utf8
     ? splicedBuffers(output.assembled_utf8).map((buffer) => ({ buffer }))
     : [];
-  const frame = output.assembled_frame ? [output.assembled_frame.buffer] : [];
-  if (output.history_back) frame.push(output.history_back);
-  return buffersOf([
-    output.selected,
-    output.excluded,
-    output.costs,
-    output.memory_rows,
-    ...spliced,
-    ...frame,
-  ]);
+  return buffersOf([output.selected, output.excluded, output.costs, output.memory_rows, ...spliced]);
 }
 
 /**

@@ -7,12 +7,6 @@
 import { threadId } from 'node:worker_threads';
 import { calculateBudget, type TokenBudget, wrappedBlockTokens } from '../budget/budget-calculator.js';
 import {
-  buildAnswerFrame,
-  FRAME_BASE_HEADROOM_BYTES,
-  FRAME_FROM_BYTES,
-  FRAME_ROW_HEADROOM_BYTES,
-} from '../format/answer-frame.js';
-import {
   decodeSpans,
   formatAssembly,
   type PreparedHistory,
@@ -56,7 +50,6 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     excluded: new Int32Array(0),
     assembled_context: '',
     assembled_utf8: null,
-    assembled_frame: null,
     memories_included: 0,
     memory_rows: new Uint8Array(0),
     pack: {
@@ -73,8 +66,6 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     budget_us: 0,
     pack_us: 0,
     format_us: 0,
-    frame_us: 0,
-    history_back: null,
     run_us: (monotonicNow() - startedAt) * 1000,
     started_at: startedAt,
     thread_id: threadId,
@@ -175,8 +166,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   }
   const formatted = formatTask(input, budget, history, memories);
   const t3 = performance.now();
-  // The frame's copy scales with the history, not with the memories the format cost is calibrated on.
-  calibrateFormatCost(selectedUnits, t3 - t2 - formatted.frame_us / 1000);
+  calibrateFormatCost(selectedUnits, t3 - t2);
   return {
     invalid: null,
     budget,
@@ -186,7 +176,6 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     excluded: r.excluded,
     assembled_context: formatted.assembled_context,
     assembled_utf8: formatted.assembled_utf8,
-    assembled_frame: formatted.assembled_frame,
     memories_included: memories.length,
     memory_rows: encodeMemoryRows(input, { selected: r.selected, excluded: r.excluded, packCount, costs }),
     pack: {
@@ -203,8 +192,6 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     budget_us: (t1 - tb) * 1000,
     pack_us: (t2 - t1) * 1000,
     format_us: (t3 - t2) * 1000,
-    frame_us: formatted.frame_us,
-    history_back: formatted.history_back,
     run_us: (monotonicNow() - startedAt) * 1000,
     started_at: startedAt,
     thread_id: threadId,
@@ -220,72 +207,20 @@ function formatTask(
   budget: TokenBudget | null,
   history: PreparedHistory,
   memories: FormatMemory[],
-): Pick<
-  CpuTaskOutput,
-  'assembled_context' | 'assembled_utf8' | 'assembled_frame' | 'tokens_used' | 'frame_us' | 'history_back'
-> {
+): Pick<CpuTaskOutput, 'assembled_context' | 'assembled_utf8' | 'tokens_used'> {
   const parts = { directive: input.directive, memories, toolSchemas: input.toolSchemas, nonce: input.nonce };
   if (budget) {
     const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts);
-    const out = { assembled_context: '', tokens_used: f.tokens_used };
-    // A large context is framed here, so the main thread neither allocates nor copies it (issue 9) — but
-    // only when the copy can end before the task's deadline: a result after it would be abandoned, and
-    // today's spliced answer (one copy on the main thread) is better than none.
-    if (f.text.byteLength >= FRAME_FROM_BYTES && frameFits(f.text.byteLength, input.deadline)) {
-      const t = performance.now();
-      const frame = buildAnswerFrame(f.text, frameHeadroom(input));
-      const frameMs = performance.now() - t;
-      calibrateFrameCost(f.text.byteLength, frameMs);
-      // The frame holds its own copy: the history bytes go back, for the request buffer's pool.
-      const back = input.history.byteLength > 0 ? input.history : null;
-      return {
-        ...out,
-        assembled_utf8: null,
-        assembled_frame: frame,
-        frame_us: frameMs * 1000,
-        history_back: back,
-      };
-    }
-    return { ...out, assembled_utf8: f.text, assembled_frame: null, frame_us: 0, history_back: null };
+    // Large or small, the context stays spliced: the main thread writes its spans to the stream as they
+    // are (src/server/grpc-internals.ts, sendGatheredMessages), so no thread copies the history again.
+    return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
   }
   const context = formatContext({ ...parts, recentMessages: history.messages ?? [] }).assembled_context;
   return {
     assembled_context: context,
     assembled_utf8: null,
-    assembled_frame: null,
     tokens_used: null,
-    frame_us: 0,
-    history_back: null,
   };
-}
-
-/**
- * Framing cost of this thread, ms per MiB: a fresh allocation (page faults) and a copy. The prior is
- * pessimistic (a fresh 10 MB allocation + copy measured p90 8.8 ms on the 2-core VM, ~0.9 ms/MiB); each
- * frame moves it a quarter of the way to what it measured.
- */
-let frameMsPerMiB = 2;
-
-function calibrateFrameCost(bytes: number, ms: number): void {
-  const perMiB = ms / (bytes / 2 ** 20);
-  if (Number.isFinite(perMiB) && perMiB >= 0) frameMsPerMiB += (perMiB - frameMsPerMiB) / 4;
-}
-
-/** Whether copying `bytes` into a frame is expected to end before `deadline` (twice the estimate). */
-function frameFits(bytes: number, deadline: number): boolean {
-  return monotonicNow() + 2 * frameMsPerMiB * (bytes / 2 ** 20) <= deadline;
-}
-
-/**
- * Headroom of the task's answer frame: the base room plus, per candidate (each is one MemoryUsed row),
- * its id and category bytes and the row's fixed fields (src/format/answer-frame.ts).
- */
-function frameHeadroom(input: CpuTaskInput): number {
-  const o = input.offsets;
-  const n = input.score.length;
-  let rows = 0;
-  for (let i = 0; i < n; i++) rows += o[3 * i + 2]! - o[3 * i]! + FRAME_ROW_HEADROOM_BYTES;
-  return FRAME_BASE_HEADROOM_BYTES + rows;
 }
 
 const WARM_CATEGORIES = ['procedural', 'factual', 'preference', 'behavioral', 'episodic', 'notes'];

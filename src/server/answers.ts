@@ -12,14 +12,7 @@ import { encodeDegradedRows } from '../format/memory-rows.js';
 import type { CpuStageResult } from '../pool/pool-client.js';
 import type { BranchOutcome } from '../types.js';
 import { monotonicNow } from '../util/clock.js';
-import { releaseMessageBuffer } from '../util/message-buffers.js';
-import {
-  ASSEMBLED_FRAME,
-  ASSEMBLED_UTF8,
-  type AssembleContextResponse,
-  type DegradationLevel,
-  MEMORY_ROWS,
-} from './proto.js';
+import { ASSEMBLED_UTF8, type AssembleContextResponse, type DegradationLevel, MEMORY_ROWS } from './proto.js';
 import { type Assembly, baseResponse, roundMs } from './response-parts.js';
 import type { StageReserve } from './stage-reserve.js';
 import { CONTENT_OVER, encodeHistory, type HistoryBytes } from './wire-request.js';
@@ -59,9 +52,6 @@ export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleCon
   response[MEMORY_ROWS] = out.memory_rows;
   response.assembled_context = out.assembled_context;
   if (out.assembled_utf8) response[ASSEMBLED_UTF8] = out.assembled_utf8;
-  if (out.assembled_frame) response[ASSEMBLED_FRAME] = out.assembled_frame;
-  // The frame holds the history's copy: a recycled request buffer can serve the next large request.
-  releaseMessageBuffer(out.history_back);
   response.tokens_used = out.tokens_used ?? 0;
   response.memories_included = out.memories_included;
   response.memory_tokens = out.pack.total_tokens;

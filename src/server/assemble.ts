@@ -297,14 +297,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     } finally {
       awaitingPool--;
     }
-    // Framing is opportunistic (the worker frames only when the copy fits before the task's deadline), so
-    // it stays out of the round-trip that decides whether a stage fits at all: counted, it made every
-    // stage look 5–10 ms longer after a few large answers, and 9.8 MB histories were refused up front.
-    reserve.roundTrip.record((stage.round_trip_us - stage.output.frame_us) / 1000);
+    reserve.roundTrip.record(stage.round_trip_us / 1000);
     // The CPU stage does all the degraded answer's work on the history (and more): its cost teaches the
     // per-MiB reserve too, so a pessimistic prior cannot refuse large histories forever.
-    // Framing is not: the degraded answer never frames.
-    reserve.recordStageRun((stage.run_us - stage.output.frame_us) / 1000, historyBytes);
+    reserve.recordStageRun(stage.run_us / 1000, historyBytes);
     if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
     observer.cpuStageDone(stage);
     if (stage.output.pack.path === 'greedy') {

@@ -234,40 +234,117 @@ function serverCallPrototype<P>(method: string): P {
   return proto as P;
 }
 
-/** grpc-js 1.14's server call that serializes and frames each response (private module). */
-interface BaseServerCallPrototype {
-  serializeMessage(this: unknown, value: unknown): Buffer;
+/**
+ * A response message that goes out as several chunks, none of them copied (see
+ * {@link sendGatheredMessages}).
+ */
+export interface GatheredMessage {
+  /** Bytes of the message (without the 5-byte gRPC prefix). */
+  readonly byteLength: number;
+  /** The message's bytes in order: views on the buffers that already hold them. */
+  chunks(): Uint8Array[];
+  /**
+   * Called once, when the last chunk has been written (`ok`), or could not be (the stream failed or
+   * was reset). Until then every chunk's buffer must stay as it is: the stream holds them, not copies.
+   */
+  written(ok: boolean): void;
 }
 
-let framesInstalled = false;
-let framesSent = 0;
-
-/** How many responses this process sent as prebuilt frames (tests: which path an answer took). */
-export function prebuiltFramesSent(): number {
-  return framesSent;
+/** grpc-js 1.14's server call as the gathered send reads it (private module). */
+interface SendingServerCall {
+  checkCancelled(): boolean;
+  handler: { serialize(value: unknown): unknown };
+  maxSendMessageSize: number;
+  maybeSendMetadata(): void;
+  sendStatus(status: { code: number; details: string; metadata: null }): void;
+  stream: {
+    cork(): void;
+    uncork(): void;
+    write(chunk: Uint8Array, cb?: (err?: Error | null) => void): boolean;
+  };
+  callEventTracker?: { addMessageSent(): void };
 }
+
+interface SendMessagePrototype {
+  sendMessage(this: SendingServerCall, message: unknown, callback: () => void): void;
+}
+
+let gatherInstalled = false;
+let gatheredSent = 0;
+
+/** How many responses this process wrote as gathered chunks (tests: which path an answer took). */
+export function gatheredMessagesSent(): number {
+  return gatheredSent;
+}
+
+/** gRPC status codes this hook answers with (grpc-js `Status`). */
+const RESOURCE_EXHAUSTED = 8;
+const INTERNAL = 13;
 
 /**
- * Issue 9 (isolation): grpc-js 1.14 frames every response in `BaseServerInterceptingCall.serializeMessage`
- * with a fresh `Buffer.allocUnsafe(byteLength + 5)` and a copy of the serialized message — for a ~10 MB
- * context a 10 MB allocation (page faults) and a 10 MB copy on the main thread per answer. grpc-js has no
- * option to send bytes as they are, so its method is wrapped once per process: a value for which
- * `prebuilt` returns a frame (the CPU stage's answer frame, src/format/answer-frame.ts) is sent as that
- * frame; every other value goes through the original method. Idempotent.
- * @param prebuilt the whole gRPC frame (5-byte prefix + message) for `value`, or null.
+ * Issue 9 (isolation): a ~10 MB context — request history spliced with the formatter's bytes (SPEC §9,
+ * src/format/spliced.ts) — was framed by grpc-js's `serializeMessage` into a fresh 10 MB buffer on the
+ * main thread: ~14 ms of page faults and copying per answer, and 10 MB of external memory that made V8
+ * start a mark-compact about once per such answer. grpc-js writes one Buffer per message and has no
+ * option for more, so `BaseServerInterceptingCall.sendMessage` is wrapped once per process: a value for
+ * which `gather` returns a {@link GatheredMessage} is written as its 5-byte prefix and chunks, corked
+ * into one `writev`; Node's HTTP/2 layer sends them from where they are. Every other value goes through
+ * the original method. The checks are grpc-js's own (cancelled call, send size cap, write errors →
+ * INTERNAL). Idempotent.
+ * @param gather the message for `value` in chunks (serializing it with `serialize`), or null.
  * @throws Error when grpc-js no longer has the method.
  */
-export function sendPrebuiltFrames(prebuilt: (value: unknown) => Buffer | null): void {
-  if (framesInstalled) return;
-  const proto = serverCallPrototype<BaseServerCallPrototype>('serializeMessage');
-  const original = proto.serializeMessage;
-  proto.serializeMessage = function serializeMessage(value: unknown): Buffer {
-    const frame = prebuilt(value);
-    if (frame === null) return original.call(this, value);
-    framesSent++;
-    return frame;
+export function sendGatheredMessages(
+  gather: (value: unknown, serialize: (value: unknown) => unknown) => GatheredMessage | null,
+): void {
+  if (gatherInstalled) return;
+  const proto = serverCallPrototype<SendMessagePrototype>('sendMessage');
+  const original = proto.sendMessage;
+  proto.sendMessage = function sendMessage(this: SendingServerCall, message, callback): void {
+    if (this.checkCancelled()) return;
+    let gathered: GatheredMessage | null;
+    try {
+      gathered = gather(message, (v) => this.handler.serialize(v));
+    } catch {
+      this.sendStatus({ code: INTERNAL, details: 'Error serializing response', metadata: null });
+      return;
+    }
+    if (gathered === null) {
+      original.call(this, message, callback);
+      return;
+    }
+    const g = gathered;
+    if (this.maxSendMessageSize !== -1 && g.byteLength > this.maxSendMessageSize) {
+      g.written(false);
+      this.sendStatus({
+        code: RESOURCE_EXHAUSTED,
+        details: `Sent message larger than max (${g.byteLength + 5} vs. ${this.maxSendMessageSize})`,
+        metadata: null,
+      });
+      return;
+    }
+    const prefix = Buffer.allocUnsafe(5);
+    prefix.writeUInt8(0, 0);
+    prefix.writeUInt32BE(g.byteLength, 1);
+    const chunks = g.chunks();
+    this.maybeSendMetadata();
+    gatheredSent++;
+    const stream = this.stream;
+    stream.cork();
+    stream.write(prefix);
+    for (let i = 0; i < chunks.length - 1; i++) stream.write(chunks[i]!);
+    stream.write(chunks[chunks.length - 1] ?? Buffer.alloc(0), (error) => {
+      g.written(!error);
+      if (error) {
+        this.sendStatus({ code: INTERNAL, details: 'Internal server error', metadata: null });
+        return;
+      }
+      this.callEventTracker?.addMessageSent();
+      callback();
+    });
+    stream.uncork();
   };
-  framesInstalled = true;
+  gatherInstalled = true;
 }
 
 /** grpc-js 1.14's server call as the governor hook reads it (private module). */

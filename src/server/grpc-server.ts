@@ -40,17 +40,18 @@ import {
   decideRequestsOnTheWire,
   destroySessions,
   governLargeMessages,
-  sendPrebuiltFrames,
+  sendGatheredMessages,
 } from './grpc-internals.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
   contextServiceDefinition,
   type DegradationLevel,
+  gatheredAnswer,
   PROTO_DIR,
   PROTO_FILES,
-  prebuiltAnswerFrame,
   serializeAssembleResponse,
+  splicedOn,
 } from './proto.js';
 import { ReceiveGovernor, UploadTurns } from './receive-governor.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
@@ -202,7 +203,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
 
   alignHeaderPairLimit(server, settings.maxMetadataBytes);
   assembleLargeMessagesIn(MESSAGE_BUFFERS);
-  sendPrebuiltFrames(prebuiltAnswerFrame);
+  sendGatheredMessages(gatheredAnswer);
   // Keyed by the deserializer, not the path: the scanner's stopping points are decodeAssembleRequest's.
   decideRequestsOnTheWire((handler) =>
     handler.deserialize === decodeAssembleRequest ? newPrefixScanner : null,
@@ -269,10 +270,15 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       } catch (err) {
         logger.error({ err }, 'failed to send AssembleContext answer');
       } finally {
-        // Refused, late or cancelled calls hand a recycled request buffer back too (a spliced answer
-        // already did while being serialized). A buffer that went to a CPU task is detached here and is
-        // not taken; a pipeline still running for an abandoned call reads nothing it could send anyone.
-        releaseMessageBuffer(call.request?.history?.source);
+        // Refused, late or cancelled calls hand a recycled request buffer back too. A buffer that went to
+        // a CPU task is detached here and is not taken; a pipeline still running for an abandoned call
+        // reads nothing it could send anyone. An answer spliced on the request's own bytes (the L2 answer
+        // of a withdrawn task) is not done with them: a large one is still being written from them, so
+        // its serializer hands them back once written (released now, the next request could overwrite
+        // bytes on their way to this caller).
+        const source = call.request?.history?.source;
+        if (outcome.kind !== 'ok' || !splicedOn(outcome.result.response, source))
+          releaseMessageBuffer(source);
       }
     };
 
@@ -322,7 +328,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     AssembleContext: {
       ...contextServiceDefinition.AssembleContext!,
       requestDeserialize: decodeAssembleRequest,
-      // The answer's copy of the history is the request buffer's last use: back to the pool then.
+      // The answer's copy of the history — or, for a large one, its gathered write — is the request
+      // buffer's last use: back to the pool then.
       responseSerialize: (response: AssembleContextResponse) =>
         serializeAssembleResponse(response, releaseMessageBuffer),
     },

@@ -10,14 +10,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import { loadSync, type Options, type PackageDefinition } from '@grpc/proto-loader';
-import {
-  type AnswerFrame,
-  fieldOneHeaderBytes,
-  finishAnswerFrame,
-  frameContext,
-  writeFieldOneHeader,
-} from '../format/answer-frame.js';
-import { copySpliced, type SplicedUtf8 } from '../format/spliced.js';
+import { copySpliced, FROM_OWN, type SplicedUtf8 } from '../format/spliced.js';
+import { varintLength, writeVarint } from '../format/varint.js';
 import type { AssembleContextRequest } from '../generated/proto/ibex/context/v1/AssembleContextRequest.js';
 import type { AssembleContextResponse__Output } from '../generated/proto/ibex/context/v1/AssembleContextResponse.js';
 import type { AssemblyMetrics__Output as AssemblyMetrics } from '../generated/proto/ibex/context/v1/AssemblyMetrics.js';
@@ -138,8 +132,6 @@ export type AssembleContextResponse = Omit<
   degradation: Degradation;
   /** See {@link ASSEMBLED_UTF8}; never on the wire as such. */
   [ASSEMBLED_UTF8]?: SplicedUtf8;
-  /** See {@link ASSEMBLED_FRAME}; never on the wire as such. */
-  [ASSEMBLED_FRAME]?: AnswerFrame;
   /** See {@link MEMORY_ROWS}; never on the wire as such. */
   [MEMORY_ROWS]?: Uint8Array;
 };
@@ -153,18 +145,12 @@ export type AssembleContextResponse = Omit<
 export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf bytes');
 
 /**
- * Where a response carries `assembled_context` already in a gRPC frame buffer built by the CPU stage
- * (src/format/answer-frame.ts; issue 9); the string field is then '' and {@link prebuiltAnswerFrame}
- * completes the frame in place. Takes precedence over {@link ASSEMBLED_UTF8}.
- */
-export const ASSEMBLED_FRAME: unique symbol = Symbol('assembled_context in a prebuilt gRPC frame');
-
-/**
  * A serialized message that is not one contiguous Buffer: the loader's bytes for every other field, then
- * field 1 from spliced bytes. grpc-js 1.14 (`serializeMessage`) reads only `byteLength` and calls
- * `copy(frame, 5)` to place the message in its own length-prefixed frame, so the context bytes — up to
- * ~13 MB of history — are copied once, into that frame, and no 10 MB buffer of ours is allocated on the
- * main thread (a fresh 10 MB allocation costs ~28 ms of page faults on the 2-core VM; issue 9 item 2).
+ * field 1 from spliced bytes. A small one goes grpc-js 1.14's way: `serializeMessage` reads only
+ * `byteLength` and calls `copy(frame, 5)` to place the message in its own length-prefixed frame. A large
+ * one (up to ~13 MB of history) is written as {@link chunks} by the gathered send
+ * (src/server/grpc-internals.ts), so no thread allocates or copies a 10 MB frame (a fresh 10 MB
+ * allocation costs ~14–28 ms of page faults on the 2-core VM; issue 9 item 2).
  */
 export class SplicedMessage {
   readonly byteLength: number;
@@ -175,9 +161,10 @@ export class SplicedMessage {
   /**
    * @param rest the bytes of every other field, in parts (the loader's, then the CPU stage's rows),
    *   joined once here with field 1's header.
-   * @param release called with the history's source bytes once {@link copy} has copied them: the server
-   *   hands a recycled request buffer back to its pool there (src/util/message-buffers.ts), which
-   *   detaches it, so a second copy throws instead of reading another request's bytes.
+   * @param release called with the history's source bytes once {@link copy} has copied them, or once a
+   *   gathered write of them succeeded ({@link written}): the server hands a recycled request buffer
+   *   back to its pool there (src/util/message-buffers.ts), which detaches it, so a second copy throws
+   *   instead of reading another request's bytes.
    */
   constructor(
     rest: readonly Uint8Array[],
@@ -197,6 +184,34 @@ export class SplicedMessage {
     return this.byteLength;
   }
 
+  /**
+   * The message as chunks for a gathered write (src/server/grpc-internals.ts): the joined rest and field
+   * 1's header, then one view per span of the context. Nothing is copied, so the source bytes must stay
+   * as they are until {@link written}.
+   */
+  chunks(): Uint8Array[] {
+    const { spans, own, source } = this.context;
+    const out: Uint8Array[] = [this.#head];
+    for (let j = 0; j < spans.length; j += 3) {
+      const from = spans[j] === FROM_OWN ? own : source;
+      const start = spans[j + 1]!;
+      const end = spans[j + 2]!;
+      // As in copySpliced: a released (detached) buffer must fail loudly, never send a gap.
+      if (end > from.length) throw new Error(`spliced span [${start}, ${end}) past its ${from.length} bytes`);
+      out.push(from.subarray(start, end));
+    }
+    return out;
+  }
+
+  /**
+   * The gathered write of {@link chunks} is over: the history's source bytes go back to their pool only
+   * if it succeeded. After a failed write the stream may still have held them; a buffer that is never
+   * recycled is merely garbage, while one recycled too early could carry another request's bytes.
+   */
+  written(ok: boolean): void {
+    if (ok) this.#release?.(this.context.source);
+  }
+
   /** The message as one Buffer (tests and tools). */
   toBuffer(): Buffer {
     const out = Buffer.allocUnsafe(this.byteLength);
@@ -207,15 +222,10 @@ export class SplicedMessage {
 
 /** Tag and length of field 1 (`assembled_context`, length-delimited) for `length` bytes. */
 function fieldOneHeader(length: number): Buffer {
-  const head = Buffer.allocUnsafe(fieldOneHeaderBytes(length));
-  writeFieldOneHeader(head, 0, length);
+  const head = Buffer.allocUnsafe(1 + varintLength(length));
+  head[0] = 0x0a;
+  writeVarint(head, 1, length);
   return head;
-}
-
-/** The response's context as spliced UTF-8: from its frame, its spliced bytes, or none. */
-function splicedContext(response: AssembleContextResponse): SplicedUtf8 | undefined {
-  const frame = response[ASSEMBLED_FRAME];
-  return frame ? frameContext(frame) : response[ASSEMBLED_UTF8];
 }
 
 /**
@@ -237,7 +247,7 @@ function restOf(response: AssembleContextResponse): Buffer {
 
 /**
  * AssembleContext's response serializer: the loader's, plus field 1 (`assembled_context`) from
- * {@link ASSEMBLED_FRAME} or {@link ASSEMBLED_UTF8} bytes when present, as a {@link SplicedMessage} (typed
+ * {@link ASSEMBLED_UTF8} bytes when present, as a {@link SplicedMessage} (typed
  * as the Buffer that grpc-js expects; it only copies it). Decoders accept fields in any order; for a
  * repeated scalar the last wins, and protobufjs writes the empty string field too, hence field 1 after
  * the rest.
@@ -247,27 +257,41 @@ export function serializeAssembleResponse(
   response: AssembleContextResponse,
   release?: (source: Uint8Array) => void,
 ): Buffer {
-  const spliced = splicedContext(response);
+  const spliced = response[ASSEMBLED_UTF8];
   if (!spliced || spliced.byteLength === 0) return restOf(response);
   return new SplicedMessage(restParts(response), spliced, release) as unknown as Buffer;
 }
 
+/** Whether `response`'s spliced context reads `view`'s buffer (the request's history bytes). */
+export function splicedOn(response: AssembleContextResponse, view: Uint8Array | null | undefined): boolean {
+  const source = response[ASSEMBLED_UTF8]?.source;
+  return view != null && source !== undefined && source.byteLength > 0 && source.buffer === view.buffer;
+}
+
 /**
- * The whole gRPC frame (5-byte prefix + message) of a response that carries {@link ASSEMBLED_FRAME}:
- * the rest of the message is written into the frame's headroom, in place, so the bytes are those of
- * {@link serializeAssembleResponse}. For grpc-js's send path (src/server/grpc-internals.ts).
- * @returns the frame, or null for any other value, or when the rest does not fit the headroom (the
- *   response then carries the context as {@link ASSEMBLED_UTF8} and goes the spliced way).
+ * Contexts of this many UTF-8 bytes or more are written as gathered chunks; a smaller one is copied into
+ * grpc-js's frame, where one small copy costs less than a `writev` of one chunk per span.
  */
-export function prebuiltAnswerFrame(value: unknown): Buffer | null {
-  const frame = (value as AssembleContextResponse | null)?.[ASSEMBLED_FRAME];
-  if (frame === undefined) return null;
-  const response = value as AssembleContextResponse;
-  const out = finishAnswerFrame(frame, restOf(response));
-  if (out !== null) return out;
-  response[ASSEMBLED_UTF8] = frameContext(frame);
-  delete response[ASSEMBLED_FRAME];
-  return null;
+export const GATHER_FROM_BYTES = 64 * 1024;
+
+/**
+ * For grpc-js's send path (src/server/grpc-internals.ts, `sendGatheredMessages`): the response as a
+ * {@link SplicedMessage} to write in chunks when its spliced context is {@link GATHER_FROM_BYTES} or
+ * more; null for every other value (a small context is copied into grpc-js's frame as before).
+ * @param serialize the call's serializer ({@link serializeAssembleResponse} with the server's release).
+ * @throws Error when `serialize` does not give a SplicedMessage for a spliced context (a wiring bug).
+ */
+export function gatheredAnswer(
+  value: unknown,
+  serialize: (value: unknown) => unknown,
+): SplicedMessage | null {
+  const response = value as AssembleContextResponse | null;
+  if (response === null || typeof response !== 'object') return null;
+  const spliced = response[ASSEMBLED_UTF8];
+  if (spliced === undefined || spliced.byteLength < GATHER_FROM_BYTES) return null;
+  const message = serialize(value);
+  if (!(message instanceof SplicedMessage)) throw new Error('a spliced answer did not serialize as spliced');
+  return message;
 }
 
 /** {@link serializeAssembleResponse} as one contiguous Buffer (tests and tools). */
