@@ -303,8 +303,11 @@ export function sendGatheredMessages(
   proto.sendMessage = function sendMessage(this: SendingServerCall, message, callback): void {
     if (this.checkCancelled()) return;
     let gathered: GatheredMessage | null;
+    let chunks: Uint8Array[] = [];
     try {
       gathered = gather(message, (v) => this.handler.serialize(v));
+      // Views are taken here, where a span past its bytes (a released buffer) can still fail the call.
+      if (gathered !== null) chunks = gathered.chunks();
     } catch {
       this.sendStatus({ code: INTERNAL, details: 'Error serializing response', metadata: null });
       return;
@@ -326,7 +329,6 @@ export function sendGatheredMessages(
     const prefix = Buffer.allocUnsafe(5);
     prefix.writeUInt8(0, 0);
     prefix.writeUInt32BE(g.byteLength, 1);
-    const chunks = g.chunks();
     this.maybeSendMetadata();
     gatheredSent++;
     const stream = this.stream;

@@ -6,6 +6,7 @@
  * and give a recycled request buffer back only once they are written.
  */
 import { randomUUID } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -13,7 +14,7 @@ import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
 import { FROM_SOURCE, SplicedBuilder } from '../../src/format/spliced.js';
 import { encodeCandidates, runCpuTask } from '../../src/pool/cpu-task.js';
-import { gatheredMessagesSent } from '../../src/server/grpc-internals.js';
+import { gatheredMessagesSent, sendGatheredMessages } from '../../src/server/grpc-internals.js';
 import {
   ASSEMBLED_UTF8,
   type AssembleContextResponse,
@@ -260,5 +261,98 @@ describe('gathered answers over gRPC on loopback (issue 9)', () => {
         expect(line).toBe(`user: ${round}${chars[i]!.repeat(30_000)}`);
       });
     }
+  });
+});
+
+describe('the gathered send, on a stand-in for grpc-js’s server call (issue 9)', () => {
+  const requireCjs = createRequire(import.meta.url);
+  const { BaseServerInterceptingCall } = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
+    BaseServerInterceptingCall: { prototype: { sendMessage(message: unknown, callback: () => void): void } };
+  };
+  sendGatheredMessages(gatheredAnswer);
+
+  /** A large spliced answer on `source`, a call that records what grpc-js would have done with it. */
+  function setup(opts: { max?: number; writeError?: Error } = {}) {
+    const source = Buffer.from(`${'绿'.repeat(GATHER_FROM_BYTES)}tail`, 'utf8');
+    const spliced = new SplicedBuilder(source);
+    spliced.text('user: ');
+    spliced.bytes(0, source.length);
+    const response = { ...stubResponse(), [ASSEMBLED_UTF8]: spliced.finish() };
+    const released: Uint8Array[] = [];
+    const writes: Buffer[] = [];
+    const statuses: { code: number; details: string }[] = [];
+    const events: string[] = [];
+    const call = {
+      checkCancelled: () => false,
+      handler: {
+        serialize: (v: unknown) =>
+          serializeAssembleResponse(v as AssembleContextResponse, (s) => void released.push(s)),
+      },
+      maxSendMessageSize: opts.max ?? -1,
+      maybeSendMetadata: () => void events.push('metadata'),
+      sendStatus: (s: { code: number; details: string }) => void statuses.push(s),
+      stream: {
+        cork: () => void events.push('cork'),
+        uncork: () => void events.push('uncork'),
+        write: (chunk: Uint8Array, cb?: (err?: Error | null) => void) => {
+          writes.push(Buffer.from(chunk));
+          if (cb) setImmediate(() => cb(opts.writeError ?? null));
+          return true;
+        },
+      },
+    };
+    let called = 0;
+    const send = () =>
+      BaseServerInterceptingCall.prototype.sendMessage.call(call, response, () => void called++);
+    return { source, response, released, writes, statuses, events, send, called: () => called };
+  }
+  const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+  it('writes the prefix and every chunk corked, then answers and gives the source back once', async () => {
+    const s = setup();
+    const before = gatheredMessagesSent();
+    s.send();
+    expect(gatheredMessagesSent()).toBe(before + 1);
+    expect(s.events).toEqual(['metadata', 'cork', 'uncork']);
+    const message = serializeAssembleResponseBuffer(s.response);
+    expect(s.writes[0]!.length).toBe(5);
+    expect(s.writes[0]![0]).toBe(0);
+    expect(s.writes[0]!.readUInt32BE(1)).toBe(message.length);
+    expect(Buffer.concat(s.writes.slice(1)).equals(message)).toBe(true);
+    expect(s.called()).toBe(0);
+    expect(s.released).toEqual([]);
+    await tick();
+    expect(s.called()).toBe(1);
+    expect(s.released).toEqual([s.source]);
+    expect(s.statuses).toEqual([]);
+  });
+
+  it('a failed write ends the call INTERNAL and keeps the source out of the pool', async () => {
+    const s = setup({ writeError: new Error('stream reset') });
+    s.send();
+    await tick();
+    expect(s.statuses.map((x) => [x.code, x.details])).toEqual([[status.INTERNAL, 'Internal server error']]);
+    expect(s.called()).toBe(0);
+    expect(s.released).toEqual([]);
+  });
+
+  it('over the send cap: RESOURCE_EXHAUSTED, nothing written', () => {
+    const s = setup({ max: 1000 });
+    s.send();
+    expect(s.statuses.map((x) => x.code)).toEqual([status.RESOURCE_EXHAUSTED]);
+    expect(s.statuses[0]!.details).toMatch(/^Sent message larger than max \(\d+ vs\. 1000\)$/);
+    expect(s.writes).toEqual([]);
+    expect(s.released).toEqual([]);
+  });
+
+  it('a source released before the send: INTERNAL, nothing written, nothing read from it', () => {
+    const s = setup();
+    structuredClone(s.source.buffer, { transfer: [s.source.buffer as ArrayBuffer] });
+    s.send();
+    expect(s.statuses.map((x) => [x.code, x.details])).toEqual([
+      [status.INTERNAL, 'Error serializing response'],
+    ]);
+    expect(s.writes).toEqual([]);
+    expect(s.events).toEqual([]);
   });
 });
