@@ -2,9 +2,9 @@
  * `node dist/bench/frames.js [--iterations 200] [--mib 10] [--out <dir>]`: what one heavy AssembleContext
  * call costs the main thread in framing alone (issue 9, isolation), per message of `--mib` MiB:
  *
- * - `response_grpc_js_frame`: today's spliced answer framed by grpc-js 1.14 (`Buffer.allocUnsafe(n + 5)` and
+ * - `response_grpc_js_frame`: a spliced answer framed by grpc-js 1.14 (`Buffer.allocUnsafe(n + 5)` and
  *   `SplicedMessage.copy`, the history as one source span), as `BaseServerInterceptingCall.serializeMessage`
- *   does it;
+ *   does it (today a small answer's way only);
  * - `response_gathered`: the service's way for a context of 64 KiB or more (src/server/grpc-internals.ts,
  *   `sendGatheredMessages`): the loader-encoded rest, the 5-byte prefix and one view per span, which the
  *   HTTP/2 stream then writes as they are (that write is the kernel's copy, the same for both ways);

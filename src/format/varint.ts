@@ -1,5 +1,5 @@
 /**
- * Protobuf base-128 varints for the byte paths that write message parts themselves (the answer frame's
+ * Protobuf base-128 varints for the byte paths that write message parts themselves (the spliced answer's
  * field 1 header, the CPU stage's `memories_used` rows; SPEC §2 wire format). Non-negative integers up to
  * 2^53 (a context length, a row length); an int32 field's negative values are memory-rows' own case.
  * Pure: runs in the pool worker and on the main thread.

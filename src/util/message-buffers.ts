@@ -7,8 +7,8 @@
  * requests) that was 9.4 mark-compacts and 98 ms of GC per second on the event loop. A buffer that is
  * transferred (to a pool thread and back) and then reused is not new memory to V8, so it triggers
  * nothing. So a large request's buffer is handed back here once its call is done with it (the response
- * serializer has copied the history out of it, the CPU stage returned it with a prebuilt answer frame, or
- * the call ended without an answer that needs it: {@link MessageBufferPool.release}), and the next large
+ * serializer has copied the history out of it, a gathered answer has been written from it, or the call
+ * ended without an answer that needs it: {@link MessageBufferPool.release}), and the next large
  * message is assembled in it when it fits.
  * Memory-service bodies of 1 MiB or more use the same buffers (src/retrieval/memory-http.ts: read into
  * one, handed back by the body-decoder thread), so a tenant whose memory service answers in megabytes
