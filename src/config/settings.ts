@@ -26,6 +26,11 @@ export interface Settings {
   memoryBaseUrl: string;
   /** Bearer token for the memory service; secret, never logged. */
   memoryApiToken: string;
+  /**
+   * Whether memory-service calls run in a thread of their own (src/retrieval/memory-http-thread.ts;
+   * issue 9): HTTP, body and validation off the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
+   */
+  memoryHttpThread: boolean;
   /** Redis URL of the directive store; "" = embedded directive store. */
   redisUrl: string;
   grpcAddr: string;
@@ -229,6 +234,7 @@ export function loadSettings(env: Env = process.env): Settings {
     coldTimeoutMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_COLD_TIMEOUT_MS'], 45),
     memoryBaseUrl: memoryBaseUrl.replace(/\/+$/, ''),
     memoryApiToken,
+    memoryHttpThread: parseWith(boolText, env, ['IBEX_CONTEXT_MEMORY_HTTP_THREAD'], true),
     redisUrl: parseWith(urlText, env, ['IBEX_CONTEXT_REDIS_URL', 'REDIS_URL'], ''),
     grpcAddr: parseWith(addrText, env, ['IBEX_CONTEXT_GRPC_ADDR'], DEFAULT_GRPC_ADDR),
     adminAddr: parseWith(addrText, env, ['IBEX_CONTEXT_ADMIN_ADDR'], DEFAULT_ADMIN_ADDR),

@@ -67,12 +67,18 @@ interface Pending extends FairEntry {
 export class BodyDecoder {
   #pool: Piscina<BodyDecodeTask, BodyDecodeResult> | null = null;
   readonly #filename: string;
+  readonly #inlineBytes: number;
   readonly #queue = new FairQueue<Pending>();
   #running = false;
 
-  /** @param filename worker module; default {@link resolveBodyWorkerFile}. The thread starts on first use. */
-  constructor(filename = resolveBodyWorkerFile()) {
+  /**
+   * @param filename worker module; default {@link resolveBodyWorkerFile}. The thread starts on first use.
+   * @param inlineBytes bodies up to this many bytes are decoded on the calling thread; default
+   *   {@link INLINE_BODY_BYTES}. The memory-fetch thread passes Infinity: it is off the event loop already.
+   */
+  constructor(filename = resolveBodyWorkerFile(), inlineBytes = INLINE_BODY_BYTES) {
     this.#filename = filename;
+    this.#inlineBytes = inlineBytes;
   }
 
   /**
@@ -97,7 +103,7 @@ export class BodyDecoder {
     limits: HitLimits,
     signal: AbortSignal,
   ): Promise<ValidatedHits> {
-    if (body.byteLength <= INLINE_BODY_BYTES) {
+    if (body.byteLength <= this.#inlineBytes) {
       try {
         return Promise.resolve(decodeMemoryBody(body, orgId, agentId, limits));
       } catch (err) {

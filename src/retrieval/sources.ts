@@ -13,6 +13,7 @@ import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore, type StoreHit } from './embedded-store.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
+import { ThreadedMemorySource } from './memory-http-thread.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
 import type { DirectiveSource, MemorySource, SourceHits } from './retrieve.js';
@@ -129,8 +130,9 @@ function hotThroughCache(
 
 /**
  * Builds the sources for `settings`:
- * - memory: {@link HttpMemorySource} when `settings.memoryBaseUrl` is set (token `memoryApiToken`, undici
- *   timeouts = the branch timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
+ * - memory: {@link ThreadedMemorySource} when `settings.memoryBaseUrl` is set ({@link HttpMemorySource}
+ *   on the event loop with `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch
+ *   timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
  *   (issue 15), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
  * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
  *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
@@ -199,15 +201,18 @@ export async function createSources(
         reads = local;
       }
     }
+    const http = {
+      baseUrl: settings.memoryBaseUrl,
+      token: settings.memoryApiToken,
+      hotTimeoutMs: settings.hotTimeoutMs,
+      coldTimeoutMs: settings.coldTimeoutMs,
+      maxMemoryChars: settings.maxMemoryChars,
+    };
     memory =
       memoryKind === 'http'
-        ? new HttpMemorySource({
-            baseUrl: settings.memoryBaseUrl,
-            token: settings.memoryApiToken,
-            hotTimeoutMs: settings.hotTimeoutMs,
-            coldTimeoutMs: settings.coldTimeoutMs,
-            maxMemoryChars: settings.maxMemoryChars,
-          })
+        ? settings.memoryHttpThread
+          ? new ThreadedMemorySource(http)
+          : new HttpMemorySource(http)
         : memoryKind === 'postgres'
           ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
           : new EmbeddedMemorySource(reads!);
@@ -217,8 +222,8 @@ export async function createSources(
         : directiveKind === 'postgres'
           ? new PgDirectiveSource(pgStore!, pgTimes)
           : new EmbeddedDirectiveSource(reads!);
-    // The body-decoder thread starts now, not inside the first large body's branch timeout (issue 9).
-    if (memory instanceof HttpMemorySource) memory.warm();
+    // The memory-fetch or body-decoder thread starts now, not inside the first branch timeout (issue 9).
+    if (memory instanceof HttpMemorySource || memory instanceof ThreadedMemorySource) memory.warm();
     let closed = false;
     const mem = memory;
     return {

@@ -110,6 +110,10 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'longest memory kept, code points; longer hits dropped as oversize',
     default: (s) => String(s.maxMemoryChars),
   },
+  IBEX_CONTEXT_MEMORY_HTTP_THREAD: {
+    meaning: 'memory-service calls in a thread of their own (false = on the event loop)',
+    default: (s) => String(s.memoryHttpThread),
+  },
   IBEX_CONTEXT_EMBEDDED_DB: { meaning: 'embedded SQLite store', default: (s) => s.embeddedDb },
   IBEX_CONTEXT_EMBEDDED_READ_THREADS: {
     meaning: 'threads running FTS5 searches (0 = event loop)',

@@ -1,0 +1,71 @@
+/**
+ * Memory-fetch worker (issue 9): runs the memory service client — HTTP request, body, cap, decode,
+ * validation — off the gRPC event loop, many reads at once, and hands back validated hits with their
+ * contents as UTF-8 bytes on one transferred buffer (content-bytes.ts). Imports only the retrieval client
+ * and the result-transfer helper, never the server or the pool client.
+ */
+import { workerData } from 'piscina';
+import { transferred } from '../src/pool/transfer-result.js';
+import { BodyDecoder } from '../src/retrieval/body-decoder.js';
+import { BranchError } from '../src/retrieval/branch-error.js';
+import { bytesInPlace } from '../src/retrieval/content-bytes.js';
+import { HttpMemorySource } from '../src/retrieval/memory-http.js';
+import type {
+  MemoryFetchConfig,
+  MemoryFetchResult,
+  MemoryFetchTask,
+} from '../src/retrieval/memory-http-thread.js';
+import type { ValidatedHits } from '../src/retrieval/validate.js';
+
+// This thread is off the event loop already: every body is decoded here, none goes to another thread.
+const source = new HttpMemorySource({
+  ...(workerData as MemoryFetchConfig),
+  decoder: new BodyDecoder(undefined, Number.POSITIVE_INFINITY),
+});
+
+/** `Atomics.waitAsync` (ES2024, Node 20+), not in the ES2023 lib this project compiles with. */
+interface AtomicsWaitAsync {
+  waitAsync(
+    array: Int32Array,
+    index: number,
+    value: number,
+  ): { async: false; value: string } | { async: true; value: Promise<string> };
+}
+
+/**
+ * Piscina task entry point: one branch read. The branch's flag aborts the request when it gives up (the
+ * answer is then `cancelled`); errors come back as data, since classes do not survive the clone.
+ */
+export default async function memoryFetch(task: MemoryFetchTask): Promise<MemoryFetchResult> {
+  const controller = new AbortController();
+  let settled = false;
+  const wait = (Atomics as unknown as AtomicsWaitAsync).waitAsync(task.cancelled, 0, 0);
+  if (!wait.async) controller.abort();
+  else
+    void wait.value.then(() => {
+      if (!settled) controller.abort();
+    });
+  try {
+    const value: ValidatedHits =
+      task.op === 'hot'
+        ? await source.hot(task.orgId, task.agentId, controller.signal)
+        : await source.search(task.orgId, task.agentId, task.query, controller.signal);
+    const contents = bytesInPlace(value.hits);
+    const result: MemoryFetchResult = { ok: true, value };
+    return contents === null ? result : transferred(result, [contents]);
+  } catch (err) {
+    if (controller.signal.aborted) return { ok: false, code: 'cancelled' };
+    if (err instanceof BranchError)
+      return { ok: false, code: err.code, status: err.status, detail: err.detail };
+    return {
+      ok: false,
+      code: 'IBEX_RETRIEVAL_HTTP_TRANSPORT',
+      status: 'error',
+      detail: 'memory service unreachable (unknown)',
+    };
+  } finally {
+    // Wakes this read's waiter, so that no Atomics.waitAsync outlives it.
+    settled = true;
+    Atomics.notify(task.cancelled, 0);
+  }
+}
