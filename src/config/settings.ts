@@ -27,8 +27,9 @@ export interface Settings {
   /** Bearer token for the memory service; secret, never logged. */
   memoryApiToken: string;
   /**
-   * Whether memory-service calls run in a thread of their own (src/retrieval/memory-http-thread.ts;
-   * issue 9): HTTP, body and validation off the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
+   * Whether the memory-service calls of orgs whose bodies are large run in a thread of their own
+   * (`RoutedMemorySource`, src/retrieval/memory-http-thread.ts; issue 9): HTTP, body and validation off
+   * the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
    */
   memoryHttpThread: boolean;
   /** Redis URL of the directive store; "" = embedded directive store. */

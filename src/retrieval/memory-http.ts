@@ -49,6 +49,12 @@ export interface HttpMemorySourceOptions {
   connectTimeoutMs?: number;
   /** Idle keep-alive socket lifetime, ms (the server's `Keep-Alive: timeout` hint wins when lower). Default 30000. */
   keepAliveTimeoutMs?: number;
+  /**
+   * Told the size of every body read, or refused for its size, bytes, with the org it was read for (the
+   * routing of `RoutedMemorySource`, memory-http-thread.ts: an org with large bodies is read in the
+   * memory-fetch thread).
+   */
+  onBodyBytes?: (orgId: string, bytes: number) => void;
 }
 
 type Branch = 'hot' | 'cold';
@@ -68,6 +74,7 @@ export class HttpMemorySource implements MemorySource {
   readonly #cold: { limits: HitLimits; maxBytes: number };
   readonly #decoder: BodyDecoder;
   readonly #ownsDecoder: boolean;
+  readonly #onBodyBytes: ((orgId: string, bytes: number) => void) | undefined;
 
   /** @throws TypeError when `baseUrl` is not an absolute http(s) URL. */
   constructor(options: HttpMemorySourceOptions) {
@@ -86,6 +93,7 @@ export class HttpMemorySource implements MemorySource {
     });
     this.#hot = capped(HOT_LIMIT);
     this.#cold = capped(SEARCH_LIMIT);
+    this.#onBodyBytes = options.onBodyBytes;
     this.#ownsDecoder = options.decoder === undefined;
     this.#decoder = options.decoder ?? new BodyDecoder();
     this.#pool = new Pool(url.origin, {
@@ -178,6 +186,7 @@ export class HttpMemorySource implements MemorySource {
       }
       const declared = Number(res.headers['content-length']);
       if (Number.isFinite(declared) && declared > maxBytes) {
+        this.#onBodyBytes?.(orgId, declared);
         // Destroying the body aborts the connection: nothing more of it is read.
         res.body.destroy();
         throw BranchErrors.tooLarge();
@@ -185,10 +194,14 @@ export class HttpMemorySource implements MemorySource {
       sink = new BodySink(Number.isFinite(declared) ? declared : 0);
       for await (const chunk of res.body) {
         // Leaving the loop by throwing destroys the body, which stops reading from the socket.
-        if (sink.size + (chunk as Buffer).length > maxBytes) throw BranchErrors.tooLarge();
+        if (sink.size + (chunk as Buffer).length > maxBytes) {
+          this.#onBodyBytes?.(orgId, sink.size + (chunk as Buffer).length);
+          throw BranchErrors.tooLarge();
+        }
         sink.add(chunk as Buffer);
       }
       payload = sink.bytes();
+      this.#onBodyBytes?.(orgId, payload.byteLength);
     } catch (err) {
       // A pooled buffer abandoned half-way goes back; a fresh one (a chunked body grown past the cap, say)
       // is left to the GC rather than kept at whatever size it reached.

@@ -13,7 +13,7 @@ import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore, type StoreHit } from './embedded-store.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
-import { ThreadedMemorySource } from './memory-http-thread.js';
+import { RoutedMemorySource } from './memory-http-thread.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
 import type { DirectiveSource, MemorySource, SourceHits } from './retrieve.js';
@@ -130,9 +130,9 @@ function hotThroughCache(
 
 /**
  * Builds the sources for `settings`:
- * - memory: {@link ThreadedMemorySource} when `settings.memoryBaseUrl` is set ({@link HttpMemorySource}
- *   on the event loop with `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch
- *   timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
+ * - memory: {@link RoutedMemorySource} when `settings.memoryBaseUrl` is set (orgs with large bodies
+ *   read in the memory-fetch thread; {@link HttpMemorySource}, all on the event loop, with
+ *   `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
  *   (issue 15), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
  * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
  *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
@@ -211,7 +211,7 @@ export async function createSources(
     memory =
       memoryKind === 'http'
         ? settings.memoryHttpThread
-          ? new ThreadedMemorySource(http)
+          ? new RoutedMemorySource(http)
           : new HttpMemorySource(http)
         : memoryKind === 'postgres'
           ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
@@ -223,7 +223,7 @@ export async function createSources(
           ? new PgDirectiveSource(pgStore!, pgTimes)
           : new EmbeddedDirectiveSource(reads!);
     // The memory-fetch or body-decoder thread starts now, not inside the first branch timeout (issue 9).
-    if (memory instanceof HttpMemorySource || memory instanceof ThreadedMemorySource) memory.warm();
+    if (memory instanceof HttpMemorySource || memory instanceof RoutedMemorySource) memory.warm();
     let closed = false;
     const mem = memory;
     return {

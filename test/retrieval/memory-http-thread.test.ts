@@ -11,13 +11,20 @@ import { isBranchError } from '../../src/retrieval/branch-error.js';
 import { contentText } from '../../src/retrieval/content-bytes.js';
 import type { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { HttpMemorySource } from '../../src/retrieval/memory-http.js';
-import { ThreadedMemorySource } from '../../src/retrieval/memory-http-thread.js';
+import {
+  HEAVY_BODY_BYTES,
+  RoutedMemorySource,
+  ThreadedMemorySource,
+} from '../../src/retrieval/memory-http-thread.js';
 import type { ValidatedHits } from '../../src/retrieval/validate.js';
 import { memoriesOf, memoryRow, removeTempDir, tempStore } from './fixtures.js';
 
 const TOKEN = `tok-${randomUUID()}`;
 const ORG = randomUUID();
 const AGENT = randomUUID();
+/** An org whose memory service answers large bodies: 20 memories of 10,000 characters (~200 KB). */
+const HEAVY_ORG = randomUUID();
+const HEAVY_AGENT = randomUUID();
 const NO_FAULTS = {
   latencyMs: 0,
   latencyDist: 'fixed',
@@ -57,6 +64,9 @@ beforeAll(async () => {
     ...memoriesOf(ORG, AGENT, 12),
     memoryRow(ORG, AGENT, `sailing <b>&amp;</b> 绿茶 😀 ${'x'.repeat(70_000)}`, 90),
     memoryRow(ORG, AGENT, 'sailing on the lake with 绿茶 and 😀 <tags>', 91),
+    ...Array.from({ length: 20 }, (_, i) =>
+      memoryRow(HEAVY_ORG, HEAVY_AGENT, `sailing ${'y'.repeat(10_000)}`, i),
+    ),
   ]);
   server = await startMemoryServer({ store, token: TOKEN, port: 0 });
   const config = { baseUrl: `${server.url}/`, token: TOKEN, hotTimeoutMs: 5000, coldTimeoutMs: 5000 };
@@ -161,5 +171,66 @@ describe('ThreadedMemorySource (issue 9)', () => {
       () =>
         new ThreadedMemorySource({ baseUrl: 'ftp://x/', token: TOKEN, hotTimeoutMs: 1, coldTimeoutMs: 1 }),
     ).toThrow('memory base URL must be http or https');
+  });
+});
+
+describe('RoutedMemorySource (issue 9)', () => {
+  it('reads an org on the event loop until it answers a large body, then in the thread for the hold, then once on the loop again', async () => {
+    server.setFaults(NO_FAULTS);
+    let now = 0;
+    const routed = new RoutedMemorySource(
+      { baseUrl: server.url, token: TOKEN, hotTimeoutMs: 5000, coldTimeoutMs: 5000 },
+      { holdMs: 1000, now: () => now },
+    );
+    try {
+      // Small bodies: the quiet org stays on the event loop.
+      const quiet = await routed.hot(ORG, AGENT, never());
+      expect(asText(quiet)).toEqual(asText(await inProcess.hot(ORG, AGENT, never())));
+      expect(routed.isHeavy(ORG)).toBe(false);
+      // The heavy org's first read is on the loop; its ~200 KB body marks it.
+      const first = await routed.hot(HEAVY_ORG, HEAVY_AGENT, never());
+      expect(first.hits).toHaveLength(20);
+      expect(routed.threadReads).toBe(0);
+      expect(routed.isHeavy(HEAVY_ORG)).toBe(true);
+      // Then its reads go to the thread, with the same answer; the quiet org's do not.
+      now = 999;
+      const second = await routed.hot(HEAVY_ORG, HEAVY_AGENT, never());
+      expect(routed.threadReads).toBe(1);
+      expect(asText(second)).toEqual(asText(first));
+      await routed.search(HEAVY_ORG, HEAVY_AGENT, 'sailing', never());
+      expect(routed.threadReads).toBe(2);
+      await routed.search(ORG, AGENT, 'sailing', never());
+      expect(routed.threadReads).toBe(2);
+      // Past the hold: one read on the loop again, which marks the org anew.
+      now = 1000;
+      expect(routed.isHeavy(HEAVY_ORG)).toBe(false);
+      await routed.hot(HEAVY_ORG, HEAVY_AGENT, never());
+      expect(routed.threadReads).toBe(2);
+      expect(routed.isHeavy(HEAVY_ORG)).toBe(true);
+    } finally {
+      await routed.close();
+    }
+  });
+
+  it('a body refused for its size marks the org too', async () => {
+    server.setFaults(NO_FAULTS);
+    const routed = new RoutedMemorySource({
+      baseUrl: server.url,
+      token: TOKEN,
+      hotTimeoutMs: 5000,
+      coldTimeoutMs: 5000,
+      maxResponseBytes: HEAVY_BODY_BYTES + 1,
+    });
+    try {
+      expect(await failure(routed.hot(HEAVY_ORG, HEAVY_AGENT, never()))).toEqual([
+        'IBEX_RETRIEVAL_TOO_LARGE',
+        'error',
+        'response too large',
+      ]);
+      expect(routed.isHeavy(HEAVY_ORG)).toBe(true);
+      expect(routed.isHeavy(ORG)).toBe(false);
+    } finally {
+      await routed.close();
+    }
   });
 });

@@ -111,7 +111,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => String(s.maxMemoryChars),
   },
   IBEX_CONTEXT_MEMORY_HTTP_THREAD: {
-    meaning: 'memory-service calls in a thread of their own (false = on the event loop)',
+    meaning: 'memory calls of orgs with large bodies in a thread (false = all on the loop)',
     default: (s) => String(s.memoryHttpThread),
   },
   IBEX_CONTEXT_EMBEDDED_DB: { meaning: 'embedded SQLite store', default: (s) => s.embeddedDb },
