@@ -1,6 +1,7 @@
 /**
  * A worker's result with buffers transferred back instead of cloned (piscina's `move()`), for the CPU
- * worker (its index arrays, spliced context, frame) and the body-decoder worker (the body, for reuse).
+ * worker (its index arrays, spliced context), the body-decoder worker (the body, for reuse) and the
+ * store-read and memory-fetch workers (the hits' content bytes).
  */
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 
