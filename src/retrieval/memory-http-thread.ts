@@ -143,6 +143,14 @@ export const HEAVY_HOLD_MS = 30_000;
 /** Heavy marks kept before expired ones are swept (orgs that never come back). */
 const MAX_MARKS = 4096;
 
+/** What {@link RoutedMemorySource.stats} reports (metrics). */
+export interface MemoryThreadStats {
+  /** Reads sent to the memory-fetch thread since start. */
+  threadReads: number;
+  /** Orgs whose reads go to the thread now. */
+  heavyOrgs: number;
+}
+
 /** Options of {@link RoutedMemorySource}. */
 export interface RoutedMemoryOptions {
   /** Default {@link HEAVY_BODY_BYTES}. */
@@ -206,6 +214,14 @@ export class RoutedMemorySource implements MemorySource {
   /** Reads sent to the memory-fetch thread so far (tests, metrics). */
   get threadReads(): number {
     return this.#threadReads;
+  }
+
+  /** Figures for /metrics; counting the heavy orgs walks at most a few thousand marks. */
+  stats(): MemoryThreadStats {
+    const now = this.#now();
+    let heavyOrgs = 0;
+    for (const until of this.#heavyUntil.values()) if (until > now) heavyOrgs++;
+    return { threadReads: this.#threadReads, heavyOrgs };
   }
 
   /** Starts both threads now (the body decoder's and the memory-fetch one). */

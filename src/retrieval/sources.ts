@@ -13,7 +13,7 @@ import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore, type StoreHit } from './embedded-store.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
-import { RoutedMemorySource } from './memory-http-thread.js';
+import { type MemoryThreadStats, RoutedMemorySource } from './memory-http-thread.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
 import type { DirectiveSource, MemorySource, SourceHits } from './retrieve.js';
@@ -29,6 +29,8 @@ export interface RetrievalSources {
   kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
   /** Store-read thread figures for metrics; absent without store-read threads (issue 11 item 6). */
   storeReads?: () => StoreReadStats;
+  /** Memory-fetch thread figures for metrics; absent unless a memory service is read through it (issue 9). */
+  memoryThread?: () => MemoryThreadStats;
 }
 
 /** Options of {@link createSources}. */
@@ -230,6 +232,7 @@ export async function createSources(
       memory: mem,
       directive,
       storeReads: pooledStats,
+      ...(mem instanceof RoutedMemorySource ? { memoryThread: () => mem.stats() } : {}),
       kind: { memory: memoryKind, directive: directiveKind },
       async close() {
         if (closed) return;

@@ -125,6 +125,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     const metrics = createMetrics(
       () => pool?.stats(),
       () => sources.storeReads?.(),
+      () => sources.memoryThread?.(),
     );
     closers.push(async () => metrics.stop());
     pool = await CpuPool.start(settings.pool);

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { PoolStats } from '../pool/pool-stats.js';
+import type { MemoryThreadStats } from '../retrieval/memory-http-thread.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
 import { receivePauses, requestsDecidedEarly, uploadTurnWaits } from '../server/grpc-internals.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
@@ -38,6 +39,9 @@ export type PoolGaugeSource = Pick<
 
 /** Store-read thread figures read at scrape time (`PooledStoreReads.stats()`). */
 export type StoreReadGaugeSource = StoreReadStats;
+
+/** Memory-fetch thread figures read at scrape time (`RoutedMemorySource.stats()`). */
+export type MemoryThreadGaugeSource = MemoryThreadStats;
 
 /** `version` of the package.json above this module, or `unknown`. */
 function packageVersion(): string {
@@ -80,12 +84,15 @@ const ELD_RESOLUTION_MS = 10;
  * Creates the registry and metrics.
  * @param pool read at scrape time for queue depth, utilization, threads, capacity, queue limit and task
  *   outcomes (optional until the pool exists).
+ * @param memoryThread read at scrape time for the memory-fetch thread's reads and the orgs routed to it
+ *   (absent without a memory service, or with IBEX_CONTEXT_MEMORY_HTTP_THREAD false: both read 0).
  * @param storeReads read at scrape time for the store-read queue depth and busy rejections (absent
  *   without store-read threads: both read 0).
  */
 export function createMetrics(
   pool?: () => PoolGaugeSource | undefined,
   storeReads?: () => StoreReadGaugeSource | undefined,
+  memoryThread?: () => MemoryThreadGaugeSource | undefined,
 ): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 10 });
@@ -139,6 +146,23 @@ export function createMetrics(
     collect() {
       this.reset();
       this.inc(storeReads?.()?.busyRejections ?? 0);
+    },
+  });
+  new Counter({
+    name: 'ibex_context_memory_thread_reads_total',
+    help: 'Memory-service reads run in the memory-fetch thread (orgs whose memory service answered large bodies)',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(memoryThread?.()?.threadReads ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'ibex_context_memory_heavy_orgs',
+    help: 'Orgs whose memory reads go to the memory-fetch thread now',
+    registers: [registry],
+    collect() {
+      this.set(memoryThread?.()?.heavyOrgs ?? 0);
     },
   });
   new Gauge({

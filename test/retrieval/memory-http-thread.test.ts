@@ -207,6 +207,9 @@ describe('RoutedMemorySource (issue 9)', () => {
       await routed.hot(HEAVY_ORG, HEAVY_AGENT, never());
       expect(routed.threadReads).toBe(2);
       expect(routed.isHeavy(HEAVY_ORG)).toBe(true);
+      expect(routed.stats()).toEqual({ threadReads: 2, heavyOrgs: 1 });
+      now = 2000;
+      expect(routed.stats()).toEqual({ threadReads: 2, heavyOrgs: 0 });
     } finally {
       await routed.close();
     }

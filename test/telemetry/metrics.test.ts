@@ -109,6 +109,34 @@ describe('metrics on /metrics of a real admin server', () => {
   });
 });
 
+describe('memory-fetch thread reads and heavy orgs (issue 9)', () => {
+  it('exports what the routed memory source reports, and 0 without one', async () => {
+    let stats = { threadReads: 3, heavyOrgs: 1 };
+    const withThread = createMetrics(undefined, undefined, () => stats);
+    const without = createMetrics();
+    const health = () => ({ ready: true, draining: false, warnings: [] });
+    const a = await startAdminServer('127.0.0.1:0', withThread.registry, health);
+    const b = await startAdminServer('127.0.0.1:0', without.registry, health);
+    try {
+      let m = await scrape(a.url);
+      expect(m.value('ibex_context_memory_thread_reads_total')).toBe(3);
+      expect(m.value('ibex_context_memory_heavy_orgs')).toBe(1);
+      stats = { threadReads: 7, heavyOrgs: 0 };
+      m = await scrape(a.url);
+      expect(m.value('ibex_context_memory_thread_reads_total')).toBe(7);
+      expect(m.value('ibex_context_memory_heavy_orgs')).toBe(0);
+      const n = await scrape(b.url);
+      expect(n.value('ibex_context_memory_thread_reads_total')).toBe(0);
+      expect(n.value('ibex_context_memory_heavy_orgs')).toBe(0);
+    } finally {
+      await a.close();
+      await b.close();
+      withThread.stop();
+      without.stop();
+    }
+  });
+});
+
 describe('store-read queue depth and busy rejections (issue 11 item 6)', () => {
   it('a burst of 30 searches on 1 store-read thread (queue 4): the refused ones are counted on /metrics', async () => {
     const { store, dir, file } = tempStore();
