@@ -134,8 +134,9 @@ function hotThroughCache(
  * Builds the sources for `settings`:
  * - memory: {@link RoutedMemorySource} when `settings.memoryBaseUrl` is set (orgs with large bodies
  *   read in the memory-fetch thread; {@link HttpMemorySource}, all on the event loop, with
- *   `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch timeouts), else {@link PgMemorySource} when `settings.postgres.url` is set
- *   (issue 15), else {@link EmbeddedMemorySource} on `settings.embeddedDb`;
+ *   `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch timeouts), else
+ *   {@link PgMemorySource} when `settings.postgres.url` is set (issue 15), else
+ *   {@link EmbeddedMemorySource} on `settings.embeddedDb`;
  * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
  *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
  *   set, else {@link EmbeddedDirectiveSource}.
