@@ -49,9 +49,16 @@ export default async function memoryFetch(task: MemoryFetchTask): Promise<Memory
       task.op === 'hot'
         ? await source.hot(task.orgId, task.agentId, controller.signal)
         : await source.search(task.orgId, task.agentId, task.query, controller.signal);
-    const contents = bytesInPlace(value.hits);
+    // Contents cross as bytes, transferred: those decoded here are encoded now; those the body-decoder
+    // thread sent are already views on a buffer of their own, which goes on as it came.
+    const transfer = new Set<ArrayBuffer>();
+    const encoded = bytesInPlace(value.hits);
+    if (encoded !== null) transfer.add(encoded);
+    for (const hit of value.hits)
+      if (hit.content instanceof Uint8Array && hit.content.buffer instanceof ArrayBuffer)
+        transfer.add(hit.content.buffer);
     const result: MemoryFetchResult = { ok: true, value };
-    return contents === null ? result : transferred(result, [contents]);
+    return transfer.size === 0 ? result : transferred(result, [...transfer]);
   } catch (err) {
     if (controller.signal.aborted) return { ok: false, code: 'cancelled' };
     if (err instanceof BranchError)
