@@ -1,16 +1,19 @@
 /**
  * Body-decoder worker (issue 9 item 2): parses, bounds and validates large memory-service bodies off the
  * gRPC event loop, and hands the hits back with their contents as UTF-8 bytes (content-bytes.ts). Imports
- * only the retrieval validation code, the message-buffer size and the result-transfer helper (types
- * aside), never the server or the pool client.
+ * only the retrieval validation code, the message-buffer size, the thread namer and the result-transfer
+ * helper (types aside), never the server or the pool client.
  */
 
+import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
 import { bytesInPlace } from '../src/retrieval/content-bytes.js';
 import { decodeMemoryBody } from '../src/retrieval/validate.js';
 import { POOLED_MESSAGE_FROM_BYTES } from '../src/util/message-buffers.js';
+
+nameThisThread(THREAD_NAMES.decoder);
 
 /**
  * Piscina task entry point: the hits, or the branch error as data (classes do not survive the clone),

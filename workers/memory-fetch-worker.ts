@@ -5,6 +5,7 @@
  * and the result-transfer helper, never the server or the pool client.
  */
 import { workerData } from 'piscina';
+import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 import { BodyDecoder } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
@@ -16,6 +17,8 @@ import type {
   MemoryFetchTask,
 } from '../src/retrieval/memory-http-thread.js';
 import type { ValidatedHits } from '../src/retrieval/validate.js';
+
+nameThisThread(THREAD_NAMES.memory);
 
 // Large bodies still go to the body-decoder thread, fair across orgs: parsed here, a 6 MB body would stop
 // this thread's I/O for every org's reads for tens of ms (bench:isolation: the quiet org's L0 under the

@@ -7,8 +7,16 @@
  */
 import { writeFileSync } from 'node:fs';
 
-/** Thread names the benches look for (see bench/lib/thread-cpu.ts). */
-export const THREAD_NAMES = { pool: 'ibex-pool', store: 'ibex-store' } as const;
+/**
+ * Names of the service's own threads, for `top -H` and `/proc` (the benches split CPU by `pool` and
+ * `store`, bench/lib/thread-cpu.ts; the others count there as other threads).
+ */
+export const THREAD_NAMES = {
+  pool: 'ibex-pool',
+  store: 'ibex-store',
+  decoder: 'ibex-decoder',
+  memory: 'ibex-memory',
+} as const;
 
 /** Renames the calling thread; never throws. */
 export function nameThisThread(name: string): void {
