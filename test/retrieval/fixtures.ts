@@ -138,3 +138,14 @@ export function retrieveEmbedded(
 ): Promise<RetrievalResult> {
   return retrieve(embeddedSources(store), req, t, new AbortController().signal);
 }
+
+/** Memory-server faults all off (`startMemoryServer`'s `setFaults`), to reset a server between cases. */
+export const NO_FAULTS = {
+  latencyMs: 0,
+  latencyDist: 'fixed',
+  latencyRoute: 'both',
+  errorRate: 0,
+  malformedRate: 0,
+  plantForeign: false,
+  plantInvalid: false,
+} as const;

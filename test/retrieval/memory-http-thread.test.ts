@@ -17,7 +17,7 @@ import {
   ThreadedMemorySource,
 } from '../../src/retrieval/memory-http-thread.js';
 import type { ValidatedHits } from '../../src/retrieval/validate.js';
-import { memoriesOf, memoryRow, removeTempDir, tempStore } from './fixtures.js';
+import { memoriesOf, memoryRow, NO_FAULTS, removeTempDir, tempStore } from './fixtures.js';
 
 const TOKEN = `tok-${randomUUID()}`;
 const ORG = randomUUID();
@@ -25,15 +25,6 @@ const AGENT = randomUUID();
 /** An org whose memory service answers large bodies: 20 memories of 10,000 characters (~200 KB). */
 const HEAVY_ORG = randomUUID();
 const HEAVY_AGENT = randomUUID();
-const NO_FAULTS = {
-  latencyMs: 0,
-  latencyDist: 'fixed',
-  latencyRoute: 'both',
-  errorRate: 0,
-  malformedRate: 0,
-  plantForeign: false,
-  plantInvalid: false,
-} as const;
 
 let store: EmbeddedStore;
 let dir: string;

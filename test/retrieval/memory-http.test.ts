@@ -14,21 +14,12 @@ import {
   retrieve,
 } from '../../src/retrieval/retrieve.js';
 import { createSources, EmbeddedDirectiveSource } from '../../src/retrieval/sources.js';
-import { bundle, memoriesOf, removeTempDir, tempStore } from './fixtures.js';
+import { bundle, memoriesOf, NO_FAULTS, removeTempDir, tempStore } from './fixtures.js';
 
 const TOKEN = `tok-${randomUUID()}`;
 const ORG = randomUUID();
 const AGENT = randomUUID();
 const VERSION = randomUUID();
-const NO_FAULTS = {
-  latencyMs: 0,
-  latencyDist: 'fixed',
-  latencyRoute: 'both',
-  errorRate: 0,
-  malformedRate: 0,
-  plantForeign: false,
-  plantInvalid: false,
-} as const;
 
 let store: EmbeddedStore;
 let dir: string;
