@@ -9,6 +9,8 @@ import { bruteForce, type Item, idsOf, toInput } from './pack-helpers.js';
 
 /** Greedy fallback of SPEC §8 step 4, written out independently. */
 function greedyScore(items: readonly Item[], budget: number, maxSkips: number): number {
+  // SPEC §8: a budget ≤ 0 gives an empty result, zero-token candidates included (as the packer does).
+  if (budget <= 0) return 0;
   const sorted = [...items].sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   let left = budget;
   let skips = 0;
