@@ -18,7 +18,7 @@ import { projectRoot } from '../pool/worker-file.js';
 import { monotonicNow } from '../util/clock.js';
 import { INLINE_BODY_BYTES } from './body-decoder.js';
 import { BranchError, type BranchErrorCode, BranchErrors } from './branch-error.js';
-import { HttpMemorySource, type HttpMemorySourceOptions } from './memory-http.js';
+import { HttpMemorySource, type HttpMemorySourceOptions, memoryBaseUrl } from './memory-http.js';
 import type { MemorySource } from './retrieve.js';
 import type { ValidatedHits } from './validate.js';
 
@@ -62,10 +62,7 @@ export class ThreadedMemorySource implements MemorySource {
    * @throws TypeError when `config.baseUrl` is not an absolute http(s) URL (checked here, not in the thread).
    */
   constructor(config: MemoryFetchConfig, filename = resolveMemoryFetchWorkerFile()) {
-    const url = new URL(config.baseUrl);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      throw new TypeError('memory base URL must be http or https');
-    }
+    memoryBaseUrl(config.baseUrl);
     this.#config = config;
     this.#filename = filename;
   }

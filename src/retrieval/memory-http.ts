@@ -59,6 +59,18 @@ export interface HttpMemorySourceOptions {
 
 type Branch = 'hot' | 'cold';
 
+/**
+ * The memory service's base URL, checked: an absolute http(s) URL (both memory clients build on it).
+ * @throws TypeError for any other URL (or no URL).
+ */
+export function memoryBaseUrl(baseUrl: string): URL {
+  const url = new URL(baseUrl);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new TypeError('memory base URL must be http or https');
+  }
+  return url;
+}
+
 function jsonString(value: string): string {
   return JSON.stringify(value);
 }
@@ -78,10 +90,7 @@ export class HttpMemorySource implements MemorySource {
 
   /** @throws TypeError when `baseUrl` is not an absolute http(s) URL. */
   constructor(options: HttpMemorySourceOptions) {
-    const url = new URL(options.baseUrl);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      throw new TypeError('memory base URL must be http or https');
-    }
+    const url = memoryBaseUrl(options.baseUrl);
     this.#prefix = url.pathname.replace(/\/+$/, '');
     this.#auth = `Bearer ${options.token}`;
     this.#hotTimeoutMs = options.hotTimeoutMs;
