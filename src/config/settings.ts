@@ -86,7 +86,15 @@ export interface PoolSettings {
   idleTimeoutMs: number;
   /** Worker heap limit (resourceLimits.maxOldGenerationSizeMb). */
   maxOldGenerationMb: number;
+  /**
+   * Bytes of text (candidates' and history) from which a CPU task is large: large tasks hold at most all
+   * threads but one (src/pool/pool-client.ts); 0 = no such limit. Default {@link LARGE_TASK_BYTES}.
+   */
+  largeTaskBytes?: number;
 }
+
+/** Default of {@link PoolSettings.largeTaskBytes}: 1 MiB, the size from which requests are large messages. */
+export const LARGE_TASK_BYTES = 1024 * 1024;
 
 /** PostgreSQL store settings (issue 15). */
 export interface PostgresSettings {
@@ -287,6 +295,7 @@ export function loadSettings(env: Env = process.env): Settings {
         ['IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB'],
         256,
       ),
+      largeTaskBytes: parseWith(intText(0), env, ['IBEX_CONTEXT_POOL_LARGE_TASK_BYTES'], LARGE_TASK_BYTES),
     },
     shutdownGraceMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_SHUTDOWN_GRACE_MS'], 10_000),
     cpuStageReserveMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_CPU_STAGE_RESERVE_MS'], 5),

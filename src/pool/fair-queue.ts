@@ -102,6 +102,28 @@ export class FairQueue<T extends FairEntry> {
   }
 
   /**
+   * Takes the next entry in round-robin order that `eligible` accepts: orgs from the cursor, within an
+   * org its oldest eligible entry (an ineligible one keeps its place, and eligible ones of the same org may
+   * pass it). The cursor moves past the org served, as in {@link shift}; when nothing is eligible it stays
+   * and null is returned. O(entries) in the worst case (every entry ineligible), O(1) when the first is.
+   */
+  shiftWhere(eligible: (entry: T) => boolean): T | null {
+    const start = this.#cursor;
+    if (start === null) return null;
+    let line = start;
+    do {
+      for (let e = line.head as T | null; e !== null; e = e.fqNext as T | null) {
+        if (!eligible(e)) continue;
+        this.#cursor = line.next;
+        this.remove(e);
+        return e;
+      }
+      line = line.next;
+    } while (line !== start);
+    return null;
+  }
+
+  /**
    * The newest entry of the org with the most entries waiting (ties: the org met first from the cursor),
    * for shedding the heaviest org when the queue is full. O(orgs).
    */

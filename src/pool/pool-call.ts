@@ -32,6 +32,8 @@ export class Call implements FairEntry {
     opts: CpuRunOptions,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
+    /** A large task (`PoolSettings.largeTaskBytes`): it may not take the last free thread. */
+    readonly large = false,
   ) {
     this.signal = opts.signal;
     this.orgId = opts.orgId ?? '';

@@ -13,9 +13,16 @@
  * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
  * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: SPEC §1 isolation rule,
  * issue 9); the deadline and the caller's AbortSignal withdraw them from it.
+ *
+ * Large tasks (≥ `largeTaskBytes` of text: a multi-MB history or markup-heavy memories, tens of ms each)
+ * hold at most all threads but one. The fair queue orders only what waits: without this, one org's large
+ * calls could fill every thread, and any other org's 0.2 ms task would wait for one of them to finish (in
+ * `bench:isolation` the quiet org's p99 tripled under the heavy-history senders). A large task therefore
+ * waits, in its place, while the other running ones are large, and the last thread stays free for the
+ * small tasks of every org.
  */
 import { Piscina } from 'piscina';
-import type { PoolSettings } from '../config/settings.js';
+import { LARGE_TASK_BYTES, type PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import { armAt, monotonicNow, type Scheduler } from '../util/clock.js';
@@ -94,6 +101,13 @@ export class CpuPool {
   readonly #maxQueue: number;
   readonly #queue = new FairQueue<Call>();
   #running = 0;
+  /** Text bytes from which a task is large; Infinity = no limit. */
+  readonly #largeTaskBytes: number;
+  /** Large tasks that may run at once: all threads but one (all of one thread). */
+  readonly #largeCapacity: number;
+  #largeRunning = 0;
+  /** Whether a queued call may take a free thread now (large ones only within their capacity). */
+  readonly #mayRun = (call: Call): boolean => !call.large || this.#largeRunning < this.#largeCapacity;
   /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
   readonly #busy = new BusyAverage(monotonicNow());
   #closed = false;
@@ -119,6 +133,9 @@ export class CpuPool {
     });
     this.#capacity = settings.maxThreads;
     this.#maxQueue = settings.maxQueue;
+    const largeBytes = settings.largeTaskBytes ?? LARGE_TASK_BYTES;
+    this.#largeTaskBytes = largeBytes > 0 ? largeBytes : Number.POSITIVE_INFINITY;
+    this.#largeCapacity = Math.max(1, settings.maxThreads - 1);
     // Without a listener an 'error' event would throw and take the process down.
     this.#piscina.on('error', (err: Error) => options.onError?.(err));
   }
@@ -207,9 +224,10 @@ export class CpuPool {
         reject(Errors.poolDeadline('withdrawn', noResult('deadline passed before dispatch')));
         return;
       }
-      const call = new Call(input, submitted, input.deadline, opts, resolve, reject);
+      const large = input.text.byteLength + input.history.byteLength >= this.#largeTaskBytes;
+      const call = new Call(input, submitted, input.deadline, opts, resolve, reject, large);
       const { orgId } = call;
-      if (this.#running < this.#capacity && this.#queue.size === 0) {
+      if (this.#running < this.#capacity && this.#queue.size === 0 && this.#mayRun(call)) {
         this.#dispatch(call);
       } else if (
         this.#queue.size >= this.#maxQueue &&
@@ -227,6 +245,8 @@ export class CpuPool {
         call.input = takeOwnership(input);
         call.inputOwnedByCaller = false;
         this.#queue.push(orgId, call);
+        // A thread can be free while large calls wait for their capacity: this call may take it.
+        if (this.#running < this.#capacity) this.#pump();
       }
       this.#arm(call);
       if (signal) {
@@ -296,6 +316,7 @@ export class CpuPool {
 
   #dispatch(call: Call): void {
     call.dispatched = true;
+    if (call.large) this.#largeRunning++;
     this.#setRunning(this.#running + 1);
     // A free slot may still have no thread ready for it (piscina starting one above minThreads, or
     // replacing a dead one): piscina then holds the task briefly, so take the buffers now as promised.
@@ -314,6 +335,7 @@ export class CpuPool {
   }
 
   #onResult(call: Call, output: CpuTaskOutput): void {
+    if (call.large) this.#largeRunning--;
     this.#setRunning(this.#running - 1);
     this.#runUs.recordValue(Math.round(output.run_us));
     if (!call.settled) {
@@ -328,6 +350,7 @@ export class CpuPool {
   }
 
   #onFailure(call: Call, err: unknown): void {
+    if (call.large) this.#largeRunning--;
     this.#setRunning(this.#running - 1);
     if (!call.settled) {
       this.#failed++;
@@ -338,12 +361,14 @@ export class CpuPool {
   }
 
   /**
-   * Hands waiting tasks to free threads, round-robin across orgs and oldest first within one; a task already
-   * at its withdrawal time leaves instead.
+   * Hands waiting tasks to free threads, round-robin across orgs and oldest first within one (a large task
+   * waits while the large capacity is taken, and small ones may pass it); a task already at its withdrawal
+   * time leaves instead.
    */
   #pump(): void {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
-      const call = this.#queue.shift()!;
+      const call = this.#queue.shiftWhere(this.#mayRun);
+      if (call === null) return;
       if (monotonicNow() >= call.deadline - WITHDRAW_LEAD_MS) {
         this.#end(call, noResult('CPU stage deadline reached in the queue'));
         continue;
@@ -363,6 +388,7 @@ export class CpuPool {
     return {
       queueSize: this.#queue.size + this.#piscina.queueSize,
       running: this.#running,
+      largeRunning: this.#largeRunning,
       utilization: this.#busy.value,
       threads: this.#piscina.threads.length,
       capacity: this.#capacity,

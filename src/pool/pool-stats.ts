@@ -23,6 +23,8 @@ export interface PoolStats {
   queueSize: number;
   /** Tasks on a thread now (including abandoned ones still finishing). */
   running: number;
+  /** Of `running`, large tasks (they hold at most all threads but one; pool-client.ts). */
+  largeRunning: number;
   /**
    * Fraction (0..1) of the max threads busy with a task, exponentially weighted over ~5 s. (Not piscina's
    * `utilization`: in 5.3.2 it divides a mean already in ms by 1000 again and reads 1000× too low.)

@@ -113,3 +113,119 @@ describe('CpuPool fairness across orgs (real pool, one thread)', () => {
     await Promise.all([running, ...others]);
   });
 });
+
+/** A task with `bytes` of memory text: large for a pool whose `largeTaskBytes` is at most that. */
+function sized(bytes: number, sleepMs?: number): CpuTaskInput {
+  const input = encodeCandidates(
+    [
+      {
+        memory_id: 'm-big',
+        category: 'factual',
+        content: 'x'.repeat(bytes),
+        score: 0.9,
+        similarity: 0.9,
+        confidence: 0.9,
+        rank: 1,
+        tokens: 20,
+      },
+    ],
+    {
+      budget: 500,
+      dpCellCeiling: 437_570,
+      maxConsecutiveSkips: 5,
+      nonce: 'n',
+      directive: null,
+      recentMessages: [],
+      toolSchemas: [],
+      deadline: monotonicNow() + 30_000,
+    },
+  );
+  return sleepMs === undefined ? input : Object.assign(input, { fault: 'sleep', sleepMs } satisfies Fault);
+}
+
+describe('CpuPool large tasks (real pool, two threads)', () => {
+  const LARGE = 64 * 1024;
+  const base: PoolSettings = {
+    minThreads: 2,
+    maxThreads: 2,
+    maxQueue: 8,
+    idleTimeoutMs: 60_000,
+    maxOldGenerationMb: 128,
+  };
+  const pools: CpuPool[] = [];
+  afterAll(async () => {
+    await Promise.all(pools.map((p) => p.close()));
+  });
+  const start = async (largeTaskBytes: number) => {
+    const pool = await CpuPool.start({ ...base, largeTaskBytes }, { filename: FAULTY });
+    pools.push(pool);
+    return pool;
+  };
+  const tracker = () => {
+    const done: string[] = [];
+    const track = (name: string, p: Promise<unknown>) =>
+      p.then(
+        () => done.push(name),
+        (err: unknown) => done.push(`${name}:${(err as { code?: string }).code}`),
+      );
+    return { done, track };
+  };
+
+  it("keeps a thread for small tasks while one org's large tasks wait for the other one", async () => {
+    const pool = await start(LARGE);
+    const { done, track } = tracker();
+    const noisy = [0, 1, 2].map((i) => track(`noisy-${i}`, pool.run(sized(LARGE, 300), { orgId: NOISY })));
+    // Only one large task runs; the others wait although a thread is free.
+    expect(pool.stats()).toMatchObject({ running: 1, largeRunning: 1, queueSize: 2 });
+    // A small task of another org takes the free thread at once, and so does a small one of the same org.
+    const quiet = track('quiet', pool.run(sized(100), { orgId: QUIET }));
+    expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 1, queueSize: 2 });
+    await quiet;
+    const ownSmall = track('noisy-small', pool.run(sized(100), { orgId: NOISY }));
+    expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 1 });
+    await Promise.all([...noisy, ownSmall]);
+    // The small tasks finished while the first large one still held its thread (it sleeps 300 ms).
+    expect(done).toEqual(['quiet', 'noisy-small', 'noisy-0', 'noisy-1', 'noisy-2']);
+    expect(pool.stats()).toMatchObject({ running: 0, largeRunning: 0, queueSize: 0, completed: 5 });
+  });
+
+  it('runs as many large tasks as threads when largeTaskBytes is 0, and a small task then waits', async () => {
+    const pool = await start(0);
+    const { done, track } = tracker();
+    const noisy = [100, 400].map((ms, i) =>
+      track(`noisy-${i}`, pool.run(sized(LARGE, ms), { orgId: NOISY })),
+    );
+    expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 0, queueSize: 0 });
+    const quiet = track('quiet', pool.run(sized(100), { orgId: QUIET }));
+    expect(pool.stats().queueSize).toBe(1);
+    await Promise.all([...noisy, quiet]);
+    // The small task had to wait for the first large one to end.
+    expect(done).toEqual(['noisy-0', 'quiet', 'noisy-1']);
+  });
+
+  it('counts history bytes too, and a small task below the size is never held back', async () => {
+    const pool = await start(LARGE);
+    // One user message of LARGE bytes, as the service sends history: bytes and spans.
+    const source = new TextEncoder().encode(`user${'h'.repeat(LARGE)}`);
+    const history = encodeCandidates(
+      [],
+      {
+        budget: 500,
+        dpCellCeiling: 437_570,
+        maxConsecutiveSkips: 5,
+        nonce: 'n',
+        directive: null,
+        recentMessages: [],
+        toolSchemas: [],
+        deadline: monotonicNow() + 30_000,
+      },
+      { source, spans: Uint32Array.of(0, 4, 4, 4 + LARGE), count: 1, contentPending: false },
+    );
+    expect(history.history.byteLength).toBe(LARGE + 4);
+    const first = pool.run(Object.assign(history, { fault: 'sleep', sleepMs: 100 } satisfies Fault));
+    const second = pool.run(sized(LARGE - 1024, 100));
+    // The history-only task is large; the other, just under the size, takes the second thread.
+    expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 1, queueSize: 0 });
+    await Promise.all([first, second]);
+  });
+});

@@ -118,6 +118,57 @@ describe('FairQueue (CPU pool line, fair across orgs)', () => {
     );
   });
 
+  it('shiftWhere serves the oldest eligible entry of the first org (from the cursor) that has one, else null', () => {
+    // Reference: the orgs in rotation order from the cursor, each org's line oldest first. The real
+    // queue's rotation is observed by shifting a copy of the same pushes, so only eligibility is modelled.
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 3 }), fc.boolean()), { maxLength: 40 }),
+        fc.array(fc.boolean(), { maxLength: 40 }),
+        (pushes, flips) => {
+          const q = new FairQueue<Item & { ok: boolean }>();
+          const lines = new Map<string, (Item & { ok: boolean })[]>();
+          const rotation: string[] = [];
+          pushes.forEach(([o, ok], seq) => {
+            const org = `org-${o}`;
+            const item = { ...unqueued(), org, seq, ok };
+            q.push(org, item);
+            if (!lines.has(org)) {
+              lines.set(org, []);
+              rotation.push(org);
+            }
+            lines.get(org)!.push(item);
+          });
+          for (const flip of flips) {
+            // Eligibility changes between calls (a large task's capacity frees up, then fills again).
+            if (flip) for (const line of lines.values()) for (const it of line) it.ok = !it.ok;
+            const got = q.shiftWhere((e) => e.ok);
+            let expected: (Item & { ok: boolean }) | null = null;
+            let servedAt = -1;
+            for (let i = 0; i < rotation.length && expected === null; i++) {
+              const hit = lines.get(rotation[i]!)!.find((e) => e.ok);
+              if (hit) {
+                expected = hit;
+                servedAt = i;
+              }
+            }
+            expect(got).toBe(expected);
+            if (expected === null) continue;
+            const line = lines.get(expected.org)!;
+            line.splice(line.indexOf(expected), 1);
+            // The cursor moves past the org served; an org whose line empties leaves the rotation.
+            const next = [...rotation.slice(servedAt + 1), ...rotation.slice(0, servedAt + 1)];
+            rotation.length = 0;
+            for (const org of next) if (lines.get(org)!.length > 0) rotation.push(org);
+            for (const org of [...lines.keys()]) if (lines.get(org)!.length === 0) lines.delete(org);
+            expect(q.size).toBe([...lines.values()].reduce((n, l) => n + l.length, 0));
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
   it('names the newest entry of the longest line for shedding, and refuses a double push', () => {
     const q = new FairQueue<Item>();
     const a = [0, 1, 2].map((seq) => ({ ...unqueued(), org: 'a', seq }));

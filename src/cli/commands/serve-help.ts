@@ -143,6 +143,10 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'worker heap limit, MB',
     default: (s) => String(s.pool.maxOldGenerationMb),
   },
+  IBEX_CONTEXT_POOL_LARGE_TASK_BYTES: {
+    meaning: 'CPU tasks with this many bytes of text hold all pool threads but one at most (0 = off)',
+    default: (s) => String(s.pool.largeTaskBytes),
+  },
   IBEX_CONTEXT_SHUTDOWN_GRACE_MS: {
     meaning: 'SIGTERM: time in-flight calls get to finish',
     default: (s) => ms(s.shutdownGraceMs),
