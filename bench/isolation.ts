@@ -6,6 +6,7 @@ import { Bench } from 'tinybench';
 import { stringFlags } from '../src/cli/command-args.js';
 import { type LoadReport, runLoad } from '../src/client/load-driver.js';
 import { cyclingSource } from '../src/client/request-source.js';
+import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { type CpuTaskScalars, encodeCandidates } from '../src/pool/cpu-batch.js';
 import { bytesInPlace, type MemoryContent } from '../src/retrieval/content-bytes.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
@@ -15,6 +16,7 @@ import {
   type BenchFlagValues,
   benchOptions,
   machineInfo,
+  parseEnvPairs,
   parseNumber,
   runBenchMain,
   tempDir,
@@ -224,9 +226,16 @@ const USAGE = `usage: npm run bench:isolation -- [options]
   --quiet-rate <r>        the quiet org's calls per second (default 25)
   --noisy-rate <r>        the noisy org's calls per second, per heavy kind (default 10)
   --noisy-timeout-ms <ms> the noisy caller's own deadline (default ${NOISY_TIMEOUT_MS})
+  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable), e.g. an A/B of one
+  --plain-node            start the service without its node flags (SERVICE_NODE_FLAGS, as npm start gives
+                          them): the A side of an A/B of those flags
   --out <dir>             where isolation.json goes (default bench/results)`;
 
-const FLAGS = stringFlags('seconds', 'quiet-rate', 'noisy-rate', 'noisy-timeout-ms', 'out');
+const FLAGS = {
+  ...stringFlags('seconds', 'quiet-rate', 'noisy-rate', 'noisy-timeout-ms', 'out'),
+  'plain-node': { type: 'boolean' },
+  'service-env': { type: 'string', multiple: true },
+} as const;
 
 /** The bench's options, resolved. @throws Error naming a bad flag. */
 function parseOptions(values: BenchFlagValues<typeof FLAGS>) {
@@ -238,6 +247,8 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>) {
     // BENCH_DEADLINE_MS for every call, and the quiet org keeps BENCH_DEADLINE_MS as its deadline.
     noisyTimeoutMs: parseNumber('--noisy-timeout-ms', values['noisy-timeout-ms'] ?? String(NOISY_TIMEOUT_MS)),
     out: path.resolve(values.out ?? projectPath('bench/results')),
+    plainNode: values['plain-node'] === true,
+    serviceEnv: parseEnvPairs(values['service-env'] ?? []),
   };
 }
 
@@ -267,11 +278,17 @@ async function main(): Promise<number> {
   const { worker: memoryWorker, memoryUrl } = await startAttacker({ ...attackerData, role: 'memory' });
   const { worker } = await startAttacker({ ...attackerData, role: 'sender' });
   const dir = tempDir('ibex-isolation-');
-  const { service } = await startBenchService(dir, {
-    IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
-    IBEX_CONTEXT_MEMORY_BASE_URL: memoryUrl,
-    IBEX_CONTEXT_MEMORY_API_TOKEN: 'bench-isolation-token',
-  });
+  const { service } = await startBenchService(
+    dir,
+    {
+      IBEX_CONTEXT_TIMEOUT: String(BENCH_DEADLINE_MS),
+      IBEX_CONTEXT_MEMORY_BASE_URL: memoryUrl,
+      IBEX_CONTEXT_MEMORY_API_TOKEN: 'bench-isolation-token',
+      ...opts.serviceEnv,
+    },
+    {},
+    { plainNode: opts.plainNode },
+  );
   try {
     console.log(`service pid ${service.pid} on ${service.grpcAddr}; memory service ${memoryUrl}`);
     // Warm-up: connections, JIT, the body-decoder thread; not recorded.
@@ -357,6 +374,8 @@ async function main(): Promise<number> {
         client_deadline_ms: BENCH_DEADLINE_MS,
         server_timeout_ms: BENCH_DEADLINE_MS,
         noisy_client_deadline_ms: noisyTimeoutMs,
+        service_node_flags: opts.plainNode ? [] : SERVICE_NODE_FLAGS,
+        service_env: opts.serviceEnv,
       },
       targets: TARGETS,
       checks,

@@ -28,6 +28,7 @@ import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
 import { type TransportName, transportFlag } from '../src/client/load-transport.js';
+import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -114,6 +115,7 @@ async function main(argv: string[]): Promise<number> {
     db,
     env: serviceEnv,
     nodeArgs: [...opts.nodeArgs, ...(opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : [])],
+    plainNode: opts.plainNode,
   });
   const rows: StepRow[] = [];
   let h2: H2loadResult | null = null;
@@ -199,7 +201,7 @@ async function main(argv: string[]): Promise<number> {
       pool_threads: rows[0]?.server.pool_threads ?? null,
       p99_target_ms: opts.p99TargetMs,
       service_env: serviceEnv,
-      node_args: opts.nodeArgs,
+      node_args: [...(opts.plainNode ? [] : SERVICE_NODE_FLAGS), ...opts.nodeArgs],
       driver: 'in the bench process (one thread), service in a child process',
     },
     data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },

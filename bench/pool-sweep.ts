@@ -163,7 +163,12 @@ async function main(argv: string[]): Promise<number> {
       IBEX_CONTEXT_POOL_MIN_THREADS: String(threads),
       IBEX_CONTEXT_POOL_MAX_THREADS: String(threads),
     };
-    const service = await startServiceProcess({ db, env, nodeArgs: opts.nodeArgs });
+    const service = await startServiceProcess({
+      db,
+      env,
+      nodeArgs: opts.nodeArgs,
+      plainNode: opts.plainNode,
+    });
     try {
       // Repeats interleave the rates, so a burst of noise on the shared machine hits one run, not a cell.
       for (let repeat = 1; repeat <= opts.repeats; repeat++) {

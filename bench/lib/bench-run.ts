@@ -111,6 +111,7 @@ const SERVICE_LOAD_FLAGS = {
   ...stringFlags('locomo', 'connections', 'timeout', 'out'),
   'service-env': { type: 'string', multiple: true },
   'node-arg': { type: 'string', multiple: true },
+  'plain-node': { type: 'boolean' },
 } as const;
 
 /** Usage lines of {@link SERVICE_LOAD_FLAGS} but `--out` (whose text names the bench's files). */
@@ -121,6 +122,8 @@ const SERVICE_LOAD_USAGE = [
   '  --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable)',
   '  --node-arg <flag>       extra node/V8 flag of the service process, e.g. --node-arg=--single-threaded-gc',
   '                          (repeatable)',
+  '  --plain-node            start the service without its own node flags (SERVICE_NODE_FLAGS, as npm start',
+  '                          gives them): the A side of an A/B of those flags',
 ].join('\n');
 
 /** {@link SERVICE_LOAD_FLAGS} resolved. */
@@ -135,6 +138,8 @@ export interface ServiceLoadOptions {
   serviceEnv: Record<string, string>;
   /** Extra `node` flags of the service process (`--node-arg`: GC and JIT experiments). */
   nodeArgs: string[];
+  /** Start the service without SERVICE_NODE_FLAGS (`--plain-node`). */
+  plainNode: boolean;
   /** Absolute directory the results go to (default bench/results). */
   out: string;
 }
@@ -162,6 +167,7 @@ function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>):
     timeoutMs: parseNumber('--timeout', values.timeout ?? '1000'),
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
     nodeArgs: nodeArgsOf(values['node-arg'] ?? []),
+    plainNode: values['plain-node'] === true,
     out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }

@@ -12,17 +12,18 @@ import { numberFlag } from '../../src/client/cli-options.js';
 import { type BenchData, type BenchDataOptions, seedStore } from './bench-data.js';
 import { machineInfo, tempDir } from './bench-run.js';
 import { type findSaturation, resolveSaturation } from './ramp.js';
-import { type ServiceProcess, startServiceProcess } from './service-process.js';
+import { type ServiceProcess, type ServiceProcessOptions, startServiceProcess } from './service-process.js';
 
 /** Seeds a store in `dir` and starts `serve` on it with production timings unless `env` says otherwise. */
 export async function startBenchService(
   dir: string,
   env: Record<string, string> = {},
   data: BenchDataOptions = {},
+  process: Pick<ServiceProcessOptions, 'plainNode'> = {},
 ): Promise<{ service: ServiceProcess; data: BenchData }> {
   const db = path.join(dir, 'bench.db');
   const seeded = seedStore(db, data);
-  const service = await startServiceProcess({ db, env });
+  const service = await startServiceProcess({ db, env, ...process });
   return { service, data: seeded };
 }
 

@@ -11,6 +11,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
 import { projectPath } from './paths.js';
 
 /** Options of {@link startServiceProcess}. */
@@ -25,6 +26,8 @@ export interface ServiceProcessOptions {
   logLevel?: string;
   /** Extra `node` flags of the child, e.g. `--cpu-prof --cpu-prof-dir=<dir>`. */
   nodeArgs?: string[];
+  /** Start node without the service's own flags (SERVICE_NODE_FLAGS, as `npm start` gives them): A/B runs. */
+  plainNode?: boolean;
 }
 
 /** CPU time of the child, seconds: the whole process and its main thread alone. */
@@ -152,7 +155,12 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
   };
   const child = spawn(
     process.execPath,
-    [...(opts.nodeArgs ?? []), projectPath('dist/src/cli/main.js'), 'serve'],
+    [
+      ...(opts.plainNode ? [] : SERVICE_NODE_FLAGS),
+      ...(opts.nodeArgs ?? []),
+      projectPath('dist/src/cli/main.js'),
+      'serve',
+    ],
     {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -4,6 +4,7 @@
  */
 import os from 'node:os';
 import { type AuthSetup, setupAuth } from '../../auth/setup-auth.js';
+import { missingServiceNodeFlags } from '../../config/node-flags.js';
 import { loadSettings } from '../../config/settings.js';
 import { startService } from '../../server/service.js';
 import { createLogger } from '../../telemetry/logger.js';
@@ -33,6 +34,14 @@ export async function run(argv: string[]): Promise<number> {
     logger.warn(
       { pool_max_threads: settings.pool.maxThreads, cores },
       'IBEX_CONTEXT_POOL_MAX_THREADS exceeds the cores available; threads beyond the cores add context switches, not throughput',
+    );
+  }
+  const missing = missingServiceNodeFlags();
+  if (missing.length > 0) {
+    // Allowed (the service works) but the event loop pays for it under large uploads.
+    logger.warn(
+      { missing_node_flags: missing },
+      'node was started without the flags npm start and the Dockerfile give it; expect frequent main-thread mark-compacts under large requests (README "Main-thread heap")',
     );
   }
   // Before anything heavy starts: a bad TLS/token file or an unauthenticated public address exits 1 here.

@@ -1,0 +1,34 @@
+/**
+ * The service's node flags (src/config/node-flags.ts): every way the project starts the service gives them,
+ * and `serve` can tell when they are missing.
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { missingServiceNodeFlags, SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
+import { projectRoot } from '../../src/pool/worker-file.js';
+
+const read = (file: string) => readFileSync(`${projectRoot()}/${file}`, 'utf8');
+
+describe('service node flags', () => {
+  it('are given by npm start and by the Dockerfile entrypoint, before the script', () => {
+    const start: string = JSON.parse(read('package.json')).scripts.start;
+    expect(start).toBe(`exec node ${SERVICE_NODE_FLAGS.join(' ')} dist/src/cli/main.js serve`);
+    const entrypoint = read('Dockerfile')
+      .split('\n')
+      .find((line) => line.startsWith('ENTRYPOINT'));
+    expect(JSON.parse(entrypoint!.slice('ENTRYPOINT'.length))).toEqual([
+      'node',
+      ...SERVICE_NODE_FLAGS,
+      'dist/src/cli/main.js',
+    ]);
+  });
+
+  it('are missing by name, whatever value or spelling (_ for -) was given', () => {
+    expect(missingServiceNodeFlags([])).toEqual(['--initial-old-space-size=128']);
+    expect(missingServiceNodeFlags(['--inspect', '--max-old-space-size=512'])).toEqual([
+      '--initial-old-space-size=128',
+    ]);
+    expect(missingServiceNodeFlags(['--initial-old-space-size=256'])).toEqual([]);
+    expect(missingServiceNodeFlags(['--initial_old_space_size=128'])).toEqual([]);
+  });
+});
