@@ -308,8 +308,13 @@ async function main(): Promise<number> {
     const underAttack = await quietPhase(service, seconds, quietRate);
     const noisy = await attackDone;
 
-    const noisySent = Object.values(noisy).reduce((s, r) => s + r.sent, 0);
-    const noisyAnswered = Object.values(noisy).reduce((s, r) => s + (r.codes.OK ?? 0), 0);
+    // The decode bomb is invalid: its right answer is INVALID_ARGUMENT, checked on its own below. The rate
+    // is over the valid heavy requests, answered OK at any degradation level (issue 9's target).
+    const valid = Object.entries(noisy)
+      .filter(([kind]) => kind !== 'decode_bomb')
+      .map(([, r]) => r);
+    const noisySent = valid.reduce((s, r) => s + r.sent, 0);
+    const noisyAnswered = valid.reduce((s, r) => s + (r.codes.OK ?? 0), 0);
     const p99Ratio = underAttack.p99_ms / Math.max(1e-9, alone.p99_ms);
     const checks = {
       quiet_ok_rate: underAttack.ok_rate >= TARGETS.quiet_ok_rate,
@@ -347,7 +352,7 @@ async function main(): Promise<number> {
       ],
       ['main-thread CPU per noisy memory call', `${mainMsPerMemoryCall} ms (5,000 hits: 2.8 MB; HTML: 6 MB)`],
       [
-        'noisy answered OK',
+        'noisy answered OK (all but the bomb)',
         `${noisyAnswered}/${noisySent} = ${pct(noisyAnswered / Math.max(1, noisySent))}  (≥ 95 %)`,
       ],
     ]);
