@@ -5,6 +5,7 @@
  * the test that checks the README table) without anyone remembering to list it (issue 13).
  */
 import os from 'node:os';
+import { SERVICE_NODE_FLAGS } from '../../config/node-flags.js';
 import { loadSettings, type Settings } from '../../config/settings.js';
 
 /**
@@ -218,6 +219,8 @@ export function serveUsage(): string {
     'configured by these environment variables (an invalid value stops start-up, naming the variable;',
     'timeouts take ms or text such as "45ms" / "0.05s"; of two names the first one set wins).',
     `Defaults shown for this machine (${os.availableParallelism()} cores).`,
+    `Start node with ${SERVICE_NODE_FLAGS.join(' ')} (npm start and the Docker image do; without it serve`,
+    'warns: the main thread then collects its old generation after every large upload).',
     '',
     ...rows.map(([n, def, m]) => `  ${n.padEnd(w0)}  ${def.padEnd(w1)}  ${m}`),
   ].join('\n');
