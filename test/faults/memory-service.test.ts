@@ -154,7 +154,9 @@ describe('memory service faults', () => {
       'cold_timeout',
     ]);
     for (const b of res.degradation.branches.slice(1)) {
-      expect(b.latency_ms).toBeGreaterThanOrEqual(WALL_MS - 5);
+      // The wall counts from the call's arrival, a branch's latency from its own start, a little later: on a
+      // loaded machine that gap passed 5 ms (793.4 ms seen). Any other end than the wall would be far shorter.
+      expect(b.latency_ms).toBeGreaterThanOrEqual(WALL_MS - 50);
       expect(b.latency_ms).toBeLessThan(WALL_MS + 1000);
     }
   });

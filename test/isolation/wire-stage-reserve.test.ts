@@ -41,9 +41,9 @@ describe('StageReserve', () => {
     const r = new StageReserve(5);
     const cold = PRIOR_DEGRADED_MS + PRIOR_LATENESS_MS;
     expect(r.degradedMs()).toBe(1.5 * cold + 1);
-    expect(r.degradedMs()).toBe(8.5);
+    expect(r.degradedMs()).toBe(14.5);
     expect(r.degradedMs(4 * 1024 * 1024)).toBe(1.5 * (cold + 4 * PRIOR_DEGRADED_MS_PER_MIB) + 1);
-    expect(r.cpuShareMs(45)).toBe(8.5);
+    expect(r.cpuShareMs(45)).toBe(14.5);
   });
 
   it('a measurement replaces its prior, even a measured 0', () => {
