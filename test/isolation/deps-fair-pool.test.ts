@@ -17,14 +17,17 @@ const FAULTY = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-
 const NOISY = 'aaaaaaaa-0000-4000-8000-000000000001';
 const QUIET = 'bbbbbbbb-0000-4000-8000-000000000002';
 
-/** One small task; `sleepMs` makes it hold its thread like a heavy DP would. */
-function task(sleepMs?: number): CpuTaskInput {
+/**
+ * One task with one memory; `sleepMs` makes it hold its thread like a heavy DP would, and `content` sets its
+ * text (a pool's large-task size counts it).
+ */
+function task(sleepMs?: number, content = 'the quiet tenant remembers this'): CpuTaskInput {
   const input = encodeCandidates(
     [
       {
         memory_id: 'm-1',
         category: 'factual',
-        content: 'the quiet tenant remembers this',
+        content,
         score: 0.9,
         similarity: 0.9,
         confidence: 0.9,
@@ -47,6 +50,17 @@ function task(sleepMs?: number): CpuTaskInput {
   return sleepMs === undefined ? input : Object.assign(input, { fault: 'sleep', sleepMs } satisfies Fault);
 }
 
+/** Completion order of tracked calls: `name`, or `name:CODE` for a rejected one. */
+function tracker() {
+  const done: string[] = [];
+  const track = (name: string, p: Promise<unknown>) =>
+    p.then(
+      () => done.push(name),
+      (err: unknown) => done.push(`${name}:${(err as { code?: string }).code}`),
+    );
+  return { done, track };
+}
+
 describe('CpuPool fairness across orgs (real pool, one thread)', () => {
   let pool: CpuPool;
   const settings: PoolSettings = {
@@ -64,12 +78,7 @@ describe('CpuPool fairness across orgs (real pool, one thread)', () => {
   });
 
   it('serves a quiet org after at most one more heavy call of a flooding org, not after all of them', async () => {
-    const done: string[] = [];
-    const track = (name: string, p: Promise<unknown>) =>
-      p.then(
-        () => done.push(name),
-        (err: unknown) => done.push(`${name}:${(err as { code?: string }).code}`),
-      );
+    const { done, track } = tracker();
     // One running + three queued heavy calls of the noisy org, then one call of the quiet org.
     const noisy = [0, 1, 2, 3].map((i) => track(`noisy-${i}`, pool.run(task(60), { orgId: NOISY })));
     const quiet = track('quiet', pool.run(task(), { orgId: QUIET }));
@@ -114,35 +123,6 @@ describe('CpuPool fairness across orgs (real pool, one thread)', () => {
   });
 });
 
-/** A task with `bytes` of memory text: large for a pool whose `largeTaskBytes` is at most that. */
-function sized(bytes: number, sleepMs?: number): CpuTaskInput {
-  const input = encodeCandidates(
-    [
-      {
-        memory_id: 'm-big',
-        category: 'factual',
-        content: 'x'.repeat(bytes),
-        score: 0.9,
-        similarity: 0.9,
-        confidence: 0.9,
-        rank: 1,
-        tokens: 20,
-      },
-    ],
-    {
-      budget: 500,
-      dpCellCeiling: 437_570,
-      maxConsecutiveSkips: 5,
-      nonce: 'n',
-      directive: null,
-      recentMessages: [],
-      toolSchemas: [],
-      deadline: monotonicNow() + 30_000,
-    },
-  );
-  return sleepMs === undefined ? input : Object.assign(input, { fault: 'sleep', sleepMs } satisfies Fault);
-}
-
 describe('CpuPool large tasks (real pool, two threads)', () => {
   const LARGE = 64 * 1024;
   const base: PoolSettings = {
@@ -161,27 +141,19 @@ describe('CpuPool large tasks (real pool, two threads)', () => {
     pools.push(pool);
     return pool;
   };
-  const tracker = () => {
-    const done: string[] = [];
-    const track = (name: string, p: Promise<unknown>) =>
-      p.then(
-        () => done.push(name),
-        (err: unknown) => done.push(`${name}:${(err as { code?: string }).code}`),
-      );
-    return { done, track };
-  };
-
   it("keeps a thread for small tasks while one org's large tasks wait for the other one", async () => {
     const pool = await start(LARGE);
     const { done, track } = tracker();
-    const noisy = [0, 1, 2].map((i) => track(`noisy-${i}`, pool.run(sized(LARGE, 300), { orgId: NOISY })));
+    const noisy = [0, 1, 2].map((i) =>
+      track(`noisy-${i}`, pool.run(task(300, 'x'.repeat(LARGE)), { orgId: NOISY })),
+    );
     // Only one large task runs; the others wait although a thread is free.
     expect(pool.stats()).toMatchObject({ running: 1, largeRunning: 1, queueSize: 2 });
     // A small task of another org takes the free thread at once, and so does a small one of the same org.
-    const quiet = track('quiet', pool.run(sized(100), { orgId: QUIET }));
+    const quiet = track('quiet', pool.run(task(), { orgId: QUIET }));
     expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 1, queueSize: 2 });
     await quiet;
-    const ownSmall = track('noisy-small', pool.run(sized(100), { orgId: NOISY }));
+    const ownSmall = track('noisy-small', pool.run(task(), { orgId: NOISY }));
     expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 1 });
     await Promise.all([...noisy, ownSmall]);
     // The small tasks finished while the first large one still held its thread (it sleeps 300 ms).
@@ -193,10 +165,10 @@ describe('CpuPool large tasks (real pool, two threads)', () => {
     const pool = await start(0);
     const { done, track } = tracker();
     const noisy = [100, 400].map((ms, i) =>
-      track(`noisy-${i}`, pool.run(sized(LARGE, ms), { orgId: NOISY })),
+      track(`noisy-${i}`, pool.run(task(ms, 'x'.repeat(LARGE)), { orgId: NOISY })),
     );
     expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 0, queueSize: 0 });
-    const quiet = track('quiet', pool.run(sized(100), { orgId: QUIET }));
+    const quiet = track('quiet', pool.run(task(), { orgId: QUIET }));
     expect(pool.stats().queueSize).toBe(1);
     await Promise.all([...noisy, quiet]);
     // The small task had to wait for the first large one to end.
@@ -223,7 +195,7 @@ describe('CpuPool large tasks (real pool, two threads)', () => {
     );
     expect(history.history.byteLength).toBe(LARGE + 4);
     const first = pool.run(Object.assign(history, { fault: 'sleep', sleepMs: 100 } satisfies Fault));
-    const second = pool.run(sized(LARGE - 1024, 100));
+    const second = pool.run(task(100, 'x'.repeat(LARGE - 1024)));
     // The history-only task is large; the other, just under the size, takes the second thread.
     expect(pool.stats()).toMatchObject({ running: 2, largeRunning: 1, queueSize: 0 });
     await Promise.all([first, second]);
