@@ -14,16 +14,19 @@ import { machineInfo, tempDir } from './bench-run.js';
 import { type findSaturation, resolveSaturation } from './ramp.js';
 import { type ServiceProcess, type ServiceProcessOptions, startServiceProcess } from './service-process.js';
 
-/** Seeds a store in `dir` and starts `serve` on it with production timings unless `env` says otherwise. */
+/**
+ * Seeds a store in `dir` and starts `serve` on it with production timings unless `env` says otherwise;
+ * `how.plainNode` starts node without the service flags (A/B runs).
+ */
 export async function startBenchService(
   dir: string,
   env: Record<string, string> = {},
   data: BenchDataOptions = {},
-  process: Pick<ServiceProcessOptions, 'plainNode'> = {},
+  how: Pick<ServiceProcessOptions, 'plainNode'> = {},
 ): Promise<{ service: ServiceProcess; data: BenchData }> {
   const db = path.join(dir, 'bench.db');
   const seeded = seedStore(db, data);
-  const service = await startServiceProcess({ db, env, ...process });
+  const service = await startServiceProcess({ db, env, ...how });
   return { service, data: seeded };
 }
 

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoolSettings } from '../../src/config/settings.js';
 import { isIbexError } from '../../src/errors.js';
-import { type CpuTaskInput, encodeCandidates } from '../../src/pool/cpu-task.js';
+import { type CpuTaskInput, type CpuTaskScalars, encodeCandidates } from '../../src/pool/cpu-task.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
@@ -16,6 +16,21 @@ import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 const FAULTY = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-worker.js');
 const NOISY = 'aaaaaaaa-0000-4000-8000-000000000001';
 const QUIET = 'bbbbbbbb-0000-4000-8000-000000000002';
+
+/** A task's scalars: a 500-token budget, nothing but the candidates and history it is given. */
+function scalars(): CpuTaskScalars {
+  return {
+    budget: 500,
+    dpCellCeiling: 437_570,
+    maxConsecutiveSkips: 5,
+    nonce: 'n',
+    directive: null,
+    recentMessages: [],
+    toolSchemas: [],
+    // Generous: ordering, not speed, is under test (the suite runs on loaded machines).
+    deadline: monotonicNow() + 30_000,
+  };
+}
 
 /**
  * One task with one memory; `sleepMs` makes it hold its thread like a heavy DP would, and `content` sets its
@@ -35,17 +50,7 @@ function task(sleepMs?: number, content = 'the quiet tenant remembers this'): Cp
         tokens: 20,
       },
     ],
-    {
-      budget: 500,
-      dpCellCeiling: 437_570,
-      maxConsecutiveSkips: 5,
-      nonce: 'n',
-      directive: null,
-      recentMessages: [],
-      toolSchemas: [],
-      // Generous: ordering, not speed, is under test (the suite runs on loaded machines).
-      deadline: monotonicNow() + 30_000,
-    },
+    scalars(),
   );
   return sleepMs === undefined ? input : Object.assign(input, { fault: 'sleep', sleepMs } satisfies Fault);
 }
@@ -179,20 +184,12 @@ describe('CpuPool large tasks (real pool, two threads)', () => {
     const pool = await start(LARGE);
     // One user message of LARGE bytes, as the service sends history: bytes and spans.
     const source = new TextEncoder().encode(`user${'h'.repeat(LARGE)}`);
-    const history = encodeCandidates(
-      [],
-      {
-        budget: 500,
-        dpCellCeiling: 437_570,
-        maxConsecutiveSkips: 5,
-        nonce: 'n',
-        directive: null,
-        recentMessages: [],
-        toolSchemas: [],
-        deadline: monotonicNow() + 30_000,
-      },
-      { source, spans: Uint32Array.of(0, 4, 4, 4 + LARGE), count: 1, contentPending: false },
-    );
+    const history = encodeCandidates([], scalars(), {
+      source,
+      spans: Uint32Array.of(0, 4, 4, 4 + LARGE),
+      count: 1,
+      contentPending: false,
+    });
     expect(history.history.byteLength).toBe(LARGE + 4);
     const first = pool.run(Object.assign(history, { fault: 'sleep', sleepMs: 100 } satisfies Fault));
     const second = pool.run(task(100, 'x'.repeat(LARGE - 1024)));
