@@ -40,9 +40,11 @@ describe('metrics on /metrics of a real admin server', () => {
     svc = await startPoolFaultService({
       IBEX_CONTEXT_EMBEDDED_DB: data.db,
       ...fixedPool(2, 3),
-      // The request deadline D is the server's own (800 ms), so the degraded answer at D is not raced
+      // The request deadline D is the server's own (2 s), so the degraded answer at D is not raced
       // by a client-side deadline.
-      IBEX_CONTEXT_TIMEOUT: '800',
+      // 2 s, not 800 ms: in the full suite under two busy loops the pool's miss reached the main thread up
+      // to 31 ms late and the degraded answer took 18 ms more; D keeps 5 % of what is left for that.
+      IBEX_CONTEXT_TIMEOUT: '2000',
     });
   });
   afterAll(async () => {
@@ -73,24 +75,24 @@ describe('metrics on /metrics of a real admin server', () => {
     expect(moved(before, after, DURATION, { code: 'OK' })).toBe(0);
   });
 
-  it('a task running past D (sleep 1500 ms, D 800 ms) is answered OK L2 pool_deadline before D and counted abandoned, not withdrawn', async () => {
+  it('a task running past D (sleep 2600 ms, D 2000 ms) is answered OK L2 pool_deadline before D and counted abandoned, not withdrawn', async () => {
     const before = await scrape(svc.adminUrl);
     const r = await svc.client.assemble(
       request(t, {
         recent_messages: [
-          { role: 'user', content: `${FAULT_PREFIX}sleep:1500` },
+          { role: 'user', content: `${FAULT_PREFIX}sleep:2600` },
           { role: 'user', content: 'Do you remember the lake?' },
         ],
       }),
     );
-    // The task runs past D (800 ms): the pool gives up on it while its thread keeps running, and the
+    // The task runs past D (2 s): the pool gives up on it while its thread keeps running, and the
     // service still answers before D with the degraded L2 answer (SPEC §10 answer guarantee), never
-    // DEADLINE_EXCEEDED: 800 ms leaves far more than the 10 ms the guarantee needs.
+    // DEADLINE_EXCEEDED: 2 s leaves far more than the 10 ms the guarantee needs.
     expect(r.status.code, r.status.details).toBe(status.OK);
     expect(r.response!.degradation.level).toBe('L2');
     expect(r.response!.degradation.reasons).toEqual(['pool_deadline']);
     expect(r.response!.assembled_context).toContain('user: Do you remember the lake?');
-    expect(r.response!.metrics.total_ms).toBeLessThanOrEqual(800);
+    expect(r.response!.metrics.total_ms).toBeLessThanOrEqual(2000);
     const after = await scrape(svc.adminUrl);
     expect(moved(before, after, TASKS, { outcome: 'abandoned' })).toBe(1);
     expect(moved(before, after, TASKS, { outcome: 'withdrawn' })).toBe(0);
