@@ -82,17 +82,34 @@ function installExitHooks(): void {
   }
 }
 
-/** A free TCP port on 127.0.0.1 (bound and released; a race with another process is possible but rare). */
+/**
+ * `count` distinct free TCP ports on 127.0.0.1: all are held bound until every one is picked, then
+ * released (a race with another process is possible but rare). Picked one at a time, bound and released,
+ * the kernel can hand out the same port twice: the service's gRPC and admin ports once collided that way
+ * (EADDRINUSE at start-up, test/retrieval/postgres-serve.test.ts under two busy loops).
+ */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers: net.Server[] = [];
+  try {
+    for (let i = 0; i < count; i++) {
+      const server = net.createServer();
+      server.unref();
+      servers.push(server);
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(0, '127.0.0.1', resolve);
+      });
+    }
+    return servers.map((server) => (server.address() as net.AddressInfo).port);
+  } finally {
+    await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+  }
+}
+
+/** One free TCP port on 127.0.0.1 ({@link freePorts}). */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
+  const [port] = await freePorts(1);
+  return port!;
 }
 
 /**
@@ -141,8 +158,7 @@ export function explainFailure(service: ServiceProcess, err: unknown): Error {
  */
 export async function startServiceProcess(opts: ServiceProcessOptions): Promise<ServiceProcess> {
   installExitHooks();
-  const grpcPort = await freePort();
-  const adminPort = await freePort();
+  const [grpcPort, adminPort] = (await freePorts(2)) as [number, number];
   const grpcAddr = `127.0.0.1:${grpcPort}`;
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   const env = {

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import net from 'node:net';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { freePort } from '../../bench/lib/service-process.js';
 import { directiveKey } from '../../src/retrieval/directive.js';
 import { RedisDirectiveSource } from '../../src/retrieval/directive-redis.js';
 import type { MemorySource, RetrievalTimeouts } from '../../src/retrieval/retrieve.js';
@@ -325,11 +326,3 @@ describe('half-open connection watchdog (issue 11 item 1), on a fake clock', () 
     }
   });
 });
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
-  const { port } = srv.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => srv.close(() => resolve()));
-  return port;
-}
