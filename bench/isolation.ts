@@ -16,6 +16,7 @@ import {
   type BenchFlagValues,
   benchOptions,
   machineInfo,
+  nodeArgsOf,
   parseEnvPairs,
   parseNumber,
   runBenchMain,
@@ -229,12 +230,15 @@ const USAGE = `usage: npm run bench:isolation -- [options]
   --service-env <K=V>     extra IBEX_CONTEXT_* setting of the service (repeatable), e.g. an A/B of one
   --plain-node            start the service without its node flags (SERVICE_NODE_FLAGS, as npm start gives
                           them): the A side of an A/B of those flags
+  --node-arg <flag>       extra node/V8 flag of the service process (repeatable), e.g.
+                          --node-arg=--max-semi-space-size=8
   --out <dir>             where isolation.json goes (default bench/results)`;
 
 const FLAGS = {
   ...stringFlags('seconds', 'quiet-rate', 'noisy-rate', 'noisy-timeout-ms', 'out'),
   'plain-node': { type: 'boolean' },
   'service-env': { type: 'string', multiple: true },
+  'node-arg': { type: 'string', multiple: true },
 } as const;
 
 /** The bench's options, resolved. @throws Error naming a bad flag. */
@@ -249,6 +253,7 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>) {
     out: path.resolve(values.out ?? projectPath('bench/results')),
     plainNode: values['plain-node'] === true,
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
+    nodeArgs: nodeArgsOf(values['node-arg'] ?? []),
   };
 }
 
@@ -287,7 +292,7 @@ async function main(): Promise<number> {
       ...opts.serviceEnv,
     },
     {},
-    { plainNode: opts.plainNode },
+    { plainNode: opts.plainNode, nodeArgs: opts.nodeArgs },
   );
   try {
     console.log(`service pid ${service.pid} on ${service.grpcAddr}; memory service ${memoryUrl}`);
@@ -380,6 +385,7 @@ async function main(): Promise<number> {
         server_timeout_ms: BENCH_DEADLINE_MS,
         noisy_client_deadline_ms: noisyTimeoutMs,
         service_node_flags: opts.plainNode ? [] : SERVICE_NODE_FLAGS,
+        service_node_args: opts.nodeArgs,
         service_env: opts.serviceEnv,
       },
       targets: TARGETS,

@@ -148,7 +148,7 @@ export interface ServiceLoadOptions {
  * `--node-arg` values: each must itself be a flag (`--…`), so a missing `=` cannot swallow the next option.
  * @throws Error naming the flag.
  */
-function nodeArgsOf(args: string[]): string[] {
+export function nodeArgsOf(args: string[]): string[] {
   for (const a of args) {
     if (!a.startsWith('--'))
       throw new Error(`--node-arg takes a node flag such as --single-threaded-gc, got '${a}'`);

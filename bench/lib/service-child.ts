@@ -16,13 +16,13 @@ import { type ServiceProcess, type ServiceProcessOptions, startServiceProcess } 
 
 /**
  * Seeds a store in `dir` and starts `serve` on it with production timings unless `env` says otherwise;
- * `how.plainNode` starts node without the service flags (A/B runs).
+ * `how.plainNode` starts node without the service flags, `how.nodeArgs` adds node/V8 flags (A/B runs).
  */
 export async function startBenchService(
   dir: string,
   env: Record<string, string> = {},
   data: BenchDataOptions = {},
-  how: Pick<ServiceProcessOptions, 'plainNode'> = {},
+  how: Pick<ServiceProcessOptions, 'plainNode' | 'nodeArgs'> = {},
 ): Promise<{ service: ServiceProcess; data: BenchData }> {
   const db = path.join(dir, 'bench.db');
   const seeded = seedStore(db, data);

@@ -26,7 +26,7 @@ import { Piscina } from 'piscina';
 import { LARGE_TASK_BYTES, type PoolSettings } from '../config/settings.js';
 import { Errors } from '../errors.js';
 import type { AbortSignalLike } from '../util/abort.js';
-import { armAt, monotonicNow, type Scheduler } from '../util/clock.js';
+import { afterPendingIo, armAt, monotonicNow, type Scheduler } from '../util/clock.js';
 import { stackless } from '../util/stackless.js';
 import {
   type CpuTaskInput,
@@ -286,7 +286,12 @@ export class CpuPool {
       this.#arm(call);
       return;
     }
-    this.#end(call, noResult('CPU stage deadline reached'));
+    if (!call.dispatched) {
+      this.#end(call, noResult('CPU stage deadline reached'));
+      return;
+    }
+    // The result may already wait in the thread's port behind a late loop turn: read it first.
+    afterPendingIo(() => this.#end(call, noResult('CPU stage deadline reached')));
   }
 
   /**

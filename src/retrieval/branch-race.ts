@@ -12,7 +12,14 @@
  */
 import type { BranchName, BranchOutcome } from '../types.js';
 import type { AbortSignalLike } from '../util/abort.js';
-import { type ArmedTimer, armAt, type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
+import {
+  type ArmedTimer,
+  afterPendingIo,
+  armAt,
+  type Clock,
+  monotonicNow,
+  type Scheduler,
+} from '../util/clock.js';
 import { stackless } from '../util/stackless.js';
 import { isBranchError } from './branch-error.js';
 
@@ -67,6 +74,7 @@ export class BranchRace {
   #timer: ArmedTimer | null = null;
   #armedAt = Number.POSITIVE_INFINITY;
   #abandoned = false;
+  #finished = false;
 
   /**
    * @param wallMs the wall W in ms from now; ≤ 0 (or NaN) ends it at once (`outer_deadline`).
@@ -149,6 +157,7 @@ export class BranchRace {
    * if a branch was abandoned on its own timeout, aborts the shared signal so its read stops. Idempotent.
    */
   finish(): void {
+    this.#finished = true;
     this.#timer?.cancel();
     this.#timer = null;
     this.#caller.removeEventListener('abort', this.#onCaller);
@@ -170,9 +179,16 @@ export class BranchRace {
     this.#timer = this.#scheduler.at(at, this.#onTimer);
   }
 
+  // A deadline is decided after the loop's next poll (afterPendingIo): a store reply already waiting when a
+  // late timer fires still settles its branch `success`.
   readonly #onTimer = (): void => {
     this.#timer = null;
     this.#armedAt = Number.POSITIVE_INFINITY;
+    afterPendingIo(this.#onDue);
+  };
+
+  readonly #onDue = (): void => {
+    if (this.#finished || this.#timer !== null) return;
     const now = this.#clock();
     if (now >= this.#wallAt) {
       this.#endAll(timeoutReason('outer_deadline'));

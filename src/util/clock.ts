@@ -16,6 +16,18 @@ export function monotonicNow(): number {
   return performance.timeOrigin + performance.now();
 }
 
+/**
+ * Runs `fn` once the event loop has polled for I/O, i.e. in this iteration's check phase (`setImmediate`).
+ * For the deadlines that give up on a dependency (the retrieval wall, a CPU task's result): Node runs
+ * timers before the poll phase, so after a stalled loop turn (a GC pause, a long request) the deadline's
+ * timer would fire before a reply that is already waiting in a worker's MessagePort or a socket, and the
+ * call would be answered degraded although its answer had come in time. Deferring the decision by one
+ * poll lets such replies settle first; a reply that has not arrived is not waited for. Issue 10.
+ */
+export function afterPendingIo(fn: () => void): void {
+  setImmediate(fn);
+}
+
 /** Longest delay Node's timers accept (2^31 − 1 ms); a later deadline is reached in steps. */
 const MAX_TIMER_MS = 2_147_483_647;
 

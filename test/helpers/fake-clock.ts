@@ -14,6 +14,17 @@ export interface FakeClock {
   advance(ms: number): void;
 }
 
+/** Every timer function but setImmediate/clearImmediate (see {@link useFakeClock}). */
+const FAKED = [
+  'setTimeout',
+  'clearTimeout',
+  'setInterval',
+  'clearInterval',
+  'Date',
+  'performance',
+  'hrtime',
+] as const;
+
 /** Fake timers for every test of the calling suite, the clock starting at `startMs` each time. */
 export function useFakeClock(startMs: number): FakeClock {
   const fake: FakeClock = {
@@ -25,7 +36,9 @@ export function useFakeClock(startMs: number): FakeClock {
     },
   };
   beforeEach(() => {
-    vi.useFakeTimers();
+    // setImmediate stays real: a deadline decided after the loop's poll (util/clock.ts afterPendingIo) is
+    // decided on the test's next await, with the fake time it fired at (fake timers would queue it 1 ms on).
+    vi.useFakeTimers({ toFake: [...FAKED] });
     fake.now = startMs;
   });
   afterEach(() => {

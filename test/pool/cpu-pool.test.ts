@@ -261,6 +261,23 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(pool.threadIds()).toEqual(ids);
   });
 
+  it('takes a result already waiting when a stalled loop reaches the deadline (issue 10): not abandoned', async () => {
+    const abandonedBefore = pool.stats().abandoned;
+    const input = withFault(typical(30, 40), { fault: 'sleep', sleepMs: 5 });
+    const run = pool.run(input);
+    // The thread answers ~5 ms in; the event loop is blocked until long past the 40 ms deadline (a GC
+    // pause, another call's turn). Node fires due timers before it reads ports: deciding at the timer would
+    // abandon a result that came in time.
+    const until = input.deadline + 400;
+    while (monotonicNow() < until) {
+      // busy
+    }
+    const r = await run;
+    expect(r.output.invalid).toBeNull();
+    expect(Array.from(r.output.selected)).toEqual(Array.from(runCpuTask(typical()).selected));
+    expect(pool.stats().abandoned).toBe(abandonedBefore);
+  });
+
   it('waits for a dispatched task until resultDeadline when the caller gives one (issue 9: its request buffer went along)', async () => {
     const input = withFault(typical(30, 30), { fault: 'sleep', sleepMs: 120 });
     const started = monotonicNow();

@@ -4,6 +4,7 @@
  * own timeout is settled `<name>_timeout` and its read stopped when the retrieval ends; the wall and the
  * caller's abort settle what is left.
  */
+import { MessageChannel } from 'node:worker_threads';
 import { describe, expect, it, vi } from 'vitest';
 import { BranchRace } from '../../src/retrieval/branch-race.js';
 import { useFakeClock } from '../helpers/fake-clock.js';
@@ -133,5 +134,48 @@ describe('BranchRace', () => {
       }),
     ).toMatchObject({ outcome: { status: 'error', detail: 'unexpected TypeError' } });
     open.finish();
+  });
+});
+
+/** Blocks this thread for `ms` of real time, as a GC pause or a long turn of another call would. */
+function stallLoop(ms: number): void {
+  const until = performance.now() + ms;
+  while (performance.now() < until) {
+    // busy: the loop can neither fire timers nor read ports
+  }
+}
+
+describe('BranchRace on the real event loop', () => {
+  it('a reply already waiting when a stalled loop reaches the wall settles its branch success (issue 10)', async () => {
+    const { port1, port2 } = new MessageChannel();
+    try {
+      const race = new BranchRace(5, new AbortController().signal);
+      const reply = new Promise<string>((resolve) => port1.once('message', resolve));
+      const cold = race.run('cold', 45, () => reply);
+      // Posted in time, like a store-read thread's answer; the loop stalls past the wall before reading it.
+      // Node runs due timers before it polls ports: deciding at the timer would say outer_deadline.
+      port2.postMessage('hits');
+      stallLoop(25);
+      await expect(cold).resolves.toMatchObject({
+        outcome: { name: 'cold', status: 'success' },
+        value: 'hits',
+      });
+      // Nothing was abandoned: finishing the race leaves the shared signal alone.
+      race.finish();
+      expect(race.signal.aborted).toBe(false);
+    } finally {
+      port1.close();
+    }
+  });
+
+  it('a reply that has not arrived when the wall passes is not waited for', async () => {
+    const race = new BranchRace(5, new AbortController().signal);
+    const cold = race.run('cold', 45, () => new Promise<string>(() => {}));
+    stallLoop(25);
+    await expect(cold).resolves.toMatchObject({
+      outcome: { name: 'cold', status: 'timeout', detail: 'outer_deadline' },
+    });
+    expect(race.signal.aborted).toBe(true);
+    race.finish();
   });
 });
