@@ -1,8 +1,8 @@
 /**
- * V8 flags the service process starts with (issue 9). They cannot be set from inside a running process
- * (V8 sizes the heap when the isolate is created) nor through NODE_OPTIONS (Node refuses V8 flags it does
- * not list), so `npm start`, the Dockerfile's entrypoint and the benches pass them on node's command line,
- * and `serve` warns when they are missing.
+ * Node/V8 flags the service process starts with (issues 9 and 10). They cannot be set from inside a running
+ * process (V8 sizes the heap and Node its V8 thread pool when they start) and NODE_OPTIONS refuses V8 flags
+ * Node does not list, so `npm start`, the Dockerfile's entrypoint and the benches pass them on node's
+ * command line, and `serve` warns when they are missing.
  *
  * `--initial-old-space-size=128`: the main thread's live heap is ~24 MB, for which V8 sets an old-generation
  * limit of ~47 MB. With the young generation grown to its maximum under multi-MB uploads, the slack under
@@ -12,8 +12,16 @@
  * V8's floor for that limit ("allow V8 to skip full GCs below that threshold"): 128 MB keeps ~100 MB of
  * slack, and the same run had 3 mark-compacts in all. Cost: the old generation may hold up to 128 MB of
  * garbage before it is collected. Figures: README "Main-thread heap".
+ *
+ * `--v8-pool-size=0`: V8's background threads (parallel scavenge and marking helpers, concurrent compiles)
+ * for every isolate of the process — the main thread and each pool and store-read thread — number
+ * available parallelism − 1, at least 1, instead of Node's fixed 4. On two cores the four helpers competed
+ * with the service's own threads: a main-thread scavenge waited in its parallel phase for helpers that had
+ * no core, and the store-read and pool threads lost their cores to other isolates' GC work. Three
+ * interleaved pairs of `bench:load` at 1,000 req/s (4 vs 1 helper): p99 39–40 → 26–31 ms, degraded answers
+ * 238–325 → 55–101 of 20,000, server CPU per call unchanged. Figures: README "V8 helper threads".
  */
-export const SERVICE_NODE_FLAGS: readonly string[] = ['--initial-old-space-size=128'];
+export const SERVICE_NODE_FLAGS: readonly string[] = ['--initial-old-space-size=128', '--v8-pool-size=0'];
 
 /**
  * The {@link SERVICE_NODE_FLAGS} this process was not started with (by flag name: any value counts).
