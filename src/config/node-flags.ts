@@ -20,6 +20,8 @@
  * no core, and the store-read and pool threads lost their cores to other isolates' GC work. Three
  * interleaved pairs of `bench:load` at 1,000 req/s (4 vs 1 helper): p99 39–40 → 26–31 ms, degraded answers
  * 238–325 → 55–101 of 20,000, server CPU per call unchanged. Figures: README "V8 helper threads".
+ * Node 20's libuv reads the affinity mask, not a cgroup CPU quota: docs/scaling.md says how to give a
+ * pod on a large node its own count.
  */
 export const SERVICE_NODE_FLAGS: readonly string[] = ['--initial-old-space-size=128', '--v8-pool-size=0'];
 
