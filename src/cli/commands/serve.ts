@@ -65,17 +65,31 @@ export async function run(argv: string[]): Promise<number> {
     return 1;
   }
   return new Promise<number>((resolve) => {
+    let stopping = false;
+    // Handlers stay until the drain ends: Ctrl-C under `npm start` delivers SIGINT twice (the terminal's
+    // to the whole process group and npm's forwarded copy), and a signal with no handler left would kill
+    // the process mid-drain. Repeats are noted, not acted on: the drain is bounded by itself.
     const onSignal = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        logger.info({ signal }, 'signal received while draining; still draining');
+        return;
+      }
+      stopping = true;
       logger.info({ signal }, 'signal received');
+      const done = (code: number) => {
+        process.off('SIGTERM', onSignal);
+        process.off('SIGINT', onSignal);
+        resolve(code);
+      };
       service.stop().then(
-        () => resolve(0),
+        () => done(0),
         (err: unknown) => {
           logger.error({ err }, 'shutdown failed');
-          resolve(1);
+          done(1);
         },
       );
     };
-    process.once('SIGTERM', onSignal);
-    process.once('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
   });
 }
