@@ -18,19 +18,27 @@
  * available parallelism − 1, at least 1, instead of Node's fixed 4. On two cores the four helpers competed
  * with the service's own threads: a main-thread scavenge waited in its parallel phase for helpers that had
  * no core, and the store-read and pool threads lost their cores to other isolates' GC work. Three
- * interleaved pairs of `bench:load` at 1,000 req/s (4 vs 1 helper): p99 39–40 → 26–31 ms, degraded answers
- * 238–325 → 55–101 of 20,000, server CPU per call unchanged. Figures: README "V8 helper threads".
+ * interleaved pairs of `bench:load` at 1,000 req/s (4 helpers vs this flag's 1): p99 43.2 / 37.8 / 42.6 →
+ * 34.3 / 32.4 / 31.0 ms, degraded answers 360 / 296 / 344 → 124 / 136 / 123 of 20,000, server CPU per call
+ * unchanged. Figures: README "V8 helper threads". Unlike the heap flag, Node accepts this one in
+ * NODE_OPTIONS too, which {@link missingServiceNodeFlags} reads.
  * Node 20's libuv reads the affinity mask, not a cgroup CPU quota: docs/scaling.md says how to give a
  * pod on a large node its own count.
  */
 export const SERVICE_NODE_FLAGS: readonly string[] = ['--initial-old-space-size=128', '--v8-pool-size=0'];
 
 /**
- * The {@link SERVICE_NODE_FLAGS} this process was not started with (by flag name: any value counts).
+ * The {@link SERVICE_NODE_FLAGS} this process was not started with (by flag name: any value counts), on
+ * node's command line or in NODE_OPTIONS.
  * @param execArgv node's own arguments (default `process.execArgv`).
+ * @param nodeOptions the NODE_OPTIONS the process started with (default `process.env.NODE_OPTIONS`).
  * @returns the missing flags as they should be given, `[]` when none is missing.
  */
-export function missingServiceNodeFlags(execArgv: readonly string[] = process.execArgv): string[] {
-  const given = new Set(execArgv.map((arg) => arg.split('=')[0]!.replaceAll('_', '-')));
+export function missingServiceNodeFlags(
+  execArgv: readonly string[] = process.execArgv,
+  nodeOptions: string | undefined = process.env.NODE_OPTIONS,
+): string[] {
+  const args = [...execArgv, ...(nodeOptions ?? '').split(/\s+/)];
+  const given = new Set(args.map((arg) => arg.split('=')[0]!.replaceAll('_', '-')));
   return SERVICE_NODE_FLAGS.filter((flag) => !given.has(flag.split('=')[0]!));
 }

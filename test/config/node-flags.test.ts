@@ -24,11 +24,19 @@ describe('service node flags', () => {
   });
 
   it('are missing by name, whatever value or spelling (_ for -) was given', () => {
-    expect(missingServiceNodeFlags([])).toEqual(['--initial-old-space-size=128', '--v8-pool-size=0']);
-    expect(missingServiceNodeFlags(['--inspect', '--max-old-space-size=512', '--v8-pool-size=2'])).toEqual([
+    expect(missingServiceNodeFlags([], '')).toEqual(['--initial-old-space-size=128', '--v8-pool-size=0']);
+    expect(
+      missingServiceNodeFlags(['--inspect', '--max-old-space-size=512', '--v8-pool-size=2'], ''),
+    ).toEqual(['--initial-old-space-size=128']);
+    expect(missingServiceNodeFlags(['--initial-old-space-size=256'], '')).toEqual(['--v8-pool-size=0']);
+    expect(missingServiceNodeFlags(['--initial_old_space_size=128', '--v8_pool_size=1'], '')).toEqual([]);
+  });
+
+  it('count what NODE_OPTIONS gives (Node accepts --v8-pool-size there)', () => {
+    expect(missingServiceNodeFlags(['--initial-old-space-size=128'], '--v8-pool-size=0')).toEqual([]);
+    expect(missingServiceNodeFlags([], ' --max-old-space-size=512  --v8-pool-size=2 ')).toEqual([
       '--initial-old-space-size=128',
     ]);
-    expect(missingServiceNodeFlags(['--initial-old-space-size=256'])).toEqual(['--v8-pool-size=0']);
-    expect(missingServiceNodeFlags(['--initial_old_space_size=128', '--v8_pool_size=1'])).toEqual([]);
+    expect(missingServiceNodeFlags(['--initial-old-space-size=128'], '')).toEqual(['--v8-pool-size=0']);
   });
 });
