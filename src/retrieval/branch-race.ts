@@ -187,8 +187,10 @@ export class BranchRace {
     afterPendingIo(this.#onDue);
   };
 
+  // Runs whether or not a timer was armed meanwhile: a branch started in between (its deadline already past,
+  // so its timer ran at once) is settled here; a later deadline is re-armed as usual.
   readonly #onDue = (): void => {
-    if (this.#finished || this.#timer !== null) return;
+    if (this.#finished) return;
     const now = this.#clock();
     if (now >= this.#wallAt) {
       this.#endAll(timeoutReason('outer_deadline'));

@@ -95,6 +95,18 @@ describe('BranchRace', () => {
     race.finish();
   });
 
+  it("a branch started between the wall's timer and its decision is settled by that decision", async () => {
+    const race = new BranchRace(40, new AbortController().signal, clock);
+    const h = race.run('hot', 45, () => new Promise<string>(() => {})) as Promise<unknown>;
+    // The wall's timer fires; its decision waits for the loop's poll (afterPendingIo).
+    advance(40);
+    const c = race.run('cold', 45, () => new Promise<string>(() => {})) as Promise<unknown>;
+    await expect(h).resolves.toMatchObject({ outcome: { status: 'timeout', detail: 'outer_deadline' } });
+    await expect(c).resolves.toMatchObject({ outcome: { status: 'timeout', detail: 'outer_deadline' } });
+    expect(race.signal.aborted).toBe(true);
+    race.finish();
+  });
+
   it("the caller's abort ends every branch: outer_deadline for its deadline, cancelled otherwise", async () => {
     for (const [reason, expected] of [
       [
