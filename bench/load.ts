@@ -116,6 +116,7 @@ async function main(argv: string[]): Promise<number> {
     env: serviceEnv,
     nodeArgs: [...opts.nodeArgs, ...(opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : [])],
     plainNode: opts.plainNode,
+    logFile: opts.serviceLog,
   });
   const rows: StepRow[] = [];
   let h2: H2loadResult | null = null;

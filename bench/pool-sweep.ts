@@ -168,6 +168,7 @@ async function main(argv: string[]): Promise<number> {
       env,
       nodeArgs: opts.nodeArgs,
       plainNode: opts.plainNode,
+      logFile: opts.serviceLog === undefined ? undefined : `${opts.serviceLog}.threads-${threads}`,
     });
     try {
       // Repeats interleave the rates, so a burst of noise on the shared machine hits one run, not a cell.

@@ -112,6 +112,7 @@ const SERVICE_LOAD_FLAGS = {
   'service-env': { type: 'string', multiple: true },
   'node-arg': { type: 'string', multiple: true },
   'plain-node': { type: 'boolean' },
+  'service-log': { type: 'string' },
 } as const;
 
 /** Usage lines of {@link SERVICE_LOAD_FLAGS} but `--out` (whose text names the bench's files). */
@@ -124,6 +125,9 @@ const SERVICE_LOAD_USAGE = [
   '                          (repeatable)',
   '  --plain-node            start the service without its own node flags (SERVICE_NODE_FLAGS, as npm start',
   '                          gives them): the A side of an A/B of those flags',
+  '  --service-log <file>    write everything the service prints to <file> (bench:pool-sweep: one file per',
+  '                          pool size, <file>.threads-<n>), e.g. with --node-arg=--trace-gc-nvp for',
+  '                          npm run bench:gc-trace',
 ].join('\n');
 
 /** {@link SERVICE_LOAD_FLAGS} resolved. */
@@ -140,6 +144,8 @@ export interface ServiceLoadOptions {
   nodeArgs: string[];
   /** Start the service without SERVICE_NODE_FLAGS (`--plain-node`). */
   plainNode: boolean;
+  /** Absolute file that receives the service's stdout and stderr (`--service-log`), if any. */
+  serviceLog: string | undefined;
   /** Absolute directory the results go to (default bench/results). */
   out: string;
 }
@@ -168,6 +174,7 @@ function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>):
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
     nodeArgs: nodeArgsOf(values['node-arg'] ?? []),
     plainNode: values['plain-node'] === true,
+    serviceLog: values['service-log'] === undefined ? undefined : path.resolve(values['service-log']),
     out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }

@@ -8,7 +8,7 @@
  * exit 130/143).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { createWriteStream, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
@@ -28,6 +28,8 @@ export interface ServiceProcessOptions {
   nodeArgs?: string[];
   /** Start node without the service's own flags (SERVICE_NODE_FLAGS, as `npm start` gives them): A/B runs. */
   plainNode?: boolean;
+  /** A file that receives everything the child prints (stdout and stderr), truncated at start. */
+  logFile?: string;
 }
 
 /** CPU time of the child, seconds: the whole process and its main thread alone. */
@@ -184,7 +186,9 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
   );
   live.add(child);
   const tail: string[] = [];
+  const log = opts.logFile === undefined ? null : createWriteStream(opts.logFile);
   const keep = (chunk: Buffer) => {
+    log?.write(chunk);
     for (const line of chunk.toString('utf8').split('\n')) {
       if (line.trim() === '') continue;
       tail.push(line);
@@ -193,6 +197,8 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
   };
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
+  // 'close' comes after both streams have ended: nothing is written after it.
+  child.once('close', () => log?.end());
   let exited: { code: number | null; signal: NodeJS.Signals | null } | null = null;
   const exitPromise = new Promise<void>((resolve) => {
     child.once('exit', (code, signal) => {

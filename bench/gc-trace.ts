@@ -1,0 +1,56 @@
+/**
+ * `npm run bench:gc-trace -- --log <file>`: per-isolate GC figures of a service log written with V8's
+ * `--trace-gc-nvp` (bench/lib/gc-trace.ts), e.g. from
+ * `npm run bench:load -- --node-arg=--trace-gc-nvp --service-log /tmp/svc.log …`.
+ */
+import { readFileSync } from 'node:fs';
+import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
+import { benchOptions, parseNumber, runBenchMain } from './lib/bench-run.js';
+import { type GcEvent, parseGcLine, summariseGc } from './lib/gc-trace.js';
+
+const USAGE = `usage: npm run bench:gc-trace -- --log <file> [options]
+  --log <file>            a service log written with --node-arg=--trace-gc-nvp (bench:load --service-log)
+  --after-ms <ms>         skip each isolate's first <ms> of uptime (start-up, warm-up; default 0)
+  --json                  print the summary as JSON`;
+
+const FLAGS = { ...stringFlags('log', 'after-ms'), ...booleanFlags('json') } as const;
+
+function main(argv: string[]): number {
+  const opts = benchOptions(argv, USAGE, FLAGS, (values) => {
+    if (values.log === undefined) throw new Error('--log is required');
+    return {
+      log: values.log,
+      afterMs: parseNumber('--after-ms', values['after-ms'] ?? '0', true),
+      json: values.json ?? false,
+    };
+  });
+  if (typeof opts === 'number') return opts;
+  const events = readFileSync(opts.log, 'utf8')
+    .split('\n')
+    .map(parseGcLine)
+    .filter((e): e is GcEvent => e !== null);
+  if (events.length === 0) {
+    console.error(`${opts.log}: no --trace-gc-nvp lines (was the service started with that flag?)`);
+    return 1;
+  }
+  const summary = summariseGc(events, opts.afterMs);
+  if (opts.json) {
+    console.log(JSON.stringify(summary, null, 2));
+    return 0;
+  }
+  console.log('isolate order 0 is the main thread (it starts first); the others are worker threads');
+  console.table(
+    summary.map((s) => ({
+      isolate: `${s.order} ${s.isolate}`,
+      scavenges: s.scavenges,
+      'pause p50/p90/max ms': `${s.scavenge_pause_ms.p50}/${s.scavenge_pause_ms.p90}/${s.scavenge_pause_ms.max}`,
+      'promoted/scavenge KB': Math.round(s.promoted_per_scavenge_p50 / 1024),
+      'promoted share': s.promoted_share,
+      'mark-compacts': s.mark_compacts,
+      'mc max ms': s.mark_compact_pause_ms.max,
+    })),
+  );
+  return 0;
+}
+
+runBenchMain(async () => main(process.argv.slice(2)));

@@ -1,0 +1,91 @@
+/**
+ * `bench:gc-trace` (bench/lib/gc-trace.ts): parses V8's `--trace-gc-nvp` lines among the service's own log
+ * lines and summarises them per isolate, in order of first appearance, after a per-isolate uptime cut.
+ * The CLI runs compiled (`npm test` builds first).
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseGcLine, summariseGc } from '../../bench/lib/gc-trace.js';
+import { projectPath } from '../../bench/lib/paths.js';
+
+const line = (
+  isolate: string,
+  atMs: number,
+  kind: string,
+  pause: number,
+  allocated: number,
+  promoted: number,
+) =>
+  `[4242:${isolate}]    ${atMs} ms: pause=${pause} mutator=12.5 gc=${kind} reduce_memory=0 ` +
+  `scavenge=0.25 allocated=${allocated} promoted=${promoted} promotion_rate=87.3% unmapper_chunks=0`;
+
+const LOG = [
+  '{"level":40,"msg":"a service log line"}',
+  line('0xaaa', 100, 's', 9, 1_000_000, 500_000), // before the cut
+  line('0xaaa', 2000, 's', 2.5, 12_000_000, 1_500_000),
+  line('0xbbb', 2100, 's', 0.4, 8_000_000, 40_000),
+  line('0xaaa', 2200, 's', 3.5, 12_000_000, 1_600_000),
+  line('0xaaa', 2300, 'mc', 7.25, 0, 0),
+  line('0xaaa', 2400, 's', 1.5, 12_000_000, 1_400_000),
+  'not a trace line',
+].join('\n');
+
+describe('gc-trace summary', () => {
+  it('reads isolate, uptime, kind, pause, allocated and promoted from a trace line; other lines are null', () => {
+    expect(parseGcLine(line('0x5f3e0c0', 51799, 's', 0.3, 7529048, 42744))).toEqual({
+      isolate: '0x5f3e0c0',
+      atMs: 51799,
+      kind: 's',
+      pauseMs: 0.3,
+      allocated: 7529048,
+      promoted: 42744,
+    });
+    expect(parseGcLine('{"level":30,"msg":"listening"}')).toBeNull();
+    expect(parseGcLine('[1:0x1]    5 ms: scavenge 1.2 (2.0) -> 1.0 (3.0) MB')).toBeNull();
+  });
+
+  it('summarises each isolate after the cut, main thread first', () => {
+    const events = LOG.split('\n')
+      .map(parseGcLine)
+      .filter((e) => e !== null);
+    const [main, worker] = summariseGc(events, 1000);
+    expect(main).toEqual({
+      isolate: '0xaaa',
+      order: 0,
+      scavenges: 3,
+      scavenge_pause_ms: { p50: 2.5, p90: 3.5, max: 3.5, total: 7.5 },
+      promoted_per_scavenge_p50: 1_500_000,
+      promoted_share: 0.125,
+      mark_compacts: 1,
+      mark_compact_pause_ms: { max: 7.25, total: 7.25 },
+    });
+    expect(worker).toMatchObject({ isolate: '0xbbb', order: 1, scavenges: 1, promoted_share: 0.005 });
+    // Without the cut the start-up scavenge counts.
+    expect(summariseGc(events)[0]!.scavenges).toBe(4);
+  });
+
+  it('the CLI prints the table, refuses a missing --log (exit 2) and a log without trace lines (exit 1)', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-gc-trace-'));
+    const withTrace = path.join(dir, 'svc.log');
+    const without = path.join(dir, 'plain.log');
+    writeFileSync(withTrace, LOG);
+    writeFileSync(without, '{"level":30,"msg":"listening"}\n');
+    const run = (...args: string[]) =>
+      spawnSync(process.execPath, [projectPath('dist/bench/gc-trace.js'), ...args], {
+        encoding: 'utf8',
+        timeout: 20_000,
+      });
+    const ok = run('--log', withTrace, '--after-ms', '1000', '--json');
+    expect(ok.status).toBe(0);
+    expect(JSON.parse(ok.stdout).map((s: { scavenges: number }) => s.scavenges)).toEqual([3, 1]);
+    const missing = run();
+    expect(missing.status).toBe(2);
+    expect(missing.stderr).toContain('--log is required');
+    const empty = run('--log', without);
+    expect(empty.status).toBe(1);
+    expect(empty.stderr).toContain('no --trace-gc-nvp lines');
+  });
+});
