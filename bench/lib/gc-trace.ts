@@ -3,9 +3,9 @@
  * have one): how many scavenges and mark-compacts, their pauses, and how much a scavenge promotes.
  *
  * Why: at 1,000 req/s the main thread's scavenges took 2.5–3 ms each and promoted ~1.5 MB (12 % of what
- * was allocated), which feeds a mark-compact every ~2 s; a bare grpc-js server promotes almost nothing
- * (README "Where the main thread's GC time goes"). Promotion is what makes both pauses long, and the nvp
- * trace is the only place V8 reports it per collection.
+ * was allocated), which feeds a mark-compact every ~2 s (README "Where the main thread's GC time goes").
+ * Promotion is what makes both pauses long, and the nvp trace is the only place V8 reports it per
+ * collection.
  *
  * A line looks like `[1234:0x5f3e0c0]    51799 ms: pause=0.3 mutator=1134.5 gc=s … allocated=7529048
  * promoted=42744 …`: the bracket names the process and isolate, the ms is the isolate's own uptime.
