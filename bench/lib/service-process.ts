@@ -8,7 +8,7 @@
  * exit 130/143).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { createWriteStream, readFileSync } from 'node:fs';
+import { createWriteStream, openSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
@@ -171,6 +171,8 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
     IBEX_CONTEXT_LOG_LEVEL: opts.logLevel ?? 'warn',
     ...opts.env,
   };
+  // Opened before the child starts: a path that cannot be written fails here, with no child to clean up.
+  const log = opts.logFile === undefined ? null : createWriteStream('', { fd: openSync(opts.logFile, 'w') });
   const child = spawn(
     process.execPath,
     [
@@ -186,7 +188,6 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
   );
   live.add(child);
   const tail: string[] = [];
-  const log = opts.logFile === undefined ? null : createWriteStream(opts.logFile);
   const keep = (chunk: Buffer) => {
     log?.write(chunk);
     for (const line of chunk.toString('utf8').split('\n')) {
@@ -197,8 +198,12 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
   };
   child.stdout?.on('data', keep);
   child.stderr?.on('data', keep);
-  // 'close' comes after both streams have ended: nothing is written after it.
-  child.once('close', () => log?.end());
+  // 'close' comes after both streams have ended: nothing is written after it. stop() waits for the file,
+  // so a bench that exits right after it keeps the log's last lines.
+  const logClosed = new Promise<void>((resolve) => {
+    if (log === null) resolve();
+    else child.once('close', () => log.end(resolve));
+  });
   let exited: { code: number | null; signal: NodeJS.Signals | null } | null = null;
   const exitPromise = new Promise<void>((resolve) => {
     child.once('exit', (code, signal) => {
@@ -213,13 +218,14 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
   let stopping: Promise<void> | undefined;
   const stop = (graceMs = 5000): Promise<void> => {
     stopping ??= (async () => {
-      if (exited) return;
+      if (exited) return logClosed;
       child.kill('SIGTERM');
       const killed = await Promise.race([exitPromise.then(() => false), sleep(graceMs).then(() => true)]);
       if (killed) {
         child.kill('SIGKILL');
         await exitPromise;
       }
+      await logClosed;
     })();
     return stopping;
   };
