@@ -25,7 +25,14 @@ function main(argv: string[]): number {
     };
   });
   if (typeof opts === 'number') return opts;
-  const events = readFileSync(opts.log, 'utf8')
+  let text: string;
+  try {
+    text = readFileSync(opts.log, 'utf8');
+  } catch (err) {
+    console.error(`cannot read --log ${opts.log}: ${(err as Error).message}`);
+    return 1;
+  }
+  const events = text
     .split('\n')
     .map(parseGcLine)
     .filter((e): e is GcEvent => e !== null);
@@ -44,8 +51,8 @@ function main(argv: string[]): number {
       isolate: `${s.order} ${s.isolate}`,
       scavenges: s.scavenges,
       'pause p50/p90/max ms': `${s.scavenge_pause_ms.p50}/${s.scavenge_pause_ms.p90}/${s.scavenge_pause_ms.max}`,
-      'promoted/scavenge KB': Math.round(s.promoted_per_scavenge_p50 / 1024),
-      'promoted share': s.promoted_share,
+      'promoted/scavenge p50 KB': Math.round(s.promoted_per_scavenge_p50 / 1024),
+      'promoted % of allocated': Math.round(s.promoted_share * 1000) / 10,
       'mark-compacts': s.mark_compacts,
       'mc max ms': s.mark_compact_pause_ms.max,
     })),

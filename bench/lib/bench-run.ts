@@ -4,7 +4,7 @@
  * shares (options or usage, exit code).
  */
 
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -163,6 +163,18 @@ export function nodeArgsOf(args: string[]): string[] {
 }
 
 /**
+ * `--service-log`, absolute; checked here so that a directory that is not there fails before any data is
+ * generated or a service started.
+ * @throws Error naming the flag.
+ */
+function serviceLogOf(file: string | undefined): string | undefined {
+  if (file === undefined) return undefined;
+  const abs = path.resolve(file);
+  if (!existsSync(path.dirname(abs))) throw new Error(`--service-log: no directory ${path.dirname(abs)}`);
+  return abs;
+}
+
+/**
  * Resolves {@link SERVICE_LOAD_FLAGS}.
  * @throws Error naming the flag.
  */
@@ -174,7 +186,7 @@ function serviceLoadOptions(values: BenchFlagValues<typeof SERVICE_LOAD_FLAGS>):
     serviceEnv: parseEnvPairs(values['service-env'] ?? []),
     nodeArgs: nodeArgsOf(values['node-arg'] ?? []),
     plainNode: values['plain-node'] === true,
-    serviceLog: values['service-log'] === undefined ? undefined : path.resolve(values['service-log']),
+    serviceLog: serviceLogOf(values['service-log']),
     out: path.resolve(values.out ?? projectPath('bench/results')),
   };
 }

@@ -27,7 +27,10 @@ export interface GcEvent {
   promoted: number;
 }
 
-const LINE = /^\[\d+:(0x[0-9a-f]+)\]\s+(\d+) ms: (.*)$/;
+// The last prefix of the line: isolates print concurrently, and V8 sometimes writes one isolate's prefix and
+// then another's whole line (`[1:0xa] 18 ms: [1:0xb] 14 ms: pause=…`); the first isolate's fields then come
+// on a line of their own with no prefix, which cannot be attributed and is skipped.
+const LINE = /\[\d+:(0x[0-9a-f]+)\]\s+(\d+) ms: (?!.*\[\d+:0x[0-9a-f]+\]\s+\d+ ms: )(.*)$/;
 
 /** Parses one trace line; `null` for anything else (the service's own log lines share the stream). */
 export function parseGcLine(line: string): GcEvent | null {

@@ -1,7 +1,8 @@
 /**
- * `bench:gc-trace` (bench/lib/gc-trace.ts): parses V8's `--trace-gc-nvp` lines among the service's own log
- * lines and summarises them per isolate, in order of first appearance, after a per-isolate uptime cut.
- * The CLI runs compiled (`npm test` builds first).
+ * `bench:gc-trace` (bench/lib/gc-trace.ts) parses V8's `--trace-gc-nvp` lines among the service's own log
+ * lines and summarises them per isolate, in order of first appearance, after a per-isolate uptime cut;
+ * `--service-log` (bench/lib/bench-run.ts) is checked before a bench generates data. The CLIs run compiled
+ * (`npm test` builds first).
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -43,6 +44,16 @@ describe('gc-trace summary', () => {
       allocated: 7529048,
       promoted: 42744,
     });
+    // Two isolates writing at once: the fields after the last prefix belong to that prefix's isolate.
+    expect(parseGcLine(`[4242:0xaaa]    18 ms: ${line('0xbbb', 14, 's', 0.8, 100, 7).trim()}`)).toMatchObject(
+      {
+        isolate: '0xbbb',
+        atMs: 14,
+        pauseMs: 0.8,
+        promoted: 7,
+      },
+    );
+    expect(parseGcLine('pause=0.9 mutator=1.0 gc=s allocated=100 promoted=0')).toBeNull();
     expect(parseGcLine('{"level":30,"msg":"listening"}')).toBeNull();
     expect(parseGcLine('[1:0x1]    5 ms: scavenge 1.2 (2.0) -> 1.0 (3.0) MB')).toBeNull();
   });
@@ -67,7 +78,7 @@ describe('gc-trace summary', () => {
     expect(summariseGc(events)[0]!.scavenges).toBe(4);
   });
 
-  it('the CLI prints the table, refuses a missing --log (exit 2) and a log without trace lines (exit 1)', () => {
+  it('the CLI prints the summary, refuses a missing --log (exit 2), an unreadable file and a log without trace lines (exit 1)', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-gc-trace-'));
     const withTrace = path.join(dir, 'svc.log');
     const without = path.join(dir, 'plain.log');
@@ -87,5 +98,22 @@ describe('gc-trace summary', () => {
     const empty = run('--log', without);
     expect(empty.status).toBe(1);
     expect(empty.stderr).toContain('no --trace-gc-nvp lines');
+    const absent = run('--log', path.join(dir, 'absent.log'));
+    expect(absent.status).toBe(1);
+    expect(absent.stderr).toMatch(/^cannot read --log .*absent\.log: ENOENT/);
+    expect(absent.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it('bench:load refuses a --service-log in a directory that is not there, before any data or service', () => {
+    const r = spawnSync(
+      process.execPath,
+      [projectPath('dist/bench/load.js'), '--service-log', '/nonexistent-ibex-dir/svc.log'],
+      { encoding: 'utf8', timeout: 20_000 },
+    );
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain('--service-log: no directory /nonexistent-ibex-dir');
+    expect(r.stderr).toContain('usage: npm run bench:load');
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    expect(r.stdout).not.toContain('data:');
   });
 });
