@@ -7,9 +7,14 @@
  * Promotion is what makes both pauses long, and the nvp trace is the only place V8 reports it per
  * collection.
  *
+ * Pause quantiles come from the benches' one percentile estimator (`percentilesOf`, HDR, 3 significant
+ * digits).
+ *
  * A line looks like `[1234:0x5f3e0c0]    51799 ms: pause=0.3 mutator=1134.5 gc=s … allocated=7529048
  * promoted=42744 …`: the bracket names the process and isolate, the ms is the isolate's own uptime.
  */
+
+import { medianOfSorted, percentilesOf } from '../../src/client/stats.js';
 
 /** One collection as the trace prints it. */
 export interface GcEvent {
@@ -57,21 +62,16 @@ export function parseGcLine(line: string): GcEvent | null {
 /** Figures of one isolate over the summarised window. */
 export interface IsolateGcSummary {
   isolate: string;
-  /** Order in which the isolate first appeared in the trace: the main thread's is 0. */
+  /** Order in which the isolate first appeared in the trace: 0 is the main thread's (it starts and collects first). */
   order: number;
   scavenges: number;
   scavenge_pause_ms: { p50: number; p90: number; max: number; total: number };
-  /** Median bytes promoted per scavenge. */
+  /** Median bytes promoted per scavenge (a count: {@link medianOfSorted}, not the HDR estimate). */
   promoted_per_scavenge_p50: number;
   /** Promoted bytes over allocated bytes, all scavenges of the window. */
   promoted_share: number;
   mark_compacts: number;
   mark_compact_pause_ms: { max: number; total: number };
-}
-
-function quantile(sorted: number[], q: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 }
 
 const r3 = (x: number) => Math.round(x * 1000) / 1000;
@@ -88,7 +88,8 @@ export function summariseGc(events: readonly GcEvent[], afterMs = 0): IsolateGcS
     const mine = events.filter((e) => e.isolate === isolate && e.atMs >= afterMs);
     const scavenges = mine.filter((e) => e.kind === 's');
     const compacts = mine.filter((e) => e.kind === 'mc');
-    const pauses = scavenges.map((e) => e.pauseMs).sort((a, b) => a - b);
+    const pauses = scavenges.map((e) => e.pauseMs);
+    const pauseAt = percentilesOf(pauses);
     const promoted = scavenges.map((e) => e.promoted).sort((a, b) => a - b);
     const allocated = scavenges.reduce((s, e) => s + e.allocated, 0);
     const promotedTotal = promoted.reduce((s, x) => s + x, 0);
@@ -97,12 +98,12 @@ export function summariseGc(events: readonly GcEvent[], afterMs = 0): IsolateGcS
       order: rank,
       scavenges: scavenges.length,
       scavenge_pause_ms: {
-        p50: r3(quantile(pauses, 0.5)),
-        p90: r3(quantile(pauses, 0.9)),
-        max: r3(pauses.at(-1) ?? 0),
+        p50: r3(pauseAt(50)),
+        p90: r3(pauseAt(90)),
+        max: r3(Math.max(0, ...pauses)),
         total: r3(pauses.reduce((s, x) => s + x, 0)),
       },
-      promoted_per_scavenge_p50: quantile(promoted, 0.5),
+      promoted_per_scavenge_p50: medianOfSorted(promoted),
       promoted_share: allocated > 0 ? r3(promotedTotal / allocated) : 0,
       mark_compacts: compacts.length,
       mark_compact_pause_ms: {
