@@ -5,10 +5,10 @@
  * (`npm test` builds first).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { parseGcLine, summariseGc } from '../../bench/lib/gc-trace.js';
 import { projectPath } from '../../bench/lib/paths.js';
 
@@ -81,6 +81,7 @@ describe('gc-trace summary', () => {
 
   it('the CLI prints the summary, refuses a missing --log (exit 2), an unreadable file and a log without trace lines (exit 1)', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-gc-trace-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const withTrace = path.join(dir, 'svc.log');
     const without = path.join(dir, 'plain.log');
     writeFileSync(withTrace, LOG);
