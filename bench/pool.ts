@@ -8,8 +8,12 @@
  * 2. Main-thread event-loop delay (`monitorEventLoopDelay`, 1 ms resolution) while a stream of
  *    pathological tasks (ceiling raised to 10M, n=200 × 6251 cells) is packed and formatted: through the
  *    pool, then the same work inline, in the same run. Encoding stays on the main thread in both.
+ * 3. Main-thread CPU per pooled task (issue 10): what one dispatch and its result cost the event loop (the
+ *    pool client and piscina), from `/proc/<pid>/task/<pid>/stat` (Linux only; 10 ms ticks, hence
+ *    thousands of tasks per round). Batches are encoded before each round, so encoding is not in it.
  *
- * Writes bench/results/pool.json. BENCH_OVERHEAD_SAMPLES and BENCH_STREAM_MS shorten or lengthen it.
+ * Writes bench/results/pool.json. BENCH_OVERHEAD_SAMPLES, BENCH_STREAM_MS and BENCH_DISPATCH_TASKS shorten or
+ * lengthen it.
  */
 
 import os from 'node:os';
@@ -21,6 +25,7 @@ import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/pool/cpu
 import { CpuPool } from '../src/pool/pool-client.js';
 import { writeResult } from './lib/paths.js';
 import { type SyntheticCandidate, syntheticCandidates, toCpuCandidate } from './lib/synthetic.js';
+import { readThreads } from './lib/thread-cpu.js';
 
 const epochNow = (): number => performance.timeOrigin + performance.now();
 
@@ -213,9 +218,37 @@ async function loopDelay(pool: CpuPool, threads: number, ms: number) {
   };
 }
 
+/** CPU seconds of this process's main thread so far; null without `/proc`. */
+function mainThreadCpuS(): number | null {
+  return readThreads(process.pid)?.get(process.pid)?.cpu_s ?? null;
+}
+
+/** Rounds of section 3; their median is the figure, the spread tells the noise. */
+const DISPATCH_ROUNDS = 5;
+
+/** Section 3 (module comment): main-thread CPU µs per task, one task in flight, typical n=30 batches. */
+async function dispatchCpu(pool: CpuPool, tasks: number) {
+  if (mainThreadCpuS() === null) return null;
+  const candidates = toCpu(syntheticCandidates(0x9002, 30, 360, 440));
+  const perTaskUs: number[] = [];
+  for (let round = 0; round < DISPATCH_ROUNDS; round++) {
+    const inputs = Array.from({ length: tasks }, () => encode(candidates, 120_000, 437_570, 600_000));
+    const cpu0 = mainThreadCpuS()!;
+    for (const input of inputs) await pool.run(input);
+    perTaskUs.push(((mainThreadCpuS()! - cpu0) * 1e6) / tasks);
+  }
+  const sorted = [...perTaskUs].sort((a, b) => a - b);
+  return {
+    main_cpu_per_task_us_median: round1(sorted[Math.floor(sorted.length / 2)]!),
+    main_cpu_per_task_us_rounds: perTaskUs.map(round1),
+    tasks_per_round: tasks,
+  };
+}
+
 async function main() {
   const samples = Number(process.env.BENCH_OVERHEAD_SAMPLES ?? 3000);
   const streamMs = Number(process.env.BENCH_STREAM_MS ?? 5000);
+  const dispatchTasks = Number(process.env.BENCH_DISPATCH_TASKS ?? 5000);
   const cpus = os.availableParallelism();
   // Leave the main thread a core of its own: that is the point of the pool.
   const threads = Math.max(1, cpus - 1);
@@ -230,6 +263,7 @@ async function main() {
   try {
     const over = await overhead(pool, samples);
     const loop = await loopDelay(pool, threads, streamMs);
+    const dispatch = await dispatchCpu(pool, dispatchTasks);
     result = {
       generated_at: new Date().toISOString(),
       node: process.version,
@@ -238,6 +272,7 @@ async function main() {
       load_average_1m: round3(os.loadavg()[0]!),
       overhead: over,
       loop_delay: loop,
+      dispatch_cpu: dispatch,
       pool_stats: pool.stats(),
     };
   } finally {
@@ -276,6 +311,12 @@ async function main() {
     'idle (baseline)': { p99: l.idle_p99_ms, max: l.idle_max_ms, tasks: 0, task_run_p50: 0 },
   });
   console.log(`main-thread encoding of one n=200 batch (pool run): p50 ${l.main_thread_encode_p50_ms} ms`);
+  const d = result.dispatch_cpu as Awaited<ReturnType<typeof dispatchCpu>>;
+  console.log(
+    d === null
+      ? '(3) main-thread CPU per pooled task: needs /proc (Linux)'
+      : `(3) main-thread CPU per pooled task (dispatch + result, n=30, one in flight): median ${d.main_cpu_per_task_us_median} µs over ${DISPATCH_ROUNDS} rounds of ${d.tasks_per_round} (${d.main_cpu_per_task_us_rounds.join(' / ')})`,
+  );
   console.log(`1-min load average during the run: ${result.load_average_1m}`);
   console.log('wrote bench/results/pool.json');
 }

@@ -98,6 +98,8 @@ const CLOSE_TIMEOUT_MS = 10_000;
  */
 export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
+  /** Thread ids that have returned a result (so piscina has seen them ready); replaced threads stay in. */
+  readonly #readyThreads = new Set<number>();
   readonly #capacity: number;
   readonly #maxQueue: number;
   readonly #queue = new FairQueue<Call>();
@@ -131,6 +133,8 @@ export class CpuPool {
       concurrentTasksPerWorker: 1,
       resourceLimits: { maxOldGenerationSizeMb: settings.maxOldGenerationMb },
       closeTimeout: CLOSE_TIMEOUT_MS,
+      // Wait and run times are our own histograms (stats()); piscina's would be recorded for nobody.
+      recordTiming: false,
     });
     this.#capacity = settings.maxThreads;
     this.#maxQueue = settings.maxQueue;
@@ -156,7 +160,8 @@ export class CpuPool {
       // destroy, not close: close waits for threads to drain, and a thread that cannot even load its
       // module never reports drained.
       pool.#closed = true;
-      await pool.#piscina.destroy();
+      // piscina 4 may reject destroy() with the thread's own load error: the warm-up's error says more.
+      await pool.#piscina.destroy().catch(() => {});
       throw err;
     }
     pool.#resetStats();
@@ -326,7 +331,7 @@ export class CpuPool {
     this.#setRunning(this.#running + 1);
     // A free slot may still have no thread ready for it (piscina starting one above minThreads, or
     // replacing a dead one): piscina then holds the task briefly, so take the buffers now as promised.
-    if (this.#piscina.idleThreads === 0 && call.inputOwnedByCaller) call.input = takeOwnership(call.input);
+    if (call.inputOwnedByCaller && !this.#readyThreadFree()) call.input = takeOwnership(call.input);
     let pending: Promise<CpuTaskOutput>;
     try {
       // No signal, ever: see the module comment. Transfer, not clone: the buffers detach here.
@@ -341,6 +346,7 @@ export class CpuPool {
   }
 
   #onResult(call: Call, output: CpuTaskOutput): void {
+    this.#readyThreads.add(output.thread_id);
     if (call.large) this.#largeRunning--;
     this.#setRunning(this.#running - 1);
     this.#runUs.recordValue(Math.round(output.run_us));
@@ -381,6 +387,18 @@ export class CpuPool {
       }
       this.#dispatch(call);
     }
+  }
+
+  /**
+   * Whether piscina will post the task being dispatched at once (its buffers then detach inside `run()`):
+   * a thread that has returned a result is one piscina reported ready, and piscina posts to a ready thread
+   * with no task before it queues anything. So with `#running` (this task included) at most the live ready
+   * threads, one of them is free. piscina 4 does not report its idle threads itself.
+   */
+  #readyThreadFree(): boolean {
+    let ready = 0;
+    for (const w of this.#piscina.threads) if (this.#readyThreads.has(w.threadId)) ready++;
+    return this.#running <= ready;
   }
 
   #setRunning(running: number): void {

@@ -200,6 +200,7 @@ export class BodyDecoder {
       maxThreads: 1,
       idleTimeout: Number.POSITIVE_INFINITY,
       concurrentTasksPerWorker: 1,
+      recordTiming: false,
     });
     return this.#pool;
   }

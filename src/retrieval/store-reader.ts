@@ -185,6 +185,7 @@ export class PooledStoreReads implements StoreReads {
       // better-sqlite3 is synchronous: a second task waits in the thread's port behind the first, which is
       // the point (PIPELINE_DEPTH).
       concurrentTasksPerWorker: PIPELINE_DEPTH,
+      recordTiming: false,
     });
     const reads = new PooledStoreReads(pool, path.resolve(db), threads, maxChars);
     const warm = '00000000-0000-4000-8000-000000000000';
