@@ -98,8 +98,6 @@ const CLOSE_TIMEOUT_MS = 10_000;
  */
 export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
-  /** Thread ids that have returned a result (so piscina has seen them ready); replaced threads stay in. */
-  readonly #readyThreads = new Set<number>();
   readonly #capacity: number;
   readonly #maxQueue: number;
   readonly #queue = new FairQueue<Call>();
@@ -160,8 +158,7 @@ export class CpuPool {
       // destroy, not close: close waits for threads to drain, and a thread that cannot even load its
       // module never reports drained.
       pool.#closed = true;
-      // piscina 4 may reject destroy() with the thread's own load error: the warm-up's error says more.
-      await pool.#piscina.destroy().catch(() => {});
+      await pool.#piscina.destroy();
       throw err;
     }
     pool.#resetStats();
@@ -331,7 +328,7 @@ export class CpuPool {
     this.#setRunning(this.#running + 1);
     // A free slot may still have no thread ready for it (piscina starting one above minThreads, or
     // replacing a dead one): piscina then holds the task briefly, so take the buffers now as promised.
-    if (call.inputOwnedByCaller && !this.#readyThreadFree()) call.input = takeOwnership(call.input);
+    if (this.#piscina.idleThreads === 0 && call.inputOwnedByCaller) call.input = takeOwnership(call.input);
     let pending: Promise<CpuTaskOutput>;
     try {
       // No signal, ever: see the module comment. Transfer, not clone: the buffers detach here.
@@ -346,7 +343,6 @@ export class CpuPool {
   }
 
   #onResult(call: Call, output: CpuTaskOutput): void {
-    this.#readyThreads.add(output.thread_id);
     if (call.large) this.#largeRunning--;
     this.#setRunning(this.#running - 1);
     this.#runUs.recordValue(Math.round(output.run_us));
@@ -387,18 +383,6 @@ export class CpuPool {
       }
       this.#dispatch(call);
     }
-  }
-
-  /**
-   * Whether piscina will post the task being dispatched at once (its buffers then detach inside `run()`):
-   * a thread that has returned a result is one piscina reported ready, and piscina posts to a ready thread
-   * with no task before it queues anything. So with `#running` (this task included) at most the live ready
-   * threads, one of them is free. piscina 4 does not report its idle threads itself.
-   */
-  #readyThreadFree(): boolean {
-    let ready = 0;
-    for (const w of this.#piscina.threads) if (this.#readyThreads.has(w.threadId)) ready++;
-    return this.#running <= ready;
   }
 
   #setRunning(running: number): void {

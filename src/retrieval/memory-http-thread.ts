@@ -127,7 +127,7 @@ export class ThreadedMemorySource implements MemorySource {
       idleTimeout: Number.POSITIVE_INFINITY,
       concurrentTasksPerWorker: CONCURRENT_READS,
       // Its event loop must keep running between reads (keep-alive sockets, timers): no Atomics.wait.
-      useAtomics: false,
+      atomics: 'disabled',
       recordTiming: false,
     });
     return this.#pool;
