@@ -20,7 +20,7 @@ import os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep, setImmediate as yieldToLoop } from 'node:timers/promises';
 import { estimateTokens } from '../src/budget/estimate.js';
-import { percentilesOf } from '../src/client/stats.js';
+import { medianOfSorted, percentilesOf } from '../src/client/stats.js';
 import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
 import { CpuPool } from '../src/pool/pool-client.js';
 import { writeResult } from './lib/paths.js';
@@ -237,9 +237,8 @@ async function dispatchCpu(pool: CpuPool, tasks: number) {
     for (const input of inputs) await pool.run(input);
     perTaskUs.push(((mainThreadCpuS()! - cpu0) * 1e6) / tasks);
   }
-  const sorted = [...perTaskUs].sort((a, b) => a - b);
   return {
-    main_cpu_per_task_us_median: round1(sorted[Math.floor(sorted.length / 2)]!),
+    main_cpu_per_task_us_median: round1(medianOfSorted([...perTaskUs].sort((a, b) => a - b))),
     main_cpu_per_task_us_rounds: perTaskUs.map(round1),
     tasks_per_round: tasks,
   };
