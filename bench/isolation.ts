@@ -77,6 +77,7 @@ function quietFigures(r: LoadReport, server: ServerStepStats) {
       pool_tasks: server.pool_tasks,
       cpu_cores: server.cpu_cores,
       machine_busy_cores: server.machine_busy_cores,
+      main_thread_sched: server.main_thread_sched,
     },
     driver: r.driver,
     warnings: r.warnings,
@@ -354,6 +355,15 @@ async function main(): Promise<number> {
       [
         'main-thread GC ms/s (mark-compacts/s)',
         [alone, m, underAttack].map((q) => `${q.gc.ms_per_s} (${q.gc.major_per_s})`).join(' / '),
+      ],
+      [
+        'main thread runnable, no CPU: ms/s (preemptions/s)',
+        [alone, m, underAttack]
+          .map((q) => {
+            const s = q.server.main_thread_sched;
+            return s ? `${s.runqueue_wait_ms_per_s} (${s.preemptions_per_s})` : 'n/a';
+          })
+          .join(' / '),
       ],
       ['main-thread CPU per noisy memory call', `${mainMsPerMemoryCall} ms (5,000 hits: 2.8 MB; HTML: 6 MB)`],
       [

@@ -150,7 +150,7 @@ export interface ServerStepStats {
   degraded_reasons: Record<string, number>;
   /** Embedded-store reads refused because the store-read queue was full (a `cold_error` each). */
   store_busy: number;
-  /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 1 ms resolution). */
+  /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 10 ms resolution). */
   event_loop_delay_ms: { p50: number; p99: number; max: number };
   /** Main-isolate garbage collection over the step ({@link gcDelta}). */
   gc: GcStepStats;
@@ -158,6 +158,12 @@ export interface ServerStepStats {
   cpu_cores: { total: number; main_thread: number; other_threads: number } | null;
   /** Busy cores of the whole machine over the step (every process, the driver included). */
   machine_busy_cores: number | null;
+  /**
+   * The main thread's time runnable but without a CPU, ms per wall second, and its preemptions per second
+   * (`/proc/<pid>/task/<pid>/schedstat` and `status`): the share of the event-loop delay that other threads
+   * and processes (the load driver's too, on the same cores) cause. Null where `/proc` lacks them.
+   */
+  main_thread_sched: { runqueue_wait_ms_per_s: number; preemptions_per_s: number } | null;
 }
 
 /**
@@ -240,6 +246,14 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
     const main = (b.cpu.main_thread_s - a.cpu.main_thread_s) / windowS;
     cpu_cores = { total: round2(total), main_thread: round2(main), other_threads: round2(total - main) };
   }
+  let main_thread_sched: ServerStepStats['main_thread_sched'] = null;
+  const sa = a.cpu?.main_thread_sched;
+  const sb = b.cpu?.main_thread_sched;
+  if (sa && sb)
+    main_thread_sched = {
+      runqueue_wait_ms_per_s: round2(((sb.runqueue_wait_s - sa.runqueue_wait_s) * 1000) / windowS),
+      preemptions_per_s: round2((sb.involuntary_switches - sa.involuntary_switches) / windowS),
+    };
   let machine_busy_cores: number | null = null;
   if (a.machine && b.machine) machine_busy_cores = round2((b.machine.busy_s - a.machine.busy_s) / windowS);
   return {
@@ -260,5 +274,6 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
     gc: gcDelta(a.samples, b.samples, windowS),
     cpu_cores,
     machine_busy_cores,
+    main_thread_sched,
   };
 }

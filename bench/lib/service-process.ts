@@ -36,6 +36,19 @@ export interface ServiceProcessOptions {
 export interface ProcessCpu {
   total_s: number;
   main_thread_s: number;
+  /** The main thread's scheduling so far ({@link readMainThreadSched}); null without schedstat. */
+  main_thread_sched: MainThreadSched | null;
+}
+
+/**
+ * How the kernel scheduled the main (event-loop) thread so far: seconds it spent runnable but waiting
+ * for a CPU (`/proc/<pid>/task/<pid>/schedstat`, second field, ns), and how many times it was preempted
+ * (`nonvoluntary_ctxt_switches` in `/proc/<pid>/task/<pid>/status`). The event-loop delay counts both
+ * the loop's own work and this wait; only the wait comes from other threads and processes.
+ */
+export interface MainThreadSched {
+  runqueue_wait_s: number;
+  involuntary_switches: number;
 }
 
 /** A running service child. */
@@ -135,6 +148,19 @@ function readStatTimes(file: string): number | null {
     const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
     // rest[0] is field 3 (state); utime and stime are fields 14 and 15.
     return (Number(rest[11]) + Number(rest[12])) / CLK_TCK;
+  } catch {
+    return null;
+  }
+}
+
+/** {@link MainThreadSched} of process `pid`; null where schedstat is missing (not Linux, or disabled). */
+export function readMainThreadSched(pid: number): MainThreadSched | null {
+  try {
+    const waitNs = Number(readFileSync(`/proc/${pid}/task/${pid}/schedstat`, 'utf8').split(' ')[1]);
+    const status = readFileSync(`/proc/${pid}/task/${pid}/status`, 'utf8');
+    const switches = Number(/^nonvoluntary_ctxt_switches:\s*(\d+)/m.exec(status)?.[1]);
+    if (!Number.isFinite(waitNs) || !Number.isFinite(switches)) return null;
+    return { runqueue_wait_s: waitNs / 1e9, involuntary_switches: switches };
   } catch {
     return null;
   }
@@ -266,7 +292,8 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
       const total = readStatTimes(`/proc/${pid}/stat`);
       // The main thread's task id is the process id.
       const main = readStatTimes(`/proc/${pid}/task/${pid}/stat`);
-      return total === null || main === null ? null : { total_s: total, main_thread_s: main };
+      if (total === null || main === null) return null;
+      return { total_s: total, main_thread_s: main, main_thread_sched: readMainThreadSched(pid) };
     },
     logTail,
     exitStatus() {
