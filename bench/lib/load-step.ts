@@ -239,6 +239,12 @@ export function whereTheTimeGoes(row: StepRow): string[] {
       `${fmt(Math.max(0, row.avg_ms - s.assembly.mean_ms))} ms`,
     `server event-loop delay p99 ${s.event_loop_delay_ms.p99} ms (max ${s.event_loop_delay_ms.max} ms)`,
   ];
+  if (s.main_thread_sched) {
+    lines.push(
+      `server main thread runnable without a CPU ${s.main_thread_sched.runqueue_wait_ms_per_s} ms/s, ` +
+        `preempted ${s.main_thread_sched.preemptions_per_s} times/s`,
+    );
+  }
   if (s.cpu_cores) {
     lines.push(
       `CPU (cores): server ${s.cpu_cores.total} (main thread ${s.cpu_cores.main_thread}, pool/GC/other threads ` +
