@@ -8,24 +8,32 @@
  */
 import { readFileSync } from 'node:fs';
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { benchOptions, runBenchMain } from './lib/bench-run.js';
+import { benchOptions, parseNumber, runBenchMain } from './lib/bench-run.js';
 import { parseSchedLine, type SchedEvent, summariseMainThreadWaits } from './lib/sched-trace.js';
 
-const USAGE = `usage: npm run bench:sched-trace -- --perf-script <file> --pid <pid> [--json]
+const USAGE = `usage: npm run bench:sched-trace -- --perf-script <file> --pid <pid> [options]
   --perf-script <file>    output of: perf script -F comm,tid,pid,cpu,time,event,trace (of a trace recorded
                           with perf record -e sched:sched_switch,sched:sched_wakeup -a)
   --pid <pid>             the service's process id (its main thread's id): bench:load and bench:isolation
                           print it ("service pid …"), or pgrep -f 'main.js serve'
+  --from-s <s>            skip the trace's first <s> seconds (default 0), e.g. to one bench phase
+  --to-s <s>              stop <s> seconds after the trace's start (default: its end)
   --json                  print the summary as JSON`;
 
-const FLAGS = { ...stringFlags('perf-script', 'pid'), ...booleanFlags('json') } as const;
+const FLAGS = { ...stringFlags('perf-script', 'pid', 'from-s', 'to-s'), ...booleanFlags('json') } as const;
 
 function main(argv: string[]): number {
   const opts = benchOptions(argv, USAGE, FLAGS, (values) => {
     if (values['perf-script'] === undefined) throw new Error('--perf-script is required');
     if (values.pid === undefined || !/^[1-9]\d*$/.test(values.pid))
       throw new Error(`--pid must be a process id, got '${values.pid ?? ''}'`);
-    return { file: values['perf-script'], pid: values.pid, json: values.json ?? false };
+    return {
+      file: values['perf-script'],
+      pid: values.pid,
+      fromS: parseNumber('--from-s', values['from-s'] ?? '0', true),
+      toS: values['to-s'] === undefined ? Number.POSITIVE_INFINITY : parseNumber('--to-s', values['to-s']),
+      json: values.json ?? false,
+    };
   });
   if (typeof opts === 'number') return opts;
   let text: string;
@@ -35,10 +43,12 @@ function main(argv: string[]): number {
     console.error(`cannot read --perf-script ${opts.file}: ${(err as Error).message}`);
     return 1;
   }
-  const events = text
+  const all = text
     .split('\n')
     .map(parseSchedLine)
     .filter((e): e is SchedEvent => e !== null);
+  const start = all[0]?.at ?? 0;
+  const events = all.filter((e) => e.at - start >= opts.fromS && e.at - start <= opts.toS);
   if (!events.some((e) => e.kind === 'switch' && (e.prevTid === opts.pid || e.nextTid === opts.pid))) {
     console.error(`${opts.file}: no sched_switch of thread ${opts.pid} (another pid, or not a sched trace?)`);
     return 1;

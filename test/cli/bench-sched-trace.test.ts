@@ -97,6 +97,13 @@ describe('sched-trace summary', () => {
       encoding: 'utf8',
     });
     expect(JSON.parse(json.stdout).preempted_by).toEqual({ 'ibex-store (service)': 1 });
+    // From 3.5 ms on only the wake-up wait is left (the 2 ms preemption lies before).
+    const late = spawnSync(
+      process.execPath,
+      [cli, '--perf-script', file, '--pid', '100', '--from-s', '0.0035', '--json'],
+      { encoding: 'utf8' },
+    );
+    expect(JSON.parse(late.stdout)).toMatchObject({ waits: 1, wait_ms: { total: 0.5 }, preempted_by: {} });
     const other = spawnSync(process.execPath, [cli, '--perf-script', file, '--pid', '999'], {
       encoding: 'utf8',
     });
