@@ -236,7 +236,8 @@ async function main(argv: string[]): Promise<number> {
   console.table(Object.fromEntries(rows.map((r) => [`${r.rate} rps`, tableCells(r)])));
   console.log(
     'latencies ms (client, from the intended send time); srv = server handler mean; wait/run = pool means; ' +
-      'dir/hot/cold = branch means; eld = server event-loop delay; cpu in cores (server main thread in ' +
+      'dir/hot/cold = branch means; eld = server event-loop delay; runq = server main thread runnable ' +
+      'without a CPU; cpu in cores (server main thread in ' +
       'parentheses); drv lag = driver send lag mean ms; other = cores used by other processes',
   );
   for (const r of rows) {

@@ -203,6 +203,7 @@ export function tableCells(row: StepRow): Record<string, string | number> {
     'run ms': s.pool_run.mean_ms,
     'dir/hot/cold ms': `${branchMean('directive')}/${branchMean('hot')}/${branchMean('cold')}`,
     'eld p99': s.event_loop_delay_ms.p99,
+    'runq ms/s': s.main_thread_sched?.runqueue_wait_ms_per_s ?? '-',
     'srv cpu': s.cpu_cores ? `${s.cpu_cores.total} (${s.cpu_cores.main_thread})` : '-',
     'drv cpu': row.driver.cpu_cores,
     'ms/call main/pool/store/other': row.cpu_per_thread.server?.ms_per_call
