@@ -74,6 +74,7 @@ function quietFigures(r: LoadReport, server: ServerStepStats) {
     gc: server.gc,
     server: {
       degraded_reasons: server.degraded_reasons,
+      refused_too_late: server.refused_too_late,
       pool_tasks: server.pool_tasks,
       cpu_cores: server.cpu_cores,
       machine_busy_cores: server.machine_busy_cores,

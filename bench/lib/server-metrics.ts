@@ -150,6 +150,8 @@ export interface ServerStepStats {
   degraded_reasons: Record<string, number>;
   /** Embedded-store reads refused because the store-read queue was full (a `cold_error` each). */
   store_busy: number;
+  /** Calls with a large history answered DEADLINE_EXCEEDED at once: not even a degraded answer fit in time. */
+  refused_too_late: number;
   /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 10 ms resolution). */
   event_loop_delay_ms: { p50: number; p99: number; max: number };
   /** Main-isolate garbage collection over the step ({@link gcDelta}). */
@@ -270,6 +272,9 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
     store_busy:
       sumOf(b.samples, 'ibex_context_store_read_busy_total') -
       sumOf(a.samples, 'ibex_context_store_read_busy_total'),
+    refused_too_late:
+      sumOf(b.samples, 'ibex_context_refused_too_late_total') -
+      sumOf(a.samples, 'ibex_context_refused_too_late_total'),
     event_loop_delay_ms: { p50: eld('0.5'), p99: eld('0.99'), max: eld('1') },
     gc: gcDelta(a.samples, b.samples, windowS),
     cpu_cores,

@@ -125,7 +125,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const historyBytes = historyByteLength(req);
     // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
     // pass over megabytes of history for an answer nobody will read (issue 9; SPEC §10).
-    if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw Errors.deadlineExceeded();
+    if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
     const { stage, poolReason } =
@@ -134,9 +134,13 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         : await cpuStage(req, ctx, input, shed, historyBytes);
     throwIfAborted(ctx);
     // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
-    if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes))
-      throw Errors.deadlineExceeded();
+    if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     return answer(assembly, resolved, stage, poolReason);
+  }
+
+  function refuseTooLate() {
+    observer.refusedTooLate();
+    return Errors.deadlineExceeded();
   }
 
   /**

@@ -21,6 +21,11 @@ export interface AssemblyObserver {
   cpuStageDone(stage: CpuStageResult): void;
   /** The answer is degraded: one event per reason (`hot_timeout:…` counted under `hot_timeout`). */
   degraded(level: DegradationLevel, reasons: readonly string[]): void;
+  /**
+   * A call with a large history is answered DEADLINE_EXCEEDED without (more) work: even its degraded
+   * answer could not be ready before D (StageReserve.degradedTooLate).
+   */
+  refusedTooLate(): void;
 }
 
 /** Drops every report. */
@@ -30,6 +35,7 @@ export const NO_OBSERVER: AssemblyObserver = {
   retrieved() {},
   cpuStageDone() {},
   degraded() {},
+  refusedTooLate() {},
 };
 
 /** Reports into the service's prom-client series (SPEC §12; src/telemetry/metrics.ts names them). */
@@ -59,5 +65,6 @@ export function metricsObserver(metrics: Metrics): AssemblyObserver {
     degraded(level, reasons) {
       for (const reason of reasons) metrics.degraded.inc({ level, reason: reason.split(':')[0]! });
     },
+    refusedTooLate: () => metrics.refusedTooLate.inc(),
   };
 }

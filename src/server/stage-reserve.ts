@@ -3,19 +3,24 @@
  * item 4): the retrieval wall leaves the CPU stage its round-trip, and the CPU task leaves the degraded
  * answer its cost, both as running p99s of what this process actually took — not a fixed guess.
  */
+import { monotonicNow } from '../util/clock.js';
 
 /** Samples in each running window. */
 export const RESERVE_WINDOW = 256;
 /** The p99 is recomputed after this many new samples (a sort of {@link RESERVE_WINDOW} numbers). */
 const RECOMPUTE_EVERY = 16;
 
-/** Running p99 over the last {@link RESERVE_WINDOW} samples; 0 until the first sample. */
+/**
+ * Running p99 (and median) over the last {@link RESERVE_WINDOW} samples; 0 until the first sample. Fewer
+ * than 100 samples make the p99 their maximum.
+ */
 export class RunningP99 {
   readonly #ring = new Float64Array(RESERVE_WINDOW);
   #count = 0;
   #next = 0;
   #sinceRecompute = 0;
   #p99 = 0;
+  #p50 = 0;
 
   /** Adds one sample (ms; negative or non-finite values are ignored). */
   record(ms: number): void {
@@ -37,10 +42,16 @@ export class RunningP99 {
     return this.#p99;
   }
 
+  /** The median of the window, ms (nearest rank). */
+  get p50(): number {
+    return this.#p50;
+  }
+
   #recompute(): void {
     this.#sinceRecompute = 0;
     const sorted = this.#ring.slice(0, this.#count).sort();
     this.#p99 = sorted[Math.min(this.#count - 1, Math.ceil(0.99 * this.#count) - 1)] ?? 0;
+    this.#p50 = sorted[Math.max(0, Math.ceil(0.5 * this.#count) - 1)] ?? 0;
   }
 }
 
@@ -70,6 +81,17 @@ export const PRIOR_LATENESS_MS = 4;
 export const PRIOR_DEGRADED_MS_PER_MIB = 2;
 /** Histories from this size on teach the per-MiB cost (smaller ones are dominated by fixed costs). */
 const PER_MIB_FROM_BYTES = 256 * 1024;
+/**
+ * Samples of the per-MiB cost needed before a refusal trusts their median instead of the prior: one
+ * cold or preempted first run must not refuse the large histories that follow.
+ */
+export const REFUSAL_MIN_SAMPLES = 3;
+/**
+ * Age of the newest per-MiB sample past which a refusal forgets the measurements and uses the prior again,
+ * ms. A refused call teaches nothing (it never runs), so without this a slow period would refuse large
+ * histories for the process's lifetime; with it, at most one large call per this interval tries again.
+ */
+export const REFUSAL_MEMORY_MS = 10_000;
 const MIB = 1024 * 1024;
 /** Headroom factor on the measured p99s: a loaded machine is slower than the window remembers. */
 const HEADROOM = 1.5;
@@ -93,14 +115,19 @@ export class StageReserve {
    */
   readonly wallOverrun = new RunningP99();
 
+  /** When the newest per-MiB sample was recorded, ms on {@link StageReserve.now}'s clock. */
+  #perMiBAt = Number.NEGATIVE_INFINITY;
+
   constructor(
     /** Floor of the CPU-stage share, ms (`IBEX_CONTEXT_CPU_STAGE_RESERVE_MS`). */
     readonly floorMs: number,
+    /** Monotonic clock, ms (tests inject one). */
+    readonly now: () => number = monotonicNow,
   ) {}
 
   /** Records one degraded answer's cost (`ms`) for a history of `historyBytes` UTF-8 bytes. */
   recordDegraded(ms: number, historyBytes: number): void {
-    if (historyBytes >= PER_MIB_FROM_BYTES) this.degradedPerMiB.record(ms / (historyBytes / MIB));
+    if (historyBytes >= PER_MIB_FROM_BYTES) this.#recordPerMiB(ms, historyBytes);
     else this.degraded.record(ms);
   }
 
@@ -109,7 +136,12 @@ export class StageReserve {
    * degraded answer's cost on the same history, learnt per MiB for histories of 256 KiB and more.
    */
   recordStageRun(ms: number, historyBytes: number): void {
-    if (historyBytes >= PER_MIB_FROM_BYTES) this.degradedPerMiB.record(ms / (historyBytes / MIB));
+    if (historyBytes >= PER_MIB_FROM_BYTES) this.#recordPerMiB(ms, historyBytes);
+  }
+
+  #recordPerMiB(ms: number, historyBytes: number): void {
+    this.degradedPerMiB.record(ms / (historyBytes / MIB));
+    this.#perMiBAt = this.now();
   }
 
   /**
@@ -129,16 +161,32 @@ export class StageReserve {
 
   /**
    * Whether a degraded answer for a history of `historyBytes` can no longer be ready in `leftMs`: its
-   * measured per-MiB p99 cost (no headroom) exceeds the time left. Only histories of 256 KiB and more are
-   * ever judged so (smaller ones cost about a millisecond): building 4–10 MB of history on the main thread
-   * for an answer that would come after D only stalls every other caller's answers (issue 9, SPEC §1
-   * isolation rule, §10: DEADLINE_EXCEEDED is for calls that leave less than the degraded answer needs).
+   * typical cost — the median per-MiB cost measured in the last {@link REFUSAL_MEMORY_MS}, once there are
+   * {@link REFUSAL_MIN_SAMPLES}, else {@link PRIOR_DEGRADED_MS_PER_MIB} — exceeds the time left. Only
+   * histories of 256 KiB and more are ever judged so (smaller ones cost about a millisecond): building
+   * 4–10 MB of history on the main thread for an answer that would come after D only stalls every other
+   * caller's answers (issue 9, SPEC §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls that leave less
+   * than the degraded answer needs).
+   *
+   * The median, not the p99 the reserves use: a refused call never runs, so it cannot correct the estimate
+   * that refused it. Judged by a p99 (the maximum of a small window), one CPU-stage run slowed by a
+   * preemption or a GC refused every large history of its size until 256 later samples pushed it out, and
+   * for ever when large histories were the only ones that fed it.
    * @param leftMs time until D, ms.
    */
   degradedTooLate(leftMs: number, historyBytes: number): boolean {
     if (historyBytes < PER_MIB_FROM_BYTES) return false;
-    const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
-    return leftMs < (historyBytes / MIB) * perMiB;
+    return leftMs < (historyBytes / MIB) * this.refusalPerMiB();
+  }
+
+  /**
+   * The per-MiB cost (ms per MiB of history) that {@link StageReserve.degradedTooLate} judges by: the
+   * measured median while it is fresh and has {@link REFUSAL_MIN_SAMPLES} samples, else the prior.
+   */
+  refusalPerMiB(): number {
+    const m = this.degradedPerMiB;
+    const fresh = this.now() - this.#perMiBAt <= REFUSAL_MEMORY_MS;
+    return fresh && m.count >= REFUSAL_MIN_SAMPLES ? m.p50 : PRIOR_DEGRADED_MS_PER_MIB;
   }
 
   /**

@@ -73,6 +73,8 @@ export interface Metrics {
   poolRun: Histogram;
   packerPath: Counter<'path' | 'reason'>;
   inFlight: Gauge;
+  /** Calls with a large history refused because not even their degraded answer could be ready in time. */
+  refusedTooLate: Counter;
   /** Stops the event-loop monitor. */
   stop(): void;
 }
@@ -315,6 +317,11 @@ export function createMetrics(
     inFlight: new Gauge({
       name: 'ibex_context_in_flight_calls',
       help: 'AssembleContext calls being served',
+      registers: [registry],
+    }),
+    refusedTooLate: new Counter({
+      name: 'ibex_context_refused_too_late_total',
+      help: 'AssembleContext calls with a history of 256 KiB or more answered DEADLINE_EXCEEDED without building an answer: at its measured cost, not even the degraded answer could be ready before the deadline',
       registers: [registry],
     }),
     stop() {

@@ -7,13 +7,15 @@ import {
   PRIOR_DEGRADED_MS,
   PRIOR_DEGRADED_MS_PER_MIB,
   PRIOR_LATENESS_MS,
+  REFUSAL_MEMORY_MS,
+  REFUSAL_MIN_SAMPLES,
   RESERVE_WINDOW,
   RunningP99,
   StageReserve,
 } from '../../src/server/stage-reserve.js';
 
 describe('RunningP99', () => {
-  it('is the nearest-rank p99 of the last 256 samples', () => {
+  it('is the nearest-rank p99 and median of the last 256 samples', () => {
     fc.assert(
       fc.property(
         fc.array(fc.double({ min: 0, max: 1000, noNaN: true }), { minLength: 1, maxLength: 600 }),
@@ -24,6 +26,7 @@ describe('RunningP99', () => {
           const upTo = xs.length <= 16 ? xs.length : xs.length - ((xs.length - 16) % 16);
           const window = xs.slice(Math.max(0, upTo - RESERVE_WINDOW), upTo).sort((a, b) => a - b);
           expect(p.p99).toBe(window[Math.ceil(0.99 * window.length) - 1]);
+          expect(p.p50).toBe(window[Math.ceil(0.5 * window.length) - 1]);
         },
       ),
     );
@@ -75,16 +78,68 @@ describe('StageReserve', () => {
     // The prior per MiB until measured.
     expect(r.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB - 0.1, 4 * MiB)).toBe(true);
     expect(r.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB, 4 * MiB)).toBe(false);
-    r.recordDegraded(8, 2 * MiB); // 4 ms per MiB measured: 10 MiB needs 40 ms
+    // 4 ms per MiB measured three times (REFUSAL_MIN_SAMPLES): 10 MiB needs 40 ms.
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) r.recordDegraded(8, 2 * MiB);
     expect(r.degradedTooLate(39.9, 10 * MiB)).toBe(true);
     expect(r.degradedTooLate(40, 10 * MiB)).toBe(false);
     // A CPU-stage run over a large history teaches the same per-MiB cost; over a small one it does not.
     const s = new StageReserve(5);
-    s.recordStageRun(1, 1000);
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(1, 1000);
     expect(s.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB - 0.1, 4 * MiB)).toBe(true);
-    s.recordStageRun(3, 1 * MiB); // 3 ms per MiB: 4 MiB needs 12 ms
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(3, 1 * MiB); // 3 ms per MiB: 4 MiB needs 12 ms
     expect(s.degradedTooLate(11.9, 4 * MiB)).toBe(true);
     expect(s.degradedTooLate(12, 4 * MiB)).toBe(false);
+  });
+
+  it('judges by the prior until REFUSAL_MIN_SAMPLES per-MiB samples: one cold first run refuses nothing', () => {
+    const r = new StageReserve(5);
+    const MiB = 1024 * 1024;
+    // A first CPU-stage run over 9.4 MiB that took 2 s (cold code, a preemption): 213 ms per MiB.
+    r.recordStageRun(2000, 9.4 * MiB);
+    r.recordStageRun(2000, 9.4 * MiB);
+    expect(r.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
+    r.recordStageRun(2000, 9.4 * MiB);
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
+    expect(r.degradedTooLate(2000, 9.4 * MiB)).toBe(false);
+  });
+
+  it('one slow run among fast ones refuses nothing, though it is the p99 the reserve keeps', () => {
+    const r = new StageReserve(5);
+    const MiB = 1024 * 1024;
+    for (let i = 0; i < 15; i++) r.recordStageRun(20, 4 * MiB); // 5 ms per MiB
+    r.recordStageRun(2000, 4 * MiB); // 500 ms per MiB: a GC or a preemption in one run
+    expect(r.degradedPerMiB.p99).toBe(500);
+    expect(r.refusalPerMiB()).toBe(5);
+    // 9.4 MiB with 1 s left: a typical answer takes 47 ms, so it is not refused.
+    expect(r.degradedTooLate(1000, 9.4 * MiB)).toBe(false);
+    // The reserve still keeps the p99 (with headroom) for such a call.
+    expect(r.degradedMs(9.4 * MiB)).toBeCloseTo(
+      1.5 * (PRIOR_DEGRADED_MS + 9.4 * 500 + PRIOR_LATENESS_MS) + 1,
+      9,
+    );
+  });
+
+  it('forgets per-MiB costs REFUSAL_MEMORY_MS after the newest: a slow period does not refuse for ever', () => {
+    let now = 1000;
+    const r = new StageReserve(5, () => now);
+    const MiB = 1024 * 1024;
+    // A slow period: every large run at 300 ms per MiB, so 9.4 MiB with 1.5 s left is refused.
+    for (let i = 0; i < 5; i++) r.recordStageRun(300 * 4, 4 * MiB);
+    expect(r.refusalPerMiB()).toBe(300);
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
+    // Refused calls record nothing; until REFUSAL_MEMORY_MS has passed the refusal stands…
+    now += REFUSAL_MEMORY_MS;
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
+    // …then one call is judged by the prior again and runs, and its run is the fresh measurement.
+    now += 1;
+    expect(r.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
+    r.recordStageRun(40, 4 * MiB); // 10 ms per MiB, the machine is quiet again: median of 6 samples still 300
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
+    for (let i = 0; i < 5; i++) r.recordStageRun(40, 4 * MiB);
+    expect(r.refusalPerMiB()).toBe(10);
+    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
   });
 
   it('leaves the CPU stage the wall overrun as measured (event-loop delay), capped at half of what is left', () => {

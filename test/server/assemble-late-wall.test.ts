@@ -2,7 +2,8 @@
  * SPEC §10 answer guarantee under load: a retrieval that ends past its wall (a busy event loop) leaves
  * the CPU stage less than its measured round-trip. The call is then answered L2 `pool_deadline` at once,
  * from what is at hand, instead of submitting a task whose withdrawal a late timer would report after D
- * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps).
+ * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps). And a large history whose
+ * degraded answer cannot be ready in time is refused at once, but not for ever (issue 9).
  */
 import { Metadata } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -13,8 +14,10 @@ import type { CpuPool, CpuStageResult } from '../../src/pool/pool-client.js';
 import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
 import { createAssembler } from '../../src/server/assemble.js';
 import type { CallContext } from '../../src/server/call-context.js';
+import { REFUSAL_MEMORY_MS, REFUSAL_MIN_SAMPLES } from '../../src/server/stage-reserve.js';
 import { validateAssembleRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { createMetrics, type Metrics } from '../../src/telemetry/metrics.js';
 import { logSink } from '../helpers/log-sink.js';
 
 /** The injected monotonic clock: moves only when the test (or a "stalled" source) moves it. */
@@ -33,7 +36,11 @@ vi.mock('../../src/util/clock.js', async (importOriginal) => {
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 
-function setup() {
+/**
+ * An assembler over sources that answer nothing and a pool that runs the real CPU task but reports a
+ * 10 ms round-trip and a run of `runUs` µs (what the reserve learns from).
+ */
+function setup({ runUs = 500, metrics }: { runUs?: number; metrics?: Metrics } = {}) {
   const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent' });
   /** How long the next directive read "stalls" the loop, ms on the fake clock. */
   const stall = { ms: 0 };
@@ -55,7 +62,7 @@ function setup() {
     // A 10 ms round-trip, as measured by the assembler.
     run: async (input: CpuTaskInput): Promise<CpuStageResult> => {
       runs.push(fake.now);
-      return { output: runCpuTask(input), wait_us: 0, run_us: 500, round_trip_us: 10_000 };
+      return { output: runCpuTask(input), wait_us: 0, run_us: runUs, round_trip_us: 10_000 };
     },
   } as unknown as CpuPool;
   const assemble = createAssembler({
@@ -64,15 +71,23 @@ function setup() {
     sources,
     pool,
     logger: createLogger({ logLevel: 'info' }, log.stream),
+    metrics,
   });
-  const call = () => {
+  /** One call with `leftMs` until its deadline and `history` as its recent messages. */
+  const call = (leftMs = 45, history: string[] = []) => {
     const ctx: CallContext = {
       signal: new AbortController().signal,
-      deadline: fake.now + 45,
+      deadline: fake.now + leftMs,
       arrival: fake.now,
       metadata: new Metadata(),
     };
-    const req = validateAssembleRequest({ org_id: ORG, agent_id: AGENT, model: 'gpt-4o', query: 'q' });
+    const req = validateAssembleRequest({
+      org_id: ORG,
+      agent_id: AGENT,
+      model: 'gpt-4o',
+      query: 'q',
+      recent_messages: history.map((content) => ({ role: 'user', content })),
+    });
     return assemble(req, ctx);
   };
   return { stall, runs, call, logLines: log.lines };
@@ -114,5 +129,42 @@ describe('assembler: retrieval wall ended late', () => {
     const ok = await call();
     expect(runs).toHaveLength(2);
     expect(ok.level).toBe('L0');
+  });
+});
+
+describe('assembler: a large history whose degraded answer cannot be ready in time', () => {
+  afterEach(() => {
+    fake.now = 1_000_000;
+  });
+
+  it('is refused at once once REFUSAL_MIN_SAMPLES runs measured its cost, and tried again after REFUSAL_MEMORY_MS', async () => {
+    const metrics = createMetrics();
+    try {
+      // 10 × 30,000 ASCII characters: 0.286 MiB. Each CPU-stage run "takes" 290 ms, ~1,014 ms per MiB.
+      const history = Array.from({ length: 10 }, (_, i) => String(i).repeat(30_000));
+      const { runs, call } = setup({ runUs: 290_000, metrics });
+      const refused = async () => (await metrics.refusedTooLate.get()).values[0]?.value ?? 0;
+      // Until REFUSAL_MIN_SAMPLES runs, the prior (2 ms per MiB) admits it, with 100 ms left.
+      for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) expect((await call(100, history)).level).toBe('L0');
+      expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
+      // Now a typical degraded answer needs ~290 ms: with 100 ms left, DEADLINE_EXCEEDED before any work.
+      await expect(call(100, history)).rejects.toMatchObject({ code: 'IBEX_ERR_DEADLINE_EXCEEDED' });
+      expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
+      expect(await refused()).toBe(1);
+      // With 300 ms left it runs; a small history is never refused.
+      expect((await call(300, history)).level).toBe('L0');
+      expect((await call(45, ['hello'])).level).toBe('L0');
+      // Refused calls teach nothing: past REFUSAL_MEMORY_MS since the newest run, one is tried again.
+      fake.now += REFUSAL_MEMORY_MS;
+      await expect(call(100, history)).rejects.toMatchObject({ code: 'IBEX_ERR_DEADLINE_EXCEEDED' });
+      expect(await refused()).toBe(2);
+      fake.now += 1;
+      const runsBefore = runs.length;
+      expect((await call(100, history)).level).toBe('L0');
+      expect(runs).toHaveLength(runsBefore + 1);
+      expect(await refused()).toBe(2);
+    } finally {
+      metrics.stop();
+    }
   });
 });
