@@ -368,6 +368,10 @@ async function main(): Promise<number> {
       ],
       ['main-thread CPU per noisy memory call', `${mainMsPerMemoryCall} ms (5,000 hits: 2.8 MB; HTML: 6 MB)`],
       [
+        'large histories refused at once (too late)',
+        [alone, m, underAttack].map((q) => q.server.refused_too_late).join(' / '),
+      ],
+      [
         'noisy answered OK (all but the bomb)',
         `${noisyAnswered}/${noisySent} = ${pct(noisyAnswered / Math.max(1, noisySent))}  (≥ 95 %)`,
       ],

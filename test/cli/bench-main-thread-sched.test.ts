@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import os from 'node:os';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { type ServerSnapshot, stepStats } from '../../bench/lib/server-metrics.js';
+import { parsePrometheus, type ServerSnapshot, stepStats } from '../../bench/lib/server-metrics.js';
 import { readMainThreadSched } from '../../bench/lib/service-process.js';
 
 const onLinux = process.platform === 'linux';
@@ -55,5 +55,15 @@ describe('main-thread scheduling figures', () => {
       preemptions_per_s: 300,
     });
     expect(stepStats(snap(1000, 1.25, null), snap(3000, 1.3, 700)).main_thread_sched).toBeNull();
+  });
+
+  it('counts the large histories refused at once between two snapshots', () => {
+    const snap = (at: number, refused: number): ServerSnapshot => ({
+      at,
+      samples: parsePrometheus(`ibex_context_refused_too_late_total ${refused}\n`),
+      machine: null,
+      cpu: null,
+    });
+    expect(stepStats(snap(1000, 4), snap(3000, 11)).refused_too_late).toBe(7);
   });
 });
