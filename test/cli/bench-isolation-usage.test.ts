@@ -19,6 +19,7 @@ describe('bench:isolation flags', () => {
     expect(r.status).toBe(0);
     expect(r.stdout).toMatch(/^usage: npm run bench:isolation -- \[options\]/);
     expect(r.stdout).toContain('--out <dir>');
+    expect(r.stdout).toContain('--kinds <k,k,…>');
     expect(r.stderr).toBe('');
   });
 
@@ -31,5 +32,10 @@ describe('bench:isolation flags', () => {
     const bad = run('--seconds', 'x');
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("--seconds must be a positive number, got 'x'");
+    const kinds = run('--kinds', 'cjk_history,bogus');
+    expect(kinds.status).toBe(2);
+    expect(kinds.stderr).toContain(
+      "--kinds takes some of decode_bomb,emoji_history,memory_5000_hits,memory_html_300kb,cjk_history, got 'cjk_history,bogus'",
+    );
   });
 });
