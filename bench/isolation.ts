@@ -387,7 +387,7 @@ async function main(): Promise<number> {
       ],
       ['main-thread CPU per noisy memory call', `${mainMsPerMemoryCall} ms (5,000 hits: 2.8 MB; HTML: 6 MB)`],
       [
-        'large histories refused at once (too late)',
+        'large histories refused (no time for an answer)',
         [alone, m, underAttack].map((q) => q.server.refused_too_late).join(' / '),
       ],
       [

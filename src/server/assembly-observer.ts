@@ -22,8 +22,9 @@ export interface AssemblyObserver {
   /** The answer is degraded: one event per reason (`hot_timeout:…` counted under `hot_timeout`). */
   degraded(level: DegradationLevel, reasons: readonly string[]): void;
   /**
-   * A call with a large history is answered DEADLINE_EXCEEDED without (more) work: even its degraded
-   * answer could not be ready before D (StageReserve.degradedTooLate).
+   * A call with a large history is answered DEADLINE_EXCEEDED without building an answer — before
+   * retrieval, or after a CPU stage that gave no result: even its degraded answer could not be ready
+   * before D (StageReserve.degradedTooLate).
    */
   refusedTooLate(): void;
 }

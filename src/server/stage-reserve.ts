@@ -87,8 +87,8 @@ const PER_MIB_FROM_BYTES = 256 * 1024;
  */
 export const REFUSAL_MIN_SAMPLES = 3;
 /**
- * Age of the newest per-MiB sample past which a refusal forgets the measurements and uses the prior again,
- * ms. A refused call teaches nothing (it never runs), so without this a slow period would refuse large
+ * Age of the newest per-MiB sample past which a refusal no longer trusts the window and uses the prior
+ * again, ms. A refused call teaches nothing (it never runs), so without this a slow period would refuse large
  * histories for the process's lifetime; with it, at most one large call per this interval tries again.
  */
 export const REFUSAL_MEMORY_MS = 10_000;
@@ -161,8 +161,9 @@ export class StageReserve {
 
   /**
    * Whether a degraded answer for a history of `historyBytes` can no longer be ready in `leftMs`: its
-   * typical cost — the median per-MiB cost measured in the last {@link REFUSAL_MEMORY_MS}, once there are
-   * {@link REFUSAL_MIN_SAMPLES}, else {@link PRIOR_DEGRADED_MS_PER_MIB} — exceeds the time left. Only
+   * typical cost — the median of the per-MiB window (the last 256 CPU-stage runs and degraded answers over
+   * large histories) once it holds {@link REFUSAL_MIN_SAMPLES} and while its newest sample is at most
+   * {@link REFUSAL_MEMORY_MS} old, else {@link PRIOR_DEGRADED_MS_PER_MIB} — exceeds the time left. Only
    * histories of 256 KiB and more are ever judged so (smaller ones cost about a millisecond): building
    * 4–10 MB of history on the main thread for an answer that would come after D only stalls every other
    * caller's answers (issue 9, SPEC §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls that leave less
@@ -171,7 +172,7 @@ export class StageReserve {
    * The median, not the p99 the reserves use: a refused call never runs, so it cannot correct the estimate
    * that refused it. Judged by a p99 (the maximum of a small window), one CPU-stage run slowed by a
    * preemption or a GC refused every large history of its size until 256 later samples pushed it out, and
-   * for ever when large histories were the only ones that fed it.
+   * for ever when no large call ran again.
    * @param leftMs time until D, ms.
    */
   degradedTooLate(leftMs: number, historyBytes: number): boolean {
@@ -181,7 +182,7 @@ export class StageReserve {
 
   /**
    * The per-MiB cost (ms per MiB of history) that {@link StageReserve.degradedTooLate} judges by: the
-   * measured median while it is fresh and has {@link REFUSAL_MIN_SAMPLES} samples, else the prior.
+   * window's median while its newest sample is fresh and it has {@link REFUSAL_MIN_SAMPLES}, else the prior.
    */
   refusalPerMiB(): number {
     const m = this.degradedPerMiB;
