@@ -3,10 +3,9 @@
  * `--trace-gc-nvp` (bench/lib/gc-trace.ts), e.g. from
  * `npm run bench:load -- --node-arg=--trace-gc-nvp --service-log /tmp/svc.log …`.
  */
-import { readFileSync } from 'node:fs';
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { benchOptions, parseNumber, runBenchMain } from './lib/bench-run.js';
-import { type GcEvent, parseGcLine, summariseGc } from './lib/gc-trace.js';
+import { benchOptions, parseNumber, readParsedLines, runBenchMain } from './lib/bench-run.js';
+import { parseGcLine, summariseGc } from './lib/gc-trace.js';
 
 const USAGE = `usage: npm run bench:gc-trace -- --log <file> [options]
   --log <file>            a service log written with --node-arg=--trace-gc-nvp (bench:load --service-log)
@@ -25,17 +24,8 @@ function main(argv: string[]): number {
     };
   });
   if (typeof opts === 'number') return opts;
-  let text: string;
-  try {
-    text = readFileSync(opts.log, 'utf8');
-  } catch (err) {
-    console.error(`cannot read --log ${opts.log}: ${(err as Error).message}`);
-    return 1;
-  }
-  const events = text
-    .split('\n')
-    .map(parseGcLine)
-    .filter((e): e is GcEvent => e !== null);
+  const events = readParsedLines('--log', opts.log, parseGcLine);
+  if (events === null) return 1;
   if (events.length === 0) {
     console.error(`${opts.log}: no --trace-gc-nvp lines (was the service started with that flag?)`);
     return 1;

@@ -6,10 +6,9 @@
  *   perf record -e sched:sched_switch,sched:sched_wakeup -a -o /tmp/sched.data -- sleep 5
  *   perf script -i /tmp/sched.data -F comm,tid,pid,cpu,time,event,trace > /tmp/sched.txt
  */
-import { readFileSync } from 'node:fs';
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { benchOptions, parseNumber, runBenchMain } from './lib/bench-run.js';
-import { parseSchedLine, type SchedEvent, summariseMainThreadWaits } from './lib/sched-trace.js';
+import { benchOptions, parseNumber, readParsedLines, runBenchMain } from './lib/bench-run.js';
+import { parseSchedLine, summariseMainThreadWaits } from './lib/sched-trace.js';
 
 const USAGE = `usage: npm run bench:sched-trace -- --perf-script <file> --pid <pid> [options]
   --perf-script <file>    output of: perf script -F comm,tid,pid,cpu,time,event,trace (of a trace recorded
@@ -36,17 +35,8 @@ function main(argv: string[]): number {
     };
   });
   if (typeof opts === 'number') return opts;
-  let text: string;
-  try {
-    text = readFileSync(opts.file, 'utf8');
-  } catch (err) {
-    console.error(`cannot read --perf-script ${opts.file}: ${(err as Error).message}`);
-    return 1;
-  }
-  const all = text
-    .split('\n')
-    .map(parseSchedLine)
-    .filter((e): e is SchedEvent => e !== null);
+  const all = readParsedLines('--perf-script', opts.file, parseSchedLine);
+  if (all === null) return 1;
   const start = all[0]?.at ?? 0;
   const events = all.filter((e) => e.at - start >= opts.fromS && e.at - start <= opts.toS);
   if (!events.some((e) => e.kind === 'switch' && (e.prevTid === opts.pid || e.nextTid === opts.pid))) {

@@ -4,7 +4,7 @@
  * shares (options or usage, exit code).
  */
 
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -28,6 +28,29 @@ export function machineInfo() {
     loadavg_1m_at_start: Math.round(os.loadavg()[0]! * 100) / 100,
     platform: `${os.platform()} ${os.release()}`,
   };
+}
+
+/**
+ * The lines of the trace file a bench reads (its `flag`, e.g. `--log`), each parsed by `parse`; lines it
+ * gives null for are left out.
+ * @returns null once `cannot read <flag> <file>: <reason>` is printed (a file that cannot be read).
+ */
+export function readParsedLines<T>(
+  flag: string,
+  file: string,
+  parse: (line: string) => T | null,
+): T[] | null {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    console.error(`cannot read ${flag} ${file}: ${(err as Error).message}`);
+    return null;
+  }
+  return text
+    .split('\n')
+    .map(parse)
+    .filter((e): e is T => e !== null);
 }
 
 /**
