@@ -7,7 +7,7 @@ import { monotonicNow } from '../util/clock.js';
 
 /** Samples in each running window. */
 export const RESERVE_WINDOW = 256;
-/** The p99 is recomputed after this many new samples (a sort of {@link RESERVE_WINDOW} numbers). */
+/** The p99 and median are recomputed after this many new samples (one sort of {@link RESERVE_WINDOW} numbers). */
 const RECOMPUTE_EVERY = 16;
 
 /**
