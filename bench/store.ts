@@ -16,7 +16,8 @@
  *
  * Iterations: tinybench, `BENCH_TIME_MS` (default 1000) per task after 200 ms warm-up; medians and p99.
  * Legacy vs top-k also interleaved query by query (`BENCH_PAIRED_ROUNDS`, default 9 passes), robust to
- * the load drift of a shared machine.
+ * the load drift of a shared machine; on the merged index also the search statement with its limit bound
+ * as `@limit` vs written into the SQL (the store's form, limit-statement.ts), and their answers compared.
  */
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
@@ -67,12 +68,18 @@ function legacySearch(db: Database.Database) {
 }
 
 /**
- * Legacy vs top-k search interleaved query by query (the same load drift hits both), `rounds` passes
- * over every 5th question; the mean µs per search of each pass, best and median pass reported.
+ * Two searches interleaved query by query (the same load drift hits both), `rounds` passes over every 5th
+ * question; the mean µs per search of each pass, best and median pass reported under the two names.
  */
-function pairedSearch(queries: Query[], a: (q: Query) => unknown, b: (q: Query) => unknown, rounds: number) {
+function pairedSearch<A extends string, B extends string>(
+  queries: Query[],
+  a: (q: Query) => unknown,
+  b: (q: Query) => unknown,
+  rounds: number,
+  names: [A, B],
+) {
   const sample = queries.filter((_, i) => i % 5 === 0);
-  const passes: { legacy: number; topk: number }[] = [];
+  const passes: [number, number][] = [];
   for (let r = 0; r < rounds; r++) {
     let ta = 0;
     let tb = 0;
@@ -84,13 +91,40 @@ function pairedSearch(queries: Query[], a: (q: Query) => unknown, b: (q: Query) 
       ta += t1 - t0;
       tb += performance.now() - t1;
     }
-    passes.push({ legacy: (ta / sample.length) * 1000, topk: (tb / sample.length) * 1000 });
+    passes.push([(ta / sample.length) * 1000, (tb / sample.length) * 1000]);
   }
-  const stat = (k: 'legacy' | 'topk') => {
+  const stat = (k: 0 | 1) => {
     const v = passes.map((p) => p[k]).sort((x, y) => x - y);
     return { best_us: Math.round(v[0]!), median_us: Math.round(v[v.length >> 1]!) };
   };
-  return { queries_per_pass: sample.length, passes: rounds, legacy: stat('legacy'), topk: stat('topk') };
+  return {
+    queries_per_pass: sample.length,
+    passes: rounds,
+    ...({ [names[0]]: stat(0) } as Record<A, ReturnType<typeof stat>>),
+    ...({ [names[1]]: stat(1) } as Record<B, ReturnType<typeof stat>>),
+  };
+}
+
+/**
+ * The store's search statement with its limit written as `limit`: `"@limit"` (bound, as before
+ * limit-statement.ts: SQLite re-plans it on every run) or `"10"` (the store's form). Same SQL otherwise,
+ * on the same file, both shaped alike, so the two differ only in the limit's form.
+ */
+function limitFormSearch(db: Database.Database, limit: '@limit' | '10') {
+  const stmt = db.prepare<Record<string, unknown>, { id: string }>(
+    `SELECT m.id, f.score AS score
+     FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
+           WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * ${limit}) f
+     CROSS JOIN memories m ON m.pk = f.rowid
+     WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
+     ORDER BY f.score, m.id LIMIT ${limit}`,
+  );
+  return (q: Query): string[] => {
+    const terms = toFtsQuery(q.text);
+    if (terms === null) return [];
+    const match = `scope:"${scopeText(ORG, q.agent)}" AND content:(${terms})`;
+    return stmt.all({ match, agent: q.agent, org: ORG, minConfidence: 0, limit: 10 }).map((r) => r.id);
+  };
 }
 
 const digest = (ids: string[]) => createHash('sha256').update(ids.join(',')).digest('hex').slice(0, 16);
@@ -162,13 +196,16 @@ async function main() {
   await bench.run();
   const unmergedTasks = bench.tasks.length;
   const rounds = Number(process.env.BENCH_PAIRED_ROUNDS ?? 9);
-  const pairedUnmerged = pairedSearch(queries, legacy, topk, rounds);
+  const pairedUnmerged = pairedSearch(queries, legacy, topk, rounds, ['legacy', 'topk']);
 
   const tOpt = performance.now();
   writer.optimize();
   const optimizeMs = performance.now() - tOpt;
   const segmentsAfter = ftsSegments(file);
-  const pairedMerged = pairedSearch(queries, legacy, topk, rounds);
+  const pairedMerged = pairedSearch(queries, legacy, topk, rounds, ['legacy', 'topk']);
+  const bound = limitFormSearch(raw, '@limit');
+  const literal = limitFormSearch(raw, '10');
+  const pairedLimit = pairedSearch(queries, bound, literal, rounds, ['bound_limit', 'literal_limit']);
   addSearch('merged');
 
   const uncached = EmbeddedStore.open(file, { cache: false });
@@ -236,8 +273,13 @@ async function main() {
       after_optimize: segmentsAfter,
       optimize_ms: Math.round(optimizeMs),
     },
-    search_paired: { unmerged: pairedUnmerged, merged: pairedMerged },
-    top10_overlap: { vs_legacy_statement: overlap(queries, topk, legacy), vs_pre_v2_code: baseline },
+    search_paired: { unmerged: pairedUnmerged, merged: pairedMerged, merged_limit_form: pairedLimit },
+    top10_overlap: {
+      vs_legacy_statement: overlap(queries, topk, legacy),
+      vs_bound_limit_statement: overlap(queries, topk, bound),
+      literal_vs_bound_limit: overlap(queries, literal, bound),
+      vs_pre_v2_code: baseline,
+    },
     decode_payload_bytes: decode,
     tasks,
   };

@@ -25,6 +25,7 @@ import Database from 'better-sqlite3';
 import { Errors } from '../errors.js';
 import type { MemoryContent } from './content-bytes.js';
 import { toFtsQuery } from './fts-query.js';
+import { LimitStatement } from './limit-statement.js';
 import { noteThreadWrite, ReadCache, WriteWatch } from './read-cache.js';
 import {
   bm25ToSimilarity,
@@ -87,12 +88,9 @@ export class EmbeddedStore {
    */
   readonly #threadHotCache: ReadCache<readonly StoreHit<MemoryContent>[]> | undefined;
   readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
-  readonly #hot: Database.Statement<ReadParams, MemoryDbRow>;
-  readonly #search: Database.Statement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
-  readonly #searchFiltered: Database.Statement<
-    ReadParams & { match: string },
-    MemoryDbRow & { score: number }
-  >;
+  readonly #hot: LimitStatement<ReadParams, MemoryDbRow>;
+  readonly #search: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
+  readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
   readonly #upsert: Database.Statement<MemoryDbRow & { scope: string; chars: number }>;
   readonly #deleteScope: Database.Statement<[string, string]>;
   readonly #getDirective: Database.Statement<
@@ -115,31 +113,38 @@ export class EmbeddedStore {
     }
     // `@org IS NULL` is the memory wire's agent-across-orgs read; SQLite decides it once per statement
     // step, and both indexes lead with what is bound.
-    this.#hot = db.prepare(
-      `SELECT ${MEMORY_COLUMNS} FROM memories m
+    // The default limits are literals in the SQL (limit-statement.ts: a bound LIMIT re-plans every run).
+    this.#hot = new LimitStatement(
+      db,
+      (limit) => `SELECT ${MEMORY_COLUMNS} FROM memories m
        WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
-       ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT @limit`,
+       ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT ${limit}`,
+      HOT_LIMIT,
     );
     // Ranked inside FTS5 on the index alone: only the best 2×`limit` rowids are joined with their rows
     // (before: every match of the agent was joined, its content read, then sorted). The slack keeps the
     // old tie-break (equal scores by id) at the cut, e.g. repeated one-line turns. The scope token
     // already restricts to org+agent; the outer predicate is a second, independent guard. CROSS JOIN
     // fixes the order: left alone, the planner walks all the agent's rows by index and probes the top-k.
-    this.#search = db.prepare(
-      `SELECT ${MEMORY_COLUMNS}, f.score AS score
+    this.#search = new LimitStatement(
+      db,
+      (limit) => `SELECT ${MEMORY_COLUMNS}, f.score AS score
        FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
-             WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * @limit) f
+             WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * ${limit}) f
        CROSS JOIN memories m ON m.pk = f.rowid
        WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
-       ORDER BY f.score, m.id LIMIT @limit`,
+       ORDER BY f.score, m.id LIMIT ${limit}`,
+      SEARCH_LIMIT,
     );
     // With a confidence floor (memory wire only) the filter must run before the limit.
-    this.#searchFiltered = db.prepare(
-      `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
+    this.#searchFiltered = new LimitStatement(
+      db,
+      (limit) => `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
        FROM memories_fts JOIN memories m ON m.pk = memories_fts.rowid
        WHERE memories_fts MATCH @match AND m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org)
          AND m.confidence >= @minConfidence
-       ORDER BY score, m.id LIMIT @limit`,
+       ORDER BY score, m.id LIMIT ${limit}`,
+      SEARCH_LIMIT,
     );
     this.#upsert = db.prepare(
       `INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, scope, chars)
