@@ -129,13 +129,18 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
     const { stage, poolReason } =
-      !shed && cpuStageCannotFit(ctx, input, shareMs)
+      !shed && cpuStageCannotFit(req, ctx, input, shareMs, historyBytes)
         ? { stage: null, poolReason: 'pool_deadline' }
         : await cpuStage(req, ctx, input, shed, historyBytes);
     throwIfAborted(ctx);
     // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
     if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     return answer(assembly, resolved, stage, poolReason);
+  }
+
+  /** Whether the task carries the request's own buffer (a large history, not copied: cpu-batch.ts). */
+  function takesRequestBytes(req: ValidatedRequest, input: CpuTaskInput): boolean {
+    return input.history.length > 0 && input.history.buffer === req.history.source.buffer;
   }
 
   function refuseTooLate() {
@@ -206,13 +211,27 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   /**
    * Whether the CPU stage is skipped for want of time (SPEC §10, never wait for a stage that cannot
    * finish): retrieval ended past its wall (a busy event loop) and left less than the share it was meant
-   * to, and the CPU task would get less than its measured round-trip. The call is answered L2
-   * `pool_deadline` at once from what is at hand, instead of waiting for a withdrawal that a late timer
-   * reports after D.
+   * to, and the CPU task would get less than its measured round-trip; or the history is large and its
+   * typical CPU-stage run per MiB does not fit the task's time (`StageReserve.stageTooLong`): until D for
+   * a task that takes the request's bytes (its result is awaited until D), until its own deadline
+   * otherwise. The call is answered L2 `pool_deadline` at once from what is at hand, instead of waiting
+   * for a withdrawal that a late timer reports after D, or for a task that would take the history's bytes
+   * past D.
    */
-  function cpuStageCannotFit(ctx: CallContext, input: CpuTaskInput, shareMs: number): boolean {
+  function cpuStageCannotFit(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    input: CpuTaskInput,
+    shareMs: number,
+    historyBytes: number,
+  ): boolean {
     const now = monotonicNow();
-    return ctx.deadline - now < shareMs && !reserve.cpuStageFits(input.deadline - now);
+    const cpuMs = input.deadline - now;
+    const runMs = takesRequestBytes(req, input) ? ctx.deadline - now : cpuMs;
+    return (
+      (ctx.deadline - now < shareMs && !reserve.cpuStageFits(cpuMs)) ||
+      reserve.stageTooLong(runMs, historyBytes)
+    );
   }
 
   /**
@@ -291,7 +310,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     let stage: CpuStageResult;
     // A task that takes the request buffer along leaves nothing to build the degraded answer from once
     // it runs: then its result is worth waiting for until D itself, not D minus the degraded reserve.
-    const takesRequest = input.history.length > 0 && input.history.buffer === req.history.source.buffer;
+    const takesRequest = takesRequestBytes(req, input);
     awaitingPool++;
     try {
       stage = await pool.run(input, {

@@ -105,6 +105,12 @@ export class StageReserve {
   /** The same per MiB of history, for histories of 256 KiB and more: its cost grows with the history. */
   readonly degradedPerMiB = new RunningP99();
   /**
+   * CPU-stage runs (worker time) per MiB of history, for histories of 256 KiB and more: what a large
+   * task is expected to take, and an upper bound of the degraded answer's cost on the same history (the
+   * stage does all its work on the history and more: decode, escape, pack, format).
+   */
+  readonly stagePerMiB = new RunningP99();
+  /**
    * How late the main thread learns that the CPU stage missed its deadline (timer granularity, a busy
    * event loop), ms: the degraded answer starts that much after the CPU task's deadline.
    */
@@ -115,8 +121,10 @@ export class StageReserve {
    */
   readonly wallOverrun = new RunningP99();
 
-  /** When the newest per-MiB sample was recorded, ms on {@link StageReserve.now}'s clock. */
-  #perMiBAt = Number.NEGATIVE_INFINITY;
+  /** When the newest degraded per-MiB sample was recorded, ms on {@link StageReserve.now}'s clock. */
+  #degradedAt = Number.NEGATIVE_INFINITY;
+  /** When the newest CPU-stage per-MiB sample was recorded, same clock. */
+  #stageAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     /** Floor of the CPU-stage share, ms (`IBEX_CONTEXT_CPU_STAGE_RESERVE_MS`). */
@@ -127,21 +135,27 @@ export class StageReserve {
 
   /** Records one degraded answer's cost (`ms`) for a history of `historyBytes` UTF-8 bytes. */
   recordDegraded(ms: number, historyBytes: number): void {
-    if (historyBytes >= PER_MIB_FROM_BYTES) this.#recordPerMiB(ms, historyBytes);
-    else this.degraded.record(ms);
+    if (historyBytes < PER_MIB_FROM_BYTES) {
+      this.degraded.record(ms);
+      return;
+    }
+    this.degradedPerMiB.record(ms / (historyBytes / MIB));
+    this.#degradedAt = this.now();
   }
 
   /**
-   * Records a CPU-stage run (`ms`, worker time) over a history of `historyBytes`: an upper bound of the
-   * degraded answer's cost on the same history, learnt per MiB for histories of 256 KiB and more.
+   * Records a CPU-stage run (`ms`, worker time) over a history of `historyBytes`, learnt per MiB for
+   * histories of 256 KiB and more ({@link StageReserve.stagePerMiB}).
    */
   recordStageRun(ms: number, historyBytes: number): void {
-    if (historyBytes >= PER_MIB_FROM_BYTES) this.#recordPerMiB(ms, historyBytes);
+    if (historyBytes < PER_MIB_FROM_BYTES) return;
+    this.stagePerMiB.record(ms / (historyBytes / MIB));
+    this.#stageAt = this.now();
   }
 
-  #recordPerMiB(ms: number, historyBytes: number): void {
-    this.degradedPerMiB.record(ms / (historyBytes / MIB));
-    this.#perMiBAt = this.now();
+  /** The window's median while it holds {@link REFUSAL_MIN_SAMPLES} and its newest sample is fresh, else null. */
+  #freshMedian(window: RunningP99, at: number): number | null {
+    return window.count >= REFUSAL_MIN_SAMPLES && this.now() - at <= REFUSAL_MEMORY_MS ? window.p50 : null;
   }
 
   /**
@@ -152,7 +166,11 @@ export class StageReserve {
    * @param historyBytes UTF-8 bytes of the request's history.
    */
   degradedMs(historyBytes = 0): number {
-    const perMiB = this.degradedPerMiB.p99 > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
+    // Until a large degraded answer is measured, a CPU-stage run is its upper bound where below the prior.
+    const perMiB =
+      this.degradedPerMiB.count > 0
+        ? this.degradedPerMiB.p99
+        : Math.min(PRIOR_DEGRADED_MS_PER_MIB, this.stagePerMiB.count > 0 ? this.stagePerMiB.p99 : Infinity);
     const fixed = this.degraded.count > 0 ? this.degraded.p99 : PRIOR_DEGRADED_MS;
     const late = this.lateness.count > 0 ? this.lateness.p99 : PRIOR_LATENESS_MS;
     const measured = fixed + (historyBytes / MIB) * perMiB + late;
@@ -161,13 +179,11 @@ export class StageReserve {
 
   /**
    * Whether a degraded answer for a history of `historyBytes` can no longer be ready in `leftMs`: its
-   * typical cost — the median of the per-MiB window (the last 256 CPU-stage runs and degraded answers over
-   * large histories) once it holds {@link REFUSAL_MIN_SAMPLES} and while its newest sample is at most
-   * {@link REFUSAL_MEMORY_MS} old, else {@link PRIOR_DEGRADED_MS_PER_MIB} — exceeds the time left. Only
-   * histories of 256 KiB and more are ever judged so (smaller ones cost about a millisecond): building
-   * 4–10 MB of history on the main thread for an answer that would come after D only stalls every other
-   * caller's answers (issue 9, SPEC §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls that leave less
-   * than the degraded answer needs).
+   * typical cost per MiB ({@link StageReserve.refusalPerMiB}) times the history's MiB exceeds the time
+   * left. Only histories of 256 KiB and more are ever judged so (smaller ones cost about a millisecond):
+   * building 4–10 MB of history on the main thread for an answer that would come after D only stalls
+   * every other caller's answers (issue 9, SPEC §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls
+   * that leave less than the degraded answer needs).
    *
    * The median, not the p99 the reserves use: a refused call never runs, so it cannot correct the estimate
    * that refused it. Judged by a p99 (the maximum of a small window), one CPU-stage run slowed by a
@@ -182,12 +198,36 @@ export class StageReserve {
 
   /**
    * The per-MiB cost (ms per MiB of history) that {@link StageReserve.degradedTooLate} judges by: the
-   * window's median while its newest sample is fresh and it has {@link REFUSAL_MIN_SAMPLES}, else the prior.
+   * median of the degraded answers' window while it holds {@link REFUSAL_MIN_SAMPLES} and its newest sample
+   * is at most {@link REFUSAL_MEMORY_MS} old; else the CPU-stage runs' median on the same terms where it is
+   * below the prior (a stage run costs at least the degraded answer: an upper bound, so that a pessimistic
+   * prior cannot refuse large histories for ever); else {@link PRIOR_DEGRADED_MS_PER_MIB}. Judging by the
+   * stage runs alone refused calls whose degraded answer would still have been ready in time (SPEC §10).
    */
   refusalPerMiB(): number {
-    const m = this.degradedPerMiB;
-    const fresh = this.now() - this.#perMiBAt <= REFUSAL_MEMORY_MS;
-    return fresh && m.count >= REFUSAL_MIN_SAMPLES ? m.p50 : PRIOR_DEGRADED_MS_PER_MIB;
+    const stage = this.#freshMedian(this.stagePerMiB, this.#stageAt);
+    return (
+      this.#freshMedian(this.degradedPerMiB, this.#degradedAt) ??
+      Math.min(PRIOR_DEGRADED_MS_PER_MIB, stage ?? PRIOR_DEGRADED_MS_PER_MIB)
+    );
+  }
+
+  /**
+   * Whether a CPU task over a history of `historyBytes` given `cpuMs` (until its result is no longer
+   * awaited) is not expected to finish: its typical run, the stage runs' median per MiB (fresh, at least
+   * {@link REFUSAL_MIN_SAMPLES} samples: else nothing is judged) times the history's MiB, exceeds `cpuMs`.
+   * Such a task is not submitted (SPEC §10, never wait for a stage that cannot finish): a task that runs
+   * takes the request's history bytes with it (from 64 KiB, when the request has its own buffer) and,
+   * once started, only gives them back with its result, so a late one leaves nothing to build the degraded
+   * answer from, and the call ends DEADLINE_EXCEEDED where the degraded answer would have been ready in
+   * time. Histories under 256 KiB: never (their runs are what {@link StageReserve.cpuStageFits} judges).
+   * @param cpuMs time until the CPU task's result is no longer awaited, ms: D for a task that takes the
+   *   request's bytes, its own deadline otherwise.
+   */
+  stageTooLong(cpuMs: number, historyBytes: number): boolean {
+    if (historyBytes < PER_MIB_FROM_BYTES) return false;
+    const perMiB = this.#freshMedian(this.stagePerMiB, this.#stageAt);
+    return perMiB !== null && cpuMs < (historyBytes / MIB) * perMiB;
   }
 
   /**

@@ -82,33 +82,61 @@ describe('StageReserve', () => {
     for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) r.recordDegraded(8, 2 * MiB);
     expect(r.degradedTooLate(39.9, 10 * MiB)).toBe(true);
     expect(r.degradedTooLate(40, 10 * MiB)).toBe(false);
-    // A CPU-stage run over a large history teaches the same per-MiB cost; over a small one it does not.
-    const s = new StageReserve(5);
-    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(1, 1000);
-    expect(s.degradedTooLate(4 * PRIOR_DEGRADED_MS_PER_MIB - 0.1, 4 * MiB)).toBe(true);
-    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(3, 1 * MiB); // 3 ms per MiB: 4 MiB needs 12 ms
-    expect(s.degradedTooLate(11.9, 4 * MiB)).toBe(true);
-    expect(s.degradedTooLate(12, 4 * MiB)).toBe(false);
   });
 
-  it('judges by the prior until REFUSAL_MIN_SAMPLES per-MiB samples: one cold first run refuses nothing', () => {
+  it('takes CPU-stage runs as an upper bound of the degraded cost: below the prior only, never above it', () => {
+    const MiB = 1024 * 1024;
+    // Stage runs over small histories teach nothing per MiB.
+    const s = new StageReserve(5);
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(1, 1000);
+    expect(s.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
+    // Stage runs at 1 ms per MiB: a degraded answer costs at most that, so 4 MiB needs at most 4 ms.
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(1, 1 * MiB);
+    expect(s.refusalPerMiB()).toBe(1);
+    expect(s.degradedTooLate(3.9, 4 * MiB)).toBe(true);
+    expect(s.degradedTooLate(4, 4 * MiB)).toBe(false);
+    // Stage runs at 300 ms per MiB say nothing about the degraded answer's cost: the prior stands (before
+    // this rule, 9.4 MiB with 1 s left was refused although its degraded answer needs ~10 ms here).
+    const slow = new StageReserve(5);
+    for (let i = 0; i < 5; i++) slow.recordStageRun(1200, 4 * MiB);
+    expect(slow.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
+    expect(slow.degradedTooLate(1000, 9.4 * MiB)).toBe(false);
+    // …and measured degraded answers replace both.
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) slow.recordDegraded(4 * 0.5, 4 * MiB);
+    expect(slow.refusalPerMiB()).toBe(0.5);
+  });
+
+  it('keeps the degraded reserve from degraded answers, bounded by the stage runs until one is measured', () => {
+    const MiB = 1024 * 1024;
+    const cold = PRIOR_DEGRADED_MS + PRIOR_LATENESS_MS;
+    const r = new StageReserve(5);
+    r.recordStageRun(300 * 4, 4 * MiB);
+    expect(r.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * PRIOR_DEGRADED_MS_PER_MIB) + 1);
+    const fast = new StageReserve(5);
+    fast.recordStageRun(0.5 * 4, 4 * MiB);
+    expect(fast.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * 0.5) + 1);
+    fast.recordDegraded(3 * 4, 4 * MiB);
+    expect(fast.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * 3) + 1);
+  });
+
+  it('judges by the prior until REFUSAL_MIN_SAMPLES per-MiB samples: one cold first answer refuses nothing', () => {
     const r = new StageReserve(5);
     const MiB = 1024 * 1024;
-    // A first CPU-stage run over 9.4 MiB that took 2 s (cold code, a preemption): 213 ms per MiB.
-    r.recordStageRun(2000, 9.4 * MiB);
-    r.recordStageRun(2000, 9.4 * MiB);
+    // A first degraded answer over 9.4 MiB that took 2 s (cold code, a preemption): 213 ms per MiB.
+    r.recordDegraded(2000, 9.4 * MiB);
+    r.recordDegraded(2000, 9.4 * MiB);
     expect(r.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
-    r.recordStageRun(2000, 9.4 * MiB);
+    r.recordDegraded(2000, 9.4 * MiB);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
     expect(r.degradedTooLate(2000, 9.4 * MiB)).toBe(false);
   });
 
-  it('one slow run among fast ones refuses nothing, though it is the p99 the reserve keeps', () => {
+  it('one slow answer among fast ones refuses nothing, though it is the p99 the reserve keeps', () => {
     const r = new StageReserve(5);
     const MiB = 1024 * 1024;
-    for (let i = 0; i < 15; i++) r.recordStageRun(20, 4 * MiB); // 5 ms per MiB
-    r.recordStageRun(2000, 4 * MiB); // 500 ms per MiB: a GC or a preemption in one run
+    for (let i = 0; i < 15; i++) r.recordDegraded(20, 4 * MiB); // 5 ms per MiB
+    r.recordDegraded(2000, 4 * MiB); // 500 ms per MiB: a GC or a preemption in one answer
     expect(r.degradedPerMiB.p99).toBe(500);
     expect(r.refusalPerMiB()).toBe(5);
     // 9.4 MiB with 1 s left: a typical answer takes 47 ms, so it is not refused.
@@ -124,22 +152,42 @@ describe('StageReserve', () => {
     let now = 1000;
     const r = new StageReserve(5, () => now);
     const MiB = 1024 * 1024;
-    // A slow period: every large run at 300 ms per MiB, so 9.4 MiB with 1.5 s left is refused.
-    for (let i = 0; i < 5; i++) r.recordStageRun(300 * 4, 4 * MiB);
+    // A slow period: every large degraded answer at 300 ms per MiB, so 9.4 MiB with 1.5 s left is refused.
+    for (let i = 0; i < 5; i++) r.recordDegraded(300 * 4, 4 * MiB);
     expect(r.refusalPerMiB()).toBe(300);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
     // Refused calls record nothing; until REFUSAL_MEMORY_MS has passed the refusal stands…
     now += REFUSAL_MEMORY_MS;
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
-    // …then one call is judged by the prior again and runs, and its run is the fresh measurement.
+    // …then one call is judged by the prior again and runs, and its answer is the fresh measurement.
     now += 1;
     expect(r.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
-    r.recordStageRun(40, 4 * MiB); // 10 ms per MiB, the machine is quiet again: median of 6 samples still 300
+    r.recordDegraded(40, 4 * MiB); // 10 ms per MiB, the machine is quiet again: median of 6 samples still 300
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
-    for (let i = 0; i < 5; i++) r.recordStageRun(40, 4 * MiB);
+    for (let i = 0; i < 5; i++) r.recordDegraded(40, 4 * MiB);
     expect(r.refusalPerMiB()).toBe(10);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
+  });
+
+  it("judges a large CPU task too long by the stage runs' fresh median per MiB, and only once it has REFUSAL_MIN_SAMPLES", () => {
+    let now = 1000;
+    const r = new StageReserve(5, () => now);
+    const MiB = 1024 * 1024;
+    // Nothing measured: every task is submitted; small histories are never judged here.
+    expect(r.stageTooLong(0, 9.4 * MiB)).toBe(false);
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) r.recordStageRun(1, 1000);
+    expect(r.stageTooLong(0, 256 * 1024 - 1)).toBe(false);
+    // 5 ms per MiB (two runs, then a third): 9.4 MiB needs 47 ms.
+    r.recordStageRun(20, 4 * MiB);
+    r.recordStageRun(20, 4 * MiB);
+    expect(r.stageTooLong(46.9, 9.4 * MiB)).toBe(false);
+    r.recordStageRun(20, 4 * MiB);
+    expect(r.stageTooLong(46.9, 9.4 * MiB)).toBe(true);
+    expect(r.stageTooLong(47, 9.4 * MiB)).toBe(false);
+    // Skipped tasks teach nothing: REFUSAL_MEMORY_MS after the newest run, one is submitted again.
+    now += REFUSAL_MEMORY_MS + 1;
+    expect(r.stageTooLong(46.9, 9.4 * MiB)).toBe(false);
   });
 
   it('leaves the CPU stage the wall overrun as measured (event-loop delay), capped at half of what is left', () => {

@@ -2,8 +2,9 @@
  * SPEC §10 answer guarantee under load: a retrieval that ends past its wall (a busy event loop) leaves
  * the CPU stage less than its measured round-trip. The call is then answered L2 `pool_deadline` at once,
  * from what is at hand, instead of submitting a task whose withdrawal a late timer would report after D
- * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps). And a large history whose
- * degraded answer cannot be ready in time is refused at once, but not for ever (issue 9).
+ * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps). A large history whose CPU
+ * stage is measured too slow for the time left is answered L2 from the main thread, and one whose degraded
+ * answer cannot be ready in time is refused at once, neither for ever (issue 9).
  */
 import { Metadata } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -14,6 +15,7 @@ import type { CpuPool, CpuStageResult } from '../../src/pool/pool-client.js';
 import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
 import { createAssembler } from '../../src/server/assemble.js';
 import type { CallContext } from '../../src/server/call-context.js';
+import { ASSEMBLED_UTF8 } from '../../src/server/proto.js';
 import { REFUSAL_MEMORY_MS, REFUSAL_MIN_SAMPLES } from '../../src/server/stage-reserve.js';
 import { validateAssembleRequest } from '../../src/server/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
@@ -132,37 +134,54 @@ describe('assembler: retrieval wall ended late', () => {
   });
 });
 
-describe('assembler: a large history whose degraded answer cannot be ready in time', () => {
+describe('assembler: a large history whose CPU stage or degraded answer cannot be ready in time', () => {
   afterEach(() => {
     fake.now = 1_000_000;
   });
 
-  it('is refused at once once REFUSAL_MIN_SAMPLES runs measured its cost, and tried again after REFUSAL_MEMORY_MS', async () => {
+  it('is answered L2 pool_deadline without a CPU task once REFUSAL_MIN_SAMPLES runs measured the stage too slow, and the stage is tried again after REFUSAL_MEMORY_MS', async () => {
     const metrics = createMetrics();
     try {
       // 10 × 30,000 ASCII characters: 0.286 MiB. Each CPU-stage run "takes" 290 ms, ~1,014 ms per MiB.
       const history = Array.from({ length: 10 }, (_, i) => String(i).repeat(30_000));
       const { runs, call } = setup({ runUs: 290_000, metrics });
       const refused = async () => (await metrics.refusedTooLate.get()).values[0]?.value ?? 0;
-      // Until REFUSAL_MIN_SAMPLES runs, the prior (2 ms per MiB) admits it, with 100 ms left.
+      // Until REFUSAL_MIN_SAMPLES runs, every task is submitted.
       for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) expect((await call(100, history)).level).toBe('L0');
       expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
-      // Now a typical degraded answer needs ~290 ms: with 100 ms left, DEADLINE_EXCEEDED before any work.
-      await expect(call(100, history)).rejects.toMatchObject({ code: 'IBEX_ERR_DEADLINE_EXCEEDED' });
+      // Now a typical run needs ~290 ms: with 100 ms left the task is not submitted, and the call is
+      // answered from the main thread — its degraded answer fits (SPEC §10), so it is not refused.
+      const degraded = await call(100, history);
       expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
-      expect(await refused()).toBe(1);
-      // With 300 ms left it runs; a small history is never refused.
-      expect((await call(300, history)).level).toBe('L0');
+      expect(degraded.level).toBe('L2');
+      expect(degraded.response.degradation.reasons).toContain('pool_deadline');
+      // The degraded answer carries the whole history (300,000 bytes), spliced from the request's bytes.
+      expect(degraded.response[ASSEMBLED_UTF8]?.byteLength).toBeGreaterThan(300_000);
+      expect(await refused()).toBe(0);
+      // With a second left the task gets ~800 ms and runs; a small history is never judged so.
+      expect((await call(1000, history)).level).toBe('L0');
+      expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES + 1);
       expect((await call(45, ['hello'])).level).toBe('L0');
-      // Refused calls teach nothing: past REFUSAL_MEMORY_MS since the newest run, one is tried again.
+      // Skipped tasks teach nothing: past REFUSAL_MEMORY_MS since the newest run, one is submitted again.
       fake.now += REFUSAL_MEMORY_MS;
-      await expect(call(100, history)).rejects.toMatchObject({ code: 'IBEX_ERR_DEADLINE_EXCEEDED' });
-      expect(await refused()).toBe(2);
+      expect((await call(100, history)).level).toBe('L2');
       fake.now += 1;
       const runsBefore = runs.length;
       expect((await call(100, history)).level).toBe('L0');
       expect(runs).toHaveLength(runsBefore + 1);
-      expect(await refused()).toBe(2);
+    } finally {
+      metrics.stop();
+    }
+  });
+
+  it('is refused at once, counted, when not even its degraded answer can be ready (prior 2 ms per MiB)', async () => {
+    const metrics = createMetrics();
+    try {
+      const history = Array.from({ length: 10 }, (_, i) => String(i).repeat(30_000)); // 0.286 MiB: 0.57 ms
+      const { runs, call } = setup({ metrics });
+      await expect(call(0.5, history)).rejects.toMatchObject({ code: 'IBEX_ERR_DEADLINE_EXCEEDED' });
+      expect(runs).toHaveLength(0);
+      expect((await metrics.refusedTooLate.get()).values[0]?.value).toBe(1);
     } finally {
       metrics.stop();
     }
