@@ -1,10 +1,12 @@
 /**
  * A read statement whose LIMIT is written into its SQL for the limit it is nearly always run with.
  *
- * SQLite (3.53 here) re-prepares a statement each time a new value is bound to a parameter its planner
- * looked at, and an `ORDER BY … LIMIT @limit` is one: every store search was parsed and planned again
- * before it ran (`sqlite3Reprepare`, 5.7 % of the search's CPU under `perf`, and the search is most of
- * the store-read thread's work per call, issue 10). With the limit as a literal the plan is made once.
+ * SQLite (3.53 here) expires a statement whenever a parameter its planner read the value of is bound
+ * again, even to the same value, and an `ORDER BY … LIMIT @limit` is one (the planner reads the limit);
+ * better-sqlite3 binds on every run, so every store search was parsed and planned again before it ran
+ * (`sqlite3Reprepare`: 7.4 % of the store-read thread's samples under `perf` at 700 req/s, README
+ * "Embedded store"; the search is most of that thread's work per call, issue 10). With the limit as a
+ * literal the plan is made once.
  */
 import type Database from 'better-sqlite3';
 
@@ -26,7 +28,7 @@ export class LimitStatement<P extends LimitParams, R> {
    * @param sql the statement's text for a limit written as `limit` (`"20"` or `"@limit"`); every place the
    *   limit appears (e.g. `LIMIT 2 * ${limit}` of an inner ranking) takes it.
    * @param defaultLimit the limit written into the fixed statement, rows.
-   * @throws SqliteError when the SQL does not prepare.
+   * @throws RangeError when `defaultLimit` is not an integer ≥ 1; SqliteError when the SQL does not prepare.
    */
   constructor(
     db: Database.Database,

@@ -32,6 +32,15 @@ export class RunningP99 {
     if (++this.#sinceRecompute >= RECOMPUTE_EVERY || this.#count <= RECOMPUTE_EVERY) this.#recompute();
   }
 
+  /** Forgets every sample: the window is as new (p99 and median 0, count 0). */
+  clear(): void {
+    this.#count = 0;
+    this.#next = 0;
+    this.#sinceRecompute = 0;
+    this.#p99 = 0;
+    this.#p50 = 0;
+  }
+
   /** Samples in the window (at most {@link RESERVE_WINDOW}); 0 = nothing measured yet. */
   get count(): number {
     return this.#count;
@@ -106,8 +115,8 @@ export class StageReserve {
   readonly degradedPerMiB = new RunningP99();
   /**
    * CPU-stage runs (worker time) per MiB of history, for histories of 256 KiB and more: what a large
-   * task is expected to take, and an upper bound of the degraded answer's cost on the same history (the
-   * stage does all its work on the history and more: decode, escape, pack, format).
+   * task is expected to take. The stage does all of the degraded answer's work on the history and more
+   * (decode, escape, pack, format), though on a worker thread, not on the contended main thread.
    */
   readonly stagePerMiB = new RunningP99();
   /**
@@ -139,8 +148,12 @@ export class StageReserve {
       this.degraded.record(ms);
       return;
     }
-    this.degradedPerMiB.record(ms / (historyBytes / MIB));
-    this.#degradedAt = this.now();
+    this.#degradedAt = recordFresh(
+      this.degradedPerMiB,
+      this.#degradedAt,
+      ms / (historyBytes / MIB),
+      this.now(),
+    );
   }
 
   /**
@@ -149,8 +162,7 @@ export class StageReserve {
    */
   recordStageRun(ms: number, historyBytes: number): void {
     if (historyBytes < PER_MIB_FROM_BYTES) return;
-    this.stagePerMiB.record(ms / (historyBytes / MIB));
-    this.#stageAt = this.now();
+    this.#stageAt = recordFresh(this.stagePerMiB, this.#stageAt, ms / (historyBytes / MIB), this.now());
   }
 
   /** The window's median while it holds {@link REFUSAL_MIN_SAMPLES} and its newest sample is fresh, else null. */
@@ -166,11 +178,8 @@ export class StageReserve {
    * @param historyBytes UTF-8 bytes of the request's history.
    */
   degradedMs(historyBytes = 0): number {
-    // Until a large degraded answer is measured, a CPU-stage run is its upper bound where below the prior.
-    const perMiB =
-      this.degradedPerMiB.count > 0
-        ? this.degradedPerMiB.p99
-        : Math.min(PRIOR_DEGRADED_MS_PER_MIB, this.stagePerMiB.count > 0 ? this.stagePerMiB.p99 : Infinity);
+    // Not bounded by stage runs: they are worker time, and the degraded answer runs on the main thread.
+    const perMiB = this.degradedPerMiB.count > 0 ? this.degradedPerMiB.p99 : PRIOR_DEGRADED_MS_PER_MIB;
     const fixed = this.degraded.count > 0 ? this.degraded.p99 : PRIOR_DEGRADED_MS;
     const late = this.lateness.count > 0 ? this.lateness.p99 : PRIOR_LATENESS_MS;
     const measured = fixed + (historyBytes / MIB) * perMiB + late;
@@ -186,7 +195,7 @@ export class StageReserve {
    * that leave less than the degraded answer needs).
    *
    * The median, not the p99 the reserves use: a refused call never runs, so it cannot correct the estimate
-   * that refused it. Judged by a p99 (the maximum of a small window), one CPU-stage run slowed by a
+   * that refused it. Judged by a p99 (the maximum of a small window), one measurement slowed by a
    * preemption or a GC refused every large history of its size until 256 later samples pushed it out, and
    * for ever when no large call ran again.
    * @param leftMs time until D, ms.
@@ -199,10 +208,13 @@ export class StageReserve {
   /**
    * The per-MiB cost (ms per MiB of history) that {@link StageReserve.degradedTooLate} judges by: the
    * median of the degraded answers' window while it holds {@link REFUSAL_MIN_SAMPLES} and its newest sample
-   * is at most {@link REFUSAL_MEMORY_MS} old; else the CPU-stage runs' median on the same terms where it is
-   * below the prior (a stage run costs at least the degraded answer: an upper bound, so that a pessimistic
-   * prior cannot refuse large histories for ever); else {@link PRIOR_DEGRADED_MS_PER_MIB}. Judging by the
-   * stage runs alone refused calls whose degraded answer would still have been ready in time (SPEC §10).
+   * is at most {@link REFUSAL_MEMORY_MS} old (a stale window is emptied by its next sample); else the
+   * CPU-stage runs' median on the same terms where it is below the prior (a stage run does all of the
+   * degraded answer's work and more, so a pessimistic prior cannot refuse large histories for ever when
+   * degraded answers are rare); else {@link PRIOR_DEGRADED_MS_PER_MIB}. A fresh degraded median is used
+   * as it is, not bounded by the stage runs: it is main-thread time, which a contended thread makes
+   * longer than the worker's. Judging by the stage runs alone refused calls whose degraded answer would
+   * still have been ready in time (SPEC §10).
    */
   refusalPerMiB(): number {
     const stage = this.#freshMedian(this.stagePerMiB, this.#stageAt);
@@ -215,19 +227,22 @@ export class StageReserve {
   /**
    * Whether a CPU task over a history of `historyBytes` given `cpuMs` (until its result is no longer
    * awaited) is not expected to finish: its typical run, the stage runs' median per MiB (fresh, at least
-   * {@link REFUSAL_MIN_SAMPLES} samples: else nothing is judged) times the history's MiB, exceeds `cpuMs`.
+   * {@link REFUSAL_MIN_SAMPLES} samples: else nothing is judged) times the history's MiB, with headroom,
+   * exceeds `cpuMs`.
    * Such a task is not submitted (SPEC §10, never wait for a stage that cannot finish): a task that runs
    * takes the request's history bytes with it (from 64 KiB, when the request has its own buffer) and,
    * once started, only gives them back with its result, so a late one leaves nothing to build the degraded
    * answer from, and the call ends DEADLINE_EXCEEDED where the degraded answer would have been ready in
-   * time. Histories under 256 KiB: never (their runs are what {@link StageReserve.cpuStageFits} judges).
+   * time. The typical run gets {@link HEADROOM}: with a bare median, a task whose run just fits missed
+   * its time about half of the time. Judged when the task is submitted, so queue wait is not in it.
+   * Histories under 256 KiB: never.
    * @param cpuMs time until the CPU task's result is no longer awaited, ms: D for a task that takes the
    *   request's bytes, its own deadline otherwise.
    */
   stageTooLong(cpuMs: number, historyBytes: number): boolean {
     if (historyBytes < PER_MIB_FROM_BYTES) return false;
     const perMiB = this.#freshMedian(this.stagePerMiB, this.#stageAt);
-    return perMiB !== null && cpuMs < (historyBytes / MIB) * perMiB;
+    return perMiB !== null && cpuMs < HEADROOM * (historyBytes / MIB) * perMiB;
   }
 
   /**
@@ -250,4 +265,15 @@ export class StageReserve {
   cpuStageFits(cpuMs: number): boolean {
     return cpuMs >= this.roundTrip.p99;
   }
+}
+
+/**
+ * Records `sample` in a per-MiB window whose newest sample was taken at `at`, first emptying it when that
+ * is more than {@link REFUSAL_MEMORY_MS} old: a window judged stale must not count as fresh again, with
+ * all its old samples, because one new call ran. Returns the new sample's time.
+ */
+function recordFresh(window: RunningP99, at: number, sample: number, now: number): number {
+  if (now - at > REFUSAL_MEMORY_MS) window.clear();
+  window.record(sample);
+  return now;
 }

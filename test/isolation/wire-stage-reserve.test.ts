@@ -32,6 +32,15 @@ describe('RunningP99', () => {
     );
   });
 
+  it('forgets everything on clear(): count, p99 and median 0, the next sample recomputed at once', () => {
+    const p = new RunningP99();
+    for (let i = 0; i < 40; i++) p.record(100);
+    p.clear();
+    expect([p.count, p.p99, p.p50]).toEqual([0, 0, 0]);
+    p.record(3);
+    expect([p.count, p.p99, p.p50]).toEqual([1, 3, 3]);
+  });
+
   it('ignores negative and non-finite samples', () => {
     const p = new RunningP99();
     for (const x of [-1, Number.NaN, Number.POSITIVE_INFINITY]) p.record(x);
@@ -89,6 +98,7 @@ describe('StageReserve', () => {
     // Stage runs over small histories teach nothing per MiB.
     const s = new StageReserve(5);
     for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(1, 1000);
+    expect(s.stagePerMiB.count).toBe(0);
     expect(s.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
     // Stage runs at 1 ms per MiB: a degraded answer costs at most that, so 4 MiB needs at most 4 ms.
     for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) s.recordStageRun(1, 1 * MiB);
@@ -106,17 +116,14 @@ describe('StageReserve', () => {
     expect(slow.refusalPerMiB()).toBe(0.5);
   });
 
-  it('keeps the degraded reserve from degraded answers, bounded by the stage runs until one is measured', () => {
+  it('keeps the degraded reserve from degraded answers only: stage runs (worker time) never lower it', () => {
     const MiB = 1024 * 1024;
     const cold = PRIOR_DEGRADED_MS + PRIOR_LATENESS_MS;
     const r = new StageReserve(5);
-    r.recordStageRun(300 * 4, 4 * MiB);
+    r.recordStageRun(0.5 * 4, 4 * MiB);
     expect(r.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * PRIOR_DEGRADED_MS_PER_MIB) + 1);
-    const fast = new StageReserve(5);
-    fast.recordStageRun(0.5 * 4, 4 * MiB);
-    expect(fast.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * 0.5) + 1);
-    fast.recordDegraded(3 * 4, 4 * MiB);
-    expect(fast.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * 3) + 1);
+    r.recordDegraded(3 * 4, 4 * MiB);
+    expect(r.degradedMs(2 * MiB)).toBe(1.5 * (cold + 2 * 3) + 1);
   });
 
   it('judges by the prior until REFUSAL_MIN_SAMPLES per-MiB samples: one cold first answer refuses nothing', () => {
@@ -163,31 +170,39 @@ describe('StageReserve', () => {
     now += 1;
     expect(r.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
-    r.recordDegraded(40, 4 * MiB); // 10 ms per MiB, the machine is quiet again: median of 6 samples still 300
-    expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(true);
-    for (let i = 0; i < 5; i++) r.recordDegraded(40, 4 * MiB);
+    // 10 ms per MiB, the machine is quiet again: the stale window was emptied, so the five slow samples
+    // do not count as fresh again; until REFUSAL_MIN_SAMPLES new ones, the prior.
+    r.recordDegraded(40, 4 * MiB);
+    expect(r.degradedPerMiB.count).toBe(1);
+    expect(r.refusalPerMiB()).toBe(PRIOR_DEGRADED_MS_PER_MIB);
+    r.recordDegraded(40, 4 * MiB);
+    r.recordDegraded(40, 4 * MiB);
     expect(r.refusalPerMiB()).toBe(10);
     expect(r.degradedTooLate(1500, 9.4 * MiB)).toBe(false);
   });
 
-  it("judges a large CPU task too long by the stage runs' fresh median per MiB, and only once it has REFUSAL_MIN_SAMPLES", () => {
+  it("judges a large CPU task too long by the stage runs' fresh median per MiB with headroom, once it has REFUSAL_MIN_SAMPLES", () => {
     let now = 1000;
     const r = new StageReserve(5, () => now);
     const MiB = 1024 * 1024;
-    // Nothing measured: every task is submitted; small histories are never judged here.
+    // Nothing measured: every task is submitted.
     expect(r.stageTooLong(0, 9.4 * MiB)).toBe(false);
-    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) r.recordStageRun(1, 1000);
+    // 5 ms per MiB (two runs, then a third): 9.4 MiB needs 47 ms, 70.5 ms with headroom ×1.5.
+    r.recordStageRun(20, 4 * MiB);
+    r.recordStageRun(20, 4 * MiB);
+    expect(r.stageTooLong(70.4, 9.4 * MiB)).toBe(false);
+    r.recordStageRun(20, 4 * MiB);
+    expect(r.stageTooLong(70.4, 9.4 * MiB)).toBe(true);
+    expect(r.stageTooLong(70.5, 9.4 * MiB)).toBe(false);
+    // Histories under 256 KiB are never judged so, whatever the window says.
     expect(r.stageTooLong(0, 256 * 1024 - 1)).toBe(false);
-    // 5 ms per MiB (two runs, then a third): 9.4 MiB needs 47 ms.
-    r.recordStageRun(20, 4 * MiB);
-    r.recordStageRun(20, 4 * MiB);
-    expect(r.stageTooLong(46.9, 9.4 * MiB)).toBe(false);
-    r.recordStageRun(20, 4 * MiB);
-    expect(r.stageTooLong(46.9, 9.4 * MiB)).toBe(true);
-    expect(r.stageTooLong(47, 9.4 * MiB)).toBe(false);
-    // Skipped tasks teach nothing: REFUSAL_MEMORY_MS after the newest run, one is submitted again.
+    // Skipped tasks teach nothing: REFUSAL_MEMORY_MS after the newest run, one is submitted again, and
+    // its run starts a new window (the old runs do not come back as fresh).
     now += REFUSAL_MEMORY_MS + 1;
-    expect(r.stageTooLong(46.9, 9.4 * MiB)).toBe(false);
+    expect(r.stageTooLong(70.4, 9.4 * MiB)).toBe(false);
+    r.recordStageRun(4, 4 * MiB);
+    expect(r.stagePerMiB.count).toBe(1);
+    expect(r.stageTooLong(1, 9.4 * MiB)).toBe(false);
   });
 
   it('leaves the CPU stage the wall overrun as measured (event-loop delay), capped at half of what is left', () => {

@@ -158,7 +158,8 @@ describe('assembler: a large history whose CPU stage or degraded answer cannot b
       // The degraded answer carries the whole history (300,000 bytes), spliced from the request's bytes.
       expect(degraded.response[ASSEMBLED_UTF8]?.byteLength).toBeGreaterThan(300_000);
       expect(await refused()).toBe(0);
-      // With a second left the task gets ~800 ms and runs; a small history is never judged so.
+      // With a second left it runs (the history travels in its own buffer: judged until D, 1,000 ms ≥
+      // 1.5 × 290 ms); a small history is never judged so.
       expect((await call(1000, history)).level).toBe('L0');
       expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES + 1);
       expect((await call(45, ['hello'])).level).toBe('L0');
