@@ -30,6 +30,7 @@ import {
   bm25ToSimilarity,
   DEFAULT_MAX_MEMORY_CHARS,
   EmbeddedStore,
+  searchSql,
 } from '../src/retrieval/embedded-store.js';
 import { toFtsQuery } from '../src/retrieval/fts-query.js';
 import { scopeText } from '../src/retrieval/store-schema.js';
@@ -109,24 +110,18 @@ function pairedSearch<A extends string, B extends string>(
 }
 
 /**
- * The store's search statement, cut down to ids and scores (no content column, no `@maxChars`), with its
- * limit written as `limit`: `"@limit"` (bound, as before limit-statement.ts: SQLite re-plans it on every
- * run) or `"10"` (the store's form); the two differ only in the limit's form.
+ * The store's own search statement (`searchSql`) with its limit written as `limit`: `"@limit"` (bound,
+ * as before limit-statement.ts: SQLite re-plans it on every run) or `"10"` (the store's form); the two
+ * differ only in the limit's form.
  */
 function limitFormSearch(db: Database.Database, limit: '@limit' | '10') {
-  const stmt = db.prepare<Record<string, unknown>, { id: string }>(
-    `SELECT m.id, f.score AS score
-     FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
-           WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * ${limit}) f
-     CROSS JOIN memories m ON m.pk = f.rowid
-     WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
-     ORDER BY f.score, m.id LIMIT ${limit}`,
-  );
+  const stmt = db.prepare<Record<string, unknown>, { id: string }>(searchSql(limit));
   return (q: Query): string[] => {
     const terms = toFtsQuery(q.text);
     if (terms === null) return [];
     const match = `scope:"${scopeText(ORG, q.agent)}" AND content:(${terms})`;
-    return stmt.all({ match, agent: q.agent, org: ORG, minConfidence: 0, limit: 10 }).map((r) => r.id);
+    const params = { match, agent: q.agent, org: ORG, minConfidence: 0, maxChars: DEFAULT_MAX_MEMORY_CHARS };
+    return stmt.all({ ...params, limit: 10 }).map((r) => r.id);
   };
 }
 

@@ -67,6 +67,24 @@ const MEMORY_COLUMNS =
   'm.id, m.org_id, m.agent_id, CASE WHEN m.chars <= @maxChars THEN m.content END AS content, m.category, ' +
   'm.confidence, m.created_at';
 
+/**
+ * The store's search statement (SPEC §4.3) with its limit written as `limit` (limit-statement.ts: a
+ * literal for the default, `"@limit"` otherwise); bench:store times the two forms of this same text.
+ * Ranked inside FTS5 on the index alone: only the best 2×`limit` rowids are joined with their rows
+ * (before: every match of the agent was joined, its content read, then sorted). The slack keeps the
+ * old tie-break (equal scores by id) at the cut, e.g. repeated one-line turns. The scope token
+ * already restricts to org+agent; the outer predicate is a second, independent guard. CROSS JOIN
+ * fixes the order: left alone, the planner walks all the agent's rows by index and probes the top-k.
+ */
+export function searchSql(limit: string): string {
+  return `SELECT ${MEMORY_COLUMNS}, f.score AS score
+       FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
+             WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * ${limit}) f
+       CROSS JOIN memories m ON m.pk = f.rowid
+       WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
+       ORDER BY f.score, m.id LIMIT ${limit}`;
+}
+
 interface ReadParams {
   org: string | null;
   agent: string;
@@ -121,21 +139,7 @@ export class EmbeddedStore {
        ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT ${limit}`,
       HOT_LIMIT,
     );
-    // Ranked inside FTS5 on the index alone: only the best 2×`limit` rowids are joined with their rows
-    // (before: every match of the agent was joined, its content read, then sorted). The slack keeps the
-    // old tie-break (equal scores by id) at the cut, e.g. repeated one-line turns. The scope token
-    // already restricts to org+agent; the outer predicate is a second, independent guard. CROSS JOIN
-    // fixes the order: left alone, the planner walks all the agent's rows by index and probes the top-k.
-    this.#search = new LimitStatement(
-      db,
-      (limit) => `SELECT ${MEMORY_COLUMNS}, f.score AS score
-       FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
-             WHERE memories_fts MATCH @match ORDER BY score LIMIT 2 * ${limit}) f
-       CROSS JOIN memories m ON m.pk = f.rowid
-       WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
-       ORDER BY f.score, m.id LIMIT ${limit}`,
-      SEARCH_LIMIT,
-    );
+    this.#search = new LimitStatement(db, searchSql, SEARCH_LIMIT);
     // With a confidence floor (memory wire only) the filter must run before the limit.
     this.#searchFiltered = new LimitStatement(
       db,
