@@ -25,6 +25,8 @@ export class Call implements FairEntry {
   readonly onReturned: ((input: CpuTaskInput) => void) | undefined;
   /** When a dispatched call stops waiting for its result (see `CpuRunOptions.resultDeadline`). */
   readonly resultDeadline: number;
+  /** See `CpuRunOptions.fitsAt`. */
+  readonly fitsAt: ((now: number) => boolean) | undefined;
   constructor(
     public input: CpuTaskInput,
     readonly submitted: number,
@@ -39,6 +41,7 @@ export class Call implements FairEntry {
     this.orgId = opts.orgId ?? '';
     this.scheduler = opts.timer;
     this.onReturned = opts.onReturned;
+    this.fitsAt = opts.fitsAt;
     this.resultDeadline = Math.max(deadline, opts.resultDeadline ?? deadline);
   }
 }

@@ -79,6 +79,14 @@ export interface CpuRunOptions {
   onReturned?: (input: CpuTaskInput) => void;
   /** Until when a dispatched task's result is awaited, epoch ms; default and floor `input.deadline`. */
   resultDeadline?: number;
+  /**
+   * Asked when a queued task reaches a free thread, with the monotonic time then (ms): `false` withdraws
+   * it (IBEX_ERR_POOL_DEADLINE, `withdrawn`; `onReturned` gets its batch back) instead of dispatching it.
+   * For a task whose expected run no longer fits the time its queue wait left (SPEC §10: never wait for a
+   * stage that cannot finish). Not asked for a task dispatched by `run()` itself: the caller has just
+   * judged it.
+   */
+  fitsAt?: (now: number) => boolean;
 }
 
 /**
@@ -371,14 +379,19 @@ export class CpuPool {
   /**
    * Hands waiting tasks to free threads, round-robin across orgs and oldest first within one (a large task
    * waits while the large capacity is taken, and small ones may pass it); a task already at its withdrawal
-   * time leaves instead.
+   * time, or one its caller no longer expects to fit (`CpuRunOptions.fitsAt`), leaves instead.
    */
   #pump(): void {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shiftWhere(this.#mayRun);
       if (call === null) return;
-      if (monotonicNow() >= call.deadline - WITHDRAW_LEAD_MS) {
+      const now = monotonicNow();
+      if (now >= call.deadline - WITHDRAW_LEAD_MS) {
         this.#end(call, noResult('CPU stage deadline reached in the queue'));
+        continue;
+      }
+      if (call.fitsAt !== undefined && !call.fitsAt(now)) {
+        this.#end(call, noResult('CPU stage no longer fits the time left after its queue wait'));
         continue;
       }
       this.#dispatch(call);

@@ -29,7 +29,7 @@ import { abortCause, type CallContext } from './call-context.js';
 import type { AssembleFn } from './grpc-server.js';
 import type { DegradationLevel } from './proto.js';
 import type { Assembly } from './response-parts.js';
-import { StageReserve } from './stage-reserve.js';
+import { PER_MIB_FROM_BYTES, StageReserve } from './stage-reserve.js';
 import type { ValidatedRequest } from './validate.js';
 import { CONTENT_OVER, checkHistoryContents } from './wire-request.js';
 
@@ -143,6 +143,15 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     return input.history.length > 0 && input.history.buffer === req.history.source.buffer;
   }
 
+  /**
+   * Until when the task's result is awaited, ms on the monotonic clock: D for a task that takes the
+   * request's bytes (once it runs, nothing is left to build the degraded answer from), its own deadline
+   * otherwise.
+   */
+  function resultAwaitedUntil(req: ValidatedRequest, ctx: CallContext, input: CpuTaskInput): number {
+    return takesRequestBytes(req, input) ? ctx.deadline : input.deadline;
+  }
+
   function refuseTooLate() {
     observer.refusedTooLate();
     return Errors.deadlineExceeded();
@@ -226,11 +235,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     historyBytes: number,
   ): boolean {
     const now = monotonicNow();
-    const cpuMs = input.deadline - now;
-    const runMs = takesRequestBytes(req, input) ? ctx.deadline - now : cpuMs;
     return (
-      (ctx.deadline - now < shareMs && !reserve.cpuStageFits(cpuMs)) ||
-      reserve.stageTooLong(runMs, historyBytes)
+      (ctx.deadline - now < shareMs && !reserve.cpuStageFits(input.deadline - now)) ||
+      reserve.stageTooLong(resultAwaitedUntil(req, ctx, input) - now, historyBytes)
     );
   }
 
@@ -311,6 +318,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     // A task that takes the request buffer along leaves nothing to build the degraded answer from once
     // it runs: then its result is worth waiting for until D itself, not D minus the degraded reserve.
     const takesRequest = takesRequestBytes(req, input);
+    // Re-judged when a queued task reaches a thread: its queue wait may have eaten the time it had.
+    const awaitedUntil = resultAwaitedUntil(req, ctx, input);
+    const fitsAt =
+      historyBytes >= PER_MIB_FROM_BYTES
+        ? (now: number) => !reserve.stageTooLong(awaitedUntil - now, historyBytes)
+        : undefined;
     awaitingPool++;
     try {
       stage = await pool.run(input, {
@@ -323,6 +336,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
           if (historyLost(req.history)) req.history.source = back.history;
         },
         resultDeadline: takesRequest ? ctx.deadline : undefined,
+        fitsAt,
       });
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))

@@ -88,8 +88,11 @@ export const PRIOR_LATENESS_MS = 4;
  * run teach the real cost.
  */
 export const PRIOR_DEGRADED_MS_PER_MIB = 2;
-/** Histories from this size on teach the per-MiB cost (smaller ones are dominated by fixed costs). */
-const PER_MIB_FROM_BYTES = 256 * 1024;
+/**
+ * Histories from this size on (UTF-8 bytes) teach the per-MiB cost and are judged by it (smaller ones are
+ * dominated by fixed costs).
+ */
+export const PER_MIB_FROM_BYTES = 256 * 1024;
 /**
  * Samples of the per-MiB cost needed before a refusal trusts their median instead of the prior: one
  * cold or preempted first run must not refuse the large histories that follow.
@@ -234,8 +237,9 @@ export class StageReserve {
    * once started, only gives them back with its result, so a late one leaves nothing to build the degraded
    * answer from, and the call ends DEADLINE_EXCEEDED where the degraded answer would have been ready in
    * time. The typical run gets {@link HEADROOM}: with a bare median, a task whose run just fits missed
-   * its time about half of the time. Judged when the task is submitted, so queue wait is not in it.
-   * Histories under 256 KiB: never.
+   * its time about half of the time. Judged when the task is submitted and again when a queued task
+   * reaches a free thread (`CpuRunOptions.fitsAt`), so time spent waiting in the queue counts.
+   * Histories under {@link PER_MIB_FROM_BYTES}: never.
    * @param cpuMs time until the CPU task's result is no longer awaited, ms: D for a task that takes the
    *   request's bytes, its own deadline otherwise.
    */

@@ -287,6 +287,55 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(r.output.invalid).toBeNull();
   });
 
+  it('asks fitsAt when a queued task reaches a free thread: false withdraws it and hands its batch back, true dispatches it (issue 9)', async () => {
+    const withdrawnBefore = pool.stats().withdrawn;
+    const completedBefore = pool.stats().completed;
+    const t0 = monotonicNow();
+    const long = [1, 2].map(() => pool.run(withFault(typical(), { fault: 'sleep', sleepMs: 80 })));
+    const asked: { call: string; now: number }[] = [];
+    const returned: CpuTaskInput[] = [];
+    const refused = pool.run(typical(), {
+      fitsAt: (now) => {
+        asked.push({ call: 'refused', now });
+        return false;
+      },
+      onReturned: (back) => returned.push(back),
+    });
+    const accepted = pool.run(typical(), {
+      fitsAt: (now) => {
+        asked.push({ call: 'accepted', now });
+        return true;
+      },
+    });
+    const { err } = await rejection(refused);
+    expect(err.code).toBe('IBEX_ERR_POOL_DEADLINE');
+    expect(err.poolReason).toBe('withdrawn');
+    // Asked once a long task freed its thread, not at run(): the queue wait is in `now`.
+    expect(asked[0]!.call).toBe('refused');
+    expect(asked[0]!.now - t0).toBeGreaterThanOrEqual(70);
+    // The batch comes back whole: the degraded answer is built from it.
+    expect(returned).toHaveLength(1);
+    expect(returned[0]!.text.byteLength).toBe(typical().text.byteLength);
+    const ok = await accepted;
+    expect(Array.from(ok.output.selected)).toEqual(Array.from(runCpuTask(typical()).selected));
+    expect(asked.map((a) => a.call)).toEqual(['refused', 'accepted']);
+    await Promise.all(long);
+    expect(pool.stats().withdrawn).toBe(withdrawnBefore + 1);
+    expect(pool.stats().completed).toBe(completedBefore + 3);
+  });
+
+  it('does not ask fitsAt of a task dispatched by run() itself', async () => {
+    let asked = 0;
+    const r = await pool.run(typical(), {
+      fitsAt: () => {
+        asked++;
+        return false;
+      },
+    });
+    expect(r.output.invalid).toBeNull();
+    expect(asked).toBe(0);
+  });
+
   it('fails only the call whose task throws; the thread stays and the next call works', async () => {
     const ids = pool.threadIds();
     const failedBefore = pool.stats().failed;

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
 import { type CpuTaskInput, runCpuTask } from '../../src/pool/cpu-task.js';
-import type { CpuPool, CpuStageResult } from '../../src/pool/pool-client.js';
+import type { CpuPool, CpuRunOptions, CpuStageResult } from '../../src/pool/pool-client.js';
 import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
 import { createAssembler } from '../../src/server/assemble.js';
 import type { CallContext } from '../../src/server/call-context.js';
@@ -59,11 +59,14 @@ function setup({ runUs = 500, metrics }: { runUs?: number; metrics?: Metrics } =
     kind: { memory: 'embedded', directive: 'embedded' },
   } as unknown as RetrievalSources;
   const runs: number[] = [];
+  /** Each submitted task's options, as the pool got them. */
+  const runOptions: CpuRunOptions[] = [];
   const log = logSink();
   const pool = {
     // A 10 ms round-trip, as measured by the assembler.
-    run: async (input: CpuTaskInput): Promise<CpuStageResult> => {
+    run: async (input: CpuTaskInput, opts: CpuRunOptions = {}): Promise<CpuStageResult> => {
       runs.push(fake.now);
+      runOptions.push(opts);
       return { output: runCpuTask(input), wait_us: 0, run_us: runUs, round_trip_us: 10_000 };
     },
   } as unknown as CpuPool;
@@ -75,8 +78,11 @@ function setup({ runUs = 500, metrics }: { runUs?: number; metrics?: Metrics } =
     logger: createLogger({ logLevel: 'info' }, log.stream),
     metrics,
   });
-  /** One call with `leftMs` until its deadline and `history` as its recent messages. */
-  const call = (leftMs = 45, history: string[] = []) => {
+  /**
+   * One call with `leftMs` until its deadline and `history` as its recent messages; `copied`: the history's
+   * bytes view part of a larger buffer, so the CPU task gets a copy and not the request's own buffer.
+   */
+  const call = (leftMs = 45, history: string[] = [], { copied = false } = {}) => {
     const ctx: CallContext = {
       signal: new AbortController().signal,
       deadline: fake.now + leftMs,
@@ -90,9 +96,15 @@ function setup({ runUs = 500, metrics }: { runUs?: number; metrics?: Metrics } =
       query: 'q',
       recent_messages: history.map((content) => ({ role: 'user', content })),
     });
+    if (copied) {
+      const { source } = req.history;
+      const larger = new Uint8Array(source.byteLength + 4096);
+      larger.set(source);
+      req.history.source = larger.subarray(0, source.byteLength);
+    }
     return assemble(req, ctx);
   };
-  return { stall, runs, call, logLines: log.lines };
+  return { stall, runs, runOptions, call, logLines: log.lines };
 }
 
 describe('assembler: retrieval wall ended late', () => {
@@ -173,6 +185,41 @@ describe('assembler: a large history whose CPU stage or degraded answer cannot b
     } finally {
       metrics.stop();
     }
+  });
+
+  it('judges a task that takes the request buffer until D, and one that got a copy until its own deadline', async () => {
+    // 0.286 MiB; each run "takes" 290 ms: a typical run with headroom needs 1.5 × 290 = 435 ms.
+    const history = Array.from({ length: 10 }, (_, i) => String(i).repeat(30_000));
+    const { runs, call } = setup({ runUs: 290_000 });
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) expect((await call(1000, history)).level).toBe('L0');
+    // 450 ms left. The request's own buffer goes with the task: awaited until D, 450 ≥ 435, submitted.
+    expect((await call(450, history)).level).toBe('L0');
+    expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES + 1);
+    // A copy goes: the task's own deadline keeps max(degraded reserve, 5 % of 450 ms) = 22.5 ms for the
+    // degraded answer, so 427.5 ms < 435: not submitted, answered L2 from the request's bytes.
+    const copied = await call(450, history, { copied: true });
+    expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES + 1);
+    expect(copied.level).toBe('L2');
+    expect(copied.response.degradation.reasons).toContain('pool_deadline');
+    // With room for the copy's deadline too, it is submitted.
+    expect((await call(470, history, { copied: true })).level).toBe('L0');
+    expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES + 2);
+  });
+
+  it('gives the pool a fitsAt that re-judges a large task when it leaves the queue; none for a small history', async () => {
+    const history = Array.from({ length: 10 }, (_, i) => String(i).repeat(30_000));
+    const { runOptions, call } = setup({ runUs: 290_000 });
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) await call(1000, history);
+    const submittedAt = fake.now;
+    expect((await call(500, history)).level).toBe('L0');
+    const { fitsAt } = runOptions.at(-1)!;
+    expect(fitsAt).toBeDefined();
+    // Awaited until D (the request's own buffer): fits while 435 ms of the 500 are left, not after.
+    expect(fitsAt!(submittedAt)).toBe(true);
+    expect(fitsAt!(submittedAt + 65)).toBe(true);
+    expect(fitsAt!(submittedAt + 66)).toBe(false);
+    await call(45, ['hello']);
+    expect(runOptions.at(-1)!.fitsAt).toBeUndefined();
   });
 
   it('is refused at once, counted, when not even its degraded answer can be ready (prior 2 ms per MiB)', async () => {
