@@ -15,13 +15,14 @@
 import http from 'node:http';
 import type net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
-import { type Client, Metadata, status } from '@grpc/grpc-js';
+import { type Client, Metadata } from '@grpc/grpc-js';
 import {
   ASSEMBLE_METHOD,
   createRawClient,
   startUnary,
   type UnaryMethod,
 } from '../src/client/context-client.js';
+import { errorKey } from '../src/client/cli-options.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import { LEVEL_HEADER } from '../src/wire-headers.js';
 
@@ -47,7 +48,11 @@ export interface AttackerData {
 export interface NoisyResult {
   sent: number;
   answered: number;
-  /** By gRPC code name. */
+  /**
+   * By gRPC code name; DEADLINE_EXCEEDED as `(client --timeout)` (the call lasted ≥ 90 % of the noisy
+   * caller's own deadline: typically its upload never finished) or `(server cap)` (the service's
+   * IBEX_CONTEXT_TIMEOUT from the message's arrival).
+   */
   codes: Record<string, number>;
   /** OK answers by level. */
   levels: Record<string, number>;
@@ -58,7 +63,6 @@ export interface NoisyResult {
 }
 
 const data = workerData as AttackerData;
-const codeName = (code: number) => (status[code] as string | undefined) ?? String(code);
 
 function item(org: string, agent: string, i: number, content: string) {
   const hex = i.toString(16).padStart(12, '0');
@@ -204,6 +208,7 @@ async function attack(client: Client, encoded: Record<string, Buffer>, ms: numbe
           // Open loop: one send per period whatever the answers do.
           inFlight++;
           r.sent++;
+          const sentAt = performance.now();
           startUnary<Buffer>(
             client,
             RAW_ASSEMBLE,
@@ -213,7 +218,8 @@ async function attack(client: Client, encoded: Record<string, Buffer>, ms: numbe
             (o) => {
               inFlight--;
               r.answered++;
-              const name = codeName(o.status.code);
+              // DEADLINE_EXCEEDED split by whose deadline, from the call's duration (cli-options.ts).
+              const name = errorKey(o.status, performance.now() - sentAt, data.timeoutMs);
               r.codes[name] = (r.codes[name] ?? 0) + 1;
               if (o.response) {
                 const level = String(o.metadata.get(LEVEL_HEADER)[0] ?? 'none');
