@@ -135,11 +135,28 @@ export function wrappedBlockTokens(
   nonce?: string,
 ): number {
   if (isBpeKind(kind)) return bpeWrappedBlockTokens(memory, kind, nonce, nonceChars);
-  const length =
-    BLOCK_FIXED +
-    nonceChars +
-    escapedCodePointLength(memory.memory_id, true) +
-    escapedCodePointLength(memory.category, true) +
-    escapedCodePointLength(memory.content);
+  const length = wrappedBlockLength(
+    escapedCodePointLength(memory.memory_id, true),
+    escapedCodePointLength(memory.category, true),
+    escapedCodePointLength(memory.content),
+    nonceChars,
+  );
   return estimateFromLength(length, kind);
+}
+
+/**
+ * Code points of one memory's whole wrapped block plus its joining `\n` (see {@link wrappedBlockTokens}),
+ * from the escaped code-point lengths of its parts: for callers that measure them elsewhere (the CPU
+ * stage measures content from its UTF-8 bytes, `escapedUtf8CodePoints`). Estimate kinds only: a BPE
+ * count needs the text.
+ * @param escapedId code points of the id after attribute escaping; likewise `escapedCategory`.
+ * @param escapedContent code points of the content after body escaping.
+ */
+export function wrappedBlockLength(
+  escapedId: number,
+  escapedCategory: number,
+  escapedContent: number,
+  nonceChars: number,
+): number {
+  return BLOCK_FIXED + nonceChars + escapedId + escapedCategory + escapedContent;
 }

@@ -5,13 +5,21 @@
  * Pure: the same code runs inline and in a pool worker (`workers/cpu-worker.ts`).
  */
 import { threadId } from 'node:worker_threads';
-import { calculateBudget, type TokenBudget, wrappedBlockTokens } from '../budget/budget-calculator.js';
+import { isBpeKind } from '../budget/bpe.js';
+import {
+  calculateBudget,
+  type TokenBudget,
+  wrappedBlockLength,
+  wrappedBlockTokens,
+} from '../budget/budget-calculator.js';
+import { estimateFromLength } from '../budget/estimate.js';
 import {
   decodeSpans,
   formatAssembly,
   type PreparedHistory,
   prepareHistory,
 } from '../format/assembly-text.js';
+import { escapedCodePointLength, escapedUtf8CodePoints } from '../format/escape.js';
 import { type FormatMemory, formatContext } from '../format/formatter.js';
 import type { HistorySpans } from '../format/history-utf8.js';
 import { encodeMemoryRows } from '../format/memory-rows.js';
@@ -132,13 +140,27 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     });
     const nonceChars = nonceLength(input.nonceBytes ?? 16);
     const kind = budget.estimate_kind;
-    for (let i = 0; i < n; i++) {
-      costs[i] = wrappedBlockTokens(
-        { memory_id: ids[i]!, category: category(i), content: content(i) },
-        nonceChars,
-        kind,
-        input.nonce,
-      );
+    if (isBpeKind(kind)) {
+      for (let i = 0; i < n; i++) {
+        costs[i] = wrappedBlockTokens(
+          { memory_id: ids[i]!, category: category(i), content: content(i) },
+          nonceChars,
+          kind,
+          input.nonce,
+        );
+      }
+    } else {
+      // Contents measured from their bytes: decoding each one only to measure it cost ten times the
+      // measure (escape.ts `escapedUtf8CodePoints`); only the selected ones are decoded, to format them.
+      for (let i = 0; i < n; i++) {
+        const length = wrappedBlockLength(
+          escapedCodePointLength(ids[i]!, true),
+          escapedCodePointLength(category(i), true),
+          escapedUtf8CodePoints(bytes, o[3 * i + 2]!, o[3 * i + 3]!),
+          nonceChars,
+        );
+        costs[i] = estimateFromLength(length, kind);
+      }
     }
   } else {
     costs.set(input.tokens);

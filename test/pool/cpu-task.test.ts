@@ -2,8 +2,10 @@
  * The CPU task inline (no threads): batch encoding, transfer lists, validation, and the deadline path.
  */
 import { describe, expect, it } from 'vitest';
+import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { formatContext } from '../../src/format/formatter.js';
+import { nonceLength } from '../../src/format/nonce.js';
 import { pack } from '../../src/pack/packer.js';
 import {
   type CandidateFields,
@@ -214,6 +216,33 @@ describe('runCpuTask', () => {
     expect(out.thread_id).toBe(0);
     expect(out.run_us).toBeGreaterThanOrEqual(out.pack_us);
     expect(out.started_at).toBeLessThanOrEqual(monotonicNow());
+  });
+
+  it('costs each candidate as wrappedBlockTokens does on its text: estimate kinds measured from the bytes, BPE from the text', () => {
+    const html = '<div class="r"><a href="/x?a=1&b=2">link</a> &amp; <b>bold</b></div>\n';
+    const heavy: CpuCandidate[] = [
+      ...candidates,
+      { ...candidates[0]!, memory_id: 'd-4', content: html.repeat(300) },
+      { ...candidates[0]!, memory_id: 'e-5', content: '😀'.repeat(5000) },
+      { ...candidates[0]!, memory_id: 'f-6', content: '用户 <喝> & 😀 \uD800 '.repeat(200) },
+      { ...candidates[0]!, memory_id: 'g-7', category: 'a"b<c>&\'', content: 'x' },
+    ];
+    const gpt = CapabilityCatalog.create().resolve('gpt-4o');
+    for (const kind of ['chars_div_4', 'runes_div_3_5', 'bpe_o200k_base'] as const) {
+      const budgetModel = { ...gpt, policy: { ...gpt.policy, estimate_kind: kind } };
+      const out = runCpuTask(encodeCandidates(heavy, scalars({ budgetModel, nonceBytes: 16 })));
+      const nonce = 'n0nce';
+      // The lone surrogate travels as U+FFFD (UTF-8 has no surrogates); the expected cost is that text's.
+      const expected = heavy.map((c) =>
+        wrappedBlockTokens(
+          { ...c, content: Buffer.from(c.content).toString('utf8') },
+          nonceLength(16),
+          kind,
+          nonce,
+        ),
+      );
+      expect(Array.from(out.costs), kind).toEqual(expected);
+    }
   });
 
   it('finishes on the greedy path, reason deadline, when the deadline is already inside the reserve', () => {
