@@ -5,7 +5,7 @@
  */
 import { Bench } from 'tinybench';
 import { codePointLength } from '../src/budget/estimate.js';
-import { escapedCodePointLength } from '../src/format/escape.js';
+import { escapedCodePointLength, escapedUtf8CodePoints } from '../src/format/escape.js';
 
 /** One measured text: the shapes of issue 9 (emoji history, CJK history, HTML memories, plain ASCII). */
 interface TextShape {
@@ -23,9 +23,14 @@ function shapes(): TextShape[] {
   ];
 }
 
-/** A figure row: ns per UTF-16 unit at p50 and p99 of one call over the whole text. */
+/**
+ * A figure row: ns per UTF-16 unit at p50 and p99 of one call over the whole text. Measures: `code_points`
+ * and `escaped_length` of the string; `escaped_length_utf8`, the same length from the text's UTF-8 bytes
+ * (escapedUtf8CodePoints: what the CPU stage measures a memory's content with); `decode_escaped_length`,
+ * decoding those bytes and measuring the string (what the CPU stage did before).
+ */
 export interface TextMeasureRow {
-  measure: 'code_points' | 'escaped_length';
+  measure: 'code_points' | 'escaped_length' | 'escaped_length_utf8' | 'decode_escaped_length';
   text: string;
   utf16_units: number;
   p50_ns_per_unit: number;
@@ -34,7 +39,8 @@ export interface TextMeasureRow {
 }
 
 /**
- * Times {@link codePointLength} and {@link escapedCodePointLength} on each shape.
+ * Times {@link codePointLength}, {@link escapedCodePointLength} and {@link escapedUtf8CodePoints} (and the
+ * decode-then-measure it replaced) on each shape.
  * @param timeMs tinybench time per task, ms.
  */
 export async function textMeasureFigures(timeMs: number): Promise<TextMeasureRow[]> {
@@ -50,6 +56,15 @@ export async function textMeasureFigures(timeMs: number): Promise<TextMeasureRow
       sink += escapedCodePointLength(shape.text);
     });
     meta.push({ measure: 'escaped_length', shape });
+    const bytes = Buffer.from(shape.text, 'utf8');
+    bench.add(`escaped_length_utf8 ${shape.name}`, () => {
+      sink += escapedUtf8CodePoints(bytes, 0, bytes.length);
+    });
+    meta.push({ measure: 'escaped_length_utf8', shape });
+    bench.add(`decode_escaped_length ${shape.name}`, () => {
+      sink += escapedCodePointLength(bytes.toString('utf8'));
+    });
+    meta.push({ measure: 'decode_escaped_length', shape });
   }
   await bench.run();
   if (sink === -1) console.log(sink); // keeps the measured calls observable

@@ -3,9 +3,9 @@
  * can neither open nor close an `<ibex_memory>` block, whatever nonce it guesses.
  */
 
-import { isUtf8 } from 'node:buffer';
+import { isAscii, isUtf8 } from 'node:buffer';
 import { codePointLength } from '../budget/estimate.js';
-import { continuationBytes } from '../util/utf8.js';
+import { continuationBytes, laneSum } from '../util/utf8.js';
 
 // Chained replaceAll (`&` first, so entities are not escaped twice) measured ~2× faster than one regex
 // with a callback on markup-heavy text and ~6× faster on plain text (no match: no copy).
@@ -67,7 +67,7 @@ const LANES = 0x01010101;
  * ten times the measure (`npm run bench:pack`, text measures). Well-formed UTF-8 has one code point per
  * byte that is not a continuation byte (util/utf8.ts), and every entity adds ASCII units: `&amp;` 4,
  * `&lt;`/`&gt;` 3. A span without `&`, `<`, `>` (three native memchr scans) counts continuation bytes
- * only; one with them counts all four byte classes in one SWAR pass over 32-bit words. A malformed span
+ * only (none when it is ASCII); one with them counts all four byte classes in one SWAR pass over 32-bit words. A malformed span
  * is decoded (Node's rules: each maximal invalid sequence one U+FFFD) and measured as text.
  * @param bytes the buffer holding the span; `start`/`end` byte offsets into it.
  * @returns length in code points, equal to `escapedCodePointLength(bytes.toString('utf8', start, end))`.
@@ -75,9 +75,11 @@ const LANES = 0x01010101;
 export function escapedUtf8CodePoints(bytes: Buffer, start: number, end: number): number {
   if (end <= start) return 0;
   const span = bytes.subarray(start, end);
-  if (!isUtf8(span)) return escapedCodePointLength(span.toString('utf8'));
+  // Both checks are native (simdutf); ASCII needs no continuation count.
+  const ascii = isAscii(span);
+  if (!ascii && !isUtf8(span)) return escapedCodePointLength(span.toString('utf8'));
   if (span.indexOf(AMP) === -1 && span.indexOf(LT) === -1 && span.indexOf(GT) === -1) {
-    return end - start - continuationBytes(bytes, start, end);
+    return ascii ? end - start : end - start - continuationBytes(bytes, start, end);
   }
   return escapedWellFormed(bytes, start, end);
 }
@@ -121,9 +123,4 @@ function escapedWellFormed(bytes: Uint8Array, start: number, end: number): numbe
   }
   while (i < end) byte(bytes[i++]!);
   return end - start - continuation + 4 * amp + 3 * angle;
-}
-
-/** Sum of the four 8-bit lanes of `lanes`. */
-function laneSum(lanes: number): number {
-  return (lanes & 0xff) + ((lanes >>> 8) & 0xff) + ((lanes >>> 16) & 0xff) + (lanes >>> 24);
 }

