@@ -16,13 +16,13 @@ import http from 'node:http';
 import type net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { type Client, Metadata } from '@grpc/grpc-js';
+import { errorKey } from '../src/client/cli-options.js';
 import {
   ASSEMBLE_METHOD,
   createRawClient,
   startUnary,
   type UnaryMethod,
 } from '../src/client/context-client.js';
-import { errorKey } from '../src/client/cli-options.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import { LEVEL_HEADER } from '../src/wire-headers.js';
 
