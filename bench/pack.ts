@@ -2,7 +2,8 @@
  * `npm run bench:pack`: packer latency on the five shapes of the core issue (o200k family, contents 40–4000
  * random characters, fixed seed), each timed with and without the branch-and-bound refinement in the same
  * run (issue 12: p99 may grow by at most 20 %), and packer quality over the shared pack vectors and over 200
- * generated DP-path instances (bench/pack-quality.ts). Figures, not gates. Writes bench/results/pack.json.
+ * generated DP-path instances (bench/pack-quality.ts); then text measures (bench/text-measures.ts) and whole
+ * CPU tasks over heavy memories (bench/cpu-task-heavy.ts). Figures, not gates. Writes bench/results/pack.json.
  * BENCH_TIME_MS sets the time per task (default 1500); QUALITY_INSTANCES the instance count (default 200).
  */
 import { readFileSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { Bench } from 'tinybench';
 import { runJsonCommand } from '../src/cli/json-commands.js';
 import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/config/settings.js';
 import { pack } from '../src/pack/packer.js';
+import { cpuTaskFigures } from './cpu-task-heavy.js';
 import { projectPath, writeResult } from './lib/paths.js';
 import { packColumns, seededRandom, syntheticCandidates } from './lib/synthetic.js';
 import { packQuality } from './pack-quality.js';
@@ -151,6 +153,8 @@ async function main() {
   ]);
   // Text measures (issue 9 item 5, branch wire): a separate block of figures, target ≤ 1 ns per UTF-16 unit.
   const textMeasures = await textMeasureFigures(Math.min(time, 500));
+  // Whole CPU tasks over heavy memories (issue 9 item 5): where the text measures add up.
+  const cpuTasks = await cpuTaskFigures(Math.min(time, 1000));
   const result = {
     generated_at: new Date().toISOString(),
     node: process.version,
@@ -158,6 +162,7 @@ async function main() {
     quality,
     generated_quality: generated,
     text_measures: textMeasures,
+    cpu_task_heavy: cpuTasks,
   };
   writeResult('pack', result);
   console.table(
@@ -191,6 +196,7 @@ async function main() {
     `quality over ${quality.dp_instances} DP-path vectors: mean ${quality.mean_ratio.toFixed(6)}, min ${quality.min_ratio.toFixed(6)} of the optimum`,
   );
   console.table(textMeasures);
+  console.table(cpuTasks);
   console.log('wrote bench/results/pack.json');
 }
 

@@ -1,0 +1,100 @@
+/**
+ * CPU-stage figures for `npm run bench:pack` (issue 9 item 5): one whole CPU task (`runCpuTask`, as a pool
+ * thread runs it: budget, every candidate's wrapped-block cost, pack, format) over the heavy memories of
+ * `bench:isolation` and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded
+ * once per sample outside the timing: in the service the main thread encodes it, and the contents of
+ * store and memory-service hits arrive as UTF-8 bytes already.
+ */
+import { Bench } from 'tinybench';
+import { CapabilityCatalog } from '../src/budget/catalog.js';
+import { type CpuCandidate, type CpuTaskInput, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
+import { monotonicNow } from '../src/util/clock.js';
+
+/** A figure row: ms per CPU task at p50 and p99. */
+export interface CpuTaskRow {
+  shape: string;
+  candidates: number;
+  content_bytes: number;
+  selected: number;
+  p50_ms: number;
+  p99_ms: number;
+  samples: number;
+}
+
+function candidate(i: number, content: string): CpuCandidate {
+  return {
+    memory_id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+    category: 'factual',
+    content,
+    score: 1 - i / 100,
+    similarity: 0.5,
+    confidence: 0.5,
+    rank: i + 1,
+    tokens: 0,
+  };
+}
+
+/** The shapes: the isolation bench's 20 HTML memories of 300 KB, 20 of 32,768 emoji, and LoCoMo turns. */
+function shapes(): { name: string; candidates: CpuCandidate[] }[] {
+  const html = '<div class="row"><a href="/x?a=1&b=2">link</a> &amp; <b>bold</b> text</div>\n';
+  const page = html.repeat(Math.ceil(300_000 / html.length)).slice(0, 300_000);
+  const turn = 'Caroline: I went to the LGBTQ support group yesterday and it was so powerful';
+  return [
+    { name: '20 × 300 KB HTML', candidates: Array.from({ length: 20 }, (_, i) => candidate(i, page)) },
+    {
+      name: '20 × 32,768 emoji',
+      candidates: Array.from({ length: 20 }, (_, i) => candidate(i, '😀'.repeat(32_768))),
+    },
+    {
+      name: '30 LoCoMo-sized turns',
+      candidates: Array.from({ length: 30 }, (_, i) => candidate(i, `${turn}, ${i}.`)),
+    },
+  ];
+}
+
+/**
+ * Times {@link runCpuTask} with a `gpt-4o` budget model (chars_div_4) on each shape.
+ * @param timeMs tinybench time per task, ms.
+ */
+export async function cpuTaskFigures(timeMs: number): Promise<CpuTaskRow[]> {
+  const budgetModel = CapabilityCatalog.create().resolve('gpt-4o');
+  const bench = new Bench({ time: timeMs, warmupTime: 300, retainSamples: false });
+  const list = shapes();
+  const selected: number[] = [];
+  const encode = (candidates: CpuCandidate[]): CpuTaskInput =>
+    encodeCandidates(candidates, {
+      budget: 0,
+      dpCellCeiling: 437_570,
+      maxConsecutiveSkips: 5,
+      nonce: 'bench-nonce-0123456789',
+      directive: 'Answer briefly.',
+      recentMessages: [],
+      toolSchemas: [],
+      deadline: monotonicNow() + 60_000,
+      budgetModel,
+      nonceBytes: 16,
+    });
+  for (const [k, shape] of list.entries()) {
+    let input = encode(shape.candidates);
+    selected[k] = runCpuTask(encode(shape.candidates)).selected.length;
+    bench.add(shape.name, () => void runCpuTask(input), {
+      beforeEach: () => {
+        input = encode(shape.candidates);
+      },
+    });
+  }
+  await bench.run();
+  return list.map((shape, k) => {
+    const r = bench.tasks[k]!.result as { latency?: { p50: number; p99: number; samplesCount: number } };
+    const lat = r.latency!;
+    return {
+      shape: shape.name,
+      candidates: shape.candidates.length,
+      content_bytes: shape.candidates.reduce((s, c) => s + Buffer.byteLength(c.content), 0),
+      selected: selected[k]!,
+      p50_ms: Math.round(lat.p50 * 1000) / 1000,
+      p99_ms: Math.round(lat.p99 * 1000) / 1000,
+      samples: lat.samplesCount,
+    };
+  });
+}
