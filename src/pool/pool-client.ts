@@ -80,11 +80,11 @@ export interface CpuRunOptions {
   /** Until when a dispatched task's result is awaited, epoch ms; default and floor `input.deadline`. */
   resultDeadline?: number;
   /**
-   * Asked when a queued task reaches a free thread, with the monotonic time then (ms): `false` withdraws
-   * it (IBEX_ERR_POOL_DEADLINE, `withdrawn`; `onReturned` gets its batch back) instead of dispatching it.
-   * For a task whose expected run no longer fits the time its queue wait left (SPEC §10: never wait for a
-   * stage that cannot finish). Not asked for a task dispatched by `run()` itself: the caller has just
-   * judged it.
+   * Asked when a queued task is about to take a free thread, with the monotonic time then (ms): `false`
+   * withdraws it (IBEX_ERR_POOL_DEADLINE, `withdrawn`; `onReturned` gets its batch back; counted `unfit`)
+   * instead of dispatching it. For a task whose expected run no longer fits the time its queue wait left
+   * (SPEC §10: never wait for a stage that cannot finish). Not asked when `run()` finds a thread free and
+   * nothing waiting (the caller has just judged it); a throw counts as `true`.
    */
   fitsAt?: (now: number) => boolean;
 }
@@ -99,6 +99,19 @@ export const WITHDRAW_LEAD_MS = 1;
 
 /** piscina's wait for running tasks on close before it terminates the threads. */
 const CLOSE_TIMEOUT_MS = 10_000;
+
+/**
+ * A queued call's `fitsAt` verdict at `now`; true without one. A throwing check must not leave the call
+ * out of the queue and unsettled (it runs inside the dispatch loop): it counts as fitting, as when submitted.
+ */
+function fits(call: Call, now: number): boolean {
+  if (call.fitsAt === undefined) return true;
+  try {
+    return call.fitsAt(now);
+  } catch {
+    return true;
+  }
+}
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
@@ -126,6 +139,7 @@ export class CpuPool {
   #rejected = 0;
   #failed = 0;
   #abandoned = 0;
+  #unfit = 0;
   #waitUs = newHistogram();
   #runUs = newHistogram();
 
@@ -186,7 +200,7 @@ export class CpuPool {
   }
 
   #resetStats(): void {
-    this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = 0;
+    this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = this.#unfit = 0;
     this.#waitUs.reset();
     this.#runUs.reset();
     this.#busy.reset(monotonicNow());
@@ -390,8 +404,16 @@ export class CpuPool {
         this.#end(call, noResult('CPU stage deadline reached in the queue'));
         continue;
       }
-      if (call.fitsAt !== undefined && !call.fitsAt(now)) {
-        this.#end(call, noResult('CPU stage no longer fits the time left after its queue wait'));
+      if (!fits(call, now)) {
+        // Not `#end`: counted apart from deadline withdrawals, so the rule's effect can be seen.
+        this.#unfit++;
+        this.#settle(call);
+        call.reject(
+          Errors.poolDeadline(
+            'withdrawn',
+            noResult('CPU stage no longer fits the time left after its queue wait'),
+          ),
+        );
         continue;
       }
       this.#dispatch(call);
@@ -419,6 +441,7 @@ export class CpuPool {
       rejected: this.#rejected,
       failed: this.#failed,
       abandoned: this.#abandoned,
+      unfit: this.#unfit,
       waitUs: summarize(this.#waitUs),
       runUs: summarize(this.#runUs),
     };

@@ -16,7 +16,7 @@ export interface LatencySummary {
 
 /**
  * Pool figures for metrics (SPEC §12). Each call ends in exactly one of completed / withdrawn / rejected /
- * failed / abandoned.
+ * failed / abandoned / unfit.
  */
 export interface PoolStats {
   /** Tasks waiting for a thread (ours plus any piscina holds while it starts a thread). */
@@ -49,6 +49,11 @@ export interface PoolStats {
    * finished the task and its result was discarded.
    */
   abandoned: number;
+  /**
+   * Calls withdrawn when they reached a free thread because their caller's `fitsAt` no longer expected the
+   * task to finish in time (IBEX_ERR_POOL_DEADLINE; not counted in `withdrawn`).
+   */
+  unfit: number;
   /** `wait_us` of completed calls. */
   waitUs: LatencySummary;
   /** Worker run time of every task that returned (including abandoned ones). */

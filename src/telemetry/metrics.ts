@@ -35,6 +35,7 @@ export type PoolGaugeSource = Pick<
   | 'abandoned'
   | 'rejected'
   | 'failed'
+  | 'unfit'
 >;
 
 /** Store-read thread figures read at scrape time (`PooledStoreReads.stats()`). */
@@ -185,14 +186,14 @@ export function createMetrics(
   });
   new Counter({
     name: 'ibex_context_pool_tasks_total',
-    help: 'CPU tasks by outcome, as the pool counts them: completed, withdrawn (deadline while queued), abandoned (deadline while running), rejected (queue full), failed',
+    help: 'CPU tasks by outcome, as the pool counts them: completed, withdrawn (deadline while queued), abandoned (deadline while running), rejected (queue full), failed, unfit (withdrawn at dispatch: no longer expected to finish in time)',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {
       const s = pool?.();
       this.reset();
       if (!s) return;
-      for (const outcome of ['completed', 'withdrawn', 'abandoned', 'rejected', 'failed'] as const)
+      for (const outcome of ['completed', 'withdrawn', 'abandoned', 'rejected', 'failed', 'unfit'] as const)
         this.inc({ outcome }, s[outcome]);
     },
   });

@@ -125,7 +125,7 @@ describe('CpuPool on the real worker', () => {
     expect(pool.threadIds()).toHaveLength(2);
     const s = pool.stats();
     expect(s.threads).toBe(2);
-    expect(s.completed + s.withdrawn + s.rejected + s.failed + s.abandoned).toBe(0);
+    expect(s.completed + s.withdrawn + s.rejected + s.failed + s.abandoned + s.unfit).toBe(0);
     expect(s.queueSize).toBe(0);
   });
 
@@ -289,6 +289,7 @@ describe('CpuPool with the fault-injecting worker', () => {
 
   it('asks fitsAt when a queued task reaches a free thread: false withdraws it and hands its batch back, true dispatches it (issue 9)', async () => {
     const withdrawnBefore = pool.stats().withdrawn;
+    const unfitBefore = pool.stats().unfit;
     const completedBefore = pool.stats().completed;
     const t0 = monotonicNow();
     const long = [1, 2].map(() => pool.run(withFault(typical(), { fault: 'sleep', sleepMs: 80 })));
@@ -320,8 +321,21 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(Array.from(ok.output.selected)).toEqual(Array.from(runCpuTask(typical()).selected));
     expect(asked.map((a) => a.call)).toEqual(['refused', 'accepted']);
     await Promise.all(long);
-    expect(pool.stats().withdrawn).toBe(withdrawnBefore + 1);
+    // Counted `unfit`, apart from deadline withdrawals.
+    expect(pool.stats().unfit).toBe(unfitBefore + 1);
+    expect(pool.stats().withdrawn).toBe(withdrawnBefore);
     expect(pool.stats().completed).toBe(completedBefore + 3);
+  });
+
+  it('dispatches a queued task whose fitsAt throws, as if it fitted: the call is never left unsettled', async () => {
+    const long = [1, 2].map(() => pool.run(withFault(typical(), { fault: 'sleep', sleepMs: 50 })));
+    const r = await pool.run(typical(), {
+      fitsAt: () => {
+        throw new Error('broken check');
+      },
+    });
+    expect(Array.from(r.output.selected)).toEqual(Array.from(runCpuTask(typical()).selected));
+    await Promise.all(long);
   });
 
   it('does not ask fitsAt of a task dispatched by run() itself', async () => {

@@ -10,6 +10,7 @@ import { Metadata } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
+import { Errors } from '../../src/errors.js';
 import { type CpuTaskInput, runCpuTask } from '../../src/pool/cpu-task.js';
 import type { CpuPool, CpuRunOptions, CpuStageResult } from '../../src/pool/pool-client.js';
 import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
@@ -42,7 +43,15 @@ const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
  * An assembler over sources that answer nothing and a pool that runs the real CPU task but reports a
  * 10 ms round-trip and a run of `runUs` µs (what the reserve learns from).
  */
-function setup({ runUs = 500, metrics }: { runUs?: number; metrics?: Metrics } = {}) {
+function setup({
+  runUs = 500,
+  metrics,
+  queueWaitMs = 0,
+}: {
+  runUs?: number;
+  metrics?: Metrics;
+  queueWaitMs?: number;
+} = {}) {
   const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent' });
   /** How long the next directive read "stalls" the loop, ms on the fake clock. */
   const stall = { ms: 0 };
@@ -65,8 +74,13 @@ function setup({ runUs = 500, metrics }: { runUs?: number; metrics?: Metrics } =
   const pool = {
     // A 10 ms round-trip, as measured by the assembler.
     run: async (input: CpuTaskInput, opts: CpuRunOptions = {}): Promise<CpuStageResult> => {
-      runs.push(fake.now);
       runOptions.push(opts);
+      // As the real pool does when a queued task reaches a thread `queueWaitMs` later and no longer fits.
+      if (queueWaitMs > 0 && opts.fitsAt && !opts.fitsAt(fake.now + queueWaitMs)) {
+        opts.onReturned?.(input);
+        throw Errors.poolDeadline('withdrawn', new Error('no longer fits'));
+      }
+      runs.push(fake.now);
       return { output: runCpuTask(input), wait_us: 0, run_us: runUs, round_trip_us: 10_000 };
     },
   } as unknown as CpuPool;
@@ -216,10 +230,23 @@ describe('assembler: a large history whose CPU stage or degraded answer cannot b
     expect(fitsAt).toBeDefined();
     // Awaited until D (the request's own buffer): fits while 435 ms of the 500 are left, not after.
     expect(fitsAt!(submittedAt)).toBe(true);
-    expect(fitsAt!(submittedAt + 65)).toBe(true);
-    expect(fitsAt!(submittedAt + 66)).toBe(false);
+    expect(fitsAt!(submittedAt + 60)).toBe(true);
+    expect(fitsAt!(submittedAt + 70)).toBe(false);
     await call(45, ['hello']);
     expect(runOptions.at(-1)!.fitsAt).toBeUndefined();
+  });
+
+  it('is answered L2 pool_deadline from its own history when the pool withdraws its task as no longer fitting', async () => {
+    const history = Array.from({ length: 10 }, (_, i) => String(i).repeat(30_000));
+    // Queued 100 ms: of 500 ms left, 400 remain for a run that needs 435.
+    const { runs, runOptions, call } = setup({ runUs: 290_000, queueWaitMs: 100 });
+    for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) expect((await call(1000, history)).level).toBe('L0');
+    const late = await call(500, history);
+    expect(runOptions).toHaveLength(REFUSAL_MIN_SAMPLES + 1);
+    expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
+    expect(late.level).toBe('L2');
+    expect(late.response.degradation.reasons).toContain('pool_deadline');
+    expect(late.response[ASSEMBLED_UTF8]?.byteLength).toBeGreaterThan(300_000);
   });
 
   it('is refused at once, counted, when not even its degraded answer can be ready (prior 2 ms per MiB)', async () => {
