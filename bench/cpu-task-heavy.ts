@@ -3,8 +3,10 @@
  * thread runs it: budget, every candidate's wrapped-block cost, pack, format) over the heavy memories of
  * `bench:isolation` and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded
  * once per sample outside the timing: in the service the main thread encodes it, and the contents of
- * store and memory-service hits arrive as UTF-8 bytes already.
+ * store and memory-service hits arrive as UTF-8 bytes already. Run alone for an A/B of two builds:
+ * `node dist/bench/cpu-task-heavy.js [rounds]` prints the p50 and p99 of each shape per round (default 4).
  */
+import { pathToFileURL } from 'node:url';
 import { Bench } from 'tinybench';
 import { CapabilityCatalog } from '../src/budget/catalog.js';
 import { type CpuCandidate, type CpuTaskInput, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
@@ -97,4 +99,13 @@ export async function cpuTaskFigures(timeMs: number): Promise<CpuTaskRow[]> {
       samples: lat.samplesCount,
     };
   });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const rounds = Number(process.argv[2] ?? 4);
+  for (let r = 0; r < rounds; r++) {
+    for (const row of await cpuTaskFigures(Number(process.env.BENCH_TIME_MS ?? 1000))) {
+      console.log(`round ${r + 1}  ${row.shape.padEnd(24)} p50 ${row.p50_ms} ms  p99 ${row.p99_ms} ms`);
+    }
+  }
 }

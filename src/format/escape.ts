@@ -63,8 +63,8 @@ const LANES = 0x01010101;
 /**
  * Code-point length of `escapeBody(utf8Text(bytes, start, end))` from the UTF-8 bytes, without decoding
  * them (issue 9 item 5, SPEC §6 wrapped-block cost). The CPU stage used to decode every candidate's
- * content to a string only to measure it: the decode cost 6–17 ns per UTF-16 unit of a large text,
- * ten times the measure (`npm run bench:pack`, text measures). Well-formed UTF-8 has one code point per
+ * content to a string only to measure it: decoding took 6–20 ns per UTF-16 unit of a large non-ASCII or
+ * markup text, 10–34 times this measure (`npm run bench:pack`, text measures, AMD machine). Well-formed UTF-8 has one code point per
  * byte that is not a continuation byte (util/utf8.ts), and every entity adds ASCII units: `&amp;` 4,
  * `&lt;`/`&gt;` 3. A span without `&`, `<`, `>` (three native memchr scans) counts continuation bytes
  * only (none when it is ASCII); one with them counts all four byte classes in one SWAR pass over 32-bit words. A malformed span

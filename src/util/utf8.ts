@@ -27,8 +27,8 @@ export function laneSum(lanes: number): number {
 /**
  * Continuation bytes (`10xxxxxx`) in `bytes[start, end)`: a SWAR loop over aligned 32-bit words (a byte b
  * is a continuation byte iff bit 7 is set and bit 6 is clear, i.e. `b & ~(b << 1) & 0x80`), four words a
- * step (one word a step took 0.85 ns per UTF-16 unit of CJK, four 0.49, in a side-by-side microbench on the
- * AMD machine, 2026-12-01), bytewise at the unaligned ends. Byte order does not matter for a count.
+ * step (fewer loop-carried additions than one word a step, which was slower on CJK and emoji text in a
+ * side-by-side run), bytewise at the unaligned ends. Byte order does not matter for a count.
  */
 export function continuationBytes(bytes: Uint8Array, start: number, end: number): number {
   let count = 0;
