@@ -409,6 +409,7 @@ async function main(): Promise<number> {
 
     const out = {
       bench: 'isolation',
+      generated_at: new Date().toISOString(),
       note: 'shared machines give noisy figures; the lead re-runs on a quiet machine',
       machine,
       settings: {
