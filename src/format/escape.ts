@@ -5,7 +5,7 @@
 
 import { isAscii, isUtf8 } from 'node:buffer';
 import { codePointLength } from '../budget/estimate.js';
-import { continuationBytes, laneSum } from '../util/utf8.js';
+import { continuationBytes, LANES, laneSum, WORD_LOOP_FROM } from '../util/utf8.js';
 
 // Chained replaceAll (`&` first, so entities are not escaped twice) measured ~2× faster than one regex
 // with a callback on markup-heavy text and ~6× faster on plain text (no match: no copy).
@@ -54,21 +54,19 @@ export function escapedLength(text: string, codePoints: number, attr = false): n
 const AMP = 0x26;
 const LT = 0x3c;
 const GT = 0x3e;
-/** Below this many bytes a plain byte loop beats setting up the word view. */
-const WORD_LOOP_FROM = 32;
 /** Words summed per 8-bit lane before a lane (≤ 1 per word) could overflow. */
 const LANE_WORDS = 255;
-const LANES = 0x01010101;
 
 /**
- * Code-point length of `escapeBody(utf8Text(bytes, start, end))` from the UTF-8 bytes, without decoding
- * them (issue 9 item 5, SPEC §6 wrapped-block cost). The CPU stage used to decode every candidate's
- * content to a string only to measure it: decoding took 6–20 ns per UTF-16 unit of a large non-ASCII or
- * markup text, 10–34 times this measure (`npm run bench:pack`, text measures, AMD machine). Well-formed UTF-8 has one code point per
- * byte that is not a continuation byte (util/utf8.ts), and every entity adds ASCII units: `&amp;` 4,
- * `&lt;`/`&gt;` 3. A span without `&`, `<`, `>` (three native memchr scans) counts continuation bytes
- * only (none when it is ASCII); one with them counts all four byte classes in one SWAR pass over 32-bit words. A malformed span
- * is decoded (Node's rules: each maximal invalid sequence one U+FFFD) and measured as text.
+ * Code-point length of `escapeBody(utf8Text(bytes, start, end))` from the UTF-8 bytes, without decoding them
+ * (issue 9 item 5, SPEC §6 wrapped-block cost). The CPU stage used to decode every candidate's content to a
+ * string only to measure it: decoding took 6–20 ns per UTF-16 unit of a large non-ASCII or markup text,
+ * 10–34 times this measure (`npm run bench:pack`, text measures, AMD machine). Well-formed UTF-8 has one
+ * code point per byte that is not a continuation byte (util/utf8.ts), and every entity adds ASCII units:
+ * `&amp;` 4, `&lt;`/`&gt;` 3. A span without `&`, `<`, `>` (three native memchr scans) counts continuation
+ * bytes only (none when it is ASCII); one with them counts all four byte classes in one SWAR pass over
+ * 32-bit words. A malformed span is decoded (Node's rules: each maximal invalid sequence one U+FFFD) and
+ * measured as text.
  * @param bytes the buffer holding the span; `start`/`end` byte offsets into it.
  * @returns length in code points, equal to `escapedCodePointLength(bytes.toString('utf8', start, end))`.
  */

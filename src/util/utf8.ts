@@ -11,10 +11,11 @@ import { isUtf8 } from 'node:buffer';
 import { codePointLength } from '../budget/estimate.js';
 
 /** Below this many bytes a plain byte loop beats setting up the word view. */
-const WORD_LOOP_FROM = 32;
+export const WORD_LOOP_FROM = 32;
 /** Four-word steps summed per lane before a lane (8 bits, ≤ 4 per step) could overflow. */
 const LANE_STEPS = 63;
-const LANES = 0x01010101;
+/** 0x01 in each byte lane of a 32-bit word: SWAR per-byte flags and sums. */
+export const LANES = 0x01010101;
 
 /** 0x01 in each byte lane of `x` that holds a continuation byte (`10xxxxxx`), 0 elsewhere. */
 const continuationLanes = (x: number) => ((x & ~(x << 1)) >>> 7) & LANES;
