@@ -1,7 +1,8 @@
 /**
  * CPU-stage figures for `npm run bench:pack` (issue 9 item 5): one whole CPU task (`runCpuTask`, as a pool
- * thread runs it: budget, every candidate's wrapped-block cost, pack, format) over the heavy memories of
- * `bench:isolation` and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded
+ * thread runs it: budget, every candidate's wrapped-block cost, pack, format) over 20 memories at the
+ * default content cap (`IBEX_CONTEXT_MAX_MEMORY_CHARS`, 65,536 code points: longer ones are dropped
+ * `oversize` before the CPU stage, SPEC §4.1) and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded
  * once per sample outside the timing: in the service the main thread encodes it, and the contents of
  * store and memory-service hits arrive as UTF-8 bytes already. Run alone for an A/B of two builds:
  * `node dist/bench/cpu-task-heavy.js [rounds]` prints the p50 and p99 of each shape per round (default 4).
@@ -36,17 +37,26 @@ function candidate(i: number, content: string): CpuCandidate {
   };
 }
 
-/** The shapes: the isolation bench's 20 HTML memories of 300 KB, 20 of 32,768 emoji, and LoCoMo turns. */
+/**
+ * The shapes: 20 memories of 65,536 code points each (the default cap) as dense HTML markup, CJK text and
+ * emoji (two UTF-16 units and four UTF-8 bytes each), and 30 LoCoMo-sized turns.
+ */
 function shapes(): { name: string; candidates: CpuCandidate[] }[] {
+  const CAP = 65_536;
   const html = '<div class="row"><a href="/x?a=1&b=2">link</a> &amp; <b>bold</b> text</div>\n';
-  const page = html.repeat(Math.ceil(300_000 / html.length)).slice(0, 300_000);
+  const cjk = '用户喜欢喝绿茶';
   const turn = 'Caroline: I went to the LGBTQ support group yesterday and it was so powerful';
+  const twenty = (content: string) => Array.from({ length: 20 }, (_, i) => candidate(i, content));
   return [
-    { name: '20 × 300 KB HTML', candidates: Array.from({ length: 20 }, (_, i) => candidate(i, page)) },
     {
-      name: '20 × 32,768 emoji',
-      candidates: Array.from({ length: 20 }, (_, i) => candidate(i, '😀'.repeat(32_768))),
+      name: '20 × 65,536 HTML chars',
+      candidates: twenty(html.repeat(Math.ceil(CAP / html.length)).slice(0, CAP)),
     },
+    {
+      name: '20 × 65,536 CJK chars',
+      candidates: twenty(cjk.repeat(Math.ceil(CAP / cjk.length)).slice(0, CAP)),
+    },
+    { name: '20 × 65,536 emoji', candidates: twenty('😀'.repeat(CAP)) },
     {
       name: '30 LoCoMo-sized turns',
       candidates: Array.from({ length: 30 }, (_, i) => candidate(i, `${turn}, ${i}.`)),
