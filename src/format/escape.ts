@@ -5,7 +5,7 @@
 
 import { isAscii, isUtf8 } from 'node:buffer';
 import { codePointLength } from '../budget/estimate.js';
-import { continuationBytes, LANES, laneSum, WORD_LOOP_FROM } from '../util/utf8.js';
+import { continuationBytes, continuationLanes, laneSum, WORD_LOOP_FROM } from '../util/utf8.js';
 
 // Chained replaceAll (`&` first, so entities are not escaped twice) measured ~2× faster than one regex
 // with a callback on markup-heavy text and ~6× faster on plain text (no match: no copy).
@@ -110,8 +110,7 @@ function escapedWellFormed(bytes: Uint8Array, start: number, end: number): numbe
       let laneG = 0;
       for (; k < stop; k++) {
         const x = w[k]!;
-        // 10xxxxxx: bit 7 set, bit 6 clear.
-        laneC = (laneC + (((x & ~(x << 1)) >>> 7) & LANES)) | 0;
+        laneC = (laneC + continuationLanes(x)) | 0;
         // A byte of y is 0 exactly when bit 7 of ~(((y & 0x7f) + 0x7f) | y | 0x7f) is set: no carry
         // crosses a byte, so the count is exact. `<` and `>` differ only in bit 1: one test for both.
         const ya = x ^ 0x26262626;

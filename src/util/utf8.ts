@@ -15,10 +15,10 @@ export const WORD_LOOP_FROM = 32;
 /** Four-word steps summed per lane before a lane (8 bits, ≤ 4 per step) could overflow. */
 const LANE_STEPS = 63;
 /** 0x01 in each byte lane of a 32-bit word: SWAR per-byte flags and sums. */
-export const LANES = 0x01010101;
+const LANES = 0x01010101;
 
 /** 0x01 in each byte lane of `x` that holds a continuation byte (`10xxxxxx`), 0 elsewhere. */
-const continuationLanes = (x: number) => ((x & ~(x << 1)) >>> 7) & LANES;
+export const continuationLanes = (x: number) => ((x & ~(x << 1)) >>> 7) & LANES;
 
 /** Sum of the four 8-bit lanes of `lanes`. */
 export function laneSum(lanes: number): number {
