@@ -40,7 +40,14 @@ import {
 } from './lib/bench-run.js';
 import { type H2loadResult, hasH2load, runH2load } from './lib/h2load.js';
 import { benchLoadData } from './lib/load-data.js';
-import { isClean, measureStep, type StepRow, tableCells, whereTheTimeGoes } from './lib/load-step.js';
+import {
+  isClean,
+  measureStep,
+  type StepRow,
+  tableCells,
+  tailBesideMarkCompacts,
+  whereTheTimeGoes,
+} from './lib/load-step.js';
 import { writeLoadCharts } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
@@ -137,6 +144,7 @@ async function main(argv: string[]): Promise<number> {
     const common = {
       connections: opts.connections,
       timeoutMs: opts.timeoutMs,
+      tailThresholdMs: opts.p99TargetMs,
       source,
       transport: opts.transport,
     };
@@ -162,6 +170,7 @@ async function main(argv: string[]): Promise<number> {
           `p99.9 ${row.p99_9_ms} ms, errors ${row.errors}, degraded ${row.degraded}` +
           (row.driver.limited ? ' [driver-limited]' : ''),
       );
+      if (row.tail) console.error(`  ${tailBesideMarkCompacts(row)}`);
     }
     if (opts.h2load) {
       if (!hasH2load()) throw new Error('--h2load: h2load is not installed (apt-get install nghttp2-client)');

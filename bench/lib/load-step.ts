@@ -7,6 +7,7 @@
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
+import { formatTail } from '../../src/client/load-report.js';
 import type { TransportName } from '../../src/client/load-transport.js';
 import type { RequestSource } from '../../src/client/request-source.js';
 import { parsePrometheus, type ServerStepStats, snapshot, stepStats, sumOf } from './server-metrics.js';
@@ -73,6 +74,11 @@ export interface StepRow {
   cpu_per_thread: { server: ThreadCpuStep | null; driver: ThreadCpuStep | null };
   /** The budget mix of the step: constrained share sent and share of OK answers where the packer chose. */
   packing: LoadReport['packing'];
+  /**
+   * The step's slow calls (over the driver's tail threshold: bench:load's p99 target) grouped into
+   * incidents by send time (src/client/tail-incidents.ts); optional in results written before it.
+   */
+  tail?: LoadReport['tail'];
   /** Driver transport. */
   transport: string;
   /** Cores busy on the machine beyond the server and the driver (other processes: noise). */
@@ -81,6 +87,22 @@ export interface StepRow {
 }
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
+
+/**
+ * The step's tail line (src/client/load-report.ts `formatTail`) with the main thread's mark-compacts of
+ * the same window beside it: at 1,000 req/s their period matched the large incidents' (README "Where the
+ * p99 comes from").
+ */
+export function tailBesideMarkCompacts(row: StepRow): string {
+  const tail = row.tail ? formatTail(row.tail) : 'tail: not recorded';
+  const mc = row.server.gc?.by_kind.major;
+  if (!mc || mc.count === 0) return `${tail}; main-thread mark-compacts: none`;
+  const windowS = row.server.window_s;
+  return (
+    `${tail}; main-thread mark-compacts: ${mc.count} (every ${(windowS / mc.count).toFixed(1)} s, ` +
+    `${(mc.ms / mc.count).toFixed(1)} ms pause each)`
+  );
+}
 
 /** Builds a {@link StepRow} from the client report and the server stats of the same window. */
 export function stepRow(
@@ -128,6 +150,7 @@ export function stepRow(
           },
     cpu_per_thread: perThread,
     packing: report.packing,
+    tail: report.tail,
     transport: report.transport,
     other_processes_cores:
       server.machine_busy_cores === null || server.cpu_cores === null

@@ -123,6 +123,7 @@ async function drive(
     timeoutMs: o.timeoutMs,
     lateMarginMs: o.lateMarginMs,
     verify: o.verify,
+    tailThresholdMs: o.tailThresholdMs,
   });
   const run = new LoadRun(transport, recorder, {
     source: o.source,
@@ -174,6 +175,7 @@ function report(
     requests: recorder.requests,
     packing: recorder.packing(),
     ...recorder.rates(measured.windowMs),
+    tail: recorder.tail(),
     driver: measured.driver,
     warnings: [],
   };

@@ -10,6 +10,7 @@ import { readAnswer } from './load-transport.js';
 import type { LatencyStats, LoadReport, StopReason } from './load-types.js';
 import type { RawOutcome } from './raw-grpc.js';
 import { round, type SampleStats, sampleStats } from './stats.js';
+import { type SlowCall, type TailReport, tailIncidents } from './tail-incidents.js';
 
 /** Error statuses keep at most this many distinct details per key, for a first look. */
 const DETAILS_PER_KEY = 3;
@@ -48,6 +49,8 @@ export interface RecorderSettings {
   lateMarginMs: number;
   /** Decode OK answers in full ({@link readAnswer}). */
   verify: boolean;
+  /** A call slower than this from its intended send is kept for {@link LoadRecorder.tail}, ms. */
+  tailThresholdMs: number;
 }
 
 /** Counts one run's calls; {@link LoadRecorder.sent} and {@link LoadRecorder.answered} per call. */
@@ -77,6 +80,8 @@ export class LoadRecorder {
   });
   private readonly answersPerSecond = new PerSecond();
   private readonly bytesPerSecond = new PerSecond();
+  /** Measured calls over the tail threshold: only these are kept, so a long run stays small. */
+  private readonly slow: SlowCall[] = [];
   private inWindow = 0;
   private bytesInWindow = 0;
   private lagSumMs = 0;
@@ -134,7 +139,9 @@ export class LoadRecorder {
     r.completed++;
     this.lastDoneAt = doneAt;
     if (doneAt <= this.windowEnd) this.countInWindow(doneAt, Math.max(0, o.bytes - 5));
-    this.hist.recordValue(Math.max(1, Math.round((doneAt - intendedAt) * 1000)));
+    const latencyMs = doneAt - intendedAt;
+    this.hist.recordValue(Math.max(1, Math.round(latencyMs * 1000)));
+    if (latencyMs > this.s.tailThresholdMs) this.slow.push({ at: intendedAt, ms: latencyMs });
     if (o.code !== 0) {
       this.error(o, doneAt - sentAt);
       return;
@@ -187,6 +194,11 @@ export class LoadRecorder {
     };
     h.destroy();
     return out;
+  }
+
+  /** The report's `tail`: the slow calls among the answered ones, grouped into incidents. */
+  tail(): TailReport {
+    return tailIncidents(this.slow, this.requests.completed, this.s.tailThresholdMs);
   }
 
   /** The report's `packing`: counts and their shares (constrained of sent, budget choice of OK). */

@@ -3,6 +3,7 @@
  */
 import type { LoadProgress, LoadReport } from './load-types.js';
 import { formatBytes, formatCount, renderTable } from './stats.js';
+import { LARGE_INCIDENT_CALLS, type TailReport } from './tail-incidents.js';
 
 const pct = (share: number) => `${(share * 100).toFixed(1)} %`;
 const ms = (v: number) => `${v.toFixed(v >= 100 ? 0 : v >= 10 ? 1 : 2)} ms`;
@@ -84,12 +85,30 @@ export function formatLoadReport(r: LoadReport): string {
       `packer chose (≥ 1 candidate excluded for budget) in ${r.packing.budget_choice} OK answers ` +
       `(${pct(r.packing.budget_choice_share)})`,
   ];
+  lines.push(formatTail(r.tail));
   lines.push(
     `driver (${r.transport}): event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,
   );
   if (r.stopped_by !== 'duration') lines.push(`stopped by ${r.stopped_by.replace('_', ' ')}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);
   return lines.join('\n');
+}
+
+/**
+ * The tail in one line: slow calls, their incidents, and how often the large ones came, e.g. `tail (>
+ * 20 ms): 732 calls (3.7 %) in 12 incidents; 11 of ≥ 10 calls hold 729, every 2.0 s (median); largest 77
+ * calls over 90 ms, up to 52.3 ms`.
+ */
+export function formatTail(t: TailReport): string {
+  const head = `tail (> ${t.threshold_ms} ms): ${t.slow_calls} calls (${pct(t.slow_share)})`;
+  if (t.largest === null) return head;
+  const period =
+    t.large_period_ms === null ? '' : `, every ${(t.large_period_ms / 1000).toFixed(1)} s (median)`;
+  return (
+    `${head} in ${t.incidents} incidents; ${t.large_incidents} of ≥ ${LARGE_INCIDENT_CALLS} calls hold ` +
+    `${t.calls_in_large_incidents}${period}; largest ${t.largest.calls} calls over ` +
+    `${t.largest.span_ms} ms, up to ${t.largest.max_ms} ms`
+  );
 }
 
 /** One-line progress (drawn with `\r` on a terminal). */

@@ -7,6 +7,7 @@ import type { TransportName } from './load-transport.js';
 import type { RawOutcome } from './raw-grpc.js';
 import { type RequestSource, syntheticSource } from './request-source.js';
 import type { SampleStats } from './stats.js';
+import type { TailReport } from './tail-incidents.js';
 
 /** Options of {@link runLoad}. Durations in seconds, timeouts in milliseconds, rates in requests/s. */
 export interface LoadOptions extends ConnectionOptions {
@@ -30,6 +31,11 @@ export interface LoadOptions extends ConnectionOptions {
   connectTimeoutMs?: number;
   /** An OK answer later than deadline + this many ms is counted as `late` (default 2). */
   lateMarginMs?: number;
+  /**
+   * A measured call slower than this (from its intended send time) is counted in the report's `tail`,
+   * ms (default 20, issue 10's p99 target).
+   */
+  tailThresholdMs?: number;
   /** Shortest open-loop timer delay, ms (default 1): the timer is armed for the next intended send, never sooner. */
   tickMs?: number;
   /** Period of {@link LoadOptions.onProgress}, ms (default 1000). */
@@ -198,6 +204,8 @@ export interface LoadReport {
   rps: SampleStats & { samples: number };
   /** Response bytes received during the measured phase (message bodies, after framing). */
   bytes: { total: number; per_second: SampleStats };
+  /** The slow calls (over `tailThresholdMs`) grouped into incidents by send time (tail-incidents.ts). */
+  tail: TailReport;
 }
 
 /** Defaults of {@link LoadOptions}. */
@@ -209,6 +217,7 @@ export const LOAD_DEFAULTS = {
   timeoutMs: 1000,
   connectTimeoutMs: 5000,
   lateMarginMs: 2,
+  tailThresholdMs: 20,
   tickMs: 1,
   progressIntervalMs: 1000,
 } as const;
@@ -249,6 +258,11 @@ export function resolveLoadOptions(opts: LoadOptions) {
   const maxRequests = opts.maxRequests ?? Number.POSITIVE_INFINITY;
   if (!(maxRequests >= 1)) throw new RangeError(`runLoad: maxRequests must be ≥ 1, got ${maxRequests}`);
   const lateMarginMs = opts.lateMarginMs ?? LOAD_DEFAULTS.lateMarginMs;
+  const tailThresholdMs = positive(
+    'tailThresholdMs',
+    opts.tailThresholdMs ?? LOAD_DEFAULTS.tailThresholdMs,
+    false,
+  );
   const source = opts.source ?? syntheticSource();
   const verify = opts.verify ?? false;
   const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'frames');
@@ -265,6 +279,7 @@ export function resolveLoadOptions(opts: LoadOptions) {
     openLoop,
     maxRequests,
     lateMarginMs,
+    tailThresholdMs,
     source,
     verify,
     transportName,

@@ -171,6 +171,35 @@ describe('runLoad, open loop', () => {
     expect(report.schedule_lag_ms.max).toBeGreaterThanOrEqual(250);
     expect(report.warnings.some((w) => w.includes('could not keep its own schedule'))).toBe(true);
     expect(driverLimited(report)).toBe(true);
+    // The tail names the stall: one incident holding the ~60 calls due during it (all but those due in
+    // its last 20 ms are over the 20 ms threshold), whatever else a loaded machine adds around it.
+    const t = report.tail;
+    expect(t.threshold_ms).toBe(20);
+    expect(t.slow_calls).toBeGreaterThanOrEqual(t.largest!.calls);
+    expect(t.largest!.calls).toBeGreaterThanOrEqual(40);
+    expect(t.largest!.span_ms).toBeGreaterThanOrEqual(200);
+    expect(t.largest!.max_ms).toBeGreaterThanOrEqual(250);
+    expect(t.large_incidents).toBeGreaterThanOrEqual(1);
+  });
+
+  it('counts calls over tailThresholdMs in the tail, and refuses a threshold that is not positive', async () => {
+    const fake = await startFake({ delayMs: 30 });
+    const report = await runLoad({
+      addr: fake.addr,
+      connections: 2,
+      rate: 50,
+      durationS: 1,
+      tailThresholdMs: 5,
+    });
+    // Every answer takes ≥ 30 ms: all 50 are slow at 5 ms, 20 ms apart, so one incident (gap 50 ms).
+    expect(report.tail.threshold_ms).toBe(5);
+    expect(report.tail.slow_calls).toBe(50);
+    expect(report.tail.slow_share).toBe(1);
+    expect(report.tail.incidents).toBe(1);
+    expect(report.tail.largest!.max_ms).toBeGreaterThanOrEqual(30);
+    await expect(runLoad({ addr: fake.addr, rate: 10, durationS: 1, tailThresholdMs: 0 })).rejects.toThrow(
+      /tailThresholdMs must be a positive number/,
+    );
   });
 
   it('does not record warmup traffic and stops at max-requests', async () => {
@@ -327,9 +356,11 @@ describe('runLoad request sources', () => {
 describe('ibex-context load (compiled CLI)', () => {
   it('--json prints one object with the documented shape', async () => {
     const fake = await startFake({ invalidEvery: 10, l1Every: 5 });
-    const res = await runCli(['load', '--addr', fake.addr, '-c', '2', '-d', '1', '-R', '50', '--json'], '', {
-      env: { IBEX_CONTEXT_TOKEN: 'tok-123' },
-    });
+    const res = await runCli(
+      ['load', '--addr', fake.addr, '-c', '2', '-d', '1', '-R', '50', '--tail-ms', '60000', '--json'],
+      '',
+      { env: { IBEX_CONTEXT_TOKEN: 'tok-123' } },
+    );
     expect(res.stderr).toBe('');
     expect(res.code).toBe(0);
     const lines = res.stdout.trim().split('\n');
@@ -345,6 +376,8 @@ describe('ibex-context load (compiled CLI)', () => {
     expect(report.requests.ok).toBe(45);
     expect(report.requests.errors).toEqual({ INVALID_ARGUMENT: 5 });
     expect(report.requests.degraded).toEqual({ L1: 5, L2: 0 });
+    // No call of a 1 s run takes a minute: an empty tail at the threshold given.
+    expect(report.tail).toMatchObject({ threshold_ms: 60000, slow_calls: 0, incidents: 0, largest: null });
     expect([...fake.tally.authorization]).toEqual(['Bearer tok-123']);
     expect(res.stdout).not.toContain('tok-123');
   });
@@ -358,12 +391,16 @@ describe('ibex-context load (compiled CLI)', () => {
     expect(res.stdout).toMatch(/│ Latency │/);
     expect(res.stdout).toMatch(/│ Req\/Sec +│/);
     expect(res.stdout).toMatch(/errors 0 /);
+    expect(res.stdout).toMatch(/^tail \(> 20 ms\): \d+ calls \(/m);
   });
 
   it('exits 2 on a bad flag and 1 when nothing listens', async () => {
     const bad = await runCli(['load', '-c', 'zero']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('--connections must be an integer');
+    const badTail = await runCli(['load', '--tail-ms', '0']);
+    expect(badTail.code).toBe(2);
+    expect(badTail.stderr).toContain('--tail-ms');
     const down = await runCli(['load', '--addr', '127.0.0.1:1', '-d', '1', '--connect-timeout', '300']);
     expect(down.code).toBe(1);
     expect(down.stderr).toContain('cannot reach the service at 127.0.0.1:1 (connection refused)');

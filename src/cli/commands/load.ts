@@ -38,6 +38,8 @@ const USAGE = `usage: ibex-context load [options]
       --transport <name>    frames (default): pre-encoded frames in the driver's own HTTP/2 framing,
                             one socket per connection (the cheapest); h2: the same frames over
                             node:http2; grpc-js: a grpc-js channel per connection (for comparison)
+      --tail-ms <ms>        a call slower than this is counted in the report's tail: slow calls grouped
+                            into incidents by send time, and how often large ones recur (default 20)
       --verify              decode every OK answer in full and check its level (costs driver CPU)
       --json                print one JSON object instead of the tables (errors too: {"error": …})
   -h, --help                this text
@@ -73,6 +75,7 @@ export async function run(argv: string[]): Promise<number> {
           'seed',
           'constrained',
           'transport',
+          'tail-ms',
         ),
         ...booleanFlags('verify'),
       },
@@ -93,6 +96,7 @@ export async function run(argv: string[]): Promise<number> {
           min: 1,
           max: 600_000,
         }),
+        tailThresholdMs: numberFlag('tail-ms', values['tail-ms'], 20, { min: 0.001, max: 3_600_000 }),
         transport,
         verify: values.verify ?? false,
       };
