@@ -141,7 +141,8 @@ export class LoadRecorder {
     if (doneAt <= this.windowEnd) this.countInWindow(doneAt, Math.max(0, o.bytes - 5));
     const latencyMs = doneAt - intendedAt;
     this.hist.recordValue(Math.max(1, Math.round(latencyMs * 1000)));
-    if (latencyMs > this.s.tailThresholdMs) this.slow.push({ at: intendedAt, ms: latencyMs });
+    if (latencyMs > this.s.tailThresholdMs)
+      this.slow.push({ at: intendedAt, ms: latencyMs, lag: sentAt - intendedAt });
     if (o.code !== 0) {
       this.error(o, doneAt - sentAt);
       return;

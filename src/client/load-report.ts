@@ -95,19 +95,21 @@ export function formatLoadReport(r: LoadReport): string {
 }
 
 /**
- * The tail in one line: slow calls, their incidents, and how often the large ones came, e.g. `tail (>
- * 20 ms): 732 calls (3.7 %) in 12 incidents; 11 of ≥ 10 calls hold 729, every 2.0 s (median); largest 77
- * calls over 90 ms, up to 52.3 ms`.
+ * The tail in one line: slow calls, their incidents, how often the large ones came and whether the
+ * driver was late in them, e.g. `tail (> 20 ms): 732 calls (3.7 %) in 12 incidents; 11 of ≥ 10 calls
+ * hold 729, every 2.0 s (median); largest 77 calls over 90 ms, up to 52.3 ms (driver up to 3.5 ms late)`.
  */
 export function formatTail(t: TailReport): string {
   const head = `tail (> ${t.threshold_ms} ms): ${t.slow_calls} calls (${pct(t.slow_share)})`;
   if (t.largest === null) return head;
   const period =
     t.large_period_ms === null ? '' : `, every ${(t.large_period_ms / 1000).toFixed(1)} s (median)`;
+  const late =
+    t.driver_late_large_incidents > 0 ? ` (${t.driver_late_large_incidents} with the driver late)` : '';
   return (
     `${head} in ${t.incidents} incidents; ${t.large_incidents} of ≥ ${LARGE_INCIDENT_CALLS} calls hold ` +
-    `${t.calls_in_large_incidents}${period}; largest ${t.largest.calls} calls over ` +
-    `${t.largest.span_ms} ms, up to ${t.largest.max_ms} ms`
+    `${t.calls_in_large_incidents}${period}${late}; largest ${t.largest.calls} calls over ` +
+    `${t.largest.span_ms} ms, up to ${t.largest.max_ms} ms (driver up to ${t.largest.max_send_lag_ms} ms late)`
   );
 }
 

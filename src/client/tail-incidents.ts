@@ -28,14 +28,26 @@ export interface TailReport {
   calls_in_large_incidents: number;
   /** Median time from one large incident's first slow call to the next one's, ms; null for fewer than two. */
   large_period_ms: number | null;
-  /** The incident with the most slow calls (the earliest of equals): calls, first-to-last send span, worst latency. */
-  largest: { calls: number; span_ms: number; max_ms: number } | null;
+  /**
+   * Large incidents in which the driver itself sent a call more than half the threshold after its
+   * intended time: its own stall (a GC of the driver, a busy core) made or joined them, not the service's.
+   */
+  driver_late_large_incidents: number;
+  /**
+   * The incident with the most slow calls (the earliest of equals): calls, first-to-last send span, worst
+   * latency, and the worst send lag of its calls (the driver's share of it).
+   */
+  largest: { calls: number; span_ms: number; max_ms: number; max_send_lag_ms: number } | null;
 }
 
-/** One slow call: its intended send time (any monotonic ms clock) and its latency, ms. */
+/**
+ * One slow call: its intended send time (any monotonic ms clock), its latency from then, and how late the
+ * driver actually sent it (0 when not known), ms.
+ */
 export interface SlowCall {
   at: number;
   ms: number;
+  lag?: number;
 }
 
 function median(sorted: readonly number[]): number {
@@ -60,14 +72,16 @@ export function tailIncidents(
   if (!Number.isFinite(gapMs) || gapMs < 0)
     throw new RangeError(`tailIncidents: gap must be ≥ 0, got ${gapMs}`);
   const calls = [...slow].sort((a, b) => a.at - b.at);
-  const incidents: { first: number; last: number; calls: number; max: number }[] = [];
+  const incidents: { first: number; last: number; calls: number; max: number; lag: number }[] = [];
   for (const c of calls) {
     const cur = incidents[incidents.length - 1];
+    const lag = c.lag ?? 0;
     if (cur !== undefined && c.at - cur.last <= gapMs) {
       cur.last = c.at;
       cur.calls++;
       if (c.ms > cur.max) cur.max = c.ms;
-    } else incidents.push({ first: c.at, last: c.at, calls: 1, max: c.ms });
+      if (lag > cur.lag) cur.lag = lag;
+    } else incidents.push({ first: c.at, last: c.at, calls: 1, max: c.ms, lag });
   }
   const large = incidents.filter((i) => i.calls >= LARGE_INCIDENT_CALLS);
   const periods = large
@@ -85,6 +99,7 @@ export function tailIncidents(
     large_incidents: large.length,
     calls_in_large_incidents: large.reduce((s, i) => s + i.calls, 0),
     large_period_ms: periods.length > 0 ? round(median(periods), 1) : null,
+    driver_late_large_incidents: large.filter((i) => i.lag > thresholdMs / 2).length,
     largest:
       largest === null
         ? null
@@ -92,6 +107,7 @@ export function tailIncidents(
             calls: largest.calls,
             span_ms: round(largest.last - largest.first, 1),
             max_ms: round(largest.max, 1),
+            max_send_lag_ms: round(largest.lag, 1),
           },
   };
 }

@@ -180,6 +180,9 @@ describe('runLoad, open loop', () => {
     expect(t.largest!.span_ms).toBeGreaterThanOrEqual(200);
     expect(t.largest!.max_ms).toBeGreaterThanOrEqual(250);
     expect(t.large_incidents).toBeGreaterThanOrEqual(1);
+    // The stall blocked the driver too: the tail says so.
+    expect(t.largest!.max_send_lag_ms).toBeGreaterThanOrEqual(200);
+    expect(t.driver_late_large_incidents).toBeGreaterThanOrEqual(1);
   });
 
   it('counts calls over tailThresholdMs in the tail, and refuses a threshold that is not positive', async () => {

@@ -12,9 +12,9 @@ import {
   tailIncidents,
 } from '../../src/client/tail-incidents.js';
 
-/** `n` slow calls 1 ms apart from `from`, latencies `ms`, `ms + 1`, … */
-function burst(from: number, n: number, ms: number): SlowCall[] {
-  return Array.from({ length: n }, (_, i) => ({ at: from + i, ms: ms + i }));
+/** `n` slow calls 1 ms apart from `from`, latencies `ms`, `ms + 1`, …, sent `lag` ms late. */
+function burst(from: number, n: number, ms: number, lag = 0): SlowCall[] {
+  return Array.from({ length: n }, (_, i) => ({ at: from + i, ms: ms + i, lag }));
 }
 
 describe('tailIncidents', () => {
@@ -23,8 +23,9 @@ describe('tailIncidents', () => {
     const slow = [
       ...burst(1_000, 12, 25),
       { at: 1_500, ms: 21 },
-      ...burst(3_000, 12, 30),
-      { at: 4_000, ms: 22 },
+      // The driver stalled in this one: it sent these calls 15 ms late (over half the threshold).
+      ...burst(3_000, 12, 30, 15),
+      { at: 4_000, ms: 22, lag: 40 },
       ...burst(5_010, 12, 40),
     ];
     // Any order in: the report sorts by send time.
@@ -39,12 +40,14 @@ describe('tailIncidents', () => {
       calls_in_large_incidents: 36,
       // Starts 1,000 → 3,000 → 5,010: periods 2,000 and 2,010, median 2,005.
       large_period_ms: 2005,
+      // Only large incidents count: the lone call sent 40 ms late is not one.
+      driver_late_large_incidents: 1,
       // Equal sizes: the earliest; its span is first to last send, its worst latency 25 + 11.
-      largest: { calls: 12, span_ms: 11, max_ms: 36 },
+      largest: { calls: 12, span_ms: 11, max_ms: 36, max_send_lag_ms: 0 },
     });
     expect(formatTail(t)).toBe(
-      'tail (> 20 ms): 38 calls (1.9 %) in 5 incidents; 3 of ≥ 10 calls hold 36, every 2.0 s (median); ' +
-        'largest 12 calls over 11 ms, up to 36 ms',
+      'tail (> 20 ms): 38 calls (1.9 %) in 5 incidents; 3 of ≥ 10 calls hold 36, every 2.0 s (median) ' +
+        '(1 with the driver late); largest 12 calls over 11 ms, up to 36 ms (driver up to 0 ms late)',
     );
   });
 
@@ -65,6 +68,7 @@ describe('tailIncidents', () => {
       large_incidents: 0,
       calls_in_large_incidents: 0,
       large_period_ms: null,
+      driver_late_large_incidents: 0,
       largest: null,
     });
     expect(formatTail(tailIncidents([], 100, 20))).toBe('tail (> 20 ms): 0 calls (0.0 %)');
@@ -72,7 +76,8 @@ describe('tailIncidents', () => {
     expect(one.large_incidents).toBe(1);
     expect(one.large_period_ms).toBeNull();
     expect(formatTail(one)).toBe(
-      'tail (> 20 ms): 10 calls (10.0 %) in 1 incidents; 1 of ≥ 10 calls hold 10; largest 10 calls over 9 ms, up to 59 ms',
+      'tail (> 20 ms): 10 calls (10.0 %) in 1 incidents; 1 of ≥ 10 calls hold 10; largest 10 calls over 9 ms, ' +
+        'up to 59 ms (driver up to 0 ms late)',
     );
     expect(() => tailIncidents([], 0, 20, -1)).toThrow(RangeError);
     expect(() => tailIncidents([], 0, 20, Number.NaN)).toThrow(/gap must be ≥ 0/);
@@ -80,6 +85,7 @@ describe('tailIncidents', () => {
 
   it('partitions every run: incidents hold every slow call, and no two are within the gap', () => {
     const call = fc.record({
+      lag: fc.double({ min: 0, max: 100, noNaN: true }),
       at: fc.integer({ min: 0, max: 5_000 }),
       ms: fc.double({ min: 20.001, max: 500, noNaN: true }),
     });
@@ -102,6 +108,7 @@ describe('tailIncidents', () => {
           expect(t.largest!.span_ms).toBeLessThanOrEqual(gap * (t.largest!.calls - 1));
         }
         if (t.large_period_ms !== null) expect(t.large_period_ms).toBeGreaterThan(gap);
+        expect(t.driver_late_large_incidents).toBeLessThanOrEqual(t.large_incidents);
       }),
     );
   });
