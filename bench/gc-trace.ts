@@ -4,7 +4,7 @@
  * `npm run bench:load -- --node-arg=--trace-gc-nvp --service-log /tmp/svc.log …`.
  */
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { benchOptions, parseNumber, readParsedLines, runBenchMain } from './lib/bench-run.js';
+import { benchOptions, logFlags, readParsedLines, runBenchMain } from './lib/bench-run.js';
 import { parseGcLine, summariseGc } from './lib/gc-trace.js';
 
 const USAGE = `usage: npm run bench:gc-trace -- --log <file> [options]
@@ -15,14 +15,7 @@ const USAGE = `usage: npm run bench:gc-trace -- --log <file> [options]
 const FLAGS = { ...stringFlags('log', 'after-ms'), ...booleanFlags('json') } as const;
 
 function main(argv: string[]): number {
-  const opts = benchOptions(argv, USAGE, FLAGS, (values) => {
-    if (values.log === undefined) throw new Error('--log is required');
-    return {
-      log: values.log,
-      afterMs: parseNumber('--after-ms', values['after-ms'] ?? '0', true),
-      json: values.json ?? false,
-    };
-  });
+  const opts = benchOptions(argv, USAGE, FLAGS, logFlags);
   if (typeof opts === 'number') return opts;
   const events = readParsedLines('--log', opts.log, parseGcLine);
   if (events === null) return 1;

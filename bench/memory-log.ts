@@ -4,7 +4,7 @@
  * bench/external-memory-preload.ts writes (bench/lib/memory-log.ts); with `--rate`, also KB per call.
  */
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { benchOptions, parseNumber, readParsedLines, runBenchMain } from './lib/bench-run.js';
+import { benchOptions, logFlags, parseNumber, readParsedLines, runBenchMain } from './lib/bench-run.js';
 import { parseMemoryLine, summariseMemoryLog } from './lib/memory-log.js';
 
 const USAGE = `usage: npm run bench:memory-log -- --log <file> [options]
@@ -17,15 +17,10 @@ const USAGE = `usage: npm run bench:memory-log -- --log <file> [options]
 const FLAGS = { ...stringFlags('log', 'after-ms', 'rate'), ...booleanFlags('json') } as const;
 
 function main(argv: string[]): number {
-  const opts = benchOptions(argv, USAGE, FLAGS, (values) => {
-    if (values.log === undefined) throw new Error('--log is required');
-    return {
-      log: values.log,
-      afterMs: parseNumber('--after-ms', values['after-ms'] ?? '0', true),
-      rate: values.rate === undefined ? null : parseNumber('--rate', values.rate, false),
-      json: values.json ?? false,
-    };
-  });
+  const opts = benchOptions(argv, USAGE, FLAGS, (values) => ({
+    ...logFlags(values),
+    rate: values.rate === undefined ? null : parseNumber('--rate', values.rate, false),
+  }));
   if (typeof opts === 'number') return opts;
   const events = readParsedLines('--log', opts.log, parseMemoryLine);
   if (events === null) return 1;

@@ -54,6 +54,24 @@ export function readParsedLines<T>(
 }
 
 /**
+ * The flags every log-summarising bench shares (bench:gc-trace, bench:memory-log): `--log <file>`, required;
+ * `--after-ms <ms>`, default 0; `--json`.
+ * @throws Error for a missing `--log` or a bad `--after-ms`.
+ */
+export function logFlags(values: { log?: string; 'after-ms'?: string; json?: boolean }): {
+  log: string;
+  afterMs: number;
+  json: boolean;
+} {
+  if (values.log === undefined) throw new Error('--log is required');
+  return {
+    log: values.log,
+    afterMs: parseNumber('--after-ms', values['after-ms'] ?? '0', true),
+    json: values.json ?? false,
+  };
+}
+
+/**
  * Parses `500,1000,2000` into positive integers.
  * @throws Error naming the flag for anything else.
  */
