@@ -97,20 +97,31 @@ export function formatLoadReport(r: LoadReport): string {
 /**
  * The tail in one line: slow calls, their incidents, how often the large ones came and whether the
  * driver was late in them, e.g. `tail (> 20 ms): 732 calls (3.7 %) in 12 incidents; 11 of ≥ 10 calls
- * hold 729, every 2.0 s (median); largest 77 calls over 90 ms, up to 52.3 ms (driver up to 3.5 ms late)`.
+ * hold 729, every 2.0 s (median); largest 77 calls over 90 ms, up to 52.3 ms (driver up to 3.5 ms late)`;
+ * the parts about large incidents and the driver only where there are any.
  */
 export function formatTail(t: TailReport): string {
-  const head = `tail (> ${t.threshold_ms} ms): ${t.slow_calls} calls (${pct(t.slow_share)})`;
+  const count = (n: number, one: string) => `${n} ${one}${n === 1 ? '' : 's'}`;
+  const head = `tail (> ${t.threshold_ms} ms): ${count(t.slow_calls, 'call')} (${pct(t.slow_share)})`;
   if (t.largest === null) return head;
-  const period =
-    t.large_period_ms === null ? '' : `, every ${(t.large_period_ms / 1000).toFixed(1)} s (median)`;
-  const late =
-    t.driver_late_large_incidents > 0 ? ` (${t.driver_late_large_incidents} with the driver late)` : '';
-  return (
-    `${head} in ${t.incidents} incidents; ${t.large_incidents} of ≥ ${LARGE_INCIDENT_CALLS} calls hold ` +
-    `${t.calls_in_large_incidents}${period}${late}; largest ${t.largest.calls} calls over ` +
-    `${t.largest.span_ms} ms, up to ${t.largest.max_ms} ms (driver up to ${t.largest.max_send_lag_ms} ms late)`
+  const parts = [`${head} in ${count(t.incidents, 'incident')}`];
+  if (t.large_incidents > 0) {
+    const period =
+      t.large_period_ms === null ? '' : `, every ${(t.large_period_ms / 1000).toFixed(1)} s (median)`;
+    const late =
+      t.driver_late_large_incidents > 0 ? ` (${t.driver_late_large_incidents} with the driver late)` : '';
+    parts.push(
+      `${t.large_incidents} of ≥ ${LARGE_INCIDENT_CALLS} calls hold ${t.calls_in_large_incidents}${period}${late}`,
+    );
+  }
+  const l = t.largest;
+  const lag = l.max_send_lag_ms > 0 ? ` (driver up to ${l.max_send_lag_ms} ms late)` : '';
+  parts.push(
+    l.calls === 1
+      ? `largest: 1 call, ${l.max_ms} ms${lag}`
+      : `largest ${l.calls} calls over ${l.span_ms} ms, up to ${l.max_ms} ms${lag}`,
   );
+  return parts.join('; ');
 }
 
 /** One-line progress (drawn with `\r` on a terminal). */

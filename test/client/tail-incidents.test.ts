@@ -47,7 +47,7 @@ describe('tailIncidents', () => {
     });
     expect(formatTail(t)).toBe(
       'tail (> 20 ms): 38 calls (1.9 %) in 5 incidents; 3 of ≥ 10 calls hold 36, every 2.0 s (median) ' +
-        '(1 with the driver late); largest 12 calls over 11 ms, up to 36 ms (driver up to 0 ms late)',
+        '(1 with the driver late); largest 12 calls over 11 ms, up to 36 ms',
     );
   });
 
@@ -76,8 +76,12 @@ describe('tailIncidents', () => {
     expect(one.large_incidents).toBe(1);
     expect(one.large_period_ms).toBeNull();
     expect(formatTail(one)).toBe(
-      'tail (> 20 ms): 10 calls (10.0 %) in 1 incidents; 1 of ≥ 10 calls hold 10; largest 10 calls over 9 ms, ' +
-        'up to 59 ms (driver up to 0 ms late)',
+      'tail (> 20 ms): 10 calls (10.0 %) in 1 incident; 1 of ≥ 10 calls hold 10; largest 10 calls over 9 ms, ' +
+        'up to 59 ms',
+    );
+    // One slow call: no large-incident part, singular words, the driver's lag where it was late.
+    expect(formatTail(tailIncidents([{ at: 5, ms: 30.24, lag: 11.9 }], 100, 20))).toBe(
+      'tail (> 20 ms): 1 call (1.0 %) in 1 incident; largest: 1 call, 30.2 ms (driver up to 11.9 ms late)',
     );
     expect(() => tailIncidents([], 0, 20, -1)).toThrow(RangeError);
     expect(() => tailIncidents([], 0, 20, Number.NaN)).toThrow(/gap must be ≥ 0/);
