@@ -5,6 +5,8 @@
  * last one ("external memory pressure"), so that growth rate sets how often the event loop pays for one.
  */
 
+import { medianOfSorted } from '../../src/client/stats.js';
+
 /** One line of the preload's log: a memory sample (MB) or a GC (perf_hooks kind, ms). */
 export type MemoryLogEvent =
   | { type: 'mem'; at: number; arrayBuffersMb: number; externalMb: number; heapUsedMb: number }
@@ -43,11 +45,9 @@ export interface MemoryLogSummary {
   array_buffers_freed_by_a_scavenge_mb: number | null;
 }
 
-function median(xs: number[]): number | null {
-  if (xs.length === 0) return null;
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+/** Median, null when empty (rates and pauses here are counts of a few intervals, not latencies). */
+function median(xs: readonly number[]): number | null {
+  return xs.length === 0 ? null : medianOfSorted([...xs].sort((a, b) => a - b));
 }
 
 const r2 = (x: number | null) => (x === null ? null : Math.round(x * 100) / 100);

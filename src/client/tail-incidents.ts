@@ -5,7 +5,7 @@
  * incidents every ~2 s, one per main-thread mark-compact (README "Benchmarks", "Where the p99 comes
  * from").
  */
-import { round } from './stats.js';
+import { medianOfSorted, round } from './stats.js';
 
 /** Slow calls within this many ms of the previous one (by intended send time) belong to its incident. */
 export const INCIDENT_GAP_MS = 50;
@@ -48,11 +48,6 @@ export interface SlowCall {
   at: number;
   ms: number;
   lag?: number;
-}
-
-function median(sorted: readonly number[]): number {
-  const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 /**
@@ -98,7 +93,7 @@ export function tailIncidents(
     incidents: incidents.length,
     large_incidents: large.length,
     calls_in_large_incidents: large.reduce((s, i) => s + i.calls, 0),
-    large_period_ms: periods.length > 0 ? round(median(periods), 1) : null,
+    large_period_ms: periods.length > 0 ? round(medianOfSorted(periods), 1) : null,
     driver_late_large_incidents: large.filter((i) => i.lag > thresholdMs / 2).length,
     largest:
       largest === null
