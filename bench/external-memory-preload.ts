@@ -3,7 +3,7 @@
  * main thread's ArrayBuffer and external memory (MB) and used heap, and each of its GCs with its kind
  * (perf_hooks: 1 scavenge, 2 minor mark-compact, 4 mark-compact, 8 incremental marking, 16 weak
  * callbacks), written as lines of text to the file named by `IBEX_CONTEXT_BENCH_MEMORY_LOG` every 2 s and at exit.
- * Off the hot path: one timer, no hooks into the service. Times are ms since the preload ran.
+ * Off the hot path: two unref'd timers and a GC observer, no hooks into the service. Times are ms since the preload ran.
  *
  *   npm run bench:load -- … --node-arg=--import=./dist/bench/external-memory-preload.js \
  *     --service-env IBEX_CONTEXT_BENCH_MEMORY_LOG=/tmp/mem.log

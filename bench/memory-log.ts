@@ -4,6 +4,7 @@
  * bench/external-memory-preload.ts writes (bench/lib/memory-log.ts); with `--rate`, also KB per call.
  */
 import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
+import { round } from '../src/client/stats.js';
 import { benchOptions, logFlags, parseNumber, readParsedLines, runBenchMain } from './lib/bench-run.js';
 import { parseMemoryLine, summariseMemoryLog } from './lib/memory-log.js';
 
@@ -30,7 +31,7 @@ function main(argv: string[]): number {
   }
   const s = summariseMemoryLog(events, opts.afterMs);
   const perCall = (mbPerS: number | null) =>
-    opts.rate === null || mbPerS === null ? null : Math.round((mbPerS * 1e6) / opts.rate / 100) / 10;
+    opts.rate === null || mbPerS === null ? null : round((mbPerS * 1000) / opts.rate, 1);
   const out = {
     ...s,
     array_buffers_kb_per_call: perCall(s.array_buffers_mb_per_s),

@@ -5,12 +5,20 @@
  * last one ("external memory pressure"), so that growth rate sets how often the event loop pays for one.
  */
 
-import { medianOfSorted } from '../../src/client/stats.js';
+import { medianOfSorted, round } from '../../src/client/stats.js';
 
 /** One line of the preload's log: a memory sample (MB) or a GC (perf_hooks kind, ms). */
-export type MemoryLogEvent =
-  | { type: 'mem'; at: number; arrayBuffersMb: number; externalMb: number; heapUsedMb: number }
-  | { type: 'gc'; at: number; kind: number; ms: number };
+export type MemoryLogEvent = MemorySample | GcEvent;
+/** A memory sample of the preload's log, MB. */
+type MemorySample = {
+  type: 'mem';
+  at: number;
+  arrayBuffersMb: number;
+  externalMb: number;
+  heapUsedMb: number;
+};
+/** A GC of the preload's log: perf_hooks kind, pause ms. */
+type GcEvent = { type: 'gc'; at: number; kind: number; ms: number };
 
 /** perf_hooks GC kinds (NODE_PERFORMANCE_GC_*). */
 export const GC_MINOR = 1;
@@ -50,7 +58,7 @@ function median(xs: readonly number[]): number | null {
   return xs.length === 0 ? null : medianOfSorted([...xs].sort((a, b) => a - b));
 }
 
-const r2 = (x: number | null) => (x === null ? null : Math.round(x * 100) / 100);
+const r2 = (x: number | null) => (x === null ? null : round(x, 2));
 
 /**
  * @param events the log's events in time order (the preload writes them so).
@@ -58,7 +66,7 @@ const r2 = (x: number | null) => (x === null ? null : Math.round(x * 100) / 100)
  */
 export function summariseMemoryLog(events: readonly MemoryLogEvent[], afterMs = 0): MemoryLogSummary {
   const later = events.filter((e) => e.at >= afterMs);
-  const majors = later.filter((e) => e.type === 'gc' && e.kind === GC_MAJOR);
+  const majors = later.filter((e): e is GcEvent => e.type === 'gc' && e.kind === GC_MAJOR);
   const abRates: number[] = [];
   const extRates: number[] = [];
   let freed: number | null = null;
@@ -67,7 +75,7 @@ export function summariseMemoryLog(events: readonly MemoryLogEvent[], afterMs = 
     const to = majors[i]!.at;
     // Samples strictly between the two collections: the first is taken after the earlier one freed.
     const inside = later.filter((e) => e.at > from && e.at < to);
-    const mem = inside.filter((e): e is Extract<MemoryLogEvent, { type: 'mem' }> => e.type === 'mem');
+    const mem = inside.filter((e): e is MemorySample => e.type === 'mem');
     if (mem.length < 2) continue;
     // From the interval's low point: V8 frees the dead buffers a few ms after the collection's start,
     // so the first samples after it may still hold them.
@@ -84,7 +92,7 @@ export function summariseMemoryLog(events: readonly MemoryLogEvent[], afterMs = 
     extRates.push(ext);
     for (const gc of inside) {
       if (gc.type !== 'gc' || gc.kind !== GC_MINOR) continue;
-      const before = mem.filter((m) => m.at <= gc.at).at(-1);
+      const before = mem.findLast((m) => m.at <= gc.at);
       const after = mem.find((m) => m.at > gc.at);
       if (before === undefined || after === undefined) continue;
       const fall = Math.max(0, before.arrayBuffersMb - after.arrayBuffersMb);
@@ -95,7 +103,7 @@ export function summariseMemoryLog(events: readonly MemoryLogEvent[], afterMs = 
   return {
     mark_compacts: majors.length,
     period_s: r2(median(periods)),
-    pause_ms: r2(median(majors.map((m) => (m.type === 'gc' ? m.ms : 0)))),
+    pause_ms: r2(median(majors.map((m) => m.ms))),
     intervals: abRates.length,
     array_buffers_mb_per_s: r2(median(abRates)),
     external_mb_per_s: r2(median(extRates)),
