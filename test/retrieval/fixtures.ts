@@ -25,6 +25,51 @@ export function removeTempDir(dir: string): void {
   fs.rmSync(dir, { recursive: true, force: true });
 }
 
+/** Per-file layout, as in datasets/locomo10 (flat keys, summaries next to the sessions). */
+export const LOCOMO_FLAT = {
+  speaker_a: 'Ann',
+  speaker_b: 'Bob',
+  session_1_date_time: '1:56 pm on 8 May, 2023',
+  session_1: [
+    { speaker: 'Ann', dia_id: 'D1:1', text: 'I adopted a cat named Miso.' },
+    { speaker: 'Bob', dia_id: 'D1:2', text: 'Congrats! I started sailing lessons.', blip_caption: 'a boat' },
+    { speaker: 'Ann', dia_id: 'D1:3', text: '   ' },
+  ],
+  session_1_summary: 'Ann adopted a cat; Bob sails.',
+  session_2_date_time: '12:09 am on 13 September, 2023',
+  session_2: [{ speaker: 'Bob', dia_id: 'D2:1', text: 'Miso knocked over my tea.' }],
+  session_2_summary: 'Bob visited Ann.',
+  session_3_date_time: '9:00 am on 1 October, 2023',
+  qa: [{ question: 'What is the cat called?', answer: 'Miso', evidence: ['D1:1'], category: 1 }],
+};
+
+/** Upstream layout (locomo10.json): `conversation` wrapper, `sample_id`, summaries apart. */
+export const LOCOMO_WRAPPED = {
+  sample_id: 'conv-7',
+  conversation: {
+    speaker_a: 'Cy',
+    speaker_b: 'Di',
+    session_1_date_time: '10:00 am on 2 January, 2022',
+    session_1: [
+      { speaker: 'Cy', dia_id: 'D1:1', text: 'New year, new garden.' },
+      { speaker: 'Di', dia_id: 'D1:2', text: 'Plant tomatoes!' },
+    ],
+  },
+  session_summary: { session_1_summary: 'Cy plans a garden.' },
+  qa: [],
+};
+
+/**
+ * Writes the two conversations above into `dir` (created if missing), plus a non-JSON file the reader skips:
+ * a LoCoMo dataset for tests, which must pass without the evaluation data.
+ */
+export function writeLocomoDataset(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(path.join(dir, '26.json'), JSON.stringify(LOCOMO_FLAT));
+  fs.writeFileSync(path.join(dir, 'wrapped.json'), JSON.stringify(LOCOMO_WRAPPED));
+  fs.writeFileSync(path.join(dir, 'notes.txt'), 'ignored');
+}
+
 /** A store file in a new temp dir (nested, to exercise parent-directory creation). */
 export function tempStore(): { store: EmbeddedStore; dir: string; file: string } {
   const dir = makeTempDir();

@@ -17,52 +17,15 @@ import { parseDirectiveObject } from '../../src/retrieval/directive.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { SCHEMA_VERSION } from '../../src/retrieval/store-schema.js';
 import { uuidV5 } from '../../src/retrieval/uuid.js';
-import { makeTempDir, removeTempDir } from './fixtures.js';
+import { makeTempDir, removeTempDir, writeLocomoDataset } from './fixtures.js';
 
 let dir: string;
 let data: string;
 
-/** Per-file layout, as in datasets/locomo10 (flat keys, summaries next to the sessions). */
-const flat = {
-  speaker_a: 'Ann',
-  speaker_b: 'Bob',
-  session_1_date_time: '1:56 pm on 8 May, 2023',
-  session_1: [
-    { speaker: 'Ann', dia_id: 'D1:1', text: 'I adopted a cat named Miso.' },
-    { speaker: 'Bob', dia_id: 'D1:2', text: 'Congrats! I started sailing lessons.', blip_caption: 'a boat' },
-    { speaker: 'Ann', dia_id: 'D1:3', text: '   ' },
-  ],
-  session_1_summary: 'Ann adopted a cat; Bob sails.',
-  session_2_date_time: '12:09 am on 13 September, 2023',
-  session_2: [{ speaker: 'Bob', dia_id: 'D2:1', text: 'Miso knocked over my tea.' }],
-  session_2_summary: 'Bob visited Ann.',
-  session_3_date_time: '9:00 am on 1 October, 2023',
-  qa: [{ question: 'What is the cat called?', answer: 'Miso', evidence: ['D1:1'], category: 1 }],
-};
-
-/** Upstream layout (locomo10.json): `conversation` wrapper, `sample_id`, summaries apart. */
-const wrapped = {
-  sample_id: 'conv-7',
-  conversation: {
-    speaker_a: 'Cy',
-    speaker_b: 'Di',
-    session_1_date_time: '10:00 am on 2 January, 2022',
-    session_1: [
-      { speaker: 'Cy', dia_id: 'D1:1', text: 'New year, new garden.' },
-      { speaker: 'Di', dia_id: 'D1:2', text: 'Plant tomatoes!' },
-    ],
-  },
-  session_summary: { session_1_summary: 'Cy plans a garden.' },
-  qa: [],
-};
-
 beforeAll(() => {
   dir = makeTempDir('ibex-ingest-');
   data = path.join(dir, 'locomo');
-  fs.mkdirSync(data);
-  fs.writeFileSync(path.join(data, '26.json'), JSON.stringify(flat));
-  fs.writeFileSync(path.join(data, 'wrapped.json'), JSON.stringify(wrapped));
-  fs.writeFileSync(path.join(data, 'notes.txt'), 'ignored');
+  writeLocomoDataset(data);
 });
 afterAll(() => removeTempDir(dir));
 

@@ -5,7 +5,6 @@
  * answers the memory wire from the database.
  */
 import { randomUUID } from 'node:crypto';
-import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, expect, it } from 'vitest';
 import { LOCOMO_ORG_ID, readLocomo } from '../../src/locomo/dataset.js';
@@ -14,33 +13,14 @@ import { startMemoryServer } from '../../src/memory-server/server.js';
 import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { runCli } from '../helpers/cli.js';
 import { describePg, PG_TEST_URL, pgTestFile, usePgStore } from '../helpers/postgres.js';
-import { makeTempDir, removeTempDir } from './fixtures.js';
+import { makeTempDir, removeTempDir, writeLocomoDataset } from './fixtures.js';
 
 const { reachable, schema } = await pgTestFile('ingest');
-// A two-conversation dataset in LoCoMo's per-file layout: tests must pass without the evaluation data.
+// Tests must pass without the evaluation data: the retrieval tests' own two conversations.
 const dir = makeTempDir('ibex-pg-ingest-');
 afterAll(() => removeTempDir(dir));
 const LOCOMO = path.join(dir, 'locomo');
-fs.mkdirSync(LOCOMO);
-for (const [file, a, b] of [
-  ['26.json', 'Ann', 'Bob'],
-  ['27.json', 'Cy', 'Di'],
-] as const) {
-  const conversation = {
-    speaker_a: a,
-    speaker_b: b,
-    session_1_date_time: '1:56 pm on 8 May, 2023',
-    session_1: [
-      { speaker: a, dia_id: 'D1:1', text: `${a} adopted a cat named Miso.` },
-      { speaker: b, dia_id: 'D1:2', text: 'Congrats! I started sailing lessons.' },
-    ],
-    session_1_summary: `${a} adopted a cat; ${b} sails.`,
-    session_2_date_time: '12:09 am on 13 September, 2023',
-    session_2: [{ speaker: b, dia_id: 'D2:1', text: 'Miso knocked over my tea.' }],
-    qa: [],
-  };
-  fs.writeFileSync(path.join(LOCOMO, file), JSON.stringify(conversation));
-}
+writeLocomoDataset(LOCOMO);
 const env = { IBEX_CONTEXT_POSTGRES_SCHEMA: schema };
 
 describePg('ingest and memory-server on PostgreSQL', reachable, () => {
