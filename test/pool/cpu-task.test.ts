@@ -1,6 +1,7 @@
 /**
  * The CPU task inline (no threads): batch encoding, transfer lists, validation, and the deadline path.
  */
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
@@ -13,6 +14,7 @@ import {
   type CpuTaskScalars,
   deadlineReserveMs,
   encodeCandidates,
+  historyOf,
   runCpuTask,
   transferList,
   validateTaskInput,
@@ -122,6 +124,59 @@ describe('encodeCandidates', () => {
     // The source bytes are copied, not transferred: a cached hit's content stays readable.
     expect(shared.byteLength).toBe(64);
     expect(transferList(asBytes)).toEqual([asBytes.score.buffer]);
+  });
+
+  it('round-trips any ids, categories, contents and history (fields close together, apart or out of order)', () => {
+    const text = fc.string({ unit: 'binary', maxLength: 80 });
+    const message = fc.record({ role: text, content: text, gap: fc.nat(40) });
+    fc.assert(
+      fc.property(
+        fc.array(fc.record({ memory_id: text, category: text, content: text }), { maxLength: 6 }),
+        fc.array(message, { maxLength: 6 }),
+        fc.boolean(),
+        (fields, messages, reversed) => {
+          // The history as a request holds it: each field's UTF-8 somewhere in one buffer, `gap` bytes apart.
+          const parts: Buffer[] = [];
+          const spans: number[] = [];
+          let at = 0;
+          for (const m of messages) {
+            for (const f of [m.role, m.content]) {
+              const b = Buffer.from(f);
+              parts.push(Buffer.alloc(m.gap, 0xff), b);
+              spans.push(at + m.gap, at + m.gap + b.length);
+              at += m.gap + b.length;
+            }
+          }
+          const source = new Uint8Array(Buffer.concat(parts));
+          // Message order reversed: spans no longer ascend through the buffer.
+          const order = messages.map((_, k) => k);
+          if (reversed) order.reverse();
+          const history = {
+            source,
+            spans: new Uint32Array(order.flatMap((k) => spans.slice(4 * k, 4 * k + 4))),
+            count: messages.length,
+            contentPending: false,
+          };
+          const cands = fields.map((f, i) => ({ ...f, score: i, similarity: 0, confidence: 0, rank: i }));
+          const input = encodeCandidates(cands, scalars({ recentMessages: [] }), history);
+          validateTaskInput(input);
+          const bytes = Buffer.from(input.text);
+          const utf8 = (s: string) => Buffer.from(s).toString();
+          fields.forEach((f, i) => {
+            const o = input.offsets;
+            expect(bytes.toString('utf8', o[3 * i], o[3 * i + 1])).toBe(utf8(f.memory_id));
+            expect(bytes.toString('utf8', o[3 * i + 1], o[3 * i + 2])).toBe(utf8(f.category));
+            expect(bytes.toString('utf8', o[3 * i + 2], o[3 * i + 3])).toBe(utf8(f.content));
+          });
+          const expected = order.map((k) => ({
+            role: utf8(messages[k]!.role),
+            content: utf8(messages[k]!.content),
+          }));
+          expect(historyOf(input)).toEqual(expected);
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 
   it('encodes an empty batch', () => {
