@@ -15,7 +15,13 @@ import { LIMITS } from '../server/limits.js';
 import type { ChatMessage } from '../types.js';
 import { utf8Text } from '../util/utf8.js';
 import { type FormatMemory, formatContext } from './formatter.js';
-import { formatSpliced, type HistoryMeasure, type HistorySpans, measureHistory } from './history-utf8.js';
+import {
+  formatSpliced,
+  type HistoryMeasure,
+  type HistorySpans,
+  measureHistory,
+  type SplicedMemory,
+} from './history-utf8.js';
 import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
 
 /** History ready for the budget and the formatter: measured (estimate kinds) or decoded (BPE kinds). */
@@ -63,10 +69,17 @@ export function prepareHistory(
 /** What {@link formatAssembly} formats besides the history. */
 export interface AssemblyParts {
   directive: string | null;
-  /** Already in packed order. */
-  memories: readonly FormatMemory[];
+  /** Already in packed order; byte contents are decoded on the BPE path. */
+  memories: readonly SplicedMemory[];
   toolSchemas: readonly string[];
   nonce: string;
+}
+
+/** `m` with its content as text (a byte content decoded). */
+export function memoryText(m: SplicedMemory): FormatMemory {
+  return 'content' in m
+    ? m
+    : { memory_id: m.memory_id, category: m.category, content: utf8Text(m.bytes, m.start, m.end) };
 }
 
 /**
@@ -83,7 +96,11 @@ export function formatAssembly(
     const f = formatSpliced({ ...parts, history: h, measure: prepared.measure });
     return { text: f.text, tokens_used: estimateFromLength(f.codePoints, kind) };
   }
-  const context = formatContext({ ...parts, recentMessages: prepared.messages }).assembled_context;
+  const context = formatContext({
+    ...parts,
+    memories: parts.memories.map(memoryText),
+    recentMessages: prepared.messages,
+  }).assembled_context;
   const out = new SplicedBuilder(h.source);
   out.text(context);
   return { text: out.finish(), tokens_used: estimateTokens(context, kind) };

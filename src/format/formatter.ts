@@ -62,7 +62,9 @@ export function formatDirective(directive: string | null, escapedNonce: string):
 }
 
 /** Orders memories into sections: the five known categories in packed order, then others by (category, id). */
-export function orderByCategory<T extends FormatMemory>(memories: readonly T[]): T[] {
+export function orderByCategory<T extends { memory_id: string; category: string }>(
+  memories: readonly T[],
+): T[] {
   const known: T[][] = CATEGORY_ORDER.map(() => []);
   const other: T[] = [];
   for (const m of memories) {
@@ -77,12 +79,22 @@ export function orderByCategory<T extends FormatMemory>(memories: readonly T[]):
   return known.flat().concat(other);
 }
 
+/** A memory block's open tag with its escaped attributes, and the newline after it. */
+export function memoryOpenTag(memoryId: string, category: string, escapedNonce: string): string {
+  return `<ibex_memory nonce="${escapedNonce}" id="${escapeAttr(memoryId)}" category="${escapeAttr(category)}">\n`;
+}
+
+/** What follows a memory block's escaped body: a newline and the close tag. */
+export const MEMORY_CLOSE = '\n</ibex_memory>';
+
 /** One memory block: open tag with escaped attributes, escaped body, close tag. */
 export function memoryBlock(m: FormatMemory, escapedNonce: string): string {
-  return (
-    `<ibex_memory nonce="${escapedNonce}" id="${escapeAttr(m.memory_id)}" category="${escapeAttr(m.category)}">\n` +
-    `${escapeBody(m.content)}\n</ibex_memory>`
-  );
+  return memoryOpenTag(m.memory_id, m.category, escapedNonce) + escapeBody(m.content) + MEMORY_CLOSE;
+}
+
+/** Tools section: the non-blank schemas as given, one per line. */
+export function formatTools(toolSchemas: readonly string[]): string {
+  return toolSchemas.filter((s) => s.trim() !== '').join('\n');
 }
 
 /** The sections of an assembly other than history, each "" when empty (SPEC §9). */
@@ -101,7 +113,7 @@ export function otherSections(input: Omit<FormatInput, 'recentMessages'>): Other
     memories: orderByCategory(input.memories)
       .map((m) => memoryBlock(m, nonce))
       .join('\n'),
-    tools: input.toolSchemas.filter((s) => s.trim() !== '').join('\n'),
+    tools: formatTools(input.toolSchemas),
   };
 }
 

@@ -7,8 +7,33 @@
  */
 import { codePointLength } from '../budget/estimate.js';
 import { isUtf8Span, utf8CodePointCount, utf8Text } from '../util/utf8.js';
-import { type FormatMemory, otherSections } from './formatter.js';
+import { escapeAttr, escapeBody } from './escape.js';
+import {
+  type FormatMemory,
+  formatDirective,
+  formatTools,
+  MEMORY_CLOSE,
+  memoryOpenTag,
+  orderByCategory,
+} from './formatter.js';
 import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
+
+/**
+ * A memory whose content is the UTF-8 bytes `bytes[start, end)` (well-formed: the caller checks), as the
+ * CPU stage holds it in its batch: escaped from the bytes into the answer, never decoded (issue 10).
+ */
+export interface ByteMemory {
+  memory_id: string;
+  category: string;
+  bytes: Uint8Array;
+  start: number;
+  end: number;
+  /** Code points of the escaped content (escape.ts `escapedUtf8CodePoints`). */
+  escapedCodePoints: number;
+}
+
+/** A memory to format as spliced UTF-8: its content as text or as bytes. */
+export type SplicedMemory = FormatMemory | ByteMemory;
 
 /**
  * History messages as UTF-8 byte spans into `source` (the shape of the server's `HistoryBytes`): message
@@ -99,7 +124,7 @@ export interface SplicedFormatInput {
   /** The history's measure ({@link measureHistory}). */
   measure: HistoryMeasure;
   /** Already in packed order. */
-  memories: readonly FormatMemory[];
+  memories: readonly SplicedMemory[];
   toolSchemas: readonly string[];
   nonce: string;
 }
@@ -116,7 +141,10 @@ export interface SplicedFormatResult {
  * history copied as bytes and the code points of the result counted from its parts.
  */
 export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
-  const { directive, memories, tools } = otherSections(input);
+  // The nonce is an attribute value in both the safety sentence and the open tags.
+  const nonce = escapeAttr(input.nonce);
+  const directive = formatDirective(input.directive, nonce);
+  const tools = formatTools(input.toolSchemas);
   const out = new SplicedBuilder(input.history.source);
   let codePoints = 0;
   let sections = 0;
@@ -133,9 +161,37 @@ export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
   // Whether the history section is empty is known only after the join is written: check first.
   if (hasHistoryLine(input.history, input.measure))
     section(() => appendHistorySection(input.history, input.measure, out).codePoints);
-  if (memories !== '') section(text(memories));
+  if (input.memories.length > 0) section(() => appendMemorySection(input.memories, nonce, out));
   if (tools !== '') section(text(tools));
   return { text: out.finish(), codePoints, memories_included: input.memories.length };
+}
+
+/**
+ * Appends the memories section as `otherSections` formats it (SPEC §9: blocks in category order joined by
+ * `\n`), a byte content escaped from its bytes. @returns code points appended.
+ */
+function appendMemorySection(memories: readonly SplicedMemory[], nonce: string, out: SplicedBuilder): number {
+  let codePoints = 0;
+  let first = true;
+  for (const m of orderByCategory(memories)) {
+    const open = first
+      ? memoryOpenTag(m.memory_id, m.category, nonce)
+      : `\n${memoryOpenTag(m.memory_id, m.category, nonce)}`;
+    out.text(open);
+    codePoints += codePointLength(open);
+    if ('content' in m) {
+      const body = escapeBody(m.content);
+      out.text(body);
+      codePoints += codePointLength(body);
+    } else {
+      out.escaped(m.bytes, m.start, m.end);
+      codePoints += m.escapedCodePoints;
+    }
+    out.text(MEMORY_CLOSE);
+    codePoints += MEMORY_CLOSE.length;
+    first = false;
+  }
+  return codePoints;
 }
 
 function hasHistoryLine(h: HistorySpans, m: HistoryMeasure): boolean {

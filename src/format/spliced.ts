@@ -23,9 +23,48 @@ export interface SplicedUtf8 {
   byteLength: number;
 }
 
+/** Bytes that {@link SplicedBuilder.escaped} writes body-escaped into `own`. */
+interface EscapedRun {
+  readonly bytes: Uint8Array;
+  readonly start: number;
+  readonly end: number;
+  /** Whether the run holds `&`, `<` or `>` (else it is copied as it is). */
+  readonly entities: boolean;
+}
+
+const AMP = 0x26;
+const LT = 0x3c;
+const GT = 0x3e;
+const AMP_ENTITY = Buffer.from('&amp;');
+const LT_ENTITY = Buffer.from('&lt;');
+const GT_ENTITY = Buffer.from('&gt;');
+
+/** Occurrences of byte `b` in `span` (native memchr steps). */
+function countByte(span: Buffer, b: number): number {
+  let count = 0;
+  for (let i = span.indexOf(b); i !== -1; i = span.indexOf(b, i + 1)) count++;
+  return count;
+}
+
+/** Writes `run` body-escaped into `out` at `at`. @returns the end. */
+function writeEscaped(out: Uint8Array, at: number, run: EscapedRun): number {
+  const { bytes, start, end } = run;
+  if (!run.entities) {
+    out.set(bytes.subarray(start, end), at);
+    return at + end - start;
+  }
+  for (let i = start; i < end; i++) {
+    const b = bytes[i]!;
+    const entity = b === AMP ? AMP_ENTITY : b === LT ? LT_ENTITY : b === GT ? GT_ENTITY : null;
+    if (entity === null) out[at++] = b;
+    else for (let k = 0; k < entity.length; k++) out[at++] = entity[k]!;
+  }
+  return at;
+}
+
 /** Builds a {@link SplicedUtf8}: strings are encoded once at the end, source spans are only recorded. */
 export class SplicedBuilder {
-  readonly #strings: string[] = [];
+  readonly #parts: (string | EscapedRun)[] = [];
   readonly #spans: number[] = [];
   #ownBytes = 0;
   #byteLength = 0;
@@ -35,8 +74,24 @@ export class SplicedBuilder {
   /** Appends text the producer wrote. */
   text(s: string): void {
     if (s === '') return;
-    const bytes = Buffer.byteLength(s, 'utf8');
-    this.#strings.push(s);
+    this.#own(s, Buffer.byteLength(s, 'utf8'));
+  }
+
+  /**
+   * Appends `bytes[start, end)` body-escaped as `escapeBody` escapes text (`&` `<` `>` as entities, SPEC §9),
+   * without decoding it: memory contents go from the batch's bytes to the answer's (issue 10).
+   * @param bytes must be well-formed UTF-8 in the span (the caller checks): it is copied as it is.
+   */
+  escaped(bytes: Uint8Array, start: number, end: number): void {
+    if (end <= start) return;
+    const span = Buffer.from(bytes.buffer, bytes.byteOffset + start, end - start);
+    const amp = countByte(span, AMP);
+    const angle = countByte(span, LT) + countByte(span, GT);
+    this.#own({ bytes, start, end, entities: amp + angle > 0 }, end - start + 4 * amp + 3 * angle);
+  }
+
+  #own(part: string | EscapedRun, bytes: number): void {
+    this.#parts.push(part);
     this.#spans.push(FROM_OWN, this.#ownBytes, this.#ownBytes + bytes);
     this.#ownBytes += bytes;
     this.#byteLength += bytes;
@@ -54,7 +109,9 @@ export class SplicedBuilder {
     const own = new Uint8Array(this.#ownBytes);
     let at = 0;
     const view = Buffer.from(own.buffer, 0, own.length);
-    for (const s of this.#strings) at += view.write(s, at, 'utf8');
+    for (const part of this.#parts) {
+      at = typeof part === 'string' ? at + view.write(part, at, 'utf8') : writeEscaped(own, at, part);
+    }
     return {
       own,
       source: this.source,

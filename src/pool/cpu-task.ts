@@ -16,18 +16,20 @@ import { estimateFromLength } from '../budget/estimate.js';
 import {
   decodeSpans,
   formatAssembly,
+  memoryText,
   type PreparedHistory,
   prepareHistory,
 } from '../format/assembly-text.js';
 import { escapedCodePointLength, escapedUtf8CodePoints } from '../format/escape.js';
-import { type FormatMemory, formatContext } from '../format/formatter.js';
-import type { HistorySpans } from '../format/history-utf8.js';
+import { formatContext } from '../format/formatter.js';
+import type { HistorySpans, SplicedMemory } from '../format/history-utf8.js';
 import { encodeMemoryRows } from '../format/memory-rows.js';
 import { nonceLength } from '../format/nonce.js';
 import { pack } from '../pack/packer.js';
 import { LIMITS } from '../server/limits.js';
 import type { ChatMessage } from '../types.js';
 import { monotonicNow } from '../util/clock.js';
+import { isUtf8Span } from '../util/utf8.js';
 import {
   type CpuCandidate,
   type CpuTaskInput,
@@ -118,17 +120,21 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   const history = taskHistory(input);
   if (history === null) return invalidOutput(CONTENT_OVER, n, startedAt);
   const ids: string[] = new Array(n);
+  const categories: string[] = new Array(n);
   const units = new Float64Array(n);
   let totalUnits = 0;
   for (let i = 0; i < n; i++) {
     ids[i] = bytes.toString('utf8', o[3 * i], o[3 * i + 1]);
+    categories[i] = bytes.toString('utf8', o[3 * i + 1], o[3 * i + 2]);
     units[i] = formatUnits(text, o[3 * i + 2]!, o[3 * i + 3]!);
     totalUnits += units[i]!;
   }
-  const category = (i: number) => bytes.toString('utf8', o[3 * i + 1], o[3 * i + 2]);
+  const category = (i: number) => categories[i]!;
   const content = (i: number) => bytes.toString('utf8', o[3 * i + 2], o[3 * i + 3]);
   let budget: TokenBudget | null = null;
   const costs = new Int32Array(n);
+  // Code points of each escaped content, measured from its bytes (estimate kinds); null = not measured.
+  let escapedContent: Float64Array | null = null;
   if (input.budgetModel) {
     budget = calculateBudget({
       model: input.budgetModel,
@@ -152,11 +158,13 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     } else {
       // Contents measured from their bytes: decoding a large one only to measure it cost 10–34 times the
       // measure (escape.ts `escapedUtf8CodePoints`); only the selected ones are decoded, to format them.
+      escapedContent = new Float64Array(n);
       for (let i = 0; i < n; i++) {
+        escapedContent[i] = escapedUtf8CodePoints(bytes, o[3 * i + 2]!, o[3 * i + 3]!);
         const length = wrappedBlockLength(
           escapedCodePointLength(ids[i]!, true),
           escapedCodePointLength(category(i), true),
-          escapedUtf8CodePoints(bytes, o[3 * i + 2]!, o[3 * i + 3]!),
+          escapedContent[i]!,
           nonceChars,
         );
         costs[i] = estimateFromLength(length, kind);
@@ -179,12 +187,26 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     deadline: input.deadline - deadlineReserveMs(packCount === n ? totalUnits : packUnits),
   });
   const t2 = performance.now();
-  const memories: FormatMemory[] = new Array(r.selected.length);
+  const memories: SplicedMemory[] = new Array(r.selected.length);
   let selectedUnits = 0;
   for (let k = 0; k < r.selected.length; k++) {
     const i = r.selected[k]!;
     selectedUnits += units[i]!;
-    memories[k] = { memory_id: ids[i]!, category: category(i), content: content(i) };
+    const start = o[3 * i + 2]!;
+    const end = o[3 * i + 3]!;
+    // Under an estimate kind a well-formed content is escaped from its bytes into the answer, never
+    // decoded (its escaped code points are measured already); a BPE kind counts tokens on the text.
+    memories[k] =
+      escapedContent !== null && isUtf8Span(text, start, end)
+        ? {
+            memory_id: ids[i]!,
+            category: category(i),
+            bytes: text,
+            start,
+            end,
+            escapedCodePoints: escapedContent[i]!,
+          }
+        : { memory_id: ids[i]!, category: category(i), content: content(i) };
   }
   const formatted = formatTask(input, budget, history, memories);
   const t3 = performance.now();
@@ -228,7 +250,7 @@ function formatTask(
   input: CpuTaskInput,
   budget: TokenBudget | null,
   history: PreparedHistory,
-  memories: FormatMemory[],
+  memories: SplicedMemory[],
 ): Pick<CpuTaskOutput, 'assembled_context' | 'assembled_utf8' | 'tokens_used'> {
   const parts = { directive: input.directive, memories, toolSchemas: input.toolSchemas, nonce: input.nonce };
   if (budget) {
@@ -237,7 +259,11 @@ function formatTask(
     // are (src/server/grpc-internals.ts, sendGatheredMessages), so no thread copies the history again.
     return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
   }
-  const context = formatContext({ ...parts, recentMessages: history.messages ?? [] }).assembled_context;
+  const context = formatContext({
+    ...parts,
+    memories: memories.map(memoryText),
+    recentMessages: history.messages ?? [],
+  }).assembled_context;
   return {
     assembled_context: context,
     assembled_utf8: null,

@@ -10,8 +10,9 @@ import type { ResolvedModel } from '../../src/budget/catalog.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { codePointLength, estimateTokens } from '../../src/budget/estimate.js';
 import { decodeSpans, formatAssembly, prepareHistory } from '../../src/format/assembly-text.js';
+import { escapedUtf8CodePoints } from '../../src/format/escape.js';
 import { formatContext } from '../../src/format/formatter.js';
-import { measureHistory } from '../../src/format/history-utf8.js';
+import { type ByteMemory, measureHistory } from '../../src/format/history-utf8.js';
 import { splicedText } from '../../src/format/spliced.js';
 import { continuationBytes, isUtf8Span, utf8CodePointCount } from '../../src/util/utf8.js';
 
@@ -127,6 +128,73 @@ describe('history on bytes', () => {
           expect(calculateBudget({ ...budgetInput, recentMessages: prepared.measure! })).toEqual(
             calculateBudget({ ...budgetInput, recentMessages: decoded }),
           );
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+
+  it('escapes memory contents from their bytes exactly as the string formatter escapes the text', () => {
+    const text = fc.oneof(
+      fc.string({ unit: fc.constantFrom('a', '&', '<', '>', '"', "'", 'é', '漢', '😀', '\n', ' ') }),
+      fc.string({ unit: 'binary', maxLength: 40 }),
+    );
+    // Long contents too: the entity scan and the copy on either side of the 256-byte measure threshold.
+    const content = fc.oneof(
+      text,
+      text.map((t) => t.repeat(40)),
+    );
+    const memory = fc.record({
+      memory_id: text,
+      category: fc.oneof(fc.constantFrom('factual', 'episodic', 'procedural', 'zeta'), text),
+      content,
+      asBytes: fc.boolean(),
+      pad: fc.nat(7),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(memory, { maxLength: 6 }),
+        fc.array(message, { maxLength: 3 }),
+        fc.constantFrom('gpt-4o', 'claude-sonnet-4-5'),
+        (ms, messages, model) => {
+          const h = spansOf(messages);
+          const kind = resolved(model).policy.estimate_kind;
+          const prepared = prepareHistory(h, kind, true)!;
+          // Byte contents sit at some offset of a shared buffer, as in a CPU task's batch.
+          const memories = ms.map((m) => {
+            if (!m.asBytes) return { memory_id: m.memory_id, category: m.category, content: m.content };
+            const buf = Buffer.concat([
+              Buffer.alloc(m.pad, 0x3c),
+              Buffer.from(m.content),
+              Buffer.alloc(3, 0x26),
+            ]);
+            const end = buf.length - 3;
+            const byteMemory: ByteMemory = {
+              memory_id: m.memory_id,
+              category: m.category,
+              bytes: buf,
+              start: m.pad,
+              end,
+              escapedCodePoints: escapedUtf8CodePoints(buf, m.pad, end),
+            };
+            return byteMemory;
+          });
+          const parts = { directive: 'Be brief.', toolSchemas: [], nonce: 'N0nce' };
+          const f = formatAssembly(h, prepared, kind, { ...parts, memories });
+          const textMemories = ms.map((m) => ({
+            memory_id: m.memory_id,
+            category: m.category,
+            // The text a byte content stands for: the string as UTF-8 decodes (lone surrogates → U+FFFD).
+            content: m.asBytes ? Buffer.from(m.content).toString() : m.content,
+          }));
+          const expected = formatContext({
+            ...parts,
+            memories: textMemories,
+            recentMessages: decodeSpans(h),
+          }).assembled_context;
+          expect(splicedText(f.text)).toBe(expected);
+          expect(f.text.byteLength).toBe(Buffer.byteLength(expected));
+          expect(f.tokens_used).toBe(estimateTokens(expected, kind));
         },
       ),
       { numRuns: 500 },
