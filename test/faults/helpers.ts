@@ -338,7 +338,10 @@ export async function startFakeRedis(): Promise<FakeRedis> {
 /** The test-only worker (`test/fixtures/faulty-cpu-worker.ts`, compiled by `npm run build`). */
 export const FAULTY_WORKER = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-worker.js');
 
-/** Marker a request carries (as a recent message) to ask the worker for a fault: `FAULT:throw`, `FAULT:sleep:300`. */
+/**
+ * Marker a request carries (as a recent message) to ask the worker for a fault: `FAULT:throw`, `FAULT:exit`,
+ * `FAULT:heap`, `FAULT:sleep:300`.
+ */
 export const FAULT_PREFIX = 'FAULT:';
 
 /** The fault a task's recent messages ask for, if any. */
@@ -346,7 +349,7 @@ export function faultOf(input: CpuTaskInput): Fault | null {
   for (const m of historyOf(input)) {
     if (!m.content.startsWith(FAULT_PREFIX)) continue;
     const [kind, arg] = m.content.slice(FAULT_PREFIX.length).split(':');
-    if (kind === 'throw' || kind === 'exit') return { fault: kind };
+    if (kind === 'throw' || kind === 'exit' || kind === 'heap') return { fault: kind };
     if (kind === 'sleep') return { fault: 'sleep', sleepMs: Number(arg) };
   }
   return null;

@@ -6,8 +6,9 @@
  *
  * Throw / exit / queue-full use the test-only fault worker (test/fixtures/faulty-cpu-worker.ts), which
  * the service cannot load through settings, so they run on the real pipeline wired by
- * `startPoolFaultService`. The memory limit needs no hook: the real service, its real worker with a
- * 16 MB heap, and a request whose memories need more than that to format.
+ * `startPoolFaultService`; so does the memory limit (`heap`: the task allocates until its 16 MB heap ends
+ * the thread), since memories far larger than that heap no longer exhaust it: the real worker escapes
+ * their bytes into the answer's off-heap buffer, which the last block shows.
  */
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
@@ -142,14 +143,62 @@ describe('pool faults (fault-injecting worker)', () => {
   });
 });
 
-describe('pool faults (real service and worker): a worker over its memory limit', () => {
-  let svc: TestService;
+describe('pool faults (fault-injecting worker): a worker over its memory limit', () => {
+  let svc: PoolFaultService;
+  let data: ReturnType<typeof tempServiceStore>;
   const victim = tenant();
   const other = tenant();
 
   beforeAll(async () => {
-    // A model with a 50M-token window: the packer selects every memory, and the worker must escape and
-    // format all of them — far more than its 16 MB heap holds.
+    data = tempServiceStore('ibex-faults-heap-');
+    data.store.upsertMemories(memories(victim.org, victim.agent, N));
+    data.store.upsertMemories(memories(other.org, other.agent, N));
+    svc = await startPoolFaultService({
+      IBEX_CONTEXT_EMBEDDED_DB: data.db,
+      ...fixedPool(2, 1),
+      IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB: '16',
+    });
+  });
+  afterAll(async () => {
+    await svc?.stop();
+    data?.close();
+  });
+
+  it('⇒ L2 pool_failed; the thread is replaced, the concurrent call and the next one are whole', async () => {
+    const threads = svc.pool.threadIds();
+    const before = await scrape(svc.adminUrl);
+    const [bad, good] = await Promise.all([
+      svc.client.assemble(faulted(victim, 'heap')),
+      svc.client.assemble(request(other)),
+    ]);
+    expectPoolDegraded(bad, 'pool_failed');
+    expect(bad.response!.memories_used).toHaveLength(N);
+    expectFull(good);
+    await vi.waitFor(() => expect(svc.pool.threadIds()).toHaveLength(2), { timeout: 5000, interval: 20 });
+    expect(svc.pool.threadIds().filter((id) => threads.includes(id))).toHaveLength(1);
+    const next = await Promise.all([
+      svc.client.assemble(request(other)),
+      svc.client.assemble(request(other)),
+    ]);
+    for (const r of next) expectFull(r);
+    const after = await scrape(svc.adminUrl);
+    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'failed' })).toBe(1);
+    expect(moved(before, after, 'ibex_context_degraded_total', { level: 'L2', reason: 'pool_failed' })).toBe(
+      1,
+    );
+  });
+});
+
+describe('the real worker formats memories far larger than its heap (contents escaped from their bytes)', () => {
+  let svc: TestService;
+  const victim = tenant();
+  const other = tenant();
+  const MARKUP = '<&>';
+  const REPEAT = 170_000;
+  const HEAVY = 6;
+
+  beforeAll(async () => {
+    // A model with a 50M-token window: the packer selects every memory, and the worker escapes all of them.
     const catalog = path.join((await import('node:os')).tmpdir(), `ibex-faults-catalog-${randomUUID()}.json`);
     fs.writeFileSync(
       catalog,
@@ -174,22 +223,22 @@ describe('pool faults (real service and worker): a worker over its memory limit'
       IBEX_CONTEXT_POOL_MIN_THREADS: '2',
       IBEX_CONTEXT_POOL_MAX_THREADS: '2',
       IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB: '16',
-      // The 510,000-character memories below must reach the worker, not be dropped as oversize (issue 9).
       IBEX_CONTEXT_TIMEOUT: '10000',
       IBEX_CONTEXT_DEADLINE_MS: '3000',
       IBEX_CONTEXT_HOT_TIMEOUT_MS: '3000',
       IBEX_CONTEXT_COLD_TIMEOUT_MS: '3000',
       IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '3000',
       // The memories below are 510,000 characters: above the default cap (65,536) they would be dropped
-      // as oversize before reaching the worker this test must overload.
+      // as oversize before reaching the worker.
       IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000000',
     });
     fs.rmSync(catalog, { force: true });
-    // 10 markup-heavy memories of 500 KB: escaped, 20 MB of context to build in the worker.
+    // 6 markup-heavy memories of 510 KB: 13 MB of escaped context. As strings (the escaped copies and their
+    // join) that outgrew the worker's 16 MB heap; escaped from their bytes into the answer's buffer it does not.
     svc.store.upsertMemories(
-      memories(victim.org, victim.agent, 10).map((m) => ({
+      memories(victim.org, victim.agent, HEAVY).map((m) => ({
         ...m,
-        content: `${m.content} ${'<&>'.repeat(170_000)}`,
+        content: `${m.content} ${MARKUP.repeat(REPEAT)}`,
       })),
     );
     svc.store.upsertMemories(memories(other.org, other.agent, N));
@@ -198,30 +247,21 @@ describe('pool faults (real service and worker): a worker over its memory limit'
     await svc?.stop();
   });
 
-  it('⇒ L2 pool_failed; the thread is replaced, the concurrent call and the next one are whole', async () => {
+  it('answers OK L0 with every memory escaped, and a concurrent small call of another org is whole', async () => {
     const threads = svc.service.pool.threadIds();
-    const before = await scrape(svc.service.adminUrl);
-    const [bad, good] = await Promise.all([
+    const [heavy, small] = await Promise.all([
       svc.client.assemble(request(victim, { model: 'huge-window' })),
       svc.client.assemble(request(other)),
     ]);
-    expectPoolDegraded(bad, 'pool_failed');
-    expect(bad.response!.memories_used).toHaveLength(10);
-    expectFull(good);
-    await vi.waitFor(() => expect(svc.service.pool.threadIds()).toHaveLength(2), {
-      timeout: 5000,
-      interval: 20,
-    });
-    expect(svc.service.pool.threadIds().filter((id) => threads.includes(id))).toHaveLength(1);
-    const next = await Promise.all([
-      svc.client.assemble(request(other)),
-      svc.client.assemble(request(other)),
-    ]);
-    for (const r of next) expectFull(r);
-    const after = await scrape(svc.service.adminUrl);
-    expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'failed' })).toBe(1);
-    expect(moved(before, after, 'ibex_context_degraded_total', { level: 'L2', reason: 'pool_failed' })).toBe(
-      1,
-    );
+    expect(heavy.status.code, heavy.status.details).toBe(status.OK);
+    const res = heavy.response!;
+    expect(res.degradation.level).toBe('L0');
+    expect(res.memories_included).toBe(HEAVY);
+    const context = res.assembled_context;
+    expect(context.split('&lt;&amp;&gt;').length - 1).toBe(HEAVY * REPEAT);
+    expect(context.includes(MARKUP)).toBe(false);
+    expectFull(small);
+    // No thread died of its heap.
+    expect(svc.service.pool.threadIds()).toEqual(threads);
   });
 });
