@@ -30,6 +30,11 @@ export interface ServiceProcessOptions {
   plainNode?: boolean;
   /** A file that receives everything the child prints (stdout and stderr), truncated at start. */
   logFile?: string;
+  /**
+   * The service's `main.js` (default this checkout's `dist/src/cli/main.js`): another checkout's build
+   * for an A/B of two builds (bench:ab).
+   */
+  entry?: string;
 }
 
 /** CPU time of the child, seconds: the whole process and its main thread alone. */
@@ -204,7 +209,7 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
     [
       ...(opts.plainNode ? [] : SERVICE_NODE_FLAGS),
       ...(opts.nodeArgs ?? []),
-      projectPath('dist/src/cli/main.js'),
+      opts.entry ?? projectPath('dist/src/cli/main.js'),
       'serve',
     ],
     {
