@@ -155,9 +155,6 @@ export class CpuPool {
       closeTimeout: CLOSE_TIMEOUT_MS,
       // Wait and run times are our own histograms (stats()); piscina's would be recorded for nobody.
       recordTiming: false,
-      // Threads wait for tasks in their event loop, not in Atomics.wait: piscina's atomics mode polls every
-      // thread's port on each runTask and wakes the thread a second time through a futex (issue 10).
-      atomics: 'disabled',
     });
     this.#capacity = settings.maxThreads;
     this.#maxQueue = settings.maxQueue;

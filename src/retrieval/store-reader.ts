@@ -186,8 +186,6 @@ export class PooledStoreReads implements StoreReads {
       // the point (PIPELINE_DEPTH).
       concurrentTasksPerWorker: PIPELINE_DEPTH,
       recordTiming: false,
-      // As the CPU pool's (pool-client.ts): no per-task port polling and futex wake on the event loop.
-      atomics: 'disabled',
     });
     const reads = new PooledStoreReads(pool, path.resolve(db), threads, maxChars);
     const warm = '00000000-0000-4000-8000-000000000000';
