@@ -12,11 +12,14 @@
  * `git worktree` of another commit with `npm run build`); the driver and the data are this checkout's.
  * Writes ab.json into `--out` (default bench/results). Figures, not gates.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
 import { runLoad } from '../src/client/load-driver.js';
+import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
+import { AB_GROUPS, type AbStep, summariseAb } from './lib/ab-summary.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -63,29 +66,16 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
   };
 }
 
-const GROUPS = ['main', 'pool', 'store', 'other', 'total'] as const;
-type Group = (typeof GROUPS)[number];
-
-/** One build's step in one round. */
-interface AbStep {
-  round: number;
-  build: string;
-  ms_per_call: Record<Group, number> | null;
-  p50_ms: number;
-  p99_ms: number;
-  errors: number;
-  degraded: number;
+/** The commit a checkout is at, or null when it is not a git checkout. */
+function commitOf(dir: string): string | null {
+  try {
+    return execFileSync('git', ['-C', dir, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
+  } catch {
+    return null;
+  }
 }
 
-function median(values: readonly number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = s.length >> 1;
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
-}
-
-const r3 = (x: number) => Math.round(x * 1000) / 1000;
-
-function abStep(round: number, build: string, row: StepRow): AbStep {
+function abStep(round: number, build: number, row: StepRow): AbStep {
   return {
     round,
     build,
@@ -95,42 +85,6 @@ function abStep(round: number, build: string, row: StepRow): AbStep {
     errors: row.errors,
     degraded: row.degraded,
   };
-}
-
-/** Per build: medians over the rounds; after the first build, paired differences from it. */
-function summarise(builds: readonly string[], steps: readonly AbStep[]) {
-  const of = (b: string) => steps.filter((s) => s.build === b && s.ms_per_call !== null);
-  const reference = of(builds[0]!);
-  return builds.map((build) => {
-    const mine = of(build);
-    const medians = Object.fromEntries(
-      GROUPS.map((g) => [g, r3(median(mine.map((s) => s.ms_per_call![g])))]),
-    );
-    if (build === builds[0])
-      return { build, median_ms_per_call: medians, p99_ms_median: median(mine.map((s) => s.p99_ms)) };
-    const paired = Object.fromEntries(
-      GROUPS.map((g) => {
-        const diffs = mine.flatMap((s) => {
-          const ref = reference.find((r) => r.round === s.round);
-          return ref ? [s.ms_per_call![g] - ref.ms_per_call![g]] : [];
-        });
-        return [
-          g,
-          {
-            median_diff_ms: r3(median(diffs)),
-            rounds_lower: diffs.filter((d) => d < 0).length,
-            rounds: diffs.length,
-          },
-        ];
-      }),
-    );
-    return {
-      build,
-      median_ms_per_call: medians,
-      p99_ms_median: median(mine.map((s) => s.p99_ms)),
-      vs_first: paired,
-    };
-  });
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -177,18 +131,18 @@ async function main(argv: string[]): Promise<number> {
           rampSeconds: 1,
           ...common,
         });
-        const step = abStep(round, opts.builds[k]!, row);
+        const step = abStep(round, k, row);
         steps.push(step);
         const m = step.ms_per_call;
         console.error(
           `round ${round + 1} ${opts.builds[k]}: ` +
-            (m ? GROUPS.map((g) => `${g} ${m[g]}`).join(' ') : 'no calls') +
+            (m ? AB_GROUPS.map((g) => `${g} ${m[g]}`).join(' ') : 'no calls') +
             ` ms/call; p99 ${step.p99_ms} ms, errors ${step.errors}`,
         );
       }
     }
-    const summary = summarise(opts.builds, steps);
-    for (const s of summary) console.log(JSON.stringify(s));
+    const summary = summariseAb(opts.builds.length, steps);
+    for (const s of summary) console.log(JSON.stringify({ dir: opts.builds[s.build], ...s }));
     mkdirSync(opts.out, { recursive: true });
     const result = {
       generated_at: new Date().toISOString(),
@@ -201,8 +155,10 @@ async function main(argv: string[]): Promise<number> {
         warmup_seconds: opts.warmupSeconds,
         constrained: opts.constrained,
         connections: opts.connections,
+        node_args: [...(opts.plainNode ? [] : SERVICE_NODE_FLAGS), ...opts.nodeArgs],
       },
-      builds: opts.builds,
+      builds: opts.builds.map((dir) => ({ dir, commit: commitOf(dir) })),
+      data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
       summary,
       steps,
     };
