@@ -157,7 +157,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
       }
     } else {
       // Contents measured from their bytes: decoding a large one only to measure it cost 10–34 times the
-      // measure (escape.ts `escapedUtf8CodePoints`); only the selected ones are decoded, to format them.
+      // measure (escape.ts `escapedUtf8CodePoints`); the selected ones are escaped from their bytes too.
       escapedContent = new Float64Array(n);
       for (let i = 0; i < n; i++) {
         escapedContent[i] = escapedUtf8CodePoints(bytes, o[3 * i + 2]!, o[3 * i + 3]!);
