@@ -13,7 +13,7 @@
  * Writes ab.json into `--out` (default bench/results). Figures, not gates.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { stringFlags } from '../src/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
@@ -38,9 +38,14 @@ const USAGE = `usage: npm run bench:ab -- --builds <checkout>,<checkout>[,…] [
   --rounds <n>            rounds; each build runs one step per round (default 8)
   --step-seconds <s>      measured seconds per step (default 10)
   --warmup-seconds <s>    unrecorded warm-up of each build before the rounds (default 30)
-  --constrained <share>   share of calls with a constraining available_tokens (default 0.5)`;
+  --constrained <share>   share of calls with a constraining available_tokens (default 0.5)
+  --out <dir>             where ab.json goes (default bench/results)`;
 
 const FLAGS = stringFlags('builds', 'rate', 'rounds', 'step-seconds', 'warmup-seconds', 'constrained');
+
+/** A checkout's service entry point. */
+const ENTRY = 'dist/src/cli/main.js';
+const entryOf = (build: string) => path.join(build, ENTRY);
 
 interface Options {
   builds: string[];
@@ -54,6 +59,11 @@ interface Options {
 function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
   const builds = (values.builds ?? '').split(',').filter((b) => b !== '');
   if (builds.length < 2) throw new Error('--builds: give at least two checkouts, comma-separated');
+  for (const b of builds) {
+    // Before any data is generated or service started.
+    if (!existsSync(entryOf(path.resolve(b))))
+      throw new Error(`--builds: ${b} has no ${ENTRY} (npm run build there)`);
+  }
   const constrained = parseNumber('--constrained', values.constrained ?? '0.5', true);
   if (constrained > 1) throw new Error(`--constrained must be in 0..1, got '${values.constrained}'`);
   return {
@@ -100,7 +110,7 @@ async function main(argv: string[]): Promise<number> {
           env: opts.serviceEnv,
           nodeArgs: opts.nodeArgs,
           plainNode: opts.plainNode,
-          entry: path.join(build, 'dist/src/cli/main.js'),
+          entry: entryOf(build),
         }),
       );
       console.error(`${build}: service pid ${services.at(-1)!.pid} on ${services.at(-1)!.grpcAddr}`);
@@ -135,7 +145,7 @@ async function main(argv: string[]): Promise<number> {
         steps.push(step);
         const m = step.ms_per_call;
         console.error(
-          `round ${round + 1} ${opts.builds[k]}: ` +
+          `round ${round + 1} build ${k} (${opts.builds[k]}): ` +
             (m ? AB_GROUPS.map((g) => `${g} ${m[g]}`).join(' ') : 'no calls') +
             ` ms/call; p99 ${step.p99_ms} ms, errors ${step.errors}`,
         );

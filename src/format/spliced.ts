@@ -62,7 +62,11 @@ function writeEscaped(out: Uint8Array, at: number, run: EscapedRun): number {
   return at;
 }
 
-/** Builds a {@link SplicedUtf8}: strings are encoded once at the end, source spans are only recorded. */
+/**
+ * Builds a {@link SplicedUtf8}: strings are encoded once at the end, source spans are only recorded, and
+ * {@link SplicedBuilder.escaped} keeps a reference to its bytes and copies them at {@link finish}, so
+ * those must stay as they are (not changed, not transferred) until then.
+ */
 export class SplicedBuilder {
   readonly #parts: (string | EscapedRun)[] = [];
   readonly #spans: number[] = [];
@@ -84,6 +88,8 @@ export class SplicedBuilder {
    */
   escaped(bytes: Uint8Array, start: number, end: number): void {
     if (end <= start) return;
+    if (end > bytes.length)
+      throw new RangeError(`escaped span [${start}, ${end}) past its ${bytes.length} bytes`);
     const span = Buffer.from(bytes.buffer, bytes.byteOffset + start, end - start);
     const amp = countByte(span, AMP);
     const angle = countByte(span, LT) + countByte(span, GT);

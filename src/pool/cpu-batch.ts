@@ -159,7 +159,7 @@ export interface CpuTaskOutput {
   budget_us: number;
   /** Packer time, µs. */
   pack_us: number;
-  /** Decoding the selected memories + formatter, µs. */
+  /** Formatter over the selected memories (escaped from their bytes under estimate kinds), µs. */
   format_us: number;
   /** Whole task in the worker (validation, id decode, pack, format), µs. */
   run_us: number;
@@ -211,7 +211,8 @@ export function encodeCandidates(
   const transfer = h > 0 && historyBytes >= TRANSFER_HISTORY_FROM_BYTES && ownsItsBuffer(history!.source);
   if (transfer) historyBytes = 0;
   // A small history whose fields sit close together in the request (the protobuf tags and lengths between
-  // them) is copied as one range, gaps included, instead of a view and a copy per field.
+  // them) is copied as one range, gaps included, instead of a view and a copy per field. The gaps are the
+  // same request's bytes, never spanned, so never in an answer; they count in the task's history bytes.
   const range = h > 0 && !transfer ? historyRange(history!, historyBytes) : null;
   if (range !== null) historyBytes = range.end - range.start;
   // One pass: room for the worst case (3 UTF-8 bytes per UTF-16 unit) instead of measuring every string
@@ -319,7 +320,7 @@ function historyRange(history: HistoryBytesLike, fieldBytes: number): { start: n
   const start = sp[0]!;
   let end = start;
   for (let j = 0; j < 4 * history.count; j += 2) {
-    if (sp[j]! < end) return null;
+    if (sp[j]! < end || sp[j + 1]! < sp[j]!) return null;
     end = sp[j + 1]!;
   }
   return end - start <= fieldBytes + HISTORY_GAP_BYTES_PER_MESSAGE * history.count ? { start, end } : null;
