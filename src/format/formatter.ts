@@ -104,16 +104,33 @@ export interface OtherSections {
   tools: string;
 }
 
+/**
+ * The attribute-escaped nonce (for the open tags) with the directive and tools sections: what the string
+ * formatter and the spliced one (history-utf8.ts) both build around history and memories.
+ */
+export function framingSections(input: Pick<FormatInput, 'directive' | 'toolSchemas' | 'nonce'>): {
+  escapedNonce: string;
+  directive: string;
+  tools: string;
+} {
+  // The nonce is an attribute value in both the safety sentence and the open tags.
+  const escapedNonce = escapeAttr(input.nonce);
+  return {
+    escapedNonce,
+    directive: formatDirective(input.directive, escapedNonce),
+    tools: formatTools(input.toolSchemas),
+  };
+}
+
 /** Formats the directive, memories and tools sections; history is the caller's (strings or bytes). */
 export function otherSections(input: Omit<FormatInput, 'recentMessages'>): OtherSections {
-  // The nonce is an attribute value in both the safety sentence and the open tags.
-  const nonce = escapeAttr(input.nonce);
+  const { escapedNonce, directive, tools } = framingSections(input);
   return {
-    directive: formatDirective(input.directive, nonce),
+    directive,
     memories: orderByCategory(input.memories)
-      .map((m) => memoryBlock(m, nonce))
+      .map((m) => memoryBlock(m, escapedNonce))
       .join('\n'),
-    tools: formatTools(input.toolSchemas),
+    tools,
   };
 }
 

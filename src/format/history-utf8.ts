@@ -7,11 +7,10 @@
  */
 import { codePointLength } from '../budget/estimate.js';
 import { isUtf8Span, utf8CodePointCount, utf8Text } from '../util/utf8.js';
-import { escapeAttr, escapeBody } from './escape.js';
+import { escapeBody } from './escape.js';
 import {
   type FormatMemory,
-  formatDirective,
-  formatTools,
+  framingSections,
   MEMORY_CLOSE,
   memoryOpenTag,
   orderByCategory,
@@ -141,10 +140,7 @@ export interface SplicedFormatResult {
  * history copied as bytes and the code points of the result counted from its parts.
  */
 export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
-  // The nonce is an attribute value in both the safety sentence and the open tags.
-  const nonce = escapeAttr(input.nonce);
-  const directive = formatDirective(input.directive, nonce);
-  const tools = formatTools(input.toolSchemas);
+  const { escapedNonce, directive, tools } = framingSections(input);
   const out = new SplicedBuilder(input.history.source);
   let codePoints = 0;
   let sections = 0;
@@ -161,7 +157,7 @@ export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
   // Whether the history section is empty is known only after the join is written: check first.
   if (hasHistoryLine(input.history, input.measure))
     section(() => appendHistorySection(input.history, input.measure, out).codePoints);
-  if (input.memories.length > 0) section(() => appendMemorySection(input.memories, nonce, out));
+  if (input.memories.length > 0) section(() => appendMemorySection(input.memories, escapedNonce, out));
   if (tools !== '') section(text(tools));
   return { text: out.finish(), codePoints, memories_included: input.memories.length };
 }

@@ -129,7 +129,6 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     units[i] = formatUnits(text, o[3 * i + 2]!, o[3 * i + 3]!);
     totalUnits += units[i]!;
   }
-  const category = (i: number) => categories[i]!;
   const content = (i: number) => bytes.toString('utf8', o[3 * i + 2], o[3 * i + 3]);
   let budget: TokenBudget | null = null;
   const costs = new Int32Array(n);
@@ -149,7 +148,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     if (isBpeKind(kind)) {
       for (let i = 0; i < n; i++) {
         costs[i] = wrappedBlockTokens(
-          { memory_id: ids[i]!, category: category(i), content: content(i) },
+          { memory_id: ids[i]!, category: categories[i]!, content: content(i) },
           nonceChars,
           kind,
           input.nonce,
@@ -163,7 +162,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
         escapedContent[i] = escapedUtf8CodePoints(bytes, o[3 * i + 2]!, o[3 * i + 3]!);
         const length = wrappedBlockLength(
           escapedCodePointLength(ids[i]!, true),
-          escapedCodePointLength(category(i), true),
+          escapedCodePointLength(categories[i]!, true),
           escapedContent[i]!,
           nonceChars,
         );
@@ -200,13 +199,13 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
       escapedContent !== null && isUtf8Span(text, start, end)
         ? {
             memory_id: ids[i]!,
-            category: category(i),
+            category: categories[i]!,
             bytes: text,
             start,
             end,
             escapedCodePoints: escapedContent[i]!,
           }
-        : { memory_id: ids[i]!, category: category(i), content: content(i) };
+        : { memory_id: ids[i]!, category: categories[i]!, content: content(i) };
   }
   const formatted = formatTask(input, budget, history, memories);
   const t3 = performance.now();
