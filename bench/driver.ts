@@ -22,26 +22,15 @@ import { grpcFrame } from '../src/client/grpc-frames.js';
 import { runLoad } from '../src/client/load-driver.js';
 import { TRANSPORT_NAMES, type TransportName } from '../src/client/load-transport.js';
 import { syntheticSource } from '../src/client/request-source.js';
-import type { AssembleContextResponse } from '../src/server/proto.js';
 import { LEVEL_HEADER } from '../src/wire-headers.js';
 import { machineInfo, parseList, parseNumber, runBenchMain } from './lib/bench-run.js';
-import { cannedRows } from './lib/canned-rows.js';
+import { cannedAnswer } from './lib/canned-rows.js';
 import { projectPath } from './lib/paths.js';
 import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
 
-/** The canned answer: a LoCoMo-sized context and 30 candidate rows, 6 of them excluded for budget. */
+/** The canned answer (bench/lib/canned-rows.ts) as one gRPC frame. */
 function cannedFrame(): Buffer {
-  const rows = cannedRows({ category: 'fact', included: 24, confidence: 1, tokens: 110 });
-  const res = {
-    assembled_context: 'x'.repeat(12_000),
-    tokens_used: 3000,
-    memories_included: 24,
-    memories_used: rows,
-    memory_tokens: 2640,
-    score_schema: 'interim_v1',
-    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
-  } as unknown as AssembleContextResponse;
-  return grpcFrame(ASSEMBLE_METHOD.responseSerialize(res) as Buffer);
+  return grpcFrame(ASSEMBLE_METHOD.responseSerialize(cannedAnswer()) as Buffer);
 }
 
 /** Child side: serve the canned answer on 127.0.0.1, port 0, and tell the parent the port. */

@@ -1,8 +1,8 @@
 /**
- * `memories_used` rows for the benches' canned AssembleContext answers (bench:driver, bench:frames): 30
- * rows the size of a LoCoMo answer's, fixed ids and scores.
+ * `memories_used` rows for the benches' canned AssembleContext answers (bench:driver, bench:frames,
+ * bench:floor): 30 rows the size of a LoCoMo answer's, fixed ids and scores; and the canned answer itself.
  */
-import type { MemoryUsed } from '../../src/server/proto.js';
+import type { AssembleContextResponse, MemoryUsed } from '../../src/server/proto.js';
 
 /** What varies between the benches' rows. */
 export interface CannedRowOptions {
@@ -29,4 +29,21 @@ export function cannedRows(o: CannedRowOptions): MemoryUsed[] {
     confidence: o.confidence,
     token_estimate: o.tokens,
   }));
+}
+
+/**
+ * The canned answer of bench:driver and bench:floor: a LoCoMo-sized context (12,000 characters) and 30
+ * rows, 6 of them excluded for budget; ~13 KB encoded.
+ */
+export function cannedAnswer(): AssembleContextResponse {
+  const rows = cannedRows({ category: 'fact', included: 24, confidence: 1, tokens: 110 });
+  return {
+    assembled_context: 'x'.repeat(12_000),
+    tokens_used: 3000,
+    memories_included: 24,
+    memories_used: rows,
+    memory_tokens: 2640,
+    score_schema: 'interim_v1',
+    degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
+  } as unknown as AssembleContextResponse;
 }

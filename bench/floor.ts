@@ -1,0 +1,246 @@
+/**
+ * `npm run bench:floor -- [--locomo <dir>] [--rate 1000] [--seconds 20] [--warmup-seconds 30]
+ * [--connections 4] [--rounds 5] [--out <dir>]`: what issue 10's CPU target (≤ 1.0 ms per call over all
+ * the server's threads) leaves for the service's own work once the libraries it is built on have had
+ * their share, measured on this machine in one run. Figures, not gates. Writes bench/results/floor.json.
+ *
+ * Three floors, each the least a call of `bench:load` costs in one part:
+ * - **gRPC**: a grpc-js server in a child process with the service's own definition and channel options,
+ *   answering every AssembleContext with one canned answer of a LoCoMo answer's size (13 KB context, 30
+ *   rows), driven by the load driver (`frames`, open loop) at `--rate` with the LoCoMo requests; server CPU
+ *   per call from `/proc/<pid>/task/*`, after `--warmup-seconds` of the same traffic. Two forms:
+ *   `codec` decodes each request and encodes the answer with the proto-loader serializers (what a plain
+ *   grpc-js service pays), `bytes` skips both (the transport alone: request bytes handed over as they are,
+ *   the answer's bytes encoded once).
+ * - **Search**: the embedded store's FTS5 search (the SQL statement and its rows, in-process, no read
+ *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass.
+ * - **CPU stage**: one whole CPU task over 30 LoCoMo-sized turns (bench:pack's shape, `runCpuTask`), p50;
+ *   `--rounds` rounds, median.
+ *
+ * Each sum (one per gRPC form) is what a call costs with nothing of ours around these three: no
+ * validation, retrieval orchestration, thread round-trips, scoring, metrics or logging. The service decodes
+ * requests on the wire and splices its answers (grpc-server.ts), so its own gRPC share lies between the
+ * two forms.
+ */
+import { fork } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
+import { runLoad } from '../src/client/load-driver.js';
+import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
+import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
+import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
+import { machineInfo, parseNumber, runBenchMain } from './lib/bench-run.js';
+import { cannedAnswer } from './lib/canned-rows.js';
+import { benchLoadData } from './lib/load-data.js';
+import { projectPath } from './lib/paths.js';
+import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
+
+/** The two forms of the gRPC floor (see the file's comment). */
+export const GRPC_FORMS = ['codec', 'bytes'] as const;
+type GrpcForm = (typeof GRPC_FORMS)[number];
+
+/** Issue 10's target: server CPU per call over all its threads, ms. */
+export const TARGET_MS_PER_CALL = 1.0;
+
+/**
+ * Child side: a grpc-js server on 127.0.0.1, port 0, with the service's channel options
+ * (`grpc.enable_channelz: 0`, grpc-server.ts), answering AssembleContext with the canned answer; the port
+ * goes to the parent.
+ */
+function serve(form: GrpcForm): void {
+  const answer = cannedAnswer();
+  const assemble = contextServiceDefinition.AssembleContext!;
+  let definition: ServiceDefinition = { AssembleContext: assemble };
+  if (form === 'bytes') {
+    const bytes = assemble.responseSerialize(answer);
+    definition = {
+      AssembleContext: {
+        ...assemble,
+        requestDeserialize: (b: Buffer) => b,
+        responseSerialize: () => bytes,
+      },
+    };
+  }
+  const server = new Server({ 'grpc.enable_channelz': 0 });
+  server.addService(definition, {
+    AssembleContext: (_call: unknown, callback: sendUnaryData<AssembleContextResponse>) =>
+      callback(null, answer),
+  });
+  server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, port) => {
+    if (err) throw err;
+    process.send?.({ port });
+  });
+}
+
+/** The per-call sum of the floors with one form of the gRPC floor, and what it leaves of the target, ms. */
+export interface FloorSum {
+  grpc_form: GrpcForm;
+  grpc_ms: number;
+  search_ms: number;
+  cpu_stage_ms: number;
+  floor_ms_per_call: number;
+  /** {@link TARGET_MS_PER_CALL} minus the floor: all the service's own work must fit in it. */
+  left_for_the_service_ms: number;
+}
+
+const r3 = (x: number) => Math.round(x * 1000) / 1000;
+
+/**
+ * Sums the three floors.
+ * @param grpcMs server CPU per call of the `form` gRPC floor, ms; `searchUs` µs per query; `cpuStageMs` ms
+ *   per task.
+ */
+export function floorSum(form: GrpcForm, grpcMs: number, searchUs: number, cpuStageMs: number): FloorSum {
+  const floor = grpcMs + searchUs / 1000 + cpuStageMs;
+  return {
+    grpc_form: form,
+    grpc_ms: r3(grpcMs),
+    search_ms: r3(searchUs / 1000),
+    cpu_stage_ms: r3(cpuStageMs),
+    floor_ms_per_call: r3(floor),
+    left_for_the_service_ms: r3(TARGET_MS_PER_CALL - floor),
+  };
+}
+
+/** Median of a non-empty list. */
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+/** µs per query of the store's search over `queries`, per pass (one unmeasured pass first). */
+function searchPasses(
+  db: string,
+  queries: readonly { org: string; agent: string; text: string }[],
+  rounds: number,
+) {
+  const store = EmbeddedStore.open(db, { cache: false });
+  try {
+    let hits = 0;
+    for (const q of queries) hits += store.search(q.org, q.agent, q.text).length;
+    const passes: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const start = performance.now();
+      for (const q of queries) store.search(q.org, q.agent, q.text);
+      passes.push(((performance.now() - start) * 1000) / queries.length);
+    }
+    return { passes: passes.map(r3), mean_hits: r3(hits / queries.length) };
+  } finally {
+    store.close();
+  }
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      locomo: { type: 'string' },
+      rate: { type: 'string' },
+      seconds: { type: 'string' },
+      'warmup-seconds': { type: 'string' },
+      connections: { type: 'string' },
+      rounds: { type: 'string' },
+      out: { type: 'string' },
+    },
+  });
+  const rate = parseNumber('--rate', values.rate ?? '1000');
+  const seconds = parseNumber('--seconds', values.seconds ?? '20');
+  const warmupS = parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true);
+  const connections = parseNumber('--connections', values.connections ?? '4');
+  const rounds = parseNumber('--rounds', values.rounds ?? '5');
+  const out = path.resolve(values.out ?? projectPath('bench/results'));
+  const { db, data } = await benchLoadData('ibex-floor-', values.locomo);
+
+  const queries = (data.source.requests ?? []).map((r) => ({
+    org: r.org_id ?? '',
+    agent: r.agent_id ?? '',
+    text: r.query ?? '',
+  }));
+  const search = searchPasses(db, queries, rounds);
+  const searchUs = median(search.passes);
+  console.error(`search: ${searchUs.toFixed(1)} µs per query (passes ${search.passes.join(' / ')})`);
+  const taskP50s: number[] = [];
+  let locomoTask: CpuTaskRow | undefined;
+  for (let r = 0; r < rounds; r++) {
+    locomoTask = (await cpuTaskFigures(1000)).find((row) => row.shape.includes('LoCoMo'))!;
+    taskP50s.push(locomoTask.p50_ms);
+  }
+  const cpuStageMs = median(taskP50s);
+  console.error(
+    `CPU stage: ${cpuStageMs} ms per task (p50 per round ${taskP50s.join(' / ')}, ${locomoTask!.shape})`,
+  );
+
+  const grpc: Record<string, unknown>[] = [];
+  for (const form of GRPC_FORMS) {
+    const child = fork(new URL(import.meta.url).pathname, ['--serve', form], { stdio: 'inherit' });
+    try {
+      const port = await new Promise<number>((resolve) =>
+        child.once('message', (m: { port: number }) => resolve(m.port)),
+      );
+      const common = { addr: `127.0.0.1:${port}`, rate, connections, transport: 'frames' as const };
+      await runLoad({ ...common, durationS: warmupS || 0.5, source: data.source });
+      const before = readThreads(child.pid!);
+      const report = await runLoad({ ...common, durationS: seconds, source: data.source });
+      const after = readThreads(child.pid!);
+      const calls = report.requests.completed;
+      const step = before && after ? threadCpuStep(before, after, report.duration_s, calls) : null;
+      const row = {
+        form,
+        achieved_rps: report.throughput_rps,
+        errors: report.requests.error_total,
+        p50_ms: report.latency_ms.p50,
+        p99_ms: report.latency_ms.p99,
+        server_ms_per_call: step?.ms_per_call ?? null,
+      };
+      grpc.push(row);
+      console.error(
+        `gRPC ${form}: ${row.server_ms_per_call?.total} ms server CPU per call (main ` +
+          `${row.server_ms_per_call?.main}, other ${row.server_ms_per_call?.other}) at ${row.achieved_rps} ` +
+          `req/s, p99 ${row.p99_ms} ms, errors ${row.errors}`,
+      );
+    } finally {
+      child.kill('SIGTERM');
+    }
+  }
+  const sums = grpc.flatMap((g) => {
+    const perCall = g.server_ms_per_call as { total: number } | null;
+    return perCall ? [floorSum(g.form as GrpcForm, perCall.total, searchUs, cpuStageMs)] : [];
+  });
+  const result = {
+    generated_at: new Date().toISOString(),
+    node: process.version,
+    machine: machineInfo(),
+    config: {
+      data: data.kind,
+      rate,
+      seconds,
+      warmup_seconds: warmupS,
+      connections,
+      rounds,
+      transport: 'frames',
+    },
+    target_ms_per_call: TARGET_MS_PER_CALL,
+    grpc,
+    search: { us_per_query_median: r3(searchUs), queries: queries.length, ...search },
+    cpu_stage: { ms_per_task_median: cpuStageMs, p50_per_round: taskP50s, shape: locomoTask!.shape },
+    floor: sums,
+  };
+  mkdirSync(out, { recursive: true });
+  const file = path.join(out, 'floor.json');
+  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  for (const sum of sums) {
+    console.log(
+      `floor per call (gRPC ${sum.grpc_form}): gRPC ${sum.grpc_ms} + search ${sum.search_ms} + CPU stage ` +
+        `${sum.cpu_stage_ms} = ${sum.floor_ms_per_call} ms; the ${TARGET_MS_PER_CALL} ms target leaves ` +
+        `${sum.left_for_the_service_ms} ms for everything else the service does`,
+    );
+  }
+  console.log(`wrote ${path.relative(process.cwd(), file)}`);
+  return 0;
+}
+
+if (process.argv[2] === '--serve') serve(process.argv[3] as GrpcForm);
+else runBenchMain(() => main(process.argv.slice(2)));
