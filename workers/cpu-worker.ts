@@ -1,8 +1,7 @@
 /**
  * Piscina worker for the CPU stage (SPEC §1, §10): one task = pack + format of one assembly.
  *
- * Imports only pure modules (the CPU task, and through it the packer and formatter) and the embedded
- * store (a task's own cold search), never the server.
+ * Imports only pure modules (the CPU task, and through it the packer and formatter), never the server.
  * The pool points at the compiled `dist/workers/cpu-worker.js`.
  */
 import { warmBpe } from '../src/budget/bpe.js';
@@ -14,7 +13,6 @@ import {
   runCpuTask,
   warmCpuTask,
 } from '../src/pool/cpu-task.js';
-import { withTaskSearch } from '../src/pool/task-search.js';
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 
@@ -28,17 +26,10 @@ warmCpuTask();
 if (exactTokensSetting()) warmBpe();
 
 /**
- * Runs one task, after its own cold search when it carries one (src/pool/task-search.ts). The result's
- * index arrays are transferred back, not cloned.
+ * Runs one task. The result's index arrays are transferred back, not cloned.
  * @throws whatever {@link runCpuTask} throws; piscina turns it into a rejection of that one call.
  */
 export default function cpuTask(input: CpuTaskInput): CpuTaskOutput {
-  if (input.search === undefined) {
-    const output = runCpuTask(input);
-    return transferred(output, outputTransferList(output));
-  }
-  const searched = withTaskSearch(input);
-  const output = runCpuTask(searched.input);
-  output.cold = searched.cold;
+  const output = runCpuTask(input);
   return transferred(output, outputTransferList(output));
 }

@@ -57,12 +57,6 @@ export interface Settings {
   postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
-  /**
-   * Whether the embedded store's cold search runs inside the call's CPU task (src/pool/task-search.ts) rather
-   * than in a store-read thread: one thread round-trip per call instead of two (issue 10).
-   * IBEX_CONTEXT_SEARCH_IN_CPU_TASK, default false.
-   */
-  searchInCpuTask: boolean;
   pool: PoolSettings;
   /** Grace period for in-flight calls on SIGTERM, ms. */
   shutdownGraceMs: number;
@@ -293,7 +287,6 @@ export function loadSettings(env: Env = process.env): Settings {
       poolMax: parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POSTGRES_POOL_MAX'], 8),
     },
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
-    searchInCpuTask: parseWith(boolText, env, ['IBEX_CONTEXT_SEARCH_IN_CPU_TASK'], false),
     pool: {
       minThreads,
       maxThreads,

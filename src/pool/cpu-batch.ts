@@ -77,38 +77,6 @@ export interface CpuTaskScalars {
    * (the clock of `monotonicNow()`); never `Date.now()`. The round-trip must be over by then (SPEC §10).
    */
   deadline: number;
-  /**
-   * The cold search this task runs itself before the CPU stage (`IBEX_CONTEXT_SEARCH_IN_CPU_TASK`,
-   * src/pool/task-search.ts): the candidates are then the hot ones only, all of them in dedupe order,
-   * and the worker merges the search's hits in and makes the `max_memories` cut. Absent = none.
-   */
-  search?: TaskSearch;
-}
-
-/** A cold search on the embedded store that rides a CPU task (src/pool/task-search.ts). */
-export interface TaskSearch {
-  /** Absolute path of the embedded store's database file. */
-  db: string;
-  /** Lower-case UUIDs the search is scoped to (SPEC §4.3). */
-  orgId: string;
-  agentId: string;
-  /** The request's query text (not blank). */
-  query: string;
-  /** Content cap, code points (`IBEX_CONTEXT_MAX_MEMORY_CHARS`): longer hits are dropped `oversize`. */
-  maxChars: number;
-  /** The request's `max_memories` (0 = no cap), applied after the merge (SPEC §7). */
-  maxMemories: number;
-}
-
-/** What a task's own cold search gave: the cold branch's outcome (SPEC §4, §10) and its dropped hits. */
-export interface TaskSearchOutcome {
-  status: 'success' | 'error';
-  /** The search's own time in the worker, ms. */
-  latency_ms: number;
-  /** Branch detail: dropped counts (`droppedDetail`) or `embedded store unavailable (<code>)`. */
-  detail: string;
-  dropped: { invalid: number; foreign: number };
-  bounded: { oversize: number; ignored: number };
 }
 
 /**
@@ -199,8 +167,6 @@ export interface CpuTaskOutput {
   started_at: number;
   /** Thread that ran it (0 = main thread, i.e. inline). */
   thread_id: number;
-  /** The outcome of the task's own cold search (`search` in the input); absent without one. */
-  cold?: TaskSearchOutcome;
 }
 
 const F64 = Float64Array.BYTES_PER_ELEMENT;
@@ -327,7 +293,6 @@ export function encodeCandidates(
     availableTokens: scalars.availableTokens,
     packCount: scalars.packCount,
     deadline: scalars.deadline,
-    search: scalars.search,
     historyCount: h,
     historyContentPending: history?.contentPending ?? false,
     score,

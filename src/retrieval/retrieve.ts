@@ -65,24 +65,6 @@ export interface RetrievalResult {
    * (`ignored`: not validated, not scored).
    */
   bounded: { oversize: number; ignored: number };
-  /**
-   * The cold search left to the CPU task (`IBEX_CONTEXT_SEARCH_IN_CPU_TASK`): the cold branch then has
-   * not run, `cold` is empty and its outcome a placeholder until the CPU stage reports
-   * ({@link settleDeferredCold}). Null when the cold branch ran here, was skipped, or had no query.
-   */
-  deferredSearch: DeferredSearch | null;
-}
-
-/** A cold search on the embedded store that a CPU task runs (src/pool/task-search.ts). */
-export interface DeferredSearch {
-  /** Absolute path of the store's database file. */
-  db: string;
-  /** Content cap, code points. */
-  maxChars: number;
-  /** Lower-case UUIDs. */
-  orgId: string;
-  agentId: string;
-  query: string;
 }
 
 /** Where directives come from (Redis or the embedded store). */
@@ -104,11 +86,6 @@ export interface MemorySource {
    * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
    */
   hot(orgId: string, agentId: string, signal: AbortSignal): SourceHits | Promise<SourceHits>;
-  /**
-   * Set when the source's cold search is run by the CPU task instead of by {@link MemorySource.search}
-   * (the embedded store with `IBEX_CONTEXT_SEARCH_IN_CPU_TASK`): its database file and content cap.
-   */
-  readonly searchInCpuTask?: { db: string; maxChars: number };
   /** Cold search for `query`; as {@link MemorySource.hot}, first 10 items. */
   search(
     orgId: string,
@@ -140,45 +117,6 @@ function validateRaw(items: RawHits, orgId: string, agentId: string, limits: Hit
   Object.freeze(hits.hits);
   validatedOnce.set(items, { key, hits: Object.freeze(hits) });
   return hits;
-}
-
-/** The cold branch's placeholder while the CPU task searches: `success` with no hits yet. */
-function deferredCold(): Settled<never> {
-  return { outcome: { name: 'cold', status: 'success', latency_ms: 0, detail: '' }, value: undefined };
-}
-
-/** Why a deferred search has no outcome: the CPU task that was to run it gave no result. */
-export const DEFERRED_SEARCH_NOT_RUN = 'not run: the CPU stage gave no result';
-
-/**
- * Gives a deferred cold branch ({@link RetrievalResult.deferredSearch}) its outcome once the CPU stage has
- * answered: the task's own search (latency, detail, dropped and bounded hits counted as if retrieval had
- * run it), or `error` {@link DEFERRED_SEARCH_NOT_RUN} when there is no result. A result without a deferred
- * search changes nothing.
- */
-export function settleDeferredCold(
-  r: RetrievalResult,
-  cold:
-    | (Pick<BranchOutcome, 'status' | 'latency_ms' | 'detail'> & {
-        dropped: { invalid: number; foreign: number };
-        bounded: { oversize: number; ignored: number };
-      })
-    | null,
-): void {
-  if (r.deferredSearch === null) return;
-  const outcome = r.branches.find((b) => b.name === 'cold')!;
-  if (cold === null) {
-    outcome.status = 'error';
-    outcome.detail = DEFERRED_SEARCH_NOT_RUN;
-    return;
-  }
-  outcome.status = cold.status;
-  outcome.latency_ms = cold.latency_ms;
-  outcome.detail = cold.detail;
-  r.dropped.invalid += cold.dropped.invalid;
-  r.dropped.foreign += cold.dropped.foreign;
-  r.bounded.oversize += cold.bounded.oversize;
-  r.bounded.ignored += cold.bounded.ignored;
 }
 
 function skipped(name: BranchName, detail: string): Settled<never> {
@@ -229,15 +167,11 @@ export async function retrieve(
     const hP = req.skipHot
       ? skipped('hot', 'skip_hot_memories')
       : race.run('hot', t.hotMs, (s) => sources.memory.hot(orgId, agentId, s));
-    const inTask = sources.memory.searchInCpuTask;
-    const deferred = !req.skipCold && req.query.trim() !== '' && inTask !== undefined;
     const cP = req.skipCold
       ? skipped('cold', 'skip_cold_memories')
       : req.query.trim() === ''
         ? skipped('cold', 'empty_query')
-        : deferred
-          ? deferredCold()
-          : race.run('cold', t.coldMs, (s) => sources.memory.search(orgId, agentId, req.query, s));
+        : race.run('cold', t.coldMs, (s) => sources.memory.search(orgId, agentId, req.query, s));
     // Branches that answered synchronously are used as they are: no promise round for them.
     const d = dP instanceof Promise ? await dP : dP;
     const h = hP instanceof Promise ? await hP : hP;
@@ -267,9 +201,6 @@ export async function retrieve(
       branches: [d.outcome, h.outcome, c.outcome],
       dropped,
       bounded,
-      deferredSearch: deferred
-        ? { db: inTask!.db, maxChars: inTask!.maxChars, orgId, agentId, query: req.query }
-        : null,
     };
   } finally {
     race.finish();

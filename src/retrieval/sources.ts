@@ -4,7 +4,6 @@
  * for directives when a URL is set, else the store serving memories (PostgreSQL or embedded; with a
  * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
  */
-import path from 'node:path';
 import type { Settings } from '../config/settings.js';
 import type { Directive } from '../types.js';
 import { BranchErrors } from './branch-error.js';
@@ -60,15 +59,9 @@ function storeFailure(err: unknown): never {
 /** {@link MemorySource} on the embedded store, scoped by org AND agent (SPEC §4.3). */
 export class EmbeddedMemorySource implements MemorySource {
   readonly #store: StoreReads;
-  readonly searchInCpuTask?: { db: string; maxChars: number };
-  /**
-   * @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}).
-   * @param searchInCpuTask when given, retrieval leaves the cold search to the CPU task
-   *   (src/pool/task-search.ts), which reads this database file with this content cap.
-   */
-  constructor(store: EmbeddedStore | StoreReads, searchInCpuTask?: { db: string; maxChars: number }) {
+  /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
+  constructor(store: EmbeddedStore | StoreReads) {
     this.#store = store instanceof EmbeddedStore ? inProcessReads(store) : store;
-    if (searchInCpuTask) this.searchInCpuTask = searchInCpuTask;
   }
   /**
    * `EmbeddedStore.hot` (limit 20, similarity = confidence). Answers synchronously when the read is
@@ -225,13 +218,7 @@ export async function createSources(
           : new HttpMemorySource(http)
         : memoryKind === 'postgres'
           ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
-          : new EmbeddedMemorySource(
-              reads!,
-              // An in-memory database exists on this connection only: no pool thread could read it.
-              settings.searchInCpuTask && settings.embeddedDb !== ':memory:'
-                ? { db: path.resolve(settings.embeddedDb), maxChars: settings.maxMemoryChars }
-                : undefined,
-            );
+          : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
       directiveKind === 'redis'
         ? await RedisDirectiveSource.connect({ url: settings.redisUrl, logger })

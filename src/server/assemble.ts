@@ -12,12 +12,7 @@ import { generateNonce } from '../format/nonce.js';
 import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../pool/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
-import {
-  type RetrievalResult,
-  type RetrievalSources,
-  retrieve,
-  settleDeferredCold,
-} from '../retrieval/retrieve.js';
+import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
 import { degradedAssemblyLog } from '../telemetry/logger.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { monotonicNow } from '../util/clock.js';
@@ -137,11 +132,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       !shed && cpuStageCannotFit(req, ctx, input, shareMs, historyBytes)
         ? { stage: null, poolReason: 'pool_deadline' }
         : await cpuStage(req, ctx, input, shed, historyBytes);
-    if (retrieval.deferredSearch !== null) {
-      // The task searched (or never ran): only now is the cold branch's outcome known.
-      settleDeferredCold(retrieval, stage?.output.cold ?? null);
-      observer.retrieved(retrieval);
-    }
     throwIfAborted(ctx);
     // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
     if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
@@ -223,8 +213,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         if (b.name !== 'directive' && b.status === 'skipped') b.detail = 'overloaded';
       }
     }
-    // A search left to the CPU task is reported with its outcome, after the CPU stage (assembleOne).
-    if (retrieval.deferredSearch === null) observer.retrieved(retrieval);
+    observer.retrieved(retrieval);
     return { retrieval, shareMs: Math.min(shareMs, left) };
   }
 
@@ -266,14 +255,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   ): { assembly: Assembly; input: CpuTaskInput } {
     const start = monotonicNow();
     const directive = retrieval.directive?.content ?? null;
-    const scored = dedupeAndScore(retrieval.hot, retrieval.cold);
-    // kept/filtered are the degraded answer's rows either way.
-    const { kept, filtered } = applyMaxMemories(scored, req.maxMemories);
-    const deferred = retrieval.deferredSearch;
-    // Scored candidates go as they are: encodeCandidates reads only the fields it needs. A task that
-    // searches itself gets every hot candidate in dedupe order and makes the merge and the cut there.
-    const candidates: readonly CandidateFields[] =
-      deferred !== null ? scored : filtered.length === 0 ? kept : kept.concat(filtered);
+    const { kept, filtered } = applyMaxMemories(
+      dedupeAndScore(retrieval.hot, retrieval.cold),
+      req.maxMemories,
+    );
+    // Scored candidates go as they are: encodeCandidates reads only the fields it needs.
+    const candidates: readonly CandidateFields[] = filtered.length === 0 ? kept : kept.concat(filtered);
     const nonce = generateNonce(settings.nonceBytes);
     const input = encodeCandidates(
       candidates,
@@ -289,18 +276,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         budgetModel: resolved,
         nonceBytes: settings.nonceBytes,
         availableTokens: req.availableTokens,
-        packCount: deferred !== null ? undefined : kept.length,
-        search:
-          deferred === null
-            ? undefined
-            : {
-                db: deferred.db,
-                orgId: deferred.orgId,
-                agentId: deferred.agentId,
-                query: deferred.query,
-                maxChars: deferred.maxChars,
-                maxMemories: req.maxMemories,
-              },
+        packCount: kept.length,
       },
       req.history,
     );

@@ -100,14 +100,6 @@ describe('encodeCandidates', () => {
       nonceBytes: 16,
       availableTokens: 512,
       packCount: 0,
-      search: {
-        db: '/tmp/x.db',
-        orgId: 'o',
-        agentId: 'a',
-        query: 'tea',
-        maxChars: 65_536,
-        maxMemories: 0,
-      },
     };
     // Required<…>: a key CpuTaskScalars gains must be listed here, and then encodeCandidates must carry it.
     const input = encodeCandidates([], all);
