@@ -14,7 +14,9 @@
  *   grpc-js service pays), `bytes` skips both (the transport alone: request bytes handed over as they are,
  *   the answer's bytes encoded once).
  * - **Search**: the embedded store's FTS5 search (the SQL statement and its rows, in-process, no read
- *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass.
+ *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass. Also,
+ *   not in the sum: the same searches one per message 1 ms apart in a thread of their own (sleeping, then
+ *   spinning between messages), which is how the store-read thread gets them.
  * - **CPU stage**: one whole CPU task over 30 LoCoMo-sized turns (bench:pack's shape, `runCpuTask`), p50;
  *   `--rounds` rounds, median.
  *
@@ -29,9 +31,19 @@
 import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
+import {
+  isMainThread,
+  MessageChannel,
+  type MessagePort,
+  receiveMessageOnPort,
+  Worker,
+  workerData,
+} from 'node:worker_threads';
 import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
 import { runLoad } from '../src/client/load-driver.js';
+import { medianOfSorted } from '../src/client/stats.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
 import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
@@ -114,9 +126,7 @@ export function floorSum(form: GrpcForm, grpcMs: number, searchUs: number, cpuSt
 
 /** Median of a non-empty list. */
 function median(xs: readonly number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+  return medianOfSorted([...xs].sort((x, y) => x - y));
 }
 
 /** µs per query of the store's search over `queries`, per pass (one unmeasured pass first). */
@@ -138,6 +148,66 @@ function searchPasses(
     return { passes: passes.map(r3), mean_hits: r3(hits / queries.length) };
   } finally {
     store.close();
+  }
+}
+
+/** What the paced search thread is given (see {@link pacedSearch}). */
+interface PacedSearchData {
+  db: string;
+  queries: { org: string; agent: string; text: string }[];
+  spin: boolean;
+}
+
+/**
+ * Worker side of {@link pacedSearch}: one search per message, its own time back (µs). Between messages it
+ * sleeps in its event loop, or with `spin` polls its port without sleeping.
+ */
+function pacedSearchThread(data: PacedSearchData, port: MessagePort): void {
+  const store = EmbeddedStore.open(data.db, { cache: false });
+  const searchOne = (i: number) => {
+    const q = data.queries[(i * 7) % data.queries.length]!;
+    const start = performance.now();
+    store.search(q.org, q.agent, q.text);
+    port.postMessage((performance.now() - start) * 1000);
+  };
+  if (!data.spin) {
+    port.on('message', (i: number) => (i < 0 ? port.close() : searchOne(i)));
+    return;
+  }
+  for (;;) {
+    const m = receiveMessageOnPort(port);
+    if (m === undefined) continue;
+    if ((m.message as number) < 0) break;
+    searchOne(m.message as number);
+  }
+  port.close();
+}
+
+/**
+ * The same searches one at a time, 1 ms apart, in a thread of their own (as the store-read thread gets them
+ * at ~1,000 req/s): mean µs per search over `count` of them after 500 unmeasured ones. A search woken for
+ * alone finds colder caches than one of a back-to-back pass; `spin` keeps the thread running in between.
+ */
+async function pacedSearch(data: PacedSearchData, count: number): Promise<number> {
+  const { port1, port2 } = new MessageChannel();
+  const worker = new Worker(new URL(import.meta.url), {
+    workerData: { ...data, port: port2 },
+    transferList: [port2],
+  });
+  const times: number[] = [];
+  port1.on('message', (us: number) => times.push(us));
+  try {
+    for (let i = 0; i < 500 + count; i++) {
+      port1.postMessage(i);
+      await sleep(1);
+    }
+    while (times.length < 500 + count) await sleep(5);
+    port1.postMessage(-1);
+    const measured = times.slice(500);
+    return r3(measured.reduce((sum, us) => sum + us, 0) / measured.length);
+  } finally {
+    port1.close();
+    await worker.terminate();
   }
 }
 
@@ -170,6 +240,12 @@ async function main(argv: string[]): Promise<number> {
   const search = searchPasses(db, queries, rounds);
   const searchUs = median(search.passes);
   console.error(`search: ${searchUs.toFixed(1)} µs per query (passes ${search.passes.join(' / ')})`);
+  const paced = await pacedSearch({ db, queries, spin: false }, 1500);
+  const pacedSpinning = await pacedSearch({ db, queries, spin: true }, 1500);
+  console.error(
+    `search one at a time, 1 ms apart, in a thread of its own: ${paced} µs per query (the thread spinning ` +
+      `in between: ${pacedSpinning} µs)`,
+  );
   const taskP50s: number[] = [];
   let locomoTask: CpuTaskRow | undefined;
   for (let r = 0; r < rounds; r++) {
@@ -232,7 +308,13 @@ async function main(argv: string[]): Promise<number> {
     },
     target_ms_per_call: TARGET_MS_PER_CALL,
     grpc,
-    search: { us_per_query_median: r3(searchUs), queries: queries.length, ...search },
+    search: {
+      us_per_query_median: r3(searchUs),
+      queries: queries.length,
+      ...search,
+      paced_us_per_query: paced,
+      paced_spinning_us_per_query: pacedSpinning,
+    },
     cpu_stage: { ms_per_task_median: cpuStageMs, p50_per_round: taskP50s, shape: locomoTask!.shape },
     floor: sums,
   };
@@ -250,5 +332,8 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-if (process.argv[2] === '--serve') serve(process.argv[3] as GrpcForm);
+if (!isMainThread) {
+  const { port, ...data } = workerData as PacedSearchData & { port: MessagePort };
+  pacedSearchThread(data, port);
+} else if (process.argv[2] === '--serve') serve(process.argv[3] as GrpcForm);
 else runBenchMain(() => main(process.argv.slice(2)));
