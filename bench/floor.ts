@@ -6,7 +6,8 @@
  *
  * Three floors, each the least a call of `bench:load` costs in one part; the first two are libraries', the
  * third the service's own core work measured alone:
- * - **gRPC**: a grpc-js server in a child process with the service's own definition and channel options,
+ * - **gRPC**: a grpc-js server in a child process (node started with the service's flags, node-flags.ts)
+ *   with the service's own definition and channel options,
  *   answering every AssembleContext with one canned answer of a LoCoMo answer's size (13 KB context, 30
  *   rows), driven by the load driver (`frames`, open loop) at `--rate` with the LoCoMo requests; server CPU
  *   per call from `/proc/<pid>/task/*`, after `--warmup-seconds` of the same traffic. Two forms:
@@ -44,6 +45,7 @@ import {
 import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
 import { runLoad } from '../src/client/load-driver.js';
 import { medianOfSorted } from '../src/client/stats.js';
+import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
 import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
@@ -259,7 +261,11 @@ async function main(argv: string[]): Promise<number> {
 
   const grpc: Record<string, unknown>[] = [];
   for (const form of GRPC_FORMS) {
-    const child = fork(new URL(import.meta.url).pathname, ['--serve', form], { stdio: 'inherit' });
+    // The service's own node flags (heap floor, V8 helper threads): the same GC and helpers as `serve`.
+    const child = fork(new URL(import.meta.url).pathname, ['--serve', form], {
+      stdio: 'inherit',
+      execArgv: [...SERVICE_NODE_FLAGS],
+    });
     try {
       const port = await new Promise<number>((resolve) =>
         child.once('message', (m: { port: number }) => resolve(m.port)),
