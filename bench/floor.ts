@@ -267,9 +267,10 @@ async function main(argv: string[]): Promise<number> {
       execArgv: [...SERVICE_NODE_FLAGS],
     });
     try {
-      const port = await new Promise<number>((resolve) =>
-        child.once('message', (m: { port: number }) => resolve(m.port)),
-      );
+      const port = await new Promise<number>((resolve, reject) => {
+        child.once('message', (m: { port: number }) => resolve(m.port));
+        child.once('exit', (code) => reject(new Error(`the ${form} gRPC server exited (code ${code})`)));
+      });
       const common = { addr: `127.0.0.1:${port}`, rate, connections, transport: 'frames' as const };
       await runLoad({ ...common, durationS: warmupS || 0.5, source: data.source });
       const before = readThreads(child.pid!);
