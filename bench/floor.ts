@@ -7,10 +7,11 @@
  * Three floors, each the least a call of `bench:load` costs in one part; the first two are libraries', the
  * third the service's own core work measured alone:
  * - **gRPC**: a grpc-js server in a child process (node started with the service's flags, node-flags.ts)
- *   with the service's own definition and channel options,
- *   answering every AssembleContext with one canned answer of a LoCoMo answer's size (13 KB context, 30
- *   rows), driven by the load driver (`frames`, open loop) at `--rate` with the LoCoMo requests; server CPU
- *   per call from `/proc/<pid>/task/*`, after `--warmup-seconds` of the same traffic. Two forms:
+ *   with the service's own definition and `grpc.enable_channelz: 0` (the service's other channel options
+ *   are keepalive, connection-age and size limits), answering every AssembleContext with one canned answer
+ *   of a LoCoMo answer's size (a 12,000-character context and 30 rows, 14.7 KB encoded), driven by the
+ *   load driver (`frames`, open loop) at `--rate` with the LoCoMo requests; server CPU per call from
+ *   `/proc/<pid>/task/*`, after `--warmup-seconds` of the same traffic. Two forms:
  *   `codec` decodes each request and encodes the answer with the proto-loader serializers (what a plain
  *   grpc-js service pays), `bytes` skips both (the transport alone: request bytes handed over as they are,
  *   the answer's bytes encoded once).
@@ -49,7 +50,7 @@ import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
 import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
-import { machineInfo, parseNumber, runBenchMain } from './lib/bench-run.js';
+import { machineInfo, parseInteger, parseNumber, runBenchMain } from './lib/bench-run.js';
 import { cannedAnswer } from './lib/canned-rows.js';
 import { benchLoadData } from './lib/load-data.js';
 import { projectPath } from './lib/paths.js';
@@ -59,13 +60,15 @@ import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
 export const GRPC_FORMS = ['codec', 'bytes'] as const;
 type GrpcForm = (typeof GRPC_FORMS)[number];
 
+/** Warm-up of each gRPC form when `--warmup-seconds 0` is given, s: the connections' first calls. */
+const MIN_WARMUP_S = 0.5;
+
 /** Issue 10's target: server CPU per call over all its threads, ms. */
 export const TARGET_MS_PER_CALL = 1.0;
 
 /**
- * Child side: a grpc-js server on 127.0.0.1, port 0, with the service's channel options
- * (`grpc.enable_channelz: 0`, grpc-server.ts), answering AssembleContext with the canned answer; the port
- * goes to the parent.
+ * Child side: a grpc-js server on 127.0.0.1, port 0, with channelz off as the service has it
+ * (grpc-server.ts), answering AssembleContext with the canned answer; the port goes to the parent.
  */
 function serve(form: GrpcForm): void {
   const answer = cannedAnswer();
@@ -86,6 +89,8 @@ function serve(form: GrpcForm): void {
     AssembleContext: (_call: unknown, callback: sendUnaryData<AssembleContextResponse>) =>
       callback(null, answer),
   });
+  // The parent gone (killed, crashed), this server has nobody to serve.
+  process.on('disconnect', () => process.exit(0));
   server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, port) => {
     if (err) throw err;
     process.send?.({ port });
@@ -172,6 +177,8 @@ function pacedSearchThread(data: PacedSearchData, port: MessagePort): void {
     store.search(q.org, q.agent, q.text);
     port.postMessage((performance.now() - start) * 1000);
   };
+  // Loaded and connected: the pacing starts now, not while this thread was still importing.
+  port.postMessage('ready');
   if (!data.spin) {
     port.on('message', (i: number) => (i < 0 ? port.close() : searchOne(i)));
     return;
@@ -197,8 +204,10 @@ async function pacedSearch(data: PacedSearchData, count: number): Promise<number
     transferList: [port2],
   });
   const times: number[] = [];
-  port1.on('message', (us: number) => times.push(us));
+  const ready = new Promise<void>((resolve) => port1.once('message', () => resolve()));
   try {
+    await ready;
+    port1.on('message', (us: number) => times.push(us));
     for (let i = 0; i < 500 + count; i++) {
       port1.postMessage(i);
       await sleep(1);
@@ -229,8 +238,8 @@ async function main(argv: string[]): Promise<number> {
   const rate = parseNumber('--rate', values.rate ?? '1000');
   const seconds = parseNumber('--seconds', values.seconds ?? '20');
   const warmupS = parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true);
-  const connections = parseNumber('--connections', values.connections ?? '4');
-  const rounds = parseNumber('--rounds', values.rounds ?? '5');
+  const connections = parseInteger('--connections', values.connections ?? '4');
+  const rounds = parseInteger('--rounds', values.rounds ?? '5');
   const out = path.resolve(values.out ?? projectPath('bench/results'));
   const { db, data } = await benchLoadData('ibex-floor-', values.locomo);
 
@@ -272,12 +281,15 @@ async function main(argv: string[]): Promise<number> {
         child.once('exit', (code) => reject(new Error(`the ${form} gRPC server exited (code ${code})`)));
       });
       const common = { addr: `127.0.0.1:${port}`, rate, connections, transport: 'frames' as const };
-      await runLoad({ ...common, durationS: warmupS || 0.5, source: data.source });
+      await runLoad({ ...common, durationS: warmupS || MIN_WARMUP_S, source: data.source });
       const before = readThreads(child.pid!);
       const report = await runLoad({ ...common, durationS: seconds, source: data.source });
       const after = readThreads(child.pid!);
       const calls = report.requests.completed;
       const step = before && after ? threadCpuStep(before, after, report.duration_s, calls) : null;
+      if (step?.ms_per_call == null) {
+        throw new Error(`no CPU figure for the ${form} gRPC server (did it exit, or is /proc unreadable?)`);
+      }
       const row = {
         form,
         achieved_rps: report.throughput_rps,
@@ -308,7 +320,7 @@ async function main(argv: string[]): Promise<number> {
       data: data.kind,
       rate,
       seconds,
-      warmup_seconds: warmupS,
+      warmup_seconds: warmupS || MIN_WARMUP_S,
       connections,
       rounds,
       transport: 'frames',

@@ -33,7 +33,7 @@ export function cannedRows(o: CannedRowOptions): MemoryUsed[] {
 
 /**
  * The canned answer of bench:driver and bench:floor: a LoCoMo-sized context (12,000 characters) and 30
- * rows, 6 of them excluded for budget; ~13 KB encoded.
+ * rows, 6 of them excluded for budget; 14,720 bytes encoded.
  */
 export function cannedAnswer(): AssembleContextResponse {
   const rows = cannedRows({ category: 'fact', included: 24, confidence: 1, tokens: 110 });
