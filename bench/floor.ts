@@ -17,8 +17,9 @@
  *   the answer's bytes encoded once).
  * - **Search**: the embedded store's FTS5 search (the SQL statement and its rows, in-process, no read
  *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass. Also,
- *   not in the sum: the same searches one per message 1 ms apart in a thread of their own (sleeping, then
- *   spinning between messages), which is how the store-read thread gets them.
+ *   not in the sum: where a search's time goes and a rowid-range alternative ({@link searchBreakdown}),
+ *   and the same searches one per message 1 ms apart in a thread of their own (sleeping, then spinning
+ *   between messages), which is how the store-read thread gets them.
  * - **CPU stage**: one whole CPU task over 30 LoCoMo-sized turns (bench:pack's shape, `runCpuTask`), p50;
  *   `--rounds` rounds, median.
  *
@@ -44,10 +45,13 @@ import {
   workerData,
 } from 'node:worker_threads';
 import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
+import Database from 'better-sqlite3';
 import { runLoad } from '../src/client/load-driver.js';
 import { medianOfSorted } from '../src/client/stats.js';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
-import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
+import { DEFAULT_MAX_MEMORY_CHARS, EmbeddedStore, searchSql } from '../src/retrieval/embedded-store.js';
+import { toFtsQuery } from '../src/retrieval/fts-query.js';
+import { scopeToken } from '../src/retrieval/store-rows.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
 import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
 import { machineInfo, parseInteger, parseNumber, runBenchMain } from './lib/bench-run.js';
@@ -158,6 +162,86 @@ function searchPasses(
   }
 }
 
+/**
+ * Where one search's time goes, and one alternative, µs per query over the same queries (median of
+ * `rounds` passes, one unmeasured pass first), on a read-only connection of the bench's own:
+ * - `matches`: counting the agent's matches only (`count(*)` of the same MATCH: no ranking, no rows);
+ * - `ranked`: the store's inner statement (bm25 over every match, best 20 rowids: searchSql's subquery);
+ * - `rowid_range`: the store's statement with the agent's rows found by a rowid range instead of the
+ *   scope token (valid here because an ingest writes one agent after another, so each agent's rows are one
+ *   range; `range_top10_same` counts the queries whose top-10 ids and scores equal the store's).
+ */
+function searchBreakdown(
+  db: string,
+  queries: readonly { org: string; agent: string; text: string }[],
+  rounds: number,
+) {
+  const conn = new Database(db, { readonly: true });
+  try {
+    const ranges = new Map<string, { lo: number; hi: number }>();
+    const byAgent = conn.prepare<[], { org_id: string; agent_id: string; lo: number; hi: number }>(
+      'SELECT org_id, agent_id, min(pk) AS lo, max(pk) AS hi FROM memories GROUP BY org_id, agent_id',
+    );
+    for (const r of byAgent.all()) ranges.set(`${r.org_id}|${r.agent_id}`, { lo: r.lo, hi: r.hi });
+    const statements = {
+      matches: conn.prepare('SELECT count(*) FROM memories_fts WHERE memories_fts MATCH @match'),
+      ranked: conn.prepare(
+        'SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts WHERE memories_fts MATCH @match ' +
+          'ORDER BY score LIMIT 20',
+      ),
+      store: conn.prepare(searchSql('10')),
+      rowid_range: conn.prepare(
+        searchSql('10').replace(
+          'WHERE memories_fts MATCH @match',
+          'WHERE memories_fts MATCH @terms AND rowid BETWEEN @lo AND @hi',
+        ),
+      ),
+    };
+    const params = queries.flatMap((q) => {
+      const terms = toFtsQuery(q.text);
+      const range = ranges.get(`${q.org}|${q.agent}`);
+      if (terms === null || range === undefined) return [];
+      const common = { org: q.org, agent: q.agent, minConfidence: 0, maxChars: DEFAULT_MAX_MEMORY_CHARS };
+      return [
+        {
+          ...common,
+          match: `scope:${scopeToken(q.org, q.agent)} AND content:(${terms})`,
+          terms: `content:(${terms})`,
+          lo: range.lo,
+          hi: range.hi,
+        },
+      ];
+    });
+    const key = (rows: unknown[]) =>
+      (rows as { id: string; score: number }[]).map((r) => `${r.id} ${r.score}`).join(',');
+    let same = 0;
+    for (const p of params) {
+      if (key(statements.store.all(p)) === key(statements.rowid_range.all(p))) same++;
+    }
+    const timed = (name: keyof typeof statements) => {
+      const st = statements[name];
+      for (const p of params) st.all(p);
+      const passes: number[] = [];
+      for (let r = 0; r < rounds; r++) {
+        const start = performance.now();
+        for (const p of params) st.all(p);
+        passes.push(((performance.now() - start) * 1000) / params.length);
+      }
+      return r3(median(passes));
+    };
+    return {
+      queries: params.length,
+      matches_us: timed('matches'),
+      ranked_us: timed('ranked'),
+      store_us: timed('store'),
+      rowid_range_us: timed('rowid_range'),
+      range_top10_same: same,
+    };
+  } finally {
+    conn.close();
+  }
+}
+
 /** What the paced search thread is given (see {@link pacedSearch}). */
 interface PacedSearchData {
   db: string;
@@ -251,6 +335,13 @@ async function main(argv: string[]): Promise<number> {
   const search = searchPasses(db, queries, rounds);
   const searchUs = median(search.passes);
   console.error(`search: ${searchUs.toFixed(1)} µs per query (passes ${search.passes.join(' / ')})`);
+  const breakdown = searchBreakdown(db, queries, rounds);
+  console.error(
+    `search breakdown (µs per query): finding the matches ${breakdown.matches_us}, ranking them ` +
+      `${breakdown.ranked_us}, the store's statement ${breakdown.store_us}; by rowid range instead of the ` +
+      `scope token ${breakdown.rowid_range_us} (same top-10 for ${breakdown.range_top10_same} of ` +
+      `${breakdown.queries} queries)`,
+  );
   const paced = await pacedSearch({ db, queries, spin: false }, 1500);
   const pacedSpinning = await pacedSearch({ db, queries, spin: true }, 1500);
   console.error(
@@ -331,6 +422,7 @@ async function main(argv: string[]): Promise<number> {
       us_per_query_median: r3(searchUs),
       queries: queries.length,
       ...search,
+      breakdown,
       paced_us_per_query: paced,
       paced_spinning_us_per_query: pacedSpinning,
     },
