@@ -2,8 +2,8 @@
  * `npm run bench:driver [-- --steps 200,1000,2000] [--seconds 5] [--warmup-seconds 3] [--repeats 3]
  * [--transports frames,h2,grpc-js]`: what the load
  * driver itself costs per call (issue 10 target: ≤ 0.15 ms CPU per call at 1,000 req/s), isolated from the
- * service. A child process serves a canned AssembleContext answer (30 memories_used rows, ~13 KB, as a
- * LoCoMo answer) over plain `node:http2`, so the server side stays cheap and the driver's figures do not
+ * service. A child process serves a canned AssembleContext answer (30 memories_used rows, 14.7 KB encoded,
+ * as a LoCoMo answer) over plain `node:http2`, so the server side stays cheap and the driver's figures do not
  * depend on whether the real service keeps up; the driver runs in this process, open loop, per transport.
  *
  * Per step: driver CPU per answered call from `/proc/self/task/<tid>/stat` (main thread and the rest:
@@ -178,7 +178,7 @@ async function main(argv: string[]): Promise<number> {
       connections,
       transports,
       repeats,
-      server: 'canned 13 KB answer, node:http2 child',
+      server: 'canned 15 KB answer, node:http2 child',
     },
     summary: summarize(rows),
     steps: rows,
