@@ -22,6 +22,7 @@ import { grpcFrame } from '../src/client/grpc-frames.js';
 import { runLoad } from '../src/client/load-driver.js';
 import { TRANSPORT_NAMES, type TransportName } from '../src/client/load-transport.js';
 import { syntheticSource } from '../src/client/request-source.js';
+import { median } from '../src/client/stats.js';
 import { LEVEL_HEADER } from '../src/wire-headers.js';
 import { machineInfo, parseList, parseNumber, runBenchMain } from './lib/bench-run.js';
 import { cannedAnswer } from './lib/canned-rows.js';
@@ -58,12 +59,6 @@ function serve(): void {
 function* grid<T>(repeats: number, transports: readonly T[], steps: readonly number[]) {
   for (let r = 0; r < repeats; r++)
     for (const t of transports) for (const rate of steps) yield [r, t, rate] as const;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
 interface StepRow {

@@ -35,7 +35,6 @@ import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import {
   isMainThread,
   MessageChannel,
@@ -46,15 +45,23 @@ import {
 } from 'node:worker_threads';
 import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
 import Database from 'better-sqlite3';
+import { stringFlags } from '../src/cli/command-args.js';
 import { runLoad } from '../src/client/load-driver.js';
-import { medianOfSorted } from '../src/client/stats.js';
+import { median } from '../src/client/stats.js';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { DEFAULT_MAX_MEMORY_CHARS, EmbeddedStore, searchSql } from '../src/retrieval/embedded-store.js';
 import { toFtsQuery } from '../src/retrieval/fts-query.js';
 import { scopeToken } from '../src/retrieval/store-rows.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
 import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
-import { machineInfo, parseInteger, parseNumber, runBenchMain } from './lib/bench-run.js';
+import {
+  type BenchFlagValues,
+  benchOptions,
+  machineInfo,
+  parseInteger,
+  parseNumber,
+  runBenchMain,
+} from './lib/bench-run.js';
 import { cannedAnswer } from './lib/canned-rows.js';
 import { benchLoadData } from './lib/load-data.js';
 import { projectPath } from './lib/paths.js';
@@ -135,12 +142,22 @@ export function floorSum(form: GrpcForm, grpcMs: number, searchUs: number, cpuSt
   };
 }
 
-/** Median of a non-empty list. */
-function median(xs: readonly number[]): number {
-  return medianOfSorted([...xs].sort((x, y) => x - y));
+/**
+ * µs per item of `run` over `items`, one pass per round after one unmeasured pass (SQLite's cache and the
+ * JIT warmed by it).
+ */
+function passesUs<T>(items: readonly T[], rounds: number, run: (item: T) => unknown): number[] {
+  for (const item of items) run(item);
+  const passes: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const start = performance.now();
+    for (const item of items) run(item);
+    passes.push(r3(((performance.now() - start) * 1000) / items.length));
+  }
+  return passes;
 }
 
-/** µs per query of the store's search over `queries`, per pass (one unmeasured pass first). */
+/** µs per query of the store's search over `queries`, per pass, and the hits it returns per query. */
 function searchPasses(
   db: string,
   queries: readonly { org: string; agent: string; text: string }[],
@@ -150,13 +167,8 @@ function searchPasses(
   try {
     let hits = 0;
     for (const q of queries) hits += store.search(q.org, q.agent, q.text).length;
-    const passes: number[] = [];
-    for (let r = 0; r < rounds; r++) {
-      const start = performance.now();
-      for (const q of queries) store.search(q.org, q.agent, q.text);
-      passes.push(((performance.now() - start) * 1000) / queries.length);
-    }
-    return { passes: passes.map(r3), mean_hits: r3(hits / queries.length) };
+    const passes = passesUs(queries, rounds, (q) => store.search(q.org, q.agent, q.text));
+    return { passes, mean_hits: r3(hits / queries.length) };
   } finally {
     store.close();
   }
@@ -164,7 +176,7 @@ function searchPasses(
 
 /**
  * Where one search's time goes, and one alternative, µs per query over the same queries (median of
- * `rounds` passes, one unmeasured pass first), on a read-only connection of the bench's own:
+ * `rounds` passes, {@link passesUs}), on a read-only connection of the bench's own:
  * - `matches`: counting the agent's matches only (`count(*)` of the same MATCH: no ranking, no rows);
  * - `ranked`: the store's inner statement (bm25 over every match, best 20 rowids: searchSql's subquery);
  * - `rowid_range`: the store's statement with the agent's rows found by a rowid range instead of the
@@ -218,17 +230,8 @@ function searchBreakdown(
     for (const p of params) {
       if (key(statements.store.all(p)) === key(statements.rowid_range.all(p))) same++;
     }
-    const timed = (name: keyof typeof statements) => {
-      const st = statements[name];
-      for (const p of params) st.all(p);
-      const passes: number[] = [];
-      for (let r = 0; r < rounds; r++) {
-        const start = performance.now();
-        for (const p of params) st.all(p);
-        passes.push(((performance.now() - start) * 1000) / params.length);
-      }
-      return r3(median(passes));
-    };
+    const timed = (name: keyof typeof statements) =>
+      r3(median(passesUs(params, rounds, (p) => statements[name].all(p))));
     return {
       queries: params.length,
       matches_us: timed('matches'),
@@ -306,26 +309,36 @@ async function pacedSearch(data: PacedSearchData, count: number): Promise<number
   }
 }
 
+const USAGE = `usage: npm run bench:floor -- [options]
+
+  --locomo <dir>          ingest and drive LoCoMo turns (default: generated LoCoMo-shaped data)
+  --rate <n>              requests/s of the gRPC floor's load (default 1000)
+  --seconds <n>           measured seconds per gRPC form (default 20)
+  --warmup-seconds <n>    unmeasured load before each form (default 30; 0 = ${MIN_WARMUP_S} s)
+  --connections <n>       gRPC connections of the driver (default 4)
+  --rounds <n>            search passes and CPU-task rounds, median taken (default 5)
+  --out <dir>             where floor.json goes (default bench/results)`;
+
+const FLAGS = stringFlags('locomo', 'rate', 'seconds', 'warmup-seconds', 'connections', 'rounds', 'out');
+
+/** The bench's options, resolved. @throws Error naming a bad flag. */
+function parseOptions(values: BenchFlagValues<typeof FLAGS>) {
+  return {
+    locomo: values.locomo,
+    rate: parseNumber('--rate', values.rate ?? '1000'),
+    seconds: parseNumber('--seconds', values.seconds ?? '20'),
+    warmupS: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
+    connections: parseInteger('--connections', values.connections ?? '4'),
+    rounds: parseInteger('--rounds', values.rounds ?? '5'),
+    out: path.resolve(values.out ?? projectPath('bench/results')),
+  };
+}
+
 async function main(argv: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      locomo: { type: 'string' },
-      rate: { type: 'string' },
-      seconds: { type: 'string' },
-      'warmup-seconds': { type: 'string' },
-      connections: { type: 'string' },
-      rounds: { type: 'string' },
-      out: { type: 'string' },
-    },
-  });
-  const rate = parseNumber('--rate', values.rate ?? '1000');
-  const seconds = parseNumber('--seconds', values.seconds ?? '20');
-  const warmupS = parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true);
-  const connections = parseInteger('--connections', values.connections ?? '4');
-  const rounds = parseInteger('--rounds', values.rounds ?? '5');
-  const out = path.resolve(values.out ?? projectPath('bench/results'));
-  const { db, data } = await benchLoadData('ibex-floor-', values.locomo);
+  const opts = benchOptions(argv, USAGE, FLAGS, parseOptions);
+  if (typeof opts === 'number') return opts;
+  const { rate, seconds, warmupS, connections, rounds, out } = opts;
+  const { db, data } = await benchLoadData('ibex-floor-', opts.locomo);
 
   const queries = (data.source.requests ?? []).map((r) => ({
     org: r.org_id ?? '',

@@ -17,7 +17,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringFlags } from '../src/cli/command-args.js';
-import { medianOfSorted } from '../src/client/stats.js';
+import { median } from '../src/client/stats.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -79,7 +79,6 @@ export interface Recommendation {
 /** A measured run: its pool size and the step row. */
 export type Run = StepRow & { threads: number; repeat: number };
 
-const median = (xs: readonly number[]): number => medianOfSorted([...xs].sort((a, b) => a - b));
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
 /** Folds the runs into one {@link GridCell} per (threads, rate), in threads then rate order. */

@@ -2,7 +2,7 @@
  * bench:ab's summary (bench/ab.ts, issue 10): per build the median CPU per call per thread group over the
  * rounds, and for every build after the first the per-round paired differences from the first build.
  */
-import { medianOfSorted, round } from '../../src/client/stats.js';
+import { median, round } from '../../src/client/stats.js';
 
 /** The thread groups of `/proc` CPU per call (bench/lib/thread-cpu.ts) and their total. */
 export const AB_GROUPS = ['main', 'pool', 'store', 'other', 'total'] as const;
@@ -29,8 +29,6 @@ export interface AbBuildSummary {
   /** Per group: median of (this build − first build) over the rounds both measured, ms; rounds it was lower. */
   vs_first?: Record<AbGroup, { median_diff_ms: number; rounds_lower: number; rounds: number }>;
 }
-
-const median = (values: readonly number[]) => medianOfSorted([...values].sort((a, b) => a - b));
 
 /** Summarises `steps` of `builds` builds (indices 0 … builds − 1). Steps without calls are left out. */
 export function summariseAb(builds: number, steps: readonly AbStep[]): AbBuildSummary[] {

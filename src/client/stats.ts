@@ -48,6 +48,11 @@ export function medianOfSorted(sorted: readonly number[]): number {
   return n % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
+/** {@link medianOfSorted} of `values` in any order (they are not changed). */
+export function median(values: readonly number[]): number {
+  return medianOfSorted([...values].sort((a, b) => a - b));
+}
+
 /** {@link SampleStats} of `samples` (population standard deviation); all zero when empty. */
 export function sampleStats(samples: readonly number[]): SampleStats {
   const sorted = [...samples].sort((a, b) => a - b);
