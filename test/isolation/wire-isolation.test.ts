@@ -350,10 +350,12 @@ describe('a 9 MiB history whose CPU stage is missed (issue 9; SPEC §10)', () =>
   const cjk = '漢'.repeat(32_768);
 
   it('queued and withdrawn: its request buffer comes back and the L2 answer is built on its bytes', async () => {
-    // One thread, held 1 s by the first call's task: the CJK call's task (its request buffer transferred
-    // to the pool) waits in the queue until its deadline withdraws it and hands the buffer back.
+    // One thread, held 3 s by the first call's task: the CJK call's task (its request buffer transferred
+    // to the pool) waits in the queue until its deadline withdraws it and hands the buffer back. D is
+    // 1.5 s after arrival, not less: with other test files running, the 9.8 MB upload alone took most of
+    // 400 ms once, and a call whose bytes arrive too late is rightly DEADLINE_EXCEEDED.
     const svc = await startPoolFaultService({
-      IBEX_CONTEXT_TIMEOUT: '400',
+      IBEX_CONTEXT_TIMEOUT: '1500',
       IBEX_CONTEXT_POOL_MIN_THREADS: '1',
       IBEX_CONTEXT_POOL_MAX_THREADS: '1',
     });
@@ -361,7 +363,7 @@ describe('a 9 MiB history whose CPU stage is missed (issue 9; SPEC §10)', () =>
       const t = tenant();
       const recent = Array.from({ length: 100 }, () => ({ role: 'user', content: cjk }));
       const blocker = svc.client.assemble(
-        request(t, { recent_messages: [{ role: 'user', content: `${FAULT_PREFIX}sleep:1000` }] }),
+        request(t, { recent_messages: [{ role: 'user', content: `${FAULT_PREFIX}sleep:3000` }] }),
         { deadlineMs: 10_000 },
       );
       await new Promise((resolve) => setTimeout(resolve, 50));
@@ -382,15 +384,16 @@ describe('a 9 MiB history whose CPU stage is missed (issue 9; SPEC §10)', () =>
   });
 
   it('abandoned while running: the task took the request buffer with it, so DEADLINE_EXCEEDED', async () => {
-    // D = arrival + 400 ms; the task (held 1.5 s by the fixture worker) was dispatched with the request's
-    // own buffer transferred (no 9 MiB copy on the main thread) and is abandoned at its deadline: the
-    // history's bytes are in that thread until the task returns, so no degraded answer can be built.
-    // Only a dispatched task that overruns its deadline does this; the DP stops cooperatively before it.
-    const svc = await startPoolFaultService({ IBEX_CONTEXT_TIMEOUT: '400' });
+    // D = arrival + 1.5 s (room for the upload under load, as above); the task (held 3.5 s by the fixture
+    // worker) was dispatched with the request's own buffer transferred (no 9 MiB copy on the main thread)
+    // and is abandoned at its deadline: the history's bytes are in that thread until the task returns, so
+    // no degraded answer can be built. Only a dispatched task that overruns its deadline does this; the DP
+    // stops cooperatively before it.
+    const svc = await startPoolFaultService({ IBEX_CONTEXT_TIMEOUT: '1500' });
     try {
       const t = tenant();
       const recent = [
-        { role: 'user', content: `${FAULT_PREFIX}sleep:1500` },
+        { role: 'user', content: `${FAULT_PREFIX}sleep:3500` },
         ...Array.from({ length: 99 }, () => ({ role: 'user', content: cjk })),
       ];
       const before = svc.pool.stats();
