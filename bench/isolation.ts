@@ -22,6 +22,7 @@ import {
   runBenchMain,
   tempDir,
 } from './lib/bench-run.js';
+import { type EldProbe, type LoopDelayMs, startEldProbe } from './lib/eld-probe.js';
 import { projectPath } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, printTable, startBenchService } from './lib/service-child.js';
@@ -59,7 +60,7 @@ function quietRequests(): AssembleContextRequestInput[] {
   }));
 }
 
-function quietFigures(r: LoadReport, server: ServerStepStats) {
+function quietFigures(r: LoadReport, server: ServerStepStats, floor: LoopDelayMs) {
   const sent = Math.max(1, r.requests.sent);
   return {
     sent: r.requests.sent,
@@ -71,6 +72,8 @@ function quietFigures(r: LoadReport, server: ServerStepStats) {
     p99_ms: r.latency_ms.p99,
     max_ms: r.latency_ms.max,
     event_loop_delay_ms: server.event_loop_delay_ms,
+    // The same measure in an empty Node process over the same seconds: what no service code can go below.
+    floor_event_loop_delay_ms: floor,
     gc: server.gc,
     server: {
       degraded_reasons: server.degraded_reasons,
@@ -85,8 +88,9 @@ function quietFigures(r: LoadReport, server: ServerStepStats) {
   };
 }
 
-async function quietPhase(service: ServiceProcess, seconds: number, rate: number) {
+async function quietPhase(service: ServiceProcess, probe: EldProbe, seconds: number, rate: number) {
   const before = await snapshot(service);
+  await probe.take();
   const report = await runLoad({
     addr: service.grpcAddr,
     rate,
@@ -96,7 +100,8 @@ async function quietPhase(service: ServiceProcess, seconds: number, rate: number
     source: cyclingSource('quiet org', quietRequests()),
   });
   const after = await snapshot(service);
-  return quietFigures(report, stepStats(before, after));
+  const floor = await probe.take();
+  return quietFigures(report, stepStats(before, after), floor);
 }
 
 /** A tinybench task's median, ms to the µs. */
@@ -300,6 +305,10 @@ async function main(): Promise<number> {
   };
   const { worker: memoryWorker, memoryUrl } = await startAttacker({ ...attackerData, role: 'memory' });
   const { worker } = await startAttacker({ ...attackerData, role: 'sender' });
+  // Exits by itself once the bench is gone (its stdin closes).
+  const probe = await startEldProbe(
+    opts.plainNode ? opts.nodeArgs : [...SERVICE_NODE_FLAGS, ...opts.nodeArgs],
+  );
   const dir = tempDir('ibex-isolation-');
   const { service } = await startBenchService(
     dir,
@@ -323,12 +332,12 @@ async function main(): Promise<number> {
       timeoutMs: BENCH_DEADLINE_MS,
       source: cyclingSource('quiet warm-up', quietRequests()),
     });
-    const alone = await quietPhase(service, seconds, quietRate);
+    const alone = await quietPhase(service, probe, seconds, quietRate);
     const memoryAttack = attack(worker, service.grpcAddr, seconds * 1000, MEMORY_KINDS);
-    const underMemoryAttack = await quietPhase(service, seconds, quietRate);
+    const underMemoryAttack = await quietPhase(service, probe, seconds, quietRate);
     const noisyMemory = await memoryAttack;
     const attackDone = attack(worker, service.grpcAddr, seconds * 1000, opts.kinds);
-    const underAttack = await quietPhase(service, seconds, quietRate);
+    const underAttack = await quietPhase(service, probe, seconds, quietRate);
     const noisy = await attackDone;
 
     // The decode bomb is invalid: its right answer is INVALID_ARGUMENT, checked on its own below. The rate
@@ -371,6 +380,10 @@ async function main(): Promise<number> {
       [
         'event-loop delay p99',
         `${alone.event_loop_delay_ms.p99} / ${m.event_loop_delay_ms.p99} / ${underAttack.event_loop_delay_ms.p99} ms  (≤ 2 ms)`,
+      ],
+      [
+        'the same, empty Node process (floor)',
+        [alone, m, underAttack].map((q) => q.floor_event_loop_delay_ms.p99).join(' / ') + ' ms',
       ],
       [
         'main-thread GC ms/s (mark-compacts/s)',
@@ -448,6 +461,7 @@ async function main(): Promise<number> {
     worker.postMessage({ stop: true });
     memoryWorker.postMessage({ stop: true });
     await service.stop();
+    await probe.stop();
     await worker.terminate();
     await memoryWorker.terminate();
   }

@@ -5,13 +5,13 @@
 
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { PoolStats } from '../pool/pool-stats.js';
 import type { MemoryThreadStats } from '../retrieval/memory-http-thread.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
 import { receivePauses, requestsDecidedEarly, uploadTurnWaits } from '../server/grpc-internals.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
+import { startLoopDelayMonitor } from './loop-delay.js';
 
 /** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
 const LATENCY_BUCKETS = [
@@ -80,9 +80,6 @@ export interface Metrics {
   stop(): void;
 }
 
-/** Sampling interval of the event-loop delay histogram, ms (10 ms: issue 10, idle wake-ups). */
-const ELD_RESOLUTION_MS = 10;
-
 /**
  * Creates the registry and metrics.
  * @param pool read at scrape time for queue depth, utilization, threads, capacity, queue limit and task
@@ -99,23 +96,17 @@ export function createMetrics(
 ): Metrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 10 });
-  // 10 ms sampling (issue 10): at 1 ms the histogram timer woke an idle server ~1,000 times a second.
-  // Delays that matter here are tens of ms; 10 ms resolution still sees them.
-  const loop = monitorEventLoopDelay({ resolution: ELD_RESOLUTION_MS });
-  loop.enable();
-  // The histogram records each sampling interval whole (resolution + delay): an idle loop reads ~10 ms.
-  // The delay is what exceeds the resolution.
-  const delay = (ns: number) => Math.max(0, ns / 1e9 - ELD_RESOLUTION_MS / 1000);
+  const loop = startLoopDelayMonitor();
   new Gauge({
     name: 'ibex_context_event_loop_delay_seconds',
     help: 'Main-thread event-loop delay since the previous scrape, by quantile',
     labelNames: ['quantile'],
     registers: [registry],
     collect() {
-      this.set({ quantile: '0.5' }, delay(loop.percentile(50)));
-      this.set({ quantile: '0.99' }, delay(loop.percentile(99)));
-      this.set({ quantile: '1' }, delay(loop.max));
-      loop.reset();
+      const q = loop.take();
+      this.set({ quantile: '0.5' }, q.p50);
+      this.set({ quantile: '0.99' }, q.p99);
+      this.set({ quantile: '1' }, q.max);
     },
   });
   new Gauge({
@@ -326,7 +317,7 @@ export function createMetrics(
       registers: [registry],
     }),
     stop() {
-      loop.disable();
+      loop.stop();
     },
   };
 }

@@ -1,0 +1,24 @@
+/**
+ * An empty Node process that only measures its own event-loop delay, the way the service measures its
+ * main thread's (src/telemetry/loop-delay.ts). Started by bench/lib/eld-probe.ts beside the service with
+ * the service's node flags: what it reads while the bench loads the machine is the floor that no code of
+ * the service can go below on these cores (issue 9's event-loop target).
+ *
+ * Protocol: each line on stdin asks for the quantiles since the previous line; the answer is one JSON line
+ * on stdout, `{"p50":…,"p99":…,"max":…}` in ms. It exits when stdin closes.
+ */
+import { createInterface } from 'node:readline';
+import { round } from '../src/client/stats.js';
+import { startLoopDelayMonitor } from '../src/telemetry/loop-delay.js';
+
+const monitor = startLoopDelayMonitor();
+const lines = createInterface({ input: process.stdin });
+lines.on('line', () => {
+  const q = monitor.take();
+  process.stdout.write(
+    `${JSON.stringify({ p50: round(q.p50 * 1000), p99: round(q.p99 * 1000), max: round(q.max * 1000) })}\n`,
+  );
+});
+lines.on('close', () => {
+  monitor.stop();
+});
