@@ -71,6 +71,8 @@ function quietFigures(r: LoadReport, server: ServerStepStats, floor: LoopDelayMs
     p50_ms: r.latency_ms.p50,
     p99_ms: r.latency_ms.p99,
     max_ms: r.latency_ms.max,
+    // Where the quiet latency goes: the service's own total_ms and the rest (transport, receive, driver).
+    split_ms: r.split_ms,
     event_loop_delay_ms: server.event_loop_delay_ms,
     // The same measure in an empty Node process over the same seconds: what no service code can go below.
     floor_event_loop_delay_ms: floor,
@@ -376,6 +378,12 @@ async function main(): Promise<number> {
       [
         'p99',
         `${alone.p99_ms} / ${m.p99_ms} / ${underAttack.p99_ms} ms, last phase ×${p99Ratio.toFixed(2)} of alone  (≤ ×2)`,
+      ],
+      [
+        'of it, p99 in the service (total_ms) | outside it',
+        [alone, m, underAttack]
+          .map((q) => `${q.split_ms.service.p99} | ${q.split_ms.outside.p99}`)
+          .join(' / ') + ' ms',
       ],
       [
         'event-loop delay p99',

@@ -69,6 +69,11 @@ export interface ResponseSummary {
   budgetExcluded: number;
   /** `degradation.level` ('' when absent). */
   level: string;
+  /**
+   * `metrics.total_ms`: the service's own time from the call's arrival to its answer, ms (whole ms,
+   * SPEC §9); null when the answer has no `metrics`.
+   */
+  totalMs: number | null;
 }
 
 const BUDGET = Buffer.from('budget');
@@ -85,6 +90,7 @@ export function summarizeResponse(body: Uint8Array): ResponseSummary {
     candidates: 0,
     budgetExcluded: 0,
     level: '',
+    totalMs: null,
   };
   const r = Reader.create(body);
   while (r.pos < r.len) {
@@ -107,6 +113,14 @@ export function summarizeResponse(body: Uint8Array): ResponseSummary {
       }
     } else if (field === 7) {
       out.memoryTokens = r.int32();
+    } else if (field === 8) {
+      const end = r.uint32() + r.pos;
+      out.totalMs = 0; // proto3 leaves a zero total_ms off the wire
+      while (r.pos < end) {
+        const t = r.uint32();
+        if (t >>> 3 === 8) out.totalMs = r.int32();
+        else r.skipType(t & 7);
+      }
     } else if (field === 100) {
       const end = r.uint32() + r.pos;
       while (r.pos < end) {

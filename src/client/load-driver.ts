@@ -172,6 +172,7 @@ function report(
     transport: transport.name,
     stopped_by: stoppedBy,
     latency_ms: recorder.latency(),
+    split_ms: recorder.split(),
     requests: recorder.requests,
     packing: recorder.packing(),
     ...recorder.rates(measured.windowMs),

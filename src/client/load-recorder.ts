@@ -37,6 +37,11 @@ class PerSecond {
   }
 }
 
+/** A latency HdrHistogram (3 significant digits, resizing as values grow; the caller picks the unit). */
+function latencyHistogram(): Histogram {
+  return build({ lowestDiscernibleValue: 1, numberOfSignificantValueDigits: 3, autoResize: true });
+}
+
 /** Settings of a {@link LoadRecorder}; times are `performance.now()` ms. */
 export interface RecorderSettings {
   /** Start of the measured window. */
@@ -73,11 +78,11 @@ export class LoadRecorder {
   /** The report's `packing`; the shares are filled by {@link LoadRecorder.packing}. */
   private readonly pack = { constrained_sent: 0, budget_choice: 0, unreadable: 0 };
   /** Latency from the intended send, µs. */
-  private readonly hist: Histogram = build({
-    lowestDiscernibleValue: 1,
-    numberOfSignificantValueDigits: 3,
-    autoResize: true,
-  });
+  private readonly hist: Histogram = latencyHistogram();
+  /** OK answers' `metrics.total_ms`, whole ms as sent (exact up to 2,047 ms). */
+  private readonly serviceHist: Histogram = latencyHistogram();
+  /** The rest of those answers' latency from their actual send, µs. */
+  private readonly outsideHist: Histogram = latencyHistogram();
   private readonly answersPerSecond = new PerSecond();
   private readonly bytesPerSecond = new PerSecond();
   /** Measured calls over the tail threshold: only these are kept, so a long run stays small. */
@@ -150,6 +155,10 @@ export class LoadRecorder {
     r.ok++;
     if (doneAt - sentAt > this.s.timeoutMs + this.s.lateMarginMs) r.late++;
     const answer = readAnswer(o, this.s.verify);
+    if (answer.totalMs !== null) {
+      this.serviceHist.recordValue(Math.max(1, answer.totalMs));
+      this.outsideHist.recordValue(Math.max(1, Math.round((doneAt - sentAt - answer.totalMs) * 1000)));
+    }
     if (answer.budgetChoice) this.pack.budget_choice++;
     if (answer.unreadable) this.pack.unreadable++;
     const level = answer.level;
@@ -194,6 +203,26 @@ export class LoadRecorder {
       max: us(h.maxValue),
     };
     h.destroy();
+    return out;
+  }
+
+  /** The report's `split_ms` (ms, 3 decimals); frees its histograms, so call it once. */
+  split(): LoadReport['split_ms'] {
+    // `perMs`: recorded units per ms (the service part in whole ms, the outside part in µs).
+    const q = (h: Histogram, perMs: number) =>
+      h.totalCount === 0
+        ? { p50: 0, p99: 0 }
+        : {
+            p50: round(h.getValueAtPercentile(50) / perMs, 3),
+            p99: round(h.getValueAtPercentile(99) / perMs, 3),
+          };
+    const out = {
+      answers: this.serviceHist.totalCount,
+      service: q(this.serviceHist, 1),
+      outside: q(this.outsideHist, 1000),
+    };
+    this.serviceHist.destroy();
+    this.outsideHist.destroy();
     return out;
   }
 

@@ -85,6 +85,12 @@ export function formatLoadReport(r: LoadReport): string {
       `packer chose (≥ 1 candidate excluded for budget) in ${r.packing.budget_choice} OK answers ` +
       `(${pct(r.packing.budget_choice_share)})`,
   ];
+  if (r.split_ms.answers > 0)
+    lines.push(
+      `of an OK answer's latency: the service's own total_ms p50 ${r.split_ms.service.p50} ms p99 ` +
+        `${r.split_ms.service.p99} ms; outside it (transport, receive, driver) p50 ${r.split_ms.outside.p50} ms ` +
+        `p99 ${r.split_ms.outside.p99} ms`,
+    );
   lines.push(formatTail(r.tail));
   lines.push(
     `driver (${r.transport}): event loop ${Math.round(r.driver.event_loop_utilization * 100)}% busy, ${r.driver.cpu_s} s CPU`,

@@ -173,6 +173,8 @@ export interface AnswerReading {
   budgetChoice: boolean;
   /** The body was missing or malformed, or (with `verify`) its full decode disagreed with the header. */
   unreadable: boolean;
+  /** The answer's `metrics.total_ms` (null when missing or unreadable), ms. */
+  totalMs: number | null;
 }
 
 /**
@@ -180,7 +182,7 @@ export interface AnswerReading {
  * a full protobuf decode whose `degradation.level` must equal the level reported.
  */
 export function readAnswer(o: RawOutcome, verify: boolean): AnswerReading {
-  if (o.body === null) return { level: o.level, budgetChoice: false, unreadable: true };
+  if (o.body === null) return { level: o.level, budgetChoice: false, unreadable: true, totalMs: null };
   try {
     const s = summarizeResponse(o.body);
     const level = o.level === '' ? s.level : o.level;
@@ -189,8 +191,8 @@ export function readAnswer(o: RawOutcome, verify: boolean): AnswerReading {
       const full = ASSEMBLE_METHOD.responseDeserialize(o.body) as { degradation?: { level?: string } | null };
       unreadable = (full.degradation?.level ?? '') !== level;
     }
-    return { level, budgetChoice: s.budgetExcluded > 0, unreadable };
+    return { level, budgetChoice: s.budgetExcluded > 0, unreadable, totalMs: s.totalMs };
   } catch {
-    return { level: o.level, budgetChoice: false, unreadable: true };
+    return { level: o.level, budgetChoice: false, unreadable: true, totalMs: null };
   }
 }

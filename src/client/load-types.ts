@@ -146,6 +146,14 @@ export interface LoadReport {
    * Cancelled stragglers (`requests.unfinished`) are not in it.
    */
   latency_ms: LatencyStats;
+  /**
+   * OK answers split at the service's own clock (`metrics.total_ms`, SPEC §9): `service` is that total,
+   * from the call's arrival in the service to its answer; `outside` is the rest of each call's latency
+   * from its actual send: both directions of the transport, the service's receive before the arrival and
+   * its write after the answer, the driver's own delays. ms, ±0.5 ms per call (total_ms is whole ms);
+   * `answers` counts the OK answers that carried metrics (0: both are 0).
+   */
+  split_ms: { answers: number; service: SplitQuantiles; outside: SplitQuantiles };
   requests: {
     /** Measured requests sent. */
     sent: number;
@@ -206,6 +214,12 @@ export interface LoadReport {
   bytes: { total: number; per_second: SampleStats };
   /** The slow calls (over `tailThresholdMs`) grouped into incidents by send time (tail-incidents.ts). */
   tail: TailReport;
+}
+
+/** p50 and p99 of one part of {@link LoadReport.split_ms}, ms. */
+export interface SplitQuantiles {
+  p50: number;
+  p99: number;
 }
 
 /** Defaults of {@link LoadOptions}. */

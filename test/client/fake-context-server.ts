@@ -62,7 +62,14 @@ export interface Tally {
 }
 
 export async function startFake(
-  b: { l1Every?: number; lieEvery?: number; deadlineFirstOf?: number; bare?: boolean } = {},
+  b: {
+    l1Every?: number;
+    lieEvery?: number;
+    deadlineFirstOf?: number;
+    bare?: boolean;
+    /** Answer after this many ms, reporting them as `metrics.total_ms` (else at once, total_ms 1). */
+    serviceMs?: number;
+  } = {},
 ): Promise<{ addr: string; tally: Tally }> {
   const tally: Tally = { calls: 0, constrained: 0, budgetAnswers: 0, available: [] };
   const seenQueries = new Map<string, number>();
@@ -83,6 +90,10 @@ export async function startFake(
     // Replay checks memory blocks against memories_used: a bare answer has neither.
     if (b.bare) Object.assign(result.response, { memories_used: [], memories_included: 0, memory_tokens: 0 });
     if (result.response.memories_used.some((r) => r.exclusion === 'budget')) tally.budgetAnswers++;
+    if (b.serviceMs !== undefined) {
+      await new Promise((resolve) => setTimeout(resolve, b.serviceMs));
+      result.response.metrics = { ...result.response.metrics!, total_ms: b.serviceMs };
+    }
     return result;
   };
   const { addr } = await startAssembleServer(assemble);

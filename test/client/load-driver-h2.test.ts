@@ -17,6 +17,7 @@ import {
 import { ASSEMBLE_METHOD } from '../../src/client/context-client.js';
 import { summarizeResponse } from '../../src/client/grpc-frames.js';
 import { runLoad } from '../../src/client/load-driver.js';
+import { formatLoadReport } from '../../src/client/load-report.js';
 import { cyclingSource } from '../../src/client/request-source.js';
 import type { ValidatedRequest } from '../../src/server/validate.js';
 import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
@@ -30,7 +31,8 @@ describe('summarizeResponse', () => {
         fc.nat(100_000),
         fc.constantFrom('L0', 'L1', 'L2', ''),
         fc.string(),
-        (rows, memoryTokens, level, text) => {
+        fc.option(fc.nat(60_000)),
+        (rows, memoryTokens, level, text, totalMs) => {
           const res = answer(
             { agentId: AGENTS[0], availableTokens: 0, query: text } as unknown as ValidatedRequest,
             'L0',
@@ -44,6 +46,7 @@ describe('summarizeResponse', () => {
             token_estimate: r.tokens,
           }));
           res.memory_tokens = memoryTokens;
+          res.metrics = (totalMs === null ? null : { ...res.metrics!, total_ms: totalMs }) as never;
           res.degradation = (
             level === '' ? null : { level, intentional: false, reasons: ['budget'], branches: [] }
           ) as never;
@@ -54,10 +57,34 @@ describe('summarizeResponse', () => {
             candidates: rows.length,
             budgetExcluded: rows.filter((r) => r.exclusion === 'budget').length,
             level,
+            totalMs,
           });
         },
       ),
       { numRuns: 200 },
+    );
+  });
+});
+
+describe('the latency split at the service clock', () => {
+  it("splits each OK answer's latency into the service's total_ms and the rest, and prints both", async () => {
+    const fake = await startFake({ serviceMs: 20 });
+    const report = await runLoad({
+      addr: fake.addr,
+      connections: 2,
+      rate: 50,
+      durationS: 1,
+      source: cyclingSource('split', requests(8)),
+    });
+    expect(report.requests.ok).toBe(50);
+    expect(report.split_ms.answers).toBe(50);
+    expect(report.split_ms.service).toEqual({ p50: 20, p99: 20 });
+    // Per call, outside = done − sent − 20 ≤ done − intended − 20 = latency − 20, so also at the p50
+    // (HdrHistogram buckets: 3 significant digits).
+    expect(report.split_ms.outside.p50).toBeGreaterThan(0);
+    expect(report.split_ms.outside.p50).toBeLessThanOrEqual(report.latency_ms.p50 - 20 + 0.05);
+    expect(formatLoadReport(report)).toContain(
+      `the service's own total_ms p50 20 ms p99 20 ms; outside it (transport, receive, driver) p50 ${report.split_ms.outside.p50} ms`,
     );
   });
 });
