@@ -1,5 +1,6 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, receiveMessageOnPort, Worker } from 'node:worker_threads';
 import { Bench } from 'tinybench';
@@ -234,7 +235,8 @@ const MEMORY_KINDS = ['memory_5000_hits', 'memory_html_300kb'];
 const HEAVY_KINDS = ['decode_bomb', 'emoji_history', ...MEMORY_KINDS, 'cjk_history'];
 
 const USAGE = `usage: npm run bench:isolation -- [options]
-  --seconds <s>           measured seconds per phase: quiet alone, under memory kinds, under all kinds (default 10)
+  --seconds <s>           measured seconds per phase: an empty Node process on the idle machine (the
+                          floor), then the quiet org alone, under memory kinds, under all kinds (default 10)
   --quiet-rate <r>        the quiet org's calls per second (default 25)
   --noisy-rate <r>        the noisy org's calls per second, per heavy kind (default 10)
   --noisy-timeout-ms <ms> the noisy caller's own deadline (default ${NOISY_TIMEOUT_MS})
@@ -298,6 +300,19 @@ async function main(): Promise<number> {
   );
   printTable(Object.entries(crossing).map(([k, v]) => [k, `${v} ms`]));
 
+  // The host's own floor first: the empty process with nothing of the bench's running yet. On a shared
+  // host the vCPUs' wake-ups alone can pass 2 ms at the p99.
+  // Exits by itself once the bench is gone (its stdin closes).
+  const probe = await startEldProbe(
+    opts.plainNode ? opts.nodeArgs : [...SERVICE_NODE_FLAGS, ...opts.nodeArgs],
+  );
+  await probe.take();
+  await sleep(seconds * 1000);
+  const idleFloor = await probe.take();
+  console.log(
+    `event-loop delay of an empty Node process, machine idle, ${seconds} s: p99 ${idleFloor.p99} ms`,
+  );
+
   const attackerData: Omit<AttackerData, 'role'> = {
     quiet: QUIET,
     noisyOrg: NOISY_ORG,
@@ -307,10 +322,6 @@ async function main(): Promise<number> {
   };
   const { worker: memoryWorker, memoryUrl } = await startAttacker({ ...attackerData, role: 'memory' });
   const { worker } = await startAttacker({ ...attackerData, role: 'sender' });
-  // Exits by itself once the bench is gone (its stdin closes).
-  const probe = await startEldProbe(
-    opts.plainNode ? opts.nodeArgs : [...SERVICE_NODE_FLAGS, ...opts.nodeArgs],
-  );
   const dir = tempDir('ibex-isolation-');
   const { service } = await startBenchService(
     dir,
@@ -452,6 +463,8 @@ async function main(): Promise<number> {
         under_memory_attack: underMemoryAttack,
         under_attack: underAttack,
         p99_ratio: Math.round(p99Ratio * 100) / 100,
+        // The empty process before anything of the bench ran (each phase has its own floor too).
+        machine_idle_floor_event_loop_delay_ms: idleFloor,
         main_thread_cpu_ms_per_noisy_memory_call: mainMsPerMemoryCall,
         memory_attack_p99_ratio: Math.round((m.p99_ms / Math.max(1e-9, alone.p99_ms)) * 100) / 100,
       },
