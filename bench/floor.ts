@@ -31,7 +31,6 @@
  * requests on the wire and splices its answers (grpc-server.ts), so its own gRPC share lies between the
  * two forms.
  */
-import { fork } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -43,17 +42,15 @@ import {
   Worker,
   workerData,
 } from 'node:worker_threads';
-import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
 import Database from 'better-sqlite3';
 import { stringFlags } from '../src/cli/command-args.js';
 import { runLoad } from '../src/client/load-driver.js';
 import { median } from '../src/client/stats.js';
-import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { DEFAULT_MAX_MEMORY_CHARS, EmbeddedStore, searchSql } from '../src/retrieval/embedded-store.js';
 import { toFtsQuery } from '../src/retrieval/fts-query.js';
 import { scopeToken } from '../src/retrieval/store-rows.js';
-import { type AssembleContextResponse, contextServiceDefinition } from '../src/server/proto.js';
 import { type CpuTaskRow, cpuTaskFigures } from './cpu-task-heavy.js';
+import { GRPC_FORMS, type GrpcForm, startBareGrpcServer } from './lib/bare-grpc.js';
 import {
   type BenchFlagValues,
   benchOptions,
@@ -62,51 +59,15 @@ import {
   parseNumber,
   runBenchMain,
 } from './lib/bench-run.js';
-import { cannedAnswer } from './lib/canned-rows.js';
 import { benchLoadData } from './lib/load-data.js';
 import { projectPath } from './lib/paths.js';
 import { readThreads, threadCpuStep } from './lib/thread-cpu.js';
-
-/** The two forms of the gRPC floor (see the file's comment). */
-export const GRPC_FORMS = ['codec', 'bytes'] as const;
-type GrpcForm = (typeof GRPC_FORMS)[number];
 
 /** Warm-up of each gRPC form when `--warmup-seconds 0` is given, s: the connections' first calls. */
 const MIN_WARMUP_S = 0.5;
 
 /** Issue 10's target: server CPU per call over all its threads, ms. */
 export const TARGET_MS_PER_CALL = 1.0;
-
-/**
- * Child side: a grpc-js server on 127.0.0.1, port 0, with channelz off as the service has it
- * (grpc-server.ts), answering AssembleContext with the canned answer; the port goes to the parent.
- */
-function serve(form: GrpcForm): void {
-  const answer = cannedAnswer();
-  const assemble = contextServiceDefinition.AssembleContext!;
-  let definition: ServiceDefinition = { AssembleContext: assemble };
-  if (form === 'bytes') {
-    const bytes = assemble.responseSerialize(answer);
-    definition = {
-      AssembleContext: {
-        ...assemble,
-        requestDeserialize: (b: Buffer) => b,
-        responseSerialize: () => bytes,
-      },
-    };
-  }
-  const server = new Server({ 'grpc.enable_channelz': 0 });
-  server.addService(definition, {
-    AssembleContext: (_call: unknown, callback: sendUnaryData<AssembleContextResponse>) =>
-      callback(null, answer),
-  });
-  // The parent gone (killed, crashed), this server has nobody to serve.
-  process.on('disconnect', () => process.exit(0));
-  server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, port) => {
-    if (err) throw err;
-    process.send?.({ port });
-  });
-}
 
 /** The per-call sums of the floors with one form of the gRPC floor, and what they leave of the target, ms. */
 export interface FloorSum {
@@ -374,16 +335,8 @@ async function main(argv: string[]): Promise<number> {
 
   const grpc: Record<string, unknown>[] = [];
   for (const form of GRPC_FORMS) {
-    // The service's own node flags (heap floor, V8 helper threads): the same GC and helpers as `serve`.
-    const child = fork(new URL(import.meta.url).pathname, ['--serve', form], {
-      stdio: 'inherit',
-      execArgv: [...SERVICE_NODE_FLAGS],
-    });
+    const { port, child } = await startBareGrpcServer(form);
     try {
-      const port = await new Promise<number>((resolve, reject) => {
-        child.once('message', (m: { port: number }) => resolve(m.port));
-        child.once('exit', (code) => reject(new Error(`the ${form} gRPC server exited (code ${code})`)));
-      });
       const common = { addr: `127.0.0.1:${port}`, rate, connections, transport: 'frames' as const };
       await runLoad({ ...common, durationS: warmupS || MIN_WARMUP_S, source: data.source });
       const before = readThreads(child.pid!);
@@ -459,5 +412,4 @@ async function main(argv: string[]): Promise<number> {
 if (!isMainThread) {
   const { port, ...data } = workerData as PacedSearchData & { port: MessagePort };
   pacedSearchThread(data, port);
-} else if (process.argv[2] === '--serve') serve(process.argv[3] as GrpcForm);
-else runBenchMain(() => main(process.argv.slice(2)));
+} else runBenchMain(() => main(process.argv.slice(2)));

@@ -1,4 +1,6 @@
+import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +15,7 @@ import { bytesInPlace, type MemoryContent } from '../src/retrieval/content-bytes
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
+import { startBareGrpcServer } from './lib/bare-grpc.js';
 import {
   type BenchFlagValues,
   benchOptions,
@@ -105,6 +108,49 @@ async function quietPhase(service: ServiceProcess, probe: EldProbe, seconds: num
   const after = await snapshot(service);
   const floor = await probe.take();
   return quietFigures(report, stepStats(before, after), floor);
+}
+
+/**
+ * The quiet org's p99 ratio for a server that does no work: the bare gRPC server (bench/lib/bare-grpc.ts)
+ * driven as the quiet org is, alone and then beside one busy loop per core (processes at the same
+ * priority holding the CPUs, as the attack's load does). What the ×2 target leaves once the machine's
+ * scheduling alone has had its share. Latencies in ms.
+ */
+async function bareServerRatio(seconds: number, rate: number) {
+  const { port, child } = await startBareGrpcServer('codec');
+  try {
+    const drive = (name: string, durationS: number) =>
+      runLoad({
+        addr: `127.0.0.1:${port}`,
+        rate,
+        durationS,
+        connections: 2,
+        timeoutMs: BENCH_DEADLINE_MS,
+        source: cyclingSource(name, quietRequests()),
+      });
+    await drive('bare server warm-up', 2);
+    const alone = await drive('bare server alone', seconds);
+    // Each loop ends by itself a little after the phase, so none outlives a killed bench for long.
+    const untilMs = (seconds + 5) * 1000;
+    const loops = Array.from({ length: os.availableParallelism() }, () =>
+      spawn(process.execPath, ['-e', `const end = Date.now() + ${untilMs}; while (Date.now() < end) {}`]),
+    );
+    let beside: LoadReport;
+    try {
+      beside = await drive('bare server beside busy loops', seconds);
+    } finally {
+      for (const loop of loops) loop.kill('SIGKILL');
+    }
+    return {
+      busy_loops: loops.length,
+      alone_p99_ms: alone.latency_ms.p99,
+      beside_busy_loops_p99_ms: beside.latency_ms.p99,
+      p99_ratio: Math.round((beside.latency_ms.p99 / Math.max(1e-9, alone.latency_ms.p99)) * 100) / 100,
+      errors: alone.requests.error_total + beside.requests.error_total,
+    };
+  } finally {
+    child.kill('SIGTERM');
+  }
 }
 
 /** A tinybench task's median, ms to the µs. */
@@ -235,8 +281,9 @@ const MEMORY_KINDS = ['memory_5000_hits', 'memory_html_300kb'];
 const HEAVY_KINDS = ['decode_bomb', 'emoji_history', ...MEMORY_KINDS, 'cjk_history'];
 
 const USAGE = `usage: npm run bench:isolation -- [options]
-  --seconds <s>           measured seconds per phase: an empty Node process on the idle machine (the
-                          floor), then the quiet org alone, under memory kinds, under all kinds (default 10)
+  --seconds <s>           measured seconds per phase: an empty Node process on the idle machine, a bare
+                          gRPC server alone and beside a busy loop per core (the floors), then the quiet
+                          org alone, under memory kinds, under all kinds (default 10)
   --quiet-rate <r>        the quiet org's calls per second (default 25)
   --noisy-rate <r>        the noisy org's calls per second, per heavy kind (default 10)
   --noisy-timeout-ms <ms> the noisy caller's own deadline (default ${NOISY_TIMEOUT_MS})
@@ -311,6 +358,11 @@ async function main(): Promise<number> {
   const idleFloor = await probe.take();
   console.log(
     `event-loop delay of an empty Node process, machine idle, ${seconds} s: p99 ${idleFloor.p99} ms`,
+  );
+  const bare = await bareServerRatio(seconds, quietRate);
+  console.log(
+    `quiet requests to a bare gRPC server (no work), p99 alone ${bare.alone_p99_ms} ms, beside ` +
+      `${bare.busy_loops} busy loops ${bare.beside_busy_loops_p99_ms} ms (×${bare.p99_ratio})`,
   );
 
   const attackerData: Omit<AttackerData, 'role'> = {
@@ -465,6 +517,8 @@ async function main(): Promise<number> {
         p99_ratio: Math.round(p99Ratio * 100) / 100,
         // The empty process before anything of the bench ran (each phase has its own floor too).
         machine_idle_floor_event_loop_delay_ms: idleFloor,
+        // The ratio's floor: a server that does no work, alone and beside a busy loop per core.
+        bare_server: bare,
         main_thread_cpu_ms_per_noisy_memory_call: mainMsPerMemoryCall,
         memory_attack_p99_ratio: Math.round((m.p99_ms / Math.max(1e-9, alone.p99_ms)) * 100) / 100,
       },
