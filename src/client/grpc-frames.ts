@@ -70,7 +70,7 @@ export interface ResponseSummary {
   /** `degradation.level` ('' when absent). */
   level: string;
   /**
-   * `metrics.total_ms`: the service's own time from the call's arrival to its answer, ms (whole ms,
+   * `metrics.total_ms`: the service's own time from its handler's start to the answer, ms (whole ms,
    * SPEC §9); null when the answer has no `metrics`.
    */
   totalMs: number | null;

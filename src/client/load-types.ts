@@ -148,9 +148,9 @@ export interface LoadReport {
   latency_ms: LatencyStats;
   /**
    * OK answers split at the service's own clock (`metrics.total_ms`, SPEC §9): `service` is that total,
-   * from the call's arrival in the service to its answer; `outside` is the rest of each call's latency
-   * from its actual send: both directions of the transport, the service's receive before the arrival and
-   * its write after the answer, the driver's own delays. ms, ±0.5 ms per call (total_ms is whole ms);
+   * from the handler's start (request received and decoded) to its answer; `outside` is the rest of each
+   * call's latency from its actual send: both directions of the transport, the service's receive and
+   * decode before its handler and its write after the answer, the driver's own delays. ms, ±0.5 ms per call (total_ms is whole ms);
    * `answers` counts the OK answers that carried metrics (0: both are 0).
    */
   split_ms: { answers: number; service: SplitQuantiles; outside: SplitQuantiles };
