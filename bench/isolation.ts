@@ -78,7 +78,7 @@ function quietFigures(r: LoadReport, server: ServerStepStats, floor: LoopDelayMs
     // Where the quiet latency goes: the service's own total_ms and the rest (transport, receive, driver).
     split_ms: r.split_ms,
     event_loop_delay_ms: server.event_loop_delay_ms,
-    // The same measure in an empty Node process over the same seconds: what no service code can go below.
+    // The same measure in an empty Node process over the same seconds (a process with none of our code).
     floor_event_loop_delay_ms: floor,
     gc: server.gc,
     server: {
@@ -113,11 +113,12 @@ async function quietPhase(service: ServiceProcess, probe: EldProbe, seconds: num
 /**
  * The quiet org's p99 ratio for a server that does no work: the bare gRPC server (bench/lib/bare-grpc.ts)
  * driven as the quiet org is, alone and then beside one busy loop per core (processes at the same
- * priority holding the CPUs, as the attack's load does). What the ×2 target leaves once the machine's
- * scheduling alone has had its share. Latencies in ms.
+ * priority holding the CPUs, as the attack's load does), started with the service's `nodeFlags`. A
+ * reference for the ×2 target: what this machine's scheduling does to a server with no work and no
+ * threads. Latencies in ms.
  */
-async function bareServerRatio(seconds: number, rate: number) {
-  const { port, child } = await startBareGrpcServer('codec');
+async function bareServerRatio(seconds: number, rate: number, nodeFlags: readonly string[]) {
+  const { port, child } = await startBareGrpcServer('codec', nodeFlags);
   try {
     const drive = (name: string, durationS: number) =>
       runLoad({
@@ -347,19 +348,18 @@ async function main(): Promise<number> {
   );
   printTable(Object.entries(crossing).map(([k, v]) => [k, `${v} ms`]));
 
-  // The host's own floor first: the empty process with nothing of the bench's running yet. On a shared
+  // The host's own floor first: the empty process before any of the bench's servers or load. On a shared
   // host the vCPUs' wake-ups alone can pass 2 ms at the p99.
+  const nodeFlags = opts.plainNode ? opts.nodeArgs : [...SERVICE_NODE_FLAGS, ...opts.nodeArgs];
   // Exits by itself once the bench is gone (its stdin closes).
-  const probe = await startEldProbe(
-    opts.plainNode ? opts.nodeArgs : [...SERVICE_NODE_FLAGS, ...opts.nodeArgs],
-  );
+  const probe = await startEldProbe(nodeFlags);
   await probe.take();
   await sleep(seconds * 1000);
   const idleFloor = await probe.take();
   console.log(
-    `event-loop delay of an empty Node process, machine idle, ${seconds} s: p99 ${idleFloor.p99} ms`,
+    `event-loop delay of an empty Node process before any load, ${seconds} s: p99 ${idleFloor.p99} ms`,
   );
-  const bare = await bareServerRatio(seconds, quietRate);
+  const bare = await bareServerRatio(seconds, quietRate, nodeFlags);
   console.log(
     `quiet requests to a bare gRPC server (no work), p99 alone ${bare.alone_p99_ms} ms, beside ` +
       `${bare.busy_loops} busy loops ${bare.beside_busy_loops_p99_ms} ms (×${bare.p99_ratio})`,
@@ -515,7 +515,7 @@ async function main(): Promise<number> {
         under_memory_attack: underMemoryAttack,
         under_attack: underAttack,
         p99_ratio: Math.round(p99Ratio * 100) / 100,
-        // The empty process before anything of the bench ran (each phase has its own floor too).
+        // The empty process before any of the bench's servers or load (each phase has its own floor too).
         machine_idle_floor_event_loop_delay_ms: idleFloor,
         // The ratio's floor: a server that does no work, alone and beside a busy loop per core.
         bare_server: bare,

@@ -60,12 +60,15 @@ export interface BareGrpcServer {
 }
 
 /**
- * Starts the bare server in a child with the service's node flags (heap floor, V8 helper threads: the
- * same GC and helpers as `serve`).
+ * Starts the bare server in a child with `nodeFlags`, by default the service's (heap floor, V8 helper
+ * threads: the same GC and helpers as `serve`).
  * @throws Error if the child exits before it listens.
  */
-export async function startBareGrpcServer(form: GrpcForm): Promise<BareGrpcServer> {
-  const child = fork(ENTRY, [form], { stdio: 'inherit', execArgv: [...SERVICE_NODE_FLAGS] });
+export async function startBareGrpcServer(
+  form: GrpcForm,
+  nodeFlags: readonly string[] = SERVICE_NODE_FLAGS,
+): Promise<BareGrpcServer> {
+  const child = fork(ENTRY, [form], { stdio: 'inherit', execArgv: [...nodeFlags] });
   const port = await new Promise<number>((resolve, reject) => {
     child.once('message', (m: { port: number }) => resolve(m.port));
     child.once('exit', (code) => reject(new Error(`the ${form} gRPC server exited (code ${code})`)));

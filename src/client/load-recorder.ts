@@ -156,8 +156,9 @@ export class LoadRecorder {
     if (doneAt - sentAt > this.s.timeoutMs + this.s.lateMarginMs) r.late++;
     const answer = readAnswer(o, this.s.verify);
     if (answer.totalMs !== null) {
-      this.serviceHist.recordValue(Math.max(1, answer.totalMs));
-      this.outsideHist.recordValue(Math.max(1, Math.round((doneAt - sentAt - answer.totalMs) * 1000)));
+      this.serviceHist.recordValue(Math.max(0, answer.totalMs));
+      // Below 0 only by total_ms's rounding to whole ms.
+      this.outsideHist.recordValue(Math.max(0, Math.round((doneAt - sentAt - answer.totalMs) * 1000)));
     }
     if (answer.budgetChoice) this.pack.budget_choice++;
     if (answer.unreadable) this.pack.unreadable++;
