@@ -9,11 +9,13 @@ import { Bench } from 'tinybench';
 import { stringFlags } from '../src/cli/command-args.js';
 import { type LoadReport, runLoad } from '../src/client/load-driver.js';
 import { cyclingSource } from '../src/client/request-source.js';
+import { round } from '../src/client/stats.js';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { type CpuTaskScalars, encodeCandidates } from '../src/pool/cpu-batch.js';
 import { bytesInPlace, type MemoryContent } from '../src/retrieval/content-bytes.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { AssembleContextRequestInput } from '../src/server/proto.js';
+import type { LoopDelayQuantiles } from '../src/telemetry/loop-delay.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
 import { startBareGrpcServer } from './lib/bare-grpc.js';
 import {
@@ -26,7 +28,7 @@ import {
   runBenchMain,
   tempDir,
 } from './lib/bench-run.js';
-import { type EldProbe, type LoopDelayMs, startEldProbe } from './lib/eld-probe.js';
+import { type EldProbe, startEldProbe } from './lib/eld-probe.js';
 import { projectPath } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, printTable, startBenchService } from './lib/service-child.js';
@@ -64,7 +66,7 @@ function quietRequests(): AssembleContextRequestInput[] {
   }));
 }
 
-function quietFigures(r: LoadReport, server: ServerStepStats, floor: LoopDelayMs) {
+function quietFigures(r: LoadReport, server: ServerStepStats, floor: LoopDelayQuantiles) {
   const sent = Math.max(1, r.requests.sent);
   return {
     sent: r.requests.sent,
@@ -146,7 +148,7 @@ async function bareServerRatio(seconds: number, rate: number, nodeFlags: readonl
       busy_loops: loops.length,
       alone_p99_ms: alone.latency_ms.p99,
       beside_busy_loops_p99_ms: beside.latency_ms.p99,
-      p99_ratio: Math.round((beside.latency_ms.p99 / Math.max(1e-9, alone.latency_ms.p99)) * 100) / 100,
+      p99_ratio: round(beside.latency_ms.p99 / Math.max(1e-9, alone.latency_ms.p99), 2),
       errors: alone.requests.error_total + beside.requests.error_total,
     };
   } finally {

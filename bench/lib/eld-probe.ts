@@ -7,20 +7,17 @@
 import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Readable, Writable } from 'node:stream';
+import type { LoopDelayQuantiles } from '../../src/telemetry/loop-delay.js';
 import { projectPath } from './paths.js';
-
-/** Event-loop delay quantiles over an interval, ms (µs precision). */
-export interface LoopDelayMs {
-  p50: number;
-  p99: number;
-  max: number;
-}
 
 /** A running probe process. */
 export interface EldProbe {
   pid: number;
-  /** The probe's delay quantiles since the previous `take` (or its start), ms; starts a new interval. */
-  take(): Promise<LoopDelayMs>;
+  /**
+   * The probe's delay quantiles since the previous `take` (or its start), ms to the µs; starts a new
+   * interval.
+   */
+  take(): Promise<LoopDelayQuantiles>;
   /** Ends the probe (closes its stdin) and waits for it to exit. */
   stop(): Promise<void>;
 }
@@ -43,9 +40,9 @@ export async function startEldProbe(nodeFlags: readonly string[]): Promise<EldPr
     child.once('error', reject);
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const waiting: Array<{ resolve: (q: LoopDelayMs) => void; reject: (e: Error) => void }> = [];
+  const waiting: Array<{ resolve: (q: LoopDelayQuantiles) => void; reject: (e: Error) => void }> = [];
   createInterface({ input: child.stdout }).on('line', (line) => {
-    waiting.shift()?.resolve(JSON.parse(line) as LoopDelayMs);
+    waiting.shift()?.resolve(JSON.parse(line) as LoopDelayQuantiles);
   });
   void exited.then(() => {
     for (const w of waiting.splice(0)) w.reject(new Error('event-loop probe exited'));

@@ -6,6 +6,7 @@
  * Counters and histograms are differenced between the scrapes. The event-loop delay gauge is special: the
  * service resets its monitor at every scrape, so the *after* scrape reads the delay over the step itself.
  */
+import type { LoopDelayQuantiles } from '../../src/telemetry/loop-delay.js';
 import { machineCpu, type ProcessCpu, type ServiceProcess } from './service-process.js';
 
 /** One parsed exposition: `name{label="v",…}` (labels sorted) → value. */
@@ -153,7 +154,7 @@ export interface ServerStepStats {
   /** Calls with a large history answered DEADLINE_EXCEEDED at once: not even a degraded answer fit in time. */
   refused_too_late: number;
   /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 10 ms resolution). */
-  event_loop_delay_ms: { p50: number; p99: number; max: number };
+  event_loop_delay_ms: LoopDelayQuantiles;
   /** Main-isolate garbage collection over the step ({@link gcDelta}). */
   gc: GcStepStats;
   /** Cores used by the server: all threads, the main (event-loop) thread, and the rest (pool, GC, libuv). */

@@ -8,8 +8,11 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 /** Sampling interval of the event-loop delay histogram, ms (10 ms: issue 10, idle wake-ups). */
 export const ELD_RESOLUTION_MS = 10;
 
-/** Event-loop delay quantiles over an interval, seconds (what exceeds the sampling interval). */
-export interface LoopDelaySeconds {
+/**
+ * Event-loop delay quantiles over an interval: what exceeds the sampling interval, in seconds from
+ * {@link LoopDelayMonitor.take}, in ms in the benches' reports.
+ */
+export interface LoopDelayQuantiles {
   p50: number;
   p99: number;
   max: number;
@@ -21,7 +24,7 @@ export interface LoopDelayMonitor {
    * Quantiles since the previous `take` (or the start), then starts a new interval. The first sampling
    * interval after a take is not recorded: Node's histogram reset also forgets the last sample's time.
    */
-  take(): LoopDelaySeconds;
+  take(): LoopDelayQuantiles;
   /** Stops sampling (the timer no longer wakes the loop). */
   stop(): void;
 }
