@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
+    include: ['test/**/*.test.ts', 'bench/internal/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // Pool and gRPC tests start real servers and worker threads; forks keep them isolated.

@@ -9,8 +9,7 @@
  * the step, where the server spent the time: pool wait and run, retrieval branches, event-loop delay,
  * CPU of the server's threads, the driver's own CPU and schedule lag, and the rest of the machine.
  *
- * Issue 10: the driver sends pre-encoded frames over its own HTTP/2 framing (`--transport h2|grpc-js` to
- * compare); every
+ * The driver sends pre-encoded messages over node:http2 (`--transport grpc-js` to compare); every
  * step records CPU per call per thread from `/proc/<pid>/task/<tid>/stat` (server main thread, pool workers
  * `ibex-pool`, store readers `ibex-store`, the rest; and the driver), after a 30 s warm-up by default (a
  * shorter one leaves JIT in the figures); half the calls carry an `available_tokens` (the budget mix,
@@ -60,7 +59,7 @@ const USAGE = `usage: npm run bench:load -- [options]
   --constrained <share>   share of calls with an available_tokens that fits 30–80 % of the candidates'
                           tokens (the budget mix; default 0.5)
   --seed <n>              seed of the budget mix (default 1)
-  --transport <frames|h2|grpc-js> driver transport (default frames)
+  --transport <h2|grpc-js>  driver transport (default h2)
   --h2load                after the steps, drive the first rate with h2load (nghttp2-client) too and report both
   --threads <n>           pool threads of the service (default: the service's own default)
   --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
@@ -95,7 +94,7 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
     warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
     constrained: shareOf(values.constrained ?? '0.5'),
     seed: parseInteger('--seed', values.seed ?? '1'),
-    transport: transportFlag(values.transport ?? 'frames'),
+    transport: transportFlag(values.transport ?? 'h2'),
     h2load: values.h2load ?? false,
     threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
     cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),

@@ -168,7 +168,7 @@ const SERVICE_LOAD_USAGE = [
   '                          gives them): the A side of an A/B of those flags',
   '  --service-log <file>    write everything the service prints to <file> (bench:pool-sweep: one file per',
   '                          pool size, <file>.threads-<n>), e.g. with --node-arg=--trace-gc-nvp for',
-  '                          npm run bench:gc-trace',
+  '                          npm run bench:internal -- gc-trace',
 ].join('\n');
 
 /** {@link SERVICE_LOAD_FLAGS} resolved. */

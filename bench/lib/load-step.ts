@@ -183,7 +183,7 @@ export async function measureStep(service: ServiceProcess, opts: StepOptions): P
     connections: opts.connections,
     timeoutMs: opts.timeoutMs,
     source: opts.source,
-    transport: opts.transport ?? 'frames',
+    transport: opts.transport ?? 'h2',
   };
   if (opts.rampSeconds > 0) await runLoad({ ...common, durationS: opts.rampSeconds });
   const before = await snapshot(service);

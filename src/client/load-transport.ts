@@ -1,11 +1,9 @@
 /**
- * How the load driver puts calls on the wire (issue 10). `frames` (the default) sends pre-encoded frames
- * with the driver's own HTTP/2 framing over one plain socket per connection ({@link FramesChannel}:
- * about 40 % less driver CPU per call than `h2`); `h2` sends the same frames over one `node:http2`
- * session per connection ({@link RawChannel}); `grpc-js` makes one grpc-js channel per connection, for
- * runs that need grpc-js channel options (interceptors in tests) or a comparison with a real gRPC
- * client's cost. All report the same {@link RawOutcome}: status, level header, bytes, and the response
- * bytes only when asked.
+ * How the load driver puts calls on the wire. `h2` (the default) sends pre-encoded gRPC messages over one
+ * `node:http2` session per connection ({@link RawChannel}); `grpc-js` makes one grpc-js channel per
+ * connection, for runs that need grpc-js channel options (interceptors in tests) or a comparison with a
+ * real gRPC client's cost. Both report the same {@link RawOutcome}: status, level header, bytes, and the
+ * response bytes only when asked. `h2load` (bench/lib/h2load.ts) is the independent cross-check.
  */
 
 import { performance } from 'node:perf_hooks';
@@ -20,23 +18,22 @@ import {
   type UnaryMethod,
   waitForReady,
 } from './context-client.js';
-import { FramesChannel } from './frames-channel.js';
 import { frameCache, summarizeResponse } from './grpc-frames.js';
 import { type CallEnd, type CallSink, type RawCall, RawChannel, type RawOutcome } from './raw-grpc.js';
 
 /** Transport names accepted by `load --transport`. */
-export type TransportName = 'frames' | 'h2' | 'grpc-js';
+export type TransportName = 'h2' | 'grpc-js';
 
 /** Every transport name, for flag checks and help texts. */
-export const TRANSPORT_NAMES: readonly TransportName[] = ['frames', 'h2', 'grpc-js'];
+export const TRANSPORT_NAMES: readonly TransportName[] = ['h2', 'grpc-js'];
 
 /**
  * Checks a `--transport` value.
- * @throws Error `--transport must be frames, h2 or grpc-js, got '<v>'`.
+ * @throws Error `--transport must be h2 or grpc-js, got '<v>'`.
  */
 export function transportFlag(v: string): TransportName {
   if (!(TRANSPORT_NAMES as readonly string[]).includes(v))
-    throw new Error(`--transport must be frames, h2 or grpc-js, got '${v}'`);
+    throw new Error(`--transport must be h2 or grpc-js, got '${v}'`);
   return v as TransportName;
 }
 
@@ -68,17 +65,15 @@ export function openTransport(
   connections: number,
 ): DriverTransport {
   if (name === 'grpc-js') return grpcJsTransport(conn, connections);
-  return rawTransport(name, conn, connections);
+  return rawTransport(conn, connections);
 }
 
-/** `frames` ({@link FramesChannel}) or `h2` ({@link RawChannel}): the same pre-encoded frames either way. */
-function rawTransport(name: 'frames' | 'h2', conn: ConnectionOptions, connections: number): DriverTransport {
-  const channels = Array.from({ length: connections }, () =>
-    name === 'frames' ? new FramesChannel(conn) : new RawChannel(conn),
-  );
+/** `h2` ({@link RawChannel}): pre-encoded messages over node:http2. */
+function rawTransport(conn: ConnectionOptions, connections: number): DriverTransport {
+  const channels = Array.from({ length: connections }, () => new RawChannel(conn));
   const frameOf = frameCache();
   return {
-    name,
+    name: 'h2',
     ready: async (timeoutMs) => {
       await Promise.all(channels.map((c) => c.ready(conn.addr, timeoutMs)));
     },

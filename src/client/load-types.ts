@@ -45,9 +45,8 @@ export interface LoadOptions extends ConnectionOptions {
   /** Aborting it ends the run early; the report covers what was measured until then. */
   signal?: AbortSignal;
   /**
-   * How calls go on the wire (default `frames`: pre-encoded frames over our own HTTP/2 framing on a
-   * plain socket; `h2`: the same frames over `node:http2`; `grpc-js` when `channelOptions` are given,
-   * since only grpc-js channels read them).
+   * How calls go on the wire (default `h2`: pre-encoded messages over `node:http2`; `grpc-js` when
+   * `channelOptions` are given, since only grpc-js channels read them).
    */
   transport?: TransportName;
   /**
@@ -279,7 +278,7 @@ export function resolveLoadOptions(opts: LoadOptions) {
   );
   const source = opts.source ?? syntheticSource();
   const verify = opts.verify ?? false;
-  const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'frames');
+  const transportName = opts.transport ?? (opts.channelOptions ? 'grpc-js' : 'h2');
 
   return {
     connections,

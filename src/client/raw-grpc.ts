@@ -117,7 +117,7 @@ const CALL = Symbol('rawCall');
 type CallStream = ClientHttp2Stream & { [CALL]: H2Call };
 
 /**
- * What the driver's transports share per call (h2 here, frames in frames-call.ts): the outcome under way
+ * What the driver's transports share per call (h2 here): the outcome under way
  * (level, bytes, the kept body's chunks) and the one way a call ends, {@link RawCallState.finish}.
  */
 export abstract class RawCallState implements RawCall {

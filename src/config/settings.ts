@@ -66,11 +66,6 @@ export interface Settings {
   maxInFlight: number;
   /** Max inbound gRPC message size, bytes. */
   maxReceiveMessageBytes: number;
-  /**
-   * Sustained rate at which one connection's request messages of 1 MiB or more are read, MB/s (10^6
-   * bytes); 0 = unpaced (src/server/receive-governor.ts, issue 9).
-   */
-  largeMessageReceiveMbPerS: number;
   /** Max inbound metadata size, bytes. */
   maxMetadataBytes: number;
   auth: AuthSettings;
@@ -132,15 +127,6 @@ function parseWith<T>(schema: z.ZodType<T>, env: Env, names: readonly string[], 
   if (!result.success) throw Errors.config(name, result.error.issues[0]?.message ?? 'invalid value');
   return result.data;
 }
-
-/**
- * Default of `IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S`: 0, unpaced (large uploads of a connection still
- * take turns). At 32 MB/s a noisy connection's 9.8 MB uploads never finished, and, once the main thread's
- * heap no longer collected after every upload (src/config/node-flags.ts), pacing no longer helped other
- * orgs either: in bench:isolation, two runs each, the quiet org's p99 under all heavy kinds was 26 / 37 ms
- * paced and 21 / 21 ms unpaced, with every noisy call answered (README "Main-thread heap").
- */
-export const LARGE_MESSAGE_RECEIVE_MB_PER_S = 0;
 
 const intText = (min: number, max = Number.MAX_SAFE_INTEGER) =>
   z
@@ -309,12 +295,6 @@ export function loadSettings(env: Env = process.env): Settings {
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
       // The largest request SPEC §11 allows (issue 9), and nothing larger.
       MAX_ASSEMBLE_REQUEST_BYTES,
-    ),
-    largeMessageReceiveMbPerS: parseWith(
-      intText(0, 100_000),
-      env,
-      ['IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S'],
-      LARGE_MESSAGE_RECEIVE_MB_PER_S,
     ),
     maxMetadataBytes: parseWith(intText(1024), env, ['IBEX_CONTEXT_MAX_METADATA_BYTES'], 16 * 1024),
     auth: {

@@ -255,7 +255,7 @@ function formatTask(
   if (budget) {
     const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts);
     // Large or small, the context stays spliced: the main thread writes its spans to the stream as they
-    // are (src/server/grpc-internals.ts, sendGatheredMessages), so no thread copies the history again.
+    // are (src/patches/gathered-send.ts, sendGatheredMessages), so no thread copies the history again.
     return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
   }
   const context = formatContext({

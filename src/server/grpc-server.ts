@@ -20,9 +20,14 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
 import { authorizeRequest } from '../auth/authorize-request.js';
-import { exposeDuplicateAuthorization } from '../auth/duplicate-authorization.js';
-import { LARGE_MESSAGE_RECEIVE_MB_PER_S, type Settings } from '../config/settings.js';
+import type { Settings } from '../config/settings.js';
 import { Errors, IbexError, toStatusObject } from '../errors.js';
+import { exposeDuplicateAuthorization } from '../patches/duplicate-authorization.js';
+import { decideRequestsOnTheWire } from '../patches/early-decision.js';
+import { sendGatheredMessages } from '../patches/gathered-send.js';
+import { alignHeaderPairLimit } from '../patches/header-pair-limit.js';
+import { assembleLargeMessagesIn } from '../patches/pooled-message-decoder.js';
+import { takeUploadTurns } from '../patches/upload-turns.js';
 import type { Logger } from '../telemetry/logger.js';
 import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
@@ -35,14 +40,6 @@ import {
   monotonicNow,
 } from './call-context.js';
 import {
-  alignHeaderPairLimit,
-  assembleLargeMessagesIn,
-  decideRequestsOnTheWire,
-  destroySessions,
-  governLargeMessages,
-  sendGatheredMessages,
-} from './grpc-internals.js';
-import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
   contextServiceDefinition,
@@ -53,8 +50,8 @@ import {
   serializeAssembleResponse,
   splicedOn,
 } from './proto.js';
-import { ReceiveGovernor, UploadTurns } from './receive-governor.js';
 import { reflectionPackageDefinition } from './reflection-descriptors.js';
+import { UploadTurns } from './upload-turns.js';
 import { type ValidatedRequest, validateWireRequest } from './validate.js';
 import { decodeAssembleRequest, RequestPrefixScanner, type WireAssembleRequest } from './wire-request.js';
 
@@ -82,9 +79,7 @@ export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<As
 export interface GrpcServerOptions {
   assemble: AssembleFn;
   logger: Logger;
-  /** `largeMessageReceiveMbPerS` defaults to {@link LARGE_MESSAGE_RECEIVE_MB_PER_S}. */
-  settings: Pick<Settings, 'timeoutMs' | 'maxReceiveMessageBytes' | 'maxMetadataBytes'> &
-    Partial<Pick<Settings, 'largeMessageReceiveMbPerS'>>;
+  settings: Pick<Settings, 'timeoutMs' | 'maxReceiveMessageBytes' | 'maxMetadataBytes'>;
   /** Extra server interceptors (e.g. authentication), run after the built-in metadata-size check. */
   interceptors?: ServerInterceptor[];
   /** Overrides of the default channel options (keepalive, connection age, …). */
@@ -208,13 +203,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   decideRequestsOnTheWire((handler) =>
     handler.deserialize === decodeAssembleRequest ? newPrefixScanner : null,
   );
-  governLargeMessages({
-    governor: new ReceiveGovernor({
-      bytesPerSecond: (settings.largeMessageReceiveMbPerS ?? LARGE_MESSAGE_RECEIVE_MB_PER_S) * 1e6,
-      burstBytes: settings.maxReceiveMessageBytes,
-    }),
-    turns: new UploadTurns(),
-  });
+  takeUploadTurns(new UploadTurns());
 
   const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
   const setHealth = (s: ServingStatus) => {
@@ -226,6 +215,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
 
   let active = 0;
   let draining = false;
+  /** Every bound address with its real port: what `server.drain` takes. */
+  const boundAddrs: string[] = [];
   let drainPromise: Promise<void> | undefined;
 
   const toError = (err: unknown): Extract<Outcome, { kind: 'error' }> => {
@@ -347,6 +338,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         server.bindAsync(addr, credentials, (err, port) => {
           if (err) reject(err);
           else {
+            boundAddrs.push(addr.replace(/:0$/, `:${port}`));
             try {
               // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
               exposeDuplicateAuthorization(server);
@@ -375,14 +367,21 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           if (done) return;
           done = true;
           clearTimeout(timer);
-          if (forced) {
-            destroySessions(server);
-            server.forceShutdown();
-          }
+          // The sessions were cancelled by server.drain's own timer, set first for the same grace.
+          if (forced) server.forceShutdown();
           logger.info({ forced, inFlight: active }, 'gRPC server stopped');
           resolve();
         };
         // Long-lived streams (health Watch, reflection) never end on their own; the grace bounds them.
+        // forceShutdown cancels only the sessions channelz tracked, none with channelz off; drain cancels every
+        // session of the port once the grace is over.
+        for (const bound of boundAddrs) {
+          try {
+            server.drain(bound, graceMs);
+          } catch (err) {
+            logger.warn({ err, addr: bound }, 'gRPC drain of a bound address failed');
+          }
+        }
         const timer = setTimeout(() => finish(true), graceMs);
         server.tryShutdown(() => finish(false));
       });

@@ -149,7 +149,7 @@ export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf byte
  * field 1 from spliced bytes. A small one goes grpc-js 1.14's way: `serializeMessage` reads only
  * `byteLength` and calls `copy(frame, 5)` to place the message in its own length-prefixed frame. A large
  * one (up to ~13 MB of history) is written as {@link chunks} by the gathered send
- * (src/server/grpc-internals.ts), so no thread allocates or copies a 10 MB frame (a fresh 10 MB
+ * (src/patches/gathered-send.ts), so no thread allocates or copies a 10 MB frame (a fresh 10 MB
  * allocation costs ~14–28 ms of page faults on the 2-core VM; issue 9 item 2).
  */
 export class SplicedMessage {
@@ -185,7 +185,7 @@ export class SplicedMessage {
   }
 
   /**
-   * The message as chunks for a gathered write (src/server/grpc-internals.ts): the joined rest and field
+   * The message as chunks for a gathered write (src/patches/gathered-send.ts): the joined rest and field
    * 1's header, then one view per span of the context. Nothing is copied, so the source bytes must stay
    * as they are until {@link written}.
    */
@@ -275,7 +275,7 @@ export function splicedOn(response: AssembleContextResponse, view: Uint8Array | 
 export const GATHER_FROM_BYTES = 64 * 1024;
 
 /**
- * For grpc-js's send path (src/server/grpc-internals.ts, `sendGatheredMessages`): the response as a
+ * For grpc-js's send path (src/patches/gathered-send.ts, `sendGatheredMessages`): the response as a
  * {@link SplicedMessage} to write in chunks when its spliced context is {@link GATHER_FROM_BYTES} or
  * more; null for every other value (a small context is copied into grpc-js's frame as before).
  * @param serialize the call's serializer ({@link serializeAssembleResponse} with the server's release).

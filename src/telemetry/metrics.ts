@@ -6,10 +6,11 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { requestsDecidedEarly } from '../patches/early-decision.js';
+import { uploadTurnWaits } from '../patches/upload-turns.js';
 import type { PoolStats } from '../pool/pool-stats.js';
 import type { MemoryThreadStats } from '../retrieval/memory-http-thread.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
-import { receivePauses, requestsDecidedEarly, uploadTurnWaits } from '../server/grpc-internals.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 import { startLoopDelayMonitor } from './loop-delay.js';
 
@@ -203,15 +204,6 @@ export function createMetrics(
       this.reset();
       for (const event of ['reused', 'missed', 'released'] as const)
         this.inc({ event }, MESSAGE_BUFFERS.stats[event]);
-    },
-  });
-  new Counter({
-    name: 'ibex_context_receive_pauses_total',
-    help: 'Times a connection was paused for sending request messages of 1 MiB or more past IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S',
-    registers: [registry],
-    collect() {
-      this.reset();
-      this.inc(receivePauses());
     },
   });
   new Counter({

@@ -114,7 +114,7 @@ export class MessageBufferPool {
 }
 
 /**
- * The process's pool: grpc-js's decoder is patched process-wide (src/server/grpc-internals.ts), so every
+ * The process's pool: grpc-js's decoder is patched process-wide (src/patches/pooled-message-decoder.ts), so every
  * server in a process assembles into it, and whoever ends a request's last use releases into it.
  */
 export const MESSAGE_BUFFERS = new MessageBufferPool();

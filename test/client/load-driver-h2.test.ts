@@ -137,10 +137,10 @@ describe('the budget mix against a real server', () => {
 });
 
 describe('transports and --verify', () => {
-  it('frames, h2 and grpc-js transports count levels and packer choices the same against the same server', async () => {
+  it('h2 and grpc-js transports count levels and packer choices the same against the same server', async () => {
     const fake = await startFake({ l1Every: 5 });
     const list = requests(20).map((r, i) => (i % 2 === 0 ? { ...r, available_tokens: 150 } : r));
-    for (const transport of ['frames', 'h2', 'grpc-js'] as const) {
+    for (const transport of ['h2', 'grpc-js'] as const) {
       const before = fake.tally.calls;
       const report = await runLoad({
         addr: fake.addr,

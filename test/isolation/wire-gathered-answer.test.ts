@@ -1,5 +1,5 @@
 /**
- * Issue 9 (isolation): a large context goes out as gathered chunks (src/server/grpc-internals.ts,
+ * Issue 9 (isolation): a large context goes out as gathered chunks (src/patches/,
  * `sendGatheredMessages`): the rest of the message and field 1's header, then the spliced spans of the
  * CPU stage's bytes and the request's history bytes as they are — no thread copies them into a frame. The
  * chunks must hold exactly the bytes of the spliced serializer, decode to every field of the response,
@@ -13,8 +13,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
 import { FROM_SOURCE, SplicedBuilder } from '../../src/format/spliced.js';
+import { gatheredMessagesSent, sendGatheredMessages } from '../../src/patches/gathered-send.js';
 import { encodeCandidates, runCpuTask } from '../../src/pool/cpu-task.js';
-import { gatheredMessagesSent, sendGatheredMessages } from '../../src/server/grpc-internals.js';
 import {
   ASSEMBLED_UTF8,
   type AssembleContextResponse,

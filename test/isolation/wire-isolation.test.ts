@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { estimateTokens } from '../../src/budget/estimate.js';
 import { nonceLength } from '../../src/format/nonce.js';
-import { requestsDecidedEarly } from '../../src/server/grpc-internals.js';
+import { requestsDecidedEarly } from '../../src/patches/early-decision.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/server/limits.js';
 import {
   memories,

@@ -35,9 +35,8 @@ const USAGE = `usage: ibex-context load [options]
       --seed <n>            seed of the synthetic request generator and of the budget mix (default 1)
       --constrained <share> share of calls (0..1) sent with an available_tokens that fits 30–80 % of the
                             candidates' tokens, probed per agent before the run (default 0)
-      --transport <name>    frames (default): pre-encoded frames in the driver's own HTTP/2 framing,
-                            one socket per connection (the cheapest); h2: the same frames over
-                            node:http2; grpc-js: a grpc-js channel per connection (for comparison)
+      --transport <name>    h2 (default): pre-encoded messages over node:http2, one session per
+                            connection; grpc-js: a grpc-js channel per connection (for comparison)
       --tail-ms <ms>        a call slower than this is counted in the report's tail: slow calls grouped
                             into incidents by send time, and how often large ones recur (default 20)
       --verify              decode every OK answer in full and check its level (costs driver CPU)
@@ -84,7 +83,7 @@ export async function run(argv: string[]): Promise<number> {
       const seed = numberFlag('seed', values.seed, 1, { integer: true });
       const rate = numberFlag('rate', values.rate, 0, { min: 0, max: 1_000_000 });
       const constrained = numberFlag('constrained', values.constrained, 0, { min: 0, max: 1 });
-      const transport = transportFlag(values.transport ?? 'frames');
+      const transport = transportFlag(values.transport ?? 'h2');
       const opts: LoadOptions = {
         ...connectionFromFlags(values),
         connections: numberFlag('connections', values.connections, 10, { min: 1, max: 1000, integer: true }),

@@ -164,11 +164,6 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'largest accepted request, bytes',
     default: (s) => String(s.maxReceiveMessageBytes),
   },
-  IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S: {
-    meaning:
-      "per connection: sustained MB/s of requests ≥ 1 MiB; past it that connection's streams wait (0 = off)",
-    default: (s) => String(s.largeMessageReceiveMbPerS),
-  },
   IBEX_CONTEXT_MAX_METADATA_BYTES: {
     meaning: 'largest accepted request metadata, bytes',
     default: (s) => String(s.maxMetadataBytes),

@@ -1,0 +1,184 @@
+/**
+ * `npm run bench:internal -- ab --builds <checkout>,<checkout>[,…] [--locomo <dir>] [--rate 600] [--rounds 8]`: CPU
+ * per call of two or more builds of the service on the same machine at the same time (issue 10).
+ *
+ * Separate `bench:load` runs minutes apart cannot show a 5 % change on a shared two-core machine: its speed
+ * drifts by ±10 % within a minute. Here every build runs as its own service over one embedded store, each
+ * is warmed up, and then the builds take turns, one `--step-seconds` step each per round (the order reversed
+ * every other round), so that drift reaches all of them alike. Per round and build: CPU ms per call of the
+ * server's threads from `/proc` (main, pool, store, other, total), p99 and errors; then the median over the
+ * rounds, and for every build after the first the median of its per-round differences from the first build
+ * and in how many rounds it was lower. Each `<checkout>` is a project checkout with `dist/` built (e.g. a
+ * `git worktree` of another commit with `npm run build`); the driver and the data are this checkout's.
+ * Writes ab.json into `--out` (default bench/results). Figures, not gates.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { stringFlags } from '../../src/cli/command-args.js';
+import { budgetMix, mixedSource, probeCandidateTokens } from '../../src/client/budget-mix.js';
+import { runLoad } from '../../src/client/load-driver.js';
+import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
+import {
+  type BenchFlagValues,
+  machineInfo,
+  parseInteger,
+  parseNumber,
+  runBenchMain,
+  serviceLoadBenchOptions,
+} from '../lib/bench-run.js';
+import { benchLoadData } from '../lib/load-data.js';
+import { measureStep, type StepRow } from '../lib/load-step.js';
+import { explainFailure, type ServiceProcess, startServiceProcess } from '../lib/service-process.js';
+import { AB_GROUPS, type AbStep, summariseAb } from './lib/ab-summary.js';
+
+const USAGE = `usage: npm run bench:internal -- ab --builds <checkout>,<checkout>[,…] [options]
+  --builds <dirs>         project checkouts with dist/ built, comma-separated (the first is the reference)
+  --rate <req/s>          offered rate of every step (default 600)
+  --rounds <n>            rounds; each build runs one step per round (default 8)
+  --step-seconds <s>      measured seconds per step (default 10)
+  --warmup-seconds <s>    unrecorded warm-up of each build before the rounds (default 30)
+  --constrained <share>   share of calls with a constraining available_tokens (default 0.5)
+  --out <dir>             where ab.json goes (default bench/results)`;
+
+const FLAGS = stringFlags('builds', 'rate', 'rounds', 'step-seconds', 'warmup-seconds', 'constrained');
+
+/** A checkout's service entry point. */
+const ENTRY = 'dist/src/cli/main.js';
+const entryOf = (build: string) => path.join(build, ENTRY);
+
+interface Options {
+  builds: string[];
+  rate: number;
+  rounds: number;
+  stepSeconds: number;
+  warmupSeconds: number;
+  constrained: number;
+}
+
+function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
+  const builds = (values.builds ?? '').split(',').filter((b) => b !== '');
+  if (builds.length < 2) throw new Error('--builds: give at least two checkouts, comma-separated');
+  for (const b of builds) {
+    // Before any data is generated or service started.
+    if (!existsSync(entryOf(path.resolve(b))))
+      throw new Error(`--builds: ${b} has no ${ENTRY} (npm run build there)`);
+  }
+  const constrained = parseNumber('--constrained', values.constrained ?? '0.5', true);
+  if (constrained > 1) throw new Error(`--constrained must be in 0..1, got '${values.constrained}'`);
+  return {
+    builds: builds.map((b) => path.resolve(b)),
+    rate: parseNumber('--rate', values.rate ?? '600'),
+    rounds: parseInteger('--rounds', values.rounds ?? '8'),
+    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
+    constrained,
+  };
+}
+
+/** The commit a checkout is at, or null when it is not a git checkout. */
+function commitOf(dir: string): string | null {
+  try {
+    return execFileSync('git', ['-C', dir, 'rev-parse', 'HEAD'], { encoding: 'utf8' }).trim();
+  } catch {
+    return null;
+  }
+}
+
+function abStep(round: number, build: number, row: StepRow): AbStep {
+  return {
+    round,
+    build,
+    ms_per_call: row.cpu_per_thread.server?.ms_per_call ?? null,
+    p50_ms: row.p50_ms,
+    p99_ms: row.p99_ms,
+    errors: row.errors,
+    degraded: row.degraded,
+  };
+}
+
+async function main(argv: string[]): Promise<number> {
+  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
+  if (typeof opts === 'number') return opts;
+  const { db, data } = await benchLoadData('ibex-bench-ab-', opts.locomo);
+  const services: ServiceProcess[] = [];
+  try {
+    for (const build of opts.builds) {
+      services.push(
+        await startServiceProcess({
+          db,
+          env: opts.serviceEnv,
+          nodeArgs: opts.nodeArgs,
+          plainNode: opts.plainNode,
+          entry: entryOf(build),
+        }),
+      );
+      console.error(`${build}: service pid ${services.at(-1)!.pid} on ${services.at(-1)!.grpcAddr}`);
+    }
+    let source = data.source;
+    if (opts.constrained > 0) {
+      const tokens = await probeCandidateTokens({ addr: services[0]!.grpcAddr }, source.requests ?? []);
+      source = mixedSource(source, budgetMix(tokens, { share: opts.constrained, seed: 1 }), opts.constrained);
+    }
+    const common = {
+      connections: opts.connections,
+      timeoutMs: opts.timeoutMs,
+      source,
+      transport: 'h2' as const,
+    };
+    for (const service of services) {
+      if (opts.warmupSeconds > 0)
+        await runLoad({ addr: service.grpcAddr, rate: opts.rate, durationS: opts.warmupSeconds, ...common });
+    }
+    const steps: AbStep[] = [];
+    for (let round = 0; round < opts.rounds; round++) {
+      const order = services.map((_, k) => k);
+      if (round % 2 === 1) order.reverse();
+      for (const k of order) {
+        const row = await measureStep(services[k]!, {
+          rate: opts.rate,
+          seconds: opts.stepSeconds,
+          rampSeconds: 1,
+          ...common,
+        });
+        const step = abStep(round, k, row);
+        steps.push(step);
+        const m = step.ms_per_call;
+        console.error(
+          `round ${round + 1} build ${k} (${opts.builds[k]}): ` +
+            (m ? AB_GROUPS.map((g) => `${g} ${m[g]}`).join(' ') : 'no calls') +
+            ` ms/call; p99 ${step.p99_ms} ms, errors ${step.errors}`,
+        );
+      }
+    }
+    const summary = summariseAb(opts.builds.length, steps);
+    for (const s of summary) console.log(JSON.stringify({ dir: opts.builds[s.build], ...s }));
+    mkdirSync(opts.out, { recursive: true });
+    const result = {
+      generated_at: new Date().toISOString(),
+      node: process.version,
+      machine: machineInfo(),
+      config: {
+        rate: opts.rate,
+        rounds: opts.rounds,
+        step_seconds: opts.stepSeconds,
+        warmup_seconds: opts.warmupSeconds,
+        constrained: opts.constrained,
+        connections: opts.connections,
+        node_args: [...(opts.plainNode ? [] : SERVICE_NODE_FLAGS), ...opts.nodeArgs],
+      },
+      builds: opts.builds.map((dir) => ({ dir, commit: commitOf(dir) })),
+      data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
+      summary,
+      steps,
+    };
+    writeFileSync(path.join(opts.out, 'ab.json'), `${JSON.stringify(result, null, 2)}\n`);
+  } catch (err) {
+    throw services.length > 0 ? explainFailure(services[0]!, err) : err;
+  } finally {
+    await Promise.all(services.map((s) => s.stop()));
+  }
+  return 0;
+}
+
+runBenchMain(() => main(process.argv.slice(2)));
