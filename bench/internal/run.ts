@@ -14,6 +14,7 @@ const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const INVESTIGATIONS: Readonly<Record<string, string>> = {
   ab: 'ab.js',
   driver: 'driver.js',
+  'early-decision': 'early-decision.js',
   floor: 'floor.js',
   'gc-trace': 'gc-trace.js',
   'heavy-gc': 'heavy-gc.js',
