@@ -135,10 +135,9 @@ function parseWith<T>(schema: z.ZodType<T>, env: Env, names: readonly string[], 
 
 /**
  * Default of `IBEX_CONTEXT_LARGE_MESSAGE_RECEIVE_MB_PER_S`: 0, unpaced (large uploads of a connection still
- * take turns). At 32 MB/s a noisy connection's 9.8 MB uploads never finished, and, once the main thread's
- * heap no longer collected after every upload (src/config/node-flags.ts), pacing no longer helped other
- * orgs either: in bench:isolation, two runs each, the quiet org's p99 under all heavy kinds was 26 / 37 ms
- * paced and 21 / 21 ms unpaced, with every noisy call answered (README "Main-thread heap").
+ * take turns). Pacing kept a noisy connection's largest uploads from ever finishing, and once the main
+ * thread's heap no longer collected after every upload (src/config/node-flags.ts) it no longer helped other
+ * orgs either (docs/design/isolation.md, "Large uploads take turns").
  */
 export const LARGE_MESSAGE_RECEIVE_MB_PER_S = 0;
 

@@ -16,9 +16,8 @@
  *
  * Large tasks (≥ `largeTaskBytes` of text: a multi-MB history or markup-heavy memories, tens of ms each)
  * hold at most all threads but one. The fair queue orders only what waits: without this, one org's large
- * calls could fill every thread, and any other org's 0.2 ms task would wait for one of them to finish (in
- * `bench:isolation`, four pairs, the quiet org's p99 under all heavy kinds was 45–53 ms without this and
- * 38–49 ms with it; README "Large CPU tasks leave a thread free"). A large task therefore
+ * calls could fill every thread, and any other org's 0.2 ms task would wait for one of them to finish
+ * (docs/design/worker-pool.md, "Large tasks leave a thread free"). A large task therefore
  * waits, in its place, while the other running ones are large, and the last thread stays free for the
  * small tasks of every org.
  */

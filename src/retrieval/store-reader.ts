@@ -111,7 +111,7 @@ export const MAX_BATCH = 8;
  * thread goes on to it without waiting for the event loop to read a reply and dispatch again. With one, a
  * late loop left the thread idle while reads piled up and were refused (at 1,000 req/s the thread was 42 %
  * busy while about half the calls' searches were refused `busy`). Bursts that arrive in one late loop turn
- * are still refused past the queue limit: README "Benchmarks" has the figures.
+ * are still refused past the queue limit (docs/design/embedded-store.md, "Store-read threads").
  */
 export const PIPELINE_DEPTH = 2;
 /** Weight of the newest batch in the running mean of the time per read. */

@@ -1,6 +1,6 @@
 /**
  * Issue 13, command line: every command answers --help (exit 0), `serve --help` lists every variable
- * loadSettings reads with its default, the README table names every one of them, and a rejected JSON
+ * loadSettings reads with its default, docs/configuration.md names every one of them, and a rejected JSON
  * input lists every problem in the SPEC's words.
  */
 import { readFileSync } from 'node:fs';
@@ -44,10 +44,10 @@ describe('--help on every command', () => {
     expect(r.stdout).not.toContain('not described yet');
   });
 
-  it('every variable loadSettings reads is described for serve --help and in the README table', () => {
+  it('every variable loadSettings reads is described for serve --help and in docs/configuration.md', () => {
     expect(undocumentedSettings()).toEqual([]);
-    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-    const missing = settingNames().filter((n) => !readme.includes(`\`${n}\``));
+    const page = readFileSync(path.join(ROOT, 'docs', 'configuration.md'), 'utf8');
+    const missing = settingNames().filter((n) => !page.includes(`\`${n}\``));
     expect(missing).toEqual([]);
   });
 

@@ -2,7 +2,7 @@
  * `ibex-context serve --help`: the environment variables the service reads, with their defaults.
  * The list is not written by hand: {@link settingNames} runs `loadSettings` over an empty environment that
  * records every name it is asked for, so a variable added to src/config/settings.ts shows up here (and in
- * the test that checks the README table) without anyone remembering to list it (issue 13).
+ * docs/configuration.md) without anyone remembering to list it.
  */
 import os from 'node:os';
 import { SERVICE_NODE_FLAGS } from '../../config/node-flags.js';
@@ -207,7 +207,9 @@ export function serveUsage(): string {
     if (d && 'aliasOf' in d) continue;
     const label = [n, ...(aliases.get(n) ?? [])].join(', ');
     rows.push(
-      d ? [label, d.default(defaults), d.meaning] : [label, '?', '(not described yet: see the README)'],
+      d
+        ? [label, d.default(defaults), d.meaning]
+        : [label, '?', '(not described yet: see docs/configuration.md)'],
     );
   }
   const w0 = Math.max(...rows.map((r) => r[0].length));
