@@ -1,7 +1,7 @@
 /**
  * Store-read worker: runs the embedded store's SQLite reads (hot, FTS5 search, directive) off the main
  * thread. better-sqlite3 is synchronous, and a cold search over a large agent takes about a millisecond:
- * on the main thread that would stall every other call's gRPC and retrieval I/O (SPEC §1).
+ * on the main thread that would stall every other call's gRPC and retrieval I/O (contract.md §1).
  * Imports only the store module, never the server.
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
@@ -35,7 +35,7 @@ function storeFor(path: string): EmbeddedStore {
 
 /**
  * One read's value. Hot hits stay raw (the main thread caches them and validates a cached answer once);
- * search hits are validated and scoped here (SPEC §4.1, the same `validateHits` as on the main thread),
+ * search hits are validated and scoped here (contract.md §4.1, the same `validateHits` as on the main thread),
  * so that the event loop does no per-hit work for them. Contents become UTF-8 bytes on a buffer pushed
  * to `transfer`.
  */

@@ -1,11 +1,11 @@
 /**
- * Token estimation on Unicode code points (SPEC §5, ADR-0067), and the dispatch to exact counts for the
+ * Token estimation on Unicode code points (contract.md §5, ADR-0067), and the dispatch to exact counts for the
  * `bpe_*` kinds (src/budget/bpe.ts).
  */
 import { Errors } from '../errors.js';
 import { type BpeKind, bpeCount, isBpeKind } from './bpe.js';
 
-/** The estimate kinds of SPEC §5: two code-point estimates and two exact BPE counts. */
+/** The estimate kinds of contract.md §5: two code-point estimates and two exact BPE counts. */
 export type EstimateKind = 'chars_div_4' | 'runes_div_3_5' | BpeKind;
 
 /**
@@ -48,7 +48,7 @@ const SURROGATE = /[\uD800-\uDFFF]/;
 
 /**
  * Estimate from a code-point length L: `chars_div_4` = ceil(L/4); `runes_div_3_5` = floor((2L+6)/7);
- * 0 when L = 0 (SPEC §5). Both are subadditive, which the budget invariant relies on.
+ * 0 when L = 0 (contract.md §5). Both are subadditive, which the budget invariant relies on.
  */
 export function estimateFromLength(length: number, kind: EstimateKind): number {
   // A BPE count needs the text; a length cannot stand in for it.
@@ -75,7 +75,7 @@ export function countTokens(text: string, kind: EstimateKind): TokenCount {
 }
 
 /**
- * Sums tagged counts. Every count of one assembly uses one policy (SPEC §5).
+ * Sums tagged counts. Every count of one assembly uses one policy (contract.md §5).
  * @throws IbexError `IBEX_ERR_ESTIMATE_KIND_MISMATCH` when the kinds differ — never a silent sum.
  */
 export function addCounts(first: TokenCount, ...rest: TokenCount[]): TokenCount {

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { DEFAULT_GRPC_ADDR } from '../config/settings.js';
 import { type ConnectionOptions, createContextClient, readPemFile, TOKEN_ENV } from './context-client.js';
 
-/** Port dialled when `--addr` names only a host (SPEC §3's default gRPC port). */
+/** Port dialled when `--addr` names only a host (contract.md §3's default gRPC port). */
 export const DEFAULT_PORT = 9092;
 
 /** `parseArgs` option specs of the connection flags. */
@@ -148,7 +148,7 @@ export type DeadlineSide = 'client' | 'server';
  * (issue 14 item 7). The caller's own timer fired (`ownTimer`), or the call lasted about the caller's
  * timeout (`elapsedMs` ≥ 90 % of `timeoutMs`: grpc-js's client timer, or the server enforcing the
  * deadline the caller sent) ⇒ `client`. A call that ended well before it met the service's own cap
- * (IBEX_CONTEXT_TIMEOUT, SPEC §10: D is the sooner of the cap and the caller's deadline) ⇒ `server`.
+ * (IBEX_CONTEXT_TIMEOUT, contract.md §10: D is the sooner of the cap and the caller's deadline) ⇒ `server`.
  * Without timings ⇒ `client` (a health check: no server cap applies to it).
  */
 export function deadlineSide(elapsedMs?: number, timeoutMs?: number, ownTimer = false): DeadlineSide {

@@ -147,7 +147,7 @@ export interface LoadReport {
    */
   latency_ms: LatencyStats;
   /**
-   * OK answers split at the service's own clock (`metrics.total_ms`, SPEC §9): `service` is that total,
+   * OK answers split at the service's own clock (`metrics.total_ms`, contract.md §9): `service` is that total,
    * from the handler's start (request received and decoded) to its answer; `outside` is the rest of each
    * call's latency from its actual send: both directions of the transport, the service's receive and
    * decode before its handler and its write after the answer, the driver's own delays. ms, ±0.5 ms per call (total_ms is whole ms);
@@ -181,7 +181,7 @@ export interface LoadReport {
   };
   /**
    * The budget mix (issue 10): measured calls sent with `available_tokens` (constrained), and OK answers
-   * where the packer had to choose: at least one candidate excluded for `budget` (SPEC §8), read from
+   * where the packer had to choose: at least one candidate excluded for `budget` (contract.md §8), read from
    * `memories_used` in the response bytes. `budget_choice_share` is over OK answers.
    */
   packing: {

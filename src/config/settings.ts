@@ -1,5 +1,5 @@
 /**
- * Service settings from the environment (SPEC §3), parsed and validated once with zod. Any invalid
+ * Service settings from the environment (contract.md §3), parsed and validated once with zod. Any invalid
  * setting stops start-up with an error naming the variable. For variables with aliases the first
  * name that is set wins.
  */
@@ -36,20 +36,20 @@ export interface Settings {
   redisUrl: string;
   grpcAddr: string;
   adminAddr: string;
-  /** DP table ceiling in cells (SPEC §8 step 4). */
+  /** DP table ceiling in cells (contract.md §8 step 4). */
   dpCellCeiling: number;
   /** Greedy fallback consecutive-skip limit. */
   maxConsecutiveSkips: number;
   /** Nonce entropy in bytes, 1..64. */
   nonceBytes: number;
   /**
-   * Longest memory content kept, code points (SPEC §3, §4.1): a longer hit is dropped as `oversize`, and
+   * Longest memory content kept, code points (contract.md §3, §4.1): a longer hit is dropped as `oversize`, and
    * memory-service bodies are capped at what `limit` such hits take. IBEX_CONTEXT_MAX_MEMORY_CHARS.
    */
   maxMemoryChars: number;
   /** Optional capability-catalog override file (same schema as the built-in one). */
   catalogFile: string;
-  /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (SPEC §5). */
+  /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (contract.md §5). */
   exactTokens: boolean;
   /** Embedded SQLite store path. */
   embeddedDb: string;
@@ -184,14 +184,14 @@ const pgUrlText = z
     'must be a postgres:// URL or blank',
   );
 
-/** Default IBEX_CONTEXT_GRPC_ADDR: where the service listens and client tools dial (SPEC §3). */
+/** Default IBEX_CONTEXT_GRPC_ADDR: where the service listens and client tools dial (contract.md §3). */
 export const DEFAULT_GRPC_ADDR = '127.0.0.1:9092';
-/** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (SPEC §3). */
+/** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (contract.md §3). */
 export const DEFAULT_ADMIN_ADDR = '127.0.0.1:9464';
-/** The memory service token variable and its legacy alias, in the order they are read (SPEC §3). */
+/** The memory service token variable and its legacy alias, in the order they are read (contract.md §3). */
 export const MEMORY_API_TOKEN_VARS = ['IBEX_CONTEXT_MEMORY_API_TOKEN', 'MEMORY_API_TOKEN'] as const;
 
-/** The memory service bearer token (SPEC §3; '' when unset), also read on its own by `memory-server`. */
+/** The memory service bearer token (contract.md §3; '' when unset), also read on its own by `memory-server`. */
 export function memoryApiTokenSetting(env: Env = process.env): string {
   return parseWith(text, env, MEMORY_API_TOKEN_VARS, '');
 }
@@ -201,11 +201,11 @@ export function catalogFileSetting(env: Env = process.env): string {
   return parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], '');
 }
 
-/** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
+/** Default dp_cell_ceiling: 70 × 6251 (contract.md §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
-/** Default greedy skip limit (SPEC §3). */
+/** Default greedy skip limit (contract.md §3). */
 export const DEFAULT_MAX_CONSECUTIVE_SKIPS = 5;
-/** Default nonce entropy in bytes (SPEC §3). */
+/** Default nonce entropy in bytes (contract.md §3). */
 export const DEFAULT_NONCE_BYTES = 16;
 export { DEFAULT_MAX_MEMORY_CHARS };
 
@@ -306,7 +306,7 @@ export function loadSettings(env: Env = process.env): Settings {
       intText(1024),
       env,
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
-      // The largest request SPEC §11 allows (issue 9), and nothing larger.
+      // The largest request contract.md §11 allows (issue 9), and nothing larger.
       MAX_ASSEMBLE_REQUEST_BYTES,
     ),
     largeMessageReceiveMbPerS: parseWith(

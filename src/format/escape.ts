@@ -1,5 +1,5 @@
 /**
- * Escaping of untrusted memory text (SPEC §9). After escaping, memory text contains no `<` or `>`, so it
+ * Escaping of untrusted memory text (contract.md §9). After escaping, memory text contains no `<` or `>`, so it
  * can neither open nor close an `<ibex_memory>` block, whatever nonce it guesses.
  */
 
@@ -68,7 +68,7 @@ const SHORT_SPAN = 256;
 
 /**
  * Code-point length of `escapeBody(utf8Text(bytes, start, end))` from the UTF-8 bytes, without decoding them
- * (issue 9 item 5, SPEC §6 wrapped-block cost). The CPU stage used to decode every candidate's content to a
+ * (issue 9 item 5, contract.md §6 wrapped-block cost). The CPU stage used to decode every candidate's content to a
  * string only to measure it: decoding took 6–20 ns per UTF-16 unit of a large non-ASCII or markup text,
  * 10–34 times this measure (`npm run bench:pack`, text measures, AMD machine). Well-formed UTF-8 has one
  * code point per byte that is not a continuation byte (util/utf8.ts), and every entity adds ASCII units:

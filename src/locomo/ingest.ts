@@ -1,5 +1,5 @@
 /**
- * LoCoMo conversations as store rows (SPEC §4.3): one agent per conversation, every dialogue turn an
+ * LoCoMo conversations as store rows (contract.md §4.3): one agent per conversation, every dialogue turn an
  * `episodic` memory `<speaker>: <text>`, every session summary a `factual` memory, one directive per
  * agent; each agent is replaced as a whole, so re-running an import gives the same store. The embedded
  * store's import is here; the PostgreSQL one (retrieval/postgres/ingest-locomo.ts) writes the same rows.

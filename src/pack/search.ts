@@ -1,5 +1,5 @@
 /**
- * Bounded branch-and-bound on exact token weights: the packer's last refinement (SPEC §8 "Beyond
+ * Bounded branch-and-bound on exact token weights: the packer's last refinement (contract.md §8 "Beyond
  * ADR-0069", issue 12).
  *
  * Why: the bucketed tables round weights, so on large n × budget (where the finer table no longer fits)

@@ -1,5 +1,5 @@
 /**
- * Client of the CPU-stage worker pool (SPEC §1, §10; issue 3). Piscina owns the threads (spawning,
+ * Client of the CPU-stage worker pool (contract.md §1, §10; issue 3). Piscina owns the threads (spawning,
  * replacing a dead one, idle reaping, heap limits); this client owns the *queue*.
  *
  * Why a queue of our own in front of piscina's, rather than piscina's queue plus an AbortSignal per task:
@@ -11,7 +11,7 @@
  *   (8 queued with maxQueue 2, none rejected) and the order is rotated on every dispatch (0 1 3 5 7 4 2 6).
  * So a task is handed to piscina only when a thread is free for it, and never with a signal: no abort can
  * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
- * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: SPEC §1 isolation rule,
+ * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: contract.md §1 isolation rule,
  * issue 9); the deadline and the caller's AbortSignal withdraw them from it.
  *
  * Large tasks (≥ `largeTaskBytes` of text: a multi-MB history or markup-heavy memories, tens of ms each)
@@ -82,7 +82,7 @@ export interface CpuRunOptions {
    * Asked when a queued task is about to take a free thread, with the monotonic time then (ms): `false`
    * withdraws it (IBEX_ERR_POOL_DEADLINE, `withdrawn`; `onReturned` gets its batch back; counted `unfit`)
    * instead of dispatching it. For a task whose expected run no longer fits the time its queue wait left
-   * (SPEC §10: never wait for a stage that cannot finish). Not asked when `run()` finds a thread free and
+   * (contract.md §10: never wait for a stage that cannot finish). Not asked when `run()` finds a thread free and
    * nothing waiting (the caller has just judged it); a throw counts as `true`.
    */
   fitsAt?: (now: number) => boolean;
@@ -114,7 +114,7 @@ function fits(call: Call, now: number): boolean {
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
- * deadline covering the whole round-trip (SPEC §10).
+ * deadline covering the whole round-trip (contract.md §10).
  */
 export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;

@@ -1,5 +1,5 @@
 /**
- * Directive store on Redis (SPEC §4.2) through node-redis. A Redis that is down or slow must cost one
+ * Directive store on Redis (contract.md §4.2) through node-redis. A Redis that is down or slow must cost one
  * branch outcome, never a hung call or a crashed process, hence: no offline queue (a command while
  * disconnected fails at once), a bounded command queue, capped exponential reconnects, an `error`
  * listener (an unhandled `error` event would kill the process), and the request's AbortSignal on every GET.
@@ -47,7 +47,7 @@ export interface RedisDirectiveSourceOptions {
   logger?: RetrievalLogger;
 }
 
-// Replies as Buffers so that the UTF-8 check of SPEC §4.2 sees the stored bytes, not a lossy decode.
+// Replies as Buffers so that the UTF-8 check of contract.md §4.2 sees the stored bytes, not a lossy decode.
 const BUFFER_REPLIES = { [RESP_TYPES.BLOB_STRING]: Buffer } as const;
 
 /** Error logs are rate-limited: a Redis outage emits one `error` per reconnect attempt. */
@@ -176,7 +176,7 @@ export class RedisDirectiveSource implements DirectiveSource {
   }
 
   /**
-   * SPEC §4.2 read. `signal` abandons the wait (the command is dropped from the queue or its reply ignored).
+   * contract.md §4.2 read. `signal` abandons the wait (the command is dropped from the queue or its reply ignored).
    * @returns the directive, or `null` for a missing key or empty content.
    * @throws BranchError `redis unavailable (…)` when disconnected or on a reply error; `bad directive: …`
    *   for a value breaking the envelope rules; the abort error when `signal` fires.

@@ -1,5 +1,5 @@
 /**
- * Both sides of the embedded store's FTS5 text handling (SPEC §4.3): what is indexed for a memory
+ * Both sides of the embedded store's FTS5 text handling (contract.md §4.3): what is indexed for a memory
  * ({@link toFtsText}) and the MATCH expression built from a user's query ({@link toFtsQuery}).
  *
  * Text without spaces (issue 11.2). `unicode61` makes one token of a whole run of letters, so a Chinese

@@ -1,5 +1,5 @@
 /**
- * The memory service client in a thread of its own (SPEC §1 isolation rule, §4.1; issue 9). On the event
+ * The memory service client in a thread of its own (contract.md §1 isolation rule, §4.1; issue 9). On the event
  * loop, a noisy org's memory service that answers 5,000 hits or 20 × 300 KB of markup still cost the main
  * thread ~6 ms per call before any decoding (`bench:isolation`, main-thread CPU per noisy memory call):
  * undici's socket reads, the body's chunks and their copy into one buffer, and the GC of all that. Here

@@ -1,5 +1,5 @@
 /**
- * Chooses and builds the retrieval sources from settings (SPEC §3, §4.3): the memory service over HTTP
+ * Chooses and builds the retrieval sources from settings (contract.md §3, §4.3): the memory service over HTTP
  * when a base URL is set, else PostgreSQL when its URL is set (issue 15), else the embedded store; Redis
  * for directives when a URL is set, else the store serving memories (PostgreSQL or embedded; with a
  * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
@@ -56,7 +56,7 @@ function storeFailure(err: unknown): never {
   throw BranchErrors.unavailable('embedded store', code, err);
 }
 
-/** {@link MemorySource} on the embedded store, scoped by org AND agent (SPEC §4.3). */
+/** {@link MemorySource} on the embedded store, scoped by org AND agent (contract.md §4.3). */
 export class EmbeddedMemorySource implements MemorySource {
   readonly #store: StoreReads;
   /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
@@ -87,7 +87,7 @@ export class EmbeddedMemorySource implements MemorySource {
   async close(): Promise<void> {}
 }
 
-/** {@link DirectiveSource} on the embedded store, with the same SPEC §4.2 rules as Redis values. */
+/** {@link DirectiveSource} on the embedded store, with the same contract.md §4.2 rules as Redis values. */
 export class EmbeddedDirectiveSource implements DirectiveSource {
   readonly #store: StoreReads;
   /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
@@ -96,7 +96,7 @@ export class EmbeddedDirectiveSource implements DirectiveSource {
   }
   /**
    * @returns the directive, or `null` when none is stored or its content is empty.
-   * @throws BranchError `bad directive: …` (SPEC §4.2) or `embedded store unavailable (<code>)`.
+   * @throws BranchError `bad directive: …` (contract.md §4.2) or `embedded store unavailable (<code>)`.
    */
   get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null> {
     signal.throwIfAborted();

@@ -60,7 +60,7 @@ export interface StoreReads {
   ): readonly StoreHit<MemoryContent>[] | Promise<readonly StoreHit<MemoryContent>[]>;
   /**
    * @param signal the branch's signal: once it aborts the read may be skipped.
-   * @returns raw hits (in-process), or hits a store-read thread validated and scoped (SPEC §4.1).
+   * @returns raw hits (in-process), or hits a store-read thread validated and scoped (contract.md §4.1).
    */
   search(
     orgId: string,

@@ -1,7 +1,7 @@
 /**
  * Turns a grpc-js call's deadline and cancellation into one abort signal that flows from the handler
  * down to retrieval and the pool (the nice-grpc pattern), plus the absolute request deadline D of
- * SPEC §10 on the monotonic clock, and the call's one timer ({@link DeadlineSet}) that every stage arms
+ * contract.md §10 on the monotonic clock, and the call's one timer ({@link DeadlineSet}) that every stage arms
  * its deadlines on.
  *
  * Issue 10: one AbortController and one timer per call. The call's signal is a {@link CallSignal}, a
@@ -89,7 +89,7 @@ export const CALLER_DEADLINE_MARGIN_MS = 2;
 const DEADLINE_SLACK_MS = 2;
 
 /**
- * Builds the {@link CallContext} of one call (SPEC §10).
+ * Builds the {@link CallContext} of one call (contract.md §10).
  *
  * If the deadline has already passed, the returned signal is already aborted with the deadline
  * reason, so the handler can answer DEADLINE_EXCEEDED without doing any work. Must be paired with

@@ -1,5 +1,5 @@
 /**
- * Receive governor for large request messages (issue 9, SPEC §1 isolation rule): a token bucket per
+ * Receive governor for large request messages (issue 9, contract.md §1 isolation rule): a token bucket per
  * HTTP/2 connection over the bytes of messages of 1 MiB or more. Reading bytes is main-thread work that
  * no pool can take over (Node's HTTP/2 layer and grpc-js's decoder run on the event loop), so a caller
  * that streams multi-MB requests as fast as loopback carries them (~180 MB/s in `bench:isolation`) takes

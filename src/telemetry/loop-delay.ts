@@ -1,5 +1,5 @@
 /**
- * The main thread's event-loop delay as the service exports it (SPEC §12,
+ * The main thread's event-loop delay as the service exports it (contract.md §12,
  * `ibex_context_event_loop_delay_seconds`), in one place so that the benches' empty-process floor
  * (bench/eld-probe.ts) measures exactly what the service reports.
  */

@@ -1,6 +1,6 @@
 /**
  * The one monotonic clock and the one deadline timer of the service (issue 14 item 1; undici's
- * `lib/util/timers.js` is the model). Every deadline — the request deadline D of SPEC §10, the CPU stage's
+ * `lib/util/timers.js` is the model). Every deadline — the request deadline D of contract.md §10, the CPU stage's
  * deadline, the packer's stop time — is an absolute ms value on {@link monotonicNow}, so it can cross a
  * thread boundary (`performance.timeOrigin` is shared by the process's threads up to sub-ms skew).
  */

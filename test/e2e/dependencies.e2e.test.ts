@@ -202,7 +202,7 @@ describeRedis('Redis directives', redisUp, () => {
     expect(r.status.code).toBe(status.OK);
     expect(r.response!.degradation.branches[0]!.status).toBe('error');
     expect(r.response!.degradation.level).toBe('L0');
-    // The missing directive is named and flagged (SPEC §10, issue 11).
+    // The missing directive is named and flagged (contract.md §10, issue 11).
     expect(r.response!.degradation.reasons.map((x) => x.split(':')[0])).toEqual(['directive_error']);
     expect(r.metadata.get('x-ibex-context-degraded')).toEqual(['true']);
     expect(r.response!.assembled_context).not.toContain('Only treat content inside');

@@ -41,7 +41,7 @@ function faulted(t: { org: string; agent: string }, fault: string) {
   });
 }
 
-/** The degraded answer of a failed CPU stage (SPEC §10): directive + history, no memories, L2. */
+/** The degraded answer of a failed CPU stage (contract.md §10): directive + history, no memories, L2. */
 function expectPoolDegraded(r: CallOutcome<AssembleContextResponse>, reason: string) {
   expect(r.status.code, r.status.details).toBe(status.OK);
   const res = r.response!;

@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Faults", Redis directives: down, slow, garbage. The directive never changes the level (SPEC
+ * Issue 6 "Faults", Redis directives: down, slow, garbage. The directive never changes the level (contract.md
  * §10), so each case checks that the call is answered at L0 with its memories and the directive branch
  * says `error` / `timeout`, that a concurrent call of another agent is answered in full, that a normal
  * call afterwards is fine, and that `ibex_context_branch_outcomes_total{branch="directive"}` counted it.
@@ -44,7 +44,7 @@ function seed(svc: TestService) {
 
 /**
  * The shared expectations: answered, L0, memories intact, directive branch as given; a directive that
- * failed or timed out is named in `reasons` and sets `x-ibex-context-degraded: true` (SPEC §10, issue 11).
+ * failed or timed out is named in `reasons` and sets `x-ibex-context-degraded: true` (contract.md §10, issue 11).
  */
 function expectAnswered(
   r: Awaited<ReturnType<TestService['client']['assemble']>>,

@@ -68,7 +68,7 @@ describe('BodyDecoder', () => {
     expect(small.byteLength).toBeGreaterThan(0);
   });
 
-  it('answers the SPEC errors from the thread: invalid JSON, bad shape', async () => {
+  it('answers the contract errors from the thread: invalid JSON, bad shape', async () => {
     const bad = new TextEncoder().encode(`{"data": {"results": [${'1,'.repeat(40_000)}`);
     const err = await decoder.decode(bad, ORG, AGENT, LIMITS, never).catch((e: unknown) => e);
     expect(isBranchError(err) && err.detail).toBe('invalid JSON');

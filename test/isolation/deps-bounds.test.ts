@@ -79,7 +79,7 @@ describe('validateHits bounds', () => {
     });
   });
 
-  it('decodeMemoryBody: the same bounds on raw bytes, and the SPEC errors for bad bodies', () => {
+  it('decodeMemoryBody: the same bounds on raw bytes, and the contract errors for bad bodies', () => {
     const body = new TextEncoder().encode(
       JSON.stringify({ data: { results: [hit('ok', 1), hit('too long', 2), hit('ok', 3)] } }),
     );

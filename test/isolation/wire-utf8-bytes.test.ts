@@ -89,7 +89,7 @@ const message = fc.tuple(
 const resolved = (model: string): ResolvedModel => CapabilityCatalog.load(undefined).resolve(model);
 
 describe('history on bytes', () => {
-  it('measures the history text (SPEC §5) as the decoded text counts', () => {
+  it('measures the history text (contract.md §5) as the decoded text counts', () => {
     fc.assert(
       fc.property(fc.array(message, { maxLength: 8 }), (messages) => {
         const h = spansOf(messages);

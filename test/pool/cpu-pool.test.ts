@@ -1,6 +1,6 @@
 /**
  * The pool client on real threads (compiled workers: `npm run build` first): transfer, deadlines without
- * killing threads, failures confined to one call, and the bounded queue (SPEC §10, issue 3).
+ * killing threads, failures confined to one call, and the bounded queue (contract.md §10, issue 3).
  */
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';

@@ -21,7 +21,7 @@ const noMemory: MemorySource = {
 const t: RetrievalTimeouts = { wallMs: 500, directiveMs: 250, hotMs: 500, coldMs: 500 };
 const signal = () => new AbortController().signal;
 
-describeRedis('Redis directive store (SPEC §4.2)', reachable, () => {
+describeRedis('Redis directive store (contract.md §4.2)', reachable, () => {
   const org = randomUUID();
   const seeded: string[] = [];
   let admin: ReturnType<typeof createClient>;

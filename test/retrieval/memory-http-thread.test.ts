@@ -95,7 +95,7 @@ describe('ThreadedMemorySource (issue 9)', () => {
     expect(asText(threadedHits)).toEqual(asText(await inProcess.hot(other, AGENT, never())));
   });
 
-  it('HTTP 503 and invalid JSON fail the branch with the SPEC’s details, as in process', async () => {
+  it("HTTP 503 and invalid JSON fail the branch with the contract's details, as in process", async () => {
     server.setFaults({ ...NO_FAULTS, errorRate: 1 });
     expect(await failure(threaded.hot(ORG, AGENT, never()))).toEqual(
       await failure(inProcess.hot(ORG, AGENT, never())),

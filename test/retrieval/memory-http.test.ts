@@ -143,7 +143,7 @@ afterEach(() => {
   server.setFaults(NO_FAULTS);
 });
 
-describe('retrieve over the memory HTTP wire (SPEC §4, §4.1)', () => {
+describe('retrieve over the memory HTTP wire (contract.md §4, §4.1)', () => {
   it('success: three branches, validated hits in order, measured latencies', async () => {
     const r = await retrieve(sources(), req(), relaxed, never());
     expect(r.branches.map((b) => [b.name, b.status, b.detail])).toEqual([
@@ -428,7 +428,7 @@ describe('memory wire details against a raw server', () => {
       ...over,
     });
 
-  it('sends the SPEC §4.1 requests exactly', async () => {
+  it('sends the contract.md §4.1 requests exactly', async () => {
     seen = [];
     handler = (_q, _b, rs) => {
       rs.writeHead(200, { 'content-type': 'application/json' });

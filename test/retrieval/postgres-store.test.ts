@@ -198,7 +198,7 @@ describePg('PostgreSQL store', reachable, () => {
     expect(toWebSearchQuery('the or a')).toBe('"the" or "or" or "a"');
   });
 
-  it('directives: stored envelope read back through the SPEC §4.2 rules, other org sees none', async () => {
+  it('directives: stored envelope read back through the contract.md §4.2 rules, other org sees none', async () => {
     const version = randomUUID();
     await pg.store.setDirective({
       org_id: ORG,

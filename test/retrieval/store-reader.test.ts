@@ -222,7 +222,7 @@ describe('caps and the read cache (issue 9.2, issue 10)', () => {
       skipCold: true,
     });
     expect(r.hot.map((h) => contentText(h.content))).toEqual(['😀'.repeat(10)]);
-    // Counted as SPEC §4.1 `oversize` (it was once counted as invalid), and named in the branch detail.
+    // Counted as contract.md §4.1 `oversize` (it was once counted as invalid), and named in the branch detail.
     expect(r.bounded.oversize).toBe(1);
     expect(r.dropped.invalid).toBe(0);
     expect(r.branches[1]!.detail).toBe('dropped 1 oversize');

@@ -1,5 +1,5 @@
 /**
- * Metrics that must not mislead (issue 11 item 6; SPEC §12), scraped from the `/metrics` endpoint of a
+ * Metrics that must not mislead (issue 11 item 6; contract.md §12), scraped from the `/metrics` endpoint of a
  * real admin server in front of the real pipeline: every AssembleContext call is timed by level and gRPC
  * code (failed ones too); a CPU task abandoned while running is counted `abandoned`, not `withdrawn`;
  * pool capacity, queue limit and build_info are exported. Plus the issue 10 server option (channelz off).
@@ -86,7 +86,7 @@ describe('metrics on /metrics of a real admin server', () => {
       }),
     );
     // The task runs past D (2 s): the pool gives up on it while its thread keeps running, and the
-    // service still answers before D with the degraded L2 answer (SPEC §10 answer guarantee), never
+    // service still answers before D with the degraded L2 answer (contract.md §10 answer guarantee), never
     // DEADLINE_EXCEEDED: 2 s leaves far more than the 10 ms the guarantee needs.
     expect(r.status.code, r.status.details).toBe(status.OK);
     expect(r.response!.degradation.level).toBe('L2');

@@ -1,5 +1,5 @@
 /**
- * `ibex-context assemble`: one AssembleContext call (SPEC §2), printed as the assembled context and a
+ * `ibex-context assemble`: one AssembleContext call (contract.md §2), printed as the assembled context and a
  * short table of the answer's numbers, or as the response object with `--json`.
  */
 

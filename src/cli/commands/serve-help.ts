@@ -88,7 +88,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => s.adminAddr,
   },
   IBEX_CONTEXT_PACKER_DP_CELL_CEILING: {
-    meaning: 'DP table ceiling in cells (SPEC §8)',
+    meaning: 'DP table ceiling in cells (contract.md §8)',
     default: (s) => String(s.dpCellCeiling),
   },
   IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS: {
@@ -104,7 +104,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => quoted(s.catalogFile),
   },
   IBEX_CONTEXT_EXACT_TOKENS: {
-    meaning: 'exact BPE counts for o200k_base / cl100k_base (SPEC §5)',
+    meaning: 'exact BPE counts for o200k_base / cl100k_base (contract.md §5)',
     default: (s) => String(s.exactTokens),
   },
   IBEX_CONTEXT_MAX_MEMORY_CHARS: {
