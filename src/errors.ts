@@ -26,7 +26,7 @@ export type IbexErrorCode =
   | 'IBEX_ERR_INTERNAL';
 
 /**
- * Why the CPU stage missed its deadline (issue 11 item 6): `withdrawn` = the task was still queued and
+ * Why the CPU stage missed its deadline: `withdrawn` = the task was still queued and
  * never ran; `abandoned` = it was running and its thread finishes it, the result discarded.
  */
 export type PoolDeadlineReason = 'withdrawn' | 'abandoned';
@@ -71,7 +71,7 @@ export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
   IBEX_ERR_INTERNAL: status.INTERNAL,
 };
 
-/** Factories: the only way errors are built, so messages stay the contract\'s exact strings. */
+/** Factories: the only way errors are built, so messages stay the contract's exact strings. */
 export const Errors = {
   /** contract.md §11 validation failure; `message` is the exact detail string. */
   invalidArgument: (field: string, message: string) =>
@@ -93,7 +93,7 @@ export const Errors = {
   /** Flow control under load: built {@link stackless}. */
   poolSaturated: () => stackless(() => new IbexError('IBEX_ERR_POOL_SATURATED', 'worker pool queue is full')),
   /**
-   * The CPU stage missed its deadline; `reason` says whether the task ever ran (issue 11 item 6). Flow
+   * The CPU stage missed its deadline; `reason` says whether the task ever ran. Flow
    * control under load: {@link stackless}.
    */
   poolDeadline: (reason: PoolDeadlineReason, cause?: unknown) =>
@@ -119,7 +119,7 @@ export const Errors = {
   cancelled: () => stackless(() => new IbexError('IBEX_ERR_CANCELLED', 'call cancelled')),
   unauthenticated: (reason: string) => new IbexError('IBEX_ERR_UNAUTHENTICATED', reason),
   permissionDenied: (reason: string) => new IbexError('IBEX_ERR_PERMISSION_DENIED', reason),
-  /** Request metadata over `grpc.max_metadata_size`, which grpc-js does not enforce itself (issue 12). */
+  /** Request metadata over `grpc.max_metadata_size`, which grpc-js does not enforce itself. */
   metadataTooLarge: (sizeBytes: number, maxBytes: number) =>
     new IbexError(
       'IBEX_ERR_METADATA_TOO_LARGE',
@@ -142,7 +142,7 @@ export interface StatusObject {
 }
 
 /**
- * The one way a status is built from an error (nice-grpc's `createErrorStatusObject`; issue 14 item 2):
+ * The one way a status is built from an error (nice-grpc's `createErrorStatusObject`):
  * an {@link IbexError} gets its code from {@link GRPC_STATUS_BY_CODE} and its message as details;
  * anything else is a bug and becomes INTERNAL `internal error`, its text never sent to the caller.
  */

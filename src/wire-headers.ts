@@ -1,6 +1,6 @@
 /**
  * Response metadata keys of ContextAssemblyService (contract.md §2), in one place for the server that sets them
- * and the clients, metrics and benches that read them (issue 14 item 8). No imports, so client tools can
+ * and the clients, metrics and benches that read them. No imports, so client tools can
  * use them without loading the server.
  */
 

@@ -16,7 +16,7 @@ import {
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 
-// bench:load splits the server's CPU per thread by name (issue 10).
+// bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.pool);
 
 // Loading the module is the warm-up: piscina reports a thread ready (and the pool's start-up task runs)

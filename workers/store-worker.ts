@@ -16,7 +16,7 @@ import type {
 } from '../src/retrieval/store-reader.js';
 import { DEFAULT_MAX_MEMORY_CHARS, SEARCH_LIMIT, validateHits } from '../src/retrieval/validate.js';
 
-// bench:load splits the server's CPU per thread by name (issue 10).
+// bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.store);
 
 // One connection per database file per thread, opened on first use.

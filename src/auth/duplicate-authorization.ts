@@ -1,5 +1,5 @@
 /**
- * Issue 11 item 4: a request with two `authorization` headers (a proxy appending its own token after a
+ * A request with two `authorization` headers (a proxy appending its own token after a
  * client's) must be refused, but Node's HTTP/2 layer treats `authorization` as a single-value header
  * and keeps only the first in the headers object grpc-js builds its Metadata from, so the bearer
  * interceptor never sees the second. The raw header list is still passed to the HTTP/2 server's

@@ -1,5 +1,5 @@
 /**
- * Exact wrapped-block costs with a bounded per-memory cache (contract.md §5/§6, issue 12).
+ * Exact wrapped-block costs with a bounded per-memory cache (contract.md §5/§6).
  *
  * A block as the formatter writes it is `<ibex_memory nonce="N"` + ` id="I" category="C">\n` + body +
  * `\n</ibex_memory>`, and blocks are joined by `\n`. Both encodings' pre-tokenizers always split right

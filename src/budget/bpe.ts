@@ -1,5 +1,5 @@
 /**
- * Exact token counts for the OpenAI encodings (contract.md §5, issue 12): `bpe_o200k_base` and `bpe_cl100k_base`
+ * Exact token counts for the OpenAI encodings (contract.md §5): `bpe_o200k_base` and `bpe_cl100k_base`
  * count what tiktoken returns, with `gpt-tokenizer` (its encodings ship in the package; nothing is
  * downloaded). Special-token text such as `<|endoftext|>` is counted as ordinary text: memory and history
  * are untrusted, so they must neither be refused nor turn into one control token.

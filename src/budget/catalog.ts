@@ -47,7 +47,7 @@ export interface FamilyPolicy {
 export interface CatalogOptions {
   /**
    * IBEX_CONTEXT_EXACT_TOKENS: `o200k_base` and `cl100k_base` use `bpe_o200k_base` / `bpe_cl100k_base`
-   * (exact counts) whatever the rows say; `claude` and others keep theirs (contract.md §5, issue 12).
+   * (exact counts) whatever the rows say; `claude` and others keep theirs (contract.md §5).
    */
   exactTokens?: boolean;
 }

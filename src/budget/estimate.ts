@@ -10,7 +10,7 @@ export type EstimateKind = 'chars_div_4' | 'runes_div_3_5' | BpeKind;
 
 /**
  * Number of Unicode code points in `text` (not UTF-16 units). A lone surrogate counts as one code point,
- * as Python's `len` counts it. One pass over the UTF-16 units, no allocation (issue 9 item 5: the former
+ * as Python's `len` counts it. One pass over the UTF-16 units, no allocation (the former
  * regex `match` built one string per surrogate pair, 130–230 ms per million emoji).
  */
 export function codePointLength(text: string): number {
@@ -20,7 +20,7 @@ export function codePointLength(text: string): number {
   let pairs = 0;
   if ((text as WellFormedCheck).isWellFormed()) {
     // No lone surrogate (a native check): every high surrogate starts a pair, and its low half is skipped
-    // unread — half the reads on emoji-dense text (issue 9 item 5).
+    // unread — half the reads on emoji-dense text.
     for (let i = 0; i < n; i++) {
       if ((text.charCodeAt(i) & 0xfc00) === 0xd800) {
         pairs++;

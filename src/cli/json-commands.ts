@@ -94,7 +94,7 @@ function getCatalog(): CapabilityCatalog {
 
 function parse<C extends JsonCommand>(command: C, input: unknown): z.infer<(typeof schemas)[C]> {
   const result = schemas[command].safeParse(input);
-  // Every problem at once, in the contract\'s words (issue 13).
+  // Every problem at once, in the contract's words.
   if (!result.success) throw new InputError(describeIssues(result.error.issues, input));
   return result.data as z.infer<(typeof schemas)[C]>;
 }

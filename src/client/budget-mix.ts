@@ -1,5 +1,5 @@
 /**
- * The budget mix of `load` and `replay` (issue 10): LoCoMo calls always fit their model's window, so
+ * The budget mix of `load` and `replay`: LoCoMo calls always fit their model's window, so
  * without it no load figure runs the packer on a real choice. A seeded share of the calls carries an
  * `available_tokens` (contract.md §6: it caps usable_budget) drawn so that 30–80 % of the candidates' tokens fit.
  *

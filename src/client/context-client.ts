@@ -71,7 +71,7 @@ export interface TlsOptions {
   key?: Buffer;
   /**
    * Skip verifying the server certificate. Only for `healthcheck --local`, which probes its own
-   * container's process on loopback and sends no token (issue 13).
+   * container's process on loopback and sends no token.
    */
   skipVerify?: boolean;
 }

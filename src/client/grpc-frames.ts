@@ -1,5 +1,5 @@
 /**
- * gRPC message framing for the load tools (issue 10): requests encoded once into wire frames, and a
+ * gRPC message framing for the load tools: requests encoded once into wire frames, and a
  * walk over response bytes that reads a few counters without decoding the response into an object.
  */
 import protobuf from 'protobufjs';

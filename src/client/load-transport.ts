@@ -1,5 +1,5 @@
 /**
- * How the load driver puts calls on the wire (issue 10). `frames` (the default) sends pre-encoded frames
+ * How the load driver puts calls on the wire. `frames` (the default) sends pre-encoded frames
  * with the driver's own HTTP/2 framing over one plain socket per connection ({@link FramesChannel}:
  * about 40 % less driver CPU per call than `h2`); `h2` sends the same frames over one `node:http2`
  * session per connection ({@link RawChannel}); `grpc-js` makes one grpc-js channel per connection, for

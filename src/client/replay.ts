@@ -1,5 +1,5 @@
 /**
- * The engine of `ibex-context replay` (issue 4): LoCoMo turns sent as AssembleContext calls against a
+ * The engine of `ibex-context replay`: LoCoMo turns sent as AssembleContext calls against a
  * running service, every answer checked against the contract (see {@link checkResponse}).
  */
 

@@ -1,5 +1,5 @@
 /**
- * Node/V8 flags the service process starts with (issues 9 and 10). They cannot be set from inside a running
+ * Node/V8 flags the service process starts with. They cannot be set from inside a running
  * process (V8 sizes the heap and Node its V8 thread pool when they start) and NODE_OPTIONS refuses V8 flags
  * Node does not list, so `npm start`, the Dockerfile's entrypoint and the benches pass them on node's
  * command line, and `serve` warns when they are missing.

@@ -28,7 +28,7 @@ export interface Settings {
   memoryApiToken: string;
   /**
    * Whether the memory-service calls of orgs whose bodies are large run in a thread of their own
-   * (`RoutedMemorySource`, src/retrieval/memory-http-thread.ts; issue 9): HTTP, body and validation off
+   * (`RoutedMemorySource`, src/retrieval/memory-http-thread.ts): HTTP, body and validation off
    * the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
    */
   memoryHttpThread: boolean;
@@ -53,7 +53,7 @@ export interface Settings {
   exactTokens: boolean;
   /** Embedded SQLite store path. */
   embeddedDb: string;
-  /** PostgreSQL store (issue 15); `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
+  /** PostgreSQL store; `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
   postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
@@ -68,7 +68,7 @@ export interface Settings {
   maxReceiveMessageBytes: number;
   /**
    * Sustained rate at which one connection's request messages of 1 MiB or more are read, MB/s (10^6
-   * bytes); 0 = unpaced (src/server/receive-governor.ts, issue 9).
+   * bytes); 0 = unpaced (src/server/receive-governor.ts).
    */
   largeMessageReceiveMbPerS: number;
   /** Max inbound metadata size, bytes. */
@@ -96,7 +96,7 @@ export interface PoolSettings {
 /** Default of {@link PoolSettings.largeTaskBytes}: 1 MiB, the size from which requests are large messages. */
 export const LARGE_TASK_BYTES = 1024 * 1024;
 
-/** PostgreSQL store settings (issue 15). */
+/** PostgreSQL store settings. */
 export interface PostgresSettings {
   /** `postgres://…` URL; "" = off. May hold a password: never logged. IBEX_CONTEXT_POSTGRES_URL. */
   url: string;
@@ -306,7 +306,7 @@ export function loadSettings(env: Env = process.env): Settings {
       intText(1024),
       env,
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
-      // The largest request contract.md §11 allows (issue 9), and nothing larger.
+      // The largest request contract.md §11 allows, and nothing larger.
       MAX_ASSEMBLE_REQUEST_BYTES,
     ),
     largeMessageReceiveMbPerS: parseWith(

@@ -1,5 +1,5 @@
 /**
- * The assembled context of one assembly from history bytes (contract.md §1, §5, §9, §11; issue 9 item 1), shared
+ * The assembled context of one assembly from history bytes (contract.md §1, §5, §9, §11), shared
  * by the CPU stage and the L2 degraded answer: under an estimate kind the history is measured and copied
  * as bytes and `tokens_used` follows from the parts' code points; a BPE kind (contract.md §5: exact counts need
  * the text) decodes it.

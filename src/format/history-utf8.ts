@@ -1,5 +1,5 @@
 /**
- * History measured and formatted as bytes (contract.md §1 isolation rule, §5, §9, §11; issue 9 item 1). Estimates
+ * History measured and formatted as bytes (contract.md §1 isolation rule, §5, §9, §11). Estimates
  * depend only on the code-point count L, which is additive over concatenation, so the history's tokens,
  * its §11 content limits and the assembled context's `tokens_used` all follow from per-field counts of
  * the UTF-8 bytes; contents are never decoded unless they are invalid UTF-8 (then Node's decoding, U+FFFD
@@ -19,7 +19,7 @@ import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
 
 /**
  * A memory whose content is the UTF-8 bytes `bytes[start, end)` (well-formed: the caller checks), as the
- * CPU stage holds it in its batch: escaped from the bytes into the answer, never decoded (issue 10).
+ * CPU stage holds it in its batch: escaped from the bytes into the answer, never decoded.
  */
 export interface ByteMemory {
   memory_id: string;

@@ -1,6 +1,6 @@
 /**
  * The answer's `memories_used` rows (contract.md §2 MemoryUsed) as protobuf bytes, written by the CPU stage
- * (issue 10). The main thread used to build one object per scored candidate and have protobufjs turn
+ *. The main thread used to build one object per scored candidate and have protobufjs turn
  * each into a message object and a chain of writer ops: a third of everything the event loop allocated
  * per call (V8 sampling heap profiler on the service under `bench:load` at 500 req/s: ~57 of ~180 KB),
  * so more scavenges and longer ones under load. The worker already holds every field (ids and categories as UTF-8, scores, ranks, costs)

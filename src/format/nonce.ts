@@ -4,7 +4,7 @@
 import { randomFillSync } from 'node:crypto';
 
 /**
- * Random bytes drawn from the CSPRNG in one call and handed out once each (issue 10): every draw costs
+ * Random bytes drawn from the CSPRNG in one call and handed out once each: every draw costs
  * OpenSSL a `getpid()` fork check, a ~7 µs syscall on this 2-core VM, once per assembly before.
  */
 const POOL_BYTES = 4096;

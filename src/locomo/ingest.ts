@@ -122,7 +122,7 @@ export function ingestLocomo(
     onAgent?.(i + 1, agents.length, memories);
   }
   // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
-  // after the import makes each search read one segment (issue 10: 460 → 340 µs a query).
+  // after the import makes each search read one segment (460 → 340 µs a query).
   store.optimize();
   return summary;
 }

@@ -42,7 +42,7 @@ export interface MemoryServerOptions extends Partial<MemoryServerFaults> {
   token: string;
   store?: EmbeddedStore;
   db?: string;
-  /** PostgreSQL store (issue 15): URL and schema. */
+  /** PostgreSQL store: URL and schema. */
   postgres?: { url: string; schema: string };
   /** Default 127.0.0.1. */
   host?: string;

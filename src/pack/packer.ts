@@ -3,8 +3,7 @@
  *
  * The ADR-0069 algorithm (16-token buckets, floor weights, strict-improvement DP, repair, refill, local
  * improvement) always runs and decides the path. On the DP path the packer may then refine its answer as
- * contract.md §8 allows: first a branch-and-bound on exact token weights seeded with ADR-0069's answer (issue 12;
- * bounded by a node limit and the deadline; when it completes the answer is optimal and nothing else
+ * contract.md §8 allows: first a branch-and-bound on exact token weights seeded with ADR-0069's answer (* bounded by a node limit and the deadline; when it completes the answer is optimal and nothing else
  * runs), else plain refill-from-empty and a second, finer table with rounded-up weights (so its selection
  * always fits exactly). A refinement wins only when strictly better, so the result is never below
  * ADR-0069's and equals it whenever ADR-0069 is already optimal.
@@ -58,7 +57,7 @@ export interface PackInput {
    */
   refineCellCeiling?: number;
   /**
-   * Node limit of the exact-weight branch-and-bound that runs last on the DP path (issue 12); default
+   * Node limit of the exact-weight branch-and-bound that runs last on the DP path; default
    * {@link DEFAULT_SEARCH_NODE_LIMIT}. 0 disables it.
    */
   searchNodeLimit?: number;

@@ -1,7 +1,7 @@
 /**
  * The CPU task's batch (contract.md §1, §10): what crosses the thread boundary and how. Candidates travel as typed
  * arrays over one ArrayBuffer that is *transferred*, never cloned: numeric columns, plus one UTF-8 byte
- * array holding every id, category and content, with a Uint32Array of byte offsets. History (issue 9)
+ * array holding every id, category and content, with a Uint32Array of byte offsets. History
  * travels as bytes too: a large request's own buffer is transferred as it is (no copy on the main thread),
  * a small history is copied into the candidates' buffer. Only small scalars are cloned.
  */
@@ -52,7 +52,7 @@ export interface CpuTaskScalars {
   toolSchemas: string[];
   /**
    * Messages whose role and content bytes are in `history` (spans in `historySpans`). The assembly sends
-   * history this way (issue 9: bytes, not strings, on the main thread); 0 or absent = none.
+   * history this way (bytes, not strings, on the main thread); 0 or absent = none.
    */
   historyCount?: number;
   /** Some history content may exceed 32,768 code points: the CPU stage decides (contract.md §11 message). */
@@ -143,7 +143,7 @@ export interface CpuTaskOutput {
   assembled_context: string;
   /**
    * With `budgetModel`: the formatted context as spliced UTF-8 — the bytes the task wrote plus spans of the
-   * history bytes, which come back transferred with it (issues 9, 10: a small answer copies them once,
+   * history bytes, which come back transferred with it (a small answer copies them once,
    * into the gRPC frame; a large one is written from them as they are). Else null.
    */
   assembled_utf8: SplicedUtf8 | null;

@@ -1,5 +1,5 @@
 /**
- * The CPU stage of one assembly (contract.md §1, §6, §8, §9, §10; issue 9): history length checks, budget,
+ * The CPU stage of one assembly (contract.md §1, §6, §8, §9, §10): history length checks, budget,
  * wrapped-block costs, pack, format and `tokens_used`, as one task on transferred bytes (src/pool/cpu-batch.ts).
  *
  * Pure: the same code runs inline and in a pool worker (`workers/cpu-worker.ts`).

@@ -1,5 +1,5 @@
 /**
- * The CPU pool's waiting line, fair across orgs (contract.md §1 isolation rule, issue 9 item 3): one FIFO per
+ * The CPU pool's waiting line, fair across orgs (contract.md §1 isolation rule): one FIFO per
  * org, served round-robin, so an org that floods heavy calls waits behind its own calls, never in front of
  * another org's. Every operation is O(1): a withdrawn call (deadline, signal) leaves from the middle of its
  * org's line, and an org whose line empties leaves the rotation.

@@ -34,7 +34,7 @@ export function dedupeAndScore(hot: readonly MemoryHit[], cold: readonly MemoryH
   for (const list of [hot, cold]) {
     for (const hit of list) {
       // Fields written out, not `{ ...hit, score }`: V8 11 adds a property after a spread through its
-      // runtime, ~1 µs per candidate on the event loop (issue 10).
+      // runtime, ~1 µs per candidate on the event loop.
       const candidate: ScoredCandidate = {
         memory_id: hit.memory_id,
         org_id: hit.org_id,

@@ -42,7 +42,7 @@ export class BranchError extends Error {
   }
 }
 
-/** Factories: the only way branch failures are built, so details stay the contract\'s strings. */
+/** Factories: the only way branch failures are built, so details stay the contract's strings. */
 export const BranchErrors = {
   /** contract.md §4.1: status ≥ 400. */
   httpStatus: (code: number) =>
@@ -60,7 +60,7 @@ export const BranchErrors = {
     ),
   /** contract.md §4.1: a body beyond the cap derived from `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS`. */
   tooLarge: () => new BranchError('IBEX_RETRIEVAL_TOO_LARGE', 'error', 'response too large'),
-  /** Issue 9: too many large bodies already wait for the body-decoder thread. */
+  /** Too many large bodies already wait for the body-decoder thread. */
   decoderBusy: () => new BranchError('IBEX_RETRIEVAL_DECODER_BUSY', 'error', 'body decoder busy'),
   invalidJson: (cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_INVALID_JSON', 'error', 'invalid JSON', cause),

@@ -4,7 +4,7 @@
  * disconnected fails at once), a bounded command queue, capped exponential reconnects, an `error`
  * listener (an unhandled `error` event would kill the process), and the request's AbortSignal on every GET.
  *
- * Half-open connections (issue 11 item 1): a NAT or load balancer that forgets the flow leaves the socket
+ * Half-open connections: a NAT or load balancer that forgets the flow leaves the socket
  * open while nothing comes back, and abandoned GETs never fail it. node-redis cannot see that by itself:
  * its command `timeout` and AbortSignals only cover commands not yet written, and its `pingInterval`
  * PING, once written, waits for a reply for ever (and no PING follows it). So a watchdog of ours sends a
@@ -40,7 +40,7 @@ export interface RedisDirectiveSourceOptions {
   initialWaitMs?: number;
   /** Reconnect backoff ceiling, ms. Default 2000. */
   maxReconnectDelayMs?: number;
-  /** Interval of the watchdog PING, ms. Default 2000 (issue 11 item 1). */
+  /** Interval of the watchdog PING, ms. Default 2000. */
   pingIntervalMs?: number;
   /** A watchdog PING with no reply after this many ms replaces the connection. Default 3000. */
   pingTimeoutMs?: number;

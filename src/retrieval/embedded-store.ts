@@ -8,7 +8,7 @@
  * Statements are prepared once in the constructor; hot reads and directives are cached per connection
  * until a write ({@link ReadCache}); the schema and its migrations live in store-schema.ts.
  *
- * Caps (contract.md §4.1, issue 9.2): at most `limit` hits (hot 20, cold 10), and a memory longer than
+ * Caps (contract.md §4.1): at most `limit` hits (hot 20, cold 10), and a memory longer than
  * `maxMemoryChars` code points comes back as `{oversize: true, memory: {content: null, …}}` — decided by
  * SQL on the length stored at write time, so its text is neither read from disk nor copied to the caller;
  * validation then drops and counts it.

@@ -60,7 +60,7 @@ export interface RetrievalResult {
   /** Items dropped over hot+cold: wrong shape/values, or another org's/agent's. */
   dropped: { invalid: number; foreign: number };
   /**
-   * What the bounds of contract.md §4.1 removed over hot+cold (issue 9): hits whose content is over
+   * What the bounds of contract.md §4.1 removed over hot+cold: hits whose content is over
    * `IBEX_CONTEXT_MAX_MEMORY_CHARS` (dropped, reason `oversize`), and items past the requested limit
    * (`ignored`: not validated, not scored).
    */
@@ -82,7 +82,7 @@ export interface DirectiveSource {
 export interface MemorySource {
   /**
    * Hot memories of the agent: raw items (contract.md §4.1 item shape; retrieve keeps the first 20 and validates
-   * them) or hits the source validated, scoped and bounded itself (the HTTP source, issue 9).
+   * them) or hits the source validated, scoped and bounded itself (the HTTP source).
    * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
    */
   hot(orgId: string, agentId: string, signal: AbortSignal): SourceHits | Promise<SourceHits>;
@@ -103,7 +103,7 @@ function isRawHits(value: SourceHits): value is RawHits {
 /**
  * Validations of frozen answers (the embedded store's cached hot reads, shared until a write): a frozen
  * answer cannot change, so it is validated once per org/agent/limits and the result, frozen too, is
- * reused (issue 10: 20 hits × 3 UUID checks were redone on every call).
+ * reused (20 hits × 3 UUID checks were redone on every call).
  */
 const validatedOnce = new WeakMap<RawHits, { key: string; hits: ValidatedHits }>();
 
@@ -136,7 +136,7 @@ function skipped(name: BranchName, detail: string): Settled<never> {
  * - `signal` is the request's: when it aborts, every branch is aborted (`timeout`/`outer_deadline` when
  *   its reason is a TimeoutError, else `error`/`cancelled`).
  *
- * - Bounds (contract.md §4.1, issue 9): only the first 20 hot / 10 cold items are looked at (the rest counted
+ * - Bounds (contract.md §4.1): only the first 20 hot / 10 cold items are looked at (the rest counted
  *   `ignored`); a hit longer than `maxMemoryChars` code points is dropped as `oversize`. Sources that
  *   validate themselves (HTTP) apply the same bounds before their hits reach this thread.
  *
@@ -159,7 +159,7 @@ export async function retrieve(
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
-  // One AbortController for the wall and all three branches, their deadlines on the call's timer (issue 10).
+  // One AbortController for the wall and all three branches, their deadlines on the call's timer.
   const race = new BranchRace(t.wallMs, signal, clock, timer);
 
   try {

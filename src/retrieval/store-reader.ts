@@ -2,7 +2,7 @@
  * Reads of the embedded store, either in-process (synchronous better-sqlite3, for tools and tests) or in
  * a small Piscina pool of store-read threads (the service), so SQLite never runs on the gRPC event loop.
  *
- * Batching (issue 10): reads that arrive while every thread is busy (PIPELINE_DEPTH batches each) wait
+ * Batching: reads that arrive while every thread is busy (PIPELINE_DEPTH batches each) wait
  * here, fair across orgs, and go to the next free thread together, as one task: one message each way and
  * one thread wake-up for the lot.
  * A wake-up costs ~0.1 ms of CPU on this 2-core VM and a message exchange several syscalls of ~7 µs, so
@@ -87,7 +87,7 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
   };
 }
 
-/** Store-read figures for metrics (issue 11 item 6). */
+/** Store-read figures for metrics. */
 export interface StoreReadStats {
   /** Reads waiting for a store-read thread. */
   queueSize: number;

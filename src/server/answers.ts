@@ -28,7 +28,7 @@ export function degradationLevel(branches: readonly BranchOutcome[]): Degradatio
 
 /**
  * Reasons for a degraded answer: each branch that did not succeed (a failed or timed-out directive too,
- * `directive_error:…` / `directive_timeout:…`, contract.md §10 as updated by issue 11), plus the pool's reason.
+ * `directive_error:…` / `directive_timeout:…`, contract.md §10), plus the pool's reason.
  */
 export function degradationReasons(branches: readonly BranchOutcome[], poolReason: string | null): string[] {
   const reasons: string[] = [];

@@ -124,7 +124,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const resolved = resolveModel(req);
     const historyBytes = historyByteLength(req);
     // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
-    // pass over megabytes of history for an answer nobody will read (issue 9; contract.md §10).
+    // pass over megabytes of history for an answer nobody will read (contract.md §10).
     if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);

@@ -1,6 +1,5 @@
 /**
- * What the assembly pipeline reports about each call, kept out of the pipeline's code (issue 14 item 5:
- * metrics behind an observer instead of inline `metrics?.` calls). The pipeline calls an
+ * What the assembly pipeline reports about each call, kept out of the pipeline's code (* metrics behind an observer instead of inline `metrics?.` calls). The pipeline calls an
  * {@link AssemblyObserver} at fixed points; {@link metricsObserver} turns those into the prom-client
  * series of contract.md §12, {@link NO_OBSERVER} drops them (tests and tools that run without metrics).
  */

@@ -4,7 +4,7 @@
  * contract.md §10 on the monotonic clock, and the call's one timer ({@link DeadlineSet}) that every stage arms
  * its deadlines on.
  *
- * Issue 10: one AbortController and one timer per call. The call's signal is a {@link CallSignal}, a
+ * One AbortController and one timer per call. The call's signal is a {@link CallSignal}, a
  * plain listener list rather than an EventTarget: only the retrieval branches need a real AbortSignal
  * (sockets, Redis commands), and they get the retrieval's own controller (branch-race.ts).
  */
@@ -145,7 +145,7 @@ export function createCallContext(
     signal.abort(cancelledReason());
   } else {
     call.on('cancelled', onCancelled);
-    // The timer re-checks the clock when it fires, so the signal never aborts before D (issue 9 item 4).
+    // The timer re-checks the clock when it fires, so the signal never aborts before D.
     timer = timers.at(deadline, abortForDeadline);
   }
 

@@ -128,7 +128,7 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.max_connection_idle_ms': 5 * 60_000,
   'grpc.max_connection_age_ms': 10 * 60_000,
   'grpc.max_connection_age_grace_ms': 30_000,
-  // Channelz bookkeeping (per-call counters and traces) is never read here; off, as issue 10 asks.
+  // Channelz bookkeeping (per-call counters and traces) is never read here; off.
   'grpc.enable_channelz': 0,
 };
 
@@ -168,7 +168,7 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
 
 /**
  * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
- * strict reflection clients accept (issue 13; src/server/reflection-descriptors.ts).
+ * strict reflection clients accept (src/server/reflection-descriptors.ts).
  */
 function reflectionDefinition() {
   const healthRoot = path.resolve(path.dirname(healthProtoPath), '../..');
@@ -294,7 +294,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         return;
       }
       const req = validateWireRequest(call.request);
-      // Needs the decoded org_id, so it cannot live in the authentication interceptor (issue 6).
+      // Needs the decoded org_id, so it cannot live in the authentication interceptor.
       authorizeRequest(req, ctx);
       ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
       assemble(req, ctx).then(
@@ -322,7 +322,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       callback(toStatusObject(Errors.unimplemented(details)));
     };
 
-  // AssembleContext is decoded on the wire (issue 9): grpc-js passes whatever requestDeserialize returns.
+  // AssembleContext is decoded on the wire: grpc-js passes whatever requestDeserialize returns.
   const serviceDefinition = {
     ...contextServiceDefinition,
     AssembleContext: {
@@ -348,7 +348,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           if (err) reject(err);
           else {
             try {
-              // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
+              // Node's HTTP/2 keeps only the first `authorization`; make the others visible.
               exposeDuplicateAuthorization(server);
             } catch (hookErr) {
               reject(hookErr);

@@ -1,5 +1,5 @@
 /**
- * History as bytes (contract.md §1 isolation rule, issue 9): the request's messages as UTF-8 byte spans into the
+ * History as bytes (contract.md §1 isolation rule): the request's messages as UTF-8 byte spans into the
  * request buffer, decoded only by the CPU stage — or by the main thread for the L2 degraded answer.
  */
 import { decodeSpans } from '../format/assembly-text.js';

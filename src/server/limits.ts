@@ -33,7 +33,7 @@ export const UNLIMITED_FIELDS_ALLOWANCE_BYTES = 64 * 1024;
  * The largest AssembleContext request contract.md §11 allows, in bytes: 100 messages of a 64-code-point role and a
  * 32,768-code-point content at 4 UTF-8 bytes each, a 8192-code-point query and a 256-code-point model at
  * 4 bytes each, with their protobuf framing, plus {@link UNLIMITED_FIELDS_ALLOWANCE_BYTES}. 13,233,235
- * bytes (≈ 13.2 MB); the transport accepts this and nothing larger (issue 9 item 1).
+ * bytes (≈ 13.2 MB); the transport accepts this and nothing larger.
  */
 export const MAX_ASSEMBLE_REQUEST_BYTES =
   LIMITS.recentMessages *

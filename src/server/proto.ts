@@ -65,7 +65,7 @@ export const contextServiceDefinition = packageDefinition[
   CONTEXT_SERVICE_NAME
 ] as unknown as ServiceDefinition;
 
-// Reflection serves real file descriptors built in reflection-descriptors.ts (issue 13).
+// Reflection serves real file descriptors built in reflection-descriptors.ts.
 
 // ---- Wire shapes: generated from proto/ by proto-loader-gen-types (scripts/gen-proto-types.mjs) with
 // PROTO_LOADER_OPTIONS, so every field is present on what the loader decodes (`__Output`). Narrowed here
@@ -138,7 +138,7 @@ export type AssembleContextResponse = Omit<
 
 /**
  * Where a response carries its `memories_used` rows already encoded, by the CPU stage or the degraded
- * answer (repeated field 4; src/format/memory-rows.ts; issue 10): `memories_used` is then `[]` and the
+ * answer (repeated field 4; src/format/memory-rows.ts): `memories_used` is then `[]` and the
  * serializer appends these bytes to the loader's. Repeated message fields may come in any order on the
  * wire (contract.md §2, protobuf encoding rules), so clients decode the same rows.
  */
@@ -150,7 +150,7 @@ export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf byte
  * `byteLength` and calls `copy(frame, 5)` to place the message in its own length-prefixed frame. A large
  * one (up to ~13 MB of history) is written as {@link chunks} by the gathered send
  * (src/server/grpc-internals.ts), so no thread allocates or copies a 10 MB frame (a fresh 10 MB
- * allocation costs ~14–28 ms of page faults on the 2-core VM; issue 9 item 2).
+ * allocation costs ~14–28 ms of page faults on the 2-core VM).
  */
 export class SplicedMessage {
   readonly byteLength: number;

@@ -1,5 +1,5 @@
 /**
- * Receive governor for large request messages (issue 9, contract.md §1 isolation rule): a token bucket per
+ * Receive governor for large request messages (contract.md §1 isolation rule): a token bucket per
  * HTTP/2 connection over the bytes of messages of 1 MiB or more. Reading bytes is main-thread work that
  * no pool can take over (Node's HTTP/2 layer and grpc-js's decoder run on the event loop), so a caller
  * that streams multi-MB requests as fast as loopback carries them (~180 MB/s in `bench:isolation`) takes
@@ -94,7 +94,7 @@ interface Turns<C> {
 export const UPLOAD_STALL_MS = 250;
 
 /**
- * Large uploads of one connection take turns (issue 9): one call at a time reads its large message, the
+ * Large uploads of one connection take turns: one call at a time reads its large message, the
  * others wait paused (HTTP/2 flow control holds their bytes on the sender's side, one stream window each),
  * and when it is done the waiting call with the fewest bytes left goes next (shortest remaining first).
  * Sharing a connection's receive rate among every upload in flight, as HTTP/2 does by itself, finishes

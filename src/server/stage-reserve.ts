@@ -1,6 +1,6 @@
 /**
- * The measured share of a request deadline D kept after retrieval (contract.md §10 answer guarantee; issue 9
- * item 4): the retrieval wall leaves the CPU stage its round-trip, and the CPU task leaves the degraded
+ * The measured share of a request deadline D kept after retrieval (contract.md §10 answer
+ * guarantee): the retrieval wall leaves the CPU stage its round-trip, and the CPU task leaves the degraded
  * answer its cost, both as running p99s of what this process actually took — not a fixed guess.
  */
 import { monotonicNow } from '../util/clock.js';
@@ -82,7 +82,7 @@ export const PRIOR_DEGRADED_MS = 5;
 export const PRIOR_LATENESS_MS = 4;
 /**
  * Prior cost of the degraded answer per MiB of history (validity check, code-point count, spliced format:
- * ~0.5–1 ms per MiB measured on the loaded 2-core VM; issue 9), ms, until this process has measured its
+ * ~0.5–1 ms per MiB measured on the loaded 2-core VM), ms, until this process has measured its
  * own: pessimistic (×2–4), the measurements replace it. It must stay under 45 ms / 12.6 MiB ≈ 3.5 ms: a
  * prior that refused the largest contract.md §11 request within the default deadline would never let a stage
  * run teach the real cost.
@@ -194,7 +194,7 @@ export class StageReserve {
    * typical cost per MiB ({@link StageReserve.refusalPerMiB}) times the history's MiB exceeds the time
    * left. Only histories of 256 KiB and more are ever judged so (smaller ones cost about a millisecond):
    * building 4–10 MB of history on the main thread for an answer that would come after D only stalls
-   * every other caller's answers (issue 9, contract.md §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls
+   * every other caller's answers (contract.md §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls
    * that leave less than the degraded answer needs).
    *
    * The median, not the p99 the reserves use: a refused call never runs, so it cannot correct the estimate

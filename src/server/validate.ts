@@ -1,5 +1,5 @@
 /**
- * Request validation at the gRPC boundary (contract.md §11). Checks run in the contract\'s order and the first
+ * Request validation at the gRPC boundary (contract.md §11). Checks run in the contract's order and the first
  * failure wins, so a client always sees the same message for the same request.
  */
 import { Errors } from '../errors.js';
@@ -56,7 +56,7 @@ export interface ValidatedRequest {
   /** As given; only 0 < n < usable_budget has an effect (contract.md §6). */
   availableTokens: number;
   /**
-   * ≤ 100 messages, raw role and content, as UTF-8 byte spans (issue 9: history is not materialised on the
+   * ≤ 100 messages, raw role and content, as UTF-8 byte spans (history is not materialised on the
    * main thread). Roles are checked; contents are checked unless `history.contentPending`, in which case
    * the CPU stage decides them (same contract.md §11 message).
    */

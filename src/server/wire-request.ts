@@ -1,5 +1,5 @@
 /**
- * AssembleContext request decoding on the wire (contract.md §1 isolation rule, §11; issue 9 item 1).
+ * AssembleContext request decoding on the wire (contract.md §1 isolation rule, §11).
  *
  * grpc-js hands the method's `requestDeserialize` the raw request bytes; {@link decodeAssembleRequest}
  * walks them with protobufjs's `Reader` and materialises only what the main thread routes on (ids, model,

@@ -1,6 +1,6 @@
 /**
  * `ibex_context_assembly_duration_seconds` and `ibex_context_assemblies_total` for every AssembleContext
- * call (contract.md §12, issue 11 item 6): a server interceptor, so calls refused before the pipeline runs
+ * call (contract.md §12): a server interceptor, so calls refused before the pipeline runs
  * (authentication, validation, authorization) are timed and counted too, not only successful ones.
  */
 

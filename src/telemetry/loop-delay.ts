@@ -5,7 +5,7 @@
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 
-/** Sampling interval of the event-loop delay histogram, ms (10 ms: issue 10, idle wake-ups). */
+/** Sampling interval of the event-loop delay histogram, ms (10 ms, so an idle service wakes rarely). */
 export const ELD_RESOLUTION_MS = 10;
 
 /**

@@ -20,8 +20,8 @@ const LATENCY_BUCKETS = [
 const POOL_BUCKETS = [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05];
 
 /**
- * Pool figures read at scrape time (the pool's `stats()`). The task counts are the pool's own (issue 11
- * item 6): only it knows whether a deadline withdrew a queued task or abandoned a running one.
+ * Pool figures read at scrape time (the pool's `stats()`). The task counts are the pool's own:
+ * only it knows whether a deadline withdrew a queued task or abandoned a running one.
  */
 export type PoolGaugeSource = Pick<
   PoolStats,

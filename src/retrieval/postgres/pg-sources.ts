@@ -1,5 +1,5 @@
 /**
- * The retrieval sources on the PostgreSQL store (issue 15): {@link MemorySource} and
+ * The retrieval sources on the PostgreSQL store: {@link MemorySource} and
  * {@link DirectiveSource} with the embedded store's contract (contract.md §4.3), scoped by org AND agent.
  * Failures become branch outcomes: a statement past its time is `timeout` (`<branch>_timeout`), a
  * database that cannot answer is `error` (`postgres unavailable (<code>)`).

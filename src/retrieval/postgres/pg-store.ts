@@ -1,5 +1,5 @@
 /**
- * PostgreSQL store (issue 15, contract.md §4.3): the embedded store's contract — hot memories, cold search,
+ * PostgreSQL store (contract.md §4.3): the embedded store's contract — hot memories, cold search,
  * directives, same hit shape, org/agent scoping and limits — on a database shared by a fleet of replicas.
  *
  * - Reads go through a bounded node-postgres pool. Each read carries its branch's time: the connection's
@@ -9,7 +9,7 @@
  *   the process.
  * - Cold search: `websearch_to_tsquery('simple', …)` over a `tsvector` (GIN) of words and CJK bigrams
  *   (search-text.ts), ranked by `ts_rank(…, 1|32)`: term frequency over 1 + log(length), then
- *   rank/(rank+1), which is already in [0,1). Not `ts_rank_cd` (issue 15's suggestion): cover density
+ *   rank/(rank+1), which is already in [0,1). Not `ts_rank_cd`: cover density
  *   over an OR of terms rewards long memories that hold many of the words anywhere, and on the LoCoMo QA
  *   (1,977 questions with evidence turns) its recall@10 of the evidence was 0.055 (0.138 with length
  *   normalisation) against 0.470 for `ts_rank(…, 1|32)` and 0.567 for the embedded store's BM25
