@@ -1,5 +1,5 @@
 /**
- * CPU-stage figures for `npm run bench:pack` (issue 9 item 5): one whole CPU task (`runCpuTask`, as a pool
+ * CPU-stage figures for `npm run bench:pack`: one whole CPU task (`runCpuTask`, as a pool
  * thread runs it: budget, every candidate's wrapped-block cost, pack, format) over 20 memories at the
  * default content cap (`IBEX_CONTEXT_MAX_MEMORY_CHARS`, 65,536 code points: longer ones are dropped
  * `oversize` before the CPU stage, contract.md §4.1) and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded

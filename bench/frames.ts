@@ -1,6 +1,6 @@
 /**
  * `node dist/bench/frames.js [--iterations 200] [--mib 10] [--out <dir>]`: what one heavy AssembleContext
- * call costs the main thread in framing alone (issue 9, isolation), per message of `--mib` MiB:
+ * call costs the main thread in framing alone (isolation), per message of `--mib` MiB:
  *
  * - `response_grpc_js_frame`: a spliced answer framed by grpc-js 1.14 (`Buffer.allocUnsafe(n + 5)` and
  *   `SplicedMessage.copy`, the history as one source span), as `BaseServerInterceptingCall.serializeMessage`

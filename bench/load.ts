@@ -1,6 +1,6 @@
 /**
  * `npm run bench:load [-- --locomo <dir>] [--steps 500,1000,2000,3000,4000] [--step-seconds 10]`:
- * latency against offered rate, open loop (issue 5).
+ * latency against offered rate, open loop.
  *
  * Starts the service as a child process on free loopback ports over a temporary embedded store (LoCoMo
  * ingested with `--locomo`, else a generated set of the same shape and size), warms it up, then runs one
@@ -9,7 +9,7 @@
  * the step, where the server spent the time: pool wait and run, retrieval branches, event-loop delay,
  * CPU of the server's threads, the driver's own CPU and schedule lag, and the rest of the machine.
  *
- * Issue 10: the driver sends pre-encoded frames over its own HTTP/2 framing (`--transport h2|grpc-js` to
+ * The driver sends pre-encoded frames over its own HTTP/2 framing (`--transport h2|grpc-js` to
  * compare); every
  * step records CPU per call per thread from `/proc/<pid>/task/<tid>/stat` (server main thread, pool workers
  * `ibex-pool`, store readers `ibex-store`, the rest; and the driver), after a 30 s warm-up by default (a

@@ -1,5 +1,5 @@
 /**
- * bench:ab's summary (bench/ab.ts, issue 10): per build the median CPU per call per thread group over the
+ * bench:ab's summary (bench/ab.ts): per build the median CPU per call per thread group over the
  * rounds, and for every build after the first the per-round paired differences from the first build.
  */
 import { median, round } from '../../src/client/stats.js';

@@ -67,7 +67,7 @@ export interface StepRow {
    */
   cpu_ms_per_call: { server_main: number; server_other: number; driver: number } | null;
   /**
-   * CPU per thread group from `/proc/<pid>/task/<tid>/stat` deltas over the measured run (issue 10): the
+   * CPU per thread group from `/proc/<pid>/task/<tid>/stat` deltas over the measured run: the
    * server's main thread, pool workers, store readers and the rest, and the driver process (this one).
    * ms per answered call and cores. Null where `/proc` is missing.
    */
