@@ -31,7 +31,7 @@ function manyEntries(n: number, value = 'v'): Metadata {
   return md;
 }
 
-describe('metadata limits (issue 11 item 5)', () => {
+describe('metadata limits', () => {
   let grpc: GrpcServer;
   let client: TestClient;
   let calls = 0;

@@ -1,5 +1,5 @@
 /**
- * Exact token counts (contract.md §5/§6, issue 12): the `bpe_*` kinds count like tiktoken with special-token
+ * Exact token counts (contract.md §5/§6): the `bpe_*` kinds count like tiktoken with special-token
  * text as ordinary text, IBEX_CONTEXT_EXACT_TOKENS selects them for the OpenAI families, the per-memory
  * cache is bounded, and the budget invariant holds with exact counts on the issue's A/B cases and on
  * generated prompts.

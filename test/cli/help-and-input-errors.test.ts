@@ -1,7 +1,7 @@
 /**
- * Issue 13, command line: every command answers --help (exit 0), `serve --help` lists every variable
+ * Command line: every command answers --help (exit 0), `serve --help` lists every variable
  * loadSettings reads with its default, docs/configuration.md names every one of them, and a rejected JSON
- * input lists every problem in the contract\'s words.
+ * input lists every problem in the contract's words.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';

@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Hostile input", memory-service bodies: a raw HTTP server answers the hot and cold calls with
+ * Memory-service bodies: a raw HTTP server answers the hot and cold calls with
  * fast-check–generated bodies — random JSON, random text, wrong types at every level of the envelope,
  * huge arrays, deep nesting, a mix of the request's own hits with another org's or agent's and with
  * invalid ones, random statuses — and every answer must be OK, at the level the bodies call for, with

@@ -103,7 +103,7 @@ describe('formatContext', () => {
     expect(generateNonce(5000)).toHaveLength(6667);
   });
 
-  it('never hands out the same random bytes twice across refills of the nonce pool (issue 10)', () => {
+  it('never hands out the same random bytes twice across refills of the nonce pool', () => {
     // 2,000 nonces of 16 bytes span eight 4 KiB refills; a reused slice would repeat a nonce.
     const nonces = Array.from({ length: 2000 }, (_, i) => generateNonce(i % 7 === 0 ? 5 : 16));
     expect(new Set(nonces).size).toBe(nonces.length);

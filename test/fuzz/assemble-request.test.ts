@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Hostile input": random AssembleContext requests over real gRPC — random and odd Unicode
+ * Random AssembleContext requests over real gRPC — random and odd Unicode
  * strings (lone surrogates, NUL, BOM, RTL override, astral), lengths at and past every contract.md §11 bound,
  * recent_messages counts around 100, any int32 max_memories — answer OK or INVALID_ARGUMENT and nothing
  * else, and the server keeps serving. Where every string is well-formed UTF-16 (so the wire cannot alter
@@ -211,7 +211,7 @@ describe('AssembleContext under random hostile requests (real gRPC)', () => {
       },
     });
     grpc = createGrpcServer({
-      // The pipeline decides contents whose bytes cannot (issue 9: the CPU stage does); the stub does too.
+      // The pipeline decides contents whose bytes cannot (the CPU stage does); the stub does too.
       assemble: async (req) => {
         if (checkHistoryContents(req.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
         return { response: minimalResponse(req), level: 'L0' };

@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 2: the body decoder (compiled worker: `npm run build` first). A large body is transferred
+ * The body decoder (compiled worker: `npm run build` first). A large body is transferred
  * to the decoder thread (the caller's view is detached), decoded with the same bounds and the same errors
  * as inline, and a branch that gives up gets its signal's reason without waiting for the decode; a body of
  * 1 MiB or more comes back to the process's message buffers once decoded or withdrawn.

@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 2, the pure bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
+ * The pure bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
  * units), the limit cut in validateHits, the body cap, and the branch detail that reports them.
  */
 import fc from 'fast-check';

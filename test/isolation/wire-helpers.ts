@@ -1,5 +1,5 @@
 /**
- * Helpers of the wire isolation tests (issue 9): raw request bytes, a raw-bytes gRPC call, a memory HTTP
+ * Helpers of the wire isolation tests: raw request bytes, a raw-bytes gRPC call, a memory HTTP
  * service fixture, and a quiet caller of another org running alongside a heavy call.
  */
 import http from 'node:http';

@@ -1,5 +1,5 @@
 /**
- * Issue 9 (items 1 and 4), regression tests over real gRPC on loopback with the real pool: requests and
+ * Regression tests over real gRPC on loopback with the real pool: requests and
  * memories that are legal but heavy are answered as the contract says, and a small caller of another org
  * stays OK at L0 meanwhile. Deadlines here are generous (the machine is shared and loaded); latency
  * figures belong in `npm run bench:isolation`.
@@ -41,7 +41,7 @@ function html(i: number): string {
   return `<table>${row.repeat(Math.ceil((HTML_KB * 1000) / row.length))}</table>`.slice(0, HTML_KB * 1000);
 }
 
-describe('wire isolation on the embedded store (issue 9)', () => {
+describe('wire isolation on the embedded store', () => {
   let svc: TestService;
   const quiet = tenant();
   const heavy = tenant();
@@ -189,7 +189,7 @@ describe('wire isolation on the embedded store (issue 9)', () => {
   });
 });
 
-describe('heavy histories on bytes beside a small caller of another org (issue 9 item 1)', () => {
+describe('heavy histories on bytes beside a small caller of another org', () => {
   let svc: TestService;
   const quiet = tenant();
   const heavy = tenant();
@@ -230,7 +230,7 @@ describe('heavy histories on bytes beside a small caller of another org (issue 9
   }
 });
 
-describe('answer guarantee (contract.md §10, issue 9 item 4)', () => {
+describe('answer guarantee (contract.md §10)', () => {
   it('a burst on a one-thread pool is answered OK (L2 or better), never DEADLINE_EXCEEDED', async () => {
     const heavy = tenant();
     const quiet = tenant();
@@ -313,7 +313,7 @@ describe('answer guarantee (contract.md §10, issue 9 item 4)', () => {
   });
 });
 
-describe('a history no answer can be built for before D (issue 9; contract.md §10)', () => {
+describe('a history no answer can be built for before D (contract.md §10)', () => {
   let svc: TestService;
   const quiet = tenant();
   const heavy = tenant();
@@ -346,7 +346,7 @@ describe('a history no answer can be built for before D (issue 9; contract.md §
   });
 });
 
-describe('a 9 MiB history whose CPU stage is missed (issue 9; contract.md §10)', () => {
+describe('a 9 MiB history whose CPU stage is missed (contract.md §10)', () => {
   const cjk = '漢'.repeat(32_768);
 
   it('queued and withdrawn: its request buffer comes back and the L2 answer is built on its bytes', async () => {

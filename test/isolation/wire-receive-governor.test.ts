@@ -1,5 +1,5 @@
 /**
- * The receive governor (src/server/receive-governor.ts, issue 9): a connection's request messages of
+ * The receive governor (src/server/receive-governor.ts): a connection's request messages of
  * 1 MiB or more are read at most at its rate past one burst; small messages and other connections are
  * never held back. The bucket is checked with an injected clock; the pacing over gRPC on loopback by a
  * lower bound only (a loaded machine can make calls slower, never faster than the bucket allows).

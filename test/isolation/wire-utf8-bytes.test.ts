@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 1: the CPU stage measures and formats history on its UTF-8 bytes. Every measure must equal
+ * The CPU stage measures and formats history on its UTF-8 bytes. Every measure must equal
  * decode-then-count (Node's decoder: U+FFFD for each invalid sequence), and the spliced context must be
  * byte for byte what the string formatter makes of the decoded history, with the same `tokens_used`.
  */

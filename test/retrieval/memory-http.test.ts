@@ -41,7 +41,7 @@ const sources = () => bundle(memory, new EmbeddedDirectiveSource(store));
 const never = () => new AbortController().signal;
 
 /**
- * Deadline tests run on a fake clock (issue 11 item 3: real-clock bounds flaked on a loaded machine):
+ * Deadline tests run on a fake clock (real-clock bounds flaked on a loaded machine):
  * only setTimeout/clearTimeout and performance.now are faked, so the memory server and undici do real
  * loopback I/O while the wall, the branch timeouts and the server's injected latency move only when the
  * test advances the clock. Real latency is a bench figure, not a test bound.

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL store (issue 15) against the real server at PG_URL, in a schema of its own dropped after:
+ * PostgreSQL store against the real server at PG_URL, in a schema of its own dropped after:
  * hit shape, org/agent scoping, limits and the size cap, CJK words inside longer runs, user text never
  * syntax (fast-check), directives, and migrations run by two processes at once.
  */

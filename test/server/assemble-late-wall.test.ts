@@ -4,7 +4,7 @@
  * from what is at hand, instead of submitting a task whose withdrawal a late timer would report after D
  * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps). A large history whose CPU
  * stage is measured too slow for the time left is answered L2 from the main thread, and one whose degraded
- * answer cannot be ready in time is refused at once, neither for ever (issue 9).
+ * answer cannot be ready in time is refused at once, neither for ever.
  */
 import { Metadata } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
