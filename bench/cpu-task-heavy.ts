@@ -1,8 +1,8 @@
 /**
- * CPU-stage figures for `npm run bench:pack` (issue 9 item 5): one whole CPU task (`runCpuTask`, as a pool
+ * CPU-stage figures for `npm run bench:pack`: one whole CPU task (`runCpuTask`, as a pool
  * thread runs it: budget, every candidate's wrapped-block cost, pack, format) over 20 memories at the
  * default content cap (`IBEX_CONTEXT_MAX_MEMORY_CHARS`, 65,536 code points: longer ones are dropped
- * `oversize` before the CPU stage, SPEC §4.1) and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded
+ * `oversize` before the CPU stage, contract.md §4.1) and over a LoCoMo-sized call, ms per task. Figures, not gates. The batch is encoded
  * once per sample outside the timing: in the service the main thread encodes it, and the contents of
  * store and memory-service hits arrive as UTF-8 bytes already. Run alone for an A/B of two builds:
  * `node dist/bench/cpu-task-heavy.js [rounds]` prints the p50 and p99 of each shape per round (default 4).

@@ -4,7 +4,7 @@
 # on the same store: server CPU per call (utime + stime of the server process over the replay / calls)
 # and the client's and server's p50/p99. The replay checks the budget invariant with the same kinds (a
 # catalog file selecting bpe_* for the exact run). Ports: BENCH_GRPC_PORT (default 19600) and +1 (admin).
-# Writes bench/results/exact-tokens.json. Issue 12.
+# Writes bench/results/exact-tokens.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCOMO=${1:-../shared/datasets/locomo10}

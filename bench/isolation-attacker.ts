@@ -138,7 +138,7 @@ async function startMemoryService(): Promise<{ url: string; server: http.Server 
   return { url: `http://127.0.0.1:${port}`, server };
 }
 
-/** The heavy requests of issue 9, by kind, for the noisy org. */
+/** The heavy requests, by kind, for the noisy org. */
 function heavyRequests(): Record<string, AssembleContextRequestInput> {
   const { noisyOrg, agents } = data;
   const base = (agent: string): AssembleContextRequestInput => ({

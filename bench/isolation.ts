@@ -43,7 +43,7 @@ const TARGETS = {
   decode_bomb_code: 'INVALID_ARGUMENT',
 };
 
-/** Default deadline of the noisy callers, ms (`--noisy-timeout-ms`; issue 9's own example allowed 2 s). */
+/** Default deadline of the noisy callers, ms (`--noisy-timeout-ms`; long enough for a 10 MB upload and download). */
 const NOISY_TIMEOUT_MS = 2000;
 
 const QUIET = { org: 'a1a1a1a1-0000-4000-8000-000000000001', agent: 'a1a1a1a1-0000-4000-8000-0000000000a1' };
@@ -278,7 +278,7 @@ function attack(
   });
 }
 
-/** The memory-service kinds of the attack (the dependency half of issue 9). */
+/** The memory-service kinds of the attack (the dependency half of the attack). */
 const MEMORY_KINDS = ['memory_5000_hits', 'memory_html_300kb'];
 /** Every heavy kind the sender knows (bench/isolation-attacker.ts `heavyRequests`), the last phase's default. */
 const HEAVY_KINDS = ['decode_bomb', 'emoji_history', ...MEMORY_KINDS, 'cjk_history'];
@@ -408,7 +408,7 @@ async function main(): Promise<number> {
     const noisy = await attackDone;
 
     // The decode bomb is invalid: its right answer is INVALID_ARGUMENT, checked on its own below. The rate
-    // is over the valid heavy requests, answered OK at any degradation level (issue 9's target).
+    // is over the valid heavy requests, answered OK at any degradation level (the isolation target).
     const valid = Object.entries(noisy)
       .filter(([kind]) => kind !== 'decode_bomb')
       .map(([, r]) => r);

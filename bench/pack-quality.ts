@@ -1,5 +1,5 @@
 /**
- * Packer quality on generated instances (issue 12): a seeded generator of the issue's instance families and
+ * Packer quality on generated instances: a seeded generator of the issue's instance families and
  * the exact optimum by a plain DP over exact token weights, so `bench:pack` reports quality beside timings.
  */
 import { type EstimateKind, estimateFromLength } from '../src/budget/estimate.js';
@@ -7,7 +7,7 @@ import { BUCKET_TOKENS, type PackInput, pack } from '../src/pack/packer.js';
 import { interimScore } from '../src/ranking/score.js';
 import { seededRandom } from './lib/synthetic.js';
 
-/** The four regimes of issue 12. */
+/** The four size regimes of the generated instances. */
 export const REGIMES = ['tiny', 'mixed', 'bench', 'near'] as const;
 const FAMILIES: { family: string; kind: EstimateKind }[] = [
   { family: 'o200k_base', kind: 'chars_div_4' },

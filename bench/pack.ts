@@ -1,7 +1,7 @@
 /**
  * `npm run bench:pack`: packer latency on the five shapes of the core issue (o200k family, contents 40–4000
  * random characters, fixed seed), each timed with and without the branch-and-bound refinement in the same
- * run (issue 12: p99 may grow by at most 20 %), and packer quality over the shared pack vectors and over 200
+ * run (p99 may grow by at most 20 %), and packer quality over the shared pack vectors and over 200
  * generated DP-path instances (bench/pack-quality.ts); then text measures (bench/text-measures.ts) and whole
  * CPU tasks over heavy memories (bench/cpu-task-heavy.ts). Figures, not gates. Writes bench/results/pack.json.
  * BENCH_TIME_MS sets the time per task (default 1500); QUALITY_INSTANCES the instance count (default 200).
@@ -73,7 +73,7 @@ async function main() {
     };
     const probe = pack(input);
     const sum = cols.tokens.reduce((a, b) => a + b, 0);
-    // Interleaved so both variants see the same machine load; `before` is the packer without issue 12's
+    // Interleaved so both variants see the same machine load; `before` is the packer without the
     // branch-and-bound (searchNodeLimit 0), everything else equal.
     const before = { ...input, searchNodeLimit: 0 };
     bench.add(`${shape.case}:before`, () => {
@@ -151,9 +151,9 @@ async function main() {
     DEFAULT_DP_CELL_CEILING,
     50,
   ]);
-  // Text measures (issue 9 item 5, branch wire): a separate block of figures, target ≤ 1 ns per UTF-16 unit.
+  // Text measures (branch wire): a separate block of figures, target ≤ 1 ns per UTF-16 unit.
   const textMeasures = await textMeasureFigures(Math.min(time, 500));
-  // Whole CPU tasks over heavy memories (issue 9 item 5): where the text measures add up.
+  // Whole CPU tasks over heavy memories: where the text measures add up.
   const cpuTasks = await cpuTaskFigures(Math.min(time, 1000));
   const result = {
     generated_at: new Date().toISOString(),

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:pool`: what the worker pool costs and what it buys (issue 3). Figures, not gates.
+ * `npm run bench:pool`: what the worker pool costs and what it buys. Figures, not gates.
  *
  * 1. Round-trip overhead of the pool against the same pack + format inline, on a typical assembly (n=30,
  *    ~100-token memories, budget 120000): p50 / p99 µs of each, and the added p99. Samples alternate
@@ -8,7 +8,7 @@
  * 2. Main-thread event-loop delay (`monitorEventLoopDelay`, 1 ms resolution) while a stream of
  *    pathological tasks (ceiling raised to 10M, n=200 × 6251 cells) is packed and formatted: through the
  *    pool, then the same work inline, in the same run. Encoding stays on the main thread in both.
- * 3. Main-thread CPU per pooled task (issue 10): what one dispatch and its result cost the event loop (the
+ * 3. Main-thread CPU per pooled task: what one dispatch and its result cost the event loop (the
  *    pool client and piscina), from `/proc/<pid>/task/<pid>/stat` (Linux only; 10 ms ticks, hence
  *    thousands of tasks per round). Batches are encoded before each round, so encoding is not in it.
  *

@@ -1,5 +1,5 @@
 /**
- * `npm run bench:replicas [-- --rate 400 --seconds 10 --locomo <dir> --pg-url <url>]` (issue 15): two
+ * `npm run bench:replicas [-- --rate 400 --seconds 10 --locomo <dir> --pg-url <url>]`: two
  * `serve` processes sharing one PostgreSQL database, the LoCoMo load split between them, against the same
  * load on one replica; and the top-10 overlap of PostgreSQL's cold search with the embedded store's, with
  * both stores' recall@10 of LoCoMo's QA evidence turns.

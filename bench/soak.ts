@@ -1,5 +1,5 @@
 /**
- * `npm run bench:soak [-- --minutes 10 --rate N --connections 8]` (issue 6 "Load held"): the service as
+ * `npm run bench:soak [-- --minutes 10 --rate N --connections 8]`: the service as
  * a child process on a generated embedded store, driven open loop at half its saturation rate (`--rate`
  * = the saturation rate when known, else a quick ramp finds it) with the production deadlines and a
  * 45 ms client deadline, for `--minutes`.

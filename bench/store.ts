@@ -1,6 +1,5 @@
 /**
- * `npm run bench:store`: the embedded store's reads on LoCoMo (issue 10 "Where the time is", issue 11.2,
- * issue 9.2). Figures, not gates. Writes bench/results/store.json.
+ * `npm run bench:store`: the embedded store's reads on LoCoMo. Figures, not gates. Writes bench/results/store.json.
  *
  * - Ingests `../shared/datasets/locomo10` (or `BENCH_LOCOMO`) into a fresh `var/bench-store.db` one agent
  *   per transaction, as `ingest --locomo` does, and counts FTS5 segments before and after `optimize`.

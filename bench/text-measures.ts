@@ -1,5 +1,5 @@
 /**
- * Text-measure figures for `npm run bench:pack` (issue 9 item 5): code points and escaped length of large
+ * Text-measure figures for `npm run bench:pack`: code points and escaped length of large
  * texts in one allocation-free pass, target ≤ 1 ns per UTF-16 unit. Figures, not gates; on a shared machine
  * they are noisy, the lead re-runs them quiet.
  */
@@ -7,7 +7,7 @@ import { Bench } from 'tinybench';
 import { codePointLength } from '../src/budget/estimate.js';
 import { escapedCodePointLength, escapedUtf8CodePoints } from '../src/format/escape.js';
 
-/** One measured text: the shapes of issue 9 (emoji history, CJK history, HTML memories, plain ASCII). */
+/** One measured text: the heavy shapes (emoji history, CJK history, HTML memories, plain ASCII). */
 interface TextShape {
   name: string;
   text: string;

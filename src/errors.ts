@@ -26,7 +26,7 @@ export type IbexErrorCode =
   | 'IBEX_ERR_INTERNAL';
 
 /**
- * Why the CPU stage missed its deadline (issue 11 item 6): `withdrawn` = the task was still queued and
+ * Why the CPU stage missed its deadline: `withdrawn` = the task was still queued and
  * never ran; `abandoned` = it was running and its thread finishes it, the result discarded.
  */
 export type PoolDeadlineReason = 'withdrawn' | 'abandoned';
@@ -51,7 +51,7 @@ export class IbexError extends Error {
   }
 }
 
-/** gRPC status for each error code (SPEC §11: client errors are INVALID_ARGUMENT, bugs INTERNAL). */
+/** gRPC status for each error code (contract.md §11: client errors are INVALID_ARGUMENT, bugs INTERNAL). */
 export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
   IBEX_ERR_INVALID_ARGUMENT: status.INVALID_ARGUMENT,
   IBEX_ERR_UNKNOWN_MODEL: status.INVALID_ARGUMENT,
@@ -71,29 +71,29 @@ export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
   IBEX_ERR_INTERNAL: status.INTERNAL,
 };
 
-/** Factories: the only way errors are built, so messages stay the SPEC's exact strings. */
+/** Factories: the only way errors are built, so messages stay the contract's exact strings. */
 export const Errors = {
-  /** SPEC §11 validation failure; `message` is the exact detail string. */
+  /** contract.md §11 validation failure; `message` is the exact detail string. */
   invalidArgument: (field: string, message: string) =>
     new IbexError('IBEX_ERR_INVALID_ARGUMENT', message, { field }),
-  /** SPEC §5: `unknown model '<model>'`. */
+  /** contract.md §5: `unknown model '<model>'`. */
   unknownModel: (model: string) =>
     new IbexError('IBEX_ERR_UNKNOWN_MODEL', `unknown model '${model}'`, { field: 'model' }),
-  /** SPEC §5: two counts of different estimate kinds must never be summed. */
+  /** contract.md §5: two counts of different estimate kinds must never be summed. */
   estimateKindMismatch: (a: string, b: string) =>
     new IbexError('IBEX_ERR_ESTIMATE_KIND_MISMATCH', `cannot combine token counts of kinds ${a} and ${b}`),
-  /** SPEC §3: an invalid setting stops start-up; the message names the variable. */
+  /** contract.md §3: an invalid setting stops start-up; the message names the variable. */
   config: (variable: string, reason: string) =>
     new IbexError('IBEX_ERR_CONFIG', `${variable}: ${reason}`, { field: variable }),
   catalog: (reason: string, cause?: unknown) =>
     new IbexError('IBEX_ERR_CATALOG', `capability catalog: ${reason}`, { cause }),
-  /** SPEC §8 step 9: total_tokens > budget is an internal error. */
+  /** contract.md §8 step 9: total_tokens > budget is an internal error. */
   budgetExceeded: (total: number, budget: number) =>
     new IbexError('IBEX_ERR_BUDGET_EXCEEDED', `packer selected ${total} tokens over a budget of ${budget}`),
   /** Flow control under load: built {@link stackless}. */
   poolSaturated: () => stackless(() => new IbexError('IBEX_ERR_POOL_SATURATED', 'worker pool queue is full')),
   /**
-   * The CPU stage missed its deadline; `reason` says whether the task ever ran (issue 11 item 6). Flow
+   * The CPU stage missed its deadline; `reason` says whether the task ever ran. Flow
    * control under load: {@link stackless}.
    */
   poolDeadline: (reason: PoolDeadlineReason, cause?: unknown) =>
@@ -112,14 +112,14 @@ export const Errors = {
         cause,
       },
     ),
-  /** The request deadline D passed before the answer was ready (SPEC §10). */
-  /** The call's deadline passed (SPEC §10); {@link stackless}: an overloaded process raises it by the thousand. */
+  /** The request deadline D passed before the answer was ready (contract.md §10). */
+  /** The call's deadline passed (contract.md §10); {@link stackless}: an overloaded process raises it by the thousand. */
   deadlineExceeded: () => stackless(() => new IbexError('IBEX_ERR_DEADLINE_EXCEEDED', 'deadline exceeded')),
-  /** The caller cancelled the call (SPEC §10); nobody is left to answer. {@link stackless}. */
+  /** The caller cancelled the call (contract.md §10); nobody is left to answer. {@link stackless}. */
   cancelled: () => stackless(() => new IbexError('IBEX_ERR_CANCELLED', 'call cancelled')),
   unauthenticated: (reason: string) => new IbexError('IBEX_ERR_UNAUTHENTICATED', reason),
   permissionDenied: (reason: string) => new IbexError('IBEX_ERR_PERMISSION_DENIED', reason),
-  /** Request metadata over `grpc.max_metadata_size`, which grpc-js does not enforce itself (issue 12). */
+  /** Request metadata over `grpc.max_metadata_size`, which grpc-js does not enforce itself. */
   metadataTooLarge: (sizeBytes: number, maxBytes: number) =>
     new IbexError(
       'IBEX_ERR_METADATA_TOO_LARGE',
@@ -142,7 +142,7 @@ export interface StatusObject {
 }
 
 /**
- * The one way a status is built from an error (nice-grpc's `createErrorStatusObject`; issue 14 item 2):
+ * The one way a status is built from an error (nice-grpc's `createErrorStatusObject`):
  * an {@link IbexError} gets its code from {@link GRPC_STATUS_BY_CODE} and its message as details;
  * anything else is a bug and becomes INTERNAL `internal error`, its text never sent to the caller.
  */

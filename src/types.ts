@@ -3,7 +3,7 @@
  */
 import type { MemoryContent } from './retrieval/content-bytes.js';
 
-/** A memory hit as the memory service (or the embedded store) returns it, after SPEC §4.1 validation. */
+/** A memory hit as the memory service (or the embedded store) returns it, after contract.md §4.1 validation. */
 export interface MemoryHit {
   /** Canonical lower-case UUID. */
   memory_id: string;
@@ -25,16 +25,16 @@ export interface MemoryHit {
   source: string;
 }
 
-/** A hit after dedupe and the interim score (SPEC §7). */
+/** A hit after dedupe and the interim score (contract.md §7). */
 export interface ScoredCandidate extends MemoryHit {
   /** Interim score `0.85 × similarity + 0.15 × confidence` (score_schema `interim_v1`). */
   score: number;
 }
 
-/** Name of one retrieval branch (SPEC §0). */
+/** Name of one retrieval branch (contract.md §0). */
 export type BranchName = 'directive' | 'hot' | 'cold';
 
-/** Outcome of one branch (SPEC §2 BranchOutcome, §4). */
+/** Outcome of one branch (contract.md §2 BranchOutcome, §4). */
 export interface BranchOutcome {
   name: BranchName;
   status: 'success' | 'timeout' | 'error' | 'skipped';
@@ -44,7 +44,7 @@ export interface BranchOutcome {
   detail: string;
 }
 
-/** Directive as stored (SPEC §4.2). */
+/** Directive as stored (contract.md §4.2). */
 export interface Directive {
   content: string;
   injection_mode: 'system_first' | 'system_append' | 'user_prepend';

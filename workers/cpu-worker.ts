@@ -1,5 +1,5 @@
 /**
- * Piscina worker for the CPU stage (SPEC §1, §10): one task = pack + format of one assembly.
+ * Piscina worker for the CPU stage (contract.md §1, §10): one task = pack + format of one assembly.
  *
  * Imports only pure modules (the CPU task, and through it the packer and formatter), never the server.
  * The pool points at the compiled `dist/workers/cpu-worker.js`.
@@ -16,13 +16,13 @@ import {
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 
-// bench:load splits the server's CPU per thread by name (issue 10).
+// bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.pool);
 
 // Loading the module is the warm-up: piscina reports a thread ready (and the pool's start-up task runs)
 // only after this, so no request pays for cold JIT tiers.
 warmCpuTask();
-// Exact counts (SPEC §5) run here; their encodings take ~0.5 s to load, so not inside a call's deadline.
+// Exact counts (contract.md §5) run here; their encodings take ~0.5 s to load, so not inside a call's deadline.
 if (exactTokensSetting()) warmBpe();
 
 /**

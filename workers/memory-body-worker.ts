@@ -1,5 +1,5 @@
 /**
- * Body-decoder worker (issue 9 item 2): parses, bounds and validates large memory-service bodies off the
+ * Body-decoder worker: parses, bounds and validates large memory-service bodies off the
  * gRPC event loop, and hands the hits back with their contents as UTF-8 bytes (content-bytes.ts). Imports
  * only the retrieval validation code, the message-buffer size, the thread namer and the result-transfer
  * helper (types aside), never the server or the pool client.

@@ -1,5 +1,5 @@
 /**
- * Memory-fetch worker (issue 9): runs the memory service client — HTTP request, body, cap, decode,
+ * Memory-fetch worker: runs the memory service client — HTTP request, body, cap, decode,
  * validation — off the gRPC event loop, many reads at once, and hands back validated hits with their
  * contents as UTF-8 bytes on one transferred buffer (content-bytes.ts). Imports only the retrieval client
  * and the result-transfer helper, never the server or the pool client.

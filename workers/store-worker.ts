@@ -1,7 +1,7 @@
 /**
  * Store-read worker: runs the embedded store's SQLite reads (hot, FTS5 search, directive) off the main
  * thread. better-sqlite3 is synchronous, and a cold search over a large agent takes about a millisecond:
- * on the main thread that would stall every other call's gRPC and retrieval I/O (SPEC §1).
+ * on the main thread that would stall every other call's gRPC and retrieval I/O (contract.md §1).
  * Imports only the store module, never the server.
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
@@ -16,7 +16,7 @@ import type {
 } from '../src/retrieval/store-reader.js';
 import { DEFAULT_MAX_MEMORY_CHARS, SEARCH_LIMIT, validateHits } from '../src/retrieval/validate.js';
 
-// bench:load splits the server's CPU per thread by name (issue 10).
+// bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.store);
 
 // One connection per database file per thread, opened on first use.
@@ -35,7 +35,7 @@ function storeFor(path: string): EmbeddedStore {
 
 /**
  * One read's value. Hot hits stay raw (the main thread caches them and validates a cached answer once);
- * search hits are validated and scoped here (SPEC §4.1, the same `validateHits` as on the main thread),
+ * search hits are validated and scoped here (contract.md §4.1, the same `validateHits` as on the main thread),
  * so that the event loop does no per-hit work for them. Contents become UTF-8 bytes on a buffer pushed
  * to `transfer`.
  */

@@ -1,7 +1,7 @@
 /**
  * `npm run bench:internal -- driver [-- --steps 200,1000,2000] [--seconds 5] [--warmup-seconds 3] [--repeats 3]
  * [--transports frames,h2,grpc-js]`: what the load
- * driver itself costs per call (issue 10 target: ≤ 0.15 ms CPU per call at 1,000 req/s), isolated from the
+ * driver itself costs per call (target: ≤ 0.15 ms CPU per call at 1,000 req/s), isolated from the
  * service. A child process serves a canned AssembleContext answer (30 memories_used rows, 14.7 KB encoded,
  * as a LoCoMo answer) over plain `node:http2`, so the server side stays cheap and the driver's figures do not
  * depend on whether the real service keeps up; the driver runs in this process, open loop, per transport.

@@ -1,5 +1,5 @@
 /**
- * A preload for the service process of a bench (issue 10, "Where the p99 comes from"): every 20 ms the
+ * A preload for the service process of a bench ("Where the p99 comes from"): every 20 ms the
  * main thread's ArrayBuffer and external memory (MB) and used heap, and each of its GCs with its kind
  * (perf_hooks: 1 scavenge, 2 minor mark-compact, 4 mark-compact, 8 incremental marking, 16 weak
  * callbacks), written as lines of text to the file named by `IBEX_CONTEXT_BENCH_MEMORY_LOG` every 2 s and at exit.

@@ -1,5 +1,5 @@
 /**
- * Generated bench data (issue 6): a seeded embedded store of a few agents × a few hundred memories and the
+ * Generated bench data: a seeded embedded store of a few agents × a few hundred memories and the
  * requests that go with it, the same for every run of a seed.
  */
 

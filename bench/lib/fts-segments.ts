@@ -1,4 +1,4 @@
-/** How fragmented the embedded store's FTS5 index is: its segment count (issue 10's ingest figure). */
+/** How fragmented the embedded store's FTS5 index is: its segment count (a merged index searches faster). */
 import Database from 'better-sqlite3';
 
 /** FTS5 segments of the store file's index (distinct segment ids in its `memories_fts_idx` shadow table). */

@@ -1,5 +1,5 @@
 /**
- * The `h2load` cross-check of `bench:load` (issue 10): the same server driven at the same rate by
+ * The `h2load` cross-check of `bench:load`: the same server driven at the same rate by
  * nghttp2's C load generator (Debian `nghttp2-client`; bench only, never needed by tests or CI), to show
  * what the Node driver's figures are worth. h2load sends one pre-encoded AssembleContext frame again and
  * again and counts HTTP statuses (not gRPC ones: a gRPC error is still HTTP 200), so it reports transport

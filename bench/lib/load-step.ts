@@ -67,7 +67,7 @@ export interface StepRow {
    */
   cpu_ms_per_call: { server_main: number; server_other: number; driver: number } | null;
   /**
-   * CPU per thread group from `/proc/<pid>/task/<tid>/stat` deltas over the measured run (issue 10): the
+   * CPU per thread group from `/proc/<pid>/task/<tid>/stat` deltas over the measured run: the
    * server's main thread, pool workers, store readers and the rest, and the driver process (this one).
    * ms per answered call and cores. Null where `/proc` is missing.
    */
@@ -90,8 +90,8 @@ const round2 = (x: number) => Math.round(x * 100) / 100;
 
 /**
  * The step's tail line (src/client/load-report.ts `formatTail`) with the main thread's mark-compacts of
- * the same window beside it: at 1,000 req/s their period matched the large incidents' (README "Where the
- * p99 comes from").
+ * the same window beside it: at 1,000 req/s their period matched the large incidents'
+ * (docs/design/main-thread.md, "Where the tail comes from").
  */
 export function tailBesideMarkCompacts(row: StepRow): string {
   const tail = row.tail ? formatTail(row.tail) : 'tail: not recorded';

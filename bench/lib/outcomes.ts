@@ -1,5 +1,5 @@
 /**
- * Per-call outcomes seen by the client (issue 6): each call's status, who decided it and when, against the
+ * Per-call outcomes seen by the client: each call's status, who decided it and when, against the
  * caller's deadline, in one tally for the run and one per window.
  */
 import { status } from '@grpc/grpc-js';
@@ -13,7 +13,7 @@ export type Decider = 'ok' | 'service' | 'server_transport' | 'client' | 'connec
 
 /**
  * Classifies a final status by its code and what ended the call (raw-grpc `CallEnd`), never by its text
- * (issue 14 item 7): our own timer or cancel ⇒ `client`; no usable connection ⇒ `connection`; a stream
+ * Our own timer or cancel ⇒ `client`; no usable connection ⇒ `connection`; a stream
  * the server ended without a gRPC status ⇒ `server_transport`; any status the server sent ⇒ `service`.
  * The service's deadline answer and grpc-js's server deadline timer look the same on the wire (a
  * trailers-only DEADLINE_EXCEEDED from one event loop): both are the server's, split by when they came.

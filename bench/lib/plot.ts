@@ -184,7 +184,7 @@ export function clientTimeouts(r: Pick<StepRow, 'errors_by_code'>): number {
 }
 
 /**
- * bench:load's two charts (issue 13), both on a log rate axis so the 50–500 req/s decision region is
+ * bench:load's two charts, both on a log rate axis so the 50–500 req/s decision region is
  * readable: `load.svg`, latency percentiles where they are latencies — a percentile q is left out at a
  * rate where more than 1 − q of the calls were client timeouts or where it reaches the timeout, since it
  * would then draw the `--timeout`, not a latency — and `load-errors.svg`, errors, client timeouts and

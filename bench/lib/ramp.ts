@@ -1,5 +1,5 @@
 /**
- * The saturation ramp of the load-held benches (issue 6): geometric open-loop steps until one is not clean,
+ * The saturation ramp of the load-held benches: geometric open-loop steps until one is not clean,
  * then bisections.
  */
 import { type LoadReport, runLoad } from '../../src/client/load-driver.js';

@@ -189,7 +189,7 @@ function countersByLabel(
 
 /**
  * Main-isolate garbage collection between two scrapes, from prom-client's `nodejs_gc_duration_seconds`
- * (perf_hooks GC entries of the main thread only; pool and store threads are not in it). Issue 9: heavy
+ * (perf_hooks GC entries of the main thread only; pool and store threads are not in it). Heavy
  * uploads and answers allocate ~10 MB buffers outside the JS heap, and V8 answers that external-memory
  * growth with mark-compacts whose pauses land on the event loop.
  */

@@ -1,5 +1,5 @@
 /**
- * What the load-held benches (`bench:overload`, `bench:soak`; issue 6) share: the service as a child
+ * What the load-held benches (`bench:overload`, `bench:soak`) share: the service as a child
  * process (bench/lib/service-process.ts) on generated data (bench-data.ts) at its saturation rate
  * (ramp.ts), its RSS read from /proc, and the flags and table output. Per-call outcomes are in
  * outcomes.ts.

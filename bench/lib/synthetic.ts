@@ -19,8 +19,8 @@ export function randomText(rand: () => number, length: number): string {
 }
 
 /**
- * `c` as a CPU-stage candidate: its interim score (SPEC §7) as the packer's value and `tokens` as its cost.
- * For the benches and the pool's vector test, which start from SPEC §13 pack-shaped candidates.
+ * `c` as a CPU-stage candidate: its interim score (contract.md §7) as the packer's value and `tokens` as its cost.
+ * For the benches and the pool's vector test, which start from contract.md §13 pack-shaped candidates.
  */
 export function toCpuCandidate(c: Omit<SyntheticCandidate, 'source'>, tokens: number): CpuCandidate {
   return {

@@ -1,6 +1,6 @@
 /**
  * CPU time per thread of a process from `/proc/<pid>/task/<tid>/stat` (utime + stime, clock ticks) and
- * `/proc/<pid>/task/<tid>/comm`, grouped the way issue 10 reports it: the main (event-loop) thread (tid =
+ * `/proc/<pid>/task/<tid>/comm`, grouped the way bench:load reports it: the main (event-loop) thread (tid =
  * pid), pool workers (`ibex-pool`), store readers (`ibex-store`) and everything else (V8 GC/compiler
  * helpers and libuv threads, all named `node` or `libuv-worker`). Linux only; `null` elsewhere.
  *

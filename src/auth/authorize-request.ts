@@ -1,5 +1,5 @@
 /**
- * Per-request authorization (issue 6), run by the AssembleContext handler right after SPEC §11
+ * Per-request authorization, run by the AssembleContext handler right after contract.md §11
  * validation, because both checks need the decoded request: a token-authenticated caller may act only
  * for its orgs, and a `principal_context`, when present, must name the request's own org and agent.
  */

@@ -1,5 +1,5 @@
 /**
- * Bearer-token authentication at the gRPC boundary (issue 6): a grpc-js server interceptor that checks
+ * Bearer-token authentication at the gRPC boundary: a grpc-js server interceptor that checks
  * `authorization: Bearer <token>` against the token file before the handler runs. It answers only
  * "who is calling"; whether that caller may act for the request's org_id needs the decoded request and
  * is decided by {@link authorizeRequest} after validation.
@@ -15,7 +15,7 @@ import { findGrant } from './verify-token.js';
 export const UNAUTHENTICATED_DETAILS = {
   missing: 'missing bearer token: send metadata "authorization: Bearer <token>"',
   malformed: 'malformed authorization metadata: expected exactly one "Bearer <token>"',
-  /** Issue 11 item 4: HTTP/2 would silently keep only the first of several. */
+  /** HTTP/2 would silently keep only the first of several. */
   duplicate: 'more than one authorization header: send exactly one "Bearer <token>"',
   invalid: 'invalid bearer token',
 } as const;

@@ -1,5 +1,5 @@
 /**
- * Whether the service may listen where it was asked to (issue 6): off loopback, an unauthenticated
+ * Whether the service may listen where it was asked to: off loopback, an unauthenticated
  * service lets anyone claim any org_id, so that combination refuses to start unless the operator opts
  * in with `IBEX_CONTEXT_ALLOW_INSECURE=true` — and then it warns, at start-up and on /readyz.
  */
@@ -53,7 +53,7 @@ export function isLoopbackHost(host: string): boolean {
 }
 
 /**
- * Decides whether to start (issue 6). Authentication means a token file or mutual TLS; TLS alone
+ * Decides whether to start. Authentication means a token file or mutual TLS; TLS alone
  * encrypts but does not say who the caller is.
  *
  * - loopback → serve, no warnings;

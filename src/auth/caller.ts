@@ -7,7 +7,7 @@
  */
 import type { Metadata } from '@grpc/grpc-js';
 
-/** Who is calling, as established by a bearer token (issue 6). */
+/** Who is calling, as established by a bearer token. */
 export interface Caller {
   /** The token file entry's name; safe to log. */
   readonly name: string;

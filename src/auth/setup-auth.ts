@@ -1,5 +1,5 @@
 /**
- * Everything the service needs for caller authentication (issue 6), built once at start-up from
+ * Everything the service needs for caller authentication, built once at start-up from
  * `settings.auth` and `settings.grpcAddr`: server credentials, the bearer-token interceptor, and the
  * warnings that go on /readyz — or a refusal to start.
  */

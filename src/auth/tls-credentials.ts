@@ -1,6 +1,6 @@
 /**
  * gRPC server credentials from `IBEX_CONTEXT_TLS_CERT`, `IBEX_CONTEXT_TLS_KEY` and
- * `IBEX_CONTEXT_TLS_CLIENT_CA` (issue 6): plaintext, TLS, or mutual TLS. The PEM files are read and
+ * `IBEX_CONTEXT_TLS_CLIENT_CA`: plaintext, TLS, or mutual TLS. The PEM files are read and
  * checked once at start-up (certificate parses, key parses and matches it), so a wrong path or a
  * mismatched pair stops start-up with the variable's name instead of failing every handshake later.
  */

@@ -1,5 +1,5 @@
 /**
- * The bearer-token file (`IBEX_CONTEXT_AUTH_TOKENS_FILE`, issue 6 "Caller authentication"): which
+ * The bearer-token file (`IBEX_CONTEXT_AUTH_TOKENS_FILE`): which
  * tokens may call the service and for which orgs. Read and validated once at start-up with zod; any
  * problem stops start-up with an error naming the variable. Plaintext tokens are hashed on load and
  * dropped, so only SHA-256 digests live in memory.

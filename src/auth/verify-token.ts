@@ -1,5 +1,5 @@
 /**
- * Constant-time bearer-token lookup (issue 6): the presented token is hashed once, and its digest is
+ * Constant-time bearer-token lookup: the presented token is hashed once, and its digest is
  * compared with every stored digest using `crypto.timingSafeEqual`, with no early exit, so the time
  * taken reveals neither whether nor where a token matched.
  */

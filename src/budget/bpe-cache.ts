@@ -1,5 +1,5 @@
 /**
- * Exact wrapped-block costs with a bounded per-memory cache (SPEC §5/§6, issue 12).
+ * Exact wrapped-block costs with a bounded per-memory cache (contract.md §5/§6).
  *
  * A block as the formatter writes it is `<ibex_memory nonce="N"` + ` id="I" category="C">\n` + body +
  * `\n</ibex_memory>`, and blocks are joined by `\n`. Both encodings' pre-tokenizers always split right
@@ -80,7 +80,7 @@ function restTokens(memory: { memory_id: string; category: string; content: stri
 }
 
 /**
- * Exact cost in tokens of one memory's wrapped block plus its joining `\n` (SPEC §6).
+ * Exact cost in tokens of one memory's wrapped block plus its joining `\n` (contract.md §6).
  * @param nonce this assembly's nonce text. Without it (cost computed before the nonce exists) the head is
  *   bounded instead: every token is at least one byte, so count(head) ≤ count(`<ibex_memory nonce`) +
  *   bytes(`="` + nonce + `"`) for a nonce of `nonceChars` ASCII characters.
@@ -100,9 +100,9 @@ const MARK = '\u0001';
 const [SENTENCE_BEFORE, SENTENCE_AFTER] = safetySentence(MARK).split(MARK) as [string, string];
 
 /**
- * Formatter overhead (SPEC §6) counted exactly where it can be and bounded where it cannot: the nonce is
+ * Formatter overhead (contract.md §6) counted exactly where it can be and bounded where it cannot: the nonce is
  * random, so `="NONCE">` is charged its byte length (every token is at least one byte; the pre-tokenizer
- * splits before `="` and after `">`, so the pieces add up). The representative nonce of SPEC §6 would
+ * splits before `="` and after `">`, so the pieces add up). The representative nonce of contract.md §6 would
  * under-count here: `nnnn…` is a few tokens, a base64url nonce many more. Each section join (`\n\n`, and
  * the `\n` after the directive) is counted on its own plus one token, because a join can merge with the
  * neighbouring section's last characters into different tokens.

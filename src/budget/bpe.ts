@@ -1,5 +1,5 @@
 /**
- * Exact token counts for the OpenAI encodings (SPEC §5, issue 12): `bpe_o200k_base` and `bpe_cl100k_base`
+ * Exact token counts for the OpenAI encodings (contract.md §5): `bpe_o200k_base` and `bpe_cl100k_base`
  * count what tiktoken returns, with `gpt-tokenizer` (its encodings ship in the package; nothing is
  * downloaded). Special-token text such as `<|endoftext|>` is counted as ordinary text: memory and history
  * are untrusted, so they must neither be refused nor turn into one control token.
@@ -60,7 +60,7 @@ function encoding(kind: BpeKind): Encoding {
 
 /**
  * Exact token count of `text` under `kind`'s encoding; 0 for the empty text.
- * Cost is linear in the text (tens of ns per character), so it belongs in the pool (SPEC §1).
+ * Cost is linear in the text (tens of ns per character), so it belongs in the pool (contract.md §1).
  */
 export function bpeCount(text: string, kind: BpeKind): number {
   if (text.length === 0) return 0;

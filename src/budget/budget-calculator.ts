@@ -1,5 +1,5 @@
 /**
- * BudgetCalculator (SPEC §6): how many tokens are left for memories once every fixed part of the prompt
+ * BudgetCalculator (contract.md §6): how many tokens are left for memories once every fixed part of the prompt
  * is reserved, and what each memory's wrapped block costs.
  */
 import { escapedCodePointLength } from '../format/escape.js';
@@ -15,7 +15,7 @@ import { type EstimateKind, estimateFromLength, estimateTokens } from './estimat
 /** Budget below this many tokens is `is_constrained`. */
 export const CONSTRAINED_BELOW = 256;
 
-/** TokenBudget of SPEC §6; every count in tokens of `estimate_kind`. */
+/** TokenBudget of contract.md §6; every count in tokens of `estimate_kind`. */
 export interface TokenBudget {
   context_window: number;
   response_reserve: number;
@@ -51,7 +51,7 @@ export function responseReserve(contextWindow: number, maxOutputTokens: number):
   return Math.max(500, Math.min(Math.trunc(0.15 * contextWindow), maxOutputTokens, 4096));
 }
 
-/** History text: `<role>: <content>` lines with raw role and content, joined by `\n` (SPEC §5). */
+/** History text: `<role>: <content>` lines with raw role and content, joined by `\n` (contract.md §5). */
 export function historyText(messages: readonly ChatMessage[]): string {
   return messages.map((m) => `${m.role}: ${m.content}`).join('\n');
 }
@@ -61,7 +61,7 @@ function isMeasured(h: readonly ChatMessage[] | MeasuredHistory): h is MeasuredH
 }
 
 /**
- * Computes the TokenBudget (SPEC §6).
+ * Computes the TokenBudget (contract.md §6).
  * @returns budget fields; `usable_budget` is clamped at 0 and capped by `availableTokens`.
  * @throws TypeError for a measured history under a `bpe_*` kind (see {@link estimateFromLength}).
  */
@@ -122,7 +122,7 @@ const BLOCK_FIXED = OPEN_PREFIX + OPEN_ID + OPEN_CATEGORY + 2 + 1 + 1 + '</ibex_
 
 /**
  * Cost in tokens of one memory's whole wrapped block as the formatter writes it, plus the `\n` that joins
- * it to the next block (SPEC §6: the packer charges this so the output invariant holds). Estimates are
+ * it to the next block (contract.md §6: the packer charges this so the output invariant holds). Estimates are
  * subadditive, so the sum of block costs bounds the estimate of the memories section.
  * @param nonceChars length of the nonce (base64url, nothing to escape).
  * @param nonce the nonce itself; `bpe_*` kinds count it exactly when given (else a bound), and cache the

@@ -1,5 +1,5 @@
 /**
- * Model capability catalog and tokenizer-family policies (SPEC §5, ADR-0067). The built-in catalog ships
+ * Model capability catalog and tokenizer-family policies (contract.md §5, ADR-0067). The built-in catalog ships
  * with the package; an override file of the same schema can add or replace models and families.
  */
 import { readFileSync } from 'node:fs';
@@ -47,7 +47,7 @@ export interface FamilyPolicy {
 export interface CatalogOptions {
   /**
    * IBEX_CONTEXT_EXACT_TOKENS: `o200k_base` and `cl100k_base` use `bpe_o200k_base` / `bpe_cl100k_base`
-   * (exact counts) whatever the rows say; `claude` and others keep theirs (SPEC §5, issue 12).
+   * (exact counts) whatever the rows say; `claude` and others keep theirs (contract.md §5).
    */
   exactTokens?: boolean;
 }
@@ -91,7 +91,7 @@ export class CapabilityCatalog {
       for (const m of parsed.data.models) models.set(m.model_id, { ...m, model_id: m.model_id });
     }
     if (options.exactTokens) {
-      // IBEX_CONTEXT_EXACT_TOKENS: the two OpenAI families count with their own encodings (SPEC §5).
+      // IBEX_CONTEXT_EXACT_TOKENS: the two OpenAI families count with their own encodings (contract.md §5).
       for (const [name, kind] of EXACT_KINDS) {
         const f = families.get(name);
         if (f) families.set(name, { ...f, estimate_kind: kind });
@@ -122,7 +122,7 @@ export class CapabilityCatalog {
   }
 
   /**
-   * Looks a model up; the name is trimmed and case-sensitive (SPEC §5).
+   * Looks a model up; the name is trimmed and case-sensitive (contract.md §5).
    * @throws IbexError `IBEX_ERR_UNKNOWN_MODEL` (`unknown model '<model>'`), mapped to INVALID_ARGUMENT.
    */
   resolve(modelName: string): ResolvedModel {

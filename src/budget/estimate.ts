@@ -1,16 +1,16 @@
 /**
- * Token estimation on Unicode code points (SPEC §5, ADR-0067), and the dispatch to exact counts for the
+ * Token estimation on Unicode code points (contract.md §5, ADR-0067), and the dispatch to exact counts for the
  * `bpe_*` kinds (src/budget/bpe.ts).
  */
 import { Errors } from '../errors.js';
 import { type BpeKind, bpeCount, isBpeKind } from './bpe.js';
 
-/** The estimate kinds of SPEC §5: two code-point estimates and two exact BPE counts. */
+/** The estimate kinds of contract.md §5: two code-point estimates and two exact BPE counts. */
 export type EstimateKind = 'chars_div_4' | 'runes_div_3_5' | BpeKind;
 
 /**
  * Number of Unicode code points in `text` (not UTF-16 units). A lone surrogate counts as one code point,
- * as Python's `len` counts it. One pass over the UTF-16 units, no allocation (issue 9 item 5: the former
+ * as Python's `len` counts it. One pass over the UTF-16 units, no allocation (the former
  * regex `match` built one string per surrogate pair, 130–230 ms per million emoji).
  */
 export function codePointLength(text: string): number {
@@ -20,7 +20,7 @@ export function codePointLength(text: string): number {
   let pairs = 0;
   if ((text as WellFormedCheck).isWellFormed()) {
     // No lone surrogate (a native check): every high surrogate starts a pair, and its low half is skipped
-    // unread — half the reads on emoji-dense text (issue 9 item 5).
+    // unread — half the reads on emoji-dense text.
     for (let i = 0; i < n; i++) {
       if ((text.charCodeAt(i) & 0xfc00) === 0xd800) {
         pairs++;
@@ -48,7 +48,7 @@ const SURROGATE = /[\uD800-\uDFFF]/;
 
 /**
  * Estimate from a code-point length L: `chars_div_4` = ceil(L/4); `runes_div_3_5` = floor((2L+6)/7);
- * 0 when L = 0 (SPEC §5). Both are subadditive, which the budget invariant relies on.
+ * 0 when L = 0 (contract.md §5). Both are subadditive, which the budget invariant relies on.
  */
 export function estimateFromLength(length: number, kind: EstimateKind): number {
   // A BPE count needs the text; a length cannot stand in for it.
@@ -75,7 +75,7 @@ export function countTokens(text: string, kind: EstimateKind): TokenCount {
 }
 
 /**
- * Sums tagged counts. Every count of one assembly uses one policy (SPEC §5).
+ * Sums tagged counts. Every count of one assembly uses one policy (contract.md §5).
  * @throws IbexError `IBEX_ERR_ESTIMATE_KIND_MISMATCH` when the kinds differ — never a silent sum.
  */
 export function addCounts(first: TokenCount, ...rest: TokenCount[]): TokenCount {

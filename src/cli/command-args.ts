@@ -1,6 +1,6 @@
 /**
  * The one prologue of the CLI commands (`load`, `replay`, `assemble`, `healthcheck`, `ingest`,
- * `memory-server`; issue 14 item 6): strict `parseArgs` with `--json` and `-h/--help`; usage on `--help`;
+ * `memory-server`): strict `parseArgs` with `--json` and `-h/--help`; usage on `--help`;
  * a flag error printed once, in the one error format (command-error.ts), with the usage after it for a
  * person. Free of gRPC imports so `ingest` stays light; client commands add `CONNECTION_FLAGS` themselves.
  */

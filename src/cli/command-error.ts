@@ -1,5 +1,5 @@
 /**
- * The one error format of the client commands (issue 13): text on stderr for a person, a JSON object on
+ * The one error format of the client commands: text on stderr for a person, a JSON object on
  * stdout with `--json` for a script. Kept free of gRPC imports so `ingest` stays light.
  */
 

@@ -1,6 +1,6 @@
 /**
- * Words for rejected JSON-command inputs (SPEC §13, issue 13): every zod issue becomes
- * `<field path>: <reason>` in the SPEC's phrasing (`is required`, `must be an integer`,
+ * Words for rejected JSON-command inputs (contract.md §13): every zod issue becomes
+ * `<field path>: <reason>` in the contract's phrasing (`is required`, `must be an integer`,
  * `must be in 0..1`), and all of them are reported at once, so one run shows everything wrong with an
  * input instead of zod's first `Invalid input: expected string, received undefined`.
  */
@@ -41,7 +41,7 @@ const EXPECTED: Record<string, string> = {
   object: 'an object',
 };
 
-/** One issue in the SPEC's words, without the field. */
+/** One issue in the contract's words, without the field. */
 export function reason(issue: z.core.$ZodIssue, input: unknown): string {
   const value = valueAt(input, issue.path);
   switch (issue.code) {

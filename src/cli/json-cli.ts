@@ -1,5 +1,5 @@
 /**
- * stdin/stdout driver of the JSON commands (SPEC §13): one input document, or with `--jsonl` one input
+ * stdin/stdout driver of the JSON commands (contract.md §13): one input document, or with `--jsonl` one input
  * per line and one output per line in the same order. A rejected input prints `{"error": ...}`; in single
  * mode the exit code is then 1, in `--jsonl` mode the other lines go on and the exit code is 1 if any failed.
  */
@@ -12,7 +12,7 @@ async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** Input shape of each JSON command (SPEC §13's table), for `--help`. */
+/** Input shape of each JSON command (contract.md §13's table), for `--help`. */
 const INPUTS: Record<JsonCommand, string> = {
   estimate: '{text, tokenizer_family, estimate_kind?}',
   budget:
@@ -25,10 +25,10 @@ const INPUTS: Record<JsonCommand, string> = {
     '   tool_schemas[], nonce}',
 };
 
-/** Output fields of each JSON command (SPEC §13). */
+/** Output fields of each JSON command (contract.md §13). */
 const OUTPUTS: Record<JsonCommand, string> = {
   estimate: 'tokens, estimate_kind',
-  budget: 'the TokenBudget fields of SPEC §6, snake_case',
+  budget: 'the TokenBudget fields of contract.md §6, snake_case',
   pack: 'memory_ids, total_tokens, total_score, skipped_count, was_budget_reached, path, candidates_evaluated',
   format: 'assembled_context, memories_included',
 };
@@ -38,7 +38,7 @@ export function jsonCommandUsage(command: JsonCommand): string {
   return [
     `usage: ibex-context ${command} [--jsonl] < input.json`,
     '',
-    `Reads one input on stdin and prints the result as one JSON line (SPEC §13).`,
+    `Reads one input on stdin and prints the result as one JSON line (contract.md §13).`,
     `  input:  ${INPUTS[command]}`,
     `  output: ${OUTPUTS[command]}`,
     '',

@@ -1,5 +1,5 @@
 /**
- * The JSON commands of SPEC §13 (`estimate`, `budget`, `pack`, `format`): one vector `input` in, the
+ * The JSON commands of contract.md §13 (`estimate`, `budget`, `pack`, `format`): one vector `input` in, the
  * result object out. The CLI and the vector tests both go through {@link runJsonCommand}, so the tests
  * exercise the CLI's code path.
  */
@@ -28,7 +28,7 @@ const schemas = {
   estimate: z.object({
     text: z.string(),
     tokenizer_family: z.string().min(1),
-    // An explicit kind overrides the family's (SPEC §13).
+    // An explicit kind overrides the family's (contract.md §13).
     estimate_kind: z.enum(['chars_div_4', 'runes_div_3_5', 'bpe_o200k_base', 'bpe_cl100k_base']).optional(),
   }),
   budget: z.object({
@@ -65,21 +65,21 @@ const schemas = {
   }),
 } as const;
 
-/** Input of `ibex-context pack` (SPEC §13), as its schema accepts it. */
+/** Input of `ibex-context pack` (contract.md §13), as its schema accepts it. */
 export type PackInput = z.infer<typeof schemas.pack>;
 /** One candidate of a {@link PackInput}. */
 export type PackCandidateInput = PackInput['candidates'][number];
-/** Input of `ibex-context format` (SPEC §13), defaults filled. */
+/** Input of `ibex-context format` (contract.md §13), defaults filled. */
 export type FormatInput = z.infer<typeof schemas.format>;
 
-/** Output of `ibex-context pack` (SPEC §13): the selection in packed order and its totals. */
+/** Output of `ibex-context pack` (contract.md §13): the selection in packed order and its totals. */
 export interface PackOutput {
   memory_ids: string[];
   total_tokens: number;
   total_score: number;
   skipped_count: number;
   was_budget_reached: boolean;
-  /** Which packer path chose (SPEC §8). */
+  /** Which packer path chose (contract.md §8). */
   path: string;
   candidates_evaluated: number;
 }
@@ -94,14 +94,14 @@ function getCatalog(): CapabilityCatalog {
 
 function parse<C extends JsonCommand>(command: C, input: unknown): z.infer<(typeof schemas)[C]> {
   const result = schemas[command].safeParse(input);
-  // Every problem at once, in the SPEC's words (issue 13).
+  // Every problem at once, in the contract's words.
   if (!result.success) throw new InputError(describeIssues(result.error.issues, input));
   return result.data as z.infer<(typeof schemas)[C]>;
 }
 
 /**
  * Runs one JSON command on one parsed input.
- * @returns the output object of SPEC §13 for that command.
+ * @returns the output object of contract.md §13 for that command.
  * @throws InputError for a rejected input (`<field>: <reason>`), e.g. an unknown model.
  */
 export function runJsonCommand(command: JsonCommand, input: unknown): Record<string, unknown> {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `ibex-context <command>`: the service, its tools, and the JSON commands of SPEC §13.
+ * `ibex-context <command>`: the service, its tools, and the JSON commands of contract.md §13.
  * Each command lives in its own module, loaded on demand so that `estimate` does not load gRPC.
  */
 import { JSON_COMMANDS, type JsonCommand } from './json-commands.js';
@@ -36,7 +36,9 @@ const COMMANDS: Record<
 function usage(): string {
   const lines = ['usage: ibex-context <command> [options]', '', 'commands:'];
   for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(14)} ${c.summary}`);
-  lines.push(`  ${JSON_COMMANDS.join(' | ')}  [--jsonl]  JSON on stdin → result JSON on stdout (SPEC §13)`);
+  lines.push(
+    `  ${JSON_COMMANDS.join(' | ')}  [--jsonl]  JSON on stdin → result JSON on stdout (contract.md §13)`,
+  );
   return lines.join('\n');
 }
 

@@ -1,5 +1,5 @@
 /**
- * The reachability check of the client commands that run many calls (`load`, `replay`; issue 13): a refused
+ * The reachability check of the client commands that run many calls (`load`, `replay`): a refused
  * connection is said at once, in one line naming the address, instead of after a connect timeout.
  */
 import { probeService } from '../client/cli-options.js';

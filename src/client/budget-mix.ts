@@ -1,7 +1,7 @@
 /**
- * The budget mix of `load` and `replay` (issue 10): LoCoMo calls always fit their model's window, so
+ * The budget mix of `load` and `replay`: LoCoMo calls always fit their model's window, so
  * without it no load figure runs the packer on a real choice. A seeded share of the calls carries an
- * `available_tokens` (SPEC §6: it caps usable_budget) drawn so that 30–80 % of the candidates' tokens fit.
+ * `available_tokens` (contract.md §6: it caps usable_budget) drawn so that 30–80 % of the candidates' tokens fit.
  *
  * "The candidates' tokens" of an agent come from a probe: a few unconstrained calls per agent, whose
  * `memories_used` rows carry every scored candidate's `token_estimate` (read from the response bytes by

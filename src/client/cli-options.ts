@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { DEFAULT_GRPC_ADDR } from '../config/settings.js';
 import { type ConnectionOptions, createContextClient, readPemFile, TOKEN_ENV } from './context-client.js';
 
-/** Port dialled when `--addr` names only a host (SPEC §3's default gRPC port). */
+/** Port dialled when `--addr` names only a host (contract.md §3's default gRPC port). */
 export const DEFAULT_PORT = 9092;
 
 /** `parseArgs` option specs of the connection flags. */
@@ -75,7 +75,7 @@ export function connectionFromFlags(
 
 /**
  * Parses a flag as a finite number within [min, max] (integers only when `integer`; above 0 when
- * `positive`): the one numeric-flag parser of the commands and benches (issue 14 item 6), after
+ * `positive`): the one numeric-flag parser of the commands and benches, after
  * `parseArgs` has split the arguments.
  * @returns `fallback` when the flag is absent.
  * @throws Error `--<name> must be …, got '<raw>'` otherwise.
@@ -107,7 +107,7 @@ export function statusName(code: number): string {
 
 /**
  * Adds {@link DEFAULT_PORT} to an address that names only a host (`127.0.0.1`, `[::1]`, `svc.local`):
- * grpc-js would otherwise dial 443 without a word (issue 13). Addresses with a port, and grpc-js
+ * grpc-js would otherwise dial 443 without a word. Addresses with a port, and grpc-js
  * targets with a scheme (`dns:///…`, `unix:…`), are returned unchanged.
  * @throws Error for an empty address.
  */
@@ -122,7 +122,7 @@ export function withDefaultPort(addr: string): string {
   return `${a}:${DEFAULT_PORT}`;
 }
 
-/** Text of a connection failure: one line naming the address (issue 13). */
+/** Text of a connection failure: one line naming the address. */
 export function unreachableMessage(addr: string, cause: string): string {
   return `cannot reach the service at ${addr} (${cause}); is it running, and is --addr right?`;
 }
@@ -144,11 +144,11 @@ export function unavailableCause(details: string): string {
 export type DeadlineSide = 'client' | 'server';
 
 /**
- * Tells whose deadline ended a DEADLINE_EXCEEDED call (issue 13), from facts, never from status text
- * (issue 14 item 7). The caller's own timer fired (`ownTimer`), or the call lasted about the caller's
+ * Tells whose deadline ended a DEADLINE_EXCEEDED call, from facts, never from status text
+ *. The caller's own timer fired (`ownTimer`), or the call lasted about the caller's
  * timeout (`elapsedMs` ≥ 90 % of `timeoutMs`: grpc-js's client timer, or the server enforcing the
  * deadline the caller sent) ⇒ `client`. A call that ended well before it met the service's own cap
- * (IBEX_CONTEXT_TIMEOUT, SPEC §10: D is the sooner of the cap and the caller's deadline) ⇒ `server`.
+ * (IBEX_CONTEXT_TIMEOUT, contract.md §10: D is the sooner of the cap and the caller's deadline) ⇒ `server`.
  * Without timings ⇒ `client` (a health check: no server cap applies to it).
  */
 export function deadlineSide(elapsedMs?: number, timeoutMs?: number, ownTimer = false): DeadlineSide {

@@ -1,5 +1,5 @@
 /**
- * Promise-based client of `ibex.context.v1.ContextAssemblyService` (SPEC §2) and `grpc.health.v1.Health`
+ * Promise-based client of `ibex.context.v1.ContextAssemblyService` (contract.md §2) and `grpc.health.v1.Health`
  * over @grpc/grpc-js. Calls never reject on a gRPC status: they resolve with the decoded response (or
  * null), the response headers and the final status, so tools and tests branch on `status.code`.
  */
@@ -71,7 +71,7 @@ export interface TlsOptions {
   key?: Buffer;
   /**
    * Skip verifying the server certificate. Only for `healthcheck --local`, which probes its own
-   * container's process on loopback and sends no token (issue 13).
+   * container's process on loopback and sends no token.
    */
   skipVerify?: boolean;
 }
@@ -95,7 +95,7 @@ export interface ConnectionOptions {
 export interface ContextClient {
   /** The underlying grpc-js client, for calls this interface does not wrap (streams, reflection). */
   readonly raw: Client;
-  /** `AssembleContext` (SPEC §2). */
+  /** `AssembleContext` (contract.md §2). */
   assemble(
     req: AssembleContextRequestInput,
     opts?: CallOptions,

@@ -1,5 +1,5 @@
 /**
- * gRPC message framing for the load tools (issue 10): requests encoded once into wire frames, and a
+ * gRPC message framing for the load tools: requests encoded once into wire frames, and a
  * walk over response bytes that reads a few counters without decoding the response into an object.
  */
 import protobuf from 'protobufjs';
@@ -8,7 +8,7 @@ import { ASSEMBLE_METHOD } from './context-client.js';
 
 const { Reader } = protobuf;
 
-/** HTTP/2 path of AssembleContext (SPEC §2). */
+/** HTTP/2 path of AssembleContext (contract.md §2). */
 export const ASSEMBLE_PATH = ASSEMBLE_METHOD.path;
 
 /**
@@ -65,13 +65,13 @@ export interface ResponseSummary {
   candidateTokens: number;
   /** `memories_used` rows. */
   candidates: number;
-  /** Rows with `exclusion = "budget"`: the packer left them out for lack of room (SPEC §8). */
+  /** Rows with `exclusion = "budget"`: the packer left them out for lack of room (contract.md §8). */
   budgetExcluded: number;
   /** `degradation.level` ('' when absent). */
   level: string;
   /**
    * `metrics.total_ms`: the service's own time from its handler's start to the answer, ms (whole ms,
-   * SPEC §9); null when the answer has no `metrics`.
+   * contract.md §9); null when the answer has no `metrics`.
    */
   totalMs: number | null;
 }

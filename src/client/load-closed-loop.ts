@@ -1,5 +1,5 @@
 /**
- * The closed-loop scheduler of `ibex-context load` (issue 5): each connection keeps `pipelining` calls
+ * The closed-loop scheduler of `ibex-context load`: each connection keeps `pipelining` calls
  * in flight, starting the next when one ends. Latency counts from the actual send.
  */
 import { performance } from 'node:perf_hooks';

@@ -1,5 +1,5 @@
 /**
- * The open-loop scheduler of `ibex-context load` (issue 5, issue 10): requests at fixed intended times
+ * The open-loop scheduler of `ibex-context load`: requests at fixed intended times
  * whatever the answers do, spread over the connections tick by tick. Latency counts from the intended time, so a
  * server stall shows in the tail instead of silently slowing the sender (coordinated omission corrected,
  * as wrk2 does).

@@ -1,5 +1,5 @@
 /**
- * What `ibex-context load` records (issue 5, issue 10, issue 14 item 5): counts of sent and answered
+ * What `ibex-context load` records: counts of sent and answered
  * calls kept directly in the report's own shapes, the latency HdrHistogram, and per-second buckets of the
  * measured window. The schedulers decide when calls go out; this only counts what happened.
  */

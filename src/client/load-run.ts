@@ -1,5 +1,5 @@
 /**
- * One `ibex-context load` run in motion (issue 10, issue 14 item 5): sends calls for a scheduler, keeps
+ * One `ibex-context load` run in motion: sends calls for a scheduler, keeps
  * the calls in flight, ends those past their deadline, and drains them when the run stops. What happened
  * goes to the {@link LoadRecorder}; when calls go out is the scheduler's business (load-open-loop.ts,
  * load-closed-loop.ts).

@@ -1,5 +1,5 @@
 /**
- * Shapes of `ibex-context load` (issue 5, issue 10): the options of `runLoad`, its progress snapshots
+ * Shapes of `ibex-context load`: the options of `runLoad`, its progress snapshots
  * and its report (what `load --json` prints, snake_case on purpose).
  */
 import type { ConnectionOptions } from './context-client.js';
@@ -33,7 +33,7 @@ export interface LoadOptions extends ConnectionOptions {
   lateMarginMs?: number;
   /**
    * A measured call slower than this (from its intended send time) is counted in the report's `tail`,
-   * ms (default 20, issue 10's p99 target).
+   * ms (default 20, the p99 target).
    */
   tailThresholdMs?: number;
   /** Shortest open-loop timer delay, ms (default 1): the timer is armed for the next intended send, never sooner. */
@@ -146,7 +146,7 @@ export interface LoadReport {
    */
   latency_ms: LatencyStats;
   /**
-   * OK answers split at the service's own clock (`metrics.total_ms`, SPEC §9): `service` is that total,
+   * OK answers split at the service's own clock (`metrics.total_ms`, contract.md §9): `service` is that total,
    * from the handler's start (request received and decoded) to its answer; `outside` is the rest of each
    * call's latency from its actual send: both directions of the transport, the service's receive and
    * decode before its handler and its write after the answer, the driver's own delays. ms, ±0.5 ms per call (total_ms is whole ms);
@@ -179,8 +179,8 @@ export interface LoadReport {
     warmup_sent: number;
   };
   /**
-   * The budget mix (issue 10): measured calls sent with `available_tokens` (constrained), and OK answers
-   * where the packer had to choose: at least one candidate excluded for `budget` (SPEC §8), read from
+   * The budget mix: measured calls sent with `available_tokens` (constrained), and OK answers
+   * where the packer had to choose: at least one candidate excluded for `budget` (contract.md §8), read from
    * `memories_used` in the response bytes. `budget_choice_share` is over OK answers.
    */
   packing: {

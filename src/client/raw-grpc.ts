@@ -1,5 +1,5 @@
 /**
- * The load driver's transport (issue 10): unary gRPC calls as pre-encoded request frames over one
+ * The load driver's transport: unary gRPC calls as pre-encoded request frames over one
  * `node:http2` session per connection, without a grpc-js client. A grpc-js call costs the driver about
  * 0.4–1.7 ms CPU (channel, filters, Metadata objects, protobuf both ways); here a call is one HTTP/2
  * stream: headers, one DATA frame written from a cached buffer, the status read from the trailers and the
@@ -22,7 +22,7 @@ export const INTERNAL = 13;
 
 /**
  * What ended a call, as the transport saw it. Callers classify outcomes by this and the status code,
- * never by status text (issue 14 item 7).
+ * never by status text.
  * - `server`: the server sent a grpc-status (in the trailers, or a trailers-only answer);
  * - `timer`: the caller's own deadline timer ({@link RawCall.expire});
  * - `cancel`: the caller gave up on the call ({@link RawCall.cancel}, the end of a load run);
@@ -46,7 +46,7 @@ export interface RawOutcome {
   /**
    * The response message (prefix stripped), kept only when the caller asked for it. Valid until
    * {@link CallSink.done} returns: a transport may read into its memory again afterwards (the `frames`
-   * transport does, issue 10), so copy it to keep it.
+   * transport does), so copy it to keep it.
    */
   body: Buffer | null;
 }
@@ -92,7 +92,7 @@ const RECONNECT_MS = 100;
 
 /**
  * Receive windows, bytes: the defaults (64 KiB) make the client send a WINDOW_UPDATE every few 13 KB
- * answers; a large window cuts those writes to one per many calls (issue 10: the driver's CPU per call).
+ * answers; a large window cuts those writes to one per many calls (the driver's CPU per call).
  */
 const STREAM_WINDOW = 1 << 20;
 const SESSION_WINDOW = 16 << 20;

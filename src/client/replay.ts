@@ -1,5 +1,5 @@
 /**
- * The engine of `ibex-context replay` (issue 4): LoCoMo turns sent as AssembleContext calls against a
+ * The engine of `ibex-context replay`: LoCoMo turns sent as AssembleContext calls against a
  * running service, every answer checked against the contract (see {@link checkResponse}).
  */
 
@@ -215,7 +215,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
       if (!check.budgetChecked) unchecked++;
       if (limit > 0) {
         if ((res.memories_used ?? []).some((u) => u.exclusion === 'budget')) constrained.budget_choice++;
-        // SPEC §6: available_tokens caps usable_budget, the memories' share of the window.
+        // contract.md §6: available_tokens caps usable_budget, the memories' share of the window.
         if (res.memory_tokens > limit) {
           constrained.over_budget++;
           check.violations.push({

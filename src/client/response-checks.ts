@@ -1,5 +1,5 @@
 /**
- * Client-side checks of an AssembleContext answer against the contract (SPEC §2, §6, §9, §10): the
+ * Client-side checks of an AssembleContext answer against the contract (contract.md §2, §6, §9, §10): the
  * output budget invariant, memory blocks vs `memories_used`, and the degradation level.
  */
 import { responseReserve } from '../budget/budget-calculator.js';
@@ -25,19 +25,19 @@ export interface ResponseCheck {
   limitTokens: number;
   /**
    * False when the parts the caller controls (directive, history) exceed the limit on their own: the
-   * invariant then does not apply (SPEC §6), so the budget check was skipped.
+   * invariant then does not apply (contract.md §6), so the budget check was skipped.
    */
   budgetChecked: boolean;
   /** Ids of the memory blocks found in the context, in order. */
   blockIds: string[];
 }
 
-// A block as the formatter writes it (SPEC §9). Memory bodies are escaped, so neither pattern can be
+// A block as the formatter writes it (contract.md §9). Memory bodies are escaped, so neither pattern can be
 // forged from inside a memory; attribute values are escaped, so `"` cannot occur in them.
 const OPEN_TAG = /<ibex_memory nonce="([^"]*)" id="([^"]*)" category="([^"]*)">\n/g;
 const WHOLE_BLOCK = /<ibex_memory nonce="[^"]*" id="[^"]*" category="[^"]*">\n[\s\S]*?\n<\/ibex_memory>/g;
 
-/** Undoes the formatter's attribute escaping (SPEC §9). */
+/** Undoes the formatter's attribute escaping (contract.md §9). */
 export function unescapeAttribute(value: string): string {
   return value
     .replaceAll('&quot;', '"')
@@ -56,7 +56,7 @@ const LEVELS = new Set(['L0', 'L1', 'L2']);
 
 /**
  * Checks one OK answer for `model`:
- * - budget: estimate(assembled_context) ≤ window − response_reserve − safety_buffer (SPEC §6), unless
+ * - budget: estimate(assembled_context) ≤ window − response_reserve − safety_buffer (contract.md §6), unless
  *   the context without its memory blocks already exceeds that (fixed parts that do not fit);
  * - memory_ids: every memory block's id is a `memories_used` row with exclusion `included`, and the
  *   number of blocks is `memories_included`;

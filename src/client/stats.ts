@@ -18,7 +18,7 @@ export interface SampleStats {
 /**
  * Percentiles of `samples` read from an HDR histogram (hdr-histogram-js, 3 significant digits): the one
  * percentile estimator of the client tools and benches, the same the load driver and the pool use
- * (issue 14 item 6). Values are recorded as integers of `1 / resolution` (default 1000: ms kept to the
+ *. Values are recorded as integers of `1 / resolution` (default 1000: ms kept to the
  * µs), so a value is exact to 3 significant digits and never above the largest sample; negative values are
  * recorded as 0.
  * @returns `at(p)` for `p` in [0,100] in the samples' unit, 0 for every `p` when there are no samples.

@@ -1,9 +1,8 @@
 /**
- * Where a load run's tail comes from (issue 10): its slow calls grouped into incidents by their intended
- * send times. Slow calls spread evenly over a run point at per-call costs; a few dense incidents at a
- * steady period point at something periodic in the service — at 1,000 req/s on the 2-core machine,
- * incidents every ~2 s, one per main-thread mark-compact (README "Benchmarks", "Where the p99 comes
- * from").
+ * Where a load run's tail comes from: its slow calls grouped into incidents by their intended send times.
+ * Slow calls spread evenly over a run point at per-call costs; a few dense incidents at a steady period
+ * point at something periodic in the service, such as the main thread's mark-compacts
+ * (docs/design/main-thread.md, "Where the tail comes from").
  */
 import { medianOfSorted, round } from './stats.js';
 

@@ -1,5 +1,5 @@
 /**
- * Node/V8 flags the service process starts with (issues 9 and 10). They cannot be set from inside a running
+ * Node/V8 flags the service process starts with. They cannot be set from inside a running
  * process (V8 sizes the heap and Node its V8 thread pool when they start) and NODE_OPTIONS refuses V8 flags
  * Node does not list, so `npm start`, the Dockerfile's entrypoint and the benches pass them on node's
  * command line, and `serve` warns when they are missing.
@@ -7,20 +7,17 @@
  * `--initial-old-space-size=128`: the main thread's live heap is ~24 MB, for which V8 sets an old-generation
  * limit of ~47 MB. With the young generation grown to its maximum under multi-MB uploads, the slack under
  * that limit is smaller than the young generation, and V8 then starts incremental marking after every
- * mark-compact: 2.5 mark-compacts a second on the event loop while one org uploaded 3.9 MB histories at
- * 10 req/s, with an old generation that was not growing at all. An initial old-generation size is also
+ * mark-compact, with an old generation that is not growing at all. An initial old-generation size is also
  * V8's floor for that limit ("allow V8 to skip full GCs below that threshold"): 128 MB keeps ~100 MB of
- * slack, and the same run had 3 mark-compacts in all. Cost: the old generation may hold up to 128 MB of
- * garbage before it is collected. Figures: README "Main-thread heap".
+ * slack. Cost: the old generation may hold up to 128 MB of garbage before it is collected. Figures:
+ * docs/design/main-thread.md, "Node flags".
  *
  * `--v8-pool-size=0`: V8's background threads (parallel scavenge and marking helpers, concurrent compiles)
  * for every isolate of the process — the main thread and each pool and store-read thread — number
  * available parallelism − 1, at least 1, instead of Node's fixed 4. On two cores the four helpers competed
  * with the service's own threads: a main-thread scavenge waited in its parallel phase for helpers that had
- * no core, and the store-read and pool threads lost their cores to other isolates' GC work. Three
- * interleaved pairs of `bench:load` at 1,000 req/s (4 helpers vs this flag's 1): p99 43.2 / 37.8 / 42.6 →
- * 34.3 / 32.4 / 31.0 ms, degraded answers 360 / 296 / 344 → 124 / 136 / 123 of 20,000, server CPU per call
- * unchanged. Figures: README "V8 helper threads". Unlike the heap flag, Node accepts this one in
+ * no core, and the store-read and pool threads lost their cores to other isolates' GC work, so searches and
+ * CPU tasks missed the wall. Figures: docs/design/main-thread.md, "Node flags". Unlike the heap flag, Node accepts this one in
  * NODE_OPTIONS too, which {@link missingServiceNodeFlags} reads.
  * Node 20's libuv reads the affinity mask, not a cgroup CPU quota: docs/scaling.md says how to give a
  * pod on a large node its own count.

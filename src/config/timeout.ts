@@ -1,5 +1,5 @@
 /**
- * SPEC §3 timeout text: a number (milliseconds) or text — trimmed, case-insensitive, suffix `ms`
+ * contract.md §3 timeout text: a number (milliseconds) or text — trimmed, case-insensitive, suffix `ms`
  * (milliseconds) or `s` (seconds), no suffix = milliseconds; finite and > 0.
  */
 import { z } from 'zod';

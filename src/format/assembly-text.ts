@@ -1,7 +1,7 @@
 /**
- * The assembled context of one assembly from history bytes (SPEC §1, §5, §9, §11; issue 9 item 1), shared
+ * The assembled context of one assembly from history bytes (contract.md §1, §5, §9, §11), shared
  * by the CPU stage and the L2 degraded answer: under an estimate kind the history is measured and copied
- * as bytes and `tokens_used` follows from the parts' code points; a BPE kind (SPEC §5: exact counts need
+ * as bytes and `tokens_used` follows from the parts' code points; a BPE kind (contract.md §5: exact counts need
  * the text) decodes it.
  */
 import { isBpeKind } from '../budget/bpe.js';
@@ -42,7 +42,7 @@ export function decodeSpans(h: HistorySpans): ChatMessage[] {
 }
 
 /**
- * Measures (estimate kind) or decodes (BPE kind) a history and decides its content limits (SPEC §11).
+ * Measures (estimate kind) or decodes (BPE kind) a history and decides its content limits (contract.md §11).
  * @param contentPending whether some content's length was left undecided by the wire (BPE path only: the
  *   measure counts every content anyway).
  * @returns null when some content exceeds 32,768 code points.
@@ -83,7 +83,7 @@ export function memoryText(m: SplicedMemory): FormatMemory {
 }
 
 /**
- * Formats the assembled context (SPEC §9) as spliced UTF-8 and counts its tokens under `kind`.
+ * Formats the assembled context (contract.md §9) as spliced UTF-8 and counts its tokens under `kind`.
  * @param h the history's bytes; spans of `h.source` end up in the result when it was measured.
  */
 export function formatAssembly(

@@ -1,6 +1,6 @@
 /**
  * Code-point order comparison. JavaScript's `<` on strings compares UTF-16 units, which puts astral
- * characters (surrogate pairs) before U+E000–U+FFFF; SPEC §8 and §9 order ids by code point.
+ * characters (surrogate pairs) before U+E000–U+FFFF; contract.md §8 and §9 order ids by code point.
  */
 export function compareCodePoints(a: string, b: string): number {
   const n = Math.min(a.length, b.length);

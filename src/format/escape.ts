@@ -1,5 +1,5 @@
 /**
- * Escaping of untrusted memory text (SPEC §9). After escaping, memory text contains no `<` or `>`, so it
+ * Escaping of untrusted memory text (contract.md §9). After escaping, memory text contains no `<` or `>`, so it
  * can neither open nor close an `<ibex_memory>` block, whatever nonce it guesses.
  */
 
@@ -33,7 +33,7 @@ function countChar(text: string, ch: string): number {
 
 /**
  * Code-point length of `escapeBody(text)` (or `escapeAttr(text)` when `attr`) without building the escaped
- * copy or any other object (issue 9 item 5: the copy cost ~0.65 s per 2 MB of markup on the main thread).
+ * copy or any other object (the copy cost ~0.65 s per 2 MB of markup on the main thread).
  * Every entity is ASCII, so escaping adds exactly its extra units to the text's code points; the escaped
  * characters are counted by native `indexOf` scans, which beat a charCodeAt loop even on dense markup.
  * @returns length in code points.
@@ -68,7 +68,7 @@ const SHORT_SPAN = 256;
 
 /**
  * Code-point length of `escapeBody(utf8Text(bytes, start, end))` from the UTF-8 bytes, without decoding them
- * (issue 9 item 5, SPEC §6 wrapped-block cost). The CPU stage used to decode every candidate's content to a
+ * (contract.md §6 wrapped-block cost). The CPU stage used to decode every candidate's content to a
  * string only to measure it: decoding took 6–20 ns per UTF-16 unit of a large non-ASCII or markup text,
  * 10–34 times this measure (`npm run bench:pack`, text measures, AMD machine). Well-formed UTF-8 has one
  * code point per byte that is not a continuation byte (util/utf8.ts), and every entity adds ASCII units:

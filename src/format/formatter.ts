@@ -1,12 +1,12 @@
 /**
- * Deterministic prompt formatter (SPEC §9). Memory text is untrusted data: it is escaped and wrapped in
+ * Deterministic prompt formatter (contract.md §9). Memory text is untrusted data: it is escaped and wrapped in
  * nonce-tagged blocks; directive, history and tools are the caller's and pass as given.
  */
 import type { ChatMessage } from '../types.js';
 import { compareCodePoints } from './code-point-order.js';
 import { escapeAttr, escapeBody } from './escape.js';
 
-/** Categories in their fixed section order (SPEC §9); others follow by name. */
+/** Categories in their fixed section order (contract.md §9); others follow by name. */
 export const CATEGORY_ORDER: readonly string[] = [
   'procedural',
   'factual',
@@ -97,7 +97,7 @@ export function formatTools(toolSchemas: readonly string[]): string {
   return toolSchemas.filter((s) => s.trim() !== '').join('\n');
 }
 
-/** The sections of an assembly other than history, each "" when empty (SPEC §9). */
+/** The sections of an assembly other than history, each "" when empty (contract.md §9). */
 export interface OtherSections {
   directive: string;
   memories: string;

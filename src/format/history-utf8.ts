@@ -1,5 +1,5 @@
 /**
- * History measured and formatted as bytes (SPEC §1 isolation rule, §5, §9, §11; issue 9 item 1). Estimates
+ * History measured and formatted as bytes (contract.md §1 isolation rule, §5, §9, §11). Estimates
  * depend only on the code-point count L, which is additive over concatenation, so the history's tokens,
  * its §11 content limits and the assembled context's `tokens_used` all follow from per-field counts of
  * the UTF-8 bytes; contents are never decoded unless they are invalid UTF-8 (then Node's decoding, U+FFFD
@@ -19,7 +19,7 @@ import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
 
 /**
  * A memory whose content is the UTF-8 bytes `bytes[start, end)` (well-formed: the caller checks), as the
- * CPU stage holds it in its batch: escaped from the bytes into the answer, never decoded (issue 10).
+ * CPU stage holds it in its batch: escaped from the bytes into the answer, never decoded.
  */
 export interface ByteMemory {
   memory_id: string;
@@ -44,7 +44,7 @@ export interface HistorySpans {
   count: number;
 }
 
-/** What the budget needs of a history: its message count and the code points of its text (SPEC §5). */
+/** What the budget needs of a history: its message count and the code points of its text (contract.md §5). */
 export interface MeasuredHistory {
   count: number;
   /** L of the history text: `<role>: <content>` lines (raw role) joined by `\n`; 0 without messages. */
@@ -59,7 +59,7 @@ export interface HistoryMeasure extends MeasuredHistory {
   contentCodePoints: Float64Array;
   /** 1 where the content is valid UTF-8 (copied as bytes), 0 where it is decoded. */
   contentValid: Uint8Array;
-  /** The largest content's code points (the SPEC §11 check). */
+  /** The largest content's code points (the contract.md §11 check). */
   maxContentCodePoints: number;
 }
 
@@ -90,7 +90,7 @@ export function measureHistory(h: HistorySpans): HistoryMeasure {
 }
 
 /**
- * Appends the history section (SPEC §9): one line per message, `<trimmed role>: <content as given>`, joined
+ * Appends the history section (contract.md §9): one line per message, `<trimmed role>: <content as given>`, joined
  * by `\n`; a message whose trimmed role and content are both empty is left out. Valid contents are spans
  * of the source bytes; invalid ones are appended decoded.
  * @returns code points appended (0 when the section is empty, see `lines`) and the number of lines.
@@ -136,7 +136,7 @@ export interface SplicedFormatResult {
 }
 
 /**
- * Formats one assembly exactly as `formatContext` does (SPEC §9; the same sections and joins), with the
+ * Formats one assembly exactly as `formatContext` does (contract.md §9; the same sections and joins), with the
  * history copied as bytes and the code points of the result counted from its parts.
  */
 export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
@@ -163,7 +163,7 @@ export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
 }
 
 /**
- * Appends the memories section as `otherSections` formats it (SPEC §9: blocks in category order joined by
+ * Appends the memories section as `otherSections` formats it (contract.md §9: blocks in category order joined by
  * `\n`), a byte content escaped from its bytes. @returns code points appended.
  */
 function appendMemorySection(memories: readonly SplicedMemory[], nonce: string, out: SplicedBuilder): number {

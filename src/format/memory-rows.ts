@@ -1,6 +1,6 @@
 /**
- * The answer's `memories_used` rows (SPEC §2 MemoryUsed) as protobuf bytes, written by the CPU stage
- * (issue 10). The main thread used to build one object per scored candidate and have protobufjs turn
+ * The answer's `memories_used` rows (contract.md §2 MemoryUsed) as protobuf bytes, written by the CPU stage
+ *. The main thread used to build one object per scored candidate and have protobufjs turn
  * each into a message object and a chain of writer ops: a third of everything the event loop allocated
  * per call (V8 sampling heap profiler on the service under `bench:load` at 500 req/s: ~57 of ~180 KB),
  * so more scavenges and longer ones under load. The worker already holds every field (ids and categories as UTF-8, scores, ranks, costs)
@@ -23,9 +23,9 @@ export interface MemoryRowColumns {
   text: Uint8Array;
   /** Per candidate `i`: id at [3i, 3i+1), category at [3i+1, 3i+2) of `text`. */
   offsets: Uint32Array;
-  /** Interim score (SPEC §7): `composite_score`. */
+  /** Interim score (contract.md §7): `composite_score`. */
   score: Float64Array;
-  /** `similarity`, and `relevance_score` too (SPEC §2). */
+  /** `similarity`, and `relevance_score` too (contract.md §2). */
   similarity: Float64Array;
   confidence: Float64Array;
   rank: Int32Array;
@@ -66,7 +66,7 @@ const EXCLUSION_BYTES = {
   failed: Buffer.from('failed'),
 } as const;
 
-/** A row's `exclusion` (SPEC §2 MemoryUsed). */
+/** A row's `exclusion` (contract.md §2 MemoryUsed). */
 type RowKind = keyof typeof EXCLUSION_BYTES;
 
 /** Bytes of an int32 field's value: negative ones are sign-extended to 64 bits, 10 bytes. */
@@ -120,7 +120,7 @@ export interface RowFields {
 }
 
 /**
- * The L2 degraded answer's rows (SPEC §10, src/server/answers.ts): `failed` for the candidates within
+ * The L2 degraded answer's rows (contract.md §10, src/server/answers.ts): `failed` for the candidates within
  * `max_memories`, then `filter` for the cut ones, token_estimate 0 (the CPU stage that costs them did not
  * run). Written from the scored candidates on the main thread: protobufjs's row objects and writer ops
  * were the largest allocation of a degraded call (~19 KB; V8 sampling heap profiler on the service under

@@ -1,10 +1,10 @@
 /**
- * Per-assembly nonce (SPEC §9): unpadded base64url of `bytes` bytes from a cryptographic source.
+ * Per-assembly nonce (contract.md §9): unpadded base64url of `bytes` bytes from a cryptographic source.
  */
 import { randomFillSync } from 'node:crypto';
 
 /**
- * Random bytes drawn from the CSPRNG in one call and handed out once each (issue 10): every draw costs
+ * Random bytes drawn from the CSPRNG in one call and handed out once each: every draw costs
  * OpenSSL a `getpid()` fork check, a ~7 µs syscall on this 2-core VM, once per assembly before.
  */
 const POOL_BYTES = 4096;
@@ -23,7 +23,7 @@ export function generateNonce(bytes: number): string {
   return nonce;
 }
 
-/** Length in characters of a nonce of `bytes` bytes: floor((4n+2)/3) (SPEC §6). */
+/** Length in characters of a nonce of `bytes` bytes: floor((4n+2)/3) (contract.md §6). */
 export function nonceLength(bytes: number): number {
   return Math.floor((4 * bytes + 2) / 3);
 }

@@ -1,7 +1,7 @@
 /**
- * The assembled context as spliced UTF-8 (SPEC §1 isolation rule, §9; issue 9 item 1): the bytes the
+ * The assembled context as spliced UTF-8 (contract.md §1 isolation rule, §9): the bytes the
  * formatter wrote itself (directive, role prefixes, memory blocks, tools, separators) and spans of the
- * request's history bytes, which are not escaped (SPEC §9) and so are copied as they are — once, by the
+ * request's history bytes, which are not escaped (contract.md §9) and so are copied as they are — once, by the
  * response serializer into grpc-js's frame — instead of being decoded, re-encoded and concatenated.
  */
 
@@ -82,8 +82,8 @@ export class SplicedBuilder {
   }
 
   /**
-   * Appends `bytes[start, end)` body-escaped as `escapeBody` escapes text (`&` `<` `>` as entities, SPEC §9),
-   * without decoding it: memory contents go from the batch's bytes to the answer's (issue 10).
+   * Appends `bytes[start, end)` body-escaped as `escapeBody` escapes text (`&` `<` `>` as entities, contract.md §9),
+   * without decoding it: memory contents go from the batch's bytes to the answer's.
    * @param bytes must be well-formed UTF-8 in the span (the caller checks): it is copied as it is.
    */
   escaped(bytes: Uint8Array, start: number, end: number): void {

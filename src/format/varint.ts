@@ -1,6 +1,6 @@
 /**
  * Protobuf base-128 varints for the byte paths that write message parts themselves (the spliced answer's
- * field 1 header, the CPU stage's `memories_used` rows; SPEC §2 wire format). Non-negative integers up to
+ * field 1 header, the CPU stage's `memories_used` rows; contract.md §2 wire format). Non-negative integers up to
  * 2^53 (a context length, a row length); an int32 field's negative values are memory-rows' own case.
  * Pure: runs in the pool worker and on the main thread.
  */

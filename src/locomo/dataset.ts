@@ -1,5 +1,5 @@
 /**
- * The LoCoMo dataset model (SPEC §4.3; issue 14 item 4): conversations, sessions, turns and QA read from
+ * The LoCoMo dataset model (contract.md §4.3): conversations, sessions, turns and QA read from
  * `datasets/locomo10/*.json` or upstream `locomo10.json`, with every id, confidence and timestamp derived
  * deterministically so an import or a replay gives the same agents and memories on every run. Parsed with
  * zod: a malformed turn or QA item is skipped, a sample without speakers or sessions is an error.

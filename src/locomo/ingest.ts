@@ -1,5 +1,5 @@
 /**
- * LoCoMo conversations as store rows (SPEC §4.3): one agent per conversation, every dialogue turn an
+ * LoCoMo conversations as store rows (contract.md §4.3): one agent per conversation, every dialogue turn an
  * `episodic` memory `<speaker>: <text>`, every session summary a `factual` memory, one directive per
  * agent; each agent is replaced as a whole, so re-running an import gives the same store. The embedded
  * store's import is here; the PostgreSQL one (retrieval/postgres/ingest-locomo.ts) writes the same rows.
@@ -122,7 +122,7 @@ export function ingestLocomo(
     onAgent?.(i + 1, agents.length, memories);
   }
   // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
-  // after the import makes each search read one segment (issue 10: 460 → 340 µs a query).
+  // after the import makes each search read one segment (460 → 340 µs a query).
   store.optimize();
   return summary;
 }

@@ -1,5 +1,5 @@
 /**
- * The dev memory server behind `ibex-context memory-server`: serves the embedded store over the memory service wire (SPEC §4.1,
+ * The dev memory server behind `ibex-context memory-server`: serves the embedded store over the memory service wire (contract.md §4.1,
  * §4.3) so the HTTP path can be exercised and load-tested locally, with injected latency and faults.
  *
  * The wire carries no org: answers hold every org's memories of the agent with their real org_id, and
@@ -42,7 +42,7 @@ export interface MemoryServerOptions extends Partial<MemoryServerFaults> {
   token: string;
   store?: EmbeddedStore;
   db?: string;
-  /** PostgreSQL store (issue 15): URL and schema. */
+  /** PostgreSQL store: URL and schema. */
   postgres?: { url: string; schema: string };
   /** Default 127.0.0.1. */
   host?: string;
@@ -184,7 +184,7 @@ function parseParams(
   let query = '';
   if (needsQuery) {
     if (typeof raw.query !== 'string') return { status: 400, error: 'query must be a string' };
-    // The real memory service rejects an empty query (SPEC §4.1), so the dev server does too.
+    // The real memory service rejects an empty query (contract.md §4.1), so the dev server does too.
     if (raw.query.trim() === '') return { status: 422, error: 'query must not be empty' };
     query = raw.query;
   }

@@ -1,5 +1,5 @@
 /**
- * The one index sort the packer's orders use (issue 14): `canonicalOrder` (SPEC §8 step 1) and the
+ * The one index sort the packer's orders use: `canonicalOrder` (contract.md §8 step 1) and the
  * branch-and-bound's efficiency order both sort candidate indices by a strict "comes before" test.
  */
 

@@ -1,5 +1,5 @@
 /**
- * Band-limited bucketed 0/1 knapsack on typed arrays (SPEC §8 step 5, ADR-0069), shared by the ADR-0069
+ * Band-limited bucketed 0/1 knapsack on typed arrays (contract.md §8 step 5, ADR-0069), shared by the ADR-0069
  * table and the packer's finer refinement table. Scratch buffers are reused across calls (one packer per
  * thread, calls never interleave): no per-cell allocation.
  */

@@ -1,10 +1,9 @@
 /**
- * The packer: 0/1 knapsack of candidates under the usable budget (SPEC §8, ADR-0069).
+ * The packer: 0/1 knapsack of candidates under the usable budget (contract.md §8, ADR-0069).
  *
  * The ADR-0069 algorithm (16-token buckets, floor weights, strict-improvement DP, repair, refill, local
  * improvement) always runs and decides the path. On the DP path the packer may then refine its answer as
- * SPEC §8 allows: first a branch-and-bound on exact token weights seeded with ADR-0069's answer (issue 12;
- * bounded by a node limit and the deadline; when it completes the answer is optimal and nothing else
+ * contract.md §8 allows: first a branch-and-bound on exact token weights seeded with ADR-0069's answer (* bounded by a node limit and the deadline; when it completes the answer is optimal and nothing else
  * runs), else plain refill-from-empty and a second, finer table with rounded-up weights (so its selection
  * always fits exactly). A refinement wins only when strictly better, so the result is never below
  * ADR-0069's and equals it whenever ADR-0069 is already optimal.
@@ -41,9 +40,9 @@ export interface PackInput {
   tokens: Int32Array;
   /** Usable budget in tokens. */
   budget: number;
-  /** Largest DP table in cells, n × (buckets + 1) (SPEC §3). */
+  /** Largest DP table in cells, n × (buckets + 1) (contract.md §3). */
   dpCellCeiling: number;
-  /** Greedy fallback's consecutive-skip limit (SPEC §3). */
+  /** Greedy fallback's consecutive-skip limit (contract.md §3). */
   maxConsecutiveSkips: number;
   /**
    * Absolute deadline on the epoch clock (`performance.timeOrigin + performance.now()`, ms). The DP checks
@@ -58,7 +57,7 @@ export interface PackInput {
    */
   refineCellCeiling?: number;
   /**
-   * Node limit of the exact-weight branch-and-bound that runs last on the DP path (issue 12); default
+   * Node limit of the exact-weight branch-and-bound that runs last on the DP path; default
    * {@link DEFAULT_SEARCH_NODE_LIMIT}. 0 disables it.
    */
   searchNodeLimit?: number;
@@ -69,7 +68,7 @@ export interface PackInput {
   adr0069Only?: boolean;
 }
 
-/** Packer output (SPEC §8 step 9). */
+/** Packer output (contract.md §8 step 9). */
 export interface PackResult {
   /** Selected candidate indices (into the input arrays) in output order: canonical order. */
   selected: Int32Array;
@@ -110,7 +109,7 @@ export function canonicalOrder(ids: readonly string[], scores: Float64Array): In
 }
 
 /**
- * Packs candidates under `budget` (SPEC §8, all nine steps).
+ * Packs candidates under `budget` (contract.md §8, all nine steps).
  * @returns the selection in canonical order; `total_tokens ≤ budget` always.
  * @throws IbexError `IBEX_ERR_BUDGET_EXCEEDED` on an internal invariant breach, which must be impossible.
  */

@@ -1,6 +1,6 @@
 /**
- * Bounded branch-and-bound on exact token weights: the packer's last refinement (SPEC §8 "Beyond
- * ADR-0069", issue 12).
+ * Bounded branch-and-bound on exact token weights: the packer's last refinement (contract.md §8 "Beyond
+ * ADR-0069").
  *
  * Why: the bucketed tables round weights, so on large n × budget (where the finer table no longer fits)
  * or a small `dp_cell_ceiling` their answer strands budget. A depth-first search over items in efficiency

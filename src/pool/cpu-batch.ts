@@ -1,7 +1,7 @@
 /**
- * The CPU task's batch (SPEC §1, §10): what crosses the thread boundary and how. Candidates travel as typed
+ * The CPU task's batch (contract.md §1, §10): what crosses the thread boundary and how. Candidates travel as typed
  * arrays over one ArrayBuffer that is *transferred*, never cloned: numeric columns, plus one UTF-8 byte
- * array holding every id, category and content, with a Uint32Array of byte offsets. History (issue 9)
+ * array holding every id, category and content, with a Uint32Array of byte offsets. History
  * travels as bytes too: a large request's own buffer is transferred as it is (no copy on the main thread),
  * a small history is copied into the candidates' buffer. Only small scalars are cloned.
  */
@@ -17,12 +17,12 @@ export interface CpuCandidate {
   category: string;
   /** Untrusted memory text. */
   content: string;
-  /** Interim score (SPEC §7), the packer's value. */
+  /** Interim score (contract.md §7), the packer's value. */
   score: number;
   similarity: number;
   confidence: number;
   rank: number;
-  /** Packer cost in tokens: in the assembly, the whole wrapped block's cost (SPEC §6, §8 step 3). */
+  /** Packer cost in tokens: in the assembly, the whole wrapped block's cost (contract.md §6, §8 step 3). */
   tokens: number;
 }
 
@@ -38,13 +38,13 @@ export type CandidateFields = Omit<CpuCandidate, 'tokens' | 'content'> & {
 
 /** The small values that are cloned to the worker with each task. */
 export interface CpuTaskScalars {
-  /** Usable budget in tokens (SPEC §6). */
+  /** Usable budget in tokens (contract.md §6). */
   budget: number;
-  /** DP table ceiling in cells (SPEC §3, §8 step 4). */
+  /** DP table ceiling in cells (contract.md §3, §8 step 4). */
   dpCellCeiling: number;
-  /** Greedy fallback's consecutive-skip limit (SPEC §3). */
+  /** Greedy fallback's consecutive-skip limit (contract.md §3). */
   maxConsecutiveSkips: number;
-  /** This assembly's nonce (SPEC §9). */
+  /** This assembly's nonce (contract.md §9). */
   nonce: string;
   directive: string | null;
   /** History as strings; ignored when `historyCount` > 0 (history then travels as bytes, `history`). */
@@ -52,20 +52,20 @@ export interface CpuTaskScalars {
   toolSchemas: string[];
   /**
    * Messages whose role and content bytes are in `history` (spans in `historySpans`). The assembly sends
-   * history this way (issue 9: bytes, not strings, on the main thread); 0 or absent = none.
+   * history this way (bytes, not strings, on the main thread); 0 or absent = none.
    */
   historyCount?: number;
-  /** Some history content may exceed 32,768 code points: the CPU stage decides (SPEC §11 message). */
+  /** Some history content may exceed 32,768 code points: the CPU stage decides (contract.md §11 message). */
   historyContentPending?: boolean;
   /**
-   * When set, the CPU stage computes the TokenBudget (SPEC §6) from the directive, history and tool schemas,
+   * When set, the CPU stage computes the TokenBudget (contract.md §6) from the directive, history and tool schemas,
    * each candidate's wrapped-block cost (overwriting `tokens`), packs under its usable_budget (ignoring
    * `budget`) and reports `tokens_used`. The assembly sets it; vectors and benches pass costs themselves.
    */
   budgetModel?: ResolvedModel;
   /** Nonce entropy in bytes for the budget's formatter overhead; with `budgetModel`. */
   nonceBytes?: number;
-  /** The request's available_tokens (SPEC §6); with `budgetModel`. */
+  /** The request's available_tokens (contract.md §6); with `budgetModel`. */
   availableTokens?: number;
   /**
    * Candidates [0, packCount) are packed; the rest are only costed (the `filter` rows of max_memories).
@@ -74,7 +74,7 @@ export interface CpuTaskScalars {
   packCount?: number;
   /**
    * Absolute deadline of the CPU stage in ms on the epoch clock `performance.timeOrigin + performance.now()`
-   * (the clock of `monotonicNow()`); never `Date.now()`. The round-trip must be over by then (SPEC §10).
+   * (the clock of `monotonicNow()`); never `Date.now()`. The round-trip must be over by then (contract.md §10).
    */
   deadline: number;
 }
@@ -106,7 +106,7 @@ export interface CpuTaskInput extends CpuTaskScalars {
   historySpans: Uint32Array;
 }
 
-/** Pack record of one task: the packer's result without the index arrays (SPEC §8 step 9). */
+/** Pack record of one task: the packer's result without the index arrays (contract.md §8 step 9). */
 export interface CpuPackRecord {
   path: 'dp' | 'greedy';
   /** `cell_ceiling` or `deadline` on the greedy path; null on the DP path. */
@@ -125,7 +125,7 @@ export interface CpuPackRecord {
 /** What comes back from the worker; `selected` and `excluded` are transferred. */
 export interface CpuTaskOutput {
   /**
-   * SPEC §11 detail when the CPU stage found the request invalid (a history content over 32,768 code
+   * contract.md §11 detail when the CPU stage found the request invalid (a history content over 32,768 code
    * points that bytes could not decide); everything else is then empty.
    */
   invalid: string | null;
@@ -143,7 +143,7 @@ export interface CpuTaskOutput {
   assembled_context: string;
   /**
    * With `budgetModel`: the formatted context as spliced UTF-8 — the bytes the task wrote plus spans of the
-   * history bytes, which come back transferred with it (issues 9, 10: a small answer copies them once,
+   * history bytes, which come back transferred with it (a small answer copies them once,
    * into the gRPC frame; a large one is written from them as they are). Else null.
    */
   assembled_utf8: SplicedUtf8 | null;

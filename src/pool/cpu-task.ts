@@ -1,5 +1,5 @@
 /**
- * The CPU stage of one assembly (SPEC §1, §6, §8, §9, §10; issue 9): history length checks, budget,
+ * The CPU stage of one assembly (contract.md §1, §6, §8, §9, §10): history length checks, budget,
  * wrapped-block costs, pack, format and `tokens_used`, as one task on transferred bytes (src/pool/cpu-batch.ts).
  *
  * Pure: the same code runs inline and in a pool worker (`workers/cpu-worker.ts`).
@@ -99,9 +99,9 @@ function taskHistory(input: CpuTaskInput): PreparedHistory | null {
 
 /**
  * The CPU stage of one assembly. With `budgetModel` (the service): measures history from its bytes and
- * decides pending content lengths (SPEC §11), computes the TokenBudget (SPEC §6) and every candidate's
- * wrapped-block cost; then, always, the packer over candidates [0, packCount) (SPEC §8) and the formatter
- * over the selected ones in packed order (SPEC §9), and `tokens_used` (from the parts' code points under
+ * decides pending content lengths (contract.md §11), computes the TokenBudget (contract.md §6) and every candidate's
+ * wrapped-block cost; then, always, the packer over candidates [0, packCount) (contract.md §8) and the formatter
+ * over the selected ones in packed order (contract.md §9), and `tokens_used` (from the parts' code points under
  * an estimate kind). The packer gets `deadline − deadlineReserveMs(…)` and finishes on the greedy path
  * (`greedy_reason: 'deadline'`) once that passes.
  * @returns the output; `invalid` set (and nothing packed) for a history content over its limit.

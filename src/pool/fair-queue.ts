@@ -1,5 +1,5 @@
 /**
- * The CPU pool's waiting line, fair across orgs (SPEC §1 isolation rule, issue 9 item 3): one FIFO per
+ * The CPU pool's waiting line, fair across orgs (contract.md §1 isolation rule): one FIFO per
  * org, served round-robin, so an org that floods heavy calls waits behind its own calls, never in front of
  * another org's. Every operation is O(1): a withdrawn call (deadline, signal) leaves from the middle of its
  * org's line, and an org whose line empties leaves the rotation.
@@ -36,7 +36,7 @@ export function unqueued(): FairEntry {
  * Order: `shift` serves the org at the cursor, then moves the cursor to the next org; an org that starts
  * waiting joins the rotation just before the cursor (last in the current round). Hence, while an org has
  * entries waiting, no other org is served twice without it being served in between, and within an org
- * entries leave in the order they came (SPEC §10 withdrawal aside).
+ * entries leave in the order they came (contract.md §10 withdrawal aside).
  */
 export class FairQueue<T extends FairEntry> {
   readonly #lines = new Map<string, OrgLine>();

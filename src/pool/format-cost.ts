@@ -1,5 +1,5 @@
 /**
- * The CPU stage's formatter cost model (SPEC §10): how long before its deadline the DP must give up so that
+ * The CPU stage's formatter cost model (contract.md §10): how long before its deadline the DP must give up so that
  * greedy + format + return still land by it. Calibrated from real tasks on the thread that runs them.
  */
 

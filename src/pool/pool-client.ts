@@ -1,5 +1,5 @@
 /**
- * Client of the CPU-stage worker pool (SPEC §1, §10; issue 3). Piscina owns the threads (spawning,
+ * Client of the CPU-stage worker pool (contract.md §1, §10). Piscina owns the threads (spawning,
  * replacing a dead one, idle reaping, heap limits); this client owns the *queue*.
  *
  * Why a queue of our own in front of piscina's, rather than piscina's queue plus an AbortSignal per task:
@@ -11,14 +11,13 @@
  *   (8 queued with maxQueue 2, none rejected) and the order is rotated on every dispatch (0 1 3 5 7 4 2 6).
  * So a task is handed to piscina only when a thread is free for it, and never with a signal: no abort can
  * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
- * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: SPEC §1 isolation rule,
- * issue 9); the deadline and the caller's AbortSignal withdraw them from it.
+ * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: contract.md §1 isolation rule);
+ * the deadline and the caller's AbortSignal withdraw them from it.
  *
  * Large tasks (≥ `largeTaskBytes` of text: a multi-MB history or markup-heavy memories, tens of ms each)
  * hold at most all threads but one. The fair queue orders only what waits: without this, one org's large
- * calls could fill every thread, and any other org's 0.2 ms task would wait for one of them to finish (in
- * `bench:isolation`, four pairs, the quiet org's p99 under all heavy kinds was 45–53 ms without this and
- * 38–49 ms with it; README "Large CPU tasks leave a thread free"). A large task therefore
+ * calls could fill every thread, and any other org's 0.2 ms task would wait for one of them to finish
+ * (docs/design/worker-pool.md, "Large tasks leave a thread free"). A large task therefore
  * waits, in its place, while the other running ones are large, and the last thread stays free for the
  * small tasks of every org.
  */
@@ -68,14 +67,14 @@ export interface CpuPoolOptions {
 export interface CpuRunOptions {
   /** The call's signal: aborting withdraws a waiting task, or answers a running one POOL_DEADLINE at once. */
   signal?: AbortSignalLike;
-  /** Arms the call's withdrawal and deadline on the call's one timer (`ctx.timer`, issue 10); default its own. */
+  /** Arms the call's withdrawal and deadline on the call's one timer (`ctx.timer`); default its own. */
   timer?: Scheduler;
   /**
    * The caller's org id: the queue is fair across orgs (round-robin between per-org FIFOs; a full queue
    * sheds the org with the most waiting calls first). Calls without one share the org `""`.
    */
   orgId?: string;
-  /** Gets the batch back when a queued call is given up before it ran (issue 9: the request buffer). */
+  /** Gets the batch back when a queued call is given up before it ran (the request buffer). */
   onReturned?: (input: CpuTaskInput) => void;
   /** Until when a dispatched task's result is awaited, epoch ms; default and floor `input.deadline`. */
   resultDeadline?: number;
@@ -83,7 +82,7 @@ export interface CpuRunOptions {
    * Asked when a queued task is about to take a free thread, with the monotonic time then (ms): `false`
    * withdraws it (IBEX_ERR_POOL_DEADLINE, `withdrawn`; `onReturned` gets its batch back; counted `unfit`)
    * instead of dispatching it. For a task whose expected run no longer fits the time its queue wait left
-   * (SPEC §10: never wait for a stage that cannot finish). Not asked when `run()` finds a thread free and
+   * (contract.md §10: never wait for a stage that cannot finish). Not asked when `run()` finds a thread free and
    * nothing waiting (the caller has just judged it); a throw counts as `true`.
    */
   fitsAt?: (now: number) => boolean;
@@ -115,7 +114,7 @@ function fits(call: Call, now: number): boolean {
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
- * deadline covering the whole round-trip (SPEC §10).
+ * deadline covering the whole round-trip (contract.md §10).
  */
 export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
@@ -320,7 +319,7 @@ export class CpuPool {
 
   /**
    * Ends a call before its result with IBEX_ERR_POOL_DEADLINE: withdrawn if still queued, abandoned
-   * (thread left running) if not; the error's `poolReason` says which (issue 11 item 6).
+   * (thread left running) if not; the error's `poolReason` says which.
    */
   #end(call: Call, cause: unknown): void {
     if (call.settled) return;

@@ -1,5 +1,5 @@
 /**
- * The pool's figures (SPEC §12: pool queue depth, wait and run time, utilization): the shapes
+ * The pool's figures (contract.md §12: pool queue depth, wait and run time, utilization): the shapes
  * {@link CpuPool.stats} returns and the HdrHistograms behind them. Times in µs.
  */
 import { build as buildHistogram, type Histogram } from 'hdr-histogram-js';
@@ -15,7 +15,7 @@ export interface LatencySummary {
 }
 
 /**
- * Pool figures for metrics (SPEC §12). Each call ends in exactly one of completed / withdrawn / rejected /
+ * Pool figures for metrics (contract.md §12). Each call ends in exactly one of completed / withdrawn / rejected /
  * failed / abandoned / unfit.
  */
 export interface PoolStats {

@@ -1,5 +1,5 @@
 /**
- * Names the calling thread for `/proc/<pid>/task/<tid>/comm` (issue 10): Node 20 gives every thread the
+ * Names the calling thread for `/proc/<pid>/task/<tid>/comm`: Node 20 gives every thread the
  * name `node`, so `bench:load` could not tell a pool worker from a store reader or a V8 helper when it
  * splits the server's CPU per thread. Linux only (a thread may rename itself through
  * `/proc/thread-self/comm`; the kernel keeps the first 15 bytes); elsewhere, or when `/proc` is not

@@ -1,5 +1,5 @@
 /**
- * Interim score, dedupe and the max_memories cut (SPEC §7, ADR-0069 §2).
+ * Interim score, dedupe and the max_memories cut (contract.md §7, ADR-0069 §2).
  */
 import { compareCodePoints } from '../format/code-point-order.js';
 import type { MemoryHit, ScoredCandidate } from '../types.js';
@@ -9,7 +9,7 @@ export const SCORE_SCHEMA = 'interim_v1';
 
 /**
  * Interim score `0.85 × similarity + 0.15 × confidence` in float64. Not the memory service's composite.
- * Both inputs must be finite and in [0,1] (validated at retrieval, SPEC §4.1).
+ * Both inputs must be finite and in [0,1] (validated at retrieval, contract.md §4.1).
  */
 export function interimScore(similarity: number, confidence: number): number {
   return 0.85 * similarity + 0.15 * confidence;
@@ -34,7 +34,7 @@ export function dedupeAndScore(hot: readonly MemoryHit[], cold: readonly MemoryH
   for (const list of [hot, cold]) {
     for (const hit of list) {
       // Fields written out, not `{ ...hit, score }`: V8 11 adds a property after a spread through its
-      // runtime, ~1 µs per candidate on the event loop (issue 10).
+      // runtime, ~1 µs per candidate on the event loop.
       const candidate: ScoredCandidate = {
         memory_id: hit.memory_id,
         org_id: hit.org_id,

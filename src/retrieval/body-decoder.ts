@@ -1,5 +1,5 @@
 /**
- * Where memory-service bodies are decoded (SPEC §1 isolation rule, §4.1; issue 9 item 2). JSON.parse of a
+ * Where memory-service bodies are decoded (contract.md §1 isolation rule, §4.1). JSON.parse of a
  * body at the hot cap (~7.9 MB) costs tens of ms, and a body of 5,000 small hits costs as much in object
  * allocation: on the gRPC event loop that would stall every tenant's I/O. So a body larger than
  * {@link INLINE_BODY_BYTES} is transferred (not copied) to a body-decoder thread, which parses it, keeps

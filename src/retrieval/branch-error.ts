@@ -1,7 +1,7 @@
 /**
- * Failures of one retrieval branch (SPEC §4). They never leave {@link retrieve}: each becomes a
+ * Failures of one retrieval branch (contract.md §4). They never leave {@link retrieve}: each becomes a
  * `BranchOutcome` (`error` or `timeout` plus a short detail), because dependency failures degrade the
- * answer and never produce a gRPC status (SPEC §11). That is why they live here and not in the
+ * answer and never produce a gRPC status (contract.md §11). That is why they live here and not in the
  * service-wide `errors.ts` table, whose codes all map to gRPC statuses.
  */
 
@@ -42,12 +42,12 @@ export class BranchError extends Error {
   }
 }
 
-/** Factories: the only way branch failures are built, so details stay the SPEC's strings. */
+/** Factories: the only way branch failures are built, so details stay the contract's strings. */
 export const BranchErrors = {
-  /** SPEC §4.1: status ≥ 400. */
+  /** contract.md §4.1: status ≥ 400. */
   httpStatus: (code: number) =>
     new BranchError('IBEX_RETRIEVAL_HTTP_STATUS', 'error', `memory service HTTP ${code}`),
-  /** SPEC §4: the HTTP client's own timeout (connect / headers / body). */
+  /** contract.md §4: the HTTP client's own timeout (connect / headers / body). */
   httpTimeout: (branch: 'hot' | 'cold', cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_HTTP_TIMEOUT', 'timeout', `${branch}_http_timeout`, cause),
   /** Connection refused, reset, … `reason` is the transport's error code, never a header. */
@@ -58,14 +58,14 @@ export const BranchErrors = {
       `memory service unreachable (${reason})`,
       cause,
     ),
-  /** SPEC §4.1: a body beyond the cap derived from `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS`. */
+  /** contract.md §4.1: a body beyond the cap derived from `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS`. */
   tooLarge: () => new BranchError('IBEX_RETRIEVAL_TOO_LARGE', 'error', 'response too large'),
-  /** Issue 9: too many large bodies already wait for the body-decoder thread. */
+  /** Too many large bodies already wait for the body-decoder thread. */
   decoderBusy: () => new BranchError('IBEX_RETRIEVAL_DECODER_BUSY', 'error', 'body decoder busy'),
   invalidJson: (cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_INVALID_JSON', 'error', 'invalid JSON', cause),
   badShape: (where: string) => new BranchError('IBEX_RETRIEVAL_BAD_SHAPE', 'error', `bad shape: ${where}`),
-  /** SPEC §4.2 envelope rules; `reason` names the rule (`not UTF-8`, `v must be 1`, …). */
+  /** contract.md §4.2 envelope rules; `reason` names the rule (`not UTF-8`, `v must be 1`, …). */
   badDirective: (reason: string, cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_BAD_DIRECTIVE', 'error', `bad directive: ${reason}`, cause),
   /** A store that cannot answer (Redis offline, SQLite error). */

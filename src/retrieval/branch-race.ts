@@ -1,5 +1,5 @@
 /**
- * The three retrieval branches of one call under ONE AbortController and ONE timer (issue 10: a call used
+ * The three retrieval branches of one call under ONE AbortController and ONE timer (a call used
  * to build a controller and a timer for the wall and one of each per branch).
  *
  * Why one: the wall and the branches' own timeouts are just deadlines on the same clock, so a single timer

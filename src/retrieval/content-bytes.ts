@@ -1,5 +1,5 @@
 /**
- * Memory content as UTF-8 bytes across threads (issue 9 item 2, SPEC §1 isolation rule).
+ * Memory content as UTF-8 bytes across threads (contract.md §1 isolation rule).
  *
  * A thread that reads memories (the memory-body decoder, the store-read thread) hands each content to
  * the main thread as a `Uint8Array` view on one ArrayBuffer per answer, and transfers that buffer. The

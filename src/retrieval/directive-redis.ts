@@ -1,10 +1,10 @@
 /**
- * Directive store on Redis (SPEC §4.2) through node-redis. A Redis that is down or slow must cost one
+ * Directive store on Redis (contract.md §4.2) through node-redis. A Redis that is down or slow must cost one
  * branch outcome, never a hung call or a crashed process, hence: no offline queue (a command while
  * disconnected fails at once), a bounded command queue, capped exponential reconnects, an `error`
  * listener (an unhandled `error` event would kill the process), and the request's AbortSignal on every GET.
  *
- * Half-open connections (issue 11 item 1): a NAT or load balancer that forgets the flow leaves the socket
+ * Half-open connections: a NAT or load balancer that forgets the flow leaves the socket
  * open while nothing comes back, and abandoned GETs never fail it. node-redis cannot see that by itself:
  * its command `timeout` and AbortSignals only cover commands not yet written, and its `pingInterval`
  * PING, once written, waits for a reply for ever (and no PING follows it). So a watchdog of ours sends a
@@ -40,14 +40,14 @@ export interface RedisDirectiveSourceOptions {
   initialWaitMs?: number;
   /** Reconnect backoff ceiling, ms. Default 2000. */
   maxReconnectDelayMs?: number;
-  /** Interval of the watchdog PING, ms. Default 2000 (issue 11 item 1). */
+  /** Interval of the watchdog PING, ms. Default 2000. */
   pingIntervalMs?: number;
   /** A watchdog PING with no reply after this many ms replaces the connection. Default 3000. */
   pingTimeoutMs?: number;
   logger?: RetrievalLogger;
 }
 
-// Replies as Buffers so that the UTF-8 check of SPEC §4.2 sees the stored bytes, not a lossy decode.
+// Replies as Buffers so that the UTF-8 check of contract.md §4.2 sees the stored bytes, not a lossy decode.
 const BUFFER_REPLIES = { [RESP_TYPES.BLOB_STRING]: Buffer } as const;
 
 /** Error logs are rate-limited: a Redis outage emits one `error` per reconnect attempt. */
@@ -176,7 +176,7 @@ export class RedisDirectiveSource implements DirectiveSource {
   }
 
   /**
-   * SPEC §4.2 read. `signal` abandons the wait (the command is dropped from the queue or its reply ignored).
+   * contract.md §4.2 read. `signal` abandons the wait (the command is dropped from the queue or its reply ignored).
    * @returns the directive, or `null` for a missing key or empty content.
    * @throws BranchError `redis unavailable (…)` when disconnected or on a reply error; `bad directive: …`
    *   for a value breaking the envelope rules; the abort error when `signal` fires.

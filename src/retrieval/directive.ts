@@ -1,5 +1,5 @@
 /**
- * Directive envelope rules (SPEC §4.2), shared by the Redis and the embedded directive stores so both
+ * Directive envelope rules (contract.md §4.2), shared by the Redis and the embedded directive stores so both
  * accept and reject exactly the same values.
  */
 import type { Directive } from '../types.js';
@@ -15,13 +15,13 @@ export const INJECTION_MODES: readonly Directive['injection_mode'][] = [
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** Redis key of a directive: `{org_id}:directive:{agent_id}` with canonical lower-case UUIDs (SPEC §4.2). */
+/** Redis key of a directive: `{org_id}:directive:{agent_id}` with canonical lower-case UUIDs (contract.md §4.2). */
 export function directiveKey(orgId: string, agentId: string): string {
   return `${orgId.toLowerCase()}:directive:${agentId.toLowerCase()}`;
 }
 
 /**
- * Applies SPEC §4.2 to a decoded envelope `{"v": 1, "content", "injection_mode", "version_id"}`.
+ * Applies contract.md §4.2 to a decoded envelope `{"v": 1, "content", "injection_mode", "version_id"}`.
  * `injection_mode` and `version_id` must be strings (only `content` may be null or absent, meaning "").
  * @returns the directive, or `null` when content is empty (a success with no directive).
  * @throws BranchError `bad directive: …` for not an object, `v` ≠ 1, non-string fields, version not a UUID.
@@ -50,7 +50,7 @@ export function parseDirectiveObject(value: unknown): Directive | null {
 }
 
 /**
- * Decodes a stored directive value (SPEC §4.2): strict UTF-8, then JSON, then {@link parseDirectiveObject}.
+ * Decodes a stored directive value (contract.md §4.2): strict UTF-8, then JSON, then {@link parseDirectiveObject}.
  * @param raw the stored bytes; `null` for a missing key.
  * @returns `null` for a missing key or empty content.
  * @throws BranchError `bad directive: not UTF-8` / `not JSON` / the object rules.

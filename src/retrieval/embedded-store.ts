@@ -1,5 +1,5 @@
 /**
- * Embedded store (SPEC §4.3): SQLite through better-sqlite3, WAL mode, FTS5 for text search. It serves
+ * Embedded store (contract.md §4.3): SQLite through better-sqlite3, WAL mode, FTS5 for text search. It serves
  * hot memories, cold search and directives when no memory service / Redis is configured, and backs the
  * dev memory server (`ibex-context memory-server`) and LoCoMo ingest.
  *
@@ -8,7 +8,7 @@
  * Statements are prepared once in the constructor; hot reads and directives are cached per connection
  * until a write ({@link ReadCache}); the schema and its migrations live in store-schema.ts.
  *
- * Caps (SPEC §4.1, issue 9.2): at most `limit` hits (hot 20, cold 10), and a memory longer than
+ * Caps (contract.md §4.1): at most `limit` hits (hot 20, cold 10), and a memory longer than
  * `maxMemoryChars` code points comes back as `{oversize: true, memory: {content: null, …}}` — decided by
  * SQL on the length stored at write time, so its text is neither read from disk nor copied to the caller;
  * validation then drops and counts it.
@@ -68,7 +68,7 @@ const MEMORY_COLUMNS =
   'm.confidence, m.created_at';
 
 /**
- * The store's search statement (SPEC §4.3) with its limit written as `limit` (limit-statement.ts: a
+ * The store's search statement (contract.md §4.3) with its limit written as `limit` (limit-statement.ts: a
  * literal for the default, `"@limit"` otherwise); bench:store times the two forms of this same text.
  * Ranked inside FTS5 on the index alone: only the best 2×`limit` rowids are joined with their rows
  * (before: every match of the agent was joined, its content read, then sorted). The slack keeps the
@@ -93,7 +93,7 @@ interface ReadParams {
   limit: number;
 }
 
-/** SQLite-backed memory and directive store (SPEC §4.3). Not safe to use after {@link close}. */
+/** SQLite-backed memory and directive store (contract.md §4.3). Not safe to use after {@link close}. */
 export class EmbeddedStore {
   /** The database file path (`:memory:` for an in-memory store). */
   readonly path: string;
@@ -202,7 +202,7 @@ export class EmbeddedStore {
   }
 
   /**
-   * The agent's most recent memories, then highest confidence, then id (SPEC §4.3), served from the
+   * The agent's most recent memories, then highest confidence, then id (contract.md §4.3), served from the
    * read cache until a write. A fresh array each call; with the cache on, its hits are frozen, shared by
    * every caller (without it, as in a store-read thread, they are the caller's own).
    * @param orgId the org to scope to; `null` = every org (only for the memory wire, which has no org).
@@ -250,7 +250,7 @@ export class EmbeddedStore {
   }
 
   /**
-   * FTS5 search over the agent's memories, best BM25 first (SPEC §4.3). Any text is accepted: it is
+   * FTS5 search over the agent's memories, best BM25 first (contract.md §4.3). Any text is accepted: it is
    * reduced to quoted terms by `toFtsQuery`, so it never raises an FTS5 syntax error.
    * @param orgId the org to scope to; `null` = every org (memory wire only).
    * @returns wire-shaped hits, `rank` 1..n (at most `limit`, default 10), `similarity = x/(1+x)` with
@@ -330,7 +330,7 @@ export class EmbeddedStore {
   }
 
   /**
-   * Stores (or replaces) the directive of one org+agent. Values are stored as given: the SPEC §4.2 rules
+   * Stores (or replaces) the directive of one org+agent. Values are stored as given: the contract.md §4.2 rules
    * are applied on read, exactly as for a Redis value.
    * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` when org_id or agent_id is not a UUID.
    */
@@ -347,7 +347,7 @@ export class EmbeddedStore {
   }
 
   /**
-   * The stored directive as a SPEC §4.2 envelope (frozen, shared), or `null` when none is stored; served
+   * The stored directive as a contract.md §4.2 envelope (frozen, shared), or `null` when none is stored; served
    * from the read cache until a write.
    * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` when org_id or agent_id is not a UUID.
    */

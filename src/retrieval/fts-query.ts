@@ -1,8 +1,8 @@
 /**
- * Both sides of the embedded store's FTS5 text handling (SPEC §4.3): what is indexed for a memory
+ * Both sides of the embedded store's FTS5 text handling (contract.md §4.3): what is indexed for a memory
  * ({@link toFtsText}) and the MATCH expression built from a user's query ({@link toFtsQuery}).
  *
- * Text without spaces (issue 11.2). `unicode61` makes one token of a whole run of letters, so a Chinese
+ * Text without spaces. `unicode61` makes one token of a whole run of letters, so a Chinese
  * sentence, a Japanese phrase, a Korean word with its particle, or `部署脚本build` glued to an ASCII word
  * would each be a single token that no query word equals. Runs of scripts written without spaces (Han,
  * Kana, Hangul, Thai, Lao, Khmer, Myanmar) are therefore indexed as overlapping bigrams plus their last

@@ -4,9 +4,8 @@
  * SQLite (3.53 here) expires a statement whenever a parameter its planner read the value of is bound
  * again, even to the same value, and an `ORDER BY … LIMIT @limit` is one (the planner reads the limit);
  * better-sqlite3 binds on every run, so every store search was parsed and planned again before it ran
- * (`sqlite3Reprepare`: 7.4 % of the store-read thread's samples under `perf` at 700 req/s, README
- * "Embedded store"; the search is most of that thread's work per call, issue 10). With the limit as a
- * literal the plan is made once.
+ * (docs/design/embedded-store.md, "The limit is written into the SQL"). With the limit as a literal the
+ * plan is made once.
  */
 import type Database from 'better-sqlite3';
 

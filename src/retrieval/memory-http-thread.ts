@@ -1,5 +1,5 @@
 /**
- * The memory service client in a thread of its own (SPEC §1 isolation rule, §4.1; issue 9). On the event
+ * The memory service client in a thread of its own (contract.md §1 isolation rule, §4.1). On the event
  * loop, a noisy org's memory service that answers 5,000 hits or 20 × 300 KB of markup still cost the main
  * thread ~6 ms per call before any decoding (`bench:isolation`, main-thread CPU per noisy memory call):
  * undici's socket reads, the body's chunks and their copy into one buffer, and the GC of all that. Here
@@ -162,7 +162,7 @@ export interface RoutedMemoryOptions {
 }
 
 /**
- * The memory service client that keeps each org's reads where they cost the others least (issue 9): on
+ * The memory service client that keeps each org's reads where they cost the others least: on
  * the event loop (one thread hop fewer, which matters when the machine is saturated: in `bench:isolation`
  * under every heavy kind, a build that sent every org's reads through the thread lowered the quiet org's
  * L0 from 85–92 % to 80–82 %), until the org's memory service answers a body larger than {@link HEAVY_BODY_BYTES}; for

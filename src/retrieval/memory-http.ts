@@ -1,6 +1,6 @@
 /**
- * Memory service client over HTTP/1.1 (SPEC §4.1): one undici keep-alive pool per origin, no retries,
- * the request's AbortSignal wired into every call. Answers are bounded (issue 9 item 2): the body is read
+ * Memory service client over HTTP/1.1 (contract.md §4.1): one undici keep-alive pool per origin, no retries,
+ * the request's AbortSignal wired into every call. Answers are bounded: the body is read
  * up to a cap derived from the requested `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS` (beyond it the
  * connection is aborted and the branch fails `response too large`), items past `limit` are ignored and
  * counted, oversize memories dropped and counted, and a large body is decoded off the event loop
@@ -75,7 +75,7 @@ function jsonString(value: string): string {
   return JSON.stringify(value);
 }
 
-/** {@link MemorySource} over the memory service wire (SPEC §4.1). */
+/** {@link MemorySource} over the memory service wire (contract.md §4.1). */
 export class HttpMemorySource implements MemorySource {
   readonly #pool: Pool;
   readonly #prefix: string;
@@ -129,7 +129,7 @@ export class HttpMemorySource implements MemorySource {
    * items, validated and scoped.
    */
   search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<ValidatedHits> {
-    // Built by hand so the wire carries `0.0` exactly as SPEC §4.1 writes it (JSON.stringify prints `0`).
+    // Built by hand so the wire carries `0.0` exactly as contract.md §4.1 writes it (JSON.stringify prints `0`).
     const body = `{"agent_id":${jsonString(agentId)},"query":${jsonString(query)},"limit":${SEARCH_LIMIT},"min_confidence":0.0}`;
     return this.#call(
       'cold',
@@ -233,7 +233,7 @@ class BodySink {
   /** Whether the buffer came from the process's message pool (then it must go back, read or not). */
   readonly pooled: boolean;
   constructor(expected: number) {
-    // A large body reuses a buffer of the process's message pool when one fits (issue 9: fresh multi-MB
+    // A large body reuses a buffer of the process's message pool when one fits (fresh multi-MB
     // buffers are new external memory, which V8 repays with collections on the event loop); the decoder
     // thread hands it back after decoding.
     const reused = MESSAGE_BUFFERS.acquire(expected);

@@ -1,5 +1,5 @@
 /**
- * Per-connection cache of the embedded store's hot reads and directives (issue 10: "served from memory,
+ * Per-connection cache of the embedded store's hot reads and directives ("served from memory,
  * invalidated on writes"). A hot read or a directive is the same answer until some connection commits a
  * write, so it is read, dated and shaped once and then served from memory.
  *
@@ -8,7 +8,7 @@
  * by another process (the `ingest` CLI, another replica's tools) or thread is seen through SQLite's
  * `PRAGMA data_version`, read at most once per {@link DATA_VERSION_CHECK_MS}. Reading it begins and ends a
  * WAL read transaction: two `fcntl` locks and an `fstat`, ~12 µs on this 2-core VM where a syscall costs
- * ~7 µs (issue 10) — it used to run twice per assembly (hot and directive), now at most 100 times a second.
+ * ~7 µs — it used to run twice per assembly (hot and directive), now at most 100 times a second.
  */
 import type Database from 'better-sqlite3';
 

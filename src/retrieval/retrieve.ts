@@ -1,5 +1,5 @@
 /**
- * The retrieval stage (SPEC §4): directive, hot and cold branches run concurrently under one wall, each
+ * The retrieval stage (contract.md §4): directive, hot and cold branches run concurrently under one wall, each
  * with its own timeout; whatever has not finished when the wall passes is aborted and recorded as
  * `timeout`/`outer_deadline`, while finished branches are kept. `retrieve` never throws for a
  * dependency failure and returns as soon as the wall (or the caller's signal) fires.
@@ -38,7 +38,7 @@ export interface RetrievalRequest {
   skipCold: boolean;
 }
 
-/** Timeouts in ms (SPEC §3, §4): the wall over all branches and each branch's own limit. */
+/** Timeouts in ms (contract.md §3, §4): the wall over all branches and each branch's own limit. */
 export interface RetrievalTimeouts {
   /** Effective wall W, ms; already capped by the caller's deadline minus the CPU-stage reserve (§10). */
   wallMs: number;
@@ -47,7 +47,7 @@ export interface RetrievalTimeouts {
   coldMs: number;
 }
 
-/** What retrieval produced (SPEC §4). */
+/** What retrieval produced (contract.md §4). */
 export interface RetrievalResult {
   /** `null` when missing, empty, or the branch failed/timed out. */
   directive: Directive | null;
@@ -60,7 +60,7 @@ export interface RetrievalResult {
   /** Items dropped over hot+cold: wrong shape/values, or another org's/agent's. */
   dropped: { invalid: number; foreign: number };
   /**
-   * What the bounds of SPEC §4.1 removed over hot+cold (issue 9): hits whose content is over
+   * What the bounds of contract.md §4.1 removed over hot+cold: hits whose content is over
    * `IBEX_CONTEXT_MAX_MEMORY_CHARS` (dropped, reason `oversize`), and items past the requested limit
    * (`ignored`: not validated, not scored).
    */
@@ -71,7 +71,7 @@ export interface RetrievalResult {
 export interface DirectiveSource {
   /**
    * @param signal aborts when the branch must stop (own timeout, wall, caller); the read is abandoned.
-   * @returns the directive after the SPEC §4.2 rules, or `null` (missing key / empty content).
+   * @returns the directive after the contract.md §4.2 rules, or `null` (missing key / empty content).
    * @throws BranchError for a bad envelope or an unavailable store; any error becomes branch `error`.
    */
   get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null>;
@@ -81,8 +81,8 @@ export interface DirectiveSource {
 /** Where memories come from (memory service over HTTP, or the embedded store). */
 export interface MemorySource {
   /**
-   * Hot memories of the agent: raw items (SPEC §4.1 item shape; retrieve keeps the first 20 and validates
-   * them) or hits the source validated, scoped and bounded itself (the HTTP source, issue 9).
+   * Hot memories of the agent: raw items (contract.md §4.1 item shape; retrieve keeps the first 20 and validates
+   * them) or hits the source validated, scoped and bounded itself (the HTTP source).
    * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
    */
   hot(orgId: string, agentId: string, signal: AbortSignal): SourceHits | Promise<SourceHits>;
@@ -103,7 +103,7 @@ function isRawHits(value: SourceHits): value is RawHits {
 /**
  * Validations of frozen answers (the embedded store's cached hot reads, shared until a write): a frozen
  * answer cannot change, so it is validated once per org/agent/limits and the result, frozen too, is
- * reused (issue 10: 20 hits × 3 UUID checks were redone on every call).
+ * reused (20 hits × 3 UUID checks were redone on every call).
  */
 const validatedOnce = new WeakMap<RawHits, { key: string; hits: ValidatedHits }>();
 
@@ -124,7 +124,7 @@ function skipped(name: BranchName, detail: string): Settled<never> {
 }
 
 /**
- * Runs the three branches of SPEC §4 concurrently.
+ * Runs the three branches of contract.md §4 concurrently.
  *
  * - Wall `t.wallMs` (ms) over all branches; on expiry unfinished branches are aborted through their
  *   AbortSignal and recorded `timeout`/`outer_deadline`. Own timeouts give `directive_timeout`,
@@ -136,7 +136,7 @@ function skipped(name: BranchName, detail: string): Settled<never> {
  * - `signal` is the request's: when it aborts, every branch is aborted (`timeout`/`outer_deadline` when
  *   its reason is a TimeoutError, else `error`/`cancelled`).
  *
- * - Bounds (SPEC §4.1, issue 9): only the first 20 hot / 10 cold items are looked at (the rest counted
+ * - Bounds (contract.md §4.1): only the first 20 hot / 10 cold items are looked at (the rest counted
  *   `ignored`); a hit longer than `maxMemoryChars` code points is dropped as `oversize`. Sources that
  *   validate themselves (HTTP) apply the same bounds before their hits reach this thread.
  *
@@ -159,7 +159,7 @@ export async function retrieve(
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
-  // One AbortController for the wall and all three branches, their deadlines on the call's timer (issue 10).
+  // One AbortController for the wall and all three branches, their deadlines on the call's timer.
   const race = new BranchRace(t.wallMs, signal, clock, timer);
 
   try {

@@ -1,6 +1,6 @@
 /**
- * Chooses and builds the retrieval sources from settings (SPEC §3, §4.3): the memory service over HTTP
- * when a base URL is set, else PostgreSQL when its URL is set (issue 15), else the embedded store; Redis
+ * Chooses and builds the retrieval sources from settings (contract.md §3, §4.3): the memory service over HTTP
+ * when a base URL is set, else PostgreSQL when its URL is set, else the embedded store; Redis
  * for directives when a URL is set, else the store serving memories (PostgreSQL or embedded; with a
  * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
  */
@@ -27,9 +27,9 @@ export interface RetrievalSources {
   /** Closes every source and the embedded store; idempotent. */
   close(): Promise<void>;
   kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
-  /** Store-read thread figures for metrics; absent without store-read threads (issue 11 item 6). */
+  /** Store-read thread figures for metrics; absent without store-read threads. */
   storeReads?: () => StoreReadStats;
-  /** Memory-fetch thread figures for metrics; absent unless a memory service is read through it (issue 9). */
+  /** Memory-fetch thread figures for metrics; absent unless a memory service is read through it. */
   memoryThread?: () => MemoryThreadStats;
 }
 
@@ -56,7 +56,7 @@ function storeFailure(err: unknown): never {
   throw BranchErrors.unavailable('embedded store', code, err);
 }
 
-/** {@link MemorySource} on the embedded store, scoped by org AND agent (SPEC §4.3). */
+/** {@link MemorySource} on the embedded store, scoped by org AND agent (contract.md §4.3). */
 export class EmbeddedMemorySource implements MemorySource {
   readonly #store: StoreReads;
   /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
@@ -65,7 +65,7 @@ export class EmbeddedMemorySource implements MemorySource {
   }
   /**
    * `EmbeddedStore.hot` (limit 20, similarity = confidence). Answers synchronously when the read is
-   * served from the store's cache or in-process (issue 10: no promise for it), else with a promise from a
+   * served from the store's cache or in-process (no promise for it), else with a promise from a
    * store-read thread; the signal is only checked before the read.
    * @throws BranchError `embedded store unavailable (<code>)` when SQLite fails (thrown or rejected).
    */
@@ -87,7 +87,7 @@ export class EmbeddedMemorySource implements MemorySource {
   async close(): Promise<void> {}
 }
 
-/** {@link DirectiveSource} on the embedded store, with the same SPEC §4.2 rules as Redis values. */
+/** {@link DirectiveSource} on the embedded store, with the same contract.md §4.2 rules as Redis values. */
 export class EmbeddedDirectiveSource implements DirectiveSource {
   readonly #store: StoreReads;
   /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
@@ -96,12 +96,12 @@ export class EmbeddedDirectiveSource implements DirectiveSource {
   }
   /**
    * @returns the directive, or `null` when none is stored or its content is empty.
-   * @throws BranchError `bad directive: …` (SPEC §4.2) or `embedded store unavailable (<code>)`.
+   * @throws BranchError `bad directive: …` (contract.md §4.2) or `embedded store unavailable (<code>)`.
    */
   get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null> {
     signal.throwIfAborted();
     const envelope = settleRead(() => this.#store.getDirective(orgId, agentId));
-    // A cached directive (the common case) is parsed and returned synchronously (issue 10).
+    // A cached directive (the common case) is parsed and returned synchronously.
     if (envelope instanceof Promise)
       return envelope.then((e) => (e === null ? null : parseDirectiveObject(e)));
     return envelope === null ? null : parseDirectiveObject(envelope);
@@ -135,7 +135,7 @@ function hotThroughCache(
  * - memory: {@link RoutedMemorySource} when `settings.memoryBaseUrl` is set (orgs with large bodies
  *   read in the memory-fetch thread; {@link HttpMemorySource}, all on the event loop, with
  *   `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch timeouts), else
- *   {@link PgMemorySource} when `settings.postgres.url` is set (issue 15), else
+ *   {@link PgMemorySource} when `settings.postgres.url` is set, else
  *   {@link EmbeddedMemorySource} on `settings.embeddedDb`;
  * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
  *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
@@ -225,7 +225,7 @@ export async function createSources(
         : directiveKind === 'postgres'
           ? new PgDirectiveSource(pgStore!, pgTimes)
           : new EmbeddedDirectiveSource(reads!);
-    // The memory-fetch or body-decoder thread starts now, not inside the first branch timeout (issue 9).
+    // The memory-fetch or body-decoder thread starts now, not inside the first branch timeout.
     if (memory instanceof HttpMemorySource || memory instanceof RoutedMemorySource) memory.warm();
     let closed = false;
     const mem = memory;

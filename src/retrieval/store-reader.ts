@@ -2,7 +2,7 @@
  * Reads of the embedded store, either in-process (synchronous better-sqlite3, for tools and tests) or in
  * a small Piscina pool of store-read threads (the service), so SQLite never runs on the gRPC event loop.
  *
- * Batching (issue 10): reads that arrive while every thread is busy (PIPELINE_DEPTH batches each) wait
+ * Batching: reads that arrive while every thread is busy (PIPELINE_DEPTH batches each) wait
  * here, fair across orgs, and go to the next free thread together, as one task: one message each way and
  * one thread wake-up for the lot.
  * A wake-up costs ~0.1 ms of CPU on this 2-core VM and a message exchange several syscalls of ~7 µs, so
@@ -60,7 +60,7 @@ export interface StoreReads {
   ): readonly StoreHit<MemoryContent>[] | Promise<readonly StoreHit<MemoryContent>[]>;
   /**
    * @param signal the branch's signal: once it aborts the read may be skipped.
-   * @returns raw hits (in-process), or hits a store-read thread validated and scoped (SPEC §4.1).
+   * @returns raw hits (in-process), or hits a store-read thread validated and scoped (contract.md §4.1).
    */
   search(
     orgId: string,
@@ -87,7 +87,7 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
   };
 }
 
-/** Store-read figures for metrics (issue 11 item 6). */
+/** Store-read figures for metrics. */
 export interface StoreReadStats {
   /** Reads waiting for a store-read thread. */
   queueSize: number;
@@ -111,7 +111,7 @@ export const MAX_BATCH = 8;
  * thread goes on to it without waiting for the event loop to read a reply and dispatch again. With one, a
  * late loop left the thread idle while reads piled up and were refused (at 1,000 req/s the thread was 42 %
  * busy while about half the calls' searches were refused `busy`). Bursts that arrive in one late loop turn
- * are still refused past the queue limit: README "Benchmarks" has the figures.
+ * are still refused past the queue limit (docs/design/embedded-store.md, "Store-read threads").
  */
 export const PIPELINE_DEPTH = 2;
 /** Weight of the newest batch in the running mean of the time per read. */

@@ -1,5 +1,5 @@
 /**
- * Row shapes of the embedded store (SPEC §4.1 item shape, §4.2 envelope) and the argument checks and
+ * Row shapes of the embedded store (contract.md §4.1 item shape, §4.2 envelope) and the argument checks and
  * row mapping shared by its statements; the store itself is embedded-store.ts.
  */
 import { Errors } from '../errors.js';
@@ -22,18 +22,18 @@ export interface MemoryRow {
   created_at: number;
 }
 
-/** A directive to write; the fields of the SPEC §4.2 envelope. */
+/** A directive to write; the fields of the contract.md §4.2 envelope. */
 export interface DirectiveRow {
   org_id: string;
   agent_id: string;
-  /** `null` is stored and read back as "" (SPEC §4.2). */
+  /** `null` is stored and read back as "" (contract.md §4.2). */
   content: string | null;
   injection_mode: string;
   version_id: string;
 }
 
 /**
- * A hit in the memory-wire item shape (SPEC §4.1), before validation. `C` is the content's type: text
+ * A hit in the memory-wire item shape (contract.md §4.1), before validation. `C` is the content's type: text
  * from the store itself, {@link MemoryContent} (text or UTF-8 bytes) from a store-read thread.
  */
 export interface StoreHit<C extends MemoryContent = string> {
@@ -59,7 +59,7 @@ export interface StoreHit<C extends MemoryContent = string> {
   oversize?: true;
 }
 
-/** A stored directive as the SPEC §4.2 envelope object, for `parseDirectiveObject`. */
+/** A stored directive as the contract.md §4.2 envelope object, for `parseDirectiveObject`. */
 export interface DirectiveEnvelope {
   v: 1;
   content: string | null;
@@ -86,7 +86,7 @@ export interface OpenOptions {
   cache?: boolean;
 }
 
-/** Default of {@link OpenOptions.maxMemoryChars} (SPEC §3 `IBEX_CONTEXT_MAX_MEMORY_CHARS`). */
+/** Default of {@link OpenOptions.maxMemoryChars} (contract.md §3 `IBEX_CONTEXT_MAX_MEMORY_CHARS`). */
 export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
 
 /** A memory as a read returns it: a {@link MemoryRow} whose content is `null` when over the read's cap. */
@@ -132,7 +132,7 @@ export function bm25ToSimilarity(bm25: number): number {
 }
 
 /**
- * A row as the memory-wire hit shape (SPEC §4.1); `created_at` as epoch ms (SQLite) or a Date (PostgreSQL).
+ * A row as the memory-wire hit shape (contract.md §4.1); `created_at` as epoch ms (SQLite) or a Date (PostgreSQL).
  * A `null` content (over the size cap) is marked `oversize`.
  */
 export function toHit(

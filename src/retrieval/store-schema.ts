@@ -1,11 +1,11 @@
 /**
- * Schema of the embedded store (SPEC §4.3) and its migrations, versioned by `PRAGMA user_version`.
+ * Schema of the embedded store (contract.md §4.3) and its migrations, versioned by `PRAGMA user_version`.
  *
- * - version 0 (files written before issue 11.2, or a new file): external-content FTS5 over the raw
+ * - version 0 (files written before schema versions, or a new file): external-content FTS5 over the raw
  *   content, scope = one token per agent, no stored length.
  * - version 2: `memories.chars` = the content's length in code points, stored at write time so the read
- *   caps (SPEC §4.1 `oversize`, issue 9.2) are a predicate on an integer and no text is measured on a read;
- *   a contentless FTS5 table over {@link toFtsText} (CJK bigrams, issue 11.2) filled by triggers through
+ *   caps (contract.md §4.1 `oversize`) are a predicate on an integer and no text is measured on a read;
+ *   a contentless FTS5 table over {@link toFtsText} (CJK bigrams) filled by triggers through
  *   the SQL function `ibex_fts_text`; scope = one agent+org token, so a scoped search is decided inside FTS5 and only the top `limit` rows are joined.
  *
  * Every connection registers the SQL functions before touching the schema ({@link prepareConnection}):

@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 
 const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
-/** True for the 8-4-4-4-12 hex form, any case, any version (SPEC §4.1 only asks for "UUID strings"). */
+/** True for the 8-4-4-4-12 hex form, any case, any version (contract.md §4.1 only asks for "UUID strings"). */
 export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && value.length === 36 && UUID_RE.test(value);
 }

@@ -1,5 +1,5 @@
 /**
- * The one validation path for memory hits (SPEC §4.1, §4.3): HTTP bodies and embedded-store rows go
+ * The one validation path for memory hits (contract.md §4.1, §4.3): HTTP bodies and embedded-store rows go
  * through the same checks and the same org/agent scoping. Hand-written rather than zod because it runs
  * on every hit of every request and must not allocate issue objects for the common valid case.
  */
@@ -8,11 +8,11 @@ import { BranchErrors } from './branch-error.js';
 import { type MemoryContent, utf8ExceedsCodePoints } from './content-bytes.js';
 import { canonicalUuid } from './uuid.js';
 
-/** Hot read size (SPEC §4.1 `limit=20`). */
+/** Hot read size (contract.md §4.1 `limit=20`). */
 export const HOT_LIMIT = 20;
-/** Cold search size (SPEC §4.1 `limit: 10`). */
+/** Cold search size (contract.md §4.1 `limit: 10`). */
 export const SEARCH_LIMIT = 10;
-/** Default `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, code points (SPEC §3). */
+/** Default `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, code points (contract.md §3). */
 export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
 /** Room for the envelope around the results, bytes. */
 const ENVELOPE_BYTES = 1024;
@@ -25,10 +25,10 @@ const ITEM_OVERHEAD_BYTES = 4096;
 const JSON_BYTES_PER_CODE_POINT = 6;
 
 /**
- * Response-body cap for a memory-service answer to `limit` items (SPEC §4.1): the envelope plus `limit`
+ * Response-body cap for a memory-service answer to `limit` items (contract.md §4.1): the envelope plus `limit`
  * items whose content is at the memory cap. Hot (20 items, 65,536 code points) → 7,947,264 bytes; cold
  * (10) → 3,974,144 bytes. A bigger body fails the branch (`response too large`).
- * @param limit items requested (SPEC §4.1: 20 hot, 10 cold).
+ * @param limit items requested (contract.md §4.1: 20 hot, 10 cold).
  * @param maxChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points.
  * @returns bytes.
  */
@@ -62,7 +62,7 @@ export function contentExceedsCodePoints(content: MemoryContent, max: number): b
   return typeof content === 'string' ? exceedsCodePoints(content, max) : utf8ExceedsCodePoints(content, max);
 }
 
-/** Bounds applied while validating a branch's items (SPEC §4.1). */
+/** Bounds applied while validating a branch's items (contract.md §4.1). */
 export interface HitLimits {
   /** Items requested: later items are ignored (not validated, not scored) and counted. */
   limit: number;
@@ -100,7 +100,7 @@ function unitInterval(value: unknown): value is number {
 }
 
 /**
- * Checks one item (SPEC §4.1): ids UUID strings (returned lower-case), content/category/source strings,
+ * Checks one item (contract.md §4.1): ids UUID strings (returned lower-case), content/category/source strings,
  * confidence and similarity finite in [0,1], rank an integer ≥ 1. A content may also be UTF-8 bytes, as a
  * store-read thread sends it (content-bytes.ts); JSON cannot produce that.
  * @returns the hit, or `null` when anything is off. Never throws.
@@ -134,7 +134,7 @@ export function validateHit(item: unknown): MemoryHit | null {
 
 /**
  * An embedded-store row over the content cap: the store sends it without its text (`memory.content`
- * null, `oversize: true`, SPEC §4.3) so that no thread reads it; it counts as `oversize`, not invalid.
+ * null, `oversize: true`, contract.md §4.3) so that no thread reads it; it counts as `oversize`, not invalid.
  */
 function isOversizeRow(item: unknown): boolean {
   return isRecord(item) && item.oversize === true && isRecord(item.memory) && item.memory.content === null;
@@ -144,7 +144,7 @@ const UNBOUNDED: HitLimits = { limit: Number.POSITIVE_INFINITY, maxChars: Number
 
 /**
  * Validates a branch's items and keeps only the request's org and agent: a retrieval never widens
- * visibility (SPEC §4.1). Order is preserved. Only the first `limits.limit` items are looked at; a hit
+ * visibility (contract.md §4.1). Order is preserved. Only the first `limits.limit` items are looked at; a hit
  * whose content exceeds `limits.maxChars` code points is dropped as `oversize` (checked after shape,
  * before scoping: the work per item is bounded by the cap, never by the text's length).
  * @param orgId request org, any case (compared canonically).
@@ -191,7 +191,7 @@ export function droppedDetail(invalid: number, foreign: number, oversize = 0, ig
 }
 
 /**
- * Decodes and validates one memory-service body (SPEC §4.1): UTF-8 → JSON → envelope → the first
+ * Decodes and validates one memory-service body (contract.md §4.1): UTF-8 → JSON → envelope → the first
  * `limits.limit` items validated and scoped. Pure and synchronous: runs inline for small bodies and in
  * the body-decoder thread for large ones (see `body-decoder.ts`).
  * @param body the raw response body, at most {@link maxBodyBytes} bytes.
@@ -215,7 +215,7 @@ export function decodeMemoryBody(
 const utf8 = new TextDecoder('utf-8');
 
 /**
- * Unwraps the memory service envelope `{"data": {"results": [...]}}` (SPEC §4.1).
+ * Unwraps the memory service envelope `{"data": {"results": [...]}}` (contract.md §4.1).
  * @throws BranchError `bad shape: …` when the envelope is not that shape.
  */
 export function unwrapMemoryResponse(body: unknown): RawHits {

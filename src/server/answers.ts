@@ -1,5 +1,5 @@
 /**
- * The two answers of an assembly (SPEC §2, §10): the full one from a CPU-stage result, and the L2
+ * The two answers of an assembly (contract.md §2, §10): the full one from a CPU-stage result, and the L2
  * degraded one built on the main thread when the CPU stage could not answer; plus the degradation record
  * both carry.
  */
@@ -18,7 +18,7 @@ import type { StageReserve } from './stage-reserve.js';
 import { CONTENT_OVER, encodeHistory, type HistoryBytes } from './wire-request.js';
 
 /**
- * Degradation level (SPEC §10): a memory source is usable iff not skipped and `success` (zero hits count).
+ * Degradation level (contract.md §10): a memory source is usable iff not skipped and `success` (zero hits count).
  * Both usable ⇒ L0, one ⇒ L1, none ⇒ L2. The directive never changes the level.
  */
 export function degradationLevel(branches: readonly BranchOutcome[]): DegradationLevel {
@@ -28,7 +28,7 @@ export function degradationLevel(branches: readonly BranchOutcome[]): Degradatio
 
 /**
  * Reasons for a degraded answer: each branch that did not succeed (a failed or timed-out directive too,
- * `directive_error:…` / `directive_timeout:…`, SPEC §10 as updated by issue 11), plus the pool's reason.
+ * `directive_error:…` / `directive_timeout:…`, contract.md §10), plus the pool's reason.
  */
 export function degradationReasons(branches: readonly BranchOutcome[], poolReason: string | null): string[] {
   const reasons: string[] = [];
@@ -72,13 +72,13 @@ export interface DegradedAnswerOptions {
   resolved: ResolvedModel;
   /** IBEX_CONTEXT_NONCE_BYTES. */
   nonceBytes: number;
-  /** Receives this answer's cost (ms) for the measured reserve of SPEC §10. */
+  /** Receives this answer's cost (ms) for the measured reserve of contract.md §10. */
   reserve: StageReserve;
 }
 
 /**
- * The L2 degraded answer (SPEC §10): directive + history formatted on the main thread, no memories —
- * the one allowed main-thread pass over history, on its bytes (SPEC §1): measured (one native validity
+ * The L2 degraded answer (contract.md §10): directive + history formatted on the main thread, no memories —
+ * the one allowed main-thread pass over history, on its bytes (contract.md §1): measured (one native validity
  * check and a word-at-a-time count, ~0.35 ns per byte) and spliced into the answer, not decoded (a BPE
  * kind decodes: exact counts need the text). Its pending content lengths are decided there: an over-long
  * content is still INVALID_ARGUMENT. Memory rows are `failed` / `filter` with token_estimate 0: their
@@ -125,7 +125,7 @@ const WARM_ROW = { memory_id: 'warm', category: 'fact', score: 0.5, similarity: 
 /**
  * Runs the degraded answer's byte path (measure, budget, spliced format, rows) on a small history a few
  * times, so that the first late CPU stage does not pay ~5–10 ms of cold code inside its D: the degraded
- * answer keeps only a few ms of reserve (SPEC §10), and nothing else runs this path on the main thread.
+ * answer keeps only a few ms of reserve (contract.md §10), and nothing else runs this path on the main thread.
  */
 export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
   const h = encodeHistory([

@@ -1,5 +1,5 @@
 /**
- * The assembly pipeline (SPEC §1), one function per stage: retrieval under the wall, dedupe/score/encode,
+ * The assembly pipeline (contract.md §1), one function per stage: retrieval under the wall, dedupe/score/encode,
  * the CPU stage in the pool, the answer with its degradation record. Dependency failures degrade the
  * answer (L0/L1/L2); only client errors (unknown model) and the caller's own deadline or cancellation end
  * the call otherwise. What the pipeline reports goes through an {@link AssemblyObserver}.
@@ -80,7 +80,7 @@ interface CpuOutcome {
 }
 
 /**
- * Share of the time left at the CPU stage's dispatch that is always kept for the degraded answer (SPEC §10).
+ * Share of the time left at the CPU stage's dispatch that is always kept for the degraded answer (contract.md §10).
  * Nothing at the default 45 ms (≤ 2 ms of the ≤ 40 ms left, under the measured reserve); 40 ms of 800 ms.
  * On a loaded 2-core machine a process's first miss (priors, a cold degraded answer, a timer 5–6 ms late)
  * answered an 800 ms call 0.03 ms after D (test/telemetry/metrics.test.ts under two busy loops).
@@ -92,7 +92,7 @@ export const LONG_DEADLINE_KEEP_SHARE = 0.05;
  * @returns an {@link AssembleFn}: resolves with the response and its level (dependency failures, pool
  *   trouble and load shedding degrade it); rejects only with IbexError `IBEX_ERR_UNKNOWN_MODEL` or
  *   `IBEX_ERR_INVALID_ARGUMENT` (INVALID_ARGUMENT), `IBEX_ERR_DEADLINE_EXCEEDED` once D has passed, or
- *   `IBEX_ERR_CANCELLED` when the caller cancelled (SPEC §10, §11).
+ *   `IBEX_ERR_CANCELLED` when the caller cancelled (contract.md §10, §11).
  */
 export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool } = deps;
@@ -124,7 +124,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const resolved = resolveModel(req);
     const historyBytes = historyByteLength(req);
     // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
-    // pass over megabytes of history for an answer nobody will read (issue 9; SPEC §10).
+    // pass over megabytes of history for an answer nobody will read (contract.md §10).
     if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
@@ -158,7 +158,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   }
 
   /**
-   * `unknown model` comes after every SPEC §11 check, so a pending history content is decided first (on
+   * `unknown model` comes after every contract.md §11 check, so a pending history content is decided first (on
    * the main thread: only for a request that is refused either way).
    */
   function resolveModel(req: ValidatedRequest): ResolvedModel {
@@ -172,7 +172,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
 
   /**
    * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
-   * answer their measured share of D (SPEC §10 answer guarantee): running p99s of this process's
+   * answer their measured share of D (contract.md §10 answer guarantee): running p99s of this process's
    * round-trips and degraded answers. A shed call skips both memory branches (`overloaded`).
    */
   async function retrieveStage(
@@ -218,7 +218,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   }
 
   /**
-   * Whether the CPU stage is skipped for want of time (SPEC §10, never wait for a stage that cannot
+   * Whether the CPU stage is skipped for want of time (contract.md §10, never wait for a stage that cannot
    * finish): retrieval ended past its wall (a busy event loop) and left less than the share it was meant
    * to, and the CPU task would get less than its measured round-trip; or the history is large and its
    * typical CPU-stage run per MiB does not fit the task's time (`StageReserve.stageTooLong`): until D for
@@ -244,7 +244,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   /**
    * Dedupe, score and cut on the main thread, then encode the candidates and history as the CPU stage's
    * transferred buffers. Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's
-   * (SPEC §1 isolation rule); filtered candidates ride along only to be costed.
+   * (contract.md §1 isolation rule); filtered candidates ride along only to be costed.
    */
   function rankStage(
     req: ValidatedRequest,
@@ -303,7 +303,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
 
   /**
    * Runs the CPU stage in the pool. Pool trouble (queue full, deadline, failure) and load shedding give
-   * no result and a reason; an over-long history content found there is INVALID_ARGUMENT (SPEC §11).
+   * no result and a reason; an over-long history content found there is INVALID_ARGUMENT (contract.md §11).
    * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT`, or the caller's deadline/cancellation.
    */
   async function cpuStage(

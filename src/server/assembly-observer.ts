@@ -1,8 +1,7 @@
 /**
- * What the assembly pipeline reports about each call, kept out of the pipeline's code (issue 14 item 5:
- * metrics behind an observer instead of inline `metrics?.` calls). The pipeline calls an
+ * What the assembly pipeline reports about each call, kept out of the pipeline's code (* metrics behind an observer instead of inline `metrics?.` calls). The pipeline calls an
  * {@link AssemblyObserver} at fixed points; {@link metricsObserver} turns those into the prom-client
- * series of SPEC §12, {@link NO_OBSERVER} drops them (tests and tools that run without metrics).
+ * series of contract.md §12, {@link NO_OBSERVER} drops them (tests and tools that run without metrics).
  */
 import type { CpuStageResult } from '../pool/pool-client.js';
 import type { RetrievalResult } from '../retrieval/retrieve.js';
@@ -39,7 +38,7 @@ export const NO_OBSERVER: AssemblyObserver = {
   refusedTooLate() {},
 };
 
-/** Reports into the service's prom-client series (SPEC §12; src/telemetry/metrics.ts names them). */
+/** Reports into the service's prom-client series (contract.md §12; src/telemetry/metrics.ts names them). */
 export function metricsObserver(metrics: Metrics): AssemblyObserver {
   return {
     callStarted: () => metrics.inFlight.inc(),

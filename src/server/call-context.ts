@@ -1,10 +1,10 @@
 /**
  * Turns a grpc-js call's deadline and cancellation into one abort signal that flows from the handler
  * down to retrieval and the pool (the nice-grpc pattern), plus the absolute request deadline D of
- * SPEC §10 on the monotonic clock, and the call's one timer ({@link DeadlineSet}) that every stage arms
+ * contract.md §10 on the monotonic clock, and the call's one timer ({@link DeadlineSet}) that every stage arms
  * its deadlines on.
  *
- * Issue 10: one AbortController and one timer per call. The call's signal is a {@link CallSignal}, a
+ * One AbortController and one timer per call. The call's signal is a {@link CallSignal}, a
  * plain listener list rather than an EventTarget: only the retrieval branches need a real AbortSignal
  * (sockets, Redis commands), and they get the retrieval's own controller (branch-race.ts).
  */
@@ -89,7 +89,7 @@ export const CALLER_DEADLINE_MARGIN_MS = 2;
 const DEADLINE_SLACK_MS = 2;
 
 /**
- * Builds the {@link CallContext} of one call (SPEC §10).
+ * Builds the {@link CallContext} of one call (contract.md §10).
  *
  * If the deadline has already passed, the returned signal is already aborted with the deadline
  * reason, so the handler can answer DEADLINE_EXCEEDED without doing any work. Must be paired with
@@ -145,7 +145,7 @@ export function createCallContext(
     signal.abort(cancelledReason());
   } else {
     call.on('cancelled', onCancelled);
-    // The timer re-checks the clock when it fires, so the signal never aborts before D (issue 9 item 4).
+    // The timer re-checks the clock when it fires, so the signal never aborts before D.
     timer = timers.at(deadline, abortForDeadline);
   }
 

@@ -1,5 +1,5 @@
 /**
- * gRPC server plumbing (SPEC §2, §10, §11): the ContextAssemblyService handlers, health, reflection,
+ * gRPC server plumbing (contract.md §2, §10, §11): the ContextAssemblyService handlers, health, reflection,
  * channel limits and graceful drain. The assembly pipeline itself is injected (`assemble`), so this
  * module owns only what happens at the boundary: validation, the call context, status mapping and
  * making sure no handler error ever escapes into grpc-js.
@@ -63,14 +63,14 @@ export interface AssembleResult {
   response: AssembleContextResponse;
   /**
    * Degradation level; also sent as `x-ibex-context-level`. `x-ibex-context-degraded` is true when the
-   * level is not L0 or `response.degradation.reasons` is not empty (a missing directive, SPEC §10).
+   * level is not L0 or `response.degradation.reasons` is not empty (a missing directive, contract.md §10).
    */
   level: DegradationLevel;
 }
 
 /**
  * The assembly pipeline (src/server/assemble.ts). It should honour `ctx.signal` and resolve before
- * `ctx.deadline`; dependency failures resolve with a degraded response, never reject (SPEC §11).
+ * `ctx.deadline`; dependency failures resolve with a degraded response, never reject (contract.md §11).
  * A rejection with an {@link IbexError} becomes that error's status; anything else becomes INTERNAL.
  */
 export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<AssembleResult>;
@@ -105,7 +105,7 @@ export interface GrpcServer {
   inFlight(): number;
 }
 
-/** Details of the deferred methods (SPEC §2; U+2014 dash). */
+/** Details of the deferred methods (contract.md §2; U+2014 dash). */
 export const UNIMPLEMENTED_DETAILS = {
   SearchMemories: 'SearchMemories deferred — ADR-0038',
   RecordMemoryFeedback: 'RecordMemoryFeedback deferred — ADR-0038',
@@ -123,7 +123,7 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.max_connection_idle_ms': 5 * 60_000,
   'grpc.max_connection_age_ms': 10 * 60_000,
   'grpc.max_connection_age_grace_ms': 30_000,
-  // Channelz bookkeeping (per-call counters and traces) is never read here; off, as issue 10 asks.
+  // Channelz bookkeeping (per-call counters and traces) is never read here; off.
   'grpc.enable_channelz': 0,
 };
 
@@ -163,7 +163,7 @@ export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
 
 /**
  * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
- * strict reflection clients accept (issue 13; src/server/reflection-descriptors.ts).
+ * strict reflection clients accept (src/server/reflection-descriptors.ts).
  */
 function reflectionDefinition() {
   const healthRoot = path.resolve(path.dirname(healthProtoPath), '../..');
@@ -181,7 +181,7 @@ type Outcome =
 /**
  * Creates the gRPC server with ContextAssemblyService, `grpc.health.v1.Health` (NOT_SERVING until
  * {@link GrpcServer.markServing}) and server reflection registered. Channel options:
- * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (default: the largest request SPEC §11
+ * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (default: the largest request contract.md §11
  * allows, `MAX_ASSEMBLE_REQUEST_BYTES`, ≈ 13.2 MB; larger requests get RESOURCE_EXHAUSTED), metadata capped at settings.maxMetadataBytes, keepalive for a proxied fleet.
  */
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
@@ -248,7 +248,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         if (outcome.kind === 'ok') {
           const md = new Metadata();
           md.set(LEVEL_HEADER, outcome.result.level);
-          // A missing directive leaves the level alone but still degrades the answer (SPEC §10).
+          // A missing directive leaves the level alone but still degrades the answer (contract.md §10).
           const degraded =
             outcome.result.level !== 'L0' || outcome.result.response.degradation.reasons.length > 0;
           md.set(DEGRADED_HEADER, degraded ? 'true' : 'false');
@@ -285,7 +285,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         return;
       }
       const req = validateWireRequest(call.request);
-      // Needs the decoded org_id, so it cannot live in the authentication interceptor (issue 6).
+      // Needs the decoded org_id, so it cannot live in the authentication interceptor.
       authorizeRequest(req, ctx);
       ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
       assemble(req, ctx).then(
@@ -313,7 +313,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       callback(toStatusObject(Errors.unimplemented(details)));
     };
 
-  // AssembleContext is decoded on the wire (issue 9): grpc-js passes whatever requestDeserialize returns.
+  // AssembleContext is decoded on the wire: grpc-js passes whatever requestDeserialize returns.
   const serviceDefinition = {
     ...contextServiceDefinition,
     AssembleContext: {
@@ -340,7 +340,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           else {
             boundAddrs.push(addr.replace(/:0$/, `:${port}`));
             try {
-              // Node's HTTP/2 keeps only the first `authorization`; make the others visible (issue 11).
+              // Node's HTTP/2 keeps only the first `authorization`; make the others visible.
               exposeDuplicateAuthorization(server);
             } catch (hookErr) {
               reject(hookErr);

@@ -1,5 +1,5 @@
 /**
- * History as bytes (SPEC §1 isolation rule, issue 9): the request's messages as UTF-8 byte spans into the
+ * History as bytes (contract.md §1 isolation rule): the request's messages as UTF-8 byte spans into the
  * request buffer, decoded only by the CPU stage — or by the main thread for the L2 degraded answer.
  */
 import { decodeSpans } from '../format/assembly-text.js';
@@ -46,7 +46,7 @@ export function encodeHistory(messages: readonly ChatMessage[]): HistoryBytes {
   return { source: Buffer.concat(parts, at), spans, count: messages.length, contentPending };
 }
 
-/** The SPEC §11 detail for a content over its limit. */
+/** The contract.md §11 detail for a content over its limit. */
 export const CONTENT_OVER = `message.content exceeds ${LIMITS.contentChars} characters`;
 
 /**

@@ -1,9 +1,9 @@
 /**
- * SPEC §11 limits and the largest AssembleContext request they allow on the wire. A leaf module: settings
+ * contract.md §11 limits and the largest AssembleContext request they allow on the wire. A leaf module: settings
  * (the transport cap's default) and the wire decoder both read it.
  */
 
-/** Limits of SPEC §11, in Unicode code points (items for `recent_messages`). */
+/** Limits of contract.md §11, in Unicode code points (items for `recent_messages`). */
 export const LIMITS = {
   modelChars: 256,
   queryChars: 8192,
@@ -24,16 +24,16 @@ function delimited(length: number): number {
 }
 
 /**
- * Room for the fields SPEC §11 does not limit (ids, session, directive version, request/trace/span ids,
+ * Room for the fields contract.md §11 does not limit (ids, session, directive version, request/trace/span ids,
  * options, principal_context): generous for real callers, and still small next to the history.
  */
 export const UNLIMITED_FIELDS_ALLOWANCE_BYTES = 64 * 1024;
 
 /**
- * The largest AssembleContext request SPEC §11 allows, in bytes: 100 messages of a 64-code-point role and a
+ * The largest AssembleContext request contract.md §11 allows, in bytes: 100 messages of a 64-code-point role and a
  * 32,768-code-point content at 4 UTF-8 bytes each, a 8192-code-point query and a 256-code-point model at
  * 4 bytes each, with their protobuf framing, plus {@link UNLIMITED_FIELDS_ALLOWANCE_BYTES}. 13,233,235
- * bytes (≈ 13.2 MB); the transport accepts this and nothing larger (issue 9 item 1).
+ * bytes (≈ 13.2 MB); the transport accepts this and nothing larger.
  */
 export const MAX_ASSEMBLE_REQUEST_BYTES =
   LIMITS.recentMessages *

@@ -1,5 +1,5 @@
 /**
- * File descriptors for server reflection that strict clients accept (issue 13).
+ * File descriptors for server reflection that strict clients accept.
  *
  * proto-loader's package definition names its files after packages (`ibex_context_v1.proto`,
  * `google_protobuf.proto`) and writes `type_name: ""` / `extendee: ""` on scalar fields; strict runtimes

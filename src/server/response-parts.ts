@@ -1,6 +1,6 @@
 /**
  * Parts of the AssembleContext answer shared by the CPU-stage answer and the L2 degraded answer
- * (SPEC §2 AssembleContextResponse, MemoryUsed).
+ * (contract.md §2 AssembleContextResponse, MemoryUsed).
  */
 
 import type { TokenBudget } from '../budget/budget-calculator.js';
@@ -20,7 +20,7 @@ export interface Assembly {
   readonly kept: readonly ScoredCandidate[];
   /** Candidates cut by `max_memories` (rows `filter`). */
   readonly filtered: readonly ScoredCandidate[];
-  /** The prompt's nonce (SPEC §9). */
+  /** The prompt's nonce (contract.md §9). */
   readonly nonce: string;
   /** Dedupe, score and encode on the main thread, ms. */
   readonly rankingMs: number;
@@ -28,7 +28,7 @@ export interface Assembly {
   readonly historyBytes: number;
 }
 
-/** Rounds ms half-to-even to a non-negative integer (SPEC §2 AssemblyMetrics). */
+/** Rounds ms half-to-even to a non-negative integer (contract.md §2 AssemblyMetrics). */
 export function roundMs(ms: number): number {
   if (!(ms > 0)) return 0;
   const floor = Math.floor(ms);

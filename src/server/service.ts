@@ -31,7 +31,7 @@ export interface RunningService {
   sources: RetrievalSources;
   metrics: Metrics;
   /**
-   * Graceful stop (SPEC §10, issue: SIGTERM): health NOT_SERVING, stop accepting, let in-flight calls
+   * Graceful stop (contract.md §10, issue: SIGTERM): health NOT_SERVING, stop accepting, let in-flight calls
    * finish within `graceMs` (default settings.shutdownGraceMs), then close the pool, sources and admin.
    * Idempotent.
    */

@@ -1,6 +1,6 @@
 /**
- * The measured share of a request deadline D kept after retrieval (SPEC §10 answer guarantee; issue 9
- * item 4): the retrieval wall leaves the CPU stage its round-trip, and the CPU task leaves the degraded
+ * The measured share of a request deadline D kept after retrieval (contract.md §10 answer
+ * guarantee): the retrieval wall leaves the CPU stage its round-trip, and the CPU task leaves the degraded
  * answer its cost, both as running p99s of what this process actually took — not a fixed guess.
  */
 import { monotonicNow } from '../util/clock.js';
@@ -82,9 +82,9 @@ export const PRIOR_DEGRADED_MS = 5;
 export const PRIOR_LATENESS_MS = 4;
 /**
  * Prior cost of the degraded answer per MiB of history (validity check, code-point count, spliced format:
- * ~0.5–1 ms per MiB measured on the loaded 2-core VM; issue 9), ms, until this process has measured its
+ * ~0.5–1 ms per MiB measured on the loaded 2-core VM), ms, until this process has measured its
  * own: pessimistic (×2–4), the measurements replace it. It must stay under 45 ms / 12.6 MiB ≈ 3.5 ms: a
- * prior that refused the largest SPEC §11 request within the default deadline would never let a stage
+ * prior that refused the largest contract.md §11 request within the default deadline would never let a stage
  * run teach the real cost.
  */
 export const PRIOR_DEGRADED_MS_PER_MIB = 2;
@@ -194,7 +194,7 @@ export class StageReserve {
    * typical cost per MiB ({@link StageReserve.refusalPerMiB}) times the history's MiB exceeds the time
    * left. Only histories of 256 KiB and more are ever judged so (smaller ones cost about a millisecond):
    * building 4–10 MB of history on the main thread for an answer that would come after D only stalls
-   * every other caller's answers (issue 9, SPEC §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls
+   * every other caller's answers (contract.md §1 isolation rule, §10: DEADLINE_EXCEEDED is for calls
    * that leave less than the degraded answer needs).
    *
    * The median, not the p99 the reserves use: a refused call never runs, so it cannot correct the estimate
@@ -217,7 +217,7 @@ export class StageReserve {
    * degraded answers are rare); else {@link PRIOR_DEGRADED_MS_PER_MIB}. A fresh degraded median is used
    * as it is, not bounded by the stage runs: it is main-thread time, which a contended thread makes
    * longer than the worker's. Judging by the stage runs alone refused calls whose degraded answer would
-   * still have been ready in time (SPEC §10).
+   * still have been ready in time (contract.md §10).
    */
   refusalPerMiB(): number {
     const stage = this.#freshMedian(this.stagePerMiB, this.#stageAt);
@@ -232,7 +232,7 @@ export class StageReserve {
    * awaited) is not expected to finish: its typical run, the stage runs' median per MiB (fresh, at least
    * {@link REFUSAL_MIN_SAMPLES} samples: else nothing is judged) times the history's MiB, with headroom,
    * exceeds `cpuMs`.
-   * Such a task is not submitted (SPEC §10, never wait for a stage that cannot finish): a task that runs
+   * Such a task is not submitted (contract.md §10, never wait for a stage that cannot finish): a task that runs
    * takes the request's history bytes with it (from 64 KiB, when the request has its own buffer) and,
    * once started, only gives them back with its result, so a late one leaves nothing to build the degraded
    * answer from, and the call ends DEADLINE_EXCEEDED where the degraded answer would have been ready in
@@ -264,7 +264,7 @@ export class StageReserve {
    * Whether a CPU task given `cpuMs` (until its deadline) can be expected to answer: at least the measured
    * round-trip p99 (no headroom; anything fits before the first measurement). A task that cannot is not
    * submitted: its withdrawal would only be learnt when a timer fires, late on a busy loop, and the
-   * degraded answer that follows would then miss D (SPEC §10: never wait for a stage that cannot finish).
+   * degraded answer that follows would then miss D (contract.md §10: never wait for a stage that cannot finish).
    */
   cpuStageFits(cpuMs: number): boolean {
     return cpuMs >= this.roundTrip.p99;

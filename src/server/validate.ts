@@ -1,5 +1,5 @@
 /**
- * Request validation at the gRPC boundary (SPEC §11). Checks run in the SPEC's order and the first
+ * Request validation at the gRPC boundary (contract.md §11). Checks run in the contract's order and the first
  * failure wins, so a client always sees the same message for the same request.
  */
 import { Errors } from '../errors.js';
@@ -41,7 +41,7 @@ export interface ValidatedPrincipal {
   tokenId: string;
 }
 
-/** An AssembleContext request after SPEC §11 validation. */
+/** An AssembleContext request after contract.md §11 validation. */
 export interface ValidatedRequest {
   /** Canonical lower-case UUID. */
   orgId: string;
@@ -53,17 +53,17 @@ export interface ValidatedRequest {
   /** Trimmed, non-empty, ≤ 256 code points. Not yet looked up in the catalog. */
   model: string;
   directiveVersionId: string;
-  /** As given; only 0 < n < usable_budget has an effect (SPEC §6). */
+  /** As given; only 0 < n < usable_budget has an effect (contract.md §6). */
   availableTokens: number;
   /**
-   * ≤ 100 messages, raw role and content, as UTF-8 byte spans (issue 9: history is not materialised on the
+   * ≤ 100 messages, raw role and content, as UTF-8 byte spans (history is not materialised on the
    * main thread). Roles are checked; contents are checked unless `history.contentPending`, in which case
-   * the CPU stage decides them (same SPEC §11 message).
+   * the CPU stage decides them (same contract.md §11 message).
    */
   history: HistoryBytes;
   /**
    * `history` decoded to strings, on every access (one pass over its bytes). For tools and tests; the
-   * service reads it only for the L2 degraded answer (SPEC §10), the one allowed main-thread pass.
+   * service reads it only for the L2 degraded answer (contract.md §10), the one allowed main-thread pass.
    */
   readonly recentMessages: ChatMessage[];
   skipHot: boolean;
@@ -114,7 +114,7 @@ function str(v: unknown): string {
 }
 
 /**
- * SPEC §11's INVALID_ARGUMENT details, each stated once: both the object and the wire path answer with
+ * contract.md §11's INVALID_ARGUMENT details, each stated once: both the object and the wire path answer with
  * these (vectors and tests pin the strings).
  */
 export const INVALID = {
@@ -192,7 +192,7 @@ function fromObject(req: AssembleContextRequestInput): WireAssembleRequest {
 }
 
 /**
- * Validates an AssembleContext request object (SPEC §11) and returns its normalized form: the object path
+ * Validates an AssembleContext request object (contract.md §11) and returns its normalized form: the object path
  * of tools, tests and warm-up, answered by {@link validateWireRequest} after {@link fromObject}.
  *
  * Order: org_id, agent_id, model (required, length), query length, recent_messages count, every
@@ -200,7 +200,7 @@ function fromObject(req: AssembleContextRequestInput): WireAssembleRequest {
  * are accepted in any case and returned lower-case; lengths are in code points. The catalog lookup
  * (`unknown model '<model>'`) is not done here.
  * Missing fields are treated as their proto3 defaults, so partial objects are accepted.
- * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` whose message is the SPEC §11 detail string.
+ * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` whose message is the contract.md §11 detail string.
  */
 export function validateAssembleRequest(req: AssembleContextRequestInput): ValidatedRequest {
   const validated = validateWireRequest(fromObject(req));
@@ -228,12 +228,12 @@ function principalOf(p: PrincipalContextInput): ValidatedPrincipal {
 }
 
 /**
- * Validates a request decoded on the wire ({@link decodeAssembleRequest}) in the SPEC §11 order with the
+ * Validates a request decoded on the wire ({@link decodeAssembleRequest}) in the contract.md §11 order with the
  * {@link INVALID} details, deciding lengths from byte lengths where they decide (UTF-8: bytes ≥ code
  * points ≥ bytes/4). Contents of 32,768 < bytes ≤ 131,072 are left to the CPU stage
  * (`history.contentPending`), except when `max_memories` is invalid: then they are decided here, so the
- * answer keeps the SPEC order.
- * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` with the SPEC §11 detail (or the wire's refusal: malformed
+ * answer keeps the contract's order.
+ * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` with the contract.md §11 detail (or the wire's refusal: malformed
  *   bytes, too many fields).
  */
 export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {

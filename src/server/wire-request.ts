@@ -1,5 +1,5 @@
 /**
- * AssembleContext request decoding on the wire (SPEC §1 isolation rule, §11; issue 9 item 1).
+ * AssembleContext request decoding on the wire (contract.md §1 isolation rule, §11).
  *
  * grpc-js hands the method's `requestDeserialize` the raw request bytes; {@link decodeAssembleRequest}
  * walks them with protobufjs's `Reader` and materialises only what the main thread routes on (ids, model,
@@ -85,7 +85,7 @@ export interface WireAssembleRequest {
   contentOver: boolean;
   /**
    * The walk stopped at the 101st message before seeing org_id, agent_id, query or model (a non-canonical
-   * field order): the count error is then answered without the checks SPEC §11 orders before it.
+   * field order): the count error is then answered without the checks contract.md §11 orders before it.
    */
   stoppedEarly: boolean;
 }
@@ -348,7 +348,7 @@ const GIVEN_UP = 4;
 
 /**
  * Follows an AssembleContextRequest's top-level fields while its bytes are still arriving, and tells when
- * the bytes so far already decide {@link decodeAssembleRequest}'s outcome (SPEC §11: counts are checked on
+ * the bytes so far already decide {@link decodeAssembleRequest}'s outcome (contract.md §11: counts are checked on
  * the wire, at a cost independent of the count): when the 101st history message is complete — the decoder
  * stops there — or when a 1,025th top-level field begins — it refuses there ({@link TOO_MANY_FIELDS}).
  * Decoding just that prefix gives the same result as decoding the whole request, so a two-million-message

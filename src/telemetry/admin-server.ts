@@ -12,7 +12,7 @@ export interface Readiness {
   draining: boolean;
   /** Warnings repeated on /readyz, e.g. insecure binding. */
   warnings: string[];
-  /** Active stores (issue 15), e.g. `{memory: 'postgres', directive: 'redis'}`; shown on /readyz. */
+  /** Active stores, e.g. `{memory: 'postgres', directive: 'redis'}`; shown on /readyz. */
   stores?: { memory: string; directive: string };
 }
 

@@ -1,6 +1,6 @@
 /**
  * `ibex_context_assembly_duration_seconds` and `ibex_context_assemblies_total` for every AssembleContext
- * call (SPEC §12, issue 11 item 6): a server interceptor, so calls refused before the pipeline runs
+ * call (contract.md §12): a server interceptor, so calls refused before the pipeline runs
  * (authentication, validation, authorization) are timed and counted too, not only successful ones.
  */
 
@@ -8,7 +8,7 @@ import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/gr
 import { LEVEL_HEADER } from '../wire-headers.js';
 import type { Metrics } from './metrics.js';
 
-/** gRPC method path of AssembleContext (SPEC §2). */
+/** gRPC method path of AssembleContext (contract.md §2). */
 const ASSEMBLE_PATH = '/ibex.context.v1.ContextAssemblyService/AssembleContext';
 
 /**

@@ -1,5 +1,5 @@
 /**
- * The service's pino logger (SPEC §12): JSON lines, ISO timestamps, level as a label, and secrets
+ * The service's pino logger (contract.md §12): JSON lines, ISO timestamps, level as a label, and secrets
  * redacted by path so a careless `logger.info({ settings })` or `{ metadata }` cannot leak a token.
  */
 import { type DestinationStream, type Logger, pino } from 'pino';
@@ -60,12 +60,12 @@ export function createLogger(settings: Pick<Settings, 'logLevel'>, destination?:
 }
 
 /**
- * The per-call degraded-assembly line (SPEC §12): a closed shape of our own values, nothing secret. The
+ * The per-call degraded-assembly line (contract.md §12): a closed shape of our own values, nothing secret. The
  * level is `degradation_level`: a `level` key would repeat pino's own in the same JSON object (the line
  * used to carry `"level":"info"` and `"level":"L1"`, and a parser keeping the last lost the severity).
  */
 export interface DegradedAssemblyLine {
-  /** Degradation level, `L1` or `L2` (SPEC §10). */
+  /** Degradation level, `L1` or `L2` (contract.md §10). */
   degradation_level: string;
   /** Degradation reasons, e.g. `cold_error:…`, `pool_deadline`. */
   reasons: readonly string[];

@@ -1,11 +1,11 @@
 /**
- * The main thread's event-loop delay as the service exports it (SPEC §12,
+ * The main thread's event-loop delay as the service exports it (contract.md §12,
  * `ibex_context_event_loop_delay_seconds`), in one place so that the benches' empty-process floor
  * (bench/eld-probe.ts) measures exactly what the service reports.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 
-/** Sampling interval of the event-loop delay histogram, ms (10 ms: issue 10, idle wake-ups). */
+/** Sampling interval of the event-loop delay histogram, ms (10 ms, so an idle service wakes rarely). */
 export const ELD_RESOLUTION_MS = 10;
 
 /**

@@ -1,5 +1,5 @@
 /**
- * Prometheus metrics (SPEC §12), named `ibex_context_*` in base units (seconds, bytes), on a registry of
+ * Prometheus metrics (contract.md §12), named `ibex_context_*` in base units (seconds, bytes), on a registry of
  * their own so tests and several servers in one process do not collide.
  */
 
@@ -21,8 +21,8 @@ const LATENCY_BUCKETS = [
 const POOL_BUCKETS = [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05];
 
 /**
- * Pool figures read at scrape time (the pool's `stats()`). The task counts are the pool's own (issue 11
- * item 6): only it knows whether a deadline withdrew a queued task or abandoned a running one.
+ * Pool figures read at scrape time (the pool's `stats()`). The task counts are the pool's own:
+ * only it knows whether a deadline withdrew a queued task or abandoned a running one.
  */
 export type PoolGaugeSource = Pick<
   PoolStats,
@@ -64,7 +64,7 @@ function packageVersion(): string {
 /** Every metric the service records. */
 export interface Metrics {
   registry: Registry;
-  /** Every AssembleContext call, by level (`none` without an answer) and gRPC code name (SPEC §12). */
+  /** Every AssembleContext call, by level (`none` without an answer) and gRPC code name (contract.md §12). */
   assemblyDuration: Histogram<'level' | 'code'>;
   assemblies: Counter<'level' | 'code'>;
   degraded: Counter<'level' | 'reason'>;
@@ -217,7 +217,7 @@ export function createMetrics(
   });
   new Counter({
     name: 'ibex_context_requests_decided_early_total',
-    help: 'AssembleContext requests of 1 MiB or more answered from a prefix of their bytes (SPEC §11 counts on the wire); the rest was never read',
+    help: 'AssembleContext requests of 1 MiB or more answered from a prefix of their bytes (contract.md §11 counts on the wire); the rest was never read',
     registers: [registry],
     collect() {
       this.reset();

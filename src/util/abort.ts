@@ -1,5 +1,5 @@
 /**
- * The abort signal of one call without an EventTarget (issue 10: one AbortController per call). Creating
+ * The abort signal of one call without an EventTarget (one AbortController per call). Creating
  * an AbortController and adding and removing EventTarget listeners costs microseconds each, several times
  * per call; the pipeline's own stages (call context, retrieval race, CPU pool) need only a flag, a reason
  * and a listener list. Sources that hand a signal to a library (undici, Redis) get a real AbortSignal from

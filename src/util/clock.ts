@@ -1,6 +1,6 @@
 /**
- * The one monotonic clock and the one deadline timer of the service (issue 14 item 1; undici's
- * `lib/util/timers.js` is the model). Every deadline — the request deadline D of SPEC §10, the CPU stage's
+ * The one monotonic clock and the one deadline timer of the service (undici's
+ * `lib/util/timers.js` is the model). Every deadline — the request deadline D of contract.md §10, the CPU stage's
  * deadline, the packer's stop time — is an absolute ms value on {@link monotonicNow}, so it can cross a
  * thread boundary (`performance.timeOrigin` is shared by the process's threads up to sub-ms skew).
  */
@@ -22,7 +22,7 @@ export function monotonicNow(): number {
  * timers before the poll phase, so after a stalled loop turn (a GC pause, a long request) the deadline's
  * timer would fire before a reply that is already waiting in a worker's MessagePort or a socket, and the
  * call would be answered degraded although its answer had come in time. Deferring the decision by one
- * poll lets such replies settle first; a reply that has not arrived is not waited for. Issue 10.
+ * poll lets such replies settle first; a reply that has not arrived is not waited for.
  */
 export function afterPendingIo(fn: () => void): void {
   setImmediate(fn);
@@ -63,7 +63,7 @@ class DeadlineTimer implements ArmedTimer {
   }
 
   // libuv measures timers from the loop's cached time, so a timer can fire up to a ms before its delay
-  // (issue 9 item 4, issue 11 item 3): the clock, not the timer, decides; an early firing re-arms.
+  // The clock, not the timer, decides; an early firing re-arms.
   readonly #check = (): void => {
     this.#handle = undefined;
     if (this.#done) return;
@@ -110,7 +110,7 @@ interface Pending extends ArmedTimer {
 }
 
 /**
- * Every deadline of one call on ONE timer (issue 10): the request deadline D, the retrieval wall and the
+ * Every deadline of one call on ONE timer: the request deadline D, the retrieval wall and the
  * branches' own timeouts, the CPU task's withdrawal and deadline. A handful of entries, kept unsorted; a
  * single {@link armAt} timer is armed at the earliest and re-armed when that one fires or is cancelled, so a
  * call never holds more than one Node timer, and a cancelled deadline never wakes the loop.

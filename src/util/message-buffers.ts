@@ -1,5 +1,5 @@
 /**
- * Recycled buffers for large request messages (issue 9: a heavy upload must not stall the event loop).
+ * Recycled buffers for large request messages (a heavy upload must not stall the event loop).
  *
  * grpc-js assembles every received message into a fresh buffer (`Buffer.concat` of its DATA chunks). V8
  * counts such buffers as external memory and, once it has grown by 64 MB since the last collection,

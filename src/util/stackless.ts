@@ -1,4 +1,4 @@
-/** Errors without a stack trace, for flow control under load (issue 10). */
+/** Errors without a stack trace, for flow control under load. */
 
 /**
  * Builds an error without capturing a stack trace, for the errors an overloaded process raises by the

@@ -1,6 +1,6 @@
 /**
- * Measures of UTF-8 bytes without decoding them (SPEC §1 isolation rule: the CPU stage works on bytes;
- * SPEC §5: estimates depend only on the code-point count L; issue 9 item 1).
+ * Measures of UTF-8 bytes without decoding them (contract.md §1 isolation rule: the CPU stage works on bytes;
+ * contract.md §5: estimates depend only on the code-point count L).
  *
  * Valid UTF-8 (checked natively by `isUtf8`) has one code point per byte that is not a continuation byte
  * (`10xxxxxx`), so L = bytes − continuation bytes, counted four bytes at a time. Invalid input is decoded

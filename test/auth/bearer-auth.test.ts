@@ -1,5 +1,5 @@
 /**
- * Bearer tokens and principal_context over a real gRPC socket (issue 6): who may call (UNAUTHENTICATED)
+ * Bearer tokens and principal_context over a real gRPC socket: who may call (UNAUTHENTICATED)
  * and for which org (PERMISSION_DENIED), with the pipeline injected so only the boundary is exercised.
  */
 import { createHash } from 'node:crypto';

@@ -1,5 +1,5 @@
 /**
- * The start-up refusal (issue 6): an unauthenticated non-loopback address does not start unless
+ * The start-up refusal: an unauthenticated non-loopback address does not start unless
  * IBEX_CONTEXT_ALLOW_INSECURE=true, which warns instead. Unit tests of the decision plus one real
  * `ibex-context serve` process (built by `npm test` before vitest).
  */

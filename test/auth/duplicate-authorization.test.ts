@@ -1,5 +1,5 @@
 /**
- * Issue 11 item 4: two `authorization` headers (a proxy appending its own token after the client's).
+ * Two `authorization` headers (a proxy appending its own token after the client's).
  * Node's HTTP/2 layer keeps only the first, so the call used to be served with whichever token came
  * first. It must be refused UNAUTHENTICATED, with a message saying why, before the pipeline runs.
  *
@@ -154,7 +154,7 @@ async function callWithAuthorizations(
   }
 }
 
-describe('two authorization headers (issue 11 item 4)', () => {
+describe('two authorization headers', () => {
   let grpc: GrpcServer;
   let port: number;
   let served = 0;

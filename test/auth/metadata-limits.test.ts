@@ -1,5 +1,5 @@
 /**
- * Request-metadata limits at the HTTP/2 boundary (issue 11 item 5): the README promises 16 KB of
+ * Request-metadata limits at the HTTP/2 boundary: docs/operations.md promises 16 KB of
  * metadata, but Node's HTTP/2 layer refused more than 128 header pairs (~118 entries, ~4.6 KB) with
  * "Bandwidth exhausted or memory limit exceeded". The pair limit is now derived from the byte limit, so
  * 16 KB in many small entries is served and anything over it gets the service's own RESOURCE_EXHAUSTED.
@@ -31,7 +31,7 @@ function manyEntries(n: number, value = 'v'): Metadata {
   return md;
 }
 
-describe('metadata limits (issue 11 item 5)', () => {
+describe('metadata limits', () => {
   let grpc: GrpcServer;
   let client: TestClient;
   let calls = 0;

@@ -1,5 +1,5 @@
 /**
- * TLS and mutual TLS at the gRPC boundary (issue 6) with certificates made by `openssl` at test time
+ * TLS and mutual TLS at the gRPC boundary with certificates made by `openssl` at test time
  * in a temp dir (no private key is committed). Skipped, with a notice, only where openssl is missing.
  */
 import { execFileSync } from 'node:child_process';

@@ -1,5 +1,5 @@
 /**
- * Exact token counts (SPEC §5/§6, issue 12): the `bpe_*` kinds count like tiktoken with special-token
+ * Exact token counts (contract.md §5/§6): the `bpe_*` kinds count like tiktoken with special-token
  * text as ordinary text, IBEX_CONTEXT_EXACT_TOKENS selects them for the OpenAI families, the per-memory
  * cache is bounded, and the budget invariant holds with exact counts on the issue's A/B cases and on
  * generated prompts.
@@ -213,7 +213,7 @@ const piece = fc.constantFrom(
 );
 const textArb = fc.array(piece, { maxLength: 40 }).map((xs) => xs.join(''));
 
-describe('exact counts: the budget invariant (SPEC §6)', () => {
+describe('exact counts: the budget invariant (contract.md §6)', () => {
   const exact = CapabilityCatalog.create([], { exactTokens: true });
 
   it('gpt-3.5-turbo with "1\\n" × 20,000 of history: the fixed parts do not fit, so no memories', () => {

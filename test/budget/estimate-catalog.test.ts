@@ -9,7 +9,7 @@ import { addCounts, codePointLength, countTokens, estimateTokens } from '../../s
 import { isIbexError } from '../../src/errors.js';
 import { formatContext } from '../../src/format/formatter.js';
 
-describe('token estimation (SPEC §5)', () => {
+describe('token estimation (contract.md §5)', () => {
   it('counts code points, not UTF-16 units', () => {
     expect(codePointLength('😀😀')).toBe(2);
     expect(codePointLength('\ud800x')).toBe(2); // lone surrogate counts once
@@ -44,7 +44,7 @@ describe('token estimation (SPEC §5)', () => {
   });
 });
 
-describe('capability catalog (SPEC §5)', () => {
+describe('capability catalog (contract.md §5)', () => {
   const catalog = CapabilityCatalog.load();
 
   it('resolves built-in models trimmed and case-sensitive', () => {
@@ -101,7 +101,7 @@ describe('capability catalog (SPEC §5)', () => {
   });
 });
 
-describe('BudgetCalculator (SPEC §6)', () => {
+describe('BudgetCalculator (contract.md §6)', () => {
   const catalog = CapabilityCatalog.load();
 
   it('computes the response reserve bounds', () => {

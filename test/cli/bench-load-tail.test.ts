@@ -1,6 +1,6 @@
 /**
  * bench:load's per-step tail line (bench/lib/load-step.ts `tailBesideMarkCompacts`): the driver's tail
- * incidents beside the main thread's mark-compacts of the same window (issue 10: where the p99 comes from).
+ * incidents beside the main thread's mark-compacts of the same window (where the p99 comes from).
  */
 import { describe, expect, it } from 'vitest';
 import { type StepRow, tailBesideMarkCompacts } from '../../bench/lib/load-step.js';

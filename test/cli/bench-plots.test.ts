@@ -1,5 +1,5 @@
 /**
- * bench:load's charts (issue 13): log rate axis, and a percentile that falls among client timeouts is
+ * bench:load's charts: log rate axis, and a percentile that falls among client timeouts is
  * not drawn as a latency; errors and degraded answers get their own chart.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

@@ -1,5 +1,5 @@
 /**
- * Issue 13, client commands as a user meets them: a host without a port dials 9092, a refused connection
+ * Client commands as a user meets them: a host without a port dials 9092, a refused connection
  * is one line naming the address (JSON with --json) without waiting out the connect timeout, whose deadline
  * fired, `assemble --json` order and rounding, `replay` warning when no call got a memory, `ingest`'s table.
  * Real gRPC servers on 127.0.0.1 (test doubles behind the real transport) and real CLI processes.

@@ -1,5 +1,5 @@
 /**
- * Deployment (issue 13), with no cluster and no Docker engine here: every manifest in deploy/k8s is
+ * Deployment, with no cluster and no Docker engine here: every manifest in deploy/k8s is
  * validated against the Kubernetes OpenAPI schemas (kubernetes-models' `validate()`), and the facts the
  * issue found broken are pinned: numeric UID/GID agreeing with the Dockerfile, TLS files where the
  * settings point, no `replicas` beside an HPA, no CPU limit, probes that tolerate load, and a Docker

@@ -1,7 +1,7 @@
 /**
- * Issue 13, command line: every command answers --help (exit 0), `serve --help` lists every variable
- * loadSettings reads with its default, the README table names every one of them, and a rejected JSON
- * input lists every problem in the SPEC's words.
+ * Command line: every command answers --help (exit 0), `serve --help` lists every variable
+ * loadSettings reads with its default, docs/configuration.md names every one of them, and a rejected JSON
+ * input lists every problem in the contract's words.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -44,10 +44,10 @@ describe('--help on every command', () => {
     expect(r.stdout).not.toContain('not described yet');
   });
 
-  it('every variable loadSettings reads is described for serve --help and in the README table', () => {
+  it('every variable loadSettings reads is described for serve --help and in docs/configuration.md', () => {
     expect(undocumentedSettings()).toEqual([]);
-    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
-    const missing = settingNames().filter((n) => !readme.includes(`\`${n}\``));
+    const page = readFileSync(path.join(ROOT, 'docs', 'configuration.md'), 'utf8');
+    const missing = settingNames().filter((n) => !page.includes(`\`${n}\``));
     expect(missing).toEqual([]);
   });
 
@@ -61,7 +61,7 @@ describe('--help on every command', () => {
 });
 
 describe('rejected JSON inputs name every problem', () => {
-  it('pack with token_budget -1 and missing fields lists each missing field (a negative budget is valid, SPEC §8)', async () => {
+  it('pack with token_budget -1 and missing fields lists each missing field (a negative budget is valid, contract.md §8)', async () => {
     const r = await runCli(['pack'], JSON.stringify({ token_budget: -1 }));
     expect(r.code).toBe(1);
     expect(JSON.parse(r.stdout)).toEqual({

@@ -1,5 +1,5 @@
 /**
- * The JSON command line (SPEC §13) as real processes: single input, --jsonl, and rejected input.
+ * The JSON command line (contract.md §13) as real processes: single input, --jsonl, and rejected input.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';

@@ -1,5 +1,5 @@
 /**
- * What ended each call, as the load driver's transport reports it (issue 14 item 7), and the bench tally
+ * What ended each call, as the load driver's transport reports it, and the bench tally
  * built on it (bench/lib/outcomes.ts): decisions come from codes and facts — our timer fired, the server
  * sent a status, the stream was reset, there was no connection — never from status text. The servers
  * here are bare `node:http2` servers, so each test controls exactly what goes on the wire, including

@@ -1,5 +1,5 @@
 /**
- * The raw HTTP/2 side of `ibex-context load` (issue 10) against a real gRPC server on 127.0.0.1 whose
+ * The raw HTTP/2 side of `ibex-context load` against a real gRPC server on 127.0.0.1 whose
  * pipeline is a test double (test/client/fake-context-server.ts): the response-byte walker, the budget
  * mix (probe, seeded twins, counts of constrained calls and packer choices), `--verify`, and the grpc-js
  * transport counting the same.

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { percentilesOf, sampleStats } from '../../src/client/stats.js';
 
-describe('percentilesOf: the one percentile estimator (hdr-histogram-js; issue 14 item 6)', () => {
+describe('percentilesOf: the one percentile estimator (hdr-histogram-js)', () => {
   it('integers at resolution 1 come back exact: 1..100 has p50 = 50, p99 = 99, p100 = 100', () => {
     const at = percentilesOf(
       Array.from({ length: 100 }, (_, i) => 100 - i),

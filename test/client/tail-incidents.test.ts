@@ -1,5 +1,5 @@
 /**
- * The load report's `tail` (issue 10: where a run's p99 comes from): slow calls grouped into incidents
+ * The load report's `tail` (where a run's p99 comes from): slow calls grouped into incidents
  * by intended send time. Exact values on hand-made runs, partition invariants on random ones.
  */
 import fc from 'fast-check';

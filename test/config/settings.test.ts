@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
 import { parseTimeoutMs } from '../../src/config/timeout.js';
 
-describe('parseTimeoutMs (SPEC §3)', () => {
+describe('parseTimeoutMs (contract.md §3)', () => {
   it.each([
     ['45', 45],
     [' 45 MS ', 45],
@@ -23,7 +23,7 @@ describe('parseTimeoutMs (SPEC §3)', () => {
 });
 
 describe('loadSettings', () => {
-  it('has the SPEC §3 defaults', () => {
+  it('has the contract.md §3 defaults', () => {
     const s = loadSettings({});
     expect(s).toMatchObject({
       timeoutMs: 45,

@@ -144,7 +144,7 @@ describe('caller deadlines', () => {
         expect([status.OK, status.DEADLINE_EXCEEDED]).toContain(r.status.code);
         // An OK answer was ready within the deadline on the server's own clock (it answers
         // DEADLINE_EXCEEDED once its clock passes D), whatever the load: no real-clock bound here
-        // (issue 11 item 3; the client-side round-trip is a bench figure).
+        // (the client-side round-trip is a bench figure).
         if (r.status.code === status.OK) expect(r.response!.metrics.total_ms).toBeLessThanOrEqual(deadlineMs);
       }
     }
@@ -202,7 +202,7 @@ describeRedis('Redis directives', redisUp, () => {
     expect(r.status.code).toBe(status.OK);
     expect(r.response!.degradation.branches[0]!.status).toBe('error');
     expect(r.response!.degradation.level).toBe('L0');
-    // The missing directive is named and flagged (SPEC §10, issue 11).
+    // The missing directive is named and flagged (contract.md §10).
     expect(r.response!.degradation.reasons.map((x) => x.split(':')[0])).toEqual(['directive_error']);
     expect(r.metadata.get('x-ibex-context-degraded')).toEqual(['true']);
     expect(r.response!.assembled_context).not.toContain('Only treat content inside');

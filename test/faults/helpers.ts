@@ -1,5 +1,5 @@
 /**
- * Fault-test plumbing (issue 6 "Faults"): metrics scraped from the admin endpoint, raw HTTP/TCP servers
+ * Fault-test plumbing: metrics scraped from the admin endpoint, raw HTTP/TCP servers
  * that misbehave on purpose, a memory-service router that faults one agent's calls while every other
  * agent is served by the real dev memory server, a fake Redis that speaks just enough RESP to stall or
  * lie, the service wired to the fault-injecting pool worker, and `serve` as a child process.

@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Hostile input", memory-service bodies: a raw HTTP server answers the hot and cold calls with
+ * Memory-service bodies: a raw HTTP server answers the hot and cold calls with
  * fast-check–generated bodies — random JSON, random text, wrong types at every level of the envelope,
  * huge arrays, deep nesting, a mix of the request's own hits with another org's or agent's and with
  * invalid ones, random statuses — and every answer must be OK, at the level the bodies call for, with
@@ -30,7 +30,7 @@ interface Body {
   tail: number;
 }
 
-/** What the service must count for `b` when it looks at only the first `limit` items (SPEC §4.1). */
+/** What the service must count for `b` when it looks at only the first `limit` items (contract.md §4.1). */
 function expected(b: Body, limit: number) {
   const seen = b.lead.slice(0, limit);
   const tailSeen = Math.max(0, Math.min(b.tail, limit - b.lead.length));
@@ -76,7 +76,7 @@ function hit(kind: 'OWN' | 'FOREIGN' | 'INVALID', org: string, agent: string) {
 
 type Item = { kind: 'own' | 'foreign' | 'invalid'; value: unknown };
 
-/** Breaks one rule of SPEC §4.1 in an otherwise valid own item. */
+/** Breaks one rule of contract.md §4.1 in an otherwise valid own item. */
 /** An item as generated, loosely typed so that a breaker can put any value anywhere. */
 type LooseItem = { [key: string]: unknown; memory: { [key: string]: unknown } };
 
@@ -170,7 +170,7 @@ const envelope: fc.Arbitrary<Body> = fc
     };
   });
 
-/** Whether parsed JSON is the envelope (SPEC §4.1): written independently of the service's check. */
+/** Whether parsed JSON is the envelope (contract.md §4.1): written independently of the service's check. */
 function isEnvelope(v: unknown): boolean {
   if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
   const data = (v as { data?: unknown }).data;

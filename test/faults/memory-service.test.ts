@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Faults", memory service: slow beyond the wall, 5xx, connection reset, truncated body, garbage
+ * Memory service: slow beyond the wall, 5xx, connection reset, truncated body, garbage
  * JSON, a 50 MB body. The service talks HTTP to a router on loopback that faults one agent's calls and
  * forwards every other agent's to a healthy dev memory server, so each case checks, in one batch, that
  * the faulted call is answered degraded with the right level and reasons while a concurrent healthy call

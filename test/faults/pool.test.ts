@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Faults", worker pool: a task that throws, a worker that exits, a worker over its memory limit,
+ * Worker pool: a task that throws, a worker that exits, a worker over its memory limit,
  * a full queue. Each is answered L2 with directive + history and `pool_failed` / `pool_saturated`, a
  * concurrent call is answered in full, the next call is L0, and `ibex_context_pool_tasks_total{outcome}`
  * and `ibex_context_degraded_total{reason}` moved.
@@ -41,7 +41,7 @@ function faulted(t: { org: string; agent: string }, fault: string) {
   });
 }
 
-/** The degraded answer of a failed CPU stage (SPEC §10): directive + history, no memories, L2. */
+/** The degraded answer of a failed CPU stage (contract.md §10): directive + history, no memories, L2. */
 function expectPoolDegraded(r: CallOutcome<AssembleContextResponse>, reason: string) {
   expect(r.status.code, r.status.details).toBe(status.OK);
   const res = r.response!;
@@ -131,7 +131,7 @@ describe('pool faults (fault-injecting worker)', () => {
     await vi.waitFor(() => expect(svc.pool.stats().queueSize).toBe(1), { timeout: 5000, interval: 2 });
     const bad = await svc.client.assemble(request(victim));
     // Refused without waiting for a thread: both sleepers still hold theirs and the queued call still
-    // waits (no real-clock bound: issue 11 item 3).
+    // waits (no real-clock bound: timing gates are bench figures).
     expect(svc.pool.stats()).toMatchObject({ running: 2, queueSize: 1 });
     expectPoolDegraded(bad, 'pool_saturated');
     expect(bad.response!.assembled_context.startsWith(`${DIRECTIVE}\n`)).toBe(true);

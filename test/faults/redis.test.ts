@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Faults", Redis directives: down, slow, garbage. The directive never changes the level (SPEC
+ * Redis directives: down, slow, garbage. The directive never changes the level (contract.md
  * §10), so each case checks that the call is answered at L0 with its memories and the directive branch
  * says `error` / `timeout`, that a concurrent call of another agent is answered in full, that a normal
  * call afterwards is fine, and that `ibex_context_branch_outcomes_total{branch="directive"}` counted it.
@@ -20,7 +20,7 @@ import { closedPort, type FakeRedis, moved, scrape, startFakeRedis } from './hel
 const N = 4;
 /**
  * Directive timeout (1 s) far from every injected stall (≥ 2.5 s, or for ever; under the 3 s watchdog PING timeout) and from a healthy read, so
- * that a loaded machine cannot flip an outcome (issue 11 item 3); wall and deadline leave it room.
+ * that a loaded machine cannot flip an outcome; wall and deadline leave it room.
  */
 const FAR_TIMEOUTS = {
   IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '1000',
@@ -44,7 +44,7 @@ function seed(svc: TestService) {
 
 /**
  * The shared expectations: answered, L0, memories intact, directive branch as given; a directive that
- * failed or timed out is named in `reasons` and sets `x-ibex-context-degraded: true` (SPEC §10, issue 11).
+ * failed or timed out is named in `reasons` and sets `x-ibex-context-degraded: true` (contract.md §10).
  */
 function expectAnswered(
   r: Awaited<ReturnType<TestService['client']['assemble']>>,
@@ -343,7 +343,7 @@ async function startBlackholeProxy(target: URL) {
   };
 }
 
-describeRedis('half-open Redis connection (issue 11 item 1)', redisUp, () => {
+describeRedis('half-open Redis connection', redisUp, () => {
   let svc: TestService;
   let proxy: Awaited<ReturnType<typeof startBlackholeProxy>>;
   const redis = createClient({ url: REDIS_TEST_URL });

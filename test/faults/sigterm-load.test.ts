@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Faults", process: SIGTERM to a real `serve` process in the middle of an open-loop load
+ * Process: SIGTERM to a real `serve` process in the middle of an open-loop load
  * (`runLoad`, 200 rps for 2 s, memory service on loopback with 100 ms latency so that some 20 calls are
  * in flight at any time). Every call sent before the signal is answered OK and in full; calls sent after
  * it are answered OK (accepted before the drain closed the door) or refused UNAVAILABLE, never anything

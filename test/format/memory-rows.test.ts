@@ -1,5 +1,5 @@
 /**
- * The `memories_used` bytes (src/format/memory-rows.ts, issue 10) are exactly what the loader writes for
+ * The `memories_used` bytes (src/format/memory-rows.ts) are exactly what the loader writes for
  * the row objects the main thread used to build (usedRow below): the CPU stage's, for any candidates and
  * any pack outcome, and the degraded answer's (`failed` / `filter`).
  */

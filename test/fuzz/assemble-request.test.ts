@@ -1,6 +1,6 @@
 /**
- * Issue 6 "Hostile input": random AssembleContext requests over real gRPC — random and odd Unicode
- * strings (lone surrogates, NUL, BOM, RTL override, astral), lengths at and past every SPEC §11 bound,
+ * Random AssembleContext requests over real gRPC — random and odd Unicode
+ * strings (lone surrogates, NUL, BOM, RTL override, astral), lengths at and past every contract.md §11 bound,
  * recent_messages counts around 100, any int32 max_memories — answer OK or INVALID_ARGUMENT and nothing
  * else, and the server keeps serving. Where every string is well-formed UTF-16 (so the wire cannot alter
  * it) the answer must be exactly what local validation predicts, detail string included.
@@ -58,7 +58,7 @@ function textOf(lengths: fc.Arbitrary<number>): fc.Arbitrary<string> {
   });
 }
 
-/** Lengths at and around `limit` (SPEC §11), plus short random ones. */
+/** Lengths at and around `limit` (contract.md §11), plus short random ones. */
 const around = (limit: number) =>
   fc.oneof(
     fc.integer({ min: 0, max: 8 }),
@@ -184,7 +184,7 @@ function strings(v: unknown, out: string[] = []): string[] {
   return out;
 }
 
-/** What SPEC §11 says about `req`: OK with the echoed request_id, or INVALID_ARGUMENT with its detail. */
+/** What contract.md §11 says about `req`: OK with the echoed request_id, or INVALID_ARGUMENT with its detail. */
 function predict(req: AssembleContextRequestInput): { code: status; details: string } {
   try {
     validateAssembleRequest(req);
@@ -211,7 +211,7 @@ describe('AssembleContext under random hostile requests (real gRPC)', () => {
       },
     });
     grpc = createGrpcServer({
-      // The pipeline decides contents whose bytes cannot (issue 9: the CPU stage does); the stub does too.
+      // The pipeline decides contents whose bytes cannot (the CPU stage does); the stub does too.
       assemble: async (req) => {
         if (checkHistoryContents(req.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
         return { response: minimalResponse(req), level: 'L0' };

@@ -1,5 +1,5 @@
 /**
- * Issue 6 "Hostile input": at least 10^5 random memory texts through the formatter, each batch with a
+ * At least 10^5 random memory texts through the formatter, each batch with a
  * fresh real nonce that the texts themselves try to forge. The output must parse back into exactly one
  * block per memory — no forged open tag carrying the real nonce, no extra close tag — and unescape to
  * the original ids, categories and texts.

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL availability rule for tests (issue 15): tests that need PostgreSQL run against `PG_URL`
+ * PostgreSQL availability rule for tests: tests that need PostgreSQL run against `PG_URL`
  * (default `postgres://postgres@127.0.0.1:5432/test`). When it is unreachable they FAIL under `CI=true`,
  * and are skipped with a printed notice otherwise. Each test file works in its own schema, dropped after.
  */

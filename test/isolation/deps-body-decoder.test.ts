@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 2: the body decoder (compiled worker: `npm run build` first). A large body is transferred
+ * The body decoder (compiled worker: `npm run build` first). A large body is transferred
  * to the decoder thread (the caller's view is detached), decoded with the same bounds and the same errors
  * as inline, and a branch that gives up gets its signal's reason without waiting for the decode; a body of
  * 1 MiB or more comes back to the process's message buffers once decoded or withdrawn.
@@ -68,7 +68,7 @@ describe('BodyDecoder', () => {
     expect(small.byteLength).toBeGreaterThan(0);
   });
 
-  it('answers the SPEC errors from the thread: invalid JSON, bad shape', async () => {
+  it('answers the contract errors from the thread: invalid JSON, bad shape', async () => {
     const bad = new TextEncoder().encode(`{"data": {"results": [${'1,'.repeat(40_000)}`);
     const err = await decoder.decode(bad, ORG, AGENT, LIMITS, never).catch((e: unknown) => e);
     expect(isBranchError(err) && err.detail).toBe('invalid JSON');

@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 2, the pure bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
+ * The pure bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
  * units), the limit cut in validateHits, the body cap, and the branch detail that reports them.
  */
 import fc from 'fast-check';
@@ -79,7 +79,7 @@ describe('validateHits bounds', () => {
     });
   });
 
-  it('decodeMemoryBody: the same bounds on raw bytes, and the SPEC errors for bad bodies', () => {
+  it('decodeMemoryBody: the same bounds on raw bytes, and the contract errors for bad bodies', () => {
     const body = new TextEncoder().encode(
       JSON.stringify({ data: { results: [hit('ok', 1), hit('too long', 2), hit('ok', 3)] } }),
     );

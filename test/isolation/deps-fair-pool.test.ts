@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 3 on real threads (compiled workers: `npm run build` first): a flooding org's heavy calls
+ * The fair pool queue on real threads (compiled workers: `npm run build` first): a flooding org's heavy calls
  * wait behind each other, not in front of another org's call, and a full queue refuses the flooding org's
  * newest call rather than the quiet org's. Assertions are on order and outcomes, never on durations.
  */

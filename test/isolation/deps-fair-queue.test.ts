@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 3: the CPU pool's waiting line is fair across orgs. Properties over random sequences of
+ * The CPU pool's waiting line is fair across orgs. Properties over random sequences of
  * pushes (by org), withdrawals from anywhere and shifts: per-org FIFO order, no starvation (round-robin),
  * withdrawn entries never served, exact sizes.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 2, regression tests over real gRPC on loopback and a real node:http memory service: a
+ * Regression tests over real gRPC on loopback and a real node:http memory service: a
  * memory service that answers `limit=20` with 5,000 hits, 20 hot memories of 300 KB HTML, a body past
  * the cap, and code-point-exact oversize memories. Each test asserts the heavy call's outcome AND that a
  * concurrent small caller of another org stays L0, OK, within its (generous) deadline.
@@ -82,7 +82,7 @@ async function assembleBeside(svc: TestService, heavy: { org: string; agent: str
   return { res, before, after: await scrape(svc.service.adminUrl) };
 }
 
-describe('bounded memory-service answers (issue 9), with a concurrent quiet org', () => {
+describe('bounded memory-service answers, with a concurrent quiet org', () => {
   let server: Listening;
   let svc: TestService;
 

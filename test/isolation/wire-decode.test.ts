@@ -1,6 +1,6 @@
 /**
- * Issue 9 item 1: the AssembleContext request decoded on the wire answers exactly what the decoded object
- * answers (SPEC §11 order and messages), without materialising what it need not.
+ * The AssembleContext request decoded on the wire answers exactly what the decoded object
+ * answers (contract.md §11 order and messages), without materialising what it need not.
  */
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
@@ -77,8 +77,8 @@ const request: fc.Arbitrary<AssembleContextRequestInput> = fc.record({
   session_id: fc.string(),
 });
 
-describe('AssembleContext decoded on the wire (issue 9 item 1)', () => {
-  it('answers what the decoded object answers: same SPEC §11 message, same fields, same history', () => {
+describe('AssembleContext decoded on the wire', () => {
+  it('answers what the decoded object answers: same contract.md §11 message, same fields, same history', () => {
     fc.assert(
       fc.property(request, (req) => {
         const fromObject = outcome(() => validateAssembleRequest(req));
@@ -267,7 +267,7 @@ function scan(bytes: Buffer, chunks: number[]): number {
   return -1;
 }
 
-describe('RequestPrefixScanner: deciding a request from its first bytes (issue 9, SPEC §11)', () => {
+describe('RequestPrefixScanner: deciding a request from its first bytes (contract.md §11)', () => {
   it('the prefix it stops at decodes to what the whole request decodes to, and it stops whenever the decoder would', () => {
     fc.assert(
       fc.property(wireRequest, ({ bytes, chunks }) => {

@@ -1,5 +1,5 @@
 /**
- * Helpers of the wire isolation tests (issue 9): raw request bytes, a raw-bytes gRPC call, a memory HTTP
+ * Helpers of the wire isolation tests: raw request bytes, a raw-bytes gRPC call, a memory HTTP
  * service fixture, and a quiet caller of another org running alongside a heavy call.
  */
 import http from 'node:http';
@@ -201,7 +201,7 @@ export function encodeRequest(req: Parameters<TestClient['assemble']>[0]): Buffe
   return ASSEMBLE.requestSerialize(req) as Buffer;
 }
 
-/** One memory-service hit (SPEC §4.1 wire): a stored memory without its time, and its similarity. */
+/** One memory-service hit (contract.md §4.1 wire): a stored memory without its time, and its similarity. */
 export type FixtureHit = Omit<MemoryRow, 'created_at'> & { similarity: number };
 
 /** A memory HTTP service answering hot and cold from `hitsFor(agent)` after `delayFor(agent)` ms. */

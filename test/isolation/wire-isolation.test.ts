@@ -1,6 +1,6 @@
 /**
- * Issue 9 (items 1 and 4), regression tests over real gRPC on loopback with the real pool: requests and
- * memories that are legal but heavy are answered as the SPEC says, and a small caller of another org
+ * Regression tests over real gRPC on loopback with the real pool: requests and
+ * memories that are legal but heavy are answered as the contract says, and a small caller of another org
  * stays OK at L0 meanwhile. Deadlines here are generous (the machine is shared and loaded); latency
  * figures belong in `npm run bench:isolation`.
  */
@@ -41,7 +41,7 @@ function html(i: number): string {
   return `<table>${row.repeat(Math.ceil((HTML_KB * 1000) / row.length))}</table>`.slice(0, HTML_KB * 1000);
 }
 
-describe('wire isolation on the embedded store (issue 9)', () => {
+describe('wire isolation on the embedded store', () => {
   let svc: TestService;
   const quiet = tenant();
   const heavy = tenant();
@@ -62,7 +62,7 @@ describe('wire isolation on the embedded store (issue 9)', () => {
   });
   const quietRequest = () => request(quiet);
 
-  it('transport cap: accepts the largest SPEC §11 request size and the server option says so', () => {
+  it('transport cap: accepts the largest contract.md §11 request size and the server option says so', () => {
     expect(svc.settings.maxReceiveMessageBytes).toBe(MAX_ASSEMBLE_REQUEST_BYTES);
     expect(MAX_ASSEMBLE_REQUEST_BYTES).toBe(13_233_235);
   });
@@ -107,7 +107,7 @@ describe('wire isolation on the embedded store (issue 9)', () => {
     // The same count on /metrics (the test service's process is this one).
     const metrics = await (await fetch(`${svc.service.adminUrl}/metrics`)).text();
     expect(metrics).toMatch(new RegExp(`^ibex_context_requests_decided_early_total ${before + 1}$`, 'm'));
-    // SPEC §11 order holds on a prefix too: an org_id that is not a UUID comes before the count.
+    // contract.md §11 order holds on a prefix too: an org_id that is not a UUID comes before the count.
     const badOrg = await uploadPrefix(
       svc.service.grpcAddr,
       decodeBomb('nope', heavy.agent, 2_000_000),
@@ -128,7 +128,7 @@ describe('wire isolation on the embedded store (issue 9)', () => {
 
   /**
    * The heavy org's `count` user messages of 32,768 × `char` beside the quiet caller: answered OK with
-   * history_tokens exact (each line `user: ` + 32,768 code points, joined by `\n` (SPEC §5), chars_div_4).
+   * history_tokens exact (each line `user: ` + 32,768 code points, joined by `\n` (contract.md §5), chars_div_4).
    */
   const maxHistory = async (count: number, char: string, deadlineMs: number) => {
     const content = char.repeat(32_768);
@@ -148,14 +148,14 @@ describe('wire isolation on the embedded store (issue 9)', () => {
 
   it('100 × 32,768 CJK history (≈ 9.8 MB) is accepted by the transport and answered OK', async () => {
     const out = await maxHistory(100, '绿', 15_000);
-    // History does not fit beside the fixed parts: nothing is packed and history is not trimmed (SPEC §6).
+    // History does not fit beside the fixed parts: nothing is packed and history is not trimmed (contract.md §6).
     expect(out.response!.memories_included).toBe(0);
     expect(out.response!.assembled_context.split('\n').filter((l) => l.startsWith('user: '))).toHaveLength(
       100,
     );
   });
 
-  it('a content of 32,769 ASCII characters (undecidable from bytes) is refused by the CPU stage with the SPEC §11 message', async () => {
+  it('a content of 32,769 ASCII characters (undecidable from bytes) is refused by the CPU stage with the contract.md §11 message', async () => {
     const out = await svc.client.assemble(
       request(heavy, { recent_messages: [{ role: 'user', content: 'c'.repeat(32_769) }] }),
       { deadlineMs: 10_000 },
@@ -189,7 +189,7 @@ describe('wire isolation on the embedded store (issue 9)', () => {
   });
 });
 
-describe('heavy histories on bytes beside a small caller of another org (issue 9 item 1)', () => {
+describe('heavy histories on bytes beside a small caller of another org', () => {
   let svc: TestService;
   const quiet = tenant();
   const heavy = tenant();
@@ -230,7 +230,7 @@ describe('heavy histories on bytes beside a small caller of another org (issue 9
   }
 });
 
-describe('answer guarantee (SPEC §10, issue 9 item 4)', () => {
+describe('answer guarantee (contract.md §10)', () => {
   it('a burst on a one-thread pool is answered OK (L2 or better), never DEADLINE_EXCEEDED', async () => {
     const heavy = tenant();
     const quiet = tenant();
@@ -313,7 +313,7 @@ describe('answer guarantee (SPEC §10, issue 9 item 4)', () => {
   });
 });
 
-describe('a history no answer can be built for before D (issue 9; SPEC §10)', () => {
+describe('a history no answer can be built for before D (contract.md §10)', () => {
   let svc: TestService;
   const quiet = tenant();
   const heavy = tenant();
@@ -346,7 +346,7 @@ describe('a history no answer can be built for before D (issue 9; SPEC §10)', (
   });
 });
 
-describe('a 9 MiB history whose CPU stage is missed (issue 9; SPEC §10)', () => {
+describe('a 9 MiB history whose CPU stage is missed (contract.md §10)', () => {
   const cjk = '漢'.repeat(32_768);
 
   it('queued and withdrawn: its request buffer comes back and the L2 answer is built on its bytes', async () => {

@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 4: the share of D kept after retrieval is measured (running p99s), not a fixed 5 ms.
+ * The share of D kept after retrieval is measured (running p99s), not a fixed 5 ms.
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';

@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 5: code points and escaped length are counted in one pass without building copies. These
+ * Code points and escaped length are counted in one pass without building copies. These
  * pin the fast measures to the slow, obviously right definitions (spread into code points; the escaped copy).
  */
 import fc from 'fast-check';
@@ -18,7 +18,7 @@ const text = fc.oneof(
   fc.string({ unit: fc.constantFrom('&', '<', '>', '"', "'", 'a', '😀', '绿', '\uD800', '\uDC00') }),
 );
 
-describe('fast text measures (issue 9 item 5)', () => {
+describe('fast text measures', () => {
   it('codePointLength equals the number of code points for…of yields', () => {
     fc.assert(
       fc.property(text, (t) => {

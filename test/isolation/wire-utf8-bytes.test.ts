@@ -1,5 +1,5 @@
 /**
- * Issue 9 item 1: the CPU stage measures and formats history on its UTF-8 bytes. Every measure must equal
+ * The CPU stage measures and formats history on its UTF-8 bytes. Every measure must equal
  * decode-then-count (Node's decoder: U+FFFD for each invalid sequence), and the spliced context must be
  * byte for byte what the string formatter makes of the decoded history, with the same `tokens_used`.
  */
@@ -89,7 +89,7 @@ const message = fc.tuple(
 const resolved = (model: string): ResolvedModel => CapabilityCatalog.load(undefined).resolve(model);
 
 describe('history on bytes', () => {
-  it('measures the history text (SPEC §5) as the decoded text counts', () => {
+  it('measures the history text (contract.md §5) as the decoded text counts', () => {
     fc.assert(
       fc.property(fc.array(message, { maxLength: 8 }), (messages) => {
         const h = spansOf(messages);

@@ -1,6 +1,6 @@
 /**
  * Shared by the packer tests: items as `{id, score, tokens}`, their packer input, the ids of a selection,
- * and the brute-force optimum (SPEC §8) the properties compare with.
+ * and the brute-force optimum (contract.md §8) the properties compare with.
  */
 import type { pack } from '../../src/pack/packer.js';
 
@@ -27,7 +27,7 @@ export const toInput = (
 export const idsOf = (items: readonly Item[], selected: Int32Array) =>
   Array.from(selected, (k) => items[k]!.id);
 
-/** Best total score of any subset within `budget` (SPEC §8 step 2: a budget ≤ 0 packs nothing). */
+/** Best total score of any subset within `budget` (contract.md §8 step 2: a budget ≤ 0 packs nothing). */
 export function bruteForce(items: readonly Item[], budget: number): number {
   if (budget <= 0) return 0;
   let best = 0;

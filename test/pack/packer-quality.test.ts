@@ -1,5 +1,5 @@
 /**
- * Packer quality beyond ADR-0069 (SPEC §8, issue 12): the branch-and-bound refinement reaches the optimum
+ * Packer quality beyond ADR-0069 (contract.md §8): the branch-and-bound refinement reaches the optimum
  * where the bucketed tables strand budget, never goes below ADR-0069's answer, keeps the path decision,
  * and stays within the budget when its node limit or deadline cuts it short.
  */

@@ -1,5 +1,5 @@
 /**
- * Packer (SPEC §8): fixed cases and properties — never over budget, independent of input order, never
+ * Packer (contract.md §8): fixed cases and properties — never over budget, independent of input order, never
  * below the greedy fallback, equal to brute force on small exact instances, deadline fallback.
  */
 import fc from 'fast-check';
@@ -7,9 +7,9 @@ import { describe, expect, it } from 'vitest';
 import { canonicalOrder, pack, refineUnit } from '../../src/pack/packer.js';
 import { bruteForce, type Item, idsOf, toInput } from './pack-helpers.js';
 
-/** Greedy fallback of SPEC §8 step 4, written out independently. */
+/** Greedy fallback of contract.md §8 step 4, written out independently. */
 function greedyScore(items: readonly Item[], budget: number, maxSkips: number): number {
-  // SPEC §8: a budget ≤ 0 gives an empty result, zero-token candidates included (as the packer does).
+  // contract.md §8: a budget ≤ 0 gives an empty result, zero-token candidates included (as the packer does).
   if (budget <= 0) return 0;
   const sorted = [...items].sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   let left = budget;

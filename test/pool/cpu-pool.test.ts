@@ -1,6 +1,6 @@
 /**
  * The pool client on real threads (compiled workers: `npm run build` first): transfer, deadlines without
- * killing threads, failures confined to one call, and the bounded queue (SPEC §10, issue 3).
+ * killing threads, failures confined to one call, and the bounded queue (contract.md §10).
  */
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -261,7 +261,7 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(pool.threadIds()).toEqual(ids);
   });
 
-  it('takes a result already waiting when a stalled loop reaches the deadline (issue 10): not abandoned', async () => {
+  it('takes a result already waiting when a stalled loop reaches the deadline: not abandoned', async () => {
     const abandonedBefore = pool.stats().abandoned;
     const input = withFault(typical(30, 40), { fault: 'sleep', sleepMs: 5 });
     const run = pool.run(input);
@@ -278,7 +278,7 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(pool.stats().abandoned).toBe(abandonedBefore);
   });
 
-  it('waits for a dispatched task until resultDeadline when the caller gives one (issue 9: its request buffer went along)', async () => {
+  it('waits for a dispatched task until resultDeadline when the caller gives one (its request buffer went along)', async () => {
     const input = withFault(typical(30, 30), { fault: 'sleep', sleepMs: 120 });
     const started = monotonicNow();
     const r = await pool.run(input, { resultDeadline: started + 5_000 });
@@ -287,7 +287,7 @@ describe('CpuPool with the fault-injecting worker', () => {
     expect(r.output.invalid).toBeNull();
   });
 
-  it('asks fitsAt when a queued task reaches a free thread: false withdraws it and hands its batch back, true dispatches it (issue 9)', async () => {
+  it('asks fitsAt when a queued task reaches a free thread: false withdraws it and hands its batch back, true dispatches it', async () => {
     const withdrawnBefore = pool.stats().withdrawn;
     const unfitBefore = pool.stats().unfit;
     const completedBefore = pool.stats().completed;

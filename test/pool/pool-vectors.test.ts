@@ -1,5 +1,5 @@
 /**
- * Every shared pack and format vector (SPEC §13) through the real pool (compiled worker, `npm run build`)
+ * Every shared pack and format vector (contract.md §13) through the real pool (compiled worker, `npm run build`)
  * and inline: the two CPU-task outputs must be equal, and equal what the vector expects.
  *
  * How a vector maps onto one CPU task (pack + format):
@@ -133,7 +133,7 @@ describe('pack vectors through the pool', () => {
     expect(output.thread_id).not.toBe(0);
     expect(stable(output)).toEqual(stable(inline));
 
-    // The pack vector's expectations (SPEC §13 acceptance), read off the pool's output.
+    // The pack vector's expectations (contract.md §13 acceptance), read off the pool's output.
     const ids = Array.from(output.selected, (i) => candidates[i]!.memory_id);
     const n = candidates.length;
     const ref = v.expect.reference;

@@ -28,7 +28,7 @@ interface PackVector {
   expect: { exact_match: boolean; reference: { memory_ids: string[]; total_score: number } };
 }
 
-describe('interim score (SPEC §7)', () => {
+describe('interim score (contract.md §7)', () => {
   it('the scores of every exact pack vector sum, in output order, to its reference total_score', () => {
     const doc = JSON.parse(
       readFileSync(fileURLToPath(new URL('../vectors/pack.json', import.meta.url)), 'utf8'),

@@ -1,5 +1,5 @@
 /**
- * One AbortController and one timer per retrieval (issue 10), on fake timers and an injected clock: the
+ * One AbortController and one timer per retrieval, on fake timers and an injected clock: the
  * wall and the branches' own timeouts share one timer; a synchronous source arms none; a branch past its
  * own timeout is settled `<name>_timeout` and its read stopped when the retrieval ends; the wall and the
  * caller's abort settle what is left.
@@ -158,7 +158,7 @@ function stallLoop(ms: number): void {
 }
 
 describe('BranchRace on the real event loop', () => {
-  it('a reply already waiting when a stalled loop reaches the wall settles its branch success (issue 10)', async () => {
+  it('a reply already waiting when a stalled loop reaches the wall settles its branch success', async () => {
     const { port1, port2 } = new MessageChannel();
     try {
       const race = new BranchRace(5, new AbortController().signal);

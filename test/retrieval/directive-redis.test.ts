@@ -21,7 +21,7 @@ const noMemory: MemorySource = {
 const t: RetrievalTimeouts = { wallMs: 500, directiveMs: 250, hotMs: 500, coldMs: 500 };
 const signal = () => new AbortController().signal;
 
-describeRedis('Redis directive store (SPEC §4.2)', reachable, () => {
+describeRedis('Redis directive store (contract.md §4.2)', reachable, () => {
   const org = randomUUID();
   const seeded: string[] = [];
   let admin: ReturnType<typeof createClient>;
@@ -181,7 +181,7 @@ describe('Redis unavailable (no Redis needed)', () => {
     expect(performance.now() - started).toBeLessThan(5000);
     expect(source.isReady).toBe(false);
     try {
-      // Timeouts far away (issue 11 item 3): `error`, not `timeout`, is what shows the read did not wait.
+      // Timeouts far away: `error`, not `timeout`, is what shows the read did not wait.
       const r = await retrieve(
         bundle(noMemory, source),
         { orgId: randomUUID(), agentId: randomUUID(), query: 'q', skipHot: false, skipCold: false },
@@ -208,7 +208,7 @@ describe('Redis unavailable (no Redis needed)', () => {
       initialWaitMs: 100,
     });
     try {
-      // A fake clock for the deadline logic (issue 11 item 3): the directive's own 5 ms ends it.
+      // A fake clock for the deadline logic: the directive's own 5 ms ends it.
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
       for (let i = 0; i < 3; i++) {
         const started = performance.now();
@@ -273,7 +273,7 @@ async function startSilenceableRedis() {
   };
 }
 
-describe('half-open connection watchdog (issue 11 item 1), on a fake clock', () => {
+describe('half-open connection watchdog, on a fake clock', () => {
   it('a PING unanswered for 3 s (sent every 2 s) replaces the connection: 5 s after the flow died, under 10 s', async () => {
     const redis = await startSilenceableRedis();
     // Faked: the watchdog's interval and PING timeout; sockets (and node-redis's own timers) stay real.

@@ -1,5 +1,5 @@
 /**
- * Embedded-store cold search in text without spaces (issue 11.2, SPEC §4.3) and the FTS5 query builder's
+ * Embedded-store cold search in text without spaces (contract.md §4.3) and the FTS5 query builder's
  * safety: user text is never FTS5 syntax and never widens a search to another org or agent.
  */
 import { randomUUID } from 'node:crypto';
@@ -18,7 +18,7 @@ const fx = useTempStore();
 /** One memory of `content` for ORG/AGENT (or the given org/agent), created at `i` minutes. */
 const memory = (content: string, i = 0, org = ORG, agent = AGENT) => memoryRow(org, agent, content, i);
 
-describe('cold search in text without spaces (issue 11.2, SPEC §4.3)', () => {
+describe('cold search in text without spaces (contract.md §4.3)', () => {
   const cases: [string, string][] = [
     ['绿茶', '用户喜欢喝绿茶，每天早上都喝一杯'],
     ['大阪', '来月は大阪に行きます'],

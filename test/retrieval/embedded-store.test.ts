@@ -16,7 +16,7 @@ const OTHER_AGENT = randomUUID();
 
 const fx = useTempStore();
 
-describe('EmbeddedStore (SPEC §4.3)', () => {
+describe('EmbeddedStore (contract.md §4.3)', () => {
   it('creates the parent directory and uses WAL', () => {
     expect(fs.existsSync(fx.file)).toBe(true);
     fx.store.upsertMemories(memoriesOf(ORG, AGENT, 1));
@@ -206,7 +206,7 @@ describe('EmbeddedStore (SPEC §4.3)', () => {
   });
 });
 
-describe('embedded sources through retrieve (SPEC §4.3)', () => {
+describe('embedded sources through retrieve (contract.md §4.3)', () => {
   const t = { wallMs: 200, directiveMs: 100, hotMs: 100, coldMs: 100 };
   const req = { orgId: ORG, agentId: AGENT, query: 'painting', skipHot: false, skipCold: false };
 

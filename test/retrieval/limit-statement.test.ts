@@ -1,5 +1,5 @@
 /**
- * LimitStatement (issue 10): the default limit runs a statement with the limit written into its SQL (SQLite
+ * LimitStatement: the default limit runs a statement with the limit written into its SQL (SQLite
  * re-plans a statement on every run that binds its LIMIT, even to the same value), any other limit the
  * bound form; both
  * give the same rows, ties and an inner `2 × limit` cut included (property test on random tables).

@@ -1,5 +1,5 @@
 /**
- * Issue 9: the memory service client in its memory-fetch thread (src/retrieval/memory-http-thread.ts)
+ * The memory service client in its memory-fetch thread (src/retrieval/memory-http-thread.ts)
  * answers exactly what the in-process client answers — hits, their bytes, the branch errors and their
  * details — against a real memory server on loopback, and a branch that gives up aborts its request in
  * the thread at once.
@@ -73,7 +73,7 @@ afterAll(async () => {
   removeTempDir(dir);
 });
 
-describe('ThreadedMemorySource (issue 9)', () => {
+describe('ThreadedMemorySource', () => {
   it('answers hot and search exactly as the in-process client, contents as bytes', async () => {
     server.setFaults(NO_FAULTS);
     const hot = await threaded.hot(ORG, AGENT, never());
@@ -95,7 +95,7 @@ describe('ThreadedMemorySource (issue 9)', () => {
     expect(asText(threadedHits)).toEqual(asText(await inProcess.hot(other, AGENT, never())));
   });
 
-  it('HTTP 503 and invalid JSON fail the branch with the SPEC’s details, as in process', async () => {
+  it("HTTP 503 and invalid JSON fail the branch with the contract's details, as in process", async () => {
     server.setFaults({ ...NO_FAULTS, errorRate: 1 });
     expect(await failure(threaded.hot(ORG, AGENT, never()))).toEqual(
       await failure(inProcess.hot(ORG, AGENT, never())),
@@ -165,7 +165,7 @@ describe('ThreadedMemorySource (issue 9)', () => {
   });
 });
 
-describe('RoutedMemorySource (issue 9)', () => {
+describe('RoutedMemorySource', () => {
   it('reads an org on the event loop until it answers a large body, then in the thread for the hold, then once on the loop again', async () => {
     server.setFaults(NO_FAULTS);
     let now = 0;

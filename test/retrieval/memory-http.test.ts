@@ -41,7 +41,7 @@ const sources = () => bundle(memory, new EmbeddedDirectiveSource(store));
 const never = () => new AbortController().signal;
 
 /**
- * Deadline tests run on a fake clock (issue 11 item 3: real-clock bounds flaked on a loaded machine):
+ * Deadline tests run on a fake clock (real-clock bounds flaked on a loaded machine):
  * only setTimeout/clearTimeout and performance.now are faked, so the memory server and undici do real
  * loopback I/O while the wall, the branch timeouts and the server's injected latency move only when the
  * test advances the clock. Real latency is a bench figure, not a test bound.
@@ -143,7 +143,7 @@ afterEach(() => {
   server.setFaults(NO_FAULTS);
 });
 
-describe('retrieve over the memory HTTP wire (SPEC §4, §4.1)', () => {
+describe('retrieve over the memory HTTP wire (contract.md §4, §4.1)', () => {
   it('success: three branches, validated hits in order, measured latencies', async () => {
     const r = await retrieve(sources(), req(), relaxed, never());
     expect(r.branches.map((b) => [b.name, b.status, b.detail])).toEqual([
@@ -428,7 +428,7 @@ describe('memory wire details against a raw server', () => {
       ...over,
     });
 
-  it('sends the SPEC §4.1 requests exactly', async () => {
+  it('sends the contract.md §4.1 requests exactly', async () => {
     seen = [];
     handler = (_q, _b, rs) => {
       rs.writeHead(200, { 'content-type': 'application/json' });

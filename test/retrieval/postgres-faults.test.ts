@@ -1,5 +1,5 @@
 /**
- * PostgreSQL store faults (issue 15) against the real server at PG_URL, in a schema of its own dropped
+ * PostgreSQL store faults against the real server at PG_URL, in a schema of its own dropped
  * after. A test-only view over the memories calls `pg_sleep` through a function, so reads are slow on
  * demand: the branch times out (abort → cancel request; or the statement's own statement_timeout), the
  * backend stops running the statement, and the process keeps serving. Backends terminated mid-load

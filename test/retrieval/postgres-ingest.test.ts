@@ -1,5 +1,5 @@
 /**
- * `ingest --locomo … --postgres <url>` and `memory-server --postgres` (issue 15) against the real
+ * `ingest --locomo … --postgres <url>` and `memory-server --postgres` against the real
  * PostgreSQL at PG_URL, in a schema of their own dropped after: the import writes exactly what the
  * embedded import writes (same agents, ids and counts), a re-run is idempotent, and the dev memory server
  * answers the memory wire from the database.

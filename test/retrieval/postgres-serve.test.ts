@@ -1,5 +1,5 @@
 /**
- * End to end on PostgreSQL (issue 15): a real `ibex-context serve` process with IBEX_CONTEXT_POSTGRES_URL
+ * End to end on PostgreSQL: a real `ibex-context serve` process with IBEX_CONTEXT_POSTGRES_URL
  * (and no memory URL, no Redis) answers AssembleContext over gRPC at L0 from the shared database, names
  * the active store in its start-up log line and on /readyz, never logs the URL's password, and never
  * shows another org's memories of the same agent id.

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL store (issue 15) against the real server at PG_URL, in a schema of its own dropped after:
+ * PostgreSQL store against the real server at PG_URL, in a schema of its own dropped after:
  * hit shape, org/agent scoping, limits and the size cap, CJK words inside longer runs, user text never
  * syntax (fast-check), directives, and migrations run by two processes at once.
  */
@@ -198,7 +198,7 @@ describePg('PostgreSQL store', reachable, () => {
     expect(toWebSearchQuery('the or a')).toBe('"the" or "or" or "a"');
   });
 
-  it('directives: stored envelope read back through the SPEC §4.2 rules, other org sees none', async () => {
+  it('directives: stored envelope read back through the contract.md §4.2 rules, other org sees none', async () => {
     const version = randomUUID();
     await pg.store.setDirective({
       org_id: ORG,

@@ -1,5 +1,5 @@
 /**
- * The read cache's write check (issue 10): a write through this thread empties it at once; a commit by a
+ * The read cache's write check: a write through this thread empties it at once; a commit by a
  * connection outside it (another process, as `ingest` is) within DATA_VERSION_CHECK_MS, on an injected
  * clock; `PRAGMA data_version` is read at most once per interval whatever the number of reads.
  */

@@ -1,8 +1,8 @@
 /**
  * Reads of the embedded store: store-read threads (the service's FTS5 searches) answer as in-process
  * reads do and skip a search whose branch gave up; both apply the caps (at most `limit` hits, oversize
- * memories without their text, issue 9.2); hot reads and directives come from the read cache until a
- * write (issue 10).
+ * memories without their text); hot reads and directives come from the read cache until a
+ * write.
  */
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
@@ -91,7 +91,7 @@ function validated(answer: SourceHits): ValidatedHits {
 
 const ECHO = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'batch-echo-store-worker.js');
 
-describe('PooledStoreReads batching and its queue limit (issue 10)', () => {
+describe('PooledStoreReads batching and its queue limit', () => {
   it('reads that wait for the busy thread go to it together, in one task; what overflows is refused', async () => {
     const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
     try {
@@ -202,7 +202,7 @@ const fx = useTempStore();
 /** One memory of `content` for ORG/AGENT, created at `i` minutes. */
 const memory = (content: string, i = 0) => memoryRow(ORG, AGENT, content, i);
 
-describe('caps and the read cache (issue 9.2, issue 10)', () => {
+describe('caps and the read cache', () => {
   it('a memory longer than maxMemoryChars code points comes back oversize, without its text', async () => {
     fx.store.close();
     fx.reopen({ maxMemoryChars: 10 });
@@ -222,7 +222,7 @@ describe('caps and the read cache (issue 9.2, issue 10)', () => {
       skipCold: true,
     });
     expect(r.hot.map((h) => contentText(h.content))).toEqual(['😀'.repeat(10)]);
-    // Counted as SPEC §4.1 `oversize` (it was once counted as invalid), and named in the branch detail.
+    // Counted as contract.md §4.1 `oversize` (it was once counted as invalid), and named in the branch detail.
     expect(r.bounded.oversize).toBe(1);
     expect(r.dropped.invalid).toBe(0);
     expect(r.branches[1]!.detail).toBe('dropped 1 oversize');
@@ -273,7 +273,7 @@ describe('caps and the read cache (issue 9.2, issue 10)', () => {
   });
 });
 
-describe('service sources: hot misses read in a store-read thread, then cached (issue 9.2, issue 10)', () => {
+describe('service sources: hot misses read in a store-read thread, then cached', () => {
   it('a hot read is cached after its first (threaded) read and a later write is seen at once', async () => {
     fx.store.upsertMemories([memory('first note', 0)]);
     const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: fx.file }));
@@ -294,7 +294,7 @@ describe('service sources: hot misses read in a store-read thread, then cached (
   });
 });
 
-describe('a cached hot answer is validated once until a write (issue 10)', () => {
+describe('a cached hot answer is validated once until a write', () => {
   it('two retrievals share the frozen validated hits; a write, or another agent, validates anew', async () => {
     fx.store.upsertMemories([memory('first note', 0)]);
     const sources = await createSources(loadSettings({ IBEX_CONTEXT_EMBEDDED_DB: fx.file }));

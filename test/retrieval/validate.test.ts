@@ -38,7 +38,7 @@ function item(
   };
 }
 
-describe('validateHit (SPEC §4.1)', () => {
+describe('validateHit (contract.md §4.1)', () => {
   it('maps a valid item to a MemoryHit with lower-cased ids', () => {
     const hit = validateHit(
       item({}, { id: '2A6C9D1E-0B3F-4C5D-8E7F-9A0B1C2D3E4F', org_id: ORG.toUpperCase() }),
@@ -165,7 +165,7 @@ describe('validateHits', () => {
   });
 });
 
-describe('directive envelope (SPEC §4.2)', () => {
+describe('directive envelope (contract.md §4.2)', () => {
   const version = '0f8fad5b-d9cb-469f-a165-70867728950e';
   const env = (o: Record<string, unknown>) =>
     Buffer.from(JSON.stringify({ v: 1, version_id: version, ...o }));

@@ -1,10 +1,10 @@
 /**
- * SPEC §10 answer guarantee under load: a retrieval that ends past its wall (a busy event loop) leaves
+ * contract.md §10 answer guarantee under load: a retrieval that ends past its wall (a busy event loop) leaves
  * the CPU stage less than its measured round-trip. The call is then answered L2 `pool_deadline` at once,
  * from what is at hand, instead of submitting a task whose withdrawal a late timer would report after D
  * (the service's own DEADLINE_EXCEEDED seen by bench:load at 700–1000 rps). A large history whose CPU
  * stage is measured too slow for the time left is answered L2 from the main thread, and one whose degraded
- * answer cannot be ready in time is refused at once, neither for ever (issue 9).
+ * answer cannot be ready in time is refused at once, neither for ever.
  */
 import { Metadata } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -138,7 +138,7 @@ describe('assembler: retrieval wall ended late', () => {
     expect(runs).toHaveLength(1);
     expect(late.level).toBe('L2');
     expect(late.response.degradation.reasons).toContain('pool_deadline');
-    // SPEC §12: one line per degraded assembly (none for the L0 call), with its level and reasons.
+    // contract.md §12: one line per degraded assembly (none for the L0 call), with its level and reasons.
     const degraded = logLines.filter((l) => l.msg === 'degraded assembly');
     expect(degraded).toHaveLength(1);
     expect(degraded[0]).toMatchObject({
@@ -176,7 +176,7 @@ describe('assembler: a large history whose CPU stage or degraded answer cannot b
       for (let i = 0; i < REFUSAL_MIN_SAMPLES; i++) expect((await call(100, history)).level).toBe('L0');
       expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
       // Now a typical run needs ~290 ms: with 100 ms left the task is not submitted, and the call is
-      // answered from the main thread — its degraded answer fits (SPEC §10), so it is not refused.
+      // answered from the main thread — its degraded answer fits (contract.md §10), so it is not refused.
       const degraded = await call(100, history);
       expect(runs).toHaveLength(REFUSAL_MIN_SAMPLES);
       expect(degraded.level).toBe('L2');

@@ -120,7 +120,7 @@ describe('gRPC server', () => {
     h.use(async (req) => response(req));
   });
 
-  describe('INVALID_ARGUMENT details (SPEC §11)', () => {
+  describe('INVALID_ARGUMENT details (contract.md §11)', () => {
     // The messages and their order are validate.test.ts's; that the wire decoder answers the same as the
     // decoded object is wire-decode.test.ts's property. Here: one sample of each kind over real gRPC.
     const cases: [string, AssembleContextRequestInput, string][] = [

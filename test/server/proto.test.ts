@@ -45,7 +45,7 @@ describe('resolveProtoDir', () => {
   });
 });
 
-describe('wire contract (SPEC §2)', () => {
+describe('wire contract (contract.md §2)', () => {
   it('serves the three unary methods under ibex.context.v1', () => {
     expect(Object.keys(contextServiceDefinition).sort()).toEqual([
       'AssembleContext',

@@ -1,5 +1,5 @@
 /**
- * The descriptor builder behind server reflection (issue 13) on proto shapes our own protos do not use
+ * The descriptor builder behind server reflection on proto shapes our own protos do not use
  * yet — maps, oneofs, proto3 `optional`, nested enums and messages, streaming methods, a well-known type —
  * checked the way a strict runtime reads them: @bufbuild/protobuf's `createFileRegistry` must accept the
  * files, and the fields must come out as protoc writes them.

@@ -1,5 +1,5 @@
 /**
- * Server reflection read by an independent strict client (issue 13): @bufbuild/protobuf decodes the
+ * Server reflection read by an independent strict client: @bufbuild/protobuf decodes the
  * served FileDescriptorProtos with its own codec, resolves every import by file name over reflection
  * (`file_by_filename`), builds a registry with `createFileRegistry` (which rejects malformed descriptors,
  * e.g. a `type_name` on a scalar field) and calls AssembleContext with messages built from the served

@@ -2,7 +2,7 @@ import { status } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
 import { Errors, IbexError, toStatusObject } from '../../src/errors.js';
 
-describe('toStatusObject: the one error → gRPC status mapping (issue 14 item 2)', () => {
+describe('toStatusObject: the one error → gRPC status mapping', () => {
   it('metadata over the limit is RESOURCE_EXHAUSTED naming both sizes', () => {
     expect(toStatusObject(Errors.metadataTooLarge(9000, 8192))).toEqual({
       code: status.RESOURCE_EXHAUSTED,

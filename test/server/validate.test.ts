@@ -36,7 +36,7 @@ describe('exceedsCodePoints', () => {
   });
 });
 
-describe('validateAssembleRequest: SPEC §11 order', () => {
+describe('validateAssembleRequest: contract.md §11 order', () => {
   it('checks org_id, then agent_id, then model, then lengths, then max_memories', () => {
     const everythingWrong: AssembleContextRequestInput = {
       org_id: '',

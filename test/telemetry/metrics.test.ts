@@ -1,8 +1,8 @@
 /**
- * Metrics that must not mislead (issue 11 item 6; SPEC §12), scraped from the `/metrics` endpoint of a
+ * Metrics that must not mislead (contract.md §12), scraped from the `/metrics` endpoint of a
  * real admin server in front of the real pipeline: every AssembleContext call is timed by level and gRPC
  * code (failed ones too); a CPU task abandoned while running is counted `abandoned`, not `withdrawn`;
- * pool capacity, queue limit and build_info are exported. Plus the issue 10 server option (channelz off).
+ * pool capacity, queue limit and build_info are exported. Plus the server option that turns channelz off.
  */
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
@@ -86,7 +86,7 @@ describe('metrics on /metrics of a real admin server', () => {
       }),
     );
     // The task runs past D (2 s): the pool gives up on it while its thread keeps running, and the
-    // service still answers before D with the degraded L2 answer (SPEC §10 answer guarantee), never
+    // service still answers before D with the degraded L2 answer (contract.md §10 answer guarantee), never
     // DEADLINE_EXCEEDED: 2 s leaves far more than the 10 ms the guarantee needs.
     expect(r.status.code, r.status.details).toBe(status.OK);
     expect(r.response!.degradation.level).toBe('L2');
@@ -111,7 +111,7 @@ describe('metrics on /metrics of a real admin server', () => {
   });
 });
 
-describe('memory-fetch thread reads and heavy orgs (issue 9)', () => {
+describe('memory-fetch thread reads and heavy orgs', () => {
   it('exports what the routed memory source reports, and 0 without one', async () => {
     let stats = { threadReads: 3, heavyOrgs: 1 };
     const withThread = createMetrics(undefined, undefined, () => stats);
@@ -139,7 +139,7 @@ describe('memory-fetch thread reads and heavy orgs (issue 9)', () => {
   });
 });
 
-describe('store-read queue depth and busy rejections (issue 11 item 6)', () => {
+describe('store-read queue depth and busy rejections', () => {
   it('a burst of 30 searches on 1 store-read thread (queue 4): the refused ones are counted on /metrics', async () => {
     const { store, dir, file } = tempStore();
     const org = randomUUID();
@@ -181,7 +181,7 @@ describe('store-read queue depth and busy rejections (issue 11 item 6)', () => {
   });
 });
 
-describe('pool deadline errors carry their reason (issue 11 item 6)', () => {
+describe('pool deadline errors carry their reason', () => {
   it.each(['withdrawn', 'abandoned'] as const)(
     'Errors.poolDeadline(%s) keeps it as a typed field',
     (reason) => {
@@ -192,7 +192,7 @@ describe('pool deadline errors carry their reason (issue 11 item 6)', () => {
   );
 });
 
-describe('server options (issue 10)', () => {
+describe('server options', () => {
   it('channelz is off on the gRPC server', () => {
     const grpc = createGrpcServer({
       assemble: async () => {

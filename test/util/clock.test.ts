@@ -1,8 +1,8 @@
 /**
- * The one deadline timer (issue 14 item 1): `armAt` runs its callback no earlier than the deadline on the
- * injected clock (a timer that fires early re-arms for what is left, issue 9 item 4), at once when the
+ * The one deadline timer: `armAt` runs its callback no earlier than the deadline on the
+ * injected clock (a timer that fires early re-arms for what is left), at once when the
  * deadline has passed, never for `Infinity`, and not after `cancel()`. A call's DeadlineSet holds all its
- * deadlines on one such timer (issue 10), and its CallSignal is a listener list without an EventTarget.
+ * deadlines on one such timer, and its CallSignal is a listener list without an EventTarget.
  */
 import { describe, expect, it, vi } from 'vitest';
 import { BranchRace } from '../../src/retrieval/branch-race.js';
@@ -70,7 +70,7 @@ describe('armAt and DeadlineSet on fake timers and an injected clock', () => {
     expect(runs).toBe(1);
   });
 
-  // DeadlineSet: every deadline of a call on one timer (issue 10).
+  // DeadlineSet: every deadline of a call on one timer.
   it('holds one Node timer whatever the number of deadlines, runs each at its time, in order', () => {
     const set = new DeadlineSet(clock);
     const fired: string[] = [];

@@ -1,5 +1,5 @@
 /**
- * Flow-control errors carry no stack trace (issue 10): an overloaded process builds thousands a second
+ * Flow-control errors carry no stack trace: an overloaded process builds thousands a second
  * (refused store reads, branch and call timeouts, CPU-stage deadlines), and capturing a stack costs ~10 µs
  * of main thread each. Errors that are logged keep theirs.
  */

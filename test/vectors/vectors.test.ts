@@ -1,6 +1,6 @@
 /**
- * Every shared vector (SPEC §13) through the CLI's code path (`runJsonText`, what `ibex-context <cmd>`
- * runs on its stdin text). Pack vectors use the SPEC's acceptance rules; the others must match exactly.
+ * Every shared vector (contract.md §13) through the CLI's code path (`runJsonText`, what `ibex-context <cmd>`
+ * runs on its stdin text). Pack vectors use the contract's acceptance rules; the others must match exactly.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -49,7 +49,7 @@ describe('pack vectors', () => {
     expect(out.path).toBe(ref.path);
     expect(out.candidates_evaluated).toBe(ref.candidates_evaluated);
     expect(out.skipped_count + out.memory_ids.length).toBe(n);
-    // An empty selection is the only answer to a negative budget (SPEC §8 step 2), so it is measured against 0.
+    // An empty selection is the only answer to a negative budget (contract.md §8 step 2), so it is measured against 0.
     expect(out.total_tokens).toBeLessThanOrEqual(Math.max(0, v.input.token_budget as number));
     expect(out.total_score).toBeGreaterThanOrEqual(ref.total_score - 1e-9);
     expect(out.total_score).toBeLessThanOrEqual((v.expect.optimum_score as number) + 1e-9);
@@ -60,7 +60,7 @@ describe('pack vectors', () => {
     }
   });
 
-  it('reaches the SPEC §8 quality target on DP-path vectors (mean ≥ 0.999, min ≥ 0.98 of the optimum)', () => {
+  it('reaches the contract.md §8 quality target on DP-path vectors (mean ≥ 0.999, min ≥ 0.98 of the optimum)', () => {
     const ratios = vectors
       .filter(
         (v) =>

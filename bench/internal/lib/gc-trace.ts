@@ -3,7 +3,7 @@
  * have one): how many scavenges and mark-compacts, their pauses, and how much a scavenge promotes.
  *
  * Why: at 1,000 req/s the main thread's scavenges took 2.5–3 ms each and promoted ~1.5 MB (12 % of what
- * was allocated), which feeds a mark-compact every ~2 s (README "Where the main thread's GC time goes").
+ * was allocated), which feeds a mark-compact every ~2 s (docs/design/main-thread.md, "Where the tail comes from").
  * Promotion is what makes both pauses long, and the nvp trace is the only place V8 reports it per
  * collection.
  *

@@ -1,7 +1,7 @@
 /**
  * Why the service's event loop waited for a CPU: a summary of the kernel's scheduler trace
  * (`perf record -e sched:sched_switch,sched:sched_wakeup -a`, printed with `perf script -F
- * comm,tid,pid,cpu,time,event,trace`) for one process's main thread (issue 9: the event-loop delay target).
+ * comm,tid,pid,cpu,time,event,trace`) for one process's main thread (the event-loop delay target).
  *
  * The main thread is *runnable without a CPU* from its wake-up (or from being switched out still runnable,
  * a preemption) until it is switched in. Over those intervals the summary counts who took its CPU

@@ -1,5 +1,5 @@
 /**
- * `ibex-context assemble`: one AssembleContext call (SPEC §2), printed as the assembled context and a
+ * `ibex-context assemble`: one AssembleContext call (contract.md §2), printed as the assembled context and a
  * short table of the answer's numbers, or as the response object with `--json`.
  */
 
@@ -51,7 +51,7 @@ const round = (x: number, places: number): number => {
 };
 
 /**
- * The response as `--json` prints it (issue 13): `assembled_context` first and `memories_used` last so
+ * The response as `--json` prints it: `assembled_context` first and `memories_used` last so
  * the context is not buried under hundreds of rows, scores (float32 on the wire) rounded to 4 decimals
  * and latencies to 0.01 ms so float noise such as 0.9819999933242798 reads as 0.982.
  */

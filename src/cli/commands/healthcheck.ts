@@ -1,6 +1,6 @@
 /**
- * `ibex-context healthcheck`: `grpc.health.v1.Health/Check` (SPEC §2) with a 2 s deadline; exit 0 iff
- * the answer is SERVING. The Dockerfile's HEALTHCHECK runs `healthcheck --local` (issue 13), so it prints one short line and never
+ * `ibex-context healthcheck`: `grpc.health.v1.Health/Check` (contract.md §2) with a 2 s deadline; exit 0 iff
+ * the answer is SERVING. The Dockerfile's HEALTHCHECK runs `healthcheck --local`, so it prints one short line and never
  * waits longer than the deadline.
  */
 

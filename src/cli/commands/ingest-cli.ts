@@ -1,5 +1,5 @@
 /**
- * `ibex-context ingest`: the command line around {@link ingestLocomo} (issue 13): flags, a progress line on
+ * `ibex-context ingest`: the command line around {@link ingestLocomo}: flags, a progress line on
  * a terminal, a short table of what was written (or one JSON object with `--json`).
  */
 import { renderTable } from '../../client/stats.js';
@@ -88,7 +88,7 @@ export async function run(argv: string[]): Promise<number> {
 }
 
 /**
- * `ingest --postgres`: the same import into the PostgreSQL store (issue 15), `pg` loaded on demand so the
+ * `ingest --postgres`: the same import into the PostgreSQL store, `pg` loaded on demand so the
  * embedded path never loads it. The URL may hold a password and is never printed (the summary names the
  * schema only).
  * @returns 0 on success, 1 when reading or writing fails.

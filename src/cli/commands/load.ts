@@ -1,5 +1,5 @@
 /**
- * `ibex-context load`: autocannon-style gRPC load against AssembleContext (issue 5). The engine is
+ * `ibex-context load`: autocannon-style gRPC load against AssembleContext. The engine is
  * {@link runLoad} in src/client/load-driver.ts; this module parses flags, draws the progress line on a
  * terminal and prints the report (a table, or one JSON object with `--json`).
  */

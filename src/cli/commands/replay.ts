@@ -1,7 +1,7 @@
 /**
  * `ibex-context replay --locomo <dir>`: one AssembleContext per turn of the later LoCoMo sessions
- * against a running service, every answer checked (status, SPEC §6 output budget, memory blocks vs
- * `memories_used`, level), then a summary (issue 4). Exit 0 only when every call was OK and no check
+ * against a running service, every answer checked (status, contract.md §6 output budget, memory blocks vs
+ * `memories_used`, level), then a summary. Exit 0 only when every call was OK and no check
  * failed.
  */
 

@@ -2,7 +2,7 @@
  * `ibex-context serve --help`: the environment variables the service reads, with their defaults.
  * The list is not written by hand: {@link settingNames} runs `loadSettings` over an empty environment that
  * records every name it is asked for, so a variable added to src/config/settings.ts shows up here (and in
- * the test that checks the README table) without anyone remembering to list it (issue 13).
+ * docs/configuration.md) without anyone remembering to list it.
  */
 import os from 'node:os';
 import { SERVICE_NODE_FLAGS } from '../../config/node-flags.js';
@@ -88,7 +88,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => s.adminAddr,
   },
   IBEX_CONTEXT_PACKER_DP_CELL_CEILING: {
-    meaning: 'DP table ceiling in cells (SPEC §8)',
+    meaning: 'DP table ceiling in cells (contract.md §8)',
     default: (s) => String(s.dpCellCeiling),
   },
   IBEX_CONTEXT_PACKER_MAX_CONSECUTIVE_SKIPS: {
@@ -104,7 +104,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => quoted(s.catalogFile),
   },
   IBEX_CONTEXT_EXACT_TOKENS: {
-    meaning: 'exact BPE counts for o200k_base / cl100k_base (SPEC §5)',
+    meaning: 'exact BPE counts for o200k_base / cl100k_base (contract.md §5)',
     default: (s) => String(s.exactTokens),
   },
   IBEX_CONTEXT_MAX_MEMORY_CHARS: {
@@ -202,7 +202,9 @@ export function serveUsage(): string {
     if (d && 'aliasOf' in d) continue;
     const label = [n, ...(aliases.get(n) ?? [])].join(', ');
     rows.push(
-      d ? [label, d.default(defaults), d.meaning] : [label, '?', '(not described yet: see the README)'],
+      d
+        ? [label, d.default(defaults), d.meaning]
+        : [label, '?', '(not described yet: see docs/configuration.md)'],
     );
   }
   const w0 = Math.max(...rows.map((r) => r[0].length));

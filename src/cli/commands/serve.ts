@@ -41,7 +41,7 @@ export async function run(argv: string[]): Promise<number> {
     // Allowed (the service works) but the event loop pays for it under large uploads.
     logger.warn(
       { missing_node_flags: missing },
-      'node was started without the flags npm start and the Dockerfile give it; expect frequent main-thread mark-compacts under large requests and a longer latency tail under load (README "Main-thread heap", "V8 helper threads")',
+      'node was started without the flags npm start and the Dockerfile give it; expect frequent main-thread mark-compacts under large requests and a longer latency tail under load (docs/design/main-thread.md, "Node flags")',
     );
   }
   // Before anything heavy starts: a bad TLS/token file or an unauthenticated public address exits 1 here.

@@ -1,5 +1,5 @@
 /**
- * `ingest --locomo … --postgres <url>` (issue 15): the same LoCoMo import as the embedded store's —
+ * `ingest --locomo … --postgres <url>`: the same LoCoMo import as the embedded store's —
  * same ids, memories and directives (src/locomo/ingest.ts) — written to the PostgreSQL store, each
  * agent replaced in one transaction so a re-run is idempotent and replicas never read half an agent.
  */

@@ -1,5 +1,5 @@
 /**
- * Schema of the PostgreSQL store (issue 15): numbered migrations applied at start-up, in one transaction
+ * Schema of the PostgreSQL store: numbered migrations applied at start-up, in one transaction
  * under a transaction-scoped advisory lock, so replicas starting together apply each migration exactly
  * once (the second waits for the first, then finds nothing left to do).
  *

@@ -1,6 +1,6 @@
 /**
- * The retrieval sources on the PostgreSQL store (issue 15): {@link MemorySource} and
- * {@link DirectiveSource} with the embedded store's contract (SPEC §4.3), scoped by org AND agent.
+ * The retrieval sources on the PostgreSQL store: {@link MemorySource} and
+ * {@link DirectiveSource} with the embedded store's contract (contract.md §4.3), scoped by org AND agent.
  * Failures become branch outcomes: a statement past its time is `timeout` (`<branch>_timeout`), a
  * database that cannot answer is `error` (`postgres unavailable (<code>)`).
  */
@@ -73,7 +73,7 @@ export class PgMemorySource implements MemorySource {
   async close(): Promise<void> {}
 }
 
-/** {@link DirectiveSource} on a {@link PgStore}, with the same SPEC §4.2 rules as Redis values. */
+/** {@link DirectiveSource} on a {@link PgStore}, with the same contract.md §4.2 rules as Redis values. */
 export class PgDirectiveSource implements DirectiveSource {
   readonly #store: PgStore;
   readonly #times: PgBranchTimes;

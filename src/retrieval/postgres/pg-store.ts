@@ -1,5 +1,5 @@
 /**
- * PostgreSQL store (issue 15, SPEC §4.3): the embedded store's contract — hot memories, cold search,
+ * PostgreSQL store (contract.md §4.3): the embedded store's contract — hot memories, cold search,
  * directives, same hit shape, org/agent scoping and limits — on a database shared by a fleet of replicas.
  *
  * - Reads go through a bounded node-postgres pool. Each read carries its branch's time: the connection's
@@ -9,7 +9,7 @@
  *   the process.
  * - Cold search: `websearch_to_tsquery('simple', …)` over a `tsvector` (GIN) of words and CJK bigrams
  *   (search-text.ts), ranked by `ts_rank(…, 1|32)`: term frequency over 1 + log(length), then
- *   rank/(rank+1), which is already in [0,1). Not `ts_rank_cd` (issue 15's suggestion): cover density
+ *   rank/(rank+1), which is already in [0,1). Not `ts_rank_cd`: cover density
  *   over an OR of terms rewards long memories that hold many of the words anywhere, and on the LoCoMo QA
  *   (1,977 questions with evidence turns) its recall@10 of the evidence was 0.055 (0.138 with length
  *   normalisation) against 0.470 for `ts_rank(…, 1|32)` and 0.567 for the embedded store's BM25
@@ -41,7 +41,7 @@ export interface PgStoreOptions {
   onIdleError?: (err: Error) => void;
 }
 
-/** A read's limits: the branch's time, its signal, and the SPEC §4.1 caps. */
+/** A read's limits: the branch's time, its signal, and the contract.md §4.1 caps. */
 export interface PgReadOptions {
   /** The branch's remaining time, ms; becomes the statement's `statement_timeout`. */
   timeoutMs: number;
@@ -196,7 +196,7 @@ export class PgStore {
   }
 
   /**
-   * The agent's most recent memories, then highest confidence, then id (SPEC §4.3).
+   * The agent's most recent memories, then highest confidence, then id (contract.md §4.3).
    * @param orgId org to scope to; `null` = every org (the memory wire, which has no org).
    * @returns wire-shaped hits, `rank` 1..n, `similarity = confidence`, `source = "hot"`.
    * @throws IbexError INVALID_ARGUMENT for a non-UUID id; read errors as `#read`.
@@ -216,7 +216,7 @@ export class PgStore {
   }
 
   /**
-   * Full-text search over the agent's memories, best `ts_rank` first (SPEC §4.3). Any text is
+   * Full-text search over the agent's memories, best `ts_rank` first (contract.md §4.3). Any text is
    * accepted: it is reduced to plain terms by `toWebSearchQuery`, so it is never syntax.
    * @returns wire-shaped hits, `rank` 1..n, `similarity = ts_rank(…, 1|32)` in [0,1), `source = "fts"`;
    *   `[]` without a query to the database when the text has no searchable term.
@@ -244,7 +244,7 @@ export class PgStore {
     return rows.map((row, i) => toHit(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
   }
 
-  /** The stored directive as a SPEC §4.2 envelope, or `null` when none is stored. Throws as `#read`. */
+  /** The stored directive as a contract.md §4.2 envelope, or `null` when none is stored. Throws as `#read`. */
   async getDirective(
     orgId: string,
     agentId: string,
@@ -294,7 +294,7 @@ export class PgStore {
     return clean.length;
   }
 
-  /** Stores (or replaces) one directive; values as given, SPEC §4.2 applies on read. */
+  /** Stores (or replaces) one directive; values as given, contract.md §4.2 applies on read. */
   async setDirective(directive: DirectiveRow): Promise<void> {
     await this.#transaction((client) => upsertDirective(client, directive));
   }

@@ -1,5 +1,5 @@
 /**
- * Writes of the PostgreSQL store (issue 15): memory rows checked by the embedded store's checkMemory,
+ * Writes of the PostgreSQL store: memory rows checked by the embedded store's checkMemory,
  * batched multi-row upserts with the search column computed from search-text.ts, directive upserts.
  * Run inside the store's transactions (pg-store.ts).
  */

@@ -1,5 +1,5 @@
 /**
- * Text preparation for the PostgreSQL store's full-text search (SPEC §4.3, issue 15).
+ * Text preparation for the PostgreSQL store's full-text search (contract.md §4.3).
  *
  * PostgreSQL's default parser glues CJK text to neighbouring letters (`部署脚本build-kit运行` is one
  * word `部署脚本build` plus `kit运行`), so neither `脚本` nor `kit` would be found. Both sides therefore go

@@ -1,6 +1,6 @@
 /**
- * The PostgreSQL store as the dev memory server's backend (`memory-server --postgres <url>`, issue 15):
- * the reads the memory wire needs (SPEC §4.1, no org: every org's memories of the agent), with a
+ * The PostgreSQL store as the dev memory server's backend (`memory-server --postgres <url>`):
+ * the reads the memory wire needs (contract.md §4.1, no org: every org's memories of the agent), with a
  * generous statement timeout since the wire's client enforces its own deadline.
  */
 import type { ReadOptions, StoreHit } from '../embedded-store.js';

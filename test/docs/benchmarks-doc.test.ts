@@ -1,0 +1,16 @@
+/**
+ * docs/benchmarks.md is generated from bench/results/*.json: the committed page must equal the generator's
+ * output, so a figure on it is always the one a bench stored (re-run `npm run docs:bench` after a bench).
+ */
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { projectPath } from '../../bench/lib/paths.js';
+import { renderBenchmarks } from '../../scripts/bench-docs.mjs';
+
+describe('docs/benchmarks.md', () => {
+  it('equals the output of npm run docs:bench', () => {
+    const committed = readFileSync(projectPath('docs/benchmarks.md'), 'utf8');
+    expect(committed).toBe(renderBenchmarks());
+    expect(committed).toContain('## Load (embedded store, LoCoMo)');
+  });
+});
