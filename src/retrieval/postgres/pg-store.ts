@@ -15,6 +15,7 @@
  *   connection) runs once more on another connection: reads are plain SELECTs, safe to repeat.
  * - Hot reads and directives are cached per agent until a write: this process's own at once, other
  *   replicas' through LISTEN/NOTIFY (pg-change-feed.ts). Without a live LISTEN connection reads go through.
+ * - Reads are named (prepared once per connection) unless through a transaction pooler.
  * - Statements name their schema, and writes scope theirs with `set_config(…, true)` inside their
  *   transaction: nothing depends on session state, so the store works through a transaction-pooling
  *   PgBouncer (`transactionPooler`; docs/postgres.md).
@@ -27,6 +28,7 @@
  *   (docs/scaling.md, "Which store when").
  * - Memories longer than the size cap are filtered in SQL on the stored code-point length.
  */
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Errors } from '../../errors.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
@@ -117,6 +119,17 @@ interface Caller {
   onGiveUp?: () => void;
 }
 
+/** The name of a read statement's server-side prepared form: stable per text (which names the schema). */
+function statementName(text: string): string {
+  let name = STATEMENT_NAMES.get(text);
+  if (name === undefined) {
+    name = `ibex_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+    STATEMENT_NAMES.set(text, name);
+  }
+  return name;
+}
+const STATEMENT_NAMES = new Map<string, string>();
+
 /** A connection-level failure: the connection is gone, the statement did not complete. */
 function isBroken(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
@@ -135,6 +148,8 @@ export class PgStore {
   readonly #server: { host: string; port: number };
   readonly #min: number;
   readonly #statementTimeoutMs: number;
+  /** Named (server-side prepared) read statements: each connection parses and plans them once. */
+  readonly #prepared: boolean;
   readonly #feed: PgChangeFeed | undefined;
   readonly #hotCache: ReadCache<readonly StoreHit[]> | undefined;
   readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
@@ -147,7 +162,7 @@ export class PgStore {
     schema: string,
     migration: MigrateResult,
     server: { host: string; port: number },
-    o: { min: number; statementTimeoutMs: number; feed: PgChangeFeed | undefined },
+    o: { min: number; statementTimeoutMs: number; prepared: boolean; feed: PgChangeFeed | undefined },
   ) {
     this.#pool = pool;
     this.schema = schema;
@@ -155,6 +170,7 @@ export class PgStore {
     this.#server = server;
     this.#min = o.min;
     this.#statementTimeoutMs = o.statementTimeoutMs;
+    this.#prepared = o.prepared;
     this.#feed = o.feed;
     if (o.feed) {
       this.#hotCache = new ReadCache(o.feed);
@@ -220,11 +236,9 @@ export class PgStore {
         schema,
         migration,
         { host: probe.host, port: probe.port },
-        {
-          min,
-          statementTimeoutMs,
-          feed,
-        },
+        // A transaction pooler may run a read on a server connection that never saw its PREPARE
+        // (PgBouncer before 1.21, or without max_prepared_statements).
+        { min, statementTimeoutMs, prepared: !pooler, feed },
       );
       await store.warm();
       return store;
@@ -351,7 +365,8 @@ export class PgStore {
     };
     let broken: Error | undefined;
     try {
-      return (await client.query<R>(text, values)).rows;
+      const name = this.#prepared ? statementName(text) : undefined;
+      return (await client.query<R>({ text, values, ...(name ? { name } : {}) })).rows;
     } catch (err) {
       if (!isBroken(err)) throw err;
       broken = err as Error;
