@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { PgStatementTimeout, PgStore } from '../../src/retrieval/postgres/pg-store.js';
-import { describePgBouncer, type PgBouncer, startPgBouncer } from '../helpers/pgbouncer.js';
+import { describePgBouncer, type PgBouncer, startTestPgBouncer } from '../helpers/pgbouncer.js';
 import { adminQuery, dropSchema, PG_TEST_URL, pgTestFile } from '../helpers/postgres.js';
 import { memoriesOf } from './fixtures.js';
 
@@ -30,7 +30,7 @@ describePgBouncer('PostgreSQL store through PgBouncer (transaction pooling)', re
   let a: PgStore;
   let b: PgStore;
   beforeAll(async () => {
-    bouncer = await startPgBouncer({ poolSize: 2, connectQuery: 'SET statement_timeout = 300' });
+    bouncer = await startTestPgBouncer({ poolSize: 2, connectQuery: 'SET statement_timeout = 300' });
     const common = { schema, transactionPooler: true, poolMax: 4, poolMin: 4, statementTimeoutMs: 300 };
     // Both migrate through PgBouncer at once (the advisory lock is transaction-scoped).
     [a, b] = await Promise.all([
