@@ -431,6 +431,8 @@ async function main(): Promise<number> {
         services.push(await startServiceProcess({ db: path.join(dir, `unused-b${i}.db`), env }));
       pooled = [services[3]!, services[4]!];
     } else console.error('pgbouncer binary not found: the PgBouncer phase is skipped');
+    // Read before pinning: the CPU count it reports follows this process's affinity.
+    const machine = machineInfo();
     const pinned = pinDriver(driverCpu);
     console.error(`driver: ${pinned}`);
 
@@ -452,7 +454,7 @@ async function main(): Promise<number> {
         'compete for the cores; figures, not gates',
       driver: pinned,
       clean_rule: { errors: 0, p99_ms_max: P99_TARGET_MS, l0_share_min: L0_SHARE_MIN },
-      machine: machineInfo(),
+      machine,
       options: { rates, seconds, ramp_seconds: rampS, connections, threads, pool_max: poolMax },
       data: { memories: summary.memories, agents: summary.agents.length, requests: requests.length },
       clean_rate_rps: {
