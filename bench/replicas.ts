@@ -1,26 +1,37 @@
 /**
- * `npm run bench:replicas [-- --rate 400 --seconds 10 --locomo <dir> --pg-url <url>]`: two
- * `serve` processes sharing one PostgreSQL database, the LoCoMo load split between them, against the same
- * load on one replica; and the top-10 overlap of PostgreSQL's cold search with the embedded store's, with
- * both stores' recall@10 of LoCoMo's QA evidence turns.
+ * `npm run bench:replicas [-- --rates 50,100,200 --seconds 4 --locomo <dir> --pg-url <url>]`: the
+ * PostgreSQL store under load, against the embedded store in the same run, on LoCoMo with the budget mix.
  *
- * Steps: LoCoMo is ingested into a fresh schema (and into a temporary embedded store for the overlap);
- * one replica takes the whole offered rate, then two replicas take half each at the same time (requests
- * dealt alternately). Per replica: achieved rate, p50/p99, errors, degraded answers (open loop, latency
- * from the intended send time — bench/lib/load-step.ts). Database CPU: the CPU seconds the PostgreSQL
- * backends of the replicas (`application_name = 'ibex-context'`) used during the window, read from
- * `/proc/<pid>/stat` of the pids pg_stat_activity names (the same machine only).
+ * LoCoMo is ingested into a fresh schema (ANALYZEd by the ingest) and into a temporary embedded store.
+ * Five service children start: one on the embedded store, two on PostgreSQL directly, two through a
+ * PgBouncer in transaction pooling mode (started on a free loopback port when the binary is there; its
+ * LISTEN goes direct). Then the driver (this process) is pinned to one CPU with `taskset` (`--driver-cpu`):
+ * the children were started before, so they keep every CPU.
  *
- * Writes bench/results/replicas.json and prints a table. Figures, not gates: on a shared two-core machine
- * the driver, both replicas and PostgreSQL compete for the same cores, so two replicas cannot show a
- * speed-up here; the figure that transfers is CPU per call (service and database) and that the shared
- * store keeps errors at zero. The schema is dropped at the end.
+ * Each configuration is ramped over `--rates` (open loop, latency from the intended send time —
+ * bench/lib/load-step.ts) until a step is not clean; clean = 0 errors, p99 ≤ 20 ms, ≥ 99 % of answers L0.
+ * The highest clean rate of one PostgreSQL replica is compared with the embedded store's. Per step:
+ * database CPU per call (the CPU seconds of this database's `ibex-context` backends, from
+ * `/proc/<pid>/stat` of the pids pg_stat_activity names: the same machine only).
+ *
+ * Recovery (one direct replica, at its clean rate R, or the lowest rate when none was clean): 10 s at 3 R,
+ * then 1 s steps at R until one is all-L0 with no error; and the same after every backend of the replicas
+ * is terminated (pg_terminate_backend, the stand-in for a database restart on a shared server). Seconds to
+ * full L0 and connections the replica opened are recorded.
+ *
+ * Also the top-10 overlap of PostgreSQL's cold search with the embedded store's and both stores'
+ * recall@10 of LoCoMo's QA evidence turns. Writes bench/results/replicas.json. Figures, not gates: on a
+ * shared two-core machine the driver, replicas and PostgreSQL compete for the same cores.
  */
+
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { stringFlags } from '../src/cli/command-args.js';
+import { runLoad } from '../src/client/load-driver.js';
 import { locomoRequests } from '../src/client/locomo-requests.js';
 import { cyclingSource } from '../src/client/request-source.js';
 import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/locomo/dataset.js';
@@ -32,26 +43,33 @@ import type { AssembleContextRequestInput } from '../src/server/proto.js';
 import { benchOptions, machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
 import { projectPath } from './lib/paths.js';
+import { type PgBouncer, pgbouncerBinary, startPgBouncer } from './lib/pgbouncer.js';
+import { parsePrometheus, sumOf } from './lib/server-metrics.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
 
 const USAGE = `usage: npm run bench:replicas -- [options]
-  --rate <rps>          total offered rate, split across the replicas (default 400)
-  --seconds <s>         measured seconds per phase (default 10)
-  --ramp-seconds <s>    unrecorded seconds before each phase (default 2)
+  --rates <list>        offered rates of the ramp, calls/s, split across the replicas (default 50,100,150,200,300,400)
+  --seconds <s>         measured seconds per step (default 4)
+  --ramp-seconds <s>    unrecorded seconds before each step (default 1)
   --connections <n>     gRPC channels per replica (default 4)
-  --threads <n>         pool threads per replica (default 1: two replicas on two cores)
+  --threads <n>         pool threads per replica (default 1)
   --pool-max <n>        PostgreSQL connections per replica (default 8)
+  --driver-cpu <n>      CPU the driver is pinned to with taskset (default the last one; -1 = not pinned)
   --overlap-queries <n> LoCoMo queries compared for the top-10 overlap (default 500)
   --locomo <dir>        LoCoMo directory (default ../shared/datasets/locomo10 when present)
   --pg-url <url>        database (default PG_URL or postgres://postgres@127.0.0.1:5432/test)
   --out <dir>           where replicas.json goes (default bench/results)`;
+
+/** The clean-rate rule of the figures. */
+const P99_TARGET_MS = 20;
+const L0_SHARE_MIN = 0.99;
 
 const CLK_TCK = 100;
 
 /** CPU seconds of the replicas' PostgreSQL backends, by pid. */
 async function backendCpu(admin: pg.Client): Promise<Map<number, number>> {
   const rows = await admin.query<{ pid: number }>(
-    "SELECT pid FROM pg_stat_activity WHERE application_name = 'ibex-context'",
+    "SELECT pid FROM pg_stat_activity WHERE application_name = 'ibex-context' AND datname = current_database()",
   );
   const out = new Map<number, number>();
   for (const { pid } of rows.rows) {
@@ -82,6 +100,8 @@ interface PhaseRow {
   errors: number;
   errors_by_code: Record<string, number>;
   degraded: number;
+  /** Share of all calls answered OK at L0. */
+  l0_share: number;
   server_cpu_cores: number | null;
   /** The driver's own loop was saturated or late (then latencies include driver time). */
   driver_limited: boolean;
@@ -90,7 +110,14 @@ interface PhaseRow {
   warnings: string[];
 }
 
-function phaseRow(replica: number, row: StepRow): PhaseRow {
+/** Share of the step's calls answered OK at L0 (`seconds`: the measured window). */
+function l0Share(row: StepRow, seconds: number): number {
+  const calls = row.achieved_rps * seconds;
+  if (calls <= 0) return 0;
+  return Math.round(Math.max(0, (row.ok_rps * seconds - row.degraded) / calls) * 1000) / 1000;
+}
+
+function phaseRow(replica: number, row: StepRow, seconds: number): PhaseRow {
   return {
     replica,
     offered_rps: row.rate,
@@ -100,6 +127,7 @@ function phaseRow(replica: number, row: StepRow): PhaseRow {
     errors: row.errors,
     errors_by_code: row.errors_by_code,
     degraded: row.degraded,
+    l0_share: l0Share(row, seconds),
     server_cpu_cores: row.server.cpu_cores?.total ?? null,
     driver_limited: row.driver.limited,
     other_processes_cores: row.other_processes_cores,
@@ -133,9 +161,14 @@ async function runPhase(
   const window = (performance.now() - t0) / 1000;
   const afterCpu = await backendCpu(admin);
   const dbCpuS = cpuDelta(before, afterCpu);
-  const replicas = rows.map((r, i) => phaseRow(i + 1, r));
+  const replicas = rows.map((r, i) => phaseRow(i + 1, r, o.seconds));
   const total = replicas.reduce((a, r) => a + r.achieved_rps, 0);
+  const clean = replicas.every(
+    (r) => r.errors === 0 && r.p99_ms <= P99_TARGET_MS && r.l0_share >= L0_SHARE_MIN,
+  );
   return {
+    offered_rps: rate,
+    clean,
     replicas,
     total_achieved_rps: total,
     // Ramp and measured window together: the backends served both.
@@ -201,14 +234,124 @@ async function evidenceRecall(store: PgStore, embedded: EmbeddedStore, conversat
   };
 }
 
+type Phase = Awaited<ReturnType<typeof runPhase>>;
+
+/** Ramps `rates` until a step is not clean; returns every step and the highest clean rate (0: none). */
+async function ramp(
+  label: string,
+  services: ServiceProcess[],
+  parts: AssembleContextRequestInput[][],
+  rates: number[],
+  o: { seconds: number; ramp: number; connections: number },
+  admin: pg.Client,
+) {
+  const steps: Phase[] = [];
+  for (const rate of rates) {
+    const step = await runPhase(services, parts, rate, o, admin);
+    steps.push(step);
+    const r = step.replicas;
+    console.error(
+      `${label} ${rate}/s: ${step.clean ? 'clean' : 'NOT clean'} · p99 ${r.map((x) => x.p99_ms).join('/')} ms · ` +
+        `errors ${r.map((x) => x.errors).join('/')} · L0 ${r.map((x) => x.l0_share).join('/')} · ` +
+        `db ${step.database_cpu_ms_per_call} ms/call`,
+    );
+    if (!step.clean) break;
+  }
+  const clean = steps.filter((st) => st.clean);
+  return { clean_rate_rps: clean.at(-1)?.offered_rps ?? 0, steps };
+}
+
+/** The replica's `ibex_context_postgres_events_total{event}` now. */
+async function pgEvent(s: ServiceProcess, event: string): Promise<number> {
+  return sumOf(parsePrometheus(await s.metricsText()), 'ibex_context_postgres_events_total', { event });
+}
+
+/** 1 s steps at `rate` until one is all L0 with no error (at most `maxSeconds`): seconds to that step's start. */
+async function secondsToL0(
+  s: ServiceProcess,
+  requests: AssembleContextRequestInput[],
+  rate: number,
+  connections: number,
+  maxSeconds: number,
+): Promise<number | null> {
+  const t0 = performance.now();
+  for (let i = 0; i < maxSeconds; i++) {
+    const start = performance.now();
+    const row = await measureStep(s, {
+      rate,
+      seconds: 1,
+      rampSeconds: 0,
+      connections,
+      timeoutMs: 1000,
+      source: cyclingSource('recovery', requests),
+    });
+    if (row.errors === 0 && row.degraded === 0) return Math.round((start - t0) / 100) / 10;
+  }
+  return null;
+}
+
+async function recovery(
+  s: ServiceProcess,
+  requests: AssembleContextRequestInput[],
+  rate: number,
+  connections: number,
+  admin: pg.Client,
+) {
+  const opened0 = await pgEvent(s, 'connections_opened');
+  console.error(`recovery: 10 s at ${3 * rate}/s, then ${rate}/s`);
+  await runLoad({
+    addr: s.grpcAddr,
+    rate: 3 * rate,
+    connections,
+    timeoutMs: 1000,
+    source: cyclingSource('overload', requests),
+    transport: 'frames',
+    durationS: 10,
+  });
+  const opened1 = await pgEvent(s, 'connections_opened');
+  const overloadSeconds = await secondsToL0(s, requests, rate, connections, 10);
+  const opened2 = await pgEvent(s, 'connections_opened');
+  await admin.query(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'ibex-context%' AND datname = current_database() AND pid <> pg_backend_pid()",
+  );
+  const restartSeconds = await secondsToL0(s, requests, rate, connections, 10);
+  const opened3 = await pgEvent(s, 'connections_opened');
+  return {
+    rate_rps: rate,
+    overload: {
+      offered_rps: 3 * rate,
+      seconds: 10,
+      seconds_to_full_l0: overloadSeconds,
+      connections_opened_during: opened1 - opened0,
+      connections_opened_after: opened2 - opened1,
+    },
+    backends_terminated: {
+      seconds_to_full_l0: restartSeconds,
+      connections_opened_after: opened3 - opened2,
+    },
+  };
+}
+
+/** Pins this process (every thread) to `cpu`; children started before keep their CPUs. */
+function pinDriver(cpu: number): string {
+  if (cpu < 0) return 'not pinned';
+  try {
+    execFileSync('taskset', ['-a', '-p', '-c', String(cpu), String(process.pid)], { stdio: 'ignore' });
+    return `taskset -a -p -c ${cpu} (the driver only; replicas and PostgreSQL on every CPU)`;
+  } catch {
+    return 'not pinned (taskset failed)';
+  }
+}
+
 async function main(): Promise<number> {
   const flags = stringFlags(
-    'rate',
+    'rates',
     'seconds',
     'ramp-seconds',
     'connections',
     'threads',
     'pool-max',
+    'driver-cpu',
     'overlap-queries',
     'locomo',
     'pg-url',
@@ -216,12 +359,13 @@ async function main(): Promise<number> {
   );
   const v = benchOptions(process.argv.slice(2), USAGE, flags, (values) => values);
   if (typeof v === 'number') return v;
-  const rate = parseNumber('--rate', v.rate ?? '400');
-  const seconds = parseNumber('--seconds', v.seconds ?? '10');
-  const ramp = parseNumber('--ramp-seconds', v['ramp-seconds'] ?? '2', true);
+  const rates = (v.rates ?? '50,100,150,200,300,400').split(',').map((x) => parseNumber('--rates', x));
+  const seconds = parseNumber('--seconds', v.seconds ?? '4');
+  const rampS = parseNumber('--ramp-seconds', v['ramp-seconds'] ?? '1', true);
   const connections = parseNumber('--connections', v.connections ?? '4');
   const threads = parseNumber('--threads', v.threads ?? '1');
   const poolMax = parseNumber('--pool-max', v['pool-max'] ?? '8');
+  const driverCpu = Number(v['driver-cpu'] ?? String(os.availableParallelism() - 1));
   const overlapQueries = parseNumber('--overlap-queries', v['overlap-queries'] ?? '500');
   const locomo = v.locomo ?? projectPath('../shared/datasets/locomo10');
   if (!existsSync(locomo)) throw new Error(`LoCoMo not found at ${locomo}: pass --locomo <dir>`);
@@ -235,8 +379,10 @@ async function main(): Promise<number> {
   await admin.connect();
   const store = await PgStore.open({ url, schema, poolMax: 2 });
   const dir = tempDir('ibex-bench-replicas-');
-  const embedded = EmbeddedStore.open(path.join(dir, 'store.db'));
+  const embeddedDb = path.join(dir, 'store.db');
+  const embedded = EmbeddedStore.open(embeddedDb);
   const services: ServiceProcess[] = [];
+  let bouncer: PgBouncer | undefined;
   try {
     const summary = await ingestLocomoPostgres(store, conversations, LOCOMO_ORG_ID);
     ingestLocomo(embedded, conversations, LOCOMO_ORG_ID);
@@ -247,52 +393,96 @@ async function main(): Promise<number> {
       embedded,
       requests.filter((_, i) => i % step === 0).slice(0, overlapQueries),
     );
-    console.error(`top-10 overlap with the embedded store: ${JSON.stringify(quality)}`);
     const evidence = await evidenceRecall(store, embedded, conversations);
-    console.error(`QA evidence recall@10: ${JSON.stringify(evidence)}`);
+    console.error(
+      `top-10 overlap ${JSON.stringify(quality)}; QA evidence recall@10 ${JSON.stringify(evidence)}`,
+    );
 
-    const env = {
-      IBEX_CONTEXT_POSTGRES_URL: url,
-      IBEX_CONTEXT_POSTGRES_SCHEMA: schema,
-      IBEX_CONTEXT_POSTGRES_POOL_MAX: String(poolMax),
+    const threadsEnv = {
       IBEX_CONTEXT_POOL_MIN_THREADS: String(threads),
       IBEX_CONTEXT_POOL_MAX_THREADS: String(threads),
     };
+    const pgEnv = {
+      ...threadsEnv,
+      IBEX_CONTEXT_POSTGRES_URL: url,
+      IBEX_CONTEXT_POSTGRES_SCHEMA: schema,
+      IBEX_CONTEXT_POSTGRES_POOL_MAX: String(poolMax),
+    };
+    const embeddedService = await startServiceProcess({ db: embeddedDb, env: threadsEnv });
+    services.push(embeddedService);
     for (let i = 0; i < 2; i++)
-      services.push(await startServiceProcess({ db: path.join(dir, `unused-${i}.db`), env }));
-    const o = { seconds, ramp, connections };
-    console.error(`one replica: ${rate} rps for ${seconds} s`);
-    const one = await runPhase([services[0]!], [requests], rate, o, admin);
+      services.push(await startServiceProcess({ db: path.join(dir, `unused-${i}.db`), env: pgEnv }));
+    const direct = [services[1]!, services[2]!];
+    let pooled: ServiceProcess[] = [];
+    if (pgbouncerBinary()) {
+      // Pool size 4 for 2 replicas × pool-max connections: the sizing docs/postgres.md describes.
+      bouncer = await startPgBouncer({
+        targetUrl: url,
+        poolSize: 4,
+        connectQuery: 'SET statement_timeout = 100',
+      });
+      const env = {
+        ...pgEnv,
+        IBEX_CONTEXT_POSTGRES_URL: bouncer.url,
+        IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER: 'true',
+        IBEX_CONTEXT_POSTGRES_LISTEN_URL: url,
+      };
+      for (let i = 0; i < 2; i++)
+        services.push(await startServiceProcess({ db: path.join(dir, `unused-b${i}.db`), env }));
+      pooled = [services[3]!, services[4]!];
+    } else console.error('pgbouncer binary not found: the PgBouncer phase is skipped');
+    // Read before pinning: the CPU count it reports follows this process's affinity.
+    const machine = machineInfo();
+    const pinned = pinDriver(driverCpu);
+    console.error(`driver: ${pinned}`);
+
+    const o = { seconds, ramp: rampS, connections };
     const halves = [requests.filter((_, i) => i % 2 === 0), requests.filter((_, i) => i % 2 === 1)];
-    console.error(`two replicas: ${rate / 2} rps each for ${seconds} s`);
-    const two = await runPhase(services, halves, rate, o, admin);
+    const embeddedOne = await ramp('embedded, one replica', [embeddedService], [requests], rates, o, admin);
+    await embeddedService.stop();
+    const pgOne = await ramp('postgres, one replica', [direct[0]!], [requests], rates, o, admin);
+    const pgTwo = await ramp('postgres, two replicas', direct, halves, rates, o, admin);
+    const bouncerTwo =
+      pooled.length > 0 ? await ramp('pgbouncer, two replicas', pooled, halves, rates, o, admin) : null;
+    const recoveryRate = pgOne.clean_rate_rps > 0 ? pgOne.clean_rate_rps : rates[0]!;
+    const recovered = await recovery(direct[0]!, requests, recoveryRate, connections, admin);
 
     const result = {
       bench: 'replicas',
-      note: 'shared machine: driver, both replicas and PostgreSQL on the same cores; figures, not gates',
-      machine: machineInfo(),
-      options: { rate, seconds, ramp_seconds: ramp, connections, threads, pool_max: poolMax },
+      note:
+        'shared machine (other work on the same 2 cores while measured): driver, replicas and PostgreSQL ' +
+        'compete for the cores; figures, not gates',
+      driver: pinned,
+      clean_rule: { errors: 0, p99_ms_max: P99_TARGET_MS, l0_share_min: L0_SHARE_MIN },
+      machine,
+      options: { rates, seconds, ramp_seconds: rampS, connections, threads, pool_max: poolMax },
       data: { memories: summary.memories, agents: summary.agents.length, requests: requests.length },
-      one_replica: one,
-      two_replicas: two,
+      clean_rate_rps: {
+        embedded_one_replica: embeddedOne.clean_rate_rps,
+        postgres_one_replica: pgOne.clean_rate_rps,
+        postgres_vs_embedded:
+          embeddedOne.clean_rate_rps > 0
+            ? Math.round((pgOne.clean_rate_rps / embeddedOne.clean_rate_rps) * 100) / 100
+            : null,
+        postgres_two_replicas_direct: pgTwo.clean_rate_rps,
+        postgres_two_replicas_pgbouncer: bouncerTwo?.clean_rate_rps ?? null,
+      },
+      embedded_one_replica: embeddedOne,
+      postgres_one_replica: pgOne,
+      postgres_two_replicas_direct: pgTwo,
+      postgres_two_replicas_pgbouncer: bouncerTwo,
+      recovery: recovered,
       cold_search_vs_embedded: quality,
       qa_evidence_recall: evidence,
     };
     mkdirSync(out, { recursive: true });
     writeFileSync(path.join(out, 'replicas.json'), `${JSON.stringify(result, null, 2)}\n`);
-    const cells = ({ warnings: _w, errors_by_code: _e, ...r }: PhaseRow) => r;
-    console.table([
-      ...one.replicas.map((r) => ({ phase: 'one', ...cells(r) })),
-      ...two.replicas.map((r) => ({ phase: 'two', ...cells(r) })),
-    ]);
-    console.log(
-      `database CPU: one replica ${one.database_cpu_cores} cores (${one.database_cpu_ms_per_call} ms/call), ` +
-        `two replicas ${two.database_cpu_cores} cores (${two.database_cpu_ms_per_call} ms/call)`,
-    );
+    console.log(JSON.stringify({ clean_rate_rps: result.clean_rate_rps, recovery: recovered }, null, 2));
     console.log(`wrote ${path.join(out, 'replicas.json')}`);
     return 0;
   } finally {
     await Promise.allSettled(services.map((s) => s.stop()));
+    await bouncer?.stop();
     embedded.close();
     await store.close();
     await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);

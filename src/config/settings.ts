@@ -99,6 +99,17 @@ export interface PostgresSettings {
   schema: string;
   /** Connections per process (pool bound). IBEX_CONTEXT_POSTGRES_POOL_MAX. */
   poolMax: number;
+  /** Connections kept open through quiet spells (at most poolMax). IBEX_CONTEXT_POSTGRES_POOL_MIN. */
+  poolMin: number;
+  /**
+   * Server-side bound of a read statement, ms, set once per connection: how long a read the branch gave
+   * up on may hold its connection. IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS.
+   */
+  statementTimeoutMs: number;
+  /** Connections go through a transaction-pooling PgBouncer. IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER. */
+  transactionPooler: boolean;
+  /** Direct URL for the read cache's LISTEN ("" = the main URL unless pooled). IBEX_CONTEXT_POSTGRES_LISTEN_URL. */
+  listenUrl: string;
 }
 
 /** Caller authentication at the gRPC boundary. */
@@ -271,6 +282,15 @@ export function loadSettings(env: Env = process.env): Settings {
         'ibex_context',
       ),
       poolMax: parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POSTGRES_POOL_MAX'], 8),
+      poolMin: parseWith(intText(0, 256), env, ['IBEX_CONTEXT_POSTGRES_POOL_MIN'], 4),
+      statementTimeoutMs: parseWith(
+        intText(1, 600_000),
+        env,
+        ['IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS'],
+        100,
+      ),
+      transactionPooler: parseWith(boolText, env, ['IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER'], false),
+      listenUrl: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_LISTEN_URL'], ''),
     },
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
     pool: {

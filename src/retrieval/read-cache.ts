@@ -70,15 +70,20 @@ export class WriteWatch {
   }
 }
 
+/** What a {@link ReadCache} needs to know of writes: a stamp that changes after each one. */
+export interface WriteStamp {
+  stamp(): number;
+}
+
 export class ReadCache<V> {
-  readonly #watch: WriteWatch;
+  readonly #watch: WriteStamp;
   readonly #entries = new Map<string, V>();
   #seenStamp = -1;
   #generation = 0;
   readonly #capacity: number;
 
-  /** @param watch the connection's write watch, shared by its caches. */
-  constructor(watch: WriteWatch, capacity = READ_CACHE_ENTRIES) {
+  /** @param watch the connection's write watch (or another {@link WriteStamp}), shared by its caches. */
+  constructor(watch: WriteStamp, capacity = READ_CACHE_ENTRIES) {
     this.#watch = watch;
     this.#capacity = capacity;
   }

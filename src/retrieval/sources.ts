@@ -159,6 +159,10 @@ export async function createSources(
           url: settings.postgres.url,
           schema: settings.postgres.schema,
           poolMax: settings.postgres.poolMax,
+          poolMin: settings.postgres.poolMin,
+          statementTimeoutMs: settings.postgres.statementTimeoutMs,
+          transactionPooler: settings.postgres.transactionPooler,
+          ...(settings.postgres.listenUrl !== '' ? { listenUrl: settings.postgres.listenUrl } : {}),
           onIdleError: (err) =>
             logger.warn({ code: (err as { code?: unknown }).code }, 'postgres idle connection lost'),
         })

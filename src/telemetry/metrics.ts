@@ -10,6 +10,7 @@ import { requestsDecidedEarly } from '../patches/early-decision.js';
 import { uploadTurnWaits } from '../patches/upload-turns.js';
 import type { PoolStats } from '../pool/pool-stats.js';
 import type { MemoryThreadStats } from '../retrieval/memory-http-thread.js';
+import { PG_EVENTS, type PgEventCounts } from '../retrieval/postgres/pg-stats.js';
 import type { StoreReadStats } from '../retrieval/store-reader.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 import { startLoopDelayMonitor } from './loop-delay.js';
@@ -230,6 +231,17 @@ export function createMetrics(
     registers: [registry],
     collect() {
       this.set(MESSAGE_BUFFERS.retainedBytes);
+    },
+  });
+  new Counter({
+    name: 'ibex_context_postgres_events_total',
+    help: 'PostgreSQL store: connections opened and closed, reads abandoned to the server statement_timeout, reads retried after a connection error, cancel requests sent, LISTEN connections opened',
+    labelNames: ['event'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const event of Object.keys(PG_EVENTS) as (keyof PgEventCounts)[])
+        this.inc({ event }, PG_EVENTS[event]);
     },
   });
   new Gauge({

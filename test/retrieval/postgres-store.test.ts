@@ -48,12 +48,22 @@ function memory(id: string, content: string, over: Partial<{ org: string; agent:
 
 describe('IBEX_CONTEXT_POSTGRES_* settings', () => {
   it('defaults off, schema ibex_context, pool 8; a bad value names its variable', () => {
-    expect(loadSettings({}).postgres).toEqual({ url: '', schema: 'ibex_context', poolMax: 8 });
+    expect(loadSettings({}).postgres).toEqual({
+      url: '',
+      schema: 'ibex_context',
+      poolMax: 8,
+      poolMin: 4,
+      statementTimeoutMs: 100,
+      transactionPooler: false,
+      listenUrl: '',
+    });
     const bad = (env: Record<string, string>, variable: string) =>
       expect(() => loadSettings(env)).toThrow(new RegExp(`^${variable}`));
     bad({ IBEX_CONTEXT_POSTGRES_URL: 'http://db:5432/x' }, 'IBEX_CONTEXT_POSTGRES_URL');
     bad({ IBEX_CONTEXT_POSTGRES_SCHEMA: 'Bad-Name' }, 'IBEX_CONTEXT_POSTGRES_SCHEMA');
     bad({ IBEX_CONTEXT_POSTGRES_POOL_MAX: '0' }, 'IBEX_CONTEXT_POSTGRES_POOL_MAX');
+    bad({ IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS: '0' }, 'IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS');
+    bad({ IBEX_CONTEXT_POSTGRES_LISTEN_URL: 'redis://x' }, 'IBEX_CONTEXT_POSTGRES_LISTEN_URL');
   });
 });
 

@@ -132,6 +132,22 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'PostgreSQL connections per replica',
     default: (s) => String(s.postgres.poolMax),
   },
+  IBEX_CONTEXT_POSTGRES_POOL_MIN: {
+    meaning: 'PostgreSQL connections kept open through quiet spells',
+    default: (s) => String(s.postgres.poolMin),
+  },
+  IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS: {
+    meaning: 'server-side bound of a PostgreSQL read (statement_timeout, set once per connection)',
+    default: (s) => String(s.postgres.statementTimeoutMs),
+  },
+  IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER: {
+    meaning: 'the PostgreSQL URL is a transaction-pooling PgBouncer (docs/postgres.md)',
+    default: (s) => String(s.postgres.transactionPooler),
+  },
+  IBEX_CONTEXT_POSTGRES_LISTEN_URL: {
+    meaning: "direct URL for the read cache's LISTEN (blank: the URL, or none through a pooler)",
+    default: (s) => quoted(s.postgres.listenUrl === '' ? '' : 'set'),
+  },
   IBEX_CONTEXT_POOL_MAX_QUEUE: {
     meaning: 'queued CPU tasks before pool_saturated',
     default: (s) => `${s.pool.maxQueue} (64 × max threads)`,

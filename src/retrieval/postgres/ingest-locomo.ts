@@ -19,5 +19,7 @@ export async function ingestLocomoPostgres(
 ): Promise<IngestSummary> {
   const { org, agents, summary } = planLocomoImport(conversations, orgId, `postgres:${store.schema}`);
   for (const a of agents) await store.replaceAgent(org, a.agentId, a.memories, a.directive);
+  // The cold search's plan needs the statistics of the tables just filled; autovacuum would get there late.
+  await store.analyze();
   return summary;
 }

@@ -2,11 +2,23 @@
  * PostgreSQL store (contract.md §4.3): the embedded store's contract — hot memories, cold search,
  * directives, same hit shape, org/agent scoping and limits — on a database shared by a fleet of replicas.
  *
- * - Reads go through a bounded node-postgres pool. Each read carries its branch's time: the connection's
- *   `statement_timeout` is set to it (only when it differs from the value the connection already has), and
- *   an abort sends PostgreSQL's cancel request for the running statement, then drops that connection (a
- *   late cancel must not hit the next borrower's statement). A slow database thus costs the branch, never
- *   the process.
+ * - Connections are long-lived: a bounded node-postgres pool that keeps `poolMin` of them open through
+ *   quiet spells (re-opened in the background when the server closes one, never inside a read), so a
+ *   read costs one round-trip and no backend start-up.
+ * - A read's branch time is the store's own timer: when it fires (or the branch aborts) the read answers
+ *   at once, and its statement is left to end on the server under a fixed `statement_timeout` set once per
+ *   connection at start-up; then the connection goes back to the pool. No cancel request (each one is a new
+ *   connection to the server) and no dropped connection per timeout: under overload those made every next
+ *   read slower still. A cancel is sent only as a backstop, for a statement still running well past that
+ *   bound (a server where it is not in effect), and that connection is then closed.
+ * - A read that fails on a connection-level error (a backend terminated, a server-closed idle
+ *   connection) runs once more on another connection: reads are plain SELECTs, safe to repeat.
+ * - Hot reads and directives are cached per agent until a write: this process's own at once, other
+ *   replicas' through LISTEN/NOTIFY (pg-change-feed.ts). Without a live LISTEN connection reads go through.
+ * - Reads are named (prepared once per connection) unless through a transaction pooler.
+ * - Statements name their schema, and writes scope theirs with `set_config(…, true)` inside their
+ *   transaction: nothing depends on session state, so the store works through a transaction-pooling
+ *   PgBouncer (`transactionPooler`; docs/postgres.md).
  * - Cold search: `websearch_to_tsquery('simple', …)` over a `tsvector` (GIN) of words and CJK bigrams
  *   (search-text.ts), ranked by `ts_rank(…, 1|32)`: term frequency over 1 + log(length), then
  *   rank/(rank+1), which is already in [0,1). Not `ts_rank_cd`: cover density
@@ -16,12 +28,16 @@
  *   (docs/scaling.md, "Which store when").
  * - Memories longer than the size cap are filtered in SQL on the stored code-point length.
  */
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Errors } from '../../errors.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
+import { ReadCache } from '../read-cache.js';
 import { checkMemory, type MemoryDbRow as StoreDbRow, toHit, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
+import { CHANGE_CHANNEL, PgChangeFeed } from './pg-change-feed.js';
+import { PG_EVENTS } from './pg-stats.js';
 import { insertMemories, upsertDirective } from './pg-writes.js';
 import { toWebSearchQuery } from './search-text.js';
 
@@ -33,6 +49,30 @@ export interface PgStoreOptions {
   schema?: string;
   /** Most connections this process opens. Default 8. */
   poolMax?: number;
+  /**
+   * Connections kept open while idle, opened before `open` resolves and re-opened in the background when
+   * one is closed. Default 0; at most `poolMax`.
+   */
+  poolMin?: number;
+  /** Connections above `poolMin` idle this long are closed, ms. Default 30,000. */
+  idleTimeoutMs?: number;
+  /**
+   * Server-side bound of every read statement, ms: the connection's `statement_timeout`, sent once in its
+   * start-up packet. An abandoned read holds its connection at most this long. Default 1000. With
+   * `transactionPooler` it cannot be sent: set it on the server (ALTER ROLE … SET statement_timeout) to
+   * this value, which the store then only uses for its cancel backstop.
+   */
+  statementTimeoutMs?: number;
+  /**
+   * Connections go through a transaction-pooling PgBouncer: no start-up options (PgBouncer refuses
+   * them), and no LISTEN on `url` (a session feature). Default false.
+   */
+  transactionPooler?: boolean;
+  /**
+   * Where the change feed LISTENs (a direct connection, not through a transaction pooler); `''` = no read
+   * cache. Default: `url`, or `''` with `transactionPooler`.
+   */
+  listenUrl?: string;
   /** How long a read waits for a free connection or a new one, ms. Default 1000. */
   connectTimeoutMs?: number;
   /** `application_name` of the connections (pg_stat_activity). Default `ibex-context`. */
@@ -43,9 +83,9 @@ export interface PgStoreOptions {
 
 /** A read's limits: the branch's time, its signal, and the contract.md §4.1 caps. */
 export interface PgReadOptions {
-  /** The branch's remaining time, ms; becomes the statement's `statement_timeout`. */
+  /** The branch's remaining time, ms: past it the read rejects with {@link PgStatementTimeout}. */
   timeoutMs: number;
-  /** Aborted when the branch gives up: the statement is cancelled. */
+  /** Aborted when the branch gives up: the read rejects with the signal's reason at once. */
   signal?: AbortSignal;
   /** Default 20 (hot) / 10 (search). */
   limit?: number;
@@ -58,9 +98,9 @@ export interface PgReadOptions {
 /** A `memories` row as `pg` returns it: the embedded store's row, with `created_at` a Date. */
 type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
 
-/** A read the store abandoned because its statement ran past `statement_timeout`. */
+/** A read the store abandoned because it ran past its time (client-side timer or server statement_timeout). */
 export class PgStatementTimeout extends Error {
-  constructor(cause: unknown) {
+  constructor(cause?: unknown) {
     super('statement timeout', { cause });
     this.name = 'PgStatementTimeout';
   }
@@ -68,7 +108,29 @@ export class PgStatementTimeout extends Error {
 
 const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at';
 const NO_CAP = 2_147_483_647;
+/** How often the pool is topped up to `poolMin` when nothing else prompted it (e.g. the server was down). */
+const WARM_CHECK_MS = 1000;
 
+/** A read's caller: whether it stopped waiting (its time ran out or it aborted) or was answered. */
+interface Caller {
+  gaveUp: boolean;
+  answered?: boolean;
+  /** Set while the statement runs: called once when the caller stops waiting. */
+  onGiveUp?: () => void;
+}
+
+/** The name of a read statement's server-side prepared form: stable per text (which names the schema). */
+function statementName(text: string): string {
+  let name = STATEMENT_NAMES.get(text);
+  if (name === undefined) {
+    name = `ibex_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
+    STATEMENT_NAMES.set(text, name);
+  }
+  return name;
+}
+const STATEMENT_NAMES = new Map<string, string>();
+
+/** A connection-level failure: the connection is gone, the statement did not complete. */
 function isBroken(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
   if (typeof code === 'string' && (code.startsWith('57P') || code.startsWith('08') || code.startsWith('E')))
@@ -84,39 +146,77 @@ export class PgStore {
   readonly migration: MigrateResult;
   readonly #pool: pg.Pool;
   readonly #server: { host: string; port: number };
-  /** statement_timeout (ms) last set on each connection, so an unchanged value costs no round trip. */
-  readonly #timeouts = new WeakMap<pg.PoolClient, number>();
+  readonly #min: number;
+  readonly #statementTimeoutMs: number;
+  /** Named (server-side prepared) read statements: each connection parses and plans them once. */
+  readonly #prepared: boolean;
+  readonly #feed: PgChangeFeed | undefined;
+  readonly #hotCache: ReadCache<readonly StoreHit[]> | undefined;
+  readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
+  readonly #warmTimer: NodeJS.Timeout;
+  #warming = false;
+  #closed = false;
 
   private constructor(
     pool: pg.Pool,
     schema: string,
     migration: MigrateResult,
     server: { host: string; port: number },
+    o: { min: number; statementTimeoutMs: number; prepared: boolean; feed: PgChangeFeed | undefined },
   ) {
     this.#pool = pool;
     this.schema = schema;
     this.migration = migration;
     this.#server = server;
+    this.#min = o.min;
+    this.#statementTimeoutMs = o.statementTimeoutMs;
+    this.#prepared = o.prepared;
+    this.#feed = o.feed;
+    if (o.feed) {
+      this.#hotCache = new ReadCache(o.feed);
+      this.#directiveCache = new ReadCache(o.feed);
+    }
+    pool.on('remove', () => this.#topUp());
+    this.#warmTimer = setInterval(() => this.#topUp(), WARM_CHECK_MS);
+    this.#warmTimer.unref();
   }
 
   /**
-   * Connects, creates the schema and applies pending migrations (under an advisory lock).
+   * Connects, creates the schema and applies pending migrations (under an advisory lock), opens
+   * `poolMin` connections and starts the change feed.
    * @throws Error for a bad schema name; the connection or migration error (pool closed).
    */
   static async open(opts: PgStoreOptions): Promise<PgStore> {
     const schema = opts.schema ?? 'ibex_context';
     if (!SCHEMA_NAME_RE.test(schema)) throw new Error(`invalid PostgreSQL schema name: ${schema}`);
+    const max = opts.poolMax ?? 8;
+    const min = Math.min(max, opts.poolMin ?? 0);
+    const statementTimeoutMs = Math.max(1, Math.ceil(opts.statementTimeoutMs ?? 1000));
+    const pooler = opts.transactionPooler ?? false;
+    const applicationName = opts.applicationName ?? 'ibex-context';
     const config: pg.PoolConfig = {
       connectionString: opts.url,
-      max: opts.poolMax ?? 8,
+      max,
+      min,
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 1000,
-      idleTimeoutMillis: 30_000,
-      options: `-c search_path=${schema}`,
-      application_name: opts.applicationName ?? 'ibex-context',
+      idleTimeoutMillis: opts.idleTimeoutMs ?? 30_000,
+      application_name: applicationName,
+      // Set once per connection, never per read: no round-trip, and no session SET a pooler could lose.
+      ...(pooler ? {} : { options: `-c statement_timeout=${statementTimeoutMs}` }),
+      keepAlive: true,
     };
     const pool = new pg.Pool(config);
+    pool.on('connect', (client) => {
+      PG_EVENTS.connections_opened++;
+      // The pool listens for errors only on idle connections; a server's FATAL (terminated backend,
+      // restart) can reach one that is checked out between statements. Its reads see the error anyway,
+      // and the pool drops a connection that is no longer queryable when it comes back.
+      client.on('error', () => undefined);
+    });
+    pool.on('remove', () => PG_EVENTS.connections_closed++);
     // Without a listener an idle connection's error (terminated backend, restart) would crash the process.
     pool.on('error', (err) => opts.onIdleError?.(err));
+    let feed: PgChangeFeed | undefined;
     try {
       const client = await pool.connect();
       let migration: MigrateResult;
@@ -129,8 +229,21 @@ export class PgStore {
         host: string;
         port: number;
       };
-      return new PgStore(pool, schema, migration, { host: probe.host, port: probe.port });
+      const listenUrl = opts.listenUrl ?? (pooler ? '' : opts.url);
+      if (listenUrl !== '') feed = await PgChangeFeed.start(listenUrl, schema, applicationName);
+      const store = new PgStore(
+        pool,
+        schema,
+        migration,
+        { host: probe.host, port: probe.port },
+        // A transaction pooler may run a read on a server connection that never saw its PREPARE
+        // (PgBouncer before 1.21, or without max_prepared_statements).
+        { min, statementTimeoutMs, prepared: !pooler, feed },
+      );
+      await store.warm();
+      return store;
     } catch (err) {
+      await feed?.close();
       await pool.end().catch(() => undefined);
       throw err;
     }
@@ -141,8 +254,36 @@ export class PgStore {
     return { total: this.#pool.totalCount, idle: this.#pool.idleCount, waiting: this.#pool.waitingCount };
   }
 
+  /** Whether hot reads and directives are being served from the cache now (a live change feed). */
+  get caching(): boolean {
+    return this.#feed?.live ?? false;
+  }
+
+  /**
+   * Opens connections until `poolMin` are open; resolves when they are (or failed to open: the periodic
+   * check tries again). Runs by itself in the background; exposed for start-up and tests.
+   */
+  async warm(): Promise<void> {
+    const missing = this.#min - this.#pool.totalCount;
+    if (missing <= 0 || this.#warming || this.#closed || this.#pool.waitingCount > 0) return;
+    this.#warming = true;
+    try {
+      // The pool opens a connection only when none is idle: hold the idle ones until the new ones are in.
+      const n = missing + this.#pool.idleCount;
+      const got = await Promise.allSettled(Array.from({ length: n }, () => this.#pool.connect()));
+      for (const r of got) if (r.status === 'fulfilled') r.value.release();
+    } finally {
+      this.#warming = false;
+    }
+  }
+
+  #topUp(): void {
+    if (!this.#closed && this.#pool.totalCount < this.#min) void this.warm().catch(() => undefined);
+  }
+
   /** PostgreSQL's cancel request for `client`'s running statement, on a short-lived connection. */
   #cancel(client: pg.PoolClient): void {
+    PG_EVENTS.cancels_sent++;
     const { processID, secretKey } = client as unknown as { processID: number; secretKey: number };
     const con = new pg.Connection() as unknown as pg.Connection & {
       connect(port: number, host: string): void;
@@ -154,45 +295,92 @@ export class PgStore {
   }
 
   /**
-   * Runs one read with the branch's time as `statement_timeout`, cancelled when `signal` aborts.
-   * @throws PgStatementTimeout past the timeout; the signal's reason once aborted; pg errors otherwise.
+   * Runs one read under the branch's time: rejects with {@link PgStatementTimeout} once `timeoutMs` has
+   * passed, with the signal's reason once it aborts, at once either way. The statement itself runs on to
+   * its end (at most the server-side statement_timeout) and then returns its connection to the pool.
+   * @throws PgStatementTimeout past the time; the signal's reason once aborted; pg errors otherwise.
    */
-  async #read<R extends pg.QueryResultRow>(
+  #read<R extends pg.QueryResultRow>(
     text: string,
     values: unknown[],
     timeoutMs: number,
     signal?: AbortSignal,
   ): Promise<R[]> {
     signal?.throwIfAborted();
-    const client = await this.#pool.connect();
-    let drop = false;
-    let onAbort: (() => void) | undefined;
-    try {
-      // Waiting for a connection may have outlasted the branch: then run nothing.
-      signal?.throwIfAborted();
-      const ms = Math.max(1, Math.ceil(timeoutMs));
-      if (this.#timeouts.get(client) !== ms) {
-        this.#timeouts.delete(client);
-        await client.query("SELECT set_config('statement_timeout', $1, false)", [String(ms)]);
-        this.#timeouts.set(client, ms);
-      }
-      signal?.throwIfAborted();
-      const result = client.query<R>(text, values);
-      onAbort = () => {
-        drop = true;
-        this.#cancel(client);
+    return new Promise<R[]>((resolve, reject) => {
+      const caller: Caller = { gaveUp: false };
+      const end = (answered: boolean, fn: () => void) => {
+        if (caller.gaveUp || caller.answered) return;
+        if (answered) caller.answered = true;
+        else {
+          caller.gaveUp = true;
+          caller.onGiveUp?.();
+        }
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        fn();
       };
+      const timer = setTimeout(
+        () => end(false, () => reject(new PgStatementTimeout())),
+        Math.max(1, timeoutMs),
+      );
+      const onAbort = () => end(false, () => reject(signal?.reason));
       signal?.addEventListener('abort', onAbort, { once: true });
-      return (await result).rows;
-    } catch (err) {
-      if (isBroken(err)) drop = true;
-      if ((err as { code?: unknown })?.code === '57014' && !signal?.aborted)
-        throw new PgStatementTimeout(err);
-      throw signal?.aborted ? signal.reason : err;
-    } finally {
-      if (onAbort) signal?.removeEventListener('abort', onAbort);
-      client.release(drop);
+      this.#run<R>(text, values, caller, true).then(
+        (rows) => end(true, () => resolve(rows)),
+        (err: unknown) =>
+          end(true, () =>
+            reject((err as { code?: unknown })?.code === '57014' ? new PgStatementTimeout(err) : err),
+          ),
+      );
+    });
+  }
+
+  /** One statement on a pooled connection for `caller`; retried once on a connection-level error. */
+  async #run<R extends pg.QueryResultRow>(
+    text: string,
+    values: unknown[],
+    caller: Caller,
+    retry: boolean,
+  ): Promise<R[]> {
+    const client = await this.#pool.connect();
+    // Waiting for a connection may have outlasted the branch: then run nothing.
+    if (caller.gaveUp) {
+      client.release();
+      return [];
     }
+
+    let backstop: NodeJS.Timeout | undefined;
+    let cancelled = false;
+    caller.onGiveUp = () => {
+      PG_EVENTS.reads_abandoned++;
+      backstop = setTimeout(
+        () => {
+          cancelled = true;
+          this.#cancel(client);
+        },
+        2 * this.#statementTimeoutMs + 100,
+      );
+      backstop.unref();
+    };
+    let broken: Error | undefined;
+    try {
+      const name = this.#prepared ? statementName(text) : undefined;
+      return (await client.query<R>({ text, values, ...(name ? { name } : {}) })).rows;
+    } catch (err) {
+      if (!isBroken(err)) throw err;
+      broken = err as Error;
+    } finally {
+      caller.onGiveUp = undefined;
+      clearTimeout(backstop);
+      // A cancel sent late could hit the next borrower's statement: that connection is not reused.
+      client.release(broken ?? cancelled);
+    }
+    if (retry && !caller.gaveUp) {
+      PG_EVENTS.reads_retried++;
+      return this.#run(text, values, caller, false);
+    }
+    throw broken;
   }
 
   /**
@@ -204,15 +392,25 @@ export class PgStore {
   async hot(orgId: string | null, agentId: string, opts: PgReadOptions): Promise<StoreHit[]> {
     const agent = uuidArg('agent_id', agentId);
     const org = orgId === null ? null : uuidArg('org_id', orgId);
+    const minConfidence = opts.minConfidence ?? 0;
+    const maxChars = opts.maxChars ?? NO_CAP;
+    const limit = opts.limit ?? HOT_LIMIT;
+    const cache = this.caching ? this.#hotCache : undefined;
+    const key = `${org ?? '*'} ${agent} ${minConfidence} ${maxChars} ${limit}`;
+    const cached = cache?.peek(key);
+    if (cached !== undefined) return [...cached];
+    const generation = cache?.generation ?? 0;
     const rows = await this.#read<MemoryDbRow>(
-      `SELECT ${COLUMNS} FROM memories
+      `SELECT ${COLUMNS} FROM ${this.schema}.memories
        WHERE agent_id = $1 AND ($2::uuid IS NULL OR org_id = $2) AND confidence >= $3 AND content_chars <= $4
        ORDER BY created_at DESC, confidence DESC, id LIMIT $5`,
-      [agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, opts.limit ?? HOT_LIMIT],
+      [agent, org, minConfidence, maxChars, limit],
       opts.timeoutMs,
       opts.signal,
     );
-    return rows.map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
+    const hits = rows.map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
+    cache?.put(key, hits, generation);
+    return [...hits];
   }
 
   /**
@@ -233,7 +431,7 @@ export class PgStore {
     if (terms === null) return [];
     const rows = await this.#read<MemoryDbRow & { score: number }>(
       `SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
-       FROM memories, websearch_to_tsquery('simple', $1) AS q
+       FROM ${this.schema}.memories, websearch_to_tsquery('simple', $1) AS q
        WHERE search @@ q AND agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)
          AND confidence >= $4 AND content_chars <= $5
        ORDER BY score DESC, id LIMIT $6`,
@@ -250,15 +448,31 @@ export class PgStore {
     agentId: string,
     opts: Pick<PgReadOptions, 'timeoutMs' | 'signal'>,
   ): Promise<DirectiveEnvelope | null> {
+    const org = uuidArg('org_id', orgId);
+    const agent = uuidArg('agent_id', agentId);
+    const cache = this.caching ? this.#directiveCache : undefined;
+    const key = `${org} ${agent}`;
+    const cached = cache?.peek(key);
+    if (cached !== undefined) return cached;
+    const generation = cache?.generation ?? 0;
     const rows = await this.#read<{ content: string | null; injection_mode: string; version_id: string }>(
-      'SELECT content, injection_mode, version_id FROM directives WHERE org_id = $1 AND agent_id = $2',
-      [uuidArg('org_id', orgId), uuidArg('agent_id', agentId)],
+      `SELECT content, injection_mode, version_id FROM ${this.schema}.directives WHERE org_id = $1 AND agent_id = $2`,
+      [org, agent],
       opts.timeoutMs,
       opts.signal,
     );
     const row = rows[0];
-    if (row === undefined) return null;
-    return { v: 1, content: row.content, injection_mode: row.injection_mode, version_id: row.version_id };
+    const envelope =
+      row === undefined
+        ? null
+        : {
+            v: 1 as const,
+            content: row.content,
+            injection_mode: row.injection_mode,
+            version_id: row.version_id,
+          };
+    cache?.put(key, envelope, generation);
+    return envelope;
   }
 
   /**
@@ -302,21 +516,32 @@ export class PgStore {
   /** Row counts, for ingest summaries and tests. */
   async counts(): Promise<{ memories: number; directives: number; agents: number }> {
     const r = await this.#pool.query<{ m: string; a: string; d: string }>(
-      `SELECT (SELECT count(*) FROM memories) AS m,
-              (SELECT count(*) FROM (SELECT DISTINCT org_id, agent_id FROM memories) s) AS a,
-              (SELECT count(*) FROM directives) AS d`,
+      `SELECT (SELECT count(*) FROM ${this.schema}.memories) AS m,
+              (SELECT count(*) FROM (SELECT DISTINCT org_id, agent_id FROM ${this.schema}.memories) s) AS a,
+              (SELECT count(*) FROM ${this.schema}.directives) AS d`,
     );
     const row = r.rows[0]!;
     return { memories: Number(row.m), agents: Number(row.a), directives: Number(row.d) };
   }
 
+  /**
+   * Refreshes the planner's statistics of the tables (after a bulk import: the cold search's plan
+   * depends on them).
+   */
+  async analyze(): Promise<void> {
+    await this.#pool.query(`ANALYZE ${this.schema}.memories, ${this.schema}.directives`);
+  }
+
   async #transaction(work: (client: pg.PoolClient) => Promise<void>): Promise<void> {
     const client = await this.#pool.connect();
-    // Writes are not under a branch's deadline: lift a read's statement_timeout for this connection.
-    this.#timeouts.delete(client);
     try {
       await client.query('BEGIN');
-      await client.query('SET LOCAL statement_timeout = 0');
+      // Transaction-scoped, so nothing outlives it on a pooled server connection: the writes' unqualified
+      // names, and no read-sized statement_timeout for a write.
+      await client.query(
+        "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true), pg_notify($2, $1)",
+        [this.schema, CHANGE_CHANNEL],
+      );
       await work(client);
       await client.query('COMMIT');
       client.release();
@@ -324,11 +549,16 @@ export class PgStore {
       await client.query('ROLLBACK').catch(() => undefined);
       client.release(isBroken(err));
       throw err;
+    } finally {
+      this.#feed?.noteWrite();
     }
   }
 
   /** Closes every connection; idempotent. */
   async close(): Promise<void> {
-    if (!this.#pool.ended) await this.#pool.end();
+    this.#closed = true;
+    clearInterval(this.#warmTimer);
+    await this.#feed?.close();
+    if (!this.#pool.ended && !this.#pool.ending) await this.#pool.end();
   }
 }

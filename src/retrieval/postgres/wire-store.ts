@@ -21,7 +21,12 @@ export interface WireStore {
  * @throws the connection or migration error.
  */
 export async function openPgWireStore(pg: { url: string; schema: string }): Promise<WireStore> {
-  const store = await PgStore.open({ url: pg.url, schema: pg.schema, applicationName: 'ibex-memory-server' });
+  const store = await PgStore.open({
+    url: pg.url,
+    schema: pg.schema,
+    applicationName: 'ibex-memory-server',
+    statementTimeoutMs: WIRE_STATEMENT_TIMEOUT_MS,
+  });
   return {
     hot: (_org, agentId, o) => store.hot(null, agentId, { ...o, timeoutMs: WIRE_STATEMENT_TIMEOUT_MS }),
     search: (_org, agentId, query, o) =>
