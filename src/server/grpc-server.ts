@@ -42,6 +42,7 @@ import {
   governLargeMessages,
   sendGatheredMessages,
 } from './grpc-internals.js';
+import { largeAnswerNotice } from './large-answer.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -192,6 +193,7 @@ type Outcome =
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   const { assemble, settings } = opts;
   const logger = opts.logger.child({ component: 'grpc' });
+  const noteAnswerBytes = largeAnswerNotice(logger);
 
   const server = new Server({
     ...DEFAULT_CHANNEL_OPTIONS,
@@ -330,8 +332,11 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       requestDeserialize: decodeAssembleRequest,
       // The answer's copy of the history — or, for a large one, its gathered write — is the request
       // buffer's last use: back to the pool then.
-      responseSerialize: (response: AssembleContextResponse) =>
-        serializeAssembleResponse(response, releaseMessageBuffer),
+      responseSerialize: (response: AssembleContextResponse) => {
+        const out = serializeAssembleResponse(response, releaseMessageBuffer);
+        noteAnswerBytes(out.length);
+        return out;
+      },
     },
   };
   server.addService(serviceDefinition, {
