@@ -305,7 +305,7 @@ async function recovery(
     connections,
     timeoutMs: 1000,
     source: cyclingSource('overload', requests),
-    transport: 'frames',
+    transport: 'h2',
     durationS: 10,
   });
   const opened1 = await pgEvent(s, 'connections_opened');

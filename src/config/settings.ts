@@ -186,8 +186,11 @@ const pgUrlText = z
 export const DEFAULT_GRPC_ADDR = '127.0.0.1:9092';
 /** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (SPEC §3). */
 export const DEFAULT_ADMIN_ADDR = '127.0.0.1:9464';
-/** The memory service token variable and its legacy alias, in the order they are read (SPEC §3). */
-export const MEMORY_API_TOKEN_VARS = ['IBEX_CONTEXT_MEMORY_API_TOKEN', 'MEMORY_API_TOKEN'] as const;
+/**
+ * The memory service token variable. The bare MEMORY_BASE_URL, MEMORY_API_TOKEN and REDIS_URL aliases are not read: a variable exported
+ * for another tool (the tests' REDIS_URL) silently moved the service's stores.
+ */
+export const MEMORY_API_TOKEN_VARS = ['IBEX_CONTEXT_MEMORY_API_TOKEN'] as const;
 
 /** The memory service bearer token (SPEC §3; '' when unset), also read on its own by `memory-server`. */
 export function memoryApiTokenSetting(env: Env = process.env): string {
@@ -229,7 +232,7 @@ export function loadSettings(env: Env = process.env): Settings {
       `must be ≤ IBEX_CONTEXT_POOL_MAX_THREADS (${maxThreads})`,
     );
   }
-  const memoryBaseUrl = parseWith(urlText, env, ['IBEX_CONTEXT_MEMORY_BASE_URL', 'MEMORY_BASE_URL'], '');
+  const memoryBaseUrl = parseWith(urlText, env, ['IBEX_CONTEXT_MEMORY_BASE_URL'], '');
   const memoryApiToken = memoryApiTokenSetting(env);
   if (memoryBaseUrl !== '' && memoryApiToken.trim() === '') {
     throw Errors.config('IBEX_CONTEXT_MEMORY_API_TOKEN', 'required when IBEX_CONTEXT_MEMORY_BASE_URL is set');
@@ -244,7 +247,7 @@ export function loadSettings(env: Env = process.env): Settings {
     memoryBaseUrl: memoryBaseUrl.replace(/\/+$/, ''),
     memoryApiToken,
     memoryHttpThread: parseWith(boolText, env, ['IBEX_CONTEXT_MEMORY_HTTP_THREAD'], true),
-    redisUrl: parseWith(urlText, env, ['IBEX_CONTEXT_REDIS_URL', 'REDIS_URL'], ''),
+    redisUrl: parseWith(urlText, env, ['IBEX_CONTEXT_REDIS_URL'], ''),
     grpcAddr: parseWith(addrText, env, ['IBEX_CONTEXT_GRPC_ADDR'], DEFAULT_GRPC_ADDR),
     adminAddr: parseWith(addrText, env, ['IBEX_CONTEXT_ADMIN_ADDR'], DEFAULT_ADMIN_ADDR),
     dpCellCeiling: parseWith(

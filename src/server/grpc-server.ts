@@ -39,6 +39,7 @@ import {
   createCallContext,
   monotonicNow,
 } from './call-context.js';
+import { largeAnswerNotice } from './large-answer.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -187,6 +188,7 @@ type Outcome =
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   const { assemble, settings } = opts;
   const logger = opts.logger.child({ component: 'grpc' });
+  const noteAnswerBytes = largeAnswerNotice(logger);
 
   const server = new Server({
     ...DEFAULT_CHANNEL_OPTIONS,
@@ -321,8 +323,11 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       requestDeserialize: decodeAssembleRequest,
       // The answer's copy of the history — or, for a large one, its gathered write — is the request
       // buffer's last use: back to the pool then.
-      responseSerialize: (response: AssembleContextResponse) =>
-        serializeAssembleResponse(response, releaseMessageBuffer),
+      responseSerialize: (response: AssembleContextResponse) => {
+        const out = serializeAssembleResponse(response, releaseMessageBuffer);
+        noteAnswerBytes(out.length);
+        return out;
+      },
     },
   };
   server.addService(serviceDefinition, {

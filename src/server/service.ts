@@ -16,6 +16,7 @@ import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import { createAssembler } from './assemble.js';
 import { monotonicNow } from './call-context.js';
+import { warmDependencies } from './dependency-warmup.js';
 import { createGrpcServer, type GrpcServer } from './grpc-server.js';
 import { withHistoryView } from './validate.js';
 import { encodeHistory } from './wire-request.js';
@@ -55,7 +56,8 @@ const WARMUP_CALLS = 40;
  * Runs the pipeline a few dozen times before the service reports SERVING, so that the first real calls do
  * not pay for lazy compilation of the main thread's hot path (they would otherwise risk the 45 ms
  * deadline). A fresh random tenant has no memories; with a remote memory service the memory branches are
- * skipped so that start-up sends it nothing. No metrics, no logs.
+ * skipped here (a slow one would hold start-up for 40 of its latencies): warmDependencies has already
+ * opened and used its connections. No metrics, no logs.
  */
 async function warmPipeline(
   settings: Settings,
@@ -131,6 +133,8 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     pool = await CpuPool.start(settings.pool);
     const started = pool;
     closers.push(() => started.close());
+    // Readiness waits for warm dependency connections, not only a warm pool (docs/deploy.md "First traffic").
+    await warmDependencies(sources, logger);
     await warmPipeline(settings, catalog, sources, started, logger);
     const grpc = createGrpcServer({
       assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics }),

@@ -37,7 +37,9 @@ describe('--help on every command', () => {
     expect(r.code).toBe(0);
     const names = settingNames();
     expect(names).toContain('IBEX_CONTEXT_TIMEOUT');
-    expect(names).toContain('MEMORY_BASE_URL');
+    expect(names).toContain('IBEX_CONTEXT_TIMEOUT_MS');
+    expect(names).not.toContain('REDIS_URL');
+    expect(names).not.toContain('MEMORY_BASE_URL');
     for (const name of names) expect(r.stdout).toContain(name);
     expect(r.stdout).toMatch(/IBEX_CONTEXT_TIMEOUT, IBEX_CONTEXT_TIMEOUT_MS +45 ms +/);
     expect(r.stdout).toMatch(/IBEX_CONTEXT_GRPC_ADDR +127\.0\.0\.1:9092 +/);

@@ -46,12 +46,23 @@ describe('loadSettings', () => {
     const s = loadSettings({
       IBEX_CONTEXT_TIMEOUT: '0.03s',
       IBEX_CONTEXT_TIMEOUT_MS: '999',
-      MEMORY_BASE_URL: 'http://127.0.0.1:1/',
-      MEMORY_API_TOKEN: 't',
+      IBEX_CONTEXT_MEMORY_BASE_URL: 'http://127.0.0.1:1/',
+      IBEX_CONTEXT_MEMORY_API_TOKEN: 't',
     });
     expect(s.timeoutMs).toBe(30);
     expect(s.wallMs).toBe(30);
     expect(s.memoryBaseUrl).toBe('http://127.0.0.1:1');
+  });
+
+  it('reads no bare alias: REDIS_URL / MEMORY_* exported for other tools leave the stores embedded', () => {
+    const s = loadSettings({
+      REDIS_URL: 'redis://127.0.0.1:6379',
+      MEMORY_BASE_URL: 'http://127.0.0.1:1/',
+      MEMORY_API_TOKEN: 't',
+    });
+    expect(s.redisUrl).toBe('');
+    expect(s.memoryBaseUrl).toBe('');
+    expect(s.memoryApiToken).toBe('');
   });
 
   it.each([

@@ -210,6 +210,8 @@ export async function run(argv: string[]): Promise<number> {
       return 1;
     }
     const res = outcome.response;
+    const note = nothingStoredNote(res, req);
+    if (note !== null) process.stderr.write(`ibex-context assemble: ${note}\n`);
     if (json) {
       process.stdout.write(`${JSON.stringify(presentResponse(res), null, 2)}\n`);
     } else {
@@ -223,4 +225,25 @@ export async function run(argv: string[]): Promise<number> {
   } finally {
     client.close();
   }
+}
+
+/**
+ * A note for an answer that is not degraded yet found nothing for the tenant (no memory candidate, no
+ * directive): the org/agent holds nothing in the store the service reads, usually ids other than the ones
+ * `ingest` printed. `null` otherwise.
+ */
+export function nothingStoredNote(
+  res: {
+    degradation?: { level?: string } | null;
+    metrics?: { candidates_evaluated?: number } | null;
+    directive_tokens?: number;
+  },
+  req: { org_id?: string; agent_id?: string },
+): string | null {
+  if (res.degradation?.level !== 'L0') return null;
+  if ((res.metrics?.candidates_evaluated ?? 0) > 0 || (res.directive_tokens ?? 0) > 0) return null;
+  return (
+    `note: the service holds no memories and no directive for org ${req.org_id} agent ${req.agent_id} ` +
+    "(answer L0, nothing degraded); check --org/--agent against what 'ibex-context ingest' printed"
+  );
 }

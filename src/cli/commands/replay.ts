@@ -44,14 +44,28 @@ const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 ${CONNECTION_USAGE}`;
 
 /**
- * Warning printed when calls succeeded but none got a memory: the usual cause is an --org (or store)
- * other than the one the conversations were ingested into, which would otherwise pass silently.
+ * Warning printed when calls succeeded but none got a memory. When every such answer was degraded, the
+ * memory branches did not answer in time (or failed): the warning says so rather than blame --org. Else the
+ * usual cause is an --org (or store) other than the one the conversations were ingested into, which would
+ * otherwise pass silently.
  */
-export function noMemoryWarning(r: Pick<ReplayReport, 'ok' | 'memories_included'>): string | null {
+export function noMemoryWarning(
+  r: Pick<ReplayReport, 'ok' | 'memories_included'> & Partial<Pick<ReplayReport, 'levels'>>,
+): string | null {
   if (r.ok === 0 || r.memories_included.max > 0) return null;
+  const degraded = r.levels === undefined ? 0 : r.levels.L1 + r.levels.L2;
+  if (r.levels !== undefined && degraded === r.ok) {
+    return (
+      `warning: none of the ${r.ok} OK answers included a memory, and every one was degraded ` +
+      `(L1 ${r.levels.L1}, L2 ${r.levels.L2}): the memory branches did not answer in time or failed ` +
+      '(memory service or store slow or down, or a saturated machine); see the reasons with ' +
+      "'ibex-context assemble --json' and the service's log"
+    );
+  }
   return (
     `warning: none of the ${r.ok} OK answers included a memory; check that --org is the org ` +
-    "'ibex-context ingest' printed and that the service reads the store ingest wrote"
+    "'ibex-context ingest' printed and that the service reads the store ingest wrote" +
+    (degraded > 0 ? ` (${degraded} of them were degraded)` : '')
   );
 }
 

@@ -37,7 +37,7 @@ const ms = (v: number) => `${v} ms`;
 const quoted = (v: string) => (v === '' ? '""' : v);
 
 /**
- * Meaning and default of each variable. Aliases (MEMORY_BASE_URL, REDIS_URL, …) point at the
+ * Meaning and default of each variable. Aliases (IBEX_CONTEXT_TIMEOUT_MS) point at the
  * `IBEX_CONTEXT_*` name they stand for.
  */
 export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
@@ -62,12 +62,10 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'memory service origin; blank = embedded store',
     default: (s) => quoted(s.memoryBaseUrl),
   },
-  MEMORY_BASE_URL: { aliasOf: 'IBEX_CONTEXT_MEMORY_BASE_URL' },
   IBEX_CONTEXT_MEMORY_API_TOKEN: {
     meaning: 'memory service bearer token (required with the URL)',
     default: () => '""',
   },
-  MEMORY_API_TOKEN: { aliasOf: 'IBEX_CONTEXT_MEMORY_API_TOKEN' },
   IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: {
     meaning: 'directive branch timeout',
     default: (s) => ms(s.directiveTimeoutMs),
@@ -81,7 +79,6 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'Redis directive store; blank = embedded directives',
     default: (s) => quoted(s.redisUrl),
   },
-  REDIS_URL: { aliasOf: 'IBEX_CONTEXT_REDIS_URL' },
   IBEX_CONTEXT_GRPC_ADDR: { meaning: 'gRPC listen address (host:port)', default: (s) => s.grpcAddr },
   IBEX_CONTEXT_ADMIN_ADDR: {
     meaning: 'admin HTTP: /metrics, /healthz, /readyz',

@@ -3,11 +3,14 @@
  * URL / Redis URL are set. SIGTERM/SIGINT drain gracefully and exit 0.
  */
 import os from 'node:os';
+import { format } from 'node:util';
+import { setLogger } from '@grpc/grpc-js';
 import { type AuthSetup, setupAuth } from '../../auth/setup-auth.js';
 import { missingServiceNodeFlags } from '../../config/node-flags.js';
 import { loadSettings } from '../../config/settings.js';
 import { startService } from '../../server/service.js';
 import { createLogger } from '../../telemetry/logger.js';
+import { describeStartupError } from '../startup-error.js';
 
 /** Runs until a signal; returns the exit code (0 after a clean drain, 1 on a start-up failure). */
 export async function run(argv: string[]): Promise<number> {
@@ -52,6 +55,13 @@ export async function run(argv: string[]): Promise<number> {
     console.error(`ibex-context: ${(err as Error).message}`);
     return 1;
   }
+  // grpc-js writes its own errors (a failed bind among them) to stderr; through the logger they stay out of
+  // the one start-up line below and keep the log JSON.
+  setLogger({
+    error: (...args: unknown[]) => logger.warn({ component: 'grpc-js' }, format(...args)),
+    info: (...args: unknown[]) => logger.debug({ component: 'grpc-js' }, format(...args)),
+    debug: (...args: unknown[]) => logger.debug({ component: 'grpc-js' }, format(...args)),
+  });
   let service: Awaited<ReturnType<typeof startService>>;
   try {
     service = await startService(settings, {
@@ -61,7 +71,9 @@ export async function run(argv: string[]): Promise<number> {
       warnings: auth.warnings,
     });
   } catch (err) {
-    logger.fatal({ err }, 'start-up failed');
+    // One line on stderr naming the setting and the cause; the stack only at debug level.
+    logger.debug({ err }, 'start-up failed');
+    console.error(`ibex-context: cannot start: ${describeStartupError(err, settings)}`);
     return 1;
   }
   return new Promise<number>((resolve) => {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# First traffic after start: for each path (embedded store, memory service), N fresh starts of `serve`, each
+# followed as soon as /readyz answers by `replay --limit 300`; writes bench/results/first-traffic.json.
+# usage: bench/first-traffic.sh <locomo dir> [starts=3] [base port=20200]
+# Needs `npm run build`. Ingests LoCoMo into a temporary embedded store; the memory path serves that store
+# through `ibex-context memory-server` (started once, before the first start).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+locomo="${1:?usage: bench/first-traffic.sh <locomo dir> [starts] [base port]}"
+starts="${2:-3}"
+port="${3:-20200}"
+tmp="$(mktemp -d)"
+export IBEX_CONTEXT_EMBEDDED_DB="$tmp/ibex.db"
+cli=(node dist/src/cli/main.js)
+"${cli[@]}" ingest --locomo "$locomo" > /dev/null
+"${cli[@]}" memory-server --db "$IBEX_CONTEXT_EMBEDDED_DB" --port "$((port + 10))" --token bench > "$tmp/ms.log" 2>&1 &
+ms=$!
+trap 'kill "$ms" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+sleep 1
+runs=()
+for path in embedded memory; do
+  for k in $(seq 1 "$starts"); do
+    extra=()
+    if [ "$path" = memory ]; then
+      extra=(IBEX_CONTEXT_MEMORY_BASE_URL="http://127.0.0.1:$((port + 10))" IBEX_CONTEXT_MEMORY_API_TOKEN=bench)
+    fi
+    env "${extra[@]}" IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$port" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((port + 1))" \
+      node --initial-old-space-size=128 --v8-pool-size=0 dist/src/cli/main.js serve > "$tmp/serve.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" > /dev/null && break; sleep 0.25; done
+    "${cli[@]}" replay --addr "127.0.0.1:$port" --locomo "$locomo" --limit 300 --json > "$tmp/r.json" 2> /dev/null || true
+    load="$(cut -d' ' -f1 /proc/loadavg)"
+    runs+=("$(node -e 'const r=require(process.argv[1]);console.log(JSON.stringify({path:process.argv[2],start:+process.argv[3],load_avg_1m:+process.argv[4],calls:r.calls,ok:r.ok,errors:r.errors,levels:r.levels,l0_share:r.levels.L0/r.calls,p99_ms:r.latency_ms.p99}))' "$tmp/r.json" "$path" "$k" "$load")")
+    echo "${runs[-1]}"
+    kill "$pid"; wait "$pid" 2> /dev/null || true
+    sleep 1
+  done
+done
+mkdir -p bench/results
+(IFS=,; echo "{\"note\":\"first replay --limit 300 right after each fresh start; load_avg_1m shows how busy the machine was\",\"runs\":[${runs[*]}]}") \
+  | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s),null,2)))' \
+  > bench/results/first-traffic.json
+echo "wrote bench/results/first-traffic.json"
