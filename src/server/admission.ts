@@ -36,6 +36,11 @@ export interface AdmissionOptions {
   maxSamples?: number;
   /** Windows after which the no-load latency is measured afresh (it may have fallen or risen). Default 200. */
   resetWindows?: number;
+  /**
+   * Latency below which no queue is read, ms. Default 2: own-stage latencies are sub-millisecond at no
+   * load, where a thread hop or a timer tick would read as a queue of most of the limit.
+   */
+  noiseFloorMs?: number;
   /** Clock, ms (monotonic). Default `performance.now`. */
   now?: () => number;
 }
@@ -86,6 +91,7 @@ export class AdaptiveConcurrencyLimit {
       minSamples: Math.max(1, options.minSamples ?? 10),
       maxSamples: Math.max(1, options.maxSamples ?? 200),
       resetWindows: Math.max(1, options.resetWindows ?? 200),
+      noiseFloorMs: Math.max(0, options.noiseFloorMs ?? 2),
     };
     this.now = options.now ?? (() => performance.now());
     this.limitValue = this.o.initialLimit;
@@ -162,8 +168,9 @@ export class AdaptiveConcurrencyLimit {
   /** Vegas's step (log10-scaled thresholds, as Netflix's defaults). */
   private vegas(limit: number, latencyMs: number): number {
     const log = Math.max(1, Math.log10(limit));
-    // A zero latency (a coarse clock) is no queue.
-    const queue = latencyMs > 0 ? limit * (1 - this.noLoad / latencyMs) : 0;
+    const floor = this.o.noiseFloorMs;
+    const latency = Math.max(latencyMs, floor);
+    const queue = latency > 0 ? limit * (1 - Math.max(this.noLoad, floor) / latency) : 0;
     if (queue > 6 * log) return limit - log;
     // The load decided the latency, not the limit: no growth while under half of it was ever used.
     if (2 * this.windowMaxInFlight < limit) return limit;

@@ -163,6 +163,28 @@ describe('AdaptiveConcurrencyLimit following a process', () => {
     expect(low).toBeLessThan(40);
   });
 
+  it('reads no queue in sub-millisecond jitter below the noise floor (a thread hop, a timer tick)', () => {
+    let now = 0;
+    const limiter = new AdaptiveConcurrencyLimit({ initialLimit: 20, maxLimit: 128, now: () => now });
+    fc.assert(
+      fc.property(
+        fc.array(fc.double({ min: 0.05, max: 1.99, noNaN: true }), { minLength: 200, maxLength: 400 }),
+        (latencies) => {
+          const before = limiter.state().limit;
+          for (const latencyMs of latencies) {
+            // Every call of the window holds the whole limit in flight: full use, so growth is allowed.
+            while (limiter.tryAcquire());
+            now += 1;
+            limiter.release({ latencyMs, dropped: false });
+            while (limiter.state().inFlight > 0) limiter.release(null);
+          }
+          expect(limiter.state().limit).toBeGreaterThanOrEqual(before);
+        },
+      ),
+      { numRuns: 30 },
+    );
+  });
+
   it('shrinks on drops alone (calls that lost their CPU stage), whatever their latency', () => {
     let now = 0;
     const limiter = new AdaptiveConcurrencyLimit({ initialLimit: 100, maxLimit: 128, now: () => now });
