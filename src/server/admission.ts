@@ -18,7 +18,10 @@
 
 /** Tuning of {@link AdaptiveConcurrencyLimit}; every field optional. */
 export interface AdmissionOptions {
-  /** Limit at start, calls. Default 20. */
+  /**
+   * Limit at start, calls. Default `maxLimit`: a process starts open, as the fixed cap it replaces did,
+   * and the limit comes down on evidence (queueing, drops).
+   */
   initialLimit?: number;
   /** Floor of the limit, calls. Default 4: a few calls always get the full assembly. */
   minLimit?: number;
@@ -82,7 +85,7 @@ export class AdaptiveConcurrencyLimit {
     const maxLimit = Math.max(1, options.maxLimit ?? 128);
     const minLimit = Math.min(maxLimit, Math.max(1, options.minLimit ?? 4));
     this.o = {
-      initialLimit: Math.min(maxLimit, Math.max(minLimit, options.initialLimit ?? 20)),
+      initialLimit: Math.min(maxLimit, Math.max(minLimit, options.initialLimit ?? maxLimit)),
       minLimit,
       maxLimit,
       smoothing: Math.min(1, Math.max(0.01, options.smoothing ?? 0.5)),

@@ -199,7 +199,7 @@ describe('AdaptiveConcurrencyLimit following a process', () => {
 
 describe('assembler admission', () => {
   it('answers calls past the limit at once, L2 shed with the directive, and reports limit, in-flight and sheds', async () => {
-    const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent' });
+    const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent', IBEX_CONTEXT_MAX_IN_FLIGHT: '20' });
     const metrics = createMetrics();
     const sources = {
       directive: {
@@ -245,7 +245,7 @@ describe('assembler admission', () => {
       });
     };
     try {
-      // The initial limit is 20: 20 calls are admitted and wait for the pool, the next 5 are shed.
+      // The limit starts at its ceiling, 20 here: 20 calls are admitted and wait for the pool, the next 5 are shed.
       const admitted = Array.from({ length: 20 }, call);
       const shed = await Promise.all(Array.from({ length: 5 }, call));
       for (const s of shed) {
