@@ -45,8 +45,10 @@ import {
   type StepRow,
   tableCells,
   tailBesideMarkCompacts,
+  waitForIdle,
   whereTheTimeGoes,
 } from './lib/load-step.js';
+import { allowedCpus, type OverloadPhase, pinAll, runBareFloor, runOverload } from './lib/pinned.js';
 import { writeLoadCharts } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
 
@@ -64,6 +66,15 @@ const USAGE = `usage: npm run bench:load -- [options]
   --threads <n>           pool threads of the service (default: the service's own default)
   --cpu-prof <dir>        write V8 CPU profiles of the service (all its threads) into <dir>
   --p99-target <ms>       latency target of the summary line (default 20)
+  --pinned                per-core figures: the service and all its threads on the second allowed CPU, this
+                          driver on the first (taskset, both printed), one pool thread unless --threads; the
+                          bare grpc-js floor driven the same way in the same run; writes load-pinned.json
+  --floor-steps <r1,…>    rates of the bare grpc-js floor (default 1000,2000,3000; with --pinned or --floor)
+  --floor                 run the bare grpc-js floor without --pinned too
+  --overload-seconds <s>  after the steps, offer --overload-factor × the saturation rate (the step with the
+                          most L0 answers/s) for this long, then the clean rate in 0.25 s slices for 5 s:
+                          errors, L0 and shed shares, p99, seconds back to L0 (default 20 with --pinned, else 0)
+  --overload-factor <x>   multiple of the saturation rate offered in the overload phase (default 1.5)
   --out <dir>             where load.json and load.svg go (default bench/results)`;
 
 interface Options {
@@ -78,12 +89,18 @@ interface Options {
   threads: number | undefined;
   cpuProf: string | undefined;
   p99TargetMs: number;
+  pinned: boolean;
+  floor: boolean;
+  floorSteps: number[];
+  overloadSeconds: number;
+  overloadFactor: number;
 }
 
 const FLAGS = {
   ...stringFlags('steps', 'step-seconds', 'ramp-seconds', 'warmup-seconds', 'constrained', 'seed'),
   ...stringFlags('transport', 'threads', 'cpu-prof', 'p99-target'),
-  ...booleanFlags('h2load'),
+  ...stringFlags('floor-steps', 'overload-seconds', 'overload-factor'),
+  ...booleanFlags('h2load', 'pinned', 'floor'),
 } as const;
 
 function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
@@ -99,6 +116,15 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
     threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
     cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
     p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
+    pinned: values.pinned ?? false,
+    floor: values.floor ?? values.pinned ?? false,
+    floorSteps: parseList('--floor-steps', values['floor-steps'] ?? '1000,2000,3000'),
+    overloadSeconds: parseNumber(
+      '--overload-seconds',
+      values['overload-seconds'] ?? (values.pinned ? '20' : '0'),
+      true,
+    ),
+    overloadFactor: parseNumber('--overload-factor', values['overload-factor'] ?? '1.5'),
   };
 }
 
@@ -113,9 +139,13 @@ async function main(argv: string[]): Promise<number> {
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };
-  if (opts.threads !== undefined) {
-    serviceEnv.IBEX_CONTEXT_POOL_MAX_THREADS = String(opts.threads);
-    serviceEnv.IBEX_CONTEXT_POOL_MIN_THREADS = String(opts.threads);
+  const cpus = opts.pinned ? allowedCpus() : [];
+  if (opts.pinned && cpus.length < 2) throw new Error('--pinned needs two allowed CPUs (one for the driver)');
+  // Pinned after start (taskset -a -p), so the pool is sized here as it would be under the mask.
+  const threads = opts.threads ?? (opts.pinned ? 1 : undefined);
+  if (threads !== undefined) {
+    serviceEnv.IBEX_CONTEXT_POOL_MAX_THREADS = String(threads);
+    serviceEnv.IBEX_CONTEXT_POOL_MIN_THREADS = String(threads);
   }
   const service = await startServiceProcess({
     db,
@@ -126,8 +156,15 @@ async function main(argv: string[]): Promise<number> {
   });
   const rows: StepRow[] = [];
   let h2: H2loadResult | null = null;
+  let pinning: { service: string; driver: string } | null = null;
+  let floor: Awaited<ReturnType<typeof runBareFloor>> | null = null;
+  let overload: OverloadPhase | null = null;
   try {
     console.error(`service pid ${service.pid} on ${service.grpcAddr} (admin ${service.adminUrl})`);
+    if (opts.pinned) {
+      pinning = { service: pinAll(service.pid, cpus[1]!), driver: pinAll(process.pid, cpus[0]!) };
+      console.error(`pinned: service ${pinning.service}; driver ${pinning.driver}`);
+    }
     let source = data.source;
     if (opts.constrained > 0) {
       const tokens = await probeCandidateTokens({ addr: service.grpcAddr }, source.requests ?? []);
@@ -171,6 +208,18 @@ async function main(argv: string[]): Promise<number> {
       );
       if (row.tail) console.error(`  ${tailBesideMarkCompacts(row)}`);
     }
+    const summaryNow = perCoreSummary(rows, opts.stepSeconds, opts.p99TargetMs);
+    if (opts.floor) {
+      floor = await runBareFloor(opts.floorSteps, opts.stepSeconds, common, opts.pinned ? cpus[1]! : null);
+    }
+    if (opts.overloadSeconds > 0 && summaryNow.saturation_rate !== null) {
+      const rate = Math.round(opts.overloadFactor * summaryNow.saturation_rate);
+      const recovery = summaryNow.clean_rate ?? Math.round(summaryNow.saturation_rate / 2);
+      console.error(`overload: ${rate} rps for ${opts.overloadSeconds} s, then ${recovery} rps`);
+      await waitForIdle(service);
+      overload = await runOverload(service, rate, opts.overloadSeconds, recovery, 5, common);
+      console.error(`overload: ${JSON.stringify({ ...overload, recovery_slices: undefined })}`);
+    }
     if (opts.h2load) {
       if (!hasH2load()) throw new Error('--h2load: h2load is not installed (apt-get install nghttp2-client)');
       const req = (data.source.requests ?? [])[0];
@@ -193,8 +242,24 @@ async function main(argv: string[]): Promise<number> {
   const clean = rows.filter((r) => isClean(r, opts.p99TargetMs));
   const best = clean.length ? clean.reduce((a, b) => (b.rate > a.rate ? b : a)) : null;
   const criterion = `p99 ≤ ${opts.p99TargetMs} ms and zero errors`;
+  const perCore = perCoreSummary(rows, opts.stepSeconds, opts.p99TargetMs);
+  // The floor's CPU per call where it answered everything (past that, unanswered calls cost too).
+  const cleanFloor = floor?.steps.filter((f) => f.errors === 0) ?? [];
+  const bareCpu = cleanFloor.length ? Math.min(...cleanFloor.map((f) => f.cpu_ms_per_call)) : null;
   const result = {
     generated_at: new Date().toISOString(),
+    mode: opts.pinned ? 'pinned' : 'unpinned',
+    pinning,
+    per_core: {
+      ...perCore,
+      bare_cpu_ms_per_call: bareCpu,
+      cpu_ratio_to_bare:
+        bareCpu && perCore.cpu_ms_per_call_at_clean !== null
+          ? Math.round((perCore.cpu_ms_per_call_at_clean / bareCpu) * 100) / 100
+          : null,
+    },
+    bare_floor: floor?.steps ?? null,
+    overload,
     node: process.version,
     machine: machineInfo(),
     config: {
@@ -229,17 +294,20 @@ async function main(argv: string[]): Promise<number> {
       : { rate: null, criterion },
   };
   mkdirSync(opts.out, { recursive: true });
-  const jsonFile = path.join(opts.out, 'load.json');
+  const jsonFile = path.join(opts.out, opts.pinned ? 'load-pinned.json' : 'load.json');
   writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
-  const { svgFile, errorsSvgFile } = await writeLoadCharts(opts.out, {
-    rows,
-    stepSeconds: opts.stepSeconds,
-    timeoutMs: opts.timeoutMs,
-    p99TargetMs: opts.p99TargetMs,
-    subtitle:
-      `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
-      `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`,
-  });
+  // The charts are the unpinned run's (bench/results/load.svg); a pinned run writes its JSON only.
+  const charts = opts.pinned
+    ? null
+    : await writeLoadCharts(opts.out, {
+        rows,
+        stepSeconds: opts.stepSeconds,
+        timeoutMs: opts.timeoutMs,
+        p99TargetMs: opts.p99TargetMs,
+        subtitle:
+          `${data.kind.split('(')[0]} data, ${result.machine.cpus} CPUs shared by server and driver, ` +
+          `pool ${result.config.pool_threads} threads, ${opts.stepSeconds} s per step`,
+      });
 
   console.table(Object.fromEntries(rows.map((r) => [`${r.rate} rps`, tableCells(r)])));
   console.log(
@@ -261,11 +329,37 @@ async function main(argv: string[]): Promise<number> {
   } else {
     console.log(`highest rate with ${criterion}: none of the steps met it`);
   }
+  console.log(`per core: ${JSON.stringify(result.per_core)}`);
+  if (overload) console.log(`overload: ${JSON.stringify({ ...overload, recovery_slices: undefined })}`);
+  const rel = (f: string) => path.relative(process.cwd(), f);
   console.log(
-    `wrote ${path.relative(process.cwd(), jsonFile)}, ${path.relative(process.cwd(), svgFile)} and ` +
-      `${path.relative(process.cwd(), errorsSvgFile)}`,
+    charts
+      ? `wrote ${rel(jsonFile)}, ${rel(charts.svgFile)} and ${rel(charts.errorsSvgFile)}`
+      : `wrote ${rel(jsonFile)}`,
   );
   return 0;
+}
+
+/**
+ * The clean rate (0 errors, p99 within the target, ≥ 99 % L0), the saturation rate (the step with the
+ * most L0 answers per second) and server CPU per call at the clean rate, ms.
+ */
+function perCoreSummary(rows: readonly StepRow[], stepSeconds: number, p99TargetMs: number) {
+  const l0Rps = (r: StepRow) => r.ok_rps - r.degraded / stepSeconds;
+  const clean = rows.filter((r) => isClean(r, p99TargetMs) && r.degraded <= 0.01 * r.ok_rps * stepSeconds);
+  const best = clean.length ? clean.reduce((a, b) => (b.rate > a.rate ? b : a)) : null;
+  const saturation = rows.length ? rows.reduce((a, b) => (l0Rps(b) > l0Rps(a) ? b : a)) : null;
+  const cpu = best?.cpu_ms_per_call
+    ? best.cpu_ms_per_call.server_main + best.cpu_ms_per_call.server_other
+    : null;
+  return {
+    clean_rate: best?.rate ?? null,
+    saturation_rate: saturation?.rate ?? null,
+    saturation_l0_rps: saturation ? Math.round(l0Rps(saturation)) : null,
+    clean_share_of_saturation:
+      best && saturation ? Math.round((best.rate / saturation.rate) * 100) / 100 : null,
+    cpu_ms_per_call_at_clean: cpu === null ? null : Math.round(cpu * 1000) / 1000,
+  };
 }
 
 runBenchMain(() => main(process.argv.slice(2)));

@@ -44,6 +44,11 @@ export interface BudgetInput {
   nonceBytes: number;
   /** Request's available_tokens; used only when 0 < available_tokens < usable_budget. */
   availableTokens?: number;
+  /**
+   * Directive and history tokens counted elsewhere, under `estimate_kind` (upper bounds allowed: the
+   * main thread's degraded answer charges bounds instead of exact BPE counts, src/budget/bpe-bound.ts).
+   */
+  counted?: { directive: number; messages: number };
 }
 
 /** response_reserve = max(500, min(trunc(0.15 × window), max_output, 4096)) tokens. */
@@ -72,11 +77,12 @@ export function calculateBudget(input: BudgetInput): TokenBudget {
   const reserve = responseReserve(window, model.max_output_tokens);
   const safety = Math.trunc(window * policy.safety_buffer_fraction);
   const directive = input.directive ?? '';
-  const directiveTokens = estimateTokens(directive, kind);
+  const directiveTokens = input.counted ? input.counted.directive : estimateTokens(directive, kind);
   const history = input.recentMessages;
   const messageCount = isMeasured(history) ? history.count : history.length;
   let messagesTokens = 0;
-  if (messageCount > 0) {
+  if (input.counted) messagesTokens = input.counted.messages;
+  else if (messageCount > 0) {
     messagesTokens = isMeasured(history)
       ? estimateFromLength(history.codePoints, kind)
       : estimateTokens(historyText(history), kind);

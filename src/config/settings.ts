@@ -62,7 +62,7 @@ export interface Settings {
   shutdownGraceMs: number;
   /** Time reserved for the CPU stage inside the request deadline, ms. */
   cpuStageReserveMs: number;
-  /** Calls in flight past which new calls are answered at once, degraded (L2 `overloaded`). */
+  /** Ceiling of the adaptive admission limit (src/server/admission.ts): past the limit a call is answered L2 `shed`. */
   maxInFlight: number;
   /** Max inbound gRPC message size, bytes. */
   maxReceiveMessageBytes: number;

@@ -5,6 +5,7 @@
  * the text) decodes it.
  */
 import { isBpeKind } from '../budget/bpe.js';
+import { bpeTokenBound } from '../budget/bpe-bound.js';
 import {
   codePointLength,
   type EstimateKind,
@@ -52,10 +53,7 @@ export function prepareHistory(
   kind: EstimateKind,
   contentPending: boolean,
 ): PreparedHistory | null {
-  if (!isBpeKind(kind)) {
-    const measure = measureHistory(h);
-    return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
-  }
+  if (!isBpeKind(kind)) return measuredHistory(h);
   const messages = decodeSpans(h);
   if (contentPending) {
     for (const m of messages) {
@@ -64,6 +62,16 @@ export function prepareHistory(
     }
   }
   return { measure: null, messages };
+}
+
+/**
+ * Measures a history from its bytes without decoding it, under any kind (a BPE kind's answer then counts
+ * bounds, see {@link formatAssembly}), and decides its content limits (SPEC §11).
+ * @returns null when some content exceeds 32,768 code points.
+ */
+export function measuredHistory(h: HistorySpans): PreparedHistory | null {
+  const measure = measureHistory(h);
+  return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
 }
 
 /** What {@link formatAssembly} formats besides the history. */
@@ -83,7 +91,8 @@ export function memoryText(m: SplicedMemory): FormatMemory {
 }
 
 /**
- * Formats the assembled context (contract.md §9) as spliced UTF-8 and counts its tokens under `kind`.
+ * Formats the assembled context (SPEC §9) as spliced UTF-8 and counts its tokens under `kind`: a
+ * measured history under a BPE kind gets {@link bpeTokenBound} of the text's bytes (≥ the exact count).
  * @param h the history's bytes; spans of `h.source` end up in the result when it was measured.
  */
 export function formatAssembly(
@@ -94,7 +103,11 @@ export function formatAssembly(
 ): { text: SplicedUtf8; tokens_used: number } {
   if (prepared.measure) {
     const f = formatSpliced({ ...parts, history: h, measure: prepared.measure });
-    return { text: f.text, tokens_used: estimateFromLength(f.codePoints, kind) };
+    // A measured history under a BPE kind (the main thread's degraded answer): a bound, not a count.
+    const tokens_used = isBpeKind(kind)
+      ? bpeTokenBound(f.text.byteLength)
+      : estimateFromLength(f.codePoints, kind);
+    return { text: f.text, tokens_used };
   }
   const context = formatContext({
     ...parts,

@@ -4,10 +4,12 @@
  * both carry.
  */
 
+import { isBpeKind } from '../budget/bpe.js';
+import { bpeTokenBound, historyTokenBound } from '../budget/bpe-bound.js';
 import { calculateBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import { Errors } from '../errors.js';
-import { formatAssembly, prepareHistory } from '../format/assembly-text.js';
+import { formatAssembly, measuredHistory, prepareHistory } from '../format/assembly-text.js';
 import { encodeDegradedRows } from '../format/memory-rows.js';
 import type { CpuStageResult } from '../pool/pool-client.js';
 import type { BranchOutcome } from '../types.js';
@@ -77,10 +79,12 @@ export interface DegradedAnswerOptions {
 }
 
 /**
- * The L2 degraded answer (contract.md §10): directive + history formatted on the main thread, no memories —
- * the one allowed main-thread pass over history, on its bytes (contract.md §1): measured (one native validity
- * check and a word-at-a-time count, ~0.35 ns per byte) and spliced into the answer, not decoded (a BPE
- * kind decodes: exact counts need the text). Its pending content lengths are decided there: an over-long
+ * The L2 degraded answer (SPEC §10): directive + history formatted on the main thread, no memories —
+ * the one allowed main-thread pass over history, on its bytes (SPEC §1): measured (one native validity
+ * check and a word-at-a-time count, ~0.35 ns per byte) and spliced into the answer, never decoded. Under
+ * a BPE kind (IBEX_CONTEXT_EXACT_TOKENS) nothing is BPE-counted here: directive, history and
+ * `tokens_used` are upper bounds from UTF-8 byte lengths (src/budget/bpe-bound.ts), never below the
+ * exact counts, so the budget stays conservative. Its pending content lengths are decided there: an over-long
  * content is still INVALID_ARGUMENT. Memory rows are `failed` / `filter` with token_estimate 0: their
  * costs were the CPU stage's, which did not run. Its cost feeds the measured reserve.
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a history content over 32,768 code points;
@@ -92,7 +96,9 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
   const h = req.history;
   if (historyLost(h)) throw Errors.deadlineExceeded();
   const kind = opts.resolved.policy.estimate_kind;
-  const prepared = prepareHistory(h, kind, h.contentPending);
+  // Never a BPE count here: history and directive are measured from their bytes, their tokens bounded.
+  const bounded = isBpeKind(kind);
+  const prepared = bounded ? measuredHistory(h) : prepareHistory(h, kind, h.contentPending);
   if (prepared === null) throw Errors.invalidArgument('message.content', CONTENT_OVER);
   const directive = retrieval.directive?.content ?? null;
   const budget = calculateBudget({
@@ -102,6 +108,13 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
     toolSchemas: [],
     nonceBytes: opts.nonceBytes,
     availableTokens: req.availableTokens,
+    counted:
+      bounded && prepared.measure
+        ? {
+            directive: bpeTokenBound(Buffer.byteLength(directive ?? '', 'utf8')),
+            messages: historyTokenBound(h, prepared.measure),
+          }
+        : undefined,
   });
   const response = baseResponse(a, budget);
   response[MEMORY_ROWS] = encodeDegradedRows(a.kept, a.filtered);

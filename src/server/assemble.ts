@@ -13,9 +13,11 @@ import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../po
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
+import { registerAdmissionMetrics } from '../telemetry/admission-metrics.js';
 import { degradedAssemblyLog } from '../telemetry/logger.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { monotonicNow } from '../util/clock.js';
+import { AdaptiveConcurrencyLimit, type AdmissionSample } from './admission.js';
 import {
   answerFromStage,
   degradationLevel,
@@ -102,31 +104,41 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const reserve = new StageReserve(settings.cpuStageReserveMs);
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
-  let inFlight = 0;
+  // Admission at arrival (SPEC §10 amended): past the adaptive limit a call is answered at once from
+  // what costs nothing (directive + history, L2 `shed`) instead of queueing behind the others.
+  const admission = new AdaptiveConcurrencyLimit({ maxLimit: settings.maxInFlight });
+  if (deps.metrics) registerAdmissionMetrics(deps.metrics.registry, admission);
   /** Calls waiting for their CPU-stage result (queued or running). */
   let awaitingPool = 0;
   return async (req: ValidatedRequest, ctx: CallContext) => {
     observer.callStarted();
-    inFlight++;
+    const admitted = admission.tryAcquire();
+    const taught: { sample: AdmissionSample | null } = { sample: null };
     try {
-      // Load shedding: past the in-flight limit the service answers at once from what costs nothing
-      // (directive + history, L2 `overloaded`), so that an overloaded process still answers in time
-      // instead of letting every call wait out the retrieval wall.
       // Duration and count of every call: src/telemetry/assembly-metrics.ts (the interceptor).
-      return await assembleOne(req, ctx, inFlight > settings.maxInFlight);
+      return await assembleOne(req, ctx, !admitted, taught);
+    } catch (err) {
+      if (isIbexError(err, 'IBEX_ERR_DEADLINE_EXCEEDED')) taught.sample = { latencyMs: 0, dropped: true };
+      throw err;
     } finally {
-      inFlight--;
+      if (admitted) admission.release(taught.sample);
       observer.callEnded();
     }
   };
 
-  async function assembleOne(req: ValidatedRequest, ctx: CallContext, shed: boolean) {
+  async function assembleOne(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    shed: boolean,
+    taught: { sample: AdmissionSample | null },
+  ) {
     const resolved = resolveModel(req);
     const historyBytes = historyByteLength(req);
     // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
     // pass over megabytes of history for an answer nobody will read (contract.md §10).
     if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
+    const ownStart = monotonicNow();
     const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
     const { stage, poolReason } =
       !shed && cpuStageCannotFit(req, ctx, input, shareMs, historyBytes)
@@ -135,7 +147,11 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     throwIfAborted(ctx);
     // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
     if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
-    return answer(assembly, resolved, stage, poolReason);
+    const answered = answer(assembly, resolved, stage, poolReason);
+    // The admission limit learns from this process's own stages only (src/server/admission.ts).
+    const dropped = poolReason === 'pool_deadline' || poolReason === 'pool_saturated';
+    taught.sample = { latencyMs: monotonicNow() - ownStart, dropped };
+    return answered;
   }
 
   /** Whether the task carries the request's own buffer (a large history, not copied: cpu-batch.ts). */
@@ -172,8 +188,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
 
   /**
    * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
-   * answer their measured share of D (contract.md §10 answer guarantee): running p99s of this process's
-   * round-trips and degraded answers. A shed call skips both memory branches (`overloaded`).
+   * answer their measured share of D (SPEC §10 answer guarantee): running p99s of this process's
+   * round-trips and degraded answers. A shed call skips both memory branches (`shed`).
    */
   async function retrieveStage(
     req: ValidatedRequest,
@@ -210,7 +226,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     throwIfAborted(ctx);
     if (shed) {
       for (const b of retrieval.branches) {
-        if (b.name !== 'directive' && b.status === 'skipped') b.detail = 'overloaded';
+        if (b.name !== 'directive' && b.status === 'skipped') b.detail = 'shed';
       }
     }
     observer.retrieved(retrieval);
@@ -313,7 +329,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     shed: boolean,
     historyBytes: number,
   ): Promise<CpuOutcome> {
-    if (shed) return { stage: null, poolReason: 'overloaded' };
+    if (shed) return { stage: null, poolReason: 'shed' };
     let stage: CpuStageResult;
     // A task that takes the request buffer along leaves nothing to build the degraded answer from once
     // it runs: then its result is worth waiting for until D itself, not D minus the degraded reserve.

@@ -240,19 +240,19 @@ describe('load shedding', () => {
     await fixture?.close();
   });
 
-  it('answers calls past the in-flight limit at once: L2 overloaded, directive + history, no memory I/O', async () => {
+  it('answers calls past the in-flight limit at once: L2 shed, directive + history, no memory I/O', async () => {
     const before = fixture.memory.stats.total;
     const results = await Promise.all(Array.from({ length: 6 }, () => svc.client.assemble(request(t))));
     expect(results.every((r) => r.status.code === status.OK)).toBe(true);
-    const shed = results.filter((r) => r.response!.degradation.reasons.includes('overloaded'));
-    const full = results.filter((r) => !r.response!.degradation.reasons.includes('overloaded'));
+    const shed = results.filter((r) => r.response!.degradation.reasons.includes('shed'));
+    const full = results.filter((r) => !r.response!.degradation.reasons.includes('shed'));
     expect(full).toHaveLength(2);
     expect(shed).toHaveLength(4);
     for (const r of shed) {
       expect(r.response!.degradation).toMatchObject({ level: 'L2', intentional: false });
       expect(r.response!.degradation.branches.slice(1).map((b) => [b.status, b.detail])).toEqual([
-        ['skipped', 'overloaded'],
-        ['skipped', 'overloaded'],
+        ['skipped', 'shed'],
+        ['skipped', 'shed'],
       ]);
       expect(r.response!.assembled_context).toBe('user: Do you remember the lake?\nassistant: Yes.');
     }

@@ -170,7 +170,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => ms(s.cpuStageReserveMs),
   },
   IBEX_CONTEXT_MAX_IN_FLIGHT: {
-    meaning: 'calls in flight past which new calls get L2 overloaded',
+    meaning: 'ceiling of the adaptive admission limit (calls in flight); past the limit a call gets L2 shed',
     default: (s) => String(s.maxInFlight),
   },
   IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES: {

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# `npm run build && bash bench/replay-busy.sh [<locomo dir> <runs>]`: the README's `replay --limit 1000` against the
+# embedded-store service while two `node -e 'for(;;){}'` loops keep both cores of a 2-core machine busy,
+# `runs` times (default 5): each run's exit code, errors and levels, and how many exited 0.
+# Ports: BENCH_GRPC_PORT (default 19640) and +1 (admin). Writes bench/results/replay-busy.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LOCOMO=${1:-../shared/datasets/locomo10}
+RUNS=${2:-5}
+PORT=${BENCH_GRPC_PORT:-19640}
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+DB="$WORK/store.db"
+CLI="node dist/src/cli/main.js"
+IBEX_CONTEXT_EMBEDDED_DB="$DB" $CLI ingest --locomo "$LOCOMO" >"$WORK/ingest.json"
+IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_LOG_LEVEL=warn \
+  IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
+  node --initial-old-space-size=128 --v8-pool-size=0 dist/src/cli/main.js serve >"$WORK/serve.log" 2>&1 &
+SERVICE=$!
+PIDS+=("$SERVICE")
+for _ in $(seq 1 150); do
+  curl -sf "http://127.0.0.1:$((PORT + 1))/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+node -e 'for(;;){}' &
+PIDS+=($!)
+node -e 'for(;;){}' &
+PIDS+=($!)
+mkdir -p bench/results
+ok=0
+{
+  echo "{\"runs\": ["
+  for i in $(seq 1 "$RUNS"); do
+    code=0
+    $CLI replay --locomo "$LOCOMO" --limit 1000 --addr "127.0.0.1:$PORT" --json >"$WORK/run$i.json" || code=$?
+    [ "$code" = 0 ] && ok=$((ok + 1))
+    node -e '
+      const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+      process.stdout.write(JSON.stringify({ exit: Number(process.argv[2]), calls: r.calls, ok: r.ok,
+        errors: r.errors, levels: r.levels, invariant_violations: r.invariant_violations }));
+    ' "$WORK/run$i.json" "$code"
+    [ "$i" -lt "$RUNS" ] && echo ","
+  done
+  echo "], \"exit_0\": $ok, \"of\": $RUNS, \"busy_loops\": 2, \"cpus\": $(nproc), \"load_average\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+} | tee bench/results/replay-busy.json

@@ -1,0 +1,48 @@
+/**
+ * Prometheus series of the admission limit (SPEC §10 amended, §12), read from the limiter at scrape
+ * time: the current limit, the calls it holds in flight, and the calls shed at arrival.
+ */
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { AdaptiveConcurrencyLimit } from '../server/admission.js';
+
+/** Series names (the admin endpoint's `/metrics`). */
+export const ADMISSION_SERIES = {
+  limit: 'ibex_context_admission_limit',
+  inFlight: 'ibex_context_admission_in_flight',
+  sheds: 'ibex_context_admission_shed_total',
+} as const;
+
+/**
+ * Registers the admission series on `registry`, reading `limiter` at each scrape. A registry that
+ * already has them (a second assembler on the same metrics) is left as it is.
+ */
+export function registerAdmissionMetrics(registry: Registry, limiter: AdaptiveConcurrencyLimit): void {
+  if (registry.getSingleMetric(ADMISSION_SERIES.limit)) return;
+  new Gauge({
+    name: ADMISSION_SERIES.limit,
+    help: 'Adaptive concurrency limit of AssembleContext calls: past it a call is answered at once, L2 shed',
+    registers: [registry],
+    collect() {
+      this.set(Math.floor(limiter.state().limit));
+    },
+  });
+  new Gauge({
+    name: ADMISSION_SERIES.inFlight,
+    help: 'AssembleContext calls admitted by the adaptive limit and not yet answered',
+    registers: [registry],
+    collect() {
+      this.set(limiter.state().inFlight);
+    },
+  });
+  let reported = 0;
+  new Counter({
+    name: ADMISSION_SERIES.sheds,
+    help: 'AssembleContext calls shed at arrival (answered at once with directive and history, L2 shed)',
+    registers: [registry],
+    collect() {
+      const sheds = limiter.state().sheds;
+      if (sheds > reported) this.inc(sheds - reported);
+      reported = sheds;
+    },
+  });
+}

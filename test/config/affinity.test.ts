@@ -1,0 +1,33 @@
+/**
+ * Threads follow the CPUs the process may run on (its affinity mask), not the machine's: a service
+ * pinned to one core (`taskset -c N`) starts one CPU-stage thread, so no task waits for another thread's
+ * time slice on that core. Node 20's `os.availableParallelism()` reads the mask (libuv's
+ * `sched_getaffinity`); this pins that against a real pinned process.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const SETTINGS = path.resolve('dist/src/config/settings.js');
+const hasTaskset = existsSync('/usr/bin/taskset') && existsSync('/proc/self/status');
+
+/** The first CPU of this process's affinity mask (`Cpus_allowed_list`, e.g. `0-1` or `2,5`). */
+function firstAllowedCpu(): number {
+  const line = readFileSync('/proc/self/status', 'utf8').match(/^Cpus_allowed_list:\s*(\d+)/m);
+  return Number(line?.[1] ?? 0);
+}
+
+describe.skipIf(!hasTaskset || !existsSync(SETTINGS))('pool sizing under an affinity mask', () => {
+  it('defaults the pool to one thread when the process is pinned to one CPU', () => {
+    const script = `import(${JSON.stringify(SETTINGS)}).then((m) => { const s = m.loadSettings({}); console.log(JSON.stringify([s.pool.minThreads, s.pool.maxThreads])); })`;
+    const pinned = execFileSync(
+      'taskset',
+      ['-c', String(firstAllowedCpu()), process.execPath, '-e', script],
+      {
+        encoding: 'utf8',
+      },
+    );
+    expect(JSON.parse(pinned)).toEqual([1, 1]);
+  });
+});
