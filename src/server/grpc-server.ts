@@ -251,6 +251,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     const arrival = monotonicNow();
     active++;
     const trace = opts.traces?.of(call.metadata);
+    trace?.handled(arrival);
     let handle: CallContextHandle | undefined;
     let settled = false;
 

@@ -166,3 +166,48 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   receiver.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/traces`;
   return receiver;
 }
+
+/** Stage order of the spans under a call's server span (call order; the branches run side by side). */
+const STAGE_ORDER = [
+  'request.receive',
+  'retrieval.directive',
+  'retrieval.hot',
+  'retrieval.cold',
+  'ranking',
+  'pool.wait',
+  'cpu_stage',
+  'cpu_stage.budget',
+  'cpu_stage.pack',
+  'cpu_stage.format',
+  'answer.degraded',
+  'answer.write',
+];
+
+/**
+ * The tree under `root` as text, one span per line, children in stage order; with `times`, each span's
+ * start after the root's and its duration (ms), and its attributes.
+ */
+export function spanTree(
+  spans: readonly ReceivedSpan[],
+  root: ReceivedSpan,
+  opts: { times?: boolean } = {},
+): string {
+  const lines: string[] = [];
+  const ms = (ns: bigint) => (Number(ns) / 1e6).toFixed(3);
+  const walk = (s: ReceivedSpan, depth: number) => {
+    let line = `${'  '.repeat(depth)}${s.name}`;
+    if (opts.times) {
+      const attrs = Object.entries(s.attributes).map(([k, v]) => `${k}=${JSON.stringify(v)}`);
+      line += `  +${ms(s.startNs - root.startNs)} ms, ${ms(s.endNs - s.startNs)} ms`;
+      if (s.status.code === 2) line += `  status=ERROR(${s.status.message})`;
+      if (attrs.length > 0) line += `  ${attrs.join(' ')}`;
+    }
+    lines.push(line);
+    const kids = spans
+      .filter((c) => c.traceId === s.traceId && c.parentSpanId === s.spanId)
+      .sort((a, b) => STAGE_ORDER.indexOf(a.name) - STAGE_ORDER.indexOf(b.name));
+    for (const k of kids) walk(k, depth + 1);
+  };
+  walk(root, 0);
+  return lines.join('\n');
+}

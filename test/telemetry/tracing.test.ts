@@ -15,7 +15,12 @@ import { createLogger } from '../../src/telemetry/logger.js';
 import { tracingConfigFromEnv } from '../../src/telemetry/tracing/config.js';
 import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
 import { logSink } from '../helpers/log-sink.js';
-import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from '../helpers/otlp-receiver.js';
+import {
+  type OtlpReceiver,
+  type ReceivedSpan,
+  spanTree,
+  startOtlpReceiver,
+} from '../helpers/otlp-receiver.js';
 
 const TOKEN = 'proxyOps-5e1d2c3b4a596877';
 const TOKENS_JSON = JSON.stringify({ tokens: [{ name: 'proxy', token: TOKEN, orgs: ['*'] }] });
@@ -123,17 +128,25 @@ describe('tracing to an OTLP/HTTP collector', () => {
     expect(server.attributes['ibex.org_id']).toBeUndefined();
     expect(server.resource['service.name']).toBe('ibex-context');
     // Children arrive in the same batch as their parent or before it.
-    const spans = await tr.receiver.waitFor((s) => s.traceId === traceId, 11);
+    const spans = await tr.receiver.waitFor((s) => s.traceId === traceId, 12);
     const children = childrenOf(spans, server);
-    expect(children.map((s) => s.name).sort()).toEqual([
-      'answer.write',
-      'cpu_stage',
-      'pool.wait',
-      'ranking',
-      'retrieval.cold',
-      'retrieval.directive',
-      'retrieval.hot',
-    ]);
+    expect(spanTree(spans, server)).toBe(
+      [
+        'ibex.context.v1.ContextAssemblyService/AssembleContext',
+        '  request.receive',
+        '  retrieval.directive',
+        '  retrieval.hot',
+        '  retrieval.cold',
+        '  ranking',
+        '  pool.wait',
+        '  cpu_stage',
+        '    cpu_stage.budget',
+        '    cpu_stage.pack',
+        '    cpu_stage.format',
+        '  answer.write',
+      ].join('\n'),
+    );
+    if (process.env.IBEX_PRINT_SPAN_TREE) console.log(spanTree(spans, server, { times: true }));
     const byName = new Map(children.map((s) => [s.name, s]));
     for (const b of r.response!.degradation!.branches) {
       const s = byName.get(`retrieval.${b.name}`)!;
@@ -163,6 +176,12 @@ describe('tracing to an OTLP/HTTP collector', () => {
       ms(byName.get('retrieval.hot')!.endNs) - slack,
     );
     expect(ms(cpu.startNs)).toBeGreaterThanOrEqual(ms(byName.get('ranking')!.endNs) - slack);
+    const [budget, pack, format] = ['budget', 'pack', 'format'].map(
+      (n) => spans.find((s) => s.parentSpanId === cpu.spanId && s.name === `cpu_stage.${n}`)!,
+    );
+    expect(pack!.startNs).toBeGreaterThanOrEqual(budget!.endNs);
+    expect(format!.startNs).toBeGreaterThanOrEqual(pack!.endNs);
+    expect(ms(format!.endNs)).toBeLessThanOrEqual(ms(cpu.endNs) + slack);
     expect(ms(byName.get('answer.write')!.startNs)).toBeGreaterThanOrEqual(ms(cpu.endNs) - slack);
     // The answer's ids are the request's fields, as before tracing.
     expect(r.response!.trace_id).not.toBe(traceId);
@@ -171,7 +190,11 @@ describe('tracing to an OTLP/HTTP collector', () => {
   it('takes the request trace_id/span_id as the parent when the metadata has no traceparent', async () => {
     const traceId = hexId(16);
     const parent = hexId(8);
-    const r = await call({ trace_id: traceId.toUpperCase(), span_id: parent });
+    // A malformed traceparent is no parent: the fields are.
+    const r = await call(
+      { trace_id: traceId.toUpperCase(), span_id: parent },
+      { ...auth, traceparent: '00-zz-1' },
+    );
     expect(r.status.code).toBe(status.OK);
     expect(r.response!.trace_id).toBe(traceId.toUpperCase());
     const server = await serverSpan(traceId);
@@ -230,7 +253,7 @@ describe('tracing to an OTLP/HTTP collector', () => {
   it('puts no query, memory text, history, directive or token in any span', async () => {
     const traceId = hexId(16);
     await call({}, { ...auth, traceparent: `00-${traceId}-${hexId(8)}-01` });
-    await tr.receiver.waitFor((s) => s.traceId === traceId, 11);
+    await tr.receiver.waitFor((s) => s.traceId === traceId, 12);
     const exported = JSON.stringify(
       tr.receiver.spans.map((s) => [s.name, s.attributes, s.status, s.resource]),
     );
@@ -279,7 +302,7 @@ describe('tracing with a collector in trouble', () => {
 
   it('answers every call while a slow collector holds the export, and counts the spans it drops', async () => {
     const { queueFull } = await dropsWhile('slow');
-    // 20 calls × 11 spans against a queue of 8 while one export hangs.
+    // 20 calls × 12 spans against a queue of 8 while one export hangs.
     expect(queueFull).toBeGreaterThan(100);
   });
 

@@ -107,6 +107,7 @@ export class CallTrace {
   private span: Span | undefined;
   private metadata: Metadata | undefined;
   private request: RequestIds | undefined;
+  private handledAt = 0;
   private retrievalStart = 0;
   private retrievalEnd = 0;
   private branches: readonly BranchOutcome[] | undefined;
@@ -197,6 +198,11 @@ export class CallTrace {
     return this.logChild;
   }
 
+  /** The handler started (the request received and decoded), ms on the monotonicNow clock. */
+  handled(at: number): void {
+    this.handledAt = at;
+  }
+
   /** Retrieval ran from `start` to `end` (ms, monotonicNow clock) with these branch outcomes. */
   retrieved(start: number, end: number, branches: readonly BranchOutcome[]): void {
     this.retrievalStart = start;
@@ -272,6 +278,7 @@ export class CallTrace {
   /** The stage spans, from the recorded times; a stage the call never reached has none. */
   private children(span: Span, end: number): void {
     const parent = trace.setSpan(ROOT_CONTEXT, span);
+    if (this.handledAt > 0) this.child(parent, 'request.receive', this.arrival, this.handledAt, {});
     if (this.branches) {
       for (const b of this.branches) {
         const attrs: Attributes = {
@@ -296,9 +303,9 @@ export class CallTrace {
       return;
     }
     const stage = this.stage;
-    // With a result, the task was sent `round_trip` before it came back (just before assembledAt).
+    // With a result, the task was sent its measured wait before the worker started it.
     const dispatched = stage
-      ? this.assembledAt - stage.round_trip_us / 1000
+      ? stage.output.started_at - stage.wait_us / 1000
       : this.retrievalEnd + this.rankingMs;
     this.child(parent, 'ranking', dispatched - this.rankingMs, dispatched, {
       'ibex.candidates.kept': this.candidates.kept,

@@ -58,6 +58,8 @@ export interface CallTraces {
 export interface Tracing extends CallTraces {
   /** Starts each AssembleContext call's trace; place it before authentication so refusals get spans. */
   interceptor: ServerInterceptor;
+  /** A call's trace, as the interceptor starts it (`arrival` on the monotonicNow clock); for benches. */
+  newCall(arrival: number): CallTrace;
   /** Exports what is queued (tests, shutdown). */
   forceFlush(): Promise<void>;
   /** Flushes, then stops exporting. Idempotent. */
@@ -250,6 +252,7 @@ export function startTracing(cfg: TracingConfig, deps: TracingDeps): Tracing {
   let stopping: Promise<void> | undefined;
   return {
     interceptor,
+    newCall: (arrival) => new CallTrace(core, arrival),
     of: (metadata) => byMetadata.get(metadata),
     forceFlush: () => provider.forceFlush(),
     shutdown() {
