@@ -30,7 +30,7 @@ import {
 import { benchLoadData } from './lib/load-data.js';
 import { measureStep } from './lib/load-step.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
-import { type TracingMicroRow, tracingMicroFigures } from './lib/tracing-micro.js';
+import { contextManagerFigures, type TracingMicroRow, tracingMicroFigures } from './lib/tracing-micro.js';
 
 const USAGE = `usage: npm run bench:tracing -- [options]
   --rate <req/s>          offered rate of every step (default 300)
@@ -104,12 +104,16 @@ async function main(argv: string[]): Promise<number> {
   console.error(`one call's tracing work, in-process: ${opts.microSeconds} s per mode`);
   const micro: TracingMicroRow[] = await tracingMicroFigures(opts.microSeconds * 1000);
   console.table(Object.fromEntries(micro.map((r) => [r.mode, r])));
+  const contextManager = await contextManagerFigures(opts.microSeconds * 1000);
+  console.log(
+    `an async call of 40 awaits: ${contextManager.plain_us} µs plain, ${contextManager.in_store_us} µs inside AsyncLocalStorage.run`,
+  );
   if (opts.microOnly) {
     mkdirSync(opts.out, { recursive: true });
     const file = path.join(opts.out, 'tracing-micro.json');
     writeFileSync(
       file,
-      `${JSON.stringify({ generated_at: new Date().toISOString(), node: process.version, machine: machineInfo(), micro }, null, 2)}\n`,
+      `${JSON.stringify({ generated_at: new Date().toISOString(), node: process.version, machine: machineInfo(), micro, context_manager: contextManager }, null, 2)}\n`,
     );
     console.log(`wrote ${path.relative(process.cwd(), file)}`);
     return 0;
@@ -227,6 +231,7 @@ async function main(argv: string[]): Promise<number> {
       data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
       sink: { exports: sink.requests(), bytes: sink.bytes() },
       micro,
+      context_manager: contextManager,
       summary,
       steps,
     };

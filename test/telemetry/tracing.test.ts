@@ -239,6 +239,10 @@ describe('tracing to an OTLP/HTTP collector', () => {
     const refused = await serverSpan(badTrace);
     expect(refused.attributes).toMatchObject({ 'rpc.grpc.status_code': 3, 'error.type': 'INVALID_ARGUMENT' });
     expect(refused.status.code).toBe(0);
+    const refusedChildren = (await tr.receiver.waitFor((s) => s.parentSpanId === refused.spanId)).map(
+      (s) => s.name,
+    );
+    expect(refusedChildren).toEqual(['request.receive']);
     const line = tr.lines.find((l) => l.msg === 'AssembleContext rejected' && l.trace_id === badTrace);
     expect(line?.span_id).toBe(refused.spanId);
 
