@@ -16,6 +16,7 @@ import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrie
 import { registerAdmissionMetrics } from '../telemetry/admission-metrics.js';
 import { degradedAssemblyLog } from '../telemetry/logger.js';
 import type { Metrics } from '../telemetry/metrics.js';
+import { callLogger } from '../telemetry/tracing/call-logger.js';
 import { monotonicNow } from '../util/clock.js';
 import { AdaptiveConcurrencyLimit, type AdmissionSample } from './admission.js';
 import {
@@ -230,6 +231,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       }
     }
     observer.retrieved(retrieval);
+    ctx.trace?.retrieved(start, monotonicNow(), retrieval.branches);
     return { retrieval, shareMs: Math.min(shareMs, left) };
   }
 
@@ -359,7 +361,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         reserve.lateness.record(monotonicNow() - input.deadline);
       throwIfAborted(ctx);
       const poolReason = poolReasonOf(err);
-      if (poolReason === 'pool_failed') logger.error({ err }, 'CPU stage failed; answering without memories');
+      if (poolReason === 'pool_failed')
+        callLogger(logger, ctx.trace).error({ err }, 'CPU stage failed; answering without memories');
       return { stage: null, poolReason };
     } finally {
       awaitingPool--;
@@ -371,7 +374,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
     observer.cpuStageDone(stage);
     if (stage.output.pack.path === 'greedy') {
-      logger.warn(
+      callLogger(logger, ctx.trace).warn(
         {
           n: stage.output.pack.candidates_evaluated,
           buckets: Math.max(1, Math.floor((stage.output.budget?.usable_budget ?? 0) / 16)),
@@ -393,6 +396,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     poolReason: string | null,
   ) {
     const { req, retrieval } = a;
+    a.ctx.trace?.assembled(a.rankingMs, stage, poolReason, a.kept.length, a.filtered.length);
     const level: DegradationLevel = stage ? degradationLevel(retrieval.branches) : 'L2';
     const response = stage
       ? answerFromStage(a, stage)
@@ -411,6 +415,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         branches: retrieval.branches,
         intentional: response.degradation.intentional,
         request_id: req.requestId || undefined,
+        ...a.ctx.trace?.logIds(),
       });
     }
     return { response, level };

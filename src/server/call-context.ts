@@ -9,6 +9,7 @@
  * (sockets, Redis commands), and they get the retrieval's own controller (branch-race.ts).
  */
 import type { Metadata } from '@grpc/grpc-js';
+import type { CallTrace } from '../telemetry/tracing/call-trace.js';
 import { type AbortSignalLike, CallSignal } from '../util/abort.js';
 import { type ArmedTimer, type Clock, DeadlineSet, monotonicNow } from '../util/clock.js';
 import { stackless } from '../util/stackless.js';
@@ -38,6 +39,8 @@ export interface CallContext {
   readonly arrival: number;
   /** The caller's request metadata (grpc-timeout and transport headers removed by grpc-js). */
   readonly metadata: Metadata;
+  /** The call's trace when tracing is on (src/telemetry/tracing/); absent when off. */
+  readonly trace?: CallTrace;
 }
 
 /** Why a call's signal aborted. */
@@ -98,10 +101,11 @@ const DEADLINE_SLACK_MS = 2;
  * @param opts.timeoutMs IBEX_CONTEXT_TIMEOUT in ms (`settings.timeoutMs`).
  * @param opts.arrival handler start on the {@link monotonicNow} clock; defaults to now.
  * @param opts.clock the monotonic clock (tests inject one; default {@link monotonicNow}).
+ * @param opts.trace the call's trace (tracing on), handed to the pipeline as `ctx.trace`.
  */
 export function createCallContext(
   call: CallLike,
-  opts: { timeoutMs: number; arrival?: number; clock?: Clock },
+  opts: { timeoutMs: number; arrival?: number; clock?: Clock; trace?: CallTrace },
 ): CallContextHandle {
   const clock = opts.clock ?? monotonicNow;
   const arrival = opts.arrival ?? clock();
@@ -149,5 +153,8 @@ export function createCallContext(
     timer = timers.at(deadline, abortForDeadline);
   }
 
-  return { ctx: { signal, timer: timers, deadline, arrival, metadata: call.metadata }, dispose };
+  return {
+    ctx: { signal, timer: timers, deadline, arrival, metadata: call.metadata, trace: opts.trace },
+    dispose,
+  };
 }

@@ -29,6 +29,9 @@ import { alignHeaderPairLimit } from '../patches/header-pair-limit.js';
 import { assembleLargeMessagesIn } from '../patches/pooled-message-decoder.js';
 import { takeUploadTurns } from '../patches/upload-turns.js';
 import type { Logger } from '../telemetry/logger.js';
+import { callLogger } from '../telemetry/tracing/call-logger.js';
+import type { CallTrace } from '../telemetry/tracing/call-trace.js';
+import type { CallTraces } from '../telemetry/tracing/tracing.js';
 import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire-headers.js';
 import {
@@ -85,6 +88,8 @@ export interface GrpcServerOptions {
   interceptors?: ServerInterceptor[];
   /** Overrides of the default channel options (keepalive, connection age, …). */
   channelOptions?: ChannelOptions;
+  /** Each call's trace, when tracing is on (its interceptor must be among `interceptors`). */
+  traces?: CallTraces;
 }
 
 /** A created, not yet bound, server. */
@@ -221,11 +226,12 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   const boundAddrs: string[] = [];
   let drainPromise: Promise<void> | undefined;
 
-  const toError = (err: unknown): Extract<Outcome, { kind: 'error' }> => {
+  const toError = (err: unknown, trace?: CallTrace): Extract<Outcome, { kind: 'error' }> => {
     const error = toStatusObject(err);
-    if (!(err instanceof IbexError)) logger.error({ err }, 'AssembleContext handler error');
-    else if (error.code === status.INTERNAL) logger.error({ err }, 'AssembleContext failed');
-    else logger.debug({ code: err.code, field: err.field, reason: err.message }, 'AssembleContext rejected');
+    const log = callLogger(logger, trace);
+    if (!(err instanceof IbexError)) log.error({ err }, 'AssembleContext handler error');
+    else if (error.code === status.INTERNAL) log.error({ err }, 'AssembleContext failed');
+    else log.debug({ code: err.code, field: err.field, reason: err.message }, 'AssembleContext rejected');
     return { kind: 'error', error };
   };
 
@@ -237,6 +243,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   ): void => {
     const arrival = monotonicNow();
     active++;
+    const trace = opts.traces?.of(call.metadata);
+    trace?.handled(arrival);
     let handle: CallContextHandle | undefined;
     let settled = false;
 
@@ -261,7 +269,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         }
         // 'cancelled': grpc-js has already ended the stream; there is no one to answer.
       } catch (err) {
-        logger.error({ err }, 'failed to send AssembleContext answer');
+        callLogger(logger, trace).error({ err }, 'failed to send AssembleContext answer');
       } finally {
         // Refused, late or cancelled calls hand a recycled request buffer back too. A buffer that went to
         // a CPU task is detached here and is not taken; a pipeline still running for an abandoned call
@@ -280,7 +288,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     };
 
     try {
-      handle = createCallContext(call, { timeoutMs: settings.timeoutMs, arrival });
+      handle = createCallContext(call, { timeoutMs: settings.timeoutMs, arrival, trace });
       const { ctx } = handle;
       if (ctx.signal.aborted) {
         onAbort(ctx.signal);
@@ -298,14 +306,17 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
         },
         (err: unknown) => {
           if (settled) {
-            logger.debug({ err }, 'AssembleContext pipeline ended after the call was answered');
+            callLogger(logger, trace).debug(
+              { err },
+              'AssembleContext pipeline ended after the call was answered',
+            );
             return;
           }
-          settle(toError(err));
+          settle(toError(err, trace));
         },
       );
     } catch (err) {
-      settle(toError(err));
+      settle(toError(err, trace));
     }
   };
 

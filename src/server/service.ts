@@ -14,6 +14,7 @@ import { createSources, type RetrievalSources } from '../retrieval/sources.js';
 import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
 import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
+import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { createAssembler } from './assemble.js';
 import { monotonicNow } from './call-context.js';
 import { warmDependencies } from './dependency-warmup.js';
@@ -47,6 +48,8 @@ export interface StartOptions {
   interceptors?: ServerInterceptor[];
   /** Warnings repeated on /readyz (e.g. insecure binding). */
   warnings?: string[];
+  /** Tracing settings (`tracingConfigFromEnv()`); off when absent or null. */
+  tracing?: TracingConfig | null;
 }
 
 /** Warm-up assemblies run before SERVING. */
@@ -136,11 +139,27 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     // Readiness waits for warm dependency connections, not only a warm pool (docs/deploy.md "First traffic").
     await warmDependencies(sources, logger);
     await warmPipeline(settings, catalog, sources, started, logger);
+    // Loaded only when on: off, the process holds no OpenTelemetry SDK code.
+    const tracing = opts.tracing
+      ? (await import('../telemetry/tracing/tracing.js')).startTracing(opts.tracing, {
+          registry: metrics.registry,
+          stores: sources.kind,
+          logger,
+        })
+      : undefined;
+    // Closed after the gRPC drain (closers run in reverse): the last calls' spans are flushed.
+    if (tracing) closers.push(() => tracing.shutdown());
     const grpc = createGrpcServer({
       assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics }),
       logger,
       settings,
-      interceptors: [assemblyMetricsInterceptor(metrics), ...(opts.interceptors ?? [])],
+      // Tracing before authentication, so that refused calls get their span.
+      interceptors: [
+        assemblyMetricsInterceptor(metrics),
+        ...(tracing ? [tracing.interceptor] : []),
+        ...(opts.interceptors ?? []),
+      ],
+      traces: tracing,
     });
     const port = await grpc.bind(settings.grpcAddr, opts.credentials);
     closers.push(() => grpc.drain(0));
@@ -162,6 +181,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
         admin: admin.url,
         memory: sources.kind.memory,
         directive: sources.kind.directive,
+        tracing: opts.tracing ? { url: opts.tracing.url, sampler: opts.tracing.sampler } : 'off',
         pool: {
           minThreads: settings.pool.minThreads,
           maxThreads: settings.pool.maxThreads,

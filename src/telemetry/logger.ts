@@ -73,6 +73,9 @@ export interface DegradedAssemblyLine {
   branches: readonly BranchOutcome[];
   intentional: boolean;
   request_id: string | undefined;
+  /** The call's trace and server span ids, when tracing is on. */
+  trace_id?: string;
+  span_id?: string;
 }
 
 /**

@@ -15,7 +15,7 @@ import {
 } from '../../src/memory-server/server.js';
 import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/embedded-store.js';
 import type { AssembleContextRequestInput } from '../../src/server/proto.js';
-import { type RunningService, startService } from '../../src/server/service.js';
+import { type RunningService, type StartOptions, startService } from '../../src/server/service.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 
@@ -47,13 +47,19 @@ const BASE_ENV: Record<string, string> = {
   IBEX_CONTEXT_LOG_LEVEL: 'silent',
 };
 
-/** Starts the service with `env` over the base test environment. */
-export async function startTestService(env: Record<string, string> = {}): Promise<TestService> {
+/**
+ * Starts the service with `env` over the base test environment; `opts` adds start options (tracing,
+ * interceptors, a logger of the test's own).
+ */
+export async function startTestService(
+  env: Record<string, string> = {},
+  opts: Partial<StartOptions> = {},
+): Promise<TestService> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ibex-e2e-'));
   const db = path.join(dir, 'store.db');
   const settings = loadSettings({ ...BASE_ENV, IBEX_CONTEXT_EMBEDDED_DB: db, ...env });
   const store = EmbeddedStore.open(db);
-  const service = await startService(settings, { logger: createLogger(settings) });
+  const service = await startService(settings, { logger: createLogger(settings), ...opts });
   const client = createTestClient(service.grpcAddr);
   return {
     service,

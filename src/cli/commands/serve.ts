@@ -10,6 +10,7 @@ import { missingServiceNodeFlags } from '../../config/node-flags.js';
 import { loadSettings } from '../../config/settings.js';
 import { startService } from '../../server/service.js';
 import { createLogger } from '../../telemetry/logger.js';
+import { type TracingConfig, tracingConfigFromEnv } from '../../telemetry/tracing/config.js';
 import { describeStartupError } from '../startup-error.js';
 
 /** Runs until a signal; returns the exit code (0 after a clean drain, 1 on a start-up failure). */
@@ -24,8 +25,10 @@ export async function run(argv: string[]): Promise<number> {
     return 2;
   }
   let settings: ReturnType<typeof loadSettings>;
+  let tracing: TracingConfig | null;
   try {
     settings = loadSettings();
+    tracing = tracingConfigFromEnv();
   } catch (err) {
     console.error(`ibex-context: invalid configuration: ${(err as Error).message}`);
     return 1;
@@ -69,6 +72,7 @@ export async function run(argv: string[]): Promise<number> {
       credentials: auth.credentials,
       interceptors: auth.interceptors,
       warnings: auth.warnings,
+      tracing,
     });
   } catch (err) {
     // One line on stderr naming the setting and the cause; the stack only at debug level.
