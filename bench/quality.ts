@@ -14,7 +14,7 @@
  *    budget, and FTS5 bm25 hits in rank order, first-fit concatenated.
  *
  * Usage: node dist/bench/quality.js [--dataset DIR] [--every K] [--budgets 500,1000,2000,4000,0]
- *   [--configs interim,composite,relevance] [--grid] [--ports 20010,20011] [--out quality]
+ *   [--configs interim,composite,relevance,grid] [--ports 20010,20011] [--env NAME=VALUE] [--out quality]
  * Retrieval timeouts are raised for the run (quality, not latency, is measured here; bench:load is the
  * latency bench), so that a shared machine's hiccups do not turn answers into L1/L2.
  */
@@ -84,6 +84,8 @@ interface Args {
   configs: QualityConfig[];
   ports: [number, number] | undefined;
   out: string;
+  /** Extra service settings (`--env NAME=VALUE`, repeatable). */
+  env: Record<string, string>;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -94,6 +96,7 @@ function parseArgs(argv: string[]): Args {
     configs: [CONFIGS.interim!, CONFIGS.composite!, CONFIGS.relevance!],
     ports: undefined,
     out: 'quality',
+    env: {},
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
@@ -103,7 +106,11 @@ function parseArgs(argv: string[]): Args {
     else if (flag === '--every') args.every = Math.max(1, Number.parseInt(value, 10));
     else if (flag === '--budgets') args.budgets = value.split(',').map(Number);
     else if (flag === '--out') args.out = value;
-    else if (flag === '--ports') args.ports = value.split(',').map(Number) as [number, number];
+    else if (flag === '--env') {
+      const at = value.indexOf('=');
+      if (at < 1) throw new Error('--env needs NAME=VALUE');
+      args.env[value.slice(0, at)] = value.slice(at + 1);
+    } else if (flag === '--ports') args.ports = value.split(',').map(Number) as [number, number];
     else if (flag === '--configs') {
       args.configs = value
         .split(',')
@@ -246,6 +253,7 @@ async function main(): Promise<void> {
           IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '200',
           IBEX_CONTEXT_HOT_TIMEOUT_MS: '400',
           IBEX_CONTEXT_COLD_TIMEOUT_MS: '500',
+          ...args.env,
         },
       });
       const client = createContextClient({ addr: service.grpcAddr });
@@ -329,6 +337,7 @@ async function main(): Promise<void> {
         'one call at a time, L0 answers only. Taken on a shared 2-core machine (recall does not depend on speed).',
       dataset: args.dataset,
       every: args.every,
+      service_env: args.env,
       items: items.length,
       model: MODEL,
       baselines: {
