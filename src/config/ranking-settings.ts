@@ -22,8 +22,6 @@ export interface RankingSettings {
    * are asked for, whatever the budget (ranking/candidate-limit.ts).
    */
   maxCandidates: number;
-  /** IBEX_CONTEXT_FORMAT_DATES (default false): each memory block carries its date. */
-  formatDates: boolean;
 }
 
 type Env = Record<string, string | undefined>;
@@ -65,16 +63,6 @@ export function loadRankingSettings(env: Env): RankingSettings {
         .transform(Number)
         .refine((v) => v >= 10 && v <= 1000, 'must be an integer in 10..1000'),
       200,
-    ),
-    formatDates: parse(
-      env,
-      'IBEX_CONTEXT_FORMAT_DATES',
-      z
-        .string()
-        .toLowerCase()
-        .refine((v) => v === 'true' || v === 'false', 'must be true or false')
-        .transform((v) => v === 'true'),
-      false,
     ),
   };
 }
