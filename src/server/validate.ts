@@ -272,7 +272,14 @@ export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
     if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
     throw Errors.invalidArgument('max_memories', INVALID.maxMemories(maxMemories));
   }
-  const weights = requestWeights(w.weights);
+  let weights: RequestWeights | null;
+  try {
+    weights = requestWeights(w.weights);
+  } catch (err) {
+    // As for max_memories: a pending over-long history content is reported first (SPEC §11 order).
+    if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
+    throw err;
+  }
   const validated = withHistoryView({
     orgId,
     agentId,
