@@ -23,12 +23,23 @@ export interface MemoryHit {
   rank: number;
   /** Which retrieval produced it (`hot`, `vector`, `fts`, …), as the source says. */
   source: string;
+  /** `memory.created_at` as epoch ms; absent when the source sent none or an unreadable one. */
+  created_at_ms?: number;
 }
 
 /** A hit after dedupe and the interim score (contract.md §7). */
 export interface ScoredCandidate extends MemoryHit {
-  /** Interim score `0.85 × similarity + 0.15 × confidence` (score_schema `interim_v1`). */
+  /**
+   * The score the packer maximises: interim `0.85 × similarity + 0.15 × confidence` (score_schema
+   * `interim_v1`) or the composite (`composite_v1`, ranking/composite.ts).
+   */
   score: number;
+  /** Query relevance in [0, 1] (`composite_v1` only: ranking/relevance.ts). */
+  relevance?: number;
+  /** Recency in [0, 1] (`composite_v1` only). */
+  recency?: number;
+  /** Usefulness in [0, 1] (`composite_v1` only). */
+  usefulness?: number;
 }
 
 /** Name of one retrieval branch (contract.md §0). */

@@ -55,8 +55,9 @@ function readOne(
       );
     }
     case 'search': {
-      const raw = store.search(read.orgId, read.agentId, read.query ?? '', { maxChars });
-      const limits = { limit: SEARCH_LIMIT, maxChars: maxChars ?? DEFAULT_MAX_MEMORY_CHARS };
+      const limit = read.limit ?? SEARCH_LIMIT;
+      const raw = store.search(read.orgId, read.agentId, read.query ?? '', { maxChars, limit });
+      const limits = { limit, maxChars: maxChars ?? DEFAULT_MAX_MEMORY_CHARS };
       const validated = validateHits(raw, read.orgId, read.agentId, limits);
       return withContentBytes(validated, validated.hits, transfer);
     }

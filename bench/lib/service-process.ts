@@ -35,6 +35,8 @@ export interface ServiceProcessOptions {
    * for an A/B of two builds (bench:ab).
    */
   entry?: string;
+  /** gRPC and admin ports to listen on (default: two free loopback ports). */
+  ports?: readonly [number, number];
 }
 
 /** CPU time of the child, seconds: the whole process and its main thread alone. */
@@ -191,7 +193,7 @@ export function explainFailure(service: ServiceProcess, err: unknown): Error {
  */
 export async function startServiceProcess(opts: ServiceProcessOptions): Promise<ServiceProcess> {
   installExitHooks();
-  const [grpcPort, adminPort] = (await freePorts(2)) as [number, number];
+  const [grpcPort, adminPort] = opts.ports ?? ((await freePorts(2)) as [number, number]);
   const grpcAddr = `127.0.0.1:${grpcPort}`;
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   const env = {

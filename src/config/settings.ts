@@ -9,10 +9,13 @@ import { z } from 'zod';
 import { Errors } from '../errors.js';
 import { DEFAULT_MAX_MEMORY_CHARS } from '../retrieval/validate.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../server/limits.js';
+import { loadRankingSettings, type RankingSettings } from './ranking-settings.js';
 import { timeoutMsSchema } from './timeout.js';
 
 /** Validated settings. Durations in ms, sizes as stated. */
 export interface Settings {
+  /** Score schema, relevance floor, weights, candidate bound (SPEC §7; ranking-settings.ts). */
+  ranking: RankingSettings;
   /** Outer retrieval budget (ms); also the default request deadline. IBEX_CONTEXT_TIMEOUT. */
   timeoutMs: number;
   /** Server retrieval wall (ms). IBEX_CONTEXT_DEADLINE_MS. */
@@ -238,6 +241,7 @@ export function loadSettings(env: Env = process.env): Settings {
     throw Errors.config('IBEX_CONTEXT_MEMORY_API_TOKEN', 'required when IBEX_CONTEXT_MEMORY_BASE_URL is set');
   }
   const settings: Settings = {
+    ranking: loadRankingSettings(env),
     timeoutMs,
     deadlineMs,
     wallMs: Math.min(timeoutMs, deadlineMs),

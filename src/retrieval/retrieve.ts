@@ -36,6 +36,11 @@ export interface RetrievalRequest {
   skipHot: boolean;
   /** `options.skip_cold_memories`: the cold source is not called. */
   skipCold: boolean;
+  /**
+   * Most cold hits to ask for and keep (default {@link SEARCH_LIMIT}): sized to the call's budget by
+   * the caller (ranking/candidate-limit.ts); sources without a sized search keep their own limit.
+   */
+  coldLimit?: number;
 }
 
 /** Timeouts in ms (contract.md §3, §4): the wall over all branches and each branch's own limit. */
@@ -86,12 +91,16 @@ export interface MemorySource {
    * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
    */
   hot(orgId: string, agentId: string, signal: AbortSignal): SourceHits | Promise<SourceHits>;
-  /** Cold search for `query`; as {@link MemorySource.hot}, first 10 items. */
+  /**
+   * Cold search for `query`; as {@link MemorySource.hot}, first `limit` items (default 10; a source may
+   * answer fewer than asked for, never more).
+   */
   search(
     orgId: string,
     agentId: string,
     query: string,
     signal: AbortSignal,
+    limit?: number,
   ): SourceHits | Promise<SourceHits>;
   close(): Promise<void>;
 }
@@ -167,11 +176,12 @@ export async function retrieve(
     const hP = req.skipHot
       ? skipped('hot', 'skip_hot_memories')
       : race.run('hot', t.hotMs, (s) => sources.memory.hot(orgId, agentId, s));
+    const coldLimit = req.coldLimit ?? SEARCH_LIMIT;
     const cP = req.skipCold
       ? skipped('cold', 'skip_cold_memories')
       : req.query.trim() === ''
         ? skipped('cold', 'empty_query')
-        : race.run('cold', t.coldMs, (s) => sources.memory.search(orgId, agentId, req.query, s));
+        : race.run('cold', t.coldMs, (s) => sources.memory.search(orgId, agentId, req.query, s, coldLimit));
     // Branches that answered synchronously are used as they are: no promise round for them.
     const d = dP instanceof Promise ? await dP : dP;
     const h = hP instanceof Promise ? await hP : hP;
@@ -192,7 +202,7 @@ export async function retrieve(
       return v.hits;
     };
     const hot = take(h, HOT_LIMIT);
-    const cold = take(c, SEARCH_LIMIT);
+    const cold = take(c, coldLimit);
     if (d.outcome.status === 'success' && d.value == null) d.outcome.detail = 'no directive';
     return {
       directive: d.value ?? null,

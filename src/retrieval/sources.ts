@@ -73,15 +73,19 @@ export class EmbeddedMemorySource implements MemorySource {
     signal.throwIfAborted();
     return settleRead(() => this.#store.hot(orgId, agentId));
   }
-  /** `EmbeddedStore.search` (FTS5, limit 10, BM25 similarity). Throws as {@link EmbeddedMemorySource.hot}. */
+  /**
+   * `EmbeddedStore.search` (FTS5, `limit` hits, default 10, BM25 similarity). Throws as
+   * {@link EmbeddedMemorySource.hot}.
+   */
   search(
     orgId: string,
     agentId: string,
     query: string,
     signal: AbortSignal,
+    limit?: number,
   ): SourceHits | Promise<SourceHits> {
     signal.throwIfAborted();
-    return settleRead(() => this.#store.search(orgId, agentId, query, signal));
+    return settleRead(() => this.#store.search(orgId, agentId, query, signal, limit));
   }
   /** The store is owned by whoever opened it (see {@link createSources}). */
   async close(): Promise<void> {}
@@ -201,7 +205,7 @@ export async function createSources(
         reads = {
           ...local,
           hot: (o, a) => hotThroughCache(opened, pooled, o, a),
-          search: (o, a, q, signal) => pooled.search(o, a, q, signal),
+          search: (o, a, q, signal, limit) => pooled.search(o, a, q, signal, limit),
           close: () => pooled.close(),
         };
       } else {

@@ -23,6 +23,8 @@ export interface StoreRead {
   orgId: string;
   agentId: string;
   query?: string;
+  /** Most search hits (default 10). */
+  limit?: number;
 }
 
 /** What crosses to a store-read thread: the reads that waited for it, answered in one exchange. */
@@ -67,6 +69,7 @@ export interface StoreReads {
     agentId: string,
     query: string,
     signal?: AbortSignal,
+    limit?: number,
   ): SourceHits | Promise<SourceHits>;
   getDirective(orgId: string, agentId: string): DirectiveEnvelope | null | Promise<DirectiveEnvelope | null>;
   close(): Promise<void>;
@@ -81,7 +84,8 @@ export function resolveStoreWorkerFile(): string {
 export function inProcessReads(store: EmbeddedStore): StoreReads {
   return {
     hot: (org, agent) => store.hot(org, agent),
-    search: (org, agent, query) => store.search(org, agent, query),
+    search: (org, agent, query, _signal, limit) =>
+      store.search(org, agent, query, limit === undefined ? {} : { limit }),
     getDirective: (org, agent) => store.getDirective(org, agent),
     close: async () => {},
   };
@@ -201,8 +205,18 @@ export class PooledStoreReads implements StoreReads {
    * The thread validates and scopes the hits itself (`validateHits`, limit 10, this reader's content cap),
    * so the answer is `ValidatedHits` (retrieve.ts); `[]` when the signal aborted before the read.
    */
-  search(orgId: string, agentId: string, query: string, signal?: AbortSignal): Promise<SourceHits> {
-    return this.#read({ op: 'search', orgId, agentId, query }, signal) as Promise<SourceHits>;
+  search(
+    orgId: string,
+    agentId: string,
+    query: string,
+    signal?: AbortSignal,
+    limit?: number,
+  ): Promise<SourceHits> {
+    const read: StoreRead =
+      limit === undefined
+        ? { op: 'search', orgId, agentId, query }
+        : { op: 'search', orgId, agentId, query, limit };
+    return this.#read(read, signal) as Promise<SourceHits>;
   }
 
   getDirective(orgId: string, agentId: string): Promise<DirectiveEnvelope | null> {

@@ -119,7 +119,10 @@ export function validateHit(item: unknown): MemoryHit | null {
   if (typeof category !== 'string' || typeof source !== 'string') return null;
   if (!unitInterval(confidence) || !unitInterval(similarity)) return null;
   if (typeof rank !== 'number' || !Number.isSafeInteger(rank) || rank < 1) return null;
-  return {
+  const created = memory.created_at;
+  const createdAtMs =
+    typeof created === 'string' ? Date.parse(created) : typeof created === 'number' ? created : Number.NaN;
+  const hit: MemoryHit = {
     memory_id: memoryId,
     org_id: orgId,
     agent_id: agentId,
@@ -130,6 +133,9 @@ export function validateHit(item: unknown): MemoryHit | null {
     rank,
     source,
   };
+  // Recency input (SPEC §7 composite); a missing or unreadable date leaves it unset (recency 0).
+  if (Number.isFinite(createdAtMs)) hit.created_at_ms = createdAtMs;
+  return hit;
 }
 
 /**

@@ -11,7 +11,8 @@ import { Errors, isIbexError } from '../errors.js';
 import { generateNonce } from '../format/nonce.js';
 import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../pool/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
-import { applyMaxMemories, dedupeAndScore } from '../ranking/score.js';
+import { CandidateLimit } from '../ranking/candidate-limit.js';
+import { rankCandidates } from '../ranking/rank-stage.js';
 import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
 import { registerAdmissionMetrics } from '../telemetry/admission-metrics.js';
 import { degradedAssemblyLog } from '../telemetry/logger.js';
@@ -103,6 +104,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const logger = deps.logger.child({ component: 'assemble' });
   const logDegraded = degradedAssemblyLog(logger);
   const reserve = new StageReserve(settings.cpuStageReserveMs);
+  const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates);
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
   // Admission at arrival (SPEC §10 amended): past the adaptive limit a call is answered at once from
@@ -210,6 +212,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         query: req.query,
         skipHot: req.skipHot || shed,
         skipCold: req.skipCold || shed,
+        coldLimit: candidateLimit.limitFor(
+          req.availableTokens > 0 ? req.availableTokens : catalog.resolve(req.model).model.context_window,
+        ),
       },
       {
         wallMs,
@@ -273,10 +278,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   ): { assembly: Assembly; input: CpuTaskInput } {
     const start = monotonicNow();
     const directive = retrieval.directive?.content ?? null;
-    const { kept, filtered } = applyMaxMemories(
-      dedupeAndScore(retrieval.hot, retrieval.cold),
-      req.maxMemories,
-    );
+    candidateLimit.observe(retrieval.cold);
+    const { kept, filtered, scoreSchema } = rankCandidates(req, retrieval, settings.ranking);
     // Scored candidates go as they are: encodeCandidates reads only the fields it needs.
     const candidates: readonly CandidateFields[] = filtered.length === 0 ? kept : kept.concat(filtered);
     const nonce = generateNonce(settings.nonceBytes);
@@ -299,7 +302,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       req.history,
     );
     const rankingMs = monotonicNow() - start;
-    return { assembly: { req, ctx, retrieval, kept, filtered, nonce, rankingMs, historyBytes }, input };
+    return {
+      assembly: { req, ctx, retrieval, kept, filtered, nonce, rankingMs, historyBytes, scoreSchema },
+      input,
+    };
   }
 
   /**

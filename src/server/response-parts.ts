@@ -26,6 +26,8 @@ export interface Assembly {
   readonly rankingMs: number;
   /** UTF-8 bytes of the request's history (sizes the degraded answer's reserve). */
   readonly historyBytes: number;
+  /** The formula that scored the candidates (default `interim_v1`). */
+  readonly scoreSchema?: string;
 }
 
 /** Rounds ms half-to-even to a non-negative integer (contract.md §2 AssemblyMetrics). */
@@ -70,7 +72,7 @@ export function baseResponse(a: Assembly, budget: TokenBudget): AssembleContextR
     request_id: req.requestId,
     trace_id: req.traceId,
     span_id: req.spanId,
-    score_schema: SCORE_SCHEMA,
+    score_schema: a.scoreSchema ?? SCORE_SCHEMA,
     degradation: { level: 'L0', intentional: false, reasons: [], branches: [] },
   };
 }

@@ -2,9 +2,11 @@
  * Request validation at the gRPC boundary (contract.md §11). Checks run in the contract's order and the first
  * failure wins, so a client always sees the same message for the same request.
  */
+
 import { Errors } from '../errors.js';
 import type { Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
 import type { PrincipalContext as PrincipalContextInput } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
+import { type RequestWeights, requestWeights } from '../ranking/request-weights.js';
 import type { ChatMessage } from '../types.js';
 import { LIMITS } from './limits.js';
 import type { AssembleContextRequestInput } from './proto.js';
@@ -70,6 +72,8 @@ export interface ValidatedRequest {
   skipCold: boolean;
   /** 0 = no cap, else 1..100. */
   maxMemories: number;
+  /** AssemblyOptions weights (fields 3–6) when any is set, checked; null = the service's defaults. */
+  weights?: RequestWeights | null;
   requestId: string;
   traceId: string;
   spanId: string;
@@ -182,6 +186,13 @@ function fromObject(req: AssembleContextRequestInput): WireAssembleRequest {
     skip_hot_memories: options.skip_hot_memories === true,
     skip_cold_memories: options.skip_cold_memories === true,
     max_memories: Number(options.max_memories ?? 0),
+    // float32 on the wire: the object path rounds alike.
+    weights: [
+      Math.fround(Number(options.recency_weight ?? 0)),
+      Math.fround(Number(options.relevance_weight ?? 0)),
+      Math.fround(Number(options.usefulness_weight ?? 0)),
+      Math.fround(Number(options.confidence_weight ?? 0)),
+    ],
     principal_context: null,
     messageCount: messages.length,
     history: { ...encodeHistory(history), contentPending: false },
@@ -261,6 +272,14 @@ export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
     if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
     throw Errors.invalidArgument('max_memories', INVALID.maxMemories(maxMemories));
   }
+  let weights: RequestWeights | null;
+  try {
+    weights = requestWeights(w.weights);
+  } catch (err) {
+    // As for max_memories: a pending over-long history content is reported first (SPEC §11 order).
+    if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
+    throw err;
+  }
   const validated = withHistoryView({
     orgId,
     agentId,
@@ -273,6 +292,7 @@ export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
     skipHot: w.skip_hot_memories,
     skipCold: w.skip_cold_memories,
     maxMemories,
+    weights,
     requestId: w.request_id,
     traceId: w.trace_id,
     spanId: w.span_id,

@@ -74,6 +74,8 @@ export interface WireAssembleRequest {
   skip_hot_memories: boolean;
   skip_cold_memories: boolean;
   max_memories: number;
+  /** AssemblyOptions fields 3–6 (recency, relevance, usefulness, confidence), float32 as sent; 0 when absent. */
+  weights: [number, number, number, number];
   principal_context: PrincipalContext | null;
   /** Messages seen, counting stops at 101. */
   messageCount: number;
@@ -108,6 +110,7 @@ function emptyRequest(source: Uint8Array): WireAssembleRequest {
     skip_hot_memories: false,
     skip_cold_memories: false,
     max_memories: 0,
+    weights: [0, 0, 0, 0],
     principal_context: null,
     messageCount: 0,
     history: { source, spans: new Uint32Array(0), count: 0, contentPending: false },
@@ -207,8 +210,9 @@ function decodeOptions(r: ProtoReader, end: number, out: WireAssembleRequest): v
   while (r.pos < end) {
     if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
     const tag = r.uint32();
-    // The four weights (3..6) are a forward contract: accepted, not read.
+    // Fields 3..6 are float32 (wire type 5): tags 29, 37, 45, 53.
     if (tag === 8) out.skip_cold_memories = r.bool();
+    else if (tag === 29 || tag === 37 || tag === 45 || tag === 53) out.weights[(tag >>> 3) - 3] = r.float();
     else if (tag === 16) out.skip_hot_memories = r.bool();
     else if (tag === 56) out.max_memories = r.int32();
     else r.skipType(tag & 7);

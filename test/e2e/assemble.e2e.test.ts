@@ -13,7 +13,7 @@ const t = tenant();
 const other = tenant();
 
 beforeAll(async () => {
-  svc = await startTestService();
+  svc = await startTestService({ IBEX_CONTEXT_SCORE_SCHEMA: 'interim_v1' });
   svc.store.upsertMemories(memories(t.org, t.agent, 12));
   svc.store.upsertMemories(memories(other.org, other.agent, 5, 'secret'));
   // Same agent id under another org: must never be visible to t.

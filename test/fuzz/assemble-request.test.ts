@@ -18,6 +18,15 @@ import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 import { stubResponse } from '../helpers/stub-response.js';
 
+/**
+ * A per-request weight: mostly a valid one (finite, ≥ 0) so that OK answers stay common, sometimes any
+ * float32 (negative, infinite, NaN: INVALID_ARGUMENT naming the field).
+ */
+const weight = fc.oneof(
+  { weight: 8, arbitrary: fc.float({ min: 0, max: 10, noNaN: true, noDefaultInfinity: true }) },
+  { weight: 1, arbitrary: fc.float() },
+);
+
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 
@@ -143,10 +152,10 @@ const request: fc.Arbitrary<AssembleContextRequestInput> = fc
       fc.record({
         skip_cold_memories: fc.boolean(),
         skip_hot_memories: fc.boolean(),
-        recency_weight: fc.float(),
-        relevance_weight: fc.float(),
-        usefulness_weight: fc.float(),
-        confidence_weight: fc.float(),
+        recency_weight: weight,
+        relevance_weight: weight,
+        usefulness_weight: weight,
+        confidence_weight: weight,
         max_memories: int32,
       }),
       { nil: undefined },

@@ -53,6 +53,7 @@ describe('validateHit (contract.md §4.1)', () => {
       similarity: 0.6,
       rank: 1,
       source: 'vector',
+      created_at_ms: Date.parse('2024-01-01T00:00:00Z'),
     });
   });
 

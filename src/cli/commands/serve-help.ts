@@ -169,6 +169,18 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'share of the deadline kept for the CPU stage',
     default: (s) => ms(s.cpuStageReserveMs),
   },
+  IBEX_CONTEXT_SCORE_SCHEMA: {
+    meaning: 'score the packer maximises: composite_v1 or interim_v1 (docs/scoring.md)',
+    default: (s) => s.ranking.scoreSchema,
+  },
+  IBEX_CONTEXT_RELEVANCE_FLOOR: {
+    meaning: 'composite_v1: candidates less relevant than this are filter (< 0.5)',
+    default: (s) => String(s.ranking.relevanceFloor),
+  },
+  IBEX_CONTEXT_MAX_CANDIDATES: {
+    meaning: 'most cold hits the embedded or PostgreSQL store is asked for (10..1000)',
+    default: (s) => String(s.ranking.maxCandidates),
+  },
   IBEX_CONTEXT_MAX_IN_FLIGHT: {
     meaning: 'ceiling of the adaptive admission limit (calls in flight); past the limit a call gets L2 shed',
     default: (s) => String(s.maxInFlight),

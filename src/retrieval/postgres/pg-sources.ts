@@ -58,12 +58,19 @@ export class PgMemorySource implements MemorySource {
     }
   }
   /** @throws as {@link PgMemorySource.hot}, with `cold_timeout`. */
-  async search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<RawHits> {
+  async search(
+    orgId: string,
+    agentId: string,
+    query: string,
+    signal: AbortSignal,
+    limit?: number,
+  ): Promise<RawHits> {
     try {
       return await this.#store.search(orgId, agentId, query, {
         timeoutMs: Math.min(this.#times.coldMs, this.#times.wallMs),
         signal,
         maxChars: this.#maxChars,
+        limit,
       });
     } catch (err) {
       failure('cold', err, signal);

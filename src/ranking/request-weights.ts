@@ -1,0 +1,28 @@
+/**
+ * Per-request weights (AssemblyOptions fields 3–6, SPEC §2, §7): checked here, normalised with the
+ * default w_freq by composite.ts `effectiveWeights`.
+ */
+import { Errors } from '../errors.js';
+import type { RequestWeights } from './composite.js';
+
+export type { RequestWeights } from './composite.js';
+
+const FIELDS = ['recency_weight', 'relevance_weight', 'usefulness_weight', 'confidence_weight'] as const;
+
+/**
+ * @param sent the four weights as decoded (recency, relevance, usefulness, confidence), 0 when absent.
+ * @returns null when none is set (all zero: the defaults run), else the weights.
+ * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` naming the field of a weight that is not finite or is
+ *   negative.
+ */
+export function requestWeights(sent: readonly [number, number, number, number]): RequestWeights | null {
+  for (let i = 0; i < 4; i++) {
+    const v = sent[i]!;
+    if (!Number.isFinite(v))
+      throw Errors.invalidArgument(FIELDS[i]!, `${FIELDS[i]} must be finite, got ${v}`);
+    if (v < 0) throw Errors.invalidArgument(FIELDS[i]!, `${FIELDS[i]} must be ≥ 0, got ${v}`);
+  }
+  // All zero is indistinguishable on the wire from "not set" (proto3 scalars): the defaults run.
+  if (sent[0] === 0 && sent[1] === 0 && sent[2] === 0 && sent[3] === 0) return null;
+  return { recency: sent[0], relevance: sent[1], usefulness: sent[2], confidence: sent[3] };
+}
