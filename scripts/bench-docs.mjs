@@ -49,10 +49,20 @@ function runLine(r) {
   return parts.length ? `Run: ${parts.join('; ')}.` : 'Run: machine not recorded in the result file.';
 }
 
+/**
+ * A field a renderer needs; a result file of another shape fails loudly, naming the file's field.
+ * @param {any} r @param {string} key
+ */
+function need(r, key) {
+  if (r[key] === undefined)
+    throw new Error(`bench result has no field ${key}: re-run its bench or update scripts/bench-docs.mjs`);
+  return r[key];
+}
+
 const round = (v, d = 2) => (typeof v === 'number' ? Math.round(v * 10 ** d) / 10 ** d : v);
 const pct = (v) => (typeof v === 'number' ? `${round(v * 100, 1)} %` : v);
 
-/** @type {{ script: string; file: string; title: string; render: (r: any) => string }[]} */
+/** @type {{ script: string; command?: string; file: string; title: string; render: (r: any) => string }[]} */
 const SECTIONS = [
   {
     script: 'bench:pack',
@@ -254,40 +264,205 @@ const SECTIONS = [
     script: 'bench:replicas',
     file: 'replicas',
     title: 'Replicas on one PostgreSQL store',
-    render: (r) =>
-      [
+    render: (r) => {
+      const rule = need(r, 'clean_rule');
+      const setups = [
+        ['embedded, one replica', 'embedded_one_replica'],
+        ['PostgreSQL, one replica', 'postgres_one_replica'],
+        ['PostgreSQL, two replicas (direct)', 'postgres_two_replicas_direct'],
+        ['PostgreSQL, two replicas (PgBouncer)', 'postgres_two_replicas_pgbouncer'],
+      ];
+      const rows = [];
+      for (const [label, key] of setups) {
+        for (const step of need(r, key).steps) {
+          const reps = step.replicas;
+          rows.push([
+            label,
+            step.offered_rps,
+            step.total_achieved_rps,
+            Math.max(...reps.map((x) => x.p99_ms)),
+            reps.reduce((a, x) => a + x.errors, 0),
+            reps.reduce((a, x) => a + x.degraded, 0),
+            step.database_cpu_ms_per_call,
+            step.clean ? 'yes' : 'no',
+          ]);
+        }
+      }
+      const rec = need(r, 'recovery');
+      const c = need(r, 'clean_rate_rps');
+      return [
+        `A step is clean with ${rule.errors} errors, p99 ≤ ${rule.p99_ms_max} ms and ≥ ${pct(rule.l0_share_min)} L0 answers.`,
+        '',
         table(
-          ['replicas', 'replica', 'offered', 'achieved', 'p50 ms', 'p99 ms', 'errors', 'degraded'],
           [
-            ...r.one_replica.replicas.map((x) => [
-              1,
-              x.replica,
-              x.offered_rps,
+            'setup',
+            'offered/s',
+            'achieved/s',
+            'p99 ms (worst replica)',
+            'errors',
+            'degraded',
+            'database CPU ms/call',
+            'clean',
+          ],
+          rows,
+        ),
+        '',
+        `Clean rate: embedded ${c.embedded_one_replica}/s, PostgreSQL one replica ${c.postgres_one_replica}/s ` +
+          `(${c.postgres_vs_embedded}× embedded), two replicas direct ${c.postgres_two_replicas_direct}/s, ` +
+          `through PgBouncer ${c.postgres_two_replicas_pgbouncer}/s. After ${rec.overload.seconds} s at ` +
+          `${rec.overload.offered_rps}/s, back to all L0 at ${rec.rate_rps}/s in ${rec.overload.seconds_to_full_l0} s ` +
+          `(${rec.overload.connections_opened_during} connections opened during, ${rec.overload.connections_opened_after} after); ` +
+          `after the backends were terminated, back in ${rec.backends_terminated.seconds_to_full_l0} s ` +
+          `(${rec.backends_terminated.connections_opened_after} connections opened).`,
+        `Cold search against the embedded store: mean top-10 overlap ${r.cold_search_vs_embedded.mean_top10_overlap}, ` +
+          `same top-1 ${pct(r.cold_search_vs_embedded.same_top1_share)}. Evidence recall@10: PostgreSQL ` +
+          `${r.qa_evidence_recall.postgres_recall_at_10}, embedded ${r.qa_evidence_recall.embedded_recall_at_10}.`,
+      ].join('\n');
+    },
+  },
+  {
+    script: 'bench:load -- --pinned',
+    file: 'load-pinned',
+    title: 'Per core (service and driver pinned to different CPUs)',
+    render: (r) => {
+      const pc = need(r, 'per_core');
+      const o = need(r, 'overload');
+      return [
+        `Service on one CPU (\`${need(r, 'pinning').service}\`), driver on the other; a bare grpc-js server ` +
+          'answering a canned answer measured the same way in the same run.',
+        '',
+        table(
+          ['server', 'offered/s', 'achieved/s', 'p99 ms', 'errors', 'degraded', 'CPU ms/call'],
+          [
+            ...need(r, 'steps').map((x) => [
+              'ibex-context',
+              x.rate,
               x.achieved_rps,
-              x.p50_ms,
               x.p99_ms,
               x.errors,
               x.degraded,
+              round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
             ]),
-            ...r.two_replicas.replicas.map((x) => [
-              2,
-              x.replica,
-              x.offered_rps,
+            ...need(r, 'bare_floor').map((x) => [
+              'bare grpc-js',
+              x.rate,
               x.achieved_rps,
-              x.p50_ms,
               x.p99_ms,
               x.errors,
-              x.degraded,
+              0,
+              x.cpu_ms_per_call,
             ]),
           ],
         ),
         '',
-        `Database CPU per call: ${r.one_replica.database_cpu_ms_per_call} ms (one replica), ` +
-          `${r.two_replicas.database_cpu_ms_per_call} ms (two). Cold search against the embedded store: mean ` +
-          `top-10 overlap ${r.cold_search_vs_embedded.mean_top10_overlap}, same top-1 ` +
-          `${pct(r.cold_search_vs_embedded.same_top1_share)}. Evidence recall@10: PostgreSQL ` +
-          `${r.qa_evidence_recall.postgres_recall_at_10}, embedded ${r.qa_evidence_recall.embedded_recall_at_10}.`,
+        `Saturation ${pc.saturation_rate}/s (${pc.saturation_l0_rps} L0 answers/s). Overload at ${o.rate}/s for ` +
+          `${o.seconds} s: ${pct(o.l0_share)} L0, ${pct(o.shed_share)} shed, ${o.errors} errors, p99 ${o.p99_ms} ms; ` +
+          `admission limit ${o.admission_limit_after} after; back to all L0 at ${o.recovery_rate}/s in ${o.seconds_back_to_l0} s.`,
+      ].join('\n');
+    },
+  },
+  {
+    script: 'bench:tracing',
+    file: 'tracing',
+    title: 'Tracing cost (off, 1 % and 100 % sampling)',
+    render: (r) =>
+      [
+        `${need(r, 'config').rate} calls/s, ${r.config.rounds} rounds of ${r.config.step_seconds} s per mode, ` +
+          'modes interleaved; server CPU per call (medians over rounds) by thread.',
+        '',
+        table(
+          [
+            'mode',
+            'main ms/call',
+            'pool ms/call',
+            'store ms/call',
+            'other ms/call',
+            'total ms/call',
+            'vs off',
+            'p99 ms',
+          ],
+          need(r, 'summary').map((x) => [
+            x.mode,
+            x.median_ms_per_call.main,
+            x.median_ms_per_call.pool,
+            x.median_ms_per_call.store,
+            x.median_ms_per_call.other,
+            x.median_ms_per_call.total,
+            `${x.total_vs_off_percent} %`,
+            x.p99_ms_median,
+          ]),
+        ),
+        '',
+        `Span building and export on the main thread, measured apart: ${need(r, 'micro')
+          .map((m) => `${m.mode} ${m.mean_us} µs mean per call (p99 ${m.p99_us} µs)`)
+          .join(', ')}.`,
       ].join('\n'),
+  },
+  {
+    script: 'bench:quality',
+    file: 'quality',
+    title: 'Context quality (LoCoMo evidence recall)',
+    render: (r) => {
+      const budgets = need(r, 'service')[0].budgets.map((b) => b.budget);
+      const label = (b) => (b === 0 ? 'unlimited' : String(b));
+      const row = (name, list) => [
+        name,
+        ...budgets.map((b) => list.find((x) => x.budget === b)?.overall.evidence_recall_pct),
+      ];
+      const at2000 = (list) => list.find((x) => x.budget === 2000);
+      const cats = Object.keys(at2000(r.service[0].budgets).by_category);
+      return [
+        `Share of evidence turns included in the assembled context, ${r.items} QA items of categories 1–4` +
+          `${r.every > 1 ? ` (every ${r.every}th)` : ''}, embedded store, L0 answers only; % by memory budget (tokens).`,
+        '',
+        table(
+          ['ranking', ...budgets.map(label)],
+          [
+            ...r.service.map((x) => row(x.config, x.budgets)),
+            row('baseline: recent turns only', need(r, 'baselines').recent_only),
+            row('baseline: bm25 hits, first fit', r.baselines.bm25_first_fit),
+          ],
+        ),
+        '',
+        'At 2,000 tokens by category (evidence recall %):',
+        '',
+        table(
+          ['ranking', ...cats],
+          [
+            ...r.service.map((x) => [
+              x.config,
+              ...cats.map((c) => at2000(x.budgets)?.by_category[c]?.evidence_recall_pct),
+            ]),
+            [
+              'baseline: bm25 hits, first fit',
+              ...cats.map((c) => at2000(r.baselines.bm25_first_fit)?.by_category[c]?.evidence_recall_pct),
+            ],
+          ],
+        ),
+      ].join('\n');
+    },
+  },
+  {
+    script: 'bench:first-traffic',
+    command: 'bash bench/first-traffic.sh',
+    file: 'first-traffic',
+    title: 'First traffic after a fresh start',
+    render: (r) =>
+      table(
+        ['path', 'start', 'load average', 'calls', 'OK', 'errors', 'L0', 'L1', 'L2', 'p99 ms'],
+        need(r, 'runs').map((x) => [
+          x.path,
+          x.start,
+          x.load_avg_1m,
+          x.calls,
+          x.ok,
+          Object.values(x.errors ?? {}).reduce((a, n) => a + n, 0),
+          x.levels.L0,
+          x.levels.L1,
+          x.levels.L2,
+          x.p99_ms,
+        ]),
+      ),
   },
   {
     script: 'bench:isolation',
@@ -350,7 +525,12 @@ export function renderBenchmarks() {
     '',
   ];
   for (const s of SECTIONS) {
-    out.push(`## ${s.title}`, '', `\`npm run ${s.script}\` → \`bench/results/${s.file}.json\``, '');
+    out.push(
+      `## ${s.title}`,
+      '',
+      `\`${s.command ?? `npm run ${s.script}`}\` → \`bench/results/${s.file}.json\``,
+      '',
+    );
     const r = result(s.file);
     if (!r) {
       out.push('No result committed yet.', '');

@@ -191,8 +191,10 @@ describe('Dockerfile', () => {
     const seen = new Set<string>();
     for (const f of walk(path.join(app, 'dist')).filter((x) => x.endsWith('.js'))) {
       const js = readFileSync(path.join(app, 'dist', f), 'utf8');
-      for (const m of js.matchAll(/(?:from\s+|import\(\s*)['"]([^'".][^'"]*)['"]/g)) {
-        const spec = m[1]!;
+      // Import statements and dynamic imports only: comments may say `from "…"` too.
+      const statements = /^\s*(?:import|export)\b[^;]*?\bfrom\s*['"]([^'".][^'"]*)['"]|^\s*import\s*['"]([^'".][^'"]*)['"]|\bimport\(\s*['"]([^'".][^'"]*)['"]\s*\)/gm;
+      for (const m of js.matchAll(statements)) {
+        const spec = (m[1] ?? m[2] ?? m[3])!;
         if (spec.startsWith('node:') || builtins.has(spec)) continue;
         const pkg = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
         seen.add(pkg);
