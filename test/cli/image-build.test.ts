@@ -192,7 +192,8 @@ describe('Dockerfile', () => {
     for (const f of walk(path.join(app, 'dist')).filter((x) => x.endsWith('.js'))) {
       const js = readFileSync(path.join(app, 'dist', f), 'utf8');
       // Import statements and dynamic imports only: comments may say `from "…"` too.
-      const statements = /^\s*(?:import|export)\b[^;]*?\bfrom\s*['"]([^'".][^'"]*)['"]|^\s*import\s*['"]([^'".][^'"]*)['"]|\bimport\(\s*['"]([^'".][^'"]*)['"]\s*\)/gm;
+      const statements =
+        /^\s*(?:import|export)\b[^;]*?\bfrom\s*['"]([^'".][^'"]*)['"]|^\s*import\s*['"]([^'".][^'"]*)['"]|\bimport\(\s*['"]([^'".][^'"]*)['"]\s*\)/gm;
       for (const m of js.matchAll(statements)) {
         const spec = (m[1] ?? m[2] ?? m[3])!;
         if (spec.startsWith('node:') || builtins.has(spec)) continue;
