@@ -3,7 +3,7 @@
  * loadSettings reads with its default, docs/configuration.md names every one of them, and a rejected JSON
  * input lists every problem in the contract's words.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
