@@ -318,3 +318,38 @@ describe('tracing with a collector in trouble', () => {
     expect(down.exportFailed + down.queueFull).toBeGreaterThan(100);
   });
 });
+
+describe('tracing a shed call', () => {
+  const t = tenant();
+
+  it('gives a call shed at arrival its span: L2 with reason shed, a pool.wait marked shed (not an error), the degraded answer', async () => {
+    // A concurrency limit of one: calls that arrive while another is in flight are shed.
+    const tr = await startTraced({}, { IBEX_CONTEXT_MAX_IN_FLIGHT: '1' });
+    try {
+      tr.svc.store.upsertMemories(memories(t.org, t.agent, 8));
+      const traces = Array.from({ length: 20 }, () => hexId(16));
+      const answers = await Promise.all(
+        traces.map((id) =>
+          tr.svc.client.assemble(request(t), {
+            metadata: { ...auth, traceparent: `00-${id}-${hexId(8)}-01` },
+          }),
+        ),
+      );
+      expect(answers.map((a) => a.status.code)).toEqual(answers.map(() => status.OK));
+      const shedAt = answers.findIndex((a) => a.response?.degradation?.reasons.includes('shed'));
+      expect(shedAt).toBeGreaterThanOrEqual(0);
+      const server = (await tr.receiver.waitFor((s) => s.traceId === traces[shedAt] && s.kind === 2))[0]!;
+      expect(server.attributes).toMatchObject({ 'ibex.degradation.level': 'L2', 'rpc.grpc.status_code': 0 });
+      expect(server.attributes['ibex.degradation.reasons']).toContain('shed');
+      const children = await tr.receiver.waitFor((s) => s.parentSpanId === server.spanId, 3);
+      const wait = children.find((s) => s.name === 'pool.wait');
+      expect(wait?.attributes['ibex.pool.outcome']).toBe('shed');
+      // Shedding is the service protecting its deadline, not a fault: the span's status stays unset.
+      expect(wait?.status.code).toBe(0);
+      expect(children.map((s) => s.name)).toContain('answer.degraded');
+    } finally {
+      await tr.svc.stop();
+      await tr.receiver.close();
+    }
+  });
+});

@@ -347,7 +347,7 @@ export class CallTrace {
         { startTime: dispatched, attributes: { 'ibex.pool.outcome': this.poolReason ?? 'none' } },
         parent,
       );
-      if (this.poolReason !== 'overloaded')
+      if (this.poolReason !== 'shed')
         wait.setStatus({ code: SpanStatusCode.ERROR, message: this.poolReason ?? 'no result' });
       wait.end(Math.max(dispatched, this.assembledAt));
       if (this.writeStart > 0) this.child(parent, 'answer.degraded', this.assembledAt, this.writeStart, {});
