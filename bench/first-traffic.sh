@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
 # First traffic after start: for each path (embedded store, memory service), N fresh starts of `serve`, each
 # followed as soon as /readyz answers by `replay --limit 300`; writes bench/results/first-traffic.json.
-# usage: bench/first-traffic.sh <locomo dir> [starts=3] [base port=20200]
+# usage: bench/first-traffic.sh <locomo dir> [starts=3] [base port=20200] [postgres url]
 # Needs `npm run build`. Ingests LoCoMo into a temporary embedded store; the memory path serves that store
-# through `ibex-context memory-server` (started once, before the first start).
+# through `ibex-context memory-server` (started once, before the first start). With a PostgreSQL URL (a
+# database this script may fill: it replaces the LoCoMo agents there), the postgres path runs too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 locomo="${1:?usage: bench/first-traffic.sh <locomo dir> [starts] [base port]}"
 starts="${2:-3}"
 port="${3:-20200}"
+pg_url="${4:-}"
 tmp="$(mktemp -d)"
 export IBEX_CONTEXT_EMBEDDED_DB="$tmp/ibex.db"
 cli=(node dist/src/cli/main.js)
 "${cli[@]}" ingest --locomo "$locomo" > /dev/null
+paths=(embedded memory)
+if [ -n "$pg_url" ]; then
+  IBEX_CONTEXT_POSTGRES_URL="$pg_url" "${cli[@]}" ingest --locomo "$locomo" > /dev/null
+  paths+=(postgres)
+fi
 "${cli[@]}" memory-server --db "$IBEX_CONTEXT_EMBEDDED_DB" --port "$((port + 10))" --token bench > "$tmp/ms.log" 2>&1 &
 ms=$!
 trap 'kill "$ms" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 sleep 1
 runs=()
-for path in embedded memory; do
+for path in "${paths[@]}"; do
   for k in $(seq 1 "$starts"); do
     extra=()
     if [ "$path" = memory ]; then
       extra=(IBEX_CONTEXT_MEMORY_BASE_URL="http://127.0.0.1:$((port + 10))" IBEX_CONTEXT_MEMORY_API_TOKEN=bench)
+    elif [ "$path" = postgres ]; then
+      extra=(IBEX_CONTEXT_POSTGRES_URL="$pg_url")
     fi
     env "${extra[@]}" IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$port" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((port + 1))" \
       node --initial-old-space-size=128 --v8-pool-size=0 dist/src/cli/main.js serve > "$tmp/serve.log" 2>&1 &
