@@ -120,14 +120,25 @@ export interface RowFields {
 }
 
 /**
- * The L2 degraded answer's rows (contract.md §10, src/server/answers.ts): `failed` for the candidates within
- * `max_memories`, then `filter` for the cut ones, token_estimate 0 (the CPU stage that costs them did not
- * run). Written from the scored candidates on the main thread: protobufjs's row objects and writer ops
+ * The degraded answer's rows (contract.md §10, src/server/answers.ts): without `kept`'s selection, `failed`
+ * for the candidates within `max_memories`, then `filter` for the cut ones, token_estimate 0 (the CPU
+ * stage that costs them did not run). With it (the L1 answer that keeps memories): `included` rows in
+ * selection order and `budget` rows with their costs, then `failed` for the candidates not read, then
+ * `filter`. Written from the scored candidates on the main thread: protobufjs's row objects and writer ops
  * were the largest allocation of a degraded call (~19 KB; V8 sampling heap profiler on the service under
  * `bench:load` at 1,000 req/s), and an overloaded process answers most calls this way.
+ * @param selection indices into `kept` (included in order, then budget) and each kept candidate's cost.
  * @returns the repeated field 4 as bytes, the loader's for the same rows.
  */
-export function encodeDegradedRows(kept: readonly RowFields[], filtered: readonly RowFields[]): Uint8Array {
+export function encodeDegradedRows(
+  kept: readonly RowFields[],
+  filtered: readonly RowFields[],
+  selection?: {
+    included: readonly number[];
+    excluded: readonly number[];
+    costs: Int32Array;
+  },
+): Uint8Array {
   const n = kept.length + filtered.length;
   const at = (i: number) => (i < kept.length ? kept[i]! : filtered[i - kept.length]!);
   let units = 0;
@@ -142,8 +153,6 @@ export function encodeDegradedRows(kept: readonly RowFields[], filtered: readonl
     confidence: new Float64Array(n),
     rank: new Int32Array(n),
   };
-  const rows: number[] = [];
-  const kinds: RowKind[] = [];
   let end = 0;
   for (let i = 0; i < n; i++) {
     const c = at(i);
@@ -156,11 +165,37 @@ export function encodeDegradedRows(kept: readonly RowFields[], filtered: readonl
     cols.similarity[i] = c.similarity;
     cols.confidence[i] = c.confidence;
     cols.rank[i] = c.rank;
-    rows.push(i);
-    kinds.push(i < kept.length ? 'failed' : 'filter');
   }
   cols.offsets[3 * n] = end;
-  return writeRows(cols, rows, kinds, new Int32Array(n));
+  const costs = new Int32Array(n);
+  const rows: number[] = [];
+  const kinds: RowKind[] = [];
+  const row = (i: number, kind: RowKind) => {
+    rows.push(i);
+    kinds.push(kind);
+  };
+  if (selection) {
+    costs.set(selection.costs.subarray(0, kept.length));
+    const placed = new Uint8Array(kept.length);
+    for (const i of selection.included) {
+      row(i, 'included');
+      placed[i] = 1;
+    }
+    for (const i of selection.excluded) {
+      row(i, 'budget');
+      placed[i] = 1;
+    }
+    for (let i = 0; i < kept.length; i++) {
+      if (!placed[i]) {
+        row(i, 'failed');
+        costs[i] = 0;
+      }
+    }
+  } else {
+    for (let i = 0; i < kept.length; i++) row(i, 'failed');
+  }
+  for (let i = kept.length; i < n; i++) row(i, 'filter');
+  return writeRows(cols, rows, kinds, costs);
 }
 
 /** Writes `rows` (candidate indices into `cols`) with their exclusions and costs, in that order. */

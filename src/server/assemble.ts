@@ -394,7 +394,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     return { stage, poolReason: null };
   }
 
-  /** The answer and its degradation record: the CPU stage's, or the L2 degraded one without it. */
+  /**
+   * The answer and its degradation record: the CPU stage's, or the degraded one without it — L1 when it
+   * kept memories (a stage lost for time or saturation: `pool_deadline`, `pool_saturated`), L2 otherwise.
+   * A shed call keeps none (its answer must cost nothing), nor does a failed stage (what failed it may be
+   * in the candidates themselves, and this thread is the service's only event loop).
+   */
   function answer(
     a: Assembly,
     resolved: ResolvedModel,
@@ -403,10 +408,19 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   ) {
     const { req, retrieval } = a;
     a.ctx.trace?.assembled(a.rankingMs, stage, poolReason, a.kept.length, a.filtered.length);
-    const level: DegradationLevel = stage ? degradationLevel(retrieval.branches) : 'L2';
     const response = stage
       ? answerFromStage(a, stage)
-      : degradedAnswer(a, { resolved, nonceBytes: settings.nonceBytes, reserve });
+      : degradedAnswer(a, {
+          resolved,
+          nonceBytes: settings.nonceBytes,
+          reserve,
+          keepMemories: poolReason === 'pool_deadline' || poolReason === 'pool_saturated',
+        });
+    const level: DegradationLevel = stage
+      ? degradationLevel(retrieval.branches)
+      : response.memories_included > 0
+        ? 'L1'
+        : 'L2';
     response.degradation = {
       level,
       intentional: req.skipHot || req.skipCold,
