@@ -197,6 +197,23 @@ describe('AdaptiveConcurrencyLimit following a process', () => {
   });
 });
 
+/** A memory of the test's org and agent, as a source item (`vector`: its similarity is its relevance). */
+function hit(source: string) {
+  return {
+    memory: {
+      id: '9d1c2b3a-4e5f-4a6b-8c7d-0e1f2a3b4c5d',
+      org_id: '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e',
+      agent_id: 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d',
+      content: 'Prefers tea & <biscuits>.',
+      category: 'preference',
+      confidence: 0.9,
+    },
+    similarity: 0.8,
+    rank: 1,
+    source,
+  };
+}
+
 describe('assembler admission', () => {
   it('answers calls past the limit at once, L2 shed with the directive, and reports limit, in-flight and sheds', async () => {
     const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent', IBEX_CONTEXT_MAX_IN_FLIGHT: '20' });
@@ -206,7 +223,9 @@ describe('assembler admission', () => {
         get: async () => ({ content: 'Be brief.', injection_mode: 'system_first', version_id: 'v1' }),
         close: async () => {},
       },
-      memory: { hot: async () => [], search: async () => [], close: async () => {} },
+      // One memory, hot and found by the search: admitted calls carry it, shed ones never read it (no
+      // memory branch).
+      memory: { hot: async () => [hit('hot')], search: async () => [hit('vector')], close: async () => {} },
       close: async () => {},
       kind: { memory: 'embedded', directive: 'embedded' },
     } as unknown as RetrievalSources;
@@ -234,7 +253,7 @@ describe('assembler admission', () => {
         org_id: '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e',
         agent_id: 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d',
         model: 'gpt-4o',
-        query: 'q',
+        query: 'tea',
         recent_messages: [{ role: 'user', content: 'hello' }],
       });
       return assemble(req, {
@@ -253,6 +272,9 @@ describe('assembler admission', () => {
         expect(s.response.degradation.reasons).toEqual(['hot_skipped', 'cold_skipped', 'shed']);
         expect(s.response.degradation.branches.find((b) => b.name === 'hot')?.detail).toBe('shed');
         expect(splicedText(s.response[ASSEMBLED_UTF8]!)).toContain('Be brief.');
+        // Shed stays the cheap answer: no memory, even though the CPU stage was never had.
+        expect(s.response.memories_included).toBe(0);
+        expect(splicedText(s.response[ASSEMBLED_UTF8]!)).not.toContain('</ibex_memory>');
       }
       const text = await metrics.registry.metrics();
       expect(text).toMatch(/^ibex_context_admission_limit 20$/m);
@@ -260,7 +282,10 @@ describe('assembler admission', () => {
       expect(text).toMatch(/^ibex_context_admission_shed_total 5$/m);
       while (held.length < 20) await new Promise((r) => setImmediate(r));
       for (const go of held) go();
-      for (const a of await Promise.all(admitted)) expect(a.level).toBe('L0');
+      for (const a of await Promise.all(admitted)) {
+        expect(a.level).toBe('L0');
+        expect(a.response.memories_included).toBe(1);
+      }
       expect(await metrics.registry.metrics()).toMatch(/^ibex_context_admission_in_flight 0$/m);
     } finally {
       metrics.stop();
