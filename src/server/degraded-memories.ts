@@ -14,11 +14,12 @@ import type { MemoryContent } from '../retrieval/content-bytes.js';
 import { isUtf8Span, utf8Text } from '../util/utf8.js';
 
 /**
- * UTF-8 bytes of memory text (ids, categories, contents) the main thread may measure and escape for one
- * degraded answer. The degraded answer runs on the event loop exactly when it is short of time (a lost CPU
- * stage, a saturated pool), and its reserve is measured per call: its memory work must be a small constant,
- * never proportional to the candidates' size. 32 KiB is a handful of chat-sized memories and costs tens of
- * µs to measure and escape (about 0.1 ms when every byte is markup); a candidate beyond it is not read.
+ * UTF-8 bytes of memory text (ids, categories, escaped contents) the main thread may measure and format for
+ * one degraded answer. The degraded answer runs on the event loop exactly when it is short of time (a lost
+ * CPU stage, a saturated pool), and its reserve is measured per call: its memory work must be a small
+ * constant, never proportional to the candidates' size. 32 KiB is a handful of chat-sized memories: about
+ * 0.05 ms to measure and format as plain text, under 0.5 ms when it is all markup (an entity per byte).
+ * A candidate that would take the total past it is not read.
  */
 export const DEGRADED_MEMORY_TEXT_BYTES = 32 * 1024;
 
@@ -59,13 +60,13 @@ export interface DegradedSelection {
   costs: Int32Array;
   /** Sum of the kept memories' costs. */
   memoryTokens: number;
-  /** UTF-8 bytes of memory text read on the main thread (≤ the limit's `textBytes`). */
+  /** Memory text read on the main thread, UTF-8 bytes (escaped contents; ≤ the limit's `textBytes`). */
   textBytes: number;
 }
 
 /**
  * A candidate read: its memory for the formatter and block length (code points, or bytes under `bpe_*`),
- * or null when its UTF-8 text turned out larger than the room left; `bytes` is what reading it cost.
+ * or null when its escaped text turned out larger than the room left; `bytes` is what reading it cost.
  */
 type Measured =
   | { memory: SplicedMemory; blockLength: number; bytes: number }
@@ -87,12 +88,15 @@ function escapedUtf8Length(text: string, attr = false): number {
 }
 
 /**
- * Measures one candidate whose text fits in `room` bytes; null when its length alone shows it does not
- * (nothing read). `bytes` counts the block length in UTF-8 bytes (`bpe_*` kinds) instead of code points.
+ * Measures one candidate whose text, escaped, fits in `room` bytes; null when its length alone shows it
+ * does not (nothing read). What it costs is its id and category bytes plus its escaped content bytes: the
+ * bytes the formatter writes, so markup (an entity per byte, the slow case) gets less room than plain text.
+ * `bytes` counts the block length in UTF-8 bytes (`bpe_*` kinds) instead of code points.
  */
 function measure(c: DegradedCandidate, room: number, nonceChars: number, bytes: boolean): Measured | null {
   const fields = c.memory_id.length + c.category.length;
-  // UTF-16 units never exceed UTF-8 bytes, and a byte content knows its length: nothing is scanned yet.
+  // UTF-16 units never exceed UTF-8 bytes, escaping only adds, and a byte content knows its length:
+  // nothing is scanned yet.
   const least = fields + (typeof c.content === 'string' ? c.content.length : c.content.byteLength);
   if (least > room) return null;
   const idLength = bytes ? escapedUtf8Length(c.memory_id, true) : escapedCodePointLength(c.memory_id, true);
@@ -101,15 +105,16 @@ function measure(c: DegradedCandidate, room: number, nonceChars: number, bytes: 
     : escapedCodePointLength(c.category, true);
   const fieldBytes = Buffer.byteLength(c.memory_id, 'utf8') + Buffer.byteLength(c.category, 'utf8');
   let content = c.content;
+  // A malformed byte content costs at least its own bytes, however it decodes.
+  let floor = 0;
   if (typeof content !== 'string') {
     const span = Buffer.from(content.buffer, content.byteOffset, content.byteLength);
-    if (fieldBytes + span.byteLength > room) return { memory: null, bytes: room };
     if (isUtf8Span(span, 0, span.byteLength)) {
       // Well-formed bytes are escaped into the answer as they are, never decoded (as the CPU stage does).
+      const escapedBytes =
+        span.byteLength + 4 * countByte(span, AMP) + 3 * (countByte(span, LT) + countByte(span, GT));
+      if (fieldBytes + escapedBytes > room) return { memory: null, bytes: room };
       const escapedCodePoints = escapedUtf8CodePoints(span, 0, span.byteLength);
-      const contentLength = bytes
-        ? span.byteLength + 4 * countByte(span, AMP) + 3 * (countByte(span, LT) + countByte(span, GT))
-        : escapedCodePoints;
       return {
         memory: {
           memory_id: c.memory_id,
@@ -119,21 +124,32 @@ function measure(c: DegradedCandidate, room: number, nonceChars: number, bytes: 
           end: span.byteLength,
           escapedCodePoints,
         },
-        blockLength: wrappedBlockLength(idLength, categoryLength, contentLength, nonceChars),
-        bytes: fieldBytes + span.byteLength,
+        blockLength: wrappedBlockLength(
+          idLength,
+          categoryLength,
+          bytes ? escapedBytes : escapedCodePoints,
+          nonceChars,
+        ),
+        bytes: fieldBytes + escapedBytes,
       };
     }
     // Malformed bytes: what the answer carries is Node's decoding (U+FFFD per invalid sequence).
+    floor = span.byteLength;
     content = utf8Text(span, 0, span.byteLength);
   }
-  const contentBytes = Buffer.byteLength(content, 'utf8');
-  const read = fieldBytes + Math.max(contentBytes, typeof c.content === 'string' ? 0 : c.content.byteLength);
-  // A string's UTF-8 (or a malformed content's decoding) outgrew its length: read, not kept.
+  const codePoints = codePointLength(content);
+  const entities = escapedCodePointLength(content) - codePoints;
+  const escapedBytes = Buffer.byteLength(content, 'utf8') + entities;
+  const read = fieldBytes + Math.max(floor, escapedBytes);
   if (read > room) return { memory: null, bytes: room };
-  const contentLength = bytes ? escapedUtf8Length(content) : escapedCodePointLength(content);
   return {
     memory: { memory_id: c.memory_id, category: c.category, content },
-    blockLength: wrappedBlockLength(idLength, categoryLength, contentLength, nonceChars),
+    blockLength: wrappedBlockLength(
+      idLength,
+      categoryLength,
+      bytes ? escapedBytes : codePoints + entities,
+      nonceChars,
+    ),
     bytes: read,
   };
 }

@@ -1,7 +1,7 @@
 /**
  * The `memories_used` bytes (src/format/memory-rows.ts) are exactly what the loader writes for
  * the row objects the main thread used to build (usedRow below): the CPU stage's, for any candidates and
- * any pack outcome, and the degraded answer's (`failed` / `filter`).
+ * any pack outcome, and the degraded answer's (`failed` / `filter`, or with the memories it kept).
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -170,6 +170,33 @@ describe('encodeDegradedRows', () => {
         },
       ),
       { numRuns: 300 },
+    );
+  });
+
+  it('writes the loader’s bytes for a stepped degraded answer: included, budget (with costs), failed, filter', () => {
+    fc.assert(
+      fc.property(
+        fc.array(candidate, { maxLength: 40 }),
+        fc.array(candidate, { maxLength: 10 }),
+        fc.array(fc.constantFrom('included', 'budget', 'failed'), { maxLength: 40 }),
+        fc.array(fc.integer({ min: 1, max: 100_000 }), { maxLength: 40 }),
+        (kept, filtered, kindsIn, costsIn) => {
+          const kinds = kept.map((_, i) => kindsIn[i] ?? 'failed');
+          const costs = Int32Array.from(kept, (_, i) => costsIn[i] ?? 1);
+          const included = kinds.flatMap((k, i) => (k === 'included' ? [i] : []));
+          const excluded = kinds.flatMap((k, i) => (k === 'budget' ? [i] : []));
+          const bytes = encodeDegradedRows(kept, filtered, { included, excluded, costs });
+          expect(Buffer.from(bytes)).toEqual(
+            loaderBytes([
+              ...included.map((i) => usedRow(kept[i]!, 'included', costs[i]!)),
+              ...excluded.map((i) => usedRow(kept[i]!, 'budget', costs[i]!)),
+              ...kept.flatMap((c, i) => (kinds[i] === 'failed' ? [usedRow(c, 'failed', 0)] : [])),
+              ...filtered.map((c) => usedRow(c, 'filter', 0)),
+            ]),
+          );
+        },
+      ),
+      { numRuns: 200 },
     );
   });
 

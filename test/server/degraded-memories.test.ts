@@ -177,10 +177,11 @@ function blockOf(c: DegradedCandidate): string {
 }
 
 const utf8 = (s: string) => Buffer.byteLength(s, 'utf8');
+/** What reading a candidate costs: id and category bytes, escaped content bytes (malformed: ≥ its own). */
 const readBytes = (c: DegradedCandidate) =>
   utf8(c.memory_id) +
   utf8(c.category) +
-  (typeof c.content === 'string' ? utf8(c.content) : Math.max(c.content.byteLength, utf8(textOf(c))));
+  Math.max(typeof c.content === 'string' ? 0 : c.content.byteLength, utf8(escapeBody(textOf(c))));
 
 const KINDS: EstimateKind[] = ['chars_div_4', 'runes_div_3_5', bpeModel.policy.estimate_kind];
 
