@@ -12,6 +12,7 @@ import { historyText } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
 import { Errors } from '../../src/errors.js';
+import { splicedText } from '../../src/format/spliced.js';
 import type { CpuPool } from '../../src/pool/pool-client.js';
 import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
 import { createAssembler } from '../../src/server/assemble.js';
@@ -40,7 +41,24 @@ const DIRECTIVE = 'Answer briefly. '.repeat(50);
 
 beforeAll(() => warmBpe(), 60_000);
 
-function exactAssembler() {
+/** Memory items of the test's org and agent, as a source returns them (`vector`: relevance = similarity). */
+function memoryItems(contents: string[]) {
+  return contents.map((content, i) => ({
+    memory: {
+      id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
+      org_id: ORG,
+      agent_id: AGENT,
+      content,
+      category: 'factual',
+      confidence: 0.9,
+    },
+    similarity: 0.9 - i / 100,
+    rank: i + 1,
+    source: 'vector',
+  }));
+}
+
+function exactAssembler(memories: ReturnType<typeof memoryItems> = []) {
   const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent', IBEX_CONTEXT_EXACT_TOKENS: 'true' });
   const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens: true });
   const sources = {
@@ -48,7 +66,7 @@ function exactAssembler() {
       get: async () => ({ content: DIRECTIVE, injection_mode: 'system_first', version_id: 'v1' }),
       close: async () => {},
     },
-    memory: { hot: async () => [], search: async () => [], close: async () => {} },
+    memory: { hot: async () => [], search: async () => memories, close: async () => {} },
     close: async () => {},
     kind: { memory: 'embedded', directive: 'embedded' },
   } as unknown as RetrievalSources;
@@ -106,6 +124,45 @@ describe('degraded answer under exact token counts', () => {
     const assembled = response[ASSEMBLED_UTF8]!;
     expect(assembled.byteLength).toBeGreaterThan(historyBytes);
     expect(response.tokens_used).toBe(bpeTokenBound(assembled.byteLength));
+  });
+});
+
+describe('degraded answer with memories under exact token counts', () => {
+  afterEach(() => {
+    counted.lengths = [];
+  });
+
+  it('keeps memories L1 on byte bounds: no memory text reaches the tokenizer, tokens_used within budget', async () => {
+    // Ten 1 KB memories of long words, then one of 64 KB (past the main thread's memory text bound).
+    const contents = [
+      ...Array.from({ length: 10 }, (_, i) => `${'w'.repeat(1000)} <${i}> & more`),
+      'z'.repeat(65_536),
+    ];
+    const assemble = exactAssembler(memoryItems(contents));
+    const req = validateAssembleRequest({
+      org_id: ORG,
+      agent_id: AGENT,
+      model: 'gpt-4o',
+      query: 'q',
+      available_tokens: 5000,
+      recent_messages: [{ role: 'user', content: 'hello' }],
+    });
+    counted.lengths = [];
+    const { response, level } = await assemble(req, ctx(10_000));
+    expect(level).toBe('L1');
+    expect(response.degradation.reasons).toEqual(['pool_deadline']);
+    // Each 1 KB block is bounded at ≥ 1,100 tokens: four fit 5,000 tokens less the answer's own bound.
+    expect(response.memories_included).toBeGreaterThanOrEqual(1);
+    expect(response.memories_included).toBeLessThan(5);
+    expect(Math.max(0, ...counted.lengths)).toBeLessThan(200);
+    const assembled = response[ASSEMBLED_UTF8]!;
+    expect(response.tokens_used).toBe(bpeTokenBound(assembled.byteLength));
+    expect(response.memory_tokens).toBeLessThanOrEqual(5000);
+    const text = splicedText(assembled);
+    expect(text).toContain('&lt;0&gt; &amp; more');
+    expect(text).not.toContain('zzzz');
+    // The exact count of the answer never exceeds the bound charged for it.
+    expect(bpeCount(text, 'bpe_o200k_base')).toBeLessThanOrEqual(response.tokens_used);
   });
 });
 
