@@ -112,7 +112,7 @@ const HEADROOM = 1.5;
 export class StageReserve {
   /** CPU-stage round-trip (queue wait + run + return), ms. */
   readonly roundTrip = new RunningP99();
-  /** Building the L2 degraded answer on the main thread, ms (histories under 256 KiB). */
+  /** Building the degraded answer on the main thread, memories kept included, ms (histories < 256 KiB). */
   readonly degraded = new RunningP99();
   /** The same per MiB of history, for histories of 256 KiB and more: its cost grows with the history. */
   readonly degradedPerMiB = new RunningP99();
