@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { Errors } from '../errors.js';
-import { DEFAULT_WEIGHTS, type Weights } from '../ranking/composite.js';
+import { DEFAULT_RELEVANCE_EXPONENT, DEFAULT_WEIGHTS, type Weights } from '../ranking/composite.js';
 
 /** Score schemas the service can run (SPEC §7). */
 export type ScoreSchema = 'interim_v1' | 'composite_v1';
@@ -15,6 +15,12 @@ export interface RankingSettings {
   scoreSchema: ScoreSchema;
   /** IBEX_CONTEXT_RELEVANCE_FLOOR in [0, 0.5), default 0.15: below it a candidate is `filter`. */
   relevanceFloor: number;
+  /**
+   * IBEX_CONTEXT_RELEVANCE_EXPONENT, 1..8, default {@link DEFAULT_RELEVANCE_EXPONENT}: the composite values
+   * a candidate by relevance raised to this power (composite-rank.ts), the floor compares the relevance
+   * itself.
+   */
+  relevanceExponent: number;
   /** The composite's default weights (sum 1). */
   weights: Weights;
   /**
@@ -53,6 +59,16 @@ export function loadRankingSettings(env: Env): RankingSettings {
       'composite_v1',
     ),
     relevanceFloor: parse(env, 'IBEX_CONTEXT_RELEVANCE_FLOOR', floorSchema, 0.15),
+    relevanceExponent: parse(
+      env,
+      'IBEX_CONTEXT_RELEVANCE_EXPONENT',
+      z
+        .string()
+        .regex(/^\d+(\.\d+)?$/, 'must be a number in [1, 8]')
+        .transform(Number)
+        .refine((v) => v >= 1 && v <= 8, 'must be a number in [1, 8]'),
+      DEFAULT_RELEVANCE_EXPONENT,
+    ),
     weights: DEFAULT_WEIGHTS,
     maxCandidates: parse(
       env,
