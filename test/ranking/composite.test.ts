@@ -101,6 +101,15 @@ describe('composite_v1', () => {
     expect(loadRankingSettings({ IBEX_CONTEXT_RELEVANCE_FLOOR: '0.3' }).relevanceFloor).toBe(0.3);
   });
 
+  it('defaults: floor 0.05, at most 1,000 candidates (10..5000), relevance to the 4th power', () => {
+    const d = loadRankingSettings({});
+    expect([d.relevanceFloor, d.maxCandidates, d.relevanceExponent]).toEqual([0.05, 1000, 4]);
+    expect(loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5000' }).maxCandidates).toBe(5000);
+    expect(() => loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5001' })).toThrow(
+      /IBEX_CONTEXT_MAX_CANDIDATES/,
+    );
+  });
+
   it('per-request weights: negative or non-finite refused naming the field; normalised to sum 1', () => {
     expect(() => requestWeights([0, -1, 0, 0])).toThrow(/relevance_weight/);
     expect(() => requestWeights([Number.NaN, 1, 0, 0])).toThrow(/recency_weight/);

@@ -182,7 +182,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => String(s.ranking.relevanceExponent),
   },
   IBEX_CONTEXT_MAX_CANDIDATES: {
-    meaning: 'most cold hits the embedded or PostgreSQL store is asked for (10..1000)',
+    meaning: 'most cold hits the embedded or PostgreSQL store is asked for (10..5000)',
     default: (s) => String(s.ranking.maxCandidates),
   },
   IBEX_CONTEXT_MAX_IN_FLIGHT: {
