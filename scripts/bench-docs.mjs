@@ -52,6 +52,27 @@ function runLine(r) {
 const round = (v, d = 2) => (typeof v === 'number' ? Math.round(v * 10 ** d) / 10 ** d : v);
 const pct = (v) => (typeof v === 'number' ? `${round(v * 100, 1)} %` : v);
 
+/**
+ * bench:replicas as it now writes its result: a rate ramp per setup, the clean rate of each (errors 0,
+ * p99 and L0 share within `clean_rule`).
+ * @param {any} r
+ */
+function replicasRamp(r) {
+  const setups = Object.keys(r.clean_rate_rps).filter((k) => r[k]?.steps);
+  return [
+    table(
+      ['setup', 'clean rate (req/s)'],
+      setups.map((k) => [k.replaceAll('_', ' '), r.clean_rate_rps[k]]),
+    ),
+    '',
+    `Clean = ${r.clean_rule.errors} errors, p99 ≤ ${r.clean_rule.p99_ms_max} ms, L0 share ≥ ` +
+      `${r.clean_rule.l0_share_min}. Cold search against the embedded store: mean top-10 overlap ` +
+      `${r.cold_search_vs_embedded.mean_top10_overlap}, same top-1 ${pct(r.cold_search_vs_embedded.same_top1_share)}. ` +
+      `Evidence recall@10: PostgreSQL ${r.qa_evidence_recall.postgres_recall_at_10}, embedded ` +
+      `${r.qa_evidence_recall.embedded_recall_at_10}.`,
+  ].join('\n');
+}
+
 /** @type {{ script: string; file: string; title: string; render: (r: any) => string }[]} */
 const SECTIONS = [
   {
@@ -91,6 +112,43 @@ const SECTIONS = [
           r.cpu_task_heavy.map((c) => [c.shape, c.selected, c.p50_ms, c.p99_ms]),
         ),
       ].join('\n'),
+  },
+  {
+    script: 'bench:quality',
+    file: 'quality',
+    title: 'Evidence recall (LoCoMo)',
+    render: (r) => {
+      const recall = (f) => `${cell(f.evidence_recall_pct)} (${cell(f.all_evidence_pct)})`;
+      const columns = [
+        ...r.service.map((s) => ({ name: s.config, budgets: s.budgets })),
+        { name: 'recent-only', budgets: r.baselines.recent_only },
+        { name: 'bm25 first-fit', budgets: r.baselines.bm25_first_fit },
+      ];
+      const at2000 = (c) => c.budgets.find((b) => b.budget === 2000);
+      const categories = Object.keys(at2000(columns[0])?.by_category ?? {});
+      const env = Object.entries(r.service_env ?? {}).map(([k, v]) => `${k}=${v}`);
+      return [
+        `${r.items} QA items (every ${r.every}), ${r.model}; extra service settings: ` +
+          `${env.join(', ') || 'none'}. Not counted (degraded or failed): ` +
+          `${r.service.map((s) => s.degraded_not_counted + s.failed_not_counted).join(' / ')}. ` +
+          'Evidence recall % (all-evidence %):',
+        '',
+        table(
+          ['memory budget', ...columns.map((c) => c.name)],
+          columns[0].budgets.map((b, i) => [
+            String(b.budget),
+            ...columns.map((c) => recall(c.budgets[i].overall)),
+          ]),
+        ),
+        '',
+        'At 2,000 tokens by category:',
+        '',
+        table(
+          ['category', ...columns.map((c) => c.name)],
+          categories.map((k) => [k, ...columns.map((c) => recall(at2000(c).by_category[k]))]),
+        ),
+      ].join('\n');
+    },
   },
   {
     script: 'bench:pool',
@@ -255,39 +313,41 @@ const SECTIONS = [
     file: 'replicas',
     title: 'Replicas on one PostgreSQL store',
     render: (r) =>
-      [
-        table(
-          ['replicas', 'replica', 'offered', 'achieved', 'p50 ms', 'p99 ms', 'errors', 'degraded'],
-          [
-            ...r.one_replica.replicas.map((x) => [
-              1,
-              x.replica,
-              x.offered_rps,
-              x.achieved_rps,
-              x.p50_ms,
-              x.p99_ms,
-              x.errors,
-              x.degraded,
-            ]),
-            ...r.two_replicas.replicas.map((x) => [
-              2,
-              x.replica,
-              x.offered_rps,
-              x.achieved_rps,
-              x.p50_ms,
-              x.p99_ms,
-              x.errors,
-              x.degraded,
-            ]),
-          ],
-        ),
-        '',
-        `Database CPU per call: ${r.one_replica.database_cpu_ms_per_call} ms (one replica), ` +
-          `${r.two_replicas.database_cpu_ms_per_call} ms (two). Cold search against the embedded store: mean ` +
-          `top-10 overlap ${r.cold_search_vs_embedded.mean_top10_overlap}, same top-1 ` +
-          `${pct(r.cold_search_vs_embedded.same_top1_share)}. Evidence recall@10: PostgreSQL ` +
-          `${r.qa_evidence_recall.postgres_recall_at_10}, embedded ${r.qa_evidence_recall.embedded_recall_at_10}.`,
-      ].join('\n'),
+      r.one_replica === undefined
+        ? replicasRamp(r)
+        : [
+            table(
+              ['replicas', 'replica', 'offered', 'achieved', 'p50 ms', 'p99 ms', 'errors', 'degraded'],
+              [
+                ...r.one_replica.replicas.map((x) => [
+                  1,
+                  x.replica,
+                  x.offered_rps,
+                  x.achieved_rps,
+                  x.p50_ms,
+                  x.p99_ms,
+                  x.errors,
+                  x.degraded,
+                ]),
+                ...r.two_replicas.replicas.map((x) => [
+                  2,
+                  x.replica,
+                  x.offered_rps,
+                  x.achieved_rps,
+                  x.p50_ms,
+                  x.p99_ms,
+                  x.errors,
+                  x.degraded,
+                ]),
+              ],
+            ),
+            '',
+            `Database CPU per call: ${r.one_replica.database_cpu_ms_per_call} ms (one replica), ` +
+              `${r.two_replicas.database_cpu_ms_per_call} ms (two). Cold search against the embedded store: mean ` +
+              `top-10 overlap ${r.cold_search_vs_embedded.mean_top10_overlap}, same top-1 ` +
+              `${pct(r.cold_search_vs_embedded.same_top1_share)}. Evidence recall@10: PostgreSQL ` +
+              `${r.qa_evidence_recall.postgres_recall_at_10}, embedded ${r.qa_evidence_recall.embedded_recall_at_10}.`,
+          ].join('\n'),
   },
   {
     script: 'bench:isolation',
