@@ -28,6 +28,7 @@ import { memoryBlock } from '../src/format/formatter.js';
 import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/locomo/dataset.js';
 import { ingestLocomo } from '../src/locomo/ingest.js';
 import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
+import { machineInfo } from './lib/bench-run.js';
 import {
   addItem,
   emptyTally,
@@ -194,6 +195,7 @@ function figures(cells: Cells, budgets: readonly number[]) {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  const machine = machineInfo();
   const convs = await readLocomo(args.dataset);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-quality-'));
   const db = path.join(dir, 'quality.db');
@@ -335,6 +337,9 @@ async function main(): Promise<void> {
       note:
         'Evidence recall on LoCoMo (QA categories 1–4 with evidence), service over gRPC on the embedded store, ' +
         'one call at a time, L0 answers only. Taken on a shared 2-core machine (recall does not depend on speed).',
+      generated_at: new Date().toISOString(),
+      node: process.version,
+      machine,
       dataset: args.dataset,
       every: args.every,
       service_env: args.env,

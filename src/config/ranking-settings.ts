@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import { Errors } from '../errors.js';
-import { DEFAULT_WEIGHTS, type Weights } from '../ranking/composite.js';
+import { DEFAULT_RELEVANCE_EXPONENT, DEFAULT_WEIGHTS, type Weights } from '../ranking/composite.js';
 
 /** Score schemas the service can run (SPEC §7). */
 export type ScoreSchema = 'interim_v1' | 'composite_v1';
@@ -13,16 +13,41 @@ export type ScoreSchema = 'interim_v1' | 'composite_v1';
 export interface RankingSettings {
   /** IBEX_CONTEXT_SCORE_SCHEMA, default `composite_v1`. */
   scoreSchema: ScoreSchema;
-  /** IBEX_CONTEXT_RELEVANCE_FLOOR in [0, 0.5), default 0.15: below it a candidate is `filter`. */
+  /**
+   * IBEX_CONTEXT_RELEVANCE_FLOOR in [0, 0.5), default {@link DEFAULT_RELEVANCE_FLOOR}: below it a candidate
+   * is `filter`.
+   */
   relevanceFloor: number;
+  /**
+   * IBEX_CONTEXT_RELEVANCE_EXPONENT, 1..8, default {@link DEFAULT_RELEVANCE_EXPONENT}: the composite values
+   * a candidate by relevance raised to this power (composite-rank.ts), the floor compares the relevance
+   * itself.
+   */
+  relevanceExponent: number;
   /** The composite's default weights (sum 1). */
   weights: Weights;
   /**
-   * IBEX_CONTEXT_MAX_CANDIDATES, 10..1000, default 200: most cold hits the embedded and PostgreSQL stores
-   * are asked for, whatever the budget (ranking/candidate-limit.ts).
+   * IBEX_CONTEXT_MAX_CANDIDATES, 10..5000, default {@link DEFAULT_MAX_CANDIDATES}: most cold hits the
+   * embedded and PostgreSQL stores are asked for, whatever the budget (ranking/candidate-limit.ts).
    */
   maxCandidates: number;
 }
+
+/**
+ * Default relevance floor (relevance = x / x_best of the call). Low: with relevance raised to its
+ * exponent a weak match already weighs next to nothing in the knapsack, so the floor only decides what a
+ * budget with room to spare may still take; at 0.15 it removed 6 points of LoCoMo evidence recall at an
+ * unlimited budget, at 0.05 0.2 points (docs/scoring.md).
+ */
+export const DEFAULT_RELEVANCE_FLOOR = 0.05;
+
+/**
+ * Default bound on cold candidates. The limit itself is sized to the budget (candidate-limit.ts): 4,000
+ * tokens of chat turns ask for ~200; only a large budget (or none, sized by the context window) reaches
+ * this bound, and it should then hold most of what matches: a LoCoMo agent's ~600 turns mostly match some
+ * word of a question.
+ */
+export const DEFAULT_MAX_CANDIDATES = 1000;
 
 type Env = Record<string, string | undefined>;
 
@@ -52,17 +77,27 @@ export function loadRankingSettings(env: Env): RankingSettings {
       z.enum(['interim_v1', 'composite_v1']),
       'composite_v1',
     ),
-    relevanceFloor: parse(env, 'IBEX_CONTEXT_RELEVANCE_FLOOR', floorSchema, 0.15),
+    relevanceFloor: parse(env, 'IBEX_CONTEXT_RELEVANCE_FLOOR', floorSchema, DEFAULT_RELEVANCE_FLOOR),
+    relevanceExponent: parse(
+      env,
+      'IBEX_CONTEXT_RELEVANCE_EXPONENT',
+      z
+        .string()
+        .regex(/^\d+(\.\d+)?$/, 'must be a number in [1, 8]')
+        .transform(Number)
+        .refine((v) => v >= 1 && v <= 8, 'must be a number in [1, 8]'),
+      DEFAULT_RELEVANCE_EXPONENT,
+    ),
     weights: DEFAULT_WEIGHTS,
     maxCandidates: parse(
       env,
       'IBEX_CONTEXT_MAX_CANDIDATES',
       z
         .string()
-        .regex(/^\d+$/, 'must be an integer in 10..1000')
+        .regex(/^\d+$/, 'must be an integer in 10..5000')
         .transform(Number)
-        .refine((v) => v >= 10 && v <= 1000, 'must be an integer in 10..1000'),
-      200,
+        .refine((v) => v >= 10 && v <= 5000, 'must be an integer in 10..5000'),
+      DEFAULT_MAX_CANDIDATES,
     ),
   };
 }

@@ -18,6 +18,8 @@ export interface CompositeOptions {
   weights: Weights;
   /** Relevance floor in [0, 0.5): a candidate below it is `filter`. */
   floor: number;
+  /** The composite's relevance term is relevance ** exponent (≥ 1; composite.ts). */
+  exponent: number;
   /** Now, epoch ms (recency). */
   nowMs: number;
 }
@@ -50,7 +52,7 @@ export function compositeCandidates(
         source: hit.source,
         score: compositeScore(
           {
-            relevance: rel,
+            relevance: rel ** o.exponent,
             recency: rec,
             usefulness: NEUTRAL_USEFULNESS,
             confidence: hit.confidence,

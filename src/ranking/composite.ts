@@ -1,7 +1,8 @@
 /**
  * The memory-side composite (SPEC §7, score_schema `composite_v1`):
  * composite = w_rel·relevance + w_rec·recency + w_use·usefulness + w_conf·confidence + w_freq·frequency,
- * after the relevance floor. Pure; float64.
+ * after the relevance floor; the relevance term is raised to a power (DEFAULT_RELEVANCE_EXPONENT). Pure;
+ * float64.
  */
 
 /** Composite weights; they sum to 1. */
@@ -27,6 +28,15 @@ export const DEFAULT_WEIGHTS: Readonly<Weights> = Object.freeze({
   confidence: 0,
   frequency: 0,
 });
+
+/**
+ * Power the composite raises relevance to (IBEX_CONTEXT_RELEVANCE_EXPONENT). The knapsack maximises a
+ * sum, so with relevance = x / x_best (linear) two half-matches outweigh the best match; the chance that
+ * a hit is what the question needs falls much faster with its search score than linearly. Raised to this
+ * power, relevance decides which memories fill the budget and the other terms break ties among equally
+ * relevant ones (docs/scoring.md has the sweep).
+ */
+export const DEFAULT_RELEVANCE_EXPONENT = 4;
 
 /** Half-lives of recency by category, days (SPEC §7); anything else is `unknown`. */
 export const HALF_LIFE_DAYS: Readonly<Record<string, number>> = Object.freeze({

@@ -39,6 +39,7 @@ export function rankCandidates(
   const { candidates, belowFloor } = compositeCandidates(retrieval.hot, retrieval.cold, {
     weights: effectiveWeights(ranking.weights, req.weights ?? null),
     floor: measured ? ranking.relevanceFloor : 0,
+    exponent: ranking.relevanceExponent,
     nowMs,
   });
   const { kept, filtered } = applyMaxMemories(candidates, req.maxMemories);

@@ -4,7 +4,7 @@
  */
 import { Errors } from '../errors.js';
 import type { MemoryContent } from './content-bytes.js';
-import { codePoints, scopeText } from './store-schema.js';
+import { agentScopePrefix, codePoints, scopeText } from './store-schema.js';
 import { canonicalUuid } from './uuid.js';
 
 /** A memory to write. */
@@ -121,7 +121,7 @@ export function maxCharsArg(value: number | undefined, fallback: number): number
 
 /** The FTS5 scope term to match: org+agent token, or the agent's prefix (memory wire). See {@link scopeText}. */
 export function scopeToken(orgId: string | null, agentId: string): string {
-  return orgId === null ? `"a${agentId.replaceAll('-', '')}"*` : `"${scopeText(orgId, agentId)}"`;
+  return orgId === null ? `"${agentScopePrefix(agentId)}"*` : `"${scopeText(orgId, agentId)}"`;
 }
 
 /** Maps FTS5 bm25 (≤ 0, lower is better) into [0,1): s = x/(1+x), x = −bm25. */

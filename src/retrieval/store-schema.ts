@@ -7,6 +7,12 @@
  *   caps (contract.md §4.1 `oversize`) are a predicate on an integer and no text is measured on a read;
  *   a contentless FTS5 table over {@link toFtsText} (CJK bigrams) filled by triggers through
  *   the SQL function `ibex_fts_text`; scope = one agent+org token, so a scoped search is decided inside FTS5 and only the top `limit` rows are joined.
+ * - version 3: the FTS5 table stems English words (`porter` over `unicode61`): a question's `painting`
+ *   finds a memory's `painted`, which raised LoCoMo evidence recall by 3–6 points at every bounded
+ *   budget (docs/quality.md). The PostgreSQL store still searches with the `simple` configuration. The scope token puts a digit after the agent part (`a<agent hex>0<org hex>`): the
+ *   stemmer leaves tokens over 64 bytes alone, but the memory wire's agent prefix is shorter, and one
+ *   ending in letters such as `ed` would be stemmed into a prefix of other agents' tokens; no English
+ *   suffix ends in a digit. The migration re-indexes every row.
  *
  * Every connection registers the SQL functions before touching the schema ({@link prepareConnection}):
  * the triggers call `ibex_fts_text`, so a write through a connection without it fails rather than
@@ -16,7 +22,7 @@ import type Database from 'better-sqlite3';
 import { toFtsText } from './fts-query.js';
 
 /** Current `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Length in code points (a lone surrogate counts 1, as SQLite stores it as one U+FFFD). No allocation. */
 export function codePoints(text: string): number {
@@ -35,12 +41,21 @@ export function codePoints(text: string): number {
 }
 
 /**
- * FTS5 scope token of a row: `a<agent hex><org hex>`, one token. A scoped search matches it whole; the
- * memory wire's agent-across-orgs read matches the prefix `a<agent hex>*`. One token, not two, because
- * FTS5's bm25 takes a row's length over all columns: a second scope token would shift every score.
+ * FTS5 scope token of a row: `a<agent hex>0<org hex>`, one token (66 bytes: longer than the 64 the
+ * stemmer touches). A scoped search matches it whole; the memory wire's agent-across-orgs read matches the
+ * prefix {@link agentScopePrefix}. One token, not two, because FTS5's bm25 takes a row's length over all
+ * columns: a second scope token would shift every score.
  */
 export function scopeText(orgId: string, agentId: string): string {
-  return `a${agentId.replaceAll('-', '')}${orgId.replaceAll('-', '')}`;
+  return `${agentScopePrefix(agentId)}${orgId.replaceAll('-', '')}`;
+}
+
+/**
+ * The agent's part of {@link scopeText}, `a<agent hex>0`: it ends in a digit so that the `porter`
+ * stemmer, which also stems the terms of a prefix query, leaves it as it is.
+ */
+export function agentScopePrefix(agentId: string): string {
+  return `a${agentId.replaceAll('-', '')}0`;
 }
 
 const MEMORIES = `
@@ -70,12 +85,13 @@ CREATE TABLE IF NOT EXISTS directives (
 ) WITHOUT ROWID;
 `;
 
+// `porter` stems the English words unicode61 splits (bigrams and scope tokens pass unchanged).
 // Contentless (content='') with contentless_delete: the indexed text is derived (bigrams), so it cannot
 // be read back from \`memories\` the way an external-content table would, and a delete needs only the rowid.
 // Keyed on the explicit INTEGER PRIMARY KEY: an implicit rowid could be renumbered by VACUUM.
-const FTS_V2 = `
+const FTS_TABLE = `
 CREATE VIRTUAL TABLE memories_fts USING fts5(
-  content, scope, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+  content, scope, content='', contentless_delete=1, tokenize='porter unicode61 remove_diacritics 2'
 );
 CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
   INSERT INTO memories_fts (rowid, content, scope) VALUES (new.pk, ibex_fts_text(new.content), new.scope);
@@ -107,7 +123,7 @@ function hasColumn(db: Database.Database, table: string, column: string): boolea
 }
 
 /**
- * Brings a version-0 file (or a new one) to {@link SCHEMA_VERSION}: adds and fills `chars`, rewrites the
+ * Brings an older file (version 0 or 2) or a new one to {@link SCHEMA_VERSION}: adds and fills `chars`, rewrites the
  * scope tokens, replaces the FTS table and triggers, re-indexes every row and merges the index into one
  * segment. Runs in one IMMEDIATE transaction, re-checking the version inside, so concurrent openers
  * (the service and its store-read threads) migrate once.
@@ -127,7 +143,7 @@ function migrate(db: Database.Database): void {
       DROP TABLE IF EXISTS memories_fts;
       UPDATE memories SET chars = ibex_chars(content), scope = ibex_scope(org_id, agent_id);
     `);
-    db.exec(FTS_V2);
+    db.exec(FTS_TABLE);
     db.exec(`
       INSERT INTO memories_fts (rowid, content, scope) SELECT pk, ibex_fts_text(content), scope FROM memories;
       INSERT INTO memories_fts (memories_fts) VALUES ('optimize');
@@ -138,7 +154,7 @@ function migrate(db: Database.Database): void {
 
 /**
  * Readies a freshly opened connection: SQL functions, then the schema at {@link SCHEMA_VERSION}.
- * @throws Error when the file's schema is newer than this build knows (`user_version` > 2), so an old
+ * @throws Error when the file's schema is newer than this build knows (`user_version` > {@link SCHEMA_VERSION}), so an old
  *   binary never writes rows a newer schema would index differently; SqliteError for a corrupt file.
  */
 export function prepareConnection(db: Database.Database): void {

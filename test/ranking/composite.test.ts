@@ -50,6 +50,22 @@ describe('composite_v1', () => {
     expect(out.filtered.map((c) => c.rank)).toEqual([1]);
   });
 
+  it('values relevance raised to the exponent; the floor compares the relevance itself', () => {
+    // x = 4, 2 → relevance 1, 0.5; exponent 4 → 0.9 · 1 and 0.9 · 0.0625 (recency 0: no date).
+    const cold = [hit(1, 'fts', 0.8), hit(2, 'fts', 2 / 3)];
+    const out = rankCandidates({ maxMemories: 0 }, { hot: [], cold, branches: coldOk }, settings);
+    expect(settings.relevanceExponent).toBe(4);
+    expect(out.kept[1]!.relevance).toBeCloseTo(0.5, 12);
+    expect(out.kept[1]!.score).toBeCloseTo(0.9 * 0.0625, 12);
+    expect(out.kept[0]!.score).toBeCloseTo(0.9, 12);
+    const linear = loadRankingSettings({ IBEX_CONTEXT_RELEVANCE_EXPONENT: '1' });
+    const lin = rankCandidates({ maxMemories: 0 }, { hot: [], cold, branches: coldOk }, linear);
+    expect(lin.kept[1]!.score).toBeCloseTo(0.9 * 0.5, 12);
+    expect(() => loadRankingSettings({ IBEX_CONTEXT_RELEVANCE_EXPONENT: '0.5' })).toThrow(
+      /IBEX_CONTEXT_RELEVANCE_EXPONENT/,
+    );
+  });
+
   it('does not apply the floor when the search did not answer', () => {
     const out = rankCandidates(
       { maxMemories: 0 },
@@ -83,6 +99,15 @@ describe('composite_v1', () => {
       /IBEX_CONTEXT_RELEVANCE_FLOOR/,
     );
     expect(loadRankingSettings({ IBEX_CONTEXT_RELEVANCE_FLOOR: '0.3' }).relevanceFloor).toBe(0.3);
+  });
+
+  it('defaults: floor 0.05, at most 1,000 candidates (10..5000), relevance to the 4th power', () => {
+    const d = loadRankingSettings({});
+    expect([d.relevanceFloor, d.maxCandidates, d.relevanceExponent]).toEqual([0.05, 1000, 4]);
+    expect(loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5000' }).maxCandidates).toBe(5000);
+    expect(() => loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5001' })).toThrow(
+      /IBEX_CONTEXT_MAX_CANDIDATES/,
+    );
   });
 
   it('per-request weights: negative or non-finite refused naming the field; normalised to sum 1', () => {

@@ -7,7 +7,7 @@ import { contentText } from '../../src/retrieval/content-bytes.js';
 import { bm25ToSimilarity } from '../../src/retrieval/embedded-store.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { createSources } from '../../src/retrieval/sources.js';
-import { embeddedSources, memoriesOf, useTempStore } from './fixtures.js';
+import { embeddedSources, memoriesOf, memoryRow, useTempStore } from './fixtures.js';
 
 const ORG = randomUUID();
 const OTHER_ORG = randomUUID();
@@ -60,6 +60,29 @@ describe('EmbeddedStore (contract.md §4.3)', () => {
     expect(new Set(anyOrg.map((h) => h.memory.org_id))).toEqual(new Set([ORG, OTHER_ORG]));
     expect(fx.store.search(null, AGENT, 'memory').length).toBe(6);
     expect(fx.store.search(randomUUID(), AGENT, 'memory')).toEqual([]);
+  });
+
+  it('stems English words: a question about painting finds a memory about a painted fence', () => {
+    fx.store.upsertMemories([
+      memoryRow(ORG, AGENT, 'Ann painted the garden fence blue'),
+      memoryRow(ORG, AGENT, 'Ann likes tea'),
+    ]);
+    const found = fx.store.search(ORG, AGENT, 'what was she painting?');
+    expect(found.map((h) => h.memory.content)).toEqual(['Ann painted the garden fence blue']);
+  });
+
+  it('an agent id ending in a stemmable suffix (`ed`) finds its rows without an org', () => {
+    // Stemmed, a prefix query for `a…ed` would be `a…`, which also starts the sibling's scope token: the
+    // sibling's better matches would take the search's top rows, and the agent's own row would be lost.
+    const edAgent = '7b1c2d3e-4f50-4a61-8b72-9c8d7e6f50ed';
+    const sibling = '7b1c2d3e-4f50-4a61-8b72-9c8d7e6f5000';
+    fx.store.upsertMemories([
+      memoryRow(ORG, edAgent, 'mine about sailing and more words here'),
+      ...Array.from({ length: 30 }, (_, i) => memoryRow(ORG, sibling, 'sailing sailing sailing', i)),
+    ]);
+    expect(fx.store.search(null, edAgent, 'sailing').map((h) => h.memory.content)).toEqual([
+      'mine about sailing and more words here',
+    ]);
   });
 
   it('search: BM25 similarity in [0,1], best first, rank = position, source fts', () => {

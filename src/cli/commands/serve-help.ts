@@ -177,8 +177,12 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'composite_v1: candidates less relevant than this are filter (< 0.5)',
     default: (s) => String(s.ranking.relevanceFloor),
   },
+  IBEX_CONTEXT_RELEVANCE_EXPONENT: {
+    meaning: 'composite_v1: power relevance is raised to in the score (1..8)',
+    default: (s) => String(s.ranking.relevanceExponent),
+  },
   IBEX_CONTEXT_MAX_CANDIDATES: {
-    meaning: 'most cold hits the embedded or PostgreSQL store is asked for (10..1000)',
+    meaning: 'most cold hits the embedded or PostgreSQL store is asked for (10..5000)',
     default: (s) => String(s.ranking.maxCandidates),
   },
   IBEX_CONTEXT_MAX_IN_FLIGHT: {
