@@ -7,6 +7,9 @@
  *   caps (contract.md §4.1 `oversize`) are a predicate on an integer and no text is measured on a read;
  *   a contentless FTS5 table over {@link toFtsText} (CJK bigrams) filled by triggers through
  *   the SQL function `ibex_fts_text`; scope = one agent+org token, so a scoped search is decided inside FTS5 and only the top `limit` rows are joined.
+ * - version 3: `memories.usefulness` (the feedback score in [0, 1], neutral 0.5) and `memories.inclusions`
+ *   (how many answers included the memory), read by the composite's usefulness and frequency terms and
+ *   written by RecordMemoryFeedback and the inclusion counter (contract.md §7, §7a).
  *
  * Every connection registers the SQL functions before touching the schema ({@link prepareConnection}):
  * the triggers call `ibex_fts_text`, so a write through a connection without it fails rather than
@@ -16,7 +19,7 @@ import type Database from 'better-sqlite3';
 import { toFtsText } from './fts-query.js';
 
 /** Current `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 
 /** Length in code points (a lone surrogate counts 1, as SQLite stores it as one U+FFFD). No allocation. */
 export function codePoints(text: string): number {
@@ -107,7 +110,7 @@ function hasColumn(db: Database.Database, table: string, column: string): boolea
 }
 
 /**
- * Brings a version-0 file (or a new one) to {@link SCHEMA_VERSION}: adds and fills `chars`, rewrites the
+ * Brings a version-0 or version-2 file (or a new one) to {@link SCHEMA_VERSION}: adds and fills `chars`, rewrites the
  * scope tokens, replaces the FTS table and triggers, re-indexes every row and merges the index into one
  * segment. Runs in one IMMEDIATE transaction, re-checking the version inside, so concurrent openers
  * (the service and its store-read threads) migrate once.
@@ -116,29 +119,51 @@ function migrate(db: Database.Database): void {
   db.transaction(() => {
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version >= SCHEMA_VERSION) return;
-    db.exec(MEMORIES);
-    if (!hasColumn(db, 'memories', 'chars')) {
-      db.exec('ALTER TABLE memories ADD COLUMN chars INTEGER NOT NULL DEFAULT 0');
-    }
-    db.exec(`
+    if (version < 2) migrateToV2(db);
+    addFeedbackColumns(db);
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
+}
+
+/**
+ * Version 3: the feedback score and the inclusion count. Added with defaults, so existing rows read as
+ * neutral and never included; the FTS triggers fire only on content and scope, so updating these
+ * columns never touches the index.
+ */
+function addFeedbackColumns(db: Database.Database): void {
+  if (!hasColumn(db, 'memories', 'usefulness')) {
+    db.exec(
+      'ALTER TABLE memories ADD COLUMN usefulness REAL NOT NULL DEFAULT 0.5 CHECK (usefulness >= 0 AND usefulness <= 1)',
+    );
+  }
+  if (!hasColumn(db, 'memories', 'inclusions')) {
+    db.exec('ALTER TABLE memories ADD COLUMN inclusions INTEGER NOT NULL DEFAULT 0 CHECK (inclusions >= 0)');
+  }
+}
+
+/** Version 0 → 2 (see the module comment); runs inside {@link migrate}'s transaction. */
+function migrateToV2(db: Database.Database): void {
+  db.exec(MEMORIES);
+  if (!hasColumn(db, 'memories', 'chars')) {
+    db.exec('ALTER TABLE memories ADD COLUMN chars INTEGER NOT NULL DEFAULT 0');
+  }
+  db.exec(`
       DROP TRIGGER IF EXISTS memories_ai;
       DROP TRIGGER IF EXISTS memories_ad;
       DROP TRIGGER IF EXISTS memories_au;
       DROP TABLE IF EXISTS memories_fts;
       UPDATE memories SET chars = ibex_chars(content), scope = ibex_scope(org_id, agent_id);
     `);
-    db.exec(FTS_V2);
-    db.exec(`
+  db.exec(FTS_V2);
+  db.exec(`
       INSERT INTO memories_fts (rowid, content, scope) SELECT pk, ibex_fts_text(content), scope FROM memories;
       INSERT INTO memories_fts (memories_fts) VALUES ('optimize');
     `);
-    db.pragma(`user_version = ${SCHEMA_VERSION}`);
-  }).immediate();
 }
 
 /**
  * Readies a freshly opened connection: SQL functions, then the schema at {@link SCHEMA_VERSION}.
- * @throws Error when the file's schema is newer than this build knows (`user_version` > 2), so an old
+ * @throws Error when the file's schema is newer than this build knows (`user_version` > 3), so an old
  *   binary never writes rows a newer schema would index differently; SqliteError for a corrupt file.
  */
 export function prepareConnection(db: Database.Database): void {
