@@ -8,6 +8,7 @@ import { authorizeOrg } from '../auth/authorize-request.js';
 import type { RankingSettings } from '../config/ranking-settings.js';
 import { Errors, isIbexError } from '../errors.js';
 import { compositeCandidates } from '../ranking/composite-rank.js';
+import { compareCanonical } from '../ranking/score.js';
 import { BranchError } from '../retrieval/branch-error.js';
 import { contentText } from '../retrieval/content-bytes.js';
 import { FEEDBACK_KINDS, type FeedbackKind, type FeedbackStore } from '../retrieval/feedback.js';
@@ -179,8 +180,8 @@ function isValidated(value: SourceHits): value is ValidatedHits {
  * SearchMemories (contract.md §7a): the store's own lexical search (the cold branch's, asked for up to
  * `IBEX_CONTEXT_MAX_CANDIDATES` hits so that the filters have something to filter), validated and
  * scoped to the caller's org and agent as retrieval is, filtered by category (exact names) and by
- * `similarity ≥ min_similarity` (the store's similarity, contract.md §4.3), in the search's order, cut at
- * `limit`. `composite_score` is the composite with the service's default weights (floor not applied);
+ * `similarity ≥ min_similarity` (the store's similarity, contract.md §4.3), ordered by composite score
+ * (ties by memory_id), cut at `limit`. `composite_score` is the composite with the service's default weights (floor not applied);
  * `retrieval_count` the memory's inclusions; `total_candidates` the hits that passed the filters.
  * @throws IbexError INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE (the store failed or timed out).
  */
@@ -211,6 +212,8 @@ export async function searchMemories(
     floor: 0,
     nowMs: Date.now(),
   });
+  // The packer's canonical order (contract.md §8 step 1), so ties answer the same on every call.
+  candidates.sort(compareCanonical);
   // Scored candidates keep the score's inputs, not every field of the hit: those come from the hit.
   const hitOf = new Map(passed.map((h) => [h.memory_id, h]));
   const memories: Memory[] = candidates.slice(0, req.limit).map((c) => ({

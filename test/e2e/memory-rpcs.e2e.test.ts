@@ -260,6 +260,8 @@ function suite(backend: Backend): void {
     const ownIds = new Set(own.map((m) => m.id));
     expect(res.memories.length).toBe(6);
     expect(res.total_candidates).toBe(6);
+    const scores = res.memories.map((m) => m.composite_score);
+    expect(scores).toEqual([...scores].sort((x, y) => y - x));
     for (const m of res.memories) {
       expect(ownIds.has(m.id)).toBe(true);
       const row = own.find((o) => o.id === m.id)!;
