@@ -180,11 +180,11 @@ export class EmbeddedStore implements FeedbackStore {
     );
     this.#deleteDirective = db.prepare('DELETE FROM directives WHERE org_id = ? AND agent_id = ?');
     this.#feedbackBefore = db.prepare(
-      'SELECT id, usefulness FROM memories WHERE org_id = ? AND id IN (SELECT value FROM json_each(?))',
+      'SELECT id, usefulness FROM memories WHERE +org_id = ? AND id IN (SELECT value FROM json_each(?))',
     );
     this.#feedback = db.prepare(
       `UPDATE memories SET usefulness = min(1.0, max(0.0, usefulness + ?))
-       WHERE org_id = ? AND id IN (SELECT value FROM json_each(?))
+       WHERE +org_id = ? AND id IN (SELECT value FROM json_each(?))
        RETURNING id, usefulness`,
     );
     this.#inclusions = db.prepare(

@@ -121,7 +121,11 @@ export class InclusionCounter {
       const space = key.indexOf(' ');
       batch.push({ orgId: key.slice(0, space), memoryId: key.slice(space + 1), count });
       inBatch += count;
-      if (batch.length === INCLUSION_BATCH) await send();
+      if (batch.length === INCLUSION_BATCH) {
+        await send();
+        // The embedded store writes synchronously on the event loop: calls get a turn between batches.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
     }
     if (batch.length > 0) await send();
   }
