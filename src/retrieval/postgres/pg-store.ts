@@ -524,7 +524,8 @@ export class PgStore implements FeedbackStore {
   /**
    * RecordMemoryFeedback on this store (contract.md §7a): one statement in one transaction, scoped by
    * `org_id` in SQL. The rows are locked before their old value is read, so concurrent feedback on one
-   * memory (from any replica) applies every step.
+   * memory (from any replica) applies every step; they are locked in id order, so two calls naming the
+   * same memories in different orders wait for each other rather than deadlock.
    * @param orgId canonical lower-case UUID.
    * @param memoryIds canonical lower-case UUIDs, distinct.
    * @returns the org's memories among `memoryIds`, in that order, with their usefulness before and after.
@@ -539,7 +540,8 @@ export class PgStore implements FeedbackStore {
     await this.#transaction(async (client) => {
       const r = await client.query<{ id: string; previous: number; current: number }>(
         `WITH prev AS (
-           SELECT id, usefulness FROM memories WHERE org_id = $1 AND id = ANY($2::uuid[]) FOR UPDATE)
+           SELECT id, usefulness FROM memories WHERE org_id = $1 AND id = ANY($2::uuid[])
+           ORDER BY id FOR UPDATE)
          UPDATE memories m SET usefulness = LEAST(1, GREATEST(0, prev.usefulness + $3))
          FROM prev WHERE m.id = prev.id
          RETURNING m.id, prev.usefulness AS previous, m.usefulness AS current`,
