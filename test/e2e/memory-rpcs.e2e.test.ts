@@ -163,6 +163,21 @@ function suite(backend: Backend): void {
     expect((await backend.row(svc, other))!.usefulness).toBe(1);
   });
 
+  it('applies every step of concurrent feedback naming the same memories in any order', async () => {
+    const [x, y] = [own[4]!.id, own[5]!.id];
+    const calls = [
+      [x, y],
+      [y, x],
+      [x, y],
+      [y, x],
+    ].map((ids) =>
+      svc.client.recordMemoryFeedback({ org_id: A.org, memory_ids: ids, feedback: 'helpful' }, ops),
+    );
+    for (const r of await Promise.all(calls)) expect(r.status.code).toBe(status.OK);
+    expect((await backend.row(svc, x))!.usefulness).toBeCloseTo(0.9, 12);
+    expect((await backend.row(svc, y))!.usefulness).toBeCloseTo(0.9, 12);
+  });
+
   it("ignores and counts another org's and unknown ids, never naming them", async () => {
     const before = await counter(svc, 'ibex_context_feedback_ignored_ids_total');
     const mine = own[2]!.id;
