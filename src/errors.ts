@@ -23,6 +23,7 @@ export type IbexErrorCode =
   | 'IBEX_ERR_PERMISSION_DENIED'
   | 'IBEX_ERR_METADATA_TOO_LARGE'
   | 'IBEX_ERR_UNIMPLEMENTED'
+  | 'IBEX_ERR_UNAVAILABLE'
   | 'IBEX_ERR_INTERNAL';
 
 /**
@@ -68,6 +69,7 @@ export const GRPC_STATUS_BY_CODE: Readonly<Record<IbexErrorCode, status>> = {
   IBEX_ERR_PERMISSION_DENIED: status.PERMISSION_DENIED,
   IBEX_ERR_METADATA_TOO_LARGE: status.RESOURCE_EXHAUSTED,
   IBEX_ERR_UNIMPLEMENTED: status.UNIMPLEMENTED,
+  IBEX_ERR_UNAVAILABLE: status.UNAVAILABLE,
   IBEX_ERR_INTERNAL: status.INTERNAL,
 };
 
@@ -127,6 +129,8 @@ export const Errors = {
     ),
   /** A method of the service contract this server does not implement. */
   unimplemented: (details: string) => new IbexError('IBEX_ERR_UNIMPLEMENTED', details),
+  /** A store a call needs (not a degradable branch) failed or timed out; the caller may retry. */
+  unavailable: (reason: string, cause?: unknown) => new IbexError('IBEX_ERR_UNAVAILABLE', reason, { cause }),
   internal: (reason: string, cause?: unknown) => new IbexError('IBEX_ERR_INTERNAL', reason, { cause }),
 } as const;
 

@@ -25,6 +25,10 @@ export interface MemoryHit {
   source: string;
   /** `memory.created_at` as epoch ms; absent when the source sent none or an unreadable one. */
   created_at_ms?: number;
+  /** `memory.usefulness`, the stored feedback score in [0, 1]; absent when the source sent none. */
+  usefulness?: number;
+  /** `memory.retrieval_count`, answers that included the memory; absent when the source sent none. */
+  inclusions?: number;
 }
 
 /** A hit after dedupe and the interim score (contract.md §7). */

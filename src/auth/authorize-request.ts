@@ -20,10 +20,7 @@ import { callerOf, mayActFor } from './caller.js';
  * @throws IbexError `IBEX_ERR_PERMISSION_DENIED` (→ PERMISSION_DENIED) naming the mismatch.
  */
 export function authorizeRequest(req: ValidatedRequest, ctx: Pick<CallContext, 'metadata'>): void {
-  const caller = callerOf(ctx.metadata);
-  if (caller !== undefined && !mayActFor(caller, req.orgId)) {
-    throw Errors.permissionDenied(`caller '${caller.name}' may not act for org_id ${req.orgId}`);
-  }
+  authorizeOrg(req.orgId, ctx);
   const principal = req.principal;
   if (principal !== undefined) {
     if (principal.orgId.trim().toLowerCase() !== req.orgId) {
@@ -32,5 +29,18 @@ export function authorizeRequest(req: ValidatedRequest, ctx: Pick<CallContext, '
     if (principal.agentId.trim().toLowerCase() !== req.agentId) {
       throw Errors.permissionDenied('principal_context.agent_id does not match agent_id');
     }
+  }
+}
+
+/**
+ * Step 1 of {@link authorizeRequest} alone, for the calls that name an org and no principal
+ * (SearchMemories, RecordMemoryFeedback): a token-authenticated caller may act only for its orgs.
+ * @param orgId canonical lower-case UUID, validated.
+ * @throws IbexError `IBEX_ERR_PERMISSION_DENIED` naming the caller and the org.
+ */
+export function authorizeOrg(orgId: string, ctx: Pick<CallContext, 'metadata'>): void {
+  const caller = callerOf(ctx.metadata);
+  if (caller !== undefined && !mayActFor(caller, orgId)) {
+    throw Errors.permissionDenied(`caller '${caller.name}' may not act for org_id ${orgId}`);
   }
 }

@@ -60,6 +60,8 @@ export interface Settings {
   postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
+  /** How inclusions reach the store (the composite's frequency input; src/retrieval/inclusion-counter.ts). */
+  inclusions: InclusionSettings;
   pool: PoolSettings;
   /** Grace period for in-flight calls on SIGTERM, ms. */
   shutdownGraceMs: number;
@@ -113,6 +115,14 @@ export interface PostgresSettings {
   transactionPooler: boolean;
   /** Direct URL for the read cache's LISTEN ("" = the main URL unless pooled). IBEX_CONTEXT_POSTGRES_LISTEN_URL. */
   listenUrl: string;
+}
+
+/** The inclusion counter's bounds. */
+export interface InclusionSettings {
+  /** Interval between writes of the counted inclusions, ms. IBEX_CONTEXT_INCLUSION_FLUSH_MS. */
+  flushMs: number;
+  /** Most distinct memories held between writes; past it inclusions are dropped and counted. IBEX_CONTEXT_INCLUSION_MAX_PENDING. */
+  maxPending: number;
 }
 
 /** Caller authentication at the gRPC boundary. */
@@ -300,6 +310,10 @@ export function loadSettings(env: Env = process.env): Settings {
       listenUrl: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_LISTEN_URL'], ''),
     },
     embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
+    inclusions: {
+      flushMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_INCLUSION_FLUSH_MS'], 1000),
+      maxPending: parseWith(intText(1, 10_000_000), env, ['IBEX_CONTEXT_INCLUSION_MAX_PENDING'], 50_000),
+    },
     pool: {
       minThreads,
       maxThreads,

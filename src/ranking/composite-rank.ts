@@ -3,15 +3,13 @@
  * then the composite. The dedupe rule is interim_v1's (score.ts): hot first, a later copy replaces the
  * kept one only if its score is strictly higher, or equal with a strictly lower rank.
  */
+
+import { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
 import type { MemoryHit, ScoredCandidate } from '../types.js';
 import { compositeScore, frequency, recency, type Weights } from './composite.js';
 import { candidateRelevance } from './relevance.js';
 
-/**
- * Usefulness of a memory without recorded feedback: neutral, as the memory service starts it; feedback
- * moves it toward 1 or 0 (SPEC §7a).
- */
-export const NEUTRAL_USEFULNESS = 0.5;
+export { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
 
 /** What one call scores with. */
 export interface CompositeOptions {
@@ -40,6 +38,10 @@ export function compositeCandidates(
     for (const hit of list) {
       const rel = relevance.get(hit.memory_id) ?? 0;
       const rec = recency(hit.category, hit.created_at_ms, o.nowMs);
+      // The stores' feedback score and inclusion count (contract.md §7a); a source without them
+      // (a memory service) reads as neutral and never included.
+      const use = hit.usefulness ?? NEUTRAL_USEFULNESS;
+      const freq = frequency(hit.inclusions ?? 0);
       const candidate: ScoredCandidate = {
         memory_id: hit.memory_id,
         org_id: hit.org_id,
@@ -54,15 +56,15 @@ export function compositeCandidates(
           {
             relevance: rel ** o.exponent,
             recency: rec,
-            usefulness: NEUTRAL_USEFULNESS,
+            usefulness: use,
             confidence: hit.confidence,
-            frequency: frequency(0),
+            frequency: freq,
           },
           o.weights,
         ),
         relevance: rel,
         recency: rec,
-        usefulness: NEUTRAL_USEFULNESS,
+        usefulness: use,
       };
       const at = position.get(hit.memory_id);
       if (at === undefined) {

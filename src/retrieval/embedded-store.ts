@@ -24,6 +24,14 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { Errors } from '../errors.js';
 import type { MemoryContent } from './content-bytes.js';
+import {
+  type FeedbackKind,
+  type FeedbackStore,
+  INCLUSION_BATCH,
+  type InclusionCount,
+  type UsefulnessUpdate,
+  usefulnessDelta,
+} from './feedback.js';
 import { toFtsQuery } from './fts-query.js';
 import { LimitStatement } from './limit-statement.js';
 import { noteThreadWrite, ReadCache, WriteWatch } from './read-cache.js';
@@ -65,7 +73,7 @@ export {
 // The content of an oversize row is never read: CASE evaluates the column only on its THEN branch.
 const MEMORY_COLUMNS =
   'm.id, m.org_id, m.agent_id, CASE WHEN m.chars <= @maxChars THEN m.content END AS content, m.category, ' +
-  'm.confidence, m.created_at';
+  'm.confidence, m.created_at, m.usefulness, m.inclusions';
 
 /**
  * The store's search statement (contract.md §4.3) with its limit written as `limit` (limit-statement.ts: a
@@ -94,7 +102,7 @@ interface ReadParams {
 }
 
 /** SQLite-backed memory and directive store (contract.md §4.3). Not safe to use after {@link close}. */
-export class EmbeddedStore {
+export class EmbeddedStore implements FeedbackStore {
   /** The database file path (`:memory:` for an in-memory store). */
   readonly path: string;
   readonly #db: Database.Database;
@@ -117,6 +125,9 @@ export class EmbeddedStore {
   >;
   readonly #setDirective: Database.Statement<DirectiveRow>;
   readonly #deleteDirective: Database.Statement<[string, string]>;
+  readonly #feedbackBefore: Database.Statement<[string, string], { id: string; usefulness: number }>;
+  readonly #feedback: Database.Statement<[number, string, string], { id: string; usefulness: number }>;
+  readonly #inclusions: Database.Statement<[string]>;
 
   private constructor(file: string, db: Database.Database, options: OpenOptions) {
     this.path = file;
@@ -168,6 +179,19 @@ export class EmbeddedStore {
          injection_mode = excluded.injection_mode, version_id = excluded.version_id`,
     );
     this.#deleteDirective = db.prepare('DELETE FROM directives WHERE org_id = ? AND agent_id = ?');
+    this.#feedbackBefore = db.prepare(
+      'SELECT id, usefulness FROM memories WHERE +org_id = ? AND id IN (SELECT value FROM json_each(?))',
+    );
+    this.#feedback = db.prepare(
+      `UPDATE memories SET usefulness = min(1.0, max(0.0, usefulness + ?))
+       WHERE +org_id = ? AND id IN (SELECT value FROM json_each(?))
+       RETURNING id, usefulness`,
+    );
+    this.#inclusions = db.prepare(
+      `UPDATE memories SET inclusions = min(2147483647, inclusions + c.n)
+       FROM (SELECT value ->> 0 AS id, value ->> 1 AS org, value ->> 2 AS n FROM json_each(?)) c
+       WHERE memories.id = c.id AND memories.org_id = c.org`,
+    );
   }
 
   /**
@@ -365,6 +389,51 @@ export class EmbeddedStore {
       });
     };
     return this.#directiveCache === undefined ? read() : this.#directiveCache.get(`${org}|${agent}`, read);
+  }
+
+  /**
+   * RecordMemoryFeedback on this store (contract.md §7a): one statement in one transaction, scoped by
+   * `org_id` in SQL, so another org's memory is never read or written.
+   * @param orgId canonical lower-case UUID.
+   * @param memoryIds canonical lower-case UUIDs, distinct.
+   * @returns the org's memories among `memoryIds`, in that order, with their usefulness before and after.
+   */
+  recordFeedback(orgId: string, memoryIds: readonly string[], kind: FeedbackKind): UsefulnessUpdate[] {
+    const org = uuidArg('org_id', orgId);
+    const ids = JSON.stringify(memoryIds);
+    // IMMEDIATE: the write lock is taken before the read, so no other writer moves a value in between.
+    const { before, after } = this.#db
+      .transaction(() => ({
+        before: this.#feedbackBefore.all(org, ids),
+        after: this.#feedback.all(usefulnessDelta(kind), org, ids),
+      }))
+      .immediate();
+    this.#noteWrite();
+    const previous = new Map(before.map((r) => [r.id, r.usefulness]));
+    const current = new Map(after.map((r) => [r.id, r.usefulness]));
+    const updates: UsefulnessUpdate[] = [];
+    for (const id of memoryIds) {
+      const p = previous.get(id);
+      const c = current.get(id);
+      if (p !== undefined && c !== undefined) updates.push({ memoryId: id, previous: p, current: c });
+    }
+    return updates;
+  }
+
+  /**
+   * Adds inclusion counts in one statement (at most {@link INCLUSION_BATCH} rows: a larger batch is an
+   * error). A row whose memory is not of its org changes nothing.
+   * @returns rows updated.
+   */
+  addInclusions(rows: readonly InclusionCount[]): number {
+    if (rows.length === 0) return 0;
+    if (rows.length > INCLUSION_BATCH) throw new RangeError(`at most ${INCLUSION_BATCH} rows per batch`);
+    const payload = JSON.stringify(rows.map((r) => [r.memoryId, r.orgId, r.count]));
+    try {
+      return this.#inclusions.run(payload).changes;
+    } finally {
+      this.#noteWrite();
+    }
   }
 
   /** Row counts, for ingest summaries and tests. */

@@ -11,6 +11,7 @@ import type { MemoryContent } from './content-bytes.js';
 import { parseDirectiveObject } from './directive.js';
 import { RedisDirectiveSource } from './directive-redis.js';
 import { EmbeddedStore, type StoreHit } from './embedded-store.js';
+import type { FeedbackStore } from './feedback.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
 import { HttpMemorySource } from './memory-http.js';
 import { type MemoryThreadStats, RoutedMemorySource } from './memory-http-thread.js';
@@ -31,6 +32,11 @@ export interface RetrievalSources {
   storeReads?: () => StoreReadStats;
   /** Memory-fetch thread figures for metrics; absent unless a memory service is read through it. */
   memoryThread?: () => MemoryThreadStats;
+  /**
+   * Feedback and inclusion writes of the store serving memories (embedded or PostgreSQL); absent in front
+   * of a memory service, which has no such operation (contract.md §2).
+   */
+  feedback?: FeedbackStore;
 }
 
 /** Options of {@link createSources}. */
@@ -243,6 +249,11 @@ export async function createSources(
       storeReads: pooledStats,
       ...(mem instanceof RoutedMemorySource ? { memoryThread: () => mem.stats() } : {}),
       kind: { memory: memoryKind, directive: directiveKind },
+      ...(memoryKind === 'postgres'
+        ? { feedback: pgStore! }
+        : memoryKind === 'embedded'
+          ? { feedback: store! }
+          : {}),
       async close() {
         if (closed) return;
         closed = true;

@@ -50,6 +50,10 @@ export interface StoreHit<C extends MemoryContent = string> {
     confidence: number;
     /** ISO-8601 UTC. */
     created_at: string;
+    /** Feedback score in [0, 1] (contract.md §7a); the project's stores always send it. */
+    usefulness?: number;
+    /** Answers that included the memory (the composite's frequency input). */
+    retrieval_count?: number;
   };
   similarity: number;
   /** 1-based position in this answer. */
@@ -89,8 +93,15 @@ export interface OpenOptions {
 /** Default of {@link OpenOptions.maxMemoryChars} (contract.md §3 `IBEX_CONTEXT_MAX_MEMORY_CHARS`). */
 export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
 
-/** A memory as a read returns it: a {@link MemoryRow} whose content is `null` when over the read's cap. */
-export type MemoryDbRow = Omit<MemoryRow, 'content'> & { content: string | null };
+/**
+ * A memory as a read returns it: a {@link MemoryRow} whose content is `null` when over the read's cap,
+ * with its feedback score and inclusion count when the statement selected them.
+ */
+export type MemoryDbRow = Omit<MemoryRow, 'content'> & {
+  content: string | null;
+  usefulness?: number;
+  inclusions?: number;
+};
 
 export function uuidArg(field: string, value: string): string {
   const id = canonicalUuid(value);
@@ -150,6 +161,8 @@ export function toHit(
       category: row.category,
       confidence: row.confidence,
       created_at: new Date(row.created_at).toISOString(),
+      ...(row.usefulness === undefined ? {} : { usefulness: row.usefulness }),
+      ...(row.inclusions === undefined ? {} : { retrieval_count: Number(row.inclusions) }),
     },
     similarity,
     rank,
@@ -162,7 +175,17 @@ export function toHit(
 export function dbRow(
   row: MemoryDbRow & { content: string },
 ): MemoryDbRow & { scope: string; chars: number } {
-  return { ...row, scope: scopeText(row.org_id, row.agent_id), chars: codePoints(row.content) };
+  return {
+    id: row.id,
+    org_id: row.org_id,
+    agent_id: row.agent_id,
+    content: row.content,
+    category: row.category,
+    confidence: row.confidence,
+    created_at: row.created_at,
+    scope: scopeText(row.org_id, row.agent_id),
+    chars: codePoints(row.content),
+  };
 }
 
 /** Hits are shared through the read cache: freezing makes a caller's mutation an error, not a leak. */

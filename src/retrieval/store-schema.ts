@@ -13,6 +13,9 @@
  *   stemmer leaves tokens over 64 bytes alone, but the memory wire's agent prefix is shorter, and one
  *   ending in letters such as `ed` would be stemmed into a prefix of other agents' tokens; no English
  *   suffix ends in a digit. The migration re-indexes every row.
+ * - version 4: `memories.usefulness` (the feedback score in [0, 1], neutral 0.5) and `memories.inclusions`
+ *   (how many answers included the memory), read by the composite's usefulness and frequency terms and
+ *   written by RecordMemoryFeedback and the inclusion counter (contract.md §7, §7a).
  *
  * Every connection registers the SQL functions before touching the schema ({@link prepareConnection}):
  * the triggers call `ibex_fts_text`, so a write through a connection without it fails rather than
@@ -22,7 +25,7 @@ import type Database from 'better-sqlite3';
 import { toFtsText } from './fts-query.js';
 
 /** Current `PRAGMA user_version`. */
-export const SCHEMA_VERSION = 3;
+export const SCHEMA_VERSION = 4;
 
 /** Length in code points (a lone surrogate counts 1, as SQLite stores it as one U+FFFD). No allocation. */
 export function codePoints(text: string): number {
@@ -123,33 +126,55 @@ function hasColumn(db: Database.Database, table: string, column: string): boolea
 }
 
 /**
- * Brings an older file (version 0 or 2) or a new one to {@link SCHEMA_VERSION}: adds and fills `chars`, rewrites the
- * scope tokens, replaces the FTS table and triggers, re-indexes every row and merges the index into one
- * segment. Runs in one IMMEDIATE transaction, re-checking the version inside, so concurrent openers
- * (the service and its store-read threads) migrate once.
+ * Brings an older file (version 0, 2 or 3) or a new one to {@link SCHEMA_VERSION}. Below version 3: adds
+ * and fills `chars`, rewrites the scope tokens, replaces the FTS table and triggers, re-indexes every row
+ * and merges the index into one segment; then the feedback columns. Runs in one IMMEDIATE transaction,
+ * re-checking the version inside, so concurrent openers (the service and its store-read threads) migrate once.
  */
 function migrate(db: Database.Database): void {
   db.transaction(() => {
     const version = db.pragma('user_version', { simple: true }) as number;
     if (version >= SCHEMA_VERSION) return;
-    db.exec(MEMORIES);
-    if (!hasColumn(db, 'memories', 'chars')) {
-      db.exec('ALTER TABLE memories ADD COLUMN chars INTEGER NOT NULL DEFAULT 0');
-    }
-    db.exec(`
-      DROP TRIGGER IF EXISTS memories_ai;
-      DROP TRIGGER IF EXISTS memories_ad;
-      DROP TRIGGER IF EXISTS memories_au;
-      DROP TABLE IF EXISTS memories_fts;
-      UPDATE memories SET chars = ibex_chars(content), scope = ibex_scope(org_id, agent_id);
-    `);
-    db.exec(FTS_TABLE);
-    db.exec(`
-      INSERT INTO memories_fts (rowid, content, scope) SELECT pk, ibex_fts_text(content), scope FROM memories;
-      INSERT INTO memories_fts (memories_fts) VALUES ('optimize');
-    `);
+    if (version < 3) reindex(db);
+    addFeedbackColumns(db);
     db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
+}
+
+/** Versions 0 and 2 → 3 (see the module comment); runs inside {@link migrate}'s transaction. */
+function reindex(db: Database.Database): void {
+  db.exec(MEMORIES);
+  if (!hasColumn(db, 'memories', 'chars')) {
+    db.exec('ALTER TABLE memories ADD COLUMN chars INTEGER NOT NULL DEFAULT 0');
+  }
+  db.exec(`
+    DROP TRIGGER IF EXISTS memories_ai;
+    DROP TRIGGER IF EXISTS memories_ad;
+    DROP TRIGGER IF EXISTS memories_au;
+    DROP TABLE IF EXISTS memories_fts;
+    UPDATE memories SET chars = ibex_chars(content), scope = ibex_scope(org_id, agent_id);
+  `);
+  db.exec(FTS_TABLE);
+  db.exec(`
+    INSERT INTO memories_fts (rowid, content, scope) SELECT pk, ibex_fts_text(content), scope FROM memories;
+    INSERT INTO memories_fts (memories_fts) VALUES ('optimize');
+  `);
+}
+
+/**
+ * Version 4: the feedback score and the inclusion count. Added with defaults, so existing rows read as
+ * neutral and never included; the FTS triggers fire only on content and scope, so updating these
+ * columns never touches the index.
+ */
+function addFeedbackColumns(db: Database.Database): void {
+  if (!hasColumn(db, 'memories', 'usefulness')) {
+    db.exec(
+      'ALTER TABLE memories ADD COLUMN usefulness REAL NOT NULL DEFAULT 0.5 CHECK (usefulness >= 0 AND usefulness <= 1)',
+    );
+  }
+  if (!hasColumn(db, 'memories', 'inclusions')) {
+    db.exec('ALTER TABLE memories ADD COLUMN inclusions INTEGER NOT NULL DEFAULT 0 CHECK (inclusions >= 0)');
+  }
 }
 
 /**

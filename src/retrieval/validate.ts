@@ -135,6 +135,11 @@ export function validateHit(item: unknown): MemoryHit | null {
   };
   // Recency input (SPEC §7 composite); a missing or unreadable date leaves it unset (recency 0).
   if (Number.isFinite(createdAtMs)) hit.created_at_ms = createdAtMs;
+  // Usefulness and frequency inputs (contract.md §7); an unreadable value is left unset (neutral / 0),
+  // not a reason to drop a hit whose other fields are sound.
+  if (unitInterval(memory.usefulness)) hit.usefulness = memory.usefulness;
+  const count = memory.retrieval_count;
+  if (typeof count === 'number' && Number.isSafeInteger(count) && count >= 0) hit.inclusions = count;
   return hit;
 }
 

@@ -51,6 +51,11 @@ export interface AssemblerDeps {
   metrics?: Metrics;
   /** Receives the pipeline's reports (default: `metrics` if given, else none). */
   observer?: AssemblyObserver;
+  /**
+   * Counts every answer's included memories toward their frequency (src/retrieval/inclusion-counter.ts);
+   * absent, nothing is counted (a memory service, tools, warm-up).
+   */
+  inclusions?: { record(orgId: string, memoryIds: Iterable<string>): void };
 }
 
 /**
@@ -81,6 +86,14 @@ function poolReasonOf(err: unknown): string {
 interface CpuOutcome {
   stage: CpuStageResult | null;
   poolReason: string | null;
+}
+
+/** The ids of the packed candidates: `selected` indexes `kept` (the CPU stage's input columns). */
+function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): Generator<string> {
+  for (const i of selected) {
+    const c = kept[i];
+    if (c !== undefined) yield c.memory_id;
+  }
 }
 
 /**
@@ -421,6 +434,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       : response.memories_included > 0
         ? 'L1'
         : 'L2';
+    // The packed memories count toward their frequency (contract.md §7): a map update, no I/O here.
+    if (stage && deps.inclusions && stage.output.selected.length > 0) {
+      deps.inclusions.record(req.orgId, includedIds(a.kept, stage.output.selected));
+    }
     response.degradation = {
       level,
       intentional: req.skipHot || req.skipCold,

@@ -43,6 +43,7 @@ import {
   monotonicNow,
 } from './call-context.js';
 import { largeAnswerNotice } from './large-answer.js';
+import { type MemoryRpcDeps, recordMemoryFeedback, searchMemories } from './memory-rpcs.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -51,6 +52,10 @@ import {
   gatheredAnswer,
   PROTO_DIR,
   PROTO_FILES,
+  type RecordMemoryFeedbackRequest,
+  type RecordMemoryFeedbackResponse,
+  type SearchMemoriesRequest,
+  type SearchMemoriesResponse,
   serializeAssembleResponse,
   splicedOn,
 } from './proto.js';
@@ -90,6 +95,12 @@ export interface GrpcServerOptions {
   channelOptions?: ChannelOptions;
   /** Each call's trace, when tracing is on (its interceptor must be among `interceptors`). */
   traces?: CallTraces;
+  /**
+   * What SearchMemories and RecordMemoryFeedback run on (memory-rpcs.ts): one of the project's stores.
+   * Absent (in front of a memory service, which has no such operations), both answer UNIMPLEMENTED with
+   * {@link UNIMPLEMENTED_DETAILS}.
+   */
+  memoryRpcs?: MemoryRpcDeps;
 }
 
 /** A created, not yet bound, server. */
@@ -111,7 +122,7 @@ export interface GrpcServer {
   inFlight(): number;
 }
 
-/** Details of the deferred methods (contract.md §2; U+2014 dash). */
+/** Details of the methods in front of a store without them (contract.md §2; U+2014 dash). */
 export const UNIMPLEMENTED_DETAILS = {
   SearchMemories: 'SearchMemories deferred — ADR-0038',
   RecordMemoryFeedback: 'RecordMemoryFeedback deferred — ADR-0038',
@@ -326,6 +337,56 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       callback(toStatusObject(Errors.unimplemented(details)));
     };
 
+  /**
+   * A SearchMemories / RecordMemoryFeedback handler: runs `work` with a signal aborted when the caller
+   * goes away, answers its result or its error's status (INTERNAL for anything not an IbexError), and
+   * counts the call by status.
+   */
+  const memoryRpc =
+    <Req, Res>(
+      method: keyof typeof UNIMPLEMENTED_DETAILS,
+      work: (deps: MemoryRpcDeps, call: ServerUnaryCall<Req, Res>, signal: AbortSignal) => Promise<Res>,
+    ) =>
+    (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>): void => {
+      const deps = opts.memoryRpcs!;
+      const aborter = new AbortController();
+      call.on('cancelled', () => aborter.abort(Errors.cancelled()));
+      const done = (code: status) => deps.metrics.call(method, status[code] ?? String(code));
+      work(deps, call, aborter.signal).then(
+        (response) => {
+          done(status.OK);
+          callback(null, response);
+        },
+        (err: unknown) => {
+          const error = toStatusObject(err);
+          if (!(err instanceof IbexError) || error.code === status.INTERNAL)
+            logger.error({ err, method }, 'memory call failed');
+          else
+            logger.debug(
+              { code: err.code, field: err.field, reason: err.message, method },
+              'memory call refused',
+            );
+          done(error.code);
+          if (!aborter.signal.aborted) callback(error);
+        },
+      );
+    };
+  const memoryHandlers = opts.memoryRpcs
+    ? {
+        SearchMemories: memoryRpc<SearchMemoriesRequest, SearchMemoriesResponse>(
+          'SearchMemories',
+          (deps, call, signal) => searchMemories(deps, call.request, call.metadata, signal),
+        ),
+        RecordMemoryFeedback: memoryRpc<RecordMemoryFeedbackRequest, RecordMemoryFeedbackResponse>(
+          'RecordMemoryFeedback',
+          (deps, call) => recordMemoryFeedback(deps, call.request, call.metadata),
+        ),
+      }
+    : {
+        SearchMemories: unimplemented(UNIMPLEMENTED_DETAILS.SearchMemories),
+        RecordMemoryFeedback: unimplemented(UNIMPLEMENTED_DETAILS.RecordMemoryFeedback),
+      };
+
   // AssembleContext is decoded on the wire: grpc-js passes whatever requestDeserialize returns.
   const serviceDefinition = {
     ...contextServiceDefinition,
@@ -343,8 +404,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   };
   server.addService(serviceDefinition, {
     AssembleContext: handleAssemble,
-    SearchMemories: unimplemented(UNIMPLEMENTED_DETAILS.SearchMemories),
-    RecordMemoryFeedback: unimplemented(UNIMPLEMENTED_DETAILS.RecordMemoryFeedback),
+    ...memoryHandlers,
   });
 
   return {

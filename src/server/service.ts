@@ -10,9 +10,11 @@ import { warmBpe } from '../budget/bpe.js';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
 import { CpuPool } from '../pool/pool-client.js';
+import { InclusionCounter } from '../retrieval/inclusion-counter.js';
 import { createSources, type RetrievalSources } from '../retrieval/sources.js';
 import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
 import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
+import { registerFeedbackMetrics } from '../telemetry/feedback-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { createAssembler } from './assemble.js';
@@ -149,8 +151,35 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       : undefined;
     // Closed after the gRPC drain (closers run in reverse): the last calls' spans are flushed.
     if (tracing) closers.push(() => tracing.shutdown());
+    // Closed after the gRPC drain and before the stores (closers run in reverse): the last answers'
+    // inclusions are written.
+    const inclusions = sources.feedback
+      ? new InclusionCounter(sources.feedback, {
+          ...settings.inclusions,
+          onError: (err) =>
+            logger.warn({ code: (err as { code?: unknown })?.code }, 'inclusion counts not written'),
+        })
+      : undefined;
+    if (inclusions) closers.push(() => inclusions.close());
+    const feedbackMetrics = registerFeedbackMetrics(
+      metrics.registry,
+      inclusions ? () => inclusions.stats() : undefined,
+    );
     const grpc = createGrpcServer({
-      assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics }),
+      assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics, inclusions }),
+      // Only on the project's stores: a memory service has no feedback, and its search is not scoped or
+      // ranked as contract.md §7a states, so both calls stay UNIMPLEMENTED in front of it.
+      ...(sources.feedback
+        ? {
+            memoryRpcs: {
+              memory: sources.memory,
+              feedback: sources.feedback,
+              ranking: settings.ranking,
+              maxMemoryChars: settings.maxMemoryChars,
+              metrics: feedbackMetrics,
+            },
+          }
+        : {}),
       logger,
       settings,
       // Tracing before authentication, so that refused calls get their span.

@@ -236,6 +236,43 @@ describe('schema migration (PRAGMA user_version)', () => {
     EmbeddedStore.open(file).close();
   });
 
+  it('a version-2 file gains the feedback columns, neutral and never included, keeping its index', () => {
+    const file = path.join(dir, 'v2.db');
+    const fresh = EmbeddedStore.open(file);
+    fresh.upsertMemories(
+      rows.map(([id, content], i) => ({
+        id,
+        org_id: org,
+        agent_id: agent,
+        content,
+        category: 'episodic',
+        confidence: 0.9,
+        created_at: 1_700_000_000_000 + i,
+      })),
+    );
+    fresh.close();
+    // What version 2 wrote: the same table without the two columns.
+    const raw = new Database(file);
+    raw.exec('ALTER TABLE memories DROP COLUMN usefulness; ALTER TABLE memories DROP COLUMN inclusions;');
+    raw.pragma('user_version = 2');
+    raw.close();
+    const store = EmbeddedStore.open(file);
+    try {
+      const [hit] = store.search(org, agent, 'Miso');
+      expect(hit?.memory).toMatchObject({ id: rows[0]![0], usefulness: 0.5, retrieval_count: 0 });
+      expect(store.recordFeedback(org, [rows[0]![0]], 'helpful')).toEqual([
+        { memoryId: rows[0]![0], previous: 0.5, current: 0.6 },
+      ]);
+      expect(store.addInclusions([{ orgId: org, memoryId: rows[1]![0], count: 3 }])).toBe(1);
+      expect(store.hot(org, agent).find((h) => h.memory.id === rows[1]![0])?.memory.retrieval_count).toBe(3);
+    } finally {
+      store.close();
+    }
+    const db = new Database(file, { readonly: true });
+    expect(db.pragma('user_version', { simple: true })).toBe(SCHEMA_VERSION);
+    db.close();
+  });
+
   it('a file from a newer schema is refused with its version, not rewritten', () => {
     const file = path.join(dir, 'newer.db');
     oldStore(file, SCHEMA_VERSION + 1);

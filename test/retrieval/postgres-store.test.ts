@@ -85,6 +85,9 @@ describePg('PostgreSQL store', reachable, () => {
         category: 'episodic',
         confidence: 0.9,
         created_at: new Date(rows[24]!.created_at).toISOString(),
+        // Neutral and never included: the stored feedback score and inclusion count.
+        usefulness: 0.5,
+        retrieval_count: 0,
       },
       similarity: 0.9,
       rank: 1,
@@ -287,9 +290,10 @@ describePg('PostgreSQL store', reachable, () => {
       const results = (await Promise.all([child(), child()])).map((o) => JSON.parse(o));
       const applied = results.flatMap((r: { applied: number[] }) => r.applied).sort();
       expect(applied).toEqual(MIGRATIONS.map((m) => m.version));
-      expect(results.map((r: { version: number }) => r.version)).toEqual([1, 1]);
+      const latest = MIGRATIONS.at(-1)!.version;
+      expect(results.map((r: { version: number }) => r.version)).toEqual([latest, latest]);
       const rows = await adminQuery(`SELECT version FROM ${fresh}.schema_migrations ORDER BY version`);
-      expect(rows).toEqual([{ version: 1 }]);
+      expect(rows).toEqual(MIGRATIONS.map((m) => ({ version: m.version })));
     } finally {
       await dropSchema(fresh);
     }

@@ -117,6 +117,14 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'threads running FTS5 searches (0 = event loop)',
     default: (s) => String(s.embeddedReadThreads),
   },
+  IBEX_CONTEXT_INCLUSION_FLUSH_MS: {
+    meaning: 'interval between writes of counted inclusions (the frequency term), one statement per 500',
+    default: (s) => ms(s.inclusions.flushMs),
+  },
+  IBEX_CONTEXT_INCLUSION_MAX_PENDING: {
+    meaning: 'most distinct memories counted between writes; past it inclusions are dropped and counted',
+    default: (s) => String(s.inclusions.maxPending),
+  },
   IBEX_CONTEXT_POSTGRES_URL: {
     meaning: 'PostgreSQL store shared by replicas; blank = off (never logged)',
     default: (s) => quoted(s.postgres.url === '' ? '' : 'set'),

@@ -48,6 +48,17 @@ CREATE TABLE directives (
 );
 `,
   },
+  {
+    version: 2,
+    name: 'usefulness and inclusions',
+    // Defaults, so existing rows read as neutral and never included; PostgreSQL adds such columns
+    // without rewriting the table.
+    sql: `
+ALTER TABLE memories
+  ADD COLUMN usefulness double precision NOT NULL DEFAULT 0.5 CHECK (usefulness >= 0 AND usefulness <= 1),
+  ADD COLUMN inclusions integer NOT NULL DEFAULT 0 CHECK (inclusions >= 0);
+`,
+  },
 ];
 
 /** Valid schema names: a plain lower-case identifier, so it can be interpolated without quoting rules. */

@@ -32,6 +32,14 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { Errors } from '../../errors.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
+import {
+  type FeedbackKind,
+  type FeedbackStore,
+  INCLUSION_BATCH,
+  type InclusionCount,
+  type UsefulnessUpdate,
+  usefulnessDelta,
+} from '../feedback.js';
 import { ReadCache } from '../read-cache.js';
 import { checkMemory, type MemoryDbRow as StoreDbRow, toHit, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
@@ -106,7 +114,7 @@ export class PgStatementTimeout extends Error {
   }
 }
 
-const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at';
+const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at, usefulness, inclusions';
 const NO_CAP = 2_147_483_647;
 /** How often the pool is topped up to `poolMin` when nothing else prompted it (e.g. the server was down). */
 const WARM_CHECK_MS = 1000;
@@ -139,7 +147,7 @@ function isBroken(err: unknown): boolean {
 }
 
 /** PostgreSQL-backed memory and directive store. Not usable after {@link close}. */
-export class PgStore {
+export class PgStore implements FeedbackStore {
   /** Schema in use. */
   readonly schema: string;
   /** What opening migrated. */
@@ -511,6 +519,64 @@ export class PgStore {
   /** Stores (or replaces) one directive; values as given, contract.md §4.2 applies on read. */
   async setDirective(directive: DirectiveRow): Promise<void> {
     await this.#transaction((client) => upsertDirective(client, directive));
+  }
+
+  /**
+   * RecordMemoryFeedback on this store (contract.md §7a): one statement in one transaction, scoped by
+   * `org_id` in SQL. The rows are locked before their old value is read, so concurrent feedback on one
+   * memory (from any replica) applies every step; they are locked in id order, so two calls naming the
+   * same memories in different orders wait for each other rather than deadlock.
+   * @param orgId canonical lower-case UUID.
+   * @param memoryIds canonical lower-case UUIDs, distinct.
+   * @returns the org's memories among `memoryIds`, in that order, with their usefulness before and after.
+   */
+  async recordFeedback(
+    orgId: string,
+    memoryIds: readonly string[],
+    kind: FeedbackKind,
+  ): Promise<UsefulnessUpdate[]> {
+    const org = uuidArg('org_id', orgId);
+    let rows: { id: string; previous: number; current: number }[] = [];
+    await this.#transaction(async (client) => {
+      const r = await client.query<{ id: string; previous: number; current: number }>(
+        `WITH prev AS (
+           SELECT id, usefulness FROM memories WHERE org_id = $1 AND id = ANY($2::uuid[])
+           ORDER BY id FOR UPDATE)
+         UPDATE memories m SET usefulness = LEAST(1, GREATEST(0, prev.usefulness + $3))
+         FROM prev WHERE m.id = prev.id
+         RETURNING m.id, prev.usefulness AS previous, m.usefulness AS current`,
+        [org, memoryIds, usefulnessDelta(kind)],
+      );
+      rows = r.rows;
+    });
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    const updates: UsefulnessUpdate[] = [];
+    for (const id of memoryIds) {
+      const r = byId.get(id);
+      if (r !== undefined) updates.push({ memoryId: id, previous: r.previous, current: r.current });
+    }
+    return updates;
+  }
+
+  /**
+   * Adds inclusion counts in one statement (at most {@link INCLUSION_BATCH} rows). Like every write it
+   * tells the replicas' read caches (pg-change-feed.ts), so their hot reads carry the new counts.
+   * @returns rows updated.
+   */
+  async addInclusions(rows: readonly InclusionCount[]): Promise<number> {
+    if (rows.length === 0) return 0;
+    if (rows.length > INCLUSION_BATCH) throw new RangeError(`at most ${INCLUSION_BATCH} rows per batch`);
+    let changed = 0;
+    await this.#transaction(async (client) => {
+      const r = await client.query(
+        `UPDATE memories m SET inclusions = LEAST(2147483647, m.inclusions::bigint + c.n)
+         FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS c(id, org, n)
+         WHERE m.id = c.id AND m.org_id = c.org`,
+        [rows.map((r) => r.memoryId), rows.map((r) => r.orgId), rows.map((r) => r.count)],
+      );
+      changed = r.rowCount ?? 0;
+    });
+    return changed;
   }
 
   /** Row counts, for ingest summaries and tests. */
