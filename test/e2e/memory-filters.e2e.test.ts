@@ -65,7 +65,7 @@ describe('CPU-stage filters over a memory service', () => {
   it('filters the history repeat and the unrelated hot hit; the rest carries its date only when asked', async () => {
     const plain = await service({});
     const dated = await service({ IBEX_CONTEXT_MEMORY_DATES: 'true' });
-    const ask = request(t, { query: 'sailing with the kids', max_memories: 0 });
+    const ask = request(t, { query: 'sailing with the kids' });
     const [off, on] = await Promise.all([plain.client.assemble(ask), dated.client.assemble(ask)]);
     for (const r of [off, on]) {
       expect(r.status.code).toBe(status.OK);
@@ -84,6 +84,12 @@ describe('CPU-stage filters over a memory service', () => {
     expect(on.response!.assembled_context).toContain(
       `id="${sailing.id}" category="episodic" date="2023-05-08">`,
     );
+    // max_memories counts what is left after the filters: the repeat (recent, hot) does not take the slot.
+    const one = await plain.client.assemble(
+      request(t, { query: 'sailing with the kids', options: { max_memories: 1 } }),
+    );
+    expect(one.response!.memories_included).toBe(1);
+    expect(one.response!.memories_used.find((m) => m.exclusion === 'included')!.memory_id).toBe(sailing.id);
     const cost = (r: typeof off) =>
       r.response!.memories_used.find((m) => m.memory_id === sailing.id)!.token_estimate;
     expect(cost(on)).toBeGreaterThan(cost(off));
