@@ -12,7 +12,7 @@
  */
 import { createHash } from 'node:crypto';
 import { escapeAttr, escapeBody } from '../format/escape.js';
-import { safetySentence } from '../format/formatter.js';
+import { dateAttribute, safetySentence } from '../format/formatter.js';
 import { type BpeKind, bpeCount } from './bpe.js';
 
 /** Default number of cached per-memory counts (about 100 bytes each plus the key). */
@@ -52,10 +52,15 @@ function headTokens(nonce: string, kind: BpeKind): number {
 }
 
 /** Tokens of the nonce-independent rest of a block, with its `\n` joiner; cached. */
-function restTokens(memory: { memory_id: string; category: string; content: string }, kind: BpeKind): number {
+function restTokens(
+  memory: { memory_id: string; category: string; content: string; date?: string },
+  kind: BpeKind,
+): number {
   // The hash covers everything the rest is made of except the id, which is part of the key as given.
   const hash = createHash('sha1')
     .update(memory.category)
+    .update('\0')
+    .update(memory.date ?? '')
     .update('\0')
     .update(memory.content)
     .digest('base64');
@@ -69,7 +74,7 @@ function restTokens(memory: { memory_id: string; category: string; content: stri
   }
   misses++;
   const text =
-    ` id="${escapeAttr(memory.memory_id)}" category="${escapeAttr(memory.category)}">\n` +
+    ` id="${escapeAttr(memory.memory_id)}" category="${escapeAttr(memory.category)}"${dateAttribute(memory.date)}>\n` +
     `${escapeBody(memory.content)}\n</ibex_memory>\n`;
   const tokens = bpeCount(text, kind);
   if (capacity > 0) {
@@ -86,7 +91,7 @@ function restTokens(memory: { memory_id: string; category: string; content: stri
  *   bytes(`="` + nonce + `"`) for a nonce of `nonceChars` ASCII characters.
  */
 export function bpeWrappedBlockTokens(
-  memory: { memory_id: string; category: string; content: string },
+  memory: { memory_id: string; category: string; content: string; date?: string },
   kind: BpeKind,
   nonce: string | undefined,
   nonceChars: number,

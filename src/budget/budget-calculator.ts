@@ -135,7 +135,7 @@ const BLOCK_FIXED = OPEN_PREFIX + OPEN_ID + OPEN_CATEGORY + 2 + 1 + 1 + '</ibex_
  *   rest of the block per memory (src/budget/bpe-cache.ts).
  */
 export function wrappedBlockTokens(
-  memory: { memory_id: string; category: string; content: string },
+  memory: { memory_id: string; category: string; content: string; date?: string },
   nonceChars: number,
   kind: EstimateKind,
   nonce?: string,
@@ -146,6 +146,7 @@ export function wrappedBlockTokens(
     escapedCodePointLength(memory.category, true),
     escapedCodePointLength(memory.content),
     nonceChars,
+    dateAttributeLength(memory.date),
   );
   return estimateFromLength(length, kind);
 }
@@ -163,6 +164,12 @@ export function wrappedBlockLength(
   escapedCategory: number,
   escapedContent: number,
   nonceChars: number,
+  dateAttribute = 0,
 ): number {
-  return BLOCK_FIXED + nonceChars + escapedId + escapedCategory + escapedContent;
+  return BLOCK_FIXED + nonceChars + escapedId + escapedCategory + escapedContent + dateAttribute;
+}
+
+/** Code points of a memory's ` date="…"` attribute (formatter.ts `dateAttribute`); 0 without a date. */
+export function dateAttributeLength(date: string | undefined): number {
+  return date === undefined ? 0 : ' date="'.length + escapedCodePointLength(date, true) + 1;
 }

@@ -54,6 +54,11 @@ export interface Settings {
   catalogFile: string;
   /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (SPEC §5). */
   exactTokens: boolean;
+  /**
+   * IBEX_CONTEXT_MEMORY_DATES, default false: each memory block carries its date (`memory.created_at`,
+   * ISO date) as an attribute, for questions about when (docs/scoring.md).
+   */
+  memoryDates: boolean;
   /** Embedded SQLite store path. */
   embeddedDb: string;
   /** PostgreSQL store (issue 15); `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
@@ -286,6 +291,7 @@ export function loadSettings(env: Env = process.env): Settings {
     ),
     catalogFile: catalogFileSetting(env),
     exactTokens: exactTokensSetting(env),
+    memoryDates: parseWith(boolText, env, ['IBEX_CONTEXT_MEMORY_DATES'], false),
     embeddedDb: parseWith(text.trim().min(1), env, ['IBEX_CONTEXT_EMBEDDED_DB'], './var/ibex-context.db'),
     postgres: {
       url: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_URL'], ''),

@@ -87,7 +87,12 @@ export interface AssemblyParts {
 export function memoryText(m: SplicedMemory): FormatMemory {
   return 'content' in m
     ? m
-    : { memory_id: m.memory_id, category: m.category, content: utf8Text(m.bytes, m.start, m.end) };
+    : {
+        memory_id: m.memory_id,
+        category: m.category,
+        content: utf8Text(m.bytes, m.start, m.end),
+        date: m.date,
+      };
 }
 
 /**

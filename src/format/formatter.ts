@@ -25,6 +25,8 @@ export interface FormatMemory {
   memory_id: string;
   category: string;
   content: string;
+  /** The memory's date (ISO date), written as a `date` attribute when set (IBEX_CONTEXT_MEMORY_DATES). */
+  date?: string;
 }
 
 /** Formatter input (the `format` vector's shape, camel-cased). */
@@ -79,9 +81,19 @@ export function orderByCategory<T extends { memory_id: string; category: string 
   return known.flat().concat(other);
 }
 
+/** The ` date="…"` attribute of a memory with a date, escaped like every attribute; "" without one. */
+export function dateAttribute(date: string | undefined): string {
+  return date === undefined ? '' : ` date="${escapeAttr(date)}"`;
+}
+
 /** A memory block's open tag with its escaped attributes, and the newline after it. */
-export function memoryOpenTag(memoryId: string, category: string, escapedNonce: string): string {
-  return `<ibex_memory nonce="${escapedNonce}" id="${escapeAttr(memoryId)}" category="${escapeAttr(category)}">\n`;
+export function memoryOpenTag(
+  memoryId: string,
+  category: string,
+  escapedNonce: string,
+  date?: string,
+): string {
+  return `<ibex_memory nonce="${escapedNonce}" id="${escapeAttr(memoryId)}" category="${escapeAttr(category)}"${dateAttribute(date)}>\n`;
 }
 
 /** What follows a memory block's escaped body: a newline and the close tag. */
@@ -89,7 +101,7 @@ export const MEMORY_CLOSE = '\n</ibex_memory>';
 
 /** One memory block: open tag with escaped attributes, escaped body, close tag. */
 export function memoryBlock(m: FormatMemory, escapedNonce: string): string {
-  return memoryOpenTag(m.memory_id, m.category, escapedNonce) + escapeBody(m.content) + MEMORY_CLOSE;
+  return memoryOpenTag(m.memory_id, m.category, escapedNonce, m.date) + escapeBody(m.content) + MEMORY_CLOSE;
 }
 
 /** Tools section: the non-blank schemas as given, one per line. */

@@ -29,6 +29,8 @@ export interface ByteMemory {
   end: number;
   /** Code points of the escaped content (escape.ts `escapedUtf8CodePoints`). */
   escapedCodePoints: number;
+  /** As {@link FormatMemory.date}. */
+  date?: string;
 }
 
 /** A memory to format as spliced UTF-8: its content as text or as bytes. */
@@ -171,8 +173,8 @@ function appendMemorySection(memories: readonly SplicedMemory[], nonce: string, 
   let first = true;
   for (const m of orderByCategory(memories)) {
     const open = first
-      ? memoryOpenTag(m.memory_id, m.category, nonce)
-      : `\n${memoryOpenTag(m.memory_id, m.category, nonce)}`;
+      ? memoryOpenTag(m.memory_id, m.category, nonce, m.date)
+      : `\n${memoryOpenTag(m.memory_id, m.category, nonce, m.date)}`;
     out.text(open);
     codePoints += codePointLength(open);
     if ('content' in m) {

@@ -25,9 +25,13 @@ export interface MemoryRowColumns {
   offsets: Uint32Array;
   /** Interim score (contract.md §7): `composite_score`. */
   score: Float64Array;
-  /** `similarity`, and `relevance_score` too (contract.md §2). */
+  /** `similarity` (contract.md §2). */
   similarity: Float64Array;
   confidence: Float64Array;
+  /** `relevance_score`, `recency_score`, `usefulness_score`: the values the score used. */
+  relevance: Float64Array;
+  recency: Float64Array;
+  usefulness: Float64Array;
   rank: Int32Array;
 }
 
@@ -37,7 +41,9 @@ export interface MemoryRowOrder {
   selected: Int32Array;
   /** Unpacked candidates among the packed ones, canonical order (exclusion `budget`). */
   excluded: Int32Array;
-  /** Candidates [packCount, n) were cut by `max_memories` (exclusion `filter`). */
+  /** Candidates of [0, packCount) filtered in the CPU stage, written first of the `filter` rows. */
+  filtered?: Int32Array;
+  /** Candidates [packCount, n) were filtered before the CPU stage (exclusion `filter`). */
   packCount: number;
   /** Each candidate's packer cost in tokens (`token_estimate`). */
   costs: Int32Array;
@@ -105,6 +111,7 @@ export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder):
   };
   for (const i of order.selected) add(i, 'included');
   for (const i of order.excluded) add(i, 'budget');
+  for (const i of order.filtered ?? []) add(i, 'filter');
   for (let i = order.packCount; i < n; i++) add(i, 'filter');
   return writeRows(cols, rows, kinds, order.costs);
 }
@@ -116,6 +123,10 @@ export interface RowFields {
   score: number;
   similarity: number;
   confidence: number;
+  /** The score's inputs (`composite_v1`); absent: relevance = similarity, the others 0. */
+  relevance?: number;
+  recency?: number;
+  usefulness?: number;
   rank: number;
 }
 
@@ -151,6 +162,9 @@ export function encodeDegradedRows(
     score: new Float64Array(n),
     similarity: new Float64Array(n),
     confidence: new Float64Array(n),
+    relevance: new Float64Array(n),
+    recency: new Float64Array(n),
+    usefulness: new Float64Array(n),
     rank: new Int32Array(n),
   };
   let end = 0;
@@ -164,6 +178,11 @@ export function encodeDegradedRows(
     cols.score[i] = c.score;
     cols.similarity[i] = c.similarity;
     cols.confidence[i] = c.confidence;
+    // A relevance still to be measured in the CPU stage (NaN) was not measured: 0.
+    const relevance = c.relevance ?? c.similarity;
+    cols.relevance[i] = Number.isNaN(relevance) ? 0 : relevance;
+    cols.recency[i] = c.recency ?? 0;
+    cols.usefulness[i] = c.usefulness ?? 0;
     cols.rank[i] = c.rank;
   }
   cols.offsets[3 * n] = end;
@@ -243,9 +262,9 @@ function writeRows(cols: MemoryRowColumns, rows: number[], kinds: RowKind[], cos
     at = writeVarint(out, at, bodies[r]!);
     bytes(F_ID, cols.text, o[3 * i]!, o[3 * i + 1]!);
     float(F_COMPOSITE, cols.score[i]!);
-    float(F_RELEVANCE, cols.similarity[i]!);
-    float(F_RECENCY, 0);
-    float(F_USEFULNESS, 0);
+    float(F_RELEVANCE, cols.relevance[i]!);
+    float(F_RECENCY, cols.recency[i]!);
+    float(F_USEFULNESS, cols.usefulness[i]!);
     out[at++] = F_RANK;
     at = writeInt32(out, at, cols.rank[i]!);
     bytes(F_CATEGORY, cols.text, o[3 * i + 1]!, o[3 * i + 2]!);

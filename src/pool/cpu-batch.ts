@@ -32,9 +32,36 @@ export interface CpuCandidate {
  */
 export type CandidateFields = Omit<CpuCandidate, 'tokens' | 'content'> & {
   tokens?: number;
+  /**
+   * Query relevance the score used (`composite_v1`); NaN = to be measured lexically in the CPU stage
+   * (a memory service's hot hit, see `query`); absent = `similarity` (interim_v1).
+   */
+  relevance?: number;
+  /** Recency the score used; absent = 0 (interim_v1). */
+  recency?: number;
+  /** Usefulness the score used; absent = 0 (interim_v1). */
+  usefulness?: number;
+  /** `memory.created_at`, epoch ms (the date attribute); absent = unknown. */
+  created_at_ms?: number;
   /** The text, or its UTF-8 bytes as a retrieval thread sent them (copied as they are). */
   content: MemoryContent;
 };
+
+/** What the CPU stage filters candidates [0, packCount) by (see {@link CpuTaskScalars.filters}). */
+export interface CpuFilters {
+  /** Drop memories whose text is already in the history (contract.md §7 "Already in the prompt"). */
+  history: boolean;
+  /** The request's query, for candidates whose relevance is NaN; '' = none (relevance 0). */
+  query: string;
+  /** The relevance floor for those candidates (0 when the search did not answer). */
+  relevanceFloor: number;
+  /** w_rel of the call: what a lexical relevance adds to the score. */
+  relevanceWeight: number;
+  /** The composite's relevance exponent: the score gains relevanceWeight × relevance ** it. Absent = 1. */
+  relevanceExponent?: number;
+  /** `max_memories` (0 = no cap). */
+  maxMemories: number;
+}
 
 /** The small values that are cloned to the worker with each task. */
 export interface CpuTaskScalars {
@@ -73,6 +100,16 @@ export interface CpuTaskScalars {
    */
   packCount?: number;
   /**
+   * The service's filters before packing, over candidates [0, packCount) (absent in vectors and
+   * benches): a memory already in the history is `filter`; a candidate whose relevance is NaN gets the
+   * lexical relevance of its content against `query` (its score gains `relevanceWeight` × it, and below
+   * `relevanceFloor` it is `filter`); then `maxMemories` (0 = no cap) keeps the top by (score desc,
+   * memory_id asc) and the rest are `filter`.
+   */
+  filters?: CpuFilters;
+  /** Each packed memory's block carries its date (`memory.created_at`, ISO date) as an attribute. */
+  memoryDates?: boolean;
+  /**
    * Absolute deadline of the CPU stage in ms on the epoch clock `performance.timeOrigin + performance.now()`
    * (the clock of `monotonicNow()`); never `Date.now()`. The round-trip must be over by then (contract.md §10).
    */
@@ -88,6 +125,14 @@ export interface CpuTaskInput extends CpuTaskScalars {
   score: Float64Array;
   similarity: Float64Array;
   confidence: Float64Array;
+  /** Relevance the score used (NaN = measure lexically, see `filters`); the rows' `relevance_score`. */
+  relevance: Float64Array;
+  /** The rows' `recency_score`. */
+  recency: Float64Array;
+  /** The rows' `usefulness_score`. */
+  usefulness: Float64Array;
+  /** `memory.created_at`, epoch ms; NaN = unknown. */
+  createdAt: Float64Array;
   rank: Int32Array;
   tokens: Int32Array;
   /** UTF-8 of every candidate's id, category and content, in that order, concatenated. */
@@ -139,6 +184,8 @@ export interface CpuTaskOutput {
   selected: Int32Array;
   /** Unselected candidate indices in canonical order (exclusion `budget`). */
   excluded: Int32Array;
+  /** Candidates of [0, packCount) the CPU stage filtered (history, lexical floor, max_memories). */
+  filtered: Int32Array;
   /** The formatted context; '' when the task computed the budget (`budgetModel`): see `assembled_utf8`. */
   assembled_context: string;
   /**
@@ -170,6 +217,8 @@ export interface CpuTaskOutput {
 }
 
 const F64 = Float64Array.BYTES_PER_ELEMENT;
+/** score, similarity, confidence, relevance, recency, usefulness, createdAt. */
+const FLOAT_COLUMNS = 7;
 const I32 = Int32Array.BYTES_PER_ELEMENT;
 
 /** Histories from this many bytes on travel in the request's own buffer, when it has one (no copy). */
@@ -223,16 +272,21 @@ export function encodeCandidates(
     textRoom += 3 * (c.memory_id.length + c.category.length);
     textRoom += typeof c.content === 'string' ? 3 * c.content.length : c.content.byteLength;
   }
-  // Layout keeps every view aligned: 3 float64 columns, 2 int32 columns, offsets, then the bytes.
-  const numericBytes = 3 * n * F64 + 2 * n * I32 + (3 * n + 1 + 4 * h) * I32;
+  // Layout keeps every view aligned: 7 float64 columns, 2 int32 columns, offsets, then the bytes.
+  const f64 = FLOAT_COLUMNS * n * F64;
+  const numericBytes = f64 + 2 * n * I32 + (3 * n + 1 + 4 * h) * I32;
   const buffer = new ArrayBuffer(numericBytes + textRoom + historyBytes);
   const score = new Float64Array(buffer, 0, n);
   const similarity = new Float64Array(buffer, n * F64, n);
   const confidence = new Float64Array(buffer, 2 * n * F64, n);
-  const rank = new Int32Array(buffer, 3 * n * F64, n);
-  const tokens = new Int32Array(buffer, 3 * n * F64 + n * I32, n);
-  const offsets = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32, 3 * n + 1);
-  const historySpans = new Uint32Array(buffer, 3 * n * F64 + 2 * n * I32 + (3 * n + 1) * I32, 4 * h);
+  const relevance = new Float64Array(buffer, 3 * n * F64, n);
+  const recency = new Float64Array(buffer, 4 * n * F64, n);
+  const usefulness = new Float64Array(buffer, 5 * n * F64, n);
+  const createdAt = new Float64Array(buffer, 6 * n * F64, n);
+  const rank = new Int32Array(buffer, f64, n);
+  const tokens = new Int32Array(buffer, f64 + n * I32, n);
+  const offsets = new Uint32Array(buffer, f64 + 2 * n * I32, 3 * n + 1);
+  const historySpans = new Uint32Array(buffer, f64 + 2 * n * I32 + (3 * n + 1) * I32, 4 * h);
   // A Buffer view (no copy) writes UTF-8 natively without a subarray per string.
   const bytes = Buffer.from(buffer, numericBytes, textRoom + historyBytes);
   let at = 0;
@@ -241,6 +295,10 @@ export function encodeCandidates(
     score[i] = c.score;
     similarity[i] = c.similarity;
     confidence[i] = c.confidence;
+    relevance[i] = c.relevance ?? c.similarity;
+    recency[i] = c.recency ?? 0;
+    usefulness[i] = c.usefulness ?? 0;
+    createdAt[i] = c.created_at_ms ?? Number.NaN;
     rank[i] = c.rank;
     tokens[i] = c.tokens ?? 0;
     offsets[3 * i] = at;
@@ -292,12 +350,18 @@ export function encodeCandidates(
     nonceBytes: scalars.nonceBytes,
     availableTokens: scalars.availableTokens,
     packCount: scalars.packCount,
+    filters: scalars.filters,
+    memoryDates: scalars.memoryDates,
     deadline: scalars.deadline,
     historyCount: h,
     historyContentPending: history?.contentPending ?? false,
     score,
     similarity,
     confidence,
+    relevance,
+    recency,
+    usefulness,
+    createdAt,
     rank,
     tokens,
     text,
@@ -367,6 +431,10 @@ export function transferList(input: CpuTaskInput): ArrayBuffer[] {
     input.score,
     input.similarity,
     input.confidence,
+    input.relevance,
+    input.recency,
+    input.usefulness,
+    input.createdAt,
     input.rank,
     input.tokens,
     input.text,
@@ -381,7 +449,14 @@ export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
   const spliced = output.assembled_utf8
     ? splicedBuffers(output.assembled_utf8).map((buffer) => ({ buffer }))
     : [];
-  return buffersOf([output.selected, output.excluded, output.costs, output.memory_rows, ...spliced]);
+  return buffersOf([
+    output.selected,
+    output.excluded,
+    output.filtered,
+    output.costs,
+    output.memory_rows,
+    ...spliced,
+  ]);
 }
 
 /**
@@ -390,7 +465,16 @@ export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
  */
 export function validateTaskInput(input: CpuTaskInput): void {
   const n = input.score.length;
-  const columns = ['similarity', 'confidence', 'rank', 'tokens'] as const;
+  const columns = [
+    'similarity',
+    'confidence',
+    'relevance',
+    'recency',
+    'usefulness',
+    'createdAt',
+    'rank',
+    'tokens',
+  ] as const;
   for (const name of columns) {
     if (input[name].length !== n)
       throw new TypeError(`CpuTaskInput.${name} has ${input[name].length} entries, expected ${n}`);

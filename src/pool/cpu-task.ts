@@ -8,6 +8,7 @@ import { threadId } from 'node:worker_threads';
 import { isBpeKind } from '../budget/bpe.js';
 import {
   calculateBudget,
+  dateAttributeLength,
   type TokenBudget,
   wrappedBlockLength,
   wrappedBlockTokens,
@@ -37,6 +38,7 @@ import {
   encodeCandidates,
   validateTaskInput,
 } from './cpu-batch.js';
+import { cpuFilters } from './cpu-filters.js';
 import { calibrateFormatCost, deadlineReserveMs, formatUnits } from './format-cost.js';
 
 export * from './cpu-batch.js';
@@ -58,6 +60,7 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     tokens_used: null,
     selected: empty,
     excluded: new Int32Array(0),
+    filtered: new Int32Array(0),
     assembled_context: '',
     assembled_utf8: null,
     memories_included: 0,
@@ -80,6 +83,22 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
     started_at: startedAt,
     thread_id: threadId,
   };
+}
+
+/** Latest epoch ms a JS Date holds. */
+const MAX_DATE_MS = 8.64e15;
+
+/** Each memory's ISO date (`2023-05-08`, UTC) from its creation time; undefined when unknown. */
+function memoryDates(createdAt: Float64Array): (string | undefined)[] {
+  const out = new Array<string | undefined>(createdAt.length);
+  for (let i = 0; i < createdAt.length; i++) {
+    const ms = createdAt[i]!;
+    out[i] =
+      Number.isFinite(ms) && Math.abs(ms) <= MAX_DATE_MS
+        ? new Date(ms).toISOString().split('T')[0]
+        : undefined;
+  }
+  return out;
 }
 
 /** The task's history bytes as spans. */
@@ -130,6 +149,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     totalUnits += units[i]!;
   }
   const content = (i: number) => bytes.toString('utf8', o[3 * i + 2], o[3 * i + 3]);
+  const dates = input.memoryDates ? memoryDates(input.createdAt) : null;
   let budget: TokenBudget | null = null;
   const costs = new Int32Array(n);
   // Code points of each escaped content, measured from its bytes (estimate kinds); null = not measured.
@@ -148,7 +168,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     if (isBpeKind(kind)) {
       for (let i = 0; i < n; i++) {
         costs[i] = wrappedBlockTokens(
-          { memory_id: ids[i]!, category: categories[i]!, content: content(i) },
+          { memory_id: ids[i]!, category: categories[i]!, content: content(i), date: dates?.[i] },
           nonceChars,
           kind,
           input.nonce,
@@ -165,6 +185,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
           escapedCodePointLength(categories[i]!, true),
           escapedContent[i]!,
           nonceChars,
+          dateAttributeLength(dates?.[i]),
         );
         costs[i] = estimateFromLength(length, kind);
       }
@@ -173,18 +194,45 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     costs.set(input.tokens);
   }
   const packCount = Math.min(n, input.packCount ?? n);
+  // The service's filters (history repeats, lexical relevance, max_memories) leave `kept`; indices of
+  // the packer's answer are mapped back to the input's through it.
+  let kept: number[] | null = null;
+  let filtered = new Int32Array(0);
+  if (input.filters !== undefined && packCount > 0) {
+    const f = cpuFilters({
+      packCount,
+      ids,
+      content,
+      score: input.score,
+      relevance: input.relevance,
+      // Decoded once: the BPE path has the messages already; the estimate path measured bytes only.
+      history: input.filters.history ? (history.messages ?? historyOf(input)) : [],
+      filters: input.filters,
+    });
+    if (f.filtered.length > 0) {
+      kept = f.pack;
+      filtered = Int32Array.from(f.filtered);
+    }
+  }
   let packUnits = 0;
-  for (let i = 0; i < packCount; i++) packUnits += units[i]!;
+  if (kept === null) for (let i = 0; i < packCount; i++) packUnits += units[i]!;
+  else for (const i of kept) packUnits += units[i]!;
   const t1 = performance.now();
   const r = pack({
-    ids: packCount === n ? ids : ids.slice(0, packCount),
-    scores: input.score.subarray(0, packCount),
-    tokens: costs.subarray(0, packCount),
+    ids: kept !== null ? kept.map((i) => ids[i]!) : packCount === n ? ids : ids.slice(0, packCount),
+    scores:
+      kept !== null ? Float64Array.from(kept, (i) => input.score[i]!) : input.score.subarray(0, packCount),
+    tokens: kept !== null ? Int32Array.from(kept, (i) => costs[i]!) : costs.subarray(0, packCount),
     budget: budget ? budget.usable_budget : input.budget,
     dpCellCeiling: input.dpCellCeiling,
     maxConsecutiveSkips: input.maxConsecutiveSkips,
-    deadline: input.deadline - deadlineReserveMs(packCount === n ? totalUnits : packUnits),
+    deadline: input.deadline - deadlineReserveMs(packCount === n && kept === null ? totalUnits : packUnits),
   });
+  if (kept !== null) {
+    const map = kept;
+    r.selected = Int32Array.from(r.selected, (k) => map[k]!);
+    r.excluded = Int32Array.from(r.excluded, (k) => map[k]!);
+  }
   const t2 = performance.now();
   const memories: SplicedMemory[] = new Array(r.selected.length);
   let selectedUnits = 0;
@@ -204,8 +252,9 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
             start,
             end,
             escapedCodePoints: escapedContent[i]!,
+            date: dates?.[i],
           }
-        : { memory_id: ids[i]!, category: categories[i]!, content: content(i) };
+        : { memory_id: ids[i]!, category: categories[i]!, content: content(i), date: dates?.[i] };
   }
   const formatted = formatTask(input, budget, history, memories);
   const t3 = performance.now();
@@ -217,10 +266,17 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     tokens_used: formatted.tokens_used,
     selected: r.selected,
     excluded: r.excluded,
+    filtered,
     assembled_context: formatted.assembled_context,
     assembled_utf8: formatted.assembled_utf8,
     memories_included: memories.length,
-    memory_rows: encodeMemoryRows(input, { selected: r.selected, excluded: r.excluded, packCount, costs }),
+    memory_rows: encodeMemoryRows(input, {
+      selected: r.selected,
+      excluded: r.excluded,
+      filtered,
+      packCount,
+      costs,
+    }),
     pack: {
       path: r.path,
       greedy_reason: r.greedy_reason,

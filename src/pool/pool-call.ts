@@ -51,9 +51,24 @@ export class Call implements FairEntry {
  * caller's views are detached at `run()` even when the task has to wait for a thread.
  */
 export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
-  const { score, similarity, confidence, rank, tokens, text, offsets, history, historySpans } = input;
+  const { score, similarity, confidence, relevance, recency, usefulness, createdAt } = input;
+  const { rank, tokens, text, offsets, history, historySpans } = input;
   const moved = structuredClone(
-    { score, similarity, confidence, rank, tokens, text, offsets, history, historySpans },
+    {
+      score,
+      similarity,
+      confidence,
+      relevance,
+      recency,
+      usefulness,
+      createdAt,
+      rank,
+      tokens,
+      text,
+      offsets,
+      history,
+      historySpans,
+    },
     { transfer: transferList(input) },
   );
   // A plain copy whose existing keys are then overwritten: V8 11 adds properties after a spread
@@ -62,6 +77,10 @@ export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
   out.score = moved.score;
   out.similarity = moved.similarity;
   out.confidence = moved.confidence;
+  out.relevance = moved.relevance;
+  out.recency = moved.recency;
+  out.usefulness = moved.usefulness;
+  out.createdAt = moved.createdAt;
   out.rank = moved.rank;
   out.tokens = moved.tokens;
   out.text = moved.text;

@@ -20,6 +20,12 @@ export interface CompositeOptions {
   exponent: number;
   /** Now, epoch ms (recency). */
   nowMs: number;
+  /**
+   * The store is a memory service and the call has a query: a hot hit the search did not return gets
+   * relevance NaN, measured lexically in the CPU stage (src/pool/cpu-filters.ts), which applies the
+   * floor to it; its score here lacks the relevance term.
+   */
+  lexicalHot?: boolean;
 }
 
 /**
@@ -32,11 +38,17 @@ export function compositeCandidates(
   o: CompositeOptions,
 ): { candidates: ScoredCandidate[]; belowFloor: ScoredCandidate[] } {
   const relevance = candidateRelevance(hot, cold);
+  if (o.lexicalHot) {
+    const searched = new Set<string>();
+    for (const hit of cold) searched.add(hit.memory_id);
+    for (const hit of hot) if (!searched.has(hit.memory_id)) relevance.set(hit.memory_id, Number.NaN);
+  }
   const out: ScoredCandidate[] = [];
   const position = new Map<string, number>();
   for (const list of [hot, cold]) {
     for (const hit of list) {
       const rel = relevance.get(hit.memory_id) ?? 0;
+      const measured = !Number.isNaN(rel);
       const rec = recency(hit.category, hit.created_at_ms, o.nowMs);
       // The stores' feedback score and inclusion count (contract.md §7a); a source without them
       // (a memory service) reads as neutral and never included.
@@ -52,9 +64,10 @@ export function compositeCandidates(
         similarity: hit.similarity,
         rank: hit.rank,
         source: hit.source,
+        created_at_ms: hit.created_at_ms,
         score: compositeScore(
           {
-            relevance: rel ** o.exponent,
+            relevance: measured ? rel ** o.exponent : 0,
             recency: rec,
             usefulness: use,
             confidence: hit.confidence,
@@ -80,6 +93,7 @@ export function compositeCandidates(
   }
   const candidates: ScoredCandidate[] = [];
   const belowFloor: ScoredCandidate[] = [];
-  for (const c of out) (c.relevance! >= o.floor ? candidates : belowFloor).push(c);
+  // NaN (measured in the CPU stage) passes here: the CPU stage applies the floor to it.
+  for (const c of out) (!(c.relevance! < o.floor) ? candidates : belowFloor).push(c);
   return { candidates, belowFloor };
 }

@@ -14,38 +14,73 @@ export interface RankRequest {
   maxMemories: number;
   /** AssemblyOptions fields 3–6 when any is set (validated), else null/absent. */
   weights?: RequestWeights | null;
+  /** The request's query ('' or absent: none). */
+  query?: string;
+}
+
+/** One call's ranking: see {@link rankCandidates}. */
+export interface Ranked {
+  /** Packed from (canonical order of first appearance), within `max_memories`. */
+  kept: ScoredCandidate[];
+  /** Rows `filter`: below the relevance floor, then cut by `max_memories`. */
+  filtered: ScoredCandidate[];
+  /** Every candidate that passed the floor, before the `max_memories` cut (the CPU stage's input). */
+  eligible: ScoredCandidate[];
+  /** Below the relevance floor. */
+  belowFloor: ScoredCandidate[];
+  scoreSchema: string;
+  /** w_rel of the call (0 under interim_v1). */
+  relevanceWeight: number;
+  /** The floor applied (0 when relevance was not measured or under interim_v1). */
+  floor: number;
 }
 
 /**
- * @returns `kept` (packed from, canonical order of first appearance), `filtered` (rows `filter`: below
- *   the relevance floor, then cut by `max_memories`) and the schema that ran.
+ * @param lexicalHot the store is a memory service: its hot hits that the search did not return are
+ *   measured lexically in the CPU stage (composite-rank.ts `lexicalHot`).
+ * @returns the candidates split for the CPU stage (`eligible`, `belowFloor`) and for an answer without
+ *   it (`kept`, `filtered`), the schema that ran, its w_rel and floor.
  */
 export function rankCandidates(
   req: RankRequest,
   retrieval: Pick<RetrievalResult, 'hot' | 'cold' | 'branches'>,
   ranking: RankingSettings,
   nowMs: number = Date.now(),
-): { kept: ScoredCandidate[]; filtered: ScoredCandidate[]; scoreSchema: string } {
+  lexicalHot = false,
+): Ranked {
   if (ranking.scoreSchema === 'interim_v1') {
-    const { kept, filtered } = applyMaxMemories(
-      dedupeAndScore(retrieval.hot, retrieval.cold),
-      req.maxMemories,
-    );
-    return { kept, filtered, scoreSchema: SCORE_SCHEMA };
+    const eligible = dedupeAndScore(retrieval.hot, retrieval.cold);
+    const { kept, filtered } = applyMaxMemories(eligible, req.maxMemories);
+    return {
+      kept,
+      filtered,
+      eligible,
+      belowFloor: [],
+      scoreSchema: SCORE_SCHEMA,
+      relevanceWeight: 0,
+      floor: 0,
+    };
   }
   // Without an answered search (no query, cold skipped or failed) relevance is not measured: the floor
   // would filter every hot memory for a failure of the cold branch, so it is not applied then.
   const measured = retrieval.branches.some((b) => b.name === 'cold' && b.status === 'success');
+  const weights = effectiveWeights(ranking.weights, req.weights ?? null);
+  const floor = measured ? ranking.relevanceFloor : 0;
   const { candidates, belowFloor } = compositeCandidates(retrieval.hot, retrieval.cold, {
-    weights: effectiveWeights(ranking.weights, req.weights ?? null),
-    floor: measured ? ranking.relevanceFloor : 0,
+    weights,
+    floor,
     exponent: ranking.relevanceExponent,
     nowMs,
+    lexicalHot: lexicalHot && (req.query ?? '') !== '',
   });
   const { kept, filtered } = applyMaxMemories(candidates, req.maxMemories);
   return {
     kept,
     filtered: belowFloor.length === 0 ? filtered : belowFloor.concat(filtered),
+    eligible: candidates,
+    belowFloor,
     scoreSchema: 'composite_v1',
+    relevanceWeight: weights.relevance,
+    floor,
   };
 }

@@ -45,6 +45,7 @@ export function dedupeAndScore(hot: readonly MemoryHit[], cold: readonly MemoryH
         similarity: hit.similarity,
         rank: hit.rank,
         source: hit.source,
+        created_at_ms: hit.created_at_ms,
         score: interimScore(hit.similarity, hit.confidence),
       };
       const at = position.get(hit.memory_id);

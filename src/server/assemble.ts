@@ -88,7 +88,7 @@ interface CpuOutcome {
   poolReason: string | null;
 }
 
-/** The ids of the packed candidates: `selected` indexes `kept` (the CPU stage's input columns). */
+/** The ids of the packed candidates: `selected` indexes the CPU stage's input columns. */
 function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): Generator<string> {
   for (const i of selected) {
     const c = kept[i];
@@ -118,6 +118,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const logDegraded = degradedAssemblyLog(logger);
   const reserve = new StageReserve(settings.cpuStageReserveMs);
   const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates);
+  // A memory service's hot hits carry no query relevance: the CPU stage measures it lexically.
+  const lexicalHot = sources.kind.memory === 'http';
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
   // Admission at arrival (SPEC §10 amended): past the adaptive limit a call is answered at once from
@@ -292,9 +294,13 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const start = monotonicNow();
     const directive = retrieval.directive?.content ?? null;
     candidateLimit.observe(retrieval.cold);
-    const { kept, filtered, scoreSchema } = rankCandidates(req, retrieval, settings.ranking);
-    // Scored candidates go as they are: encodeCandidates reads only the fields it needs.
-    const candidates: readonly CandidateFields[] = filtered.length === 0 ? kept : kept.concat(filtered);
+    const ranked = rankCandidates(req, retrieval, settings.ranking, Date.now(), lexicalHot);
+    const { kept, filtered, scoreSchema } = ranked;
+    // Scored candidates go as they are: encodeCandidates reads only the fields it needs. The CPU stage
+    // gets every candidate above the floor and applies max_memories itself, after dropping history
+    // repeats and measuring the lexical relevances (src/pool/cpu-filters.ts).
+    const candidates: readonly CandidateFields[] =
+      ranked.belowFloor.length === 0 ? ranked.eligible : ranked.eligible.concat(ranked.belowFloor);
     const nonce = generateNonce(settings.nonceBytes);
     const input = encodeCandidates(
       candidates,
@@ -310,13 +316,33 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         budgetModel: resolved,
         nonceBytes: settings.nonceBytes,
         availableTokens: req.availableTokens,
-        packCount: kept.length,
+        packCount: ranked.eligible.length,
+        filters: {
+          history: true,
+          query: req.query,
+          relevanceFloor: ranked.floor,
+          relevanceWeight: ranked.relevanceWeight,
+          relevanceExponent: settings.ranking.relevanceExponent,
+          maxMemories: req.maxMemories,
+        },
+        memoryDates: settings.memoryDates,
       },
       req.history,
     );
     const rankingMs = monotonicNow() - start;
     return {
-      assembly: { req, ctx, retrieval, kept, filtered, nonce, rankingMs, historyBytes, scoreSchema },
+      assembly: {
+        req,
+        ctx,
+        retrieval,
+        kept,
+        columns: candidates,
+        filtered,
+        nonce,
+        rankingMs,
+        historyBytes,
+        scoreSchema,
+      },
       input,
     };
   }
@@ -436,7 +462,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         : 'L2';
     // The packed memories count toward their frequency (contract.md §7): a map update, no I/O here.
     if (stage && deps.inclusions && stage.output.selected.length > 0) {
-      deps.inclusions.record(req.orgId, includedIds(a.kept, stage.output.selected));
+      deps.inclusions.record(req.orgId, includedIds(a.columns, stage.output.selected));
     }
     response.degradation = {
       level,

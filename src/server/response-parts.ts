@@ -18,6 +18,8 @@ export interface Assembly {
   readonly retrieval: RetrievalResult;
   /** Candidates within `max_memories`, canonical order (the CPU stage's indices point here). */
   readonly kept: readonly ScoredCandidate[];
+  /** The CPU stage's input columns, in order: what its `selected` indexes. */
+  readonly columns: readonly { memory_id: string }[];
   /** Candidates cut by `max_memories` (rows `filter`). */
   readonly filtered: readonly ScoredCandidate[];
   /** The prompt's nonce (contract.md §9). */

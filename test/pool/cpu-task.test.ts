@@ -100,6 +100,8 @@ describe('encodeCandidates', () => {
       nonceBytes: 16,
       availableTokens: 512,
       packCount: 0,
+      filters: { history: true, query: 'q', relevanceFloor: 0.15, relevanceWeight: 0.9, maxMemories: 3 },
+      memoryDates: true,
     };
     // Required<…>: a key CpuTaskScalars gains must be listed here, and then encodeCandidates must carry it.
     const input = encodeCandidates([], all);
@@ -196,6 +198,10 @@ describe('transferList', () => {
       score: new Float64Array(own, 0, 1),
       similarity: new Float64Array(own, 8, 1),
       confidence: new Float64Array(1),
+      relevance: new Float64Array(own, 16, 1),
+      recency: new Float64Array(own, 24, 1),
+      usefulness: new Float64Array(own, 40, 1),
+      createdAt: new Float64Array(own, 48, 1),
       rank: new Int32Array(shared, 0, 1),
       tokens: new Int32Array(1),
       text: new Uint8Array(0),

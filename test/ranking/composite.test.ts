@@ -66,6 +66,35 @@ describe('composite_v1', () => {
     );
   });
 
+  it('a memory service’s hot hit the search did not return is left to the CPU stage (relevance NaN)', () => {
+    const hot = [hit(1, 'hot', 0.9, { created_at_ms: Date.UTC(2023, 4, 8) }), hit(2, 'hot', 0.9)];
+    const cold = [hit(2, 'vector', 0.8)];
+    const out = rankCandidates(
+      { maxMemories: 1, query: 'tea' },
+      { hot, cold, branches: coldOk },
+      settings,
+      Date.now(),
+      true,
+    );
+    // Not below the floor here; max_memories is the CPU stage's too, so `eligible` holds both.
+    expect(out.eligible.map((c) => c.rank)).toEqual([1, 2]);
+    expect(out.belowFloor).toEqual([]);
+    expect(out.eligible[0]!.relevance).toBeNaN();
+    expect(out.eligible[0]!.created_at_ms).toBe(Date.UTC(2023, 4, 8));
+    expect(out.eligible[1]!.relevance).toBeCloseTo(0.8, 12);
+    expect(out.relevanceWeight).toBe(effectiveWeights(settings.weights, null).relevance);
+    expect(out.floor).toBe(settings.relevanceFloor);
+    // Without a query there is nothing to measure against: relevance 0 as for any unsearched hot hit.
+    const none = rankCandidates(
+      { maxMemories: 0 },
+      { hot, cold, branches: coldOk },
+      settings,
+      Date.now(),
+      true,
+    );
+    expect(none.belowFloor.map((c) => c.rank)).toEqual([1]);
+  });
+
   it('does not apply the floor when the search did not answer', () => {
     const out = rankCandidates(
       { maxMemories: 0 },

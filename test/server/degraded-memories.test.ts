@@ -131,6 +131,7 @@ function assembly(
       bounded: { oversize: 0, ignored: 0 },
     } as unknown as Assembly['retrieval'],
     kept,
+    columns: kept,
     filtered,
     nonce: NONCE,
     rankingMs: 0,

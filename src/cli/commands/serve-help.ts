@@ -104,6 +104,10 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'exact BPE counts for o200k_base / cl100k_base (contract.md §5)',
     default: (s) => String(s.exactTokens),
   },
+  IBEX_CONTEXT_MEMORY_DATES: {
+    meaning: 'each memory block carries its date (created_at, ISO date) as a date attribute',
+    default: (s) => String(s.memoryDates),
+  },
   IBEX_CONTEXT_MAX_MEMORY_CHARS: {
     meaning: 'longest memory kept, code points; longer hits dropped as oversize',
     default: (s) => String(s.maxMemoryChars),
