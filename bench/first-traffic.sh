@@ -11,7 +11,7 @@ starts="${2:-3}"
 port="${3:-20200}"
 tmp="$(mktemp -d)"
 export IBEX_CONTEXT_EMBEDDED_DB="$tmp/ibex.db"
-cli=(node dist/src/cli/main.js)
+cli=(node dist/src/tools/cli/main.js)
 "${cli[@]}" ingest --locomo "$locomo" > /dev/null
 "${cli[@]}" memory-server --db "$IBEX_CONTEXT_EMBEDDED_DB" --port "$((port + 10))" --token bench > "$tmp/ms.log" 2>&1 &
 ms=$!
@@ -25,7 +25,7 @@ for path in embedded memory; do
       extra=(IBEX_CONTEXT_MEMORY_BASE_URL="http://127.0.0.1:$((port + 10))" IBEX_CONTEXT_MEMORY_API_TOKEN=bench)
     fi
     env "${extra[@]}" IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$port" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((port + 1))" \
-      node --initial-old-space-size=128 --v8-pool-size=0 dist/src/cli/main.js serve > "$tmp/serve.log" 2>&1 &
+      node --initial-old-space-size=128 --v8-pool-size=0 dist/src/tools/cli/main.js serve > "$tmp/serve.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" > /dev/null && break; sleep 0.25; done
     "${cli[@]}" replay --addr "127.0.0.1:$port" --locomo "$locomo" --limit 300 --json > "$tmp/r.json" 2> /dev/null || true

@@ -6,10 +6,10 @@
  */
 
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
-import { formatTail } from '../../src/client/load-report.js';
-import type { TransportName } from '../../src/client/load-transport.js';
-import type { RequestSource } from '../../src/client/request-source.js';
+import { type LoadReport, runLoad } from '../../src/tools/client/load-driver.js';
+import { formatTail } from '../../src/tools/client/load-report.js';
+import type { TransportName } from '../../src/tools/client/load-transport.js';
+import type { RequestSource } from '../../src/tools/client/request-source.js';
 import { parsePrometheus, type ServerStepStats, snapshot, stepStats, sumOf } from './server-metrics.js';
 import type { ServiceProcess } from './service-process.js';
 import { readThreads, type ThreadCpuStep, threadCpuStep } from './thread-cpu.js';

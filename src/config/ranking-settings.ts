@@ -3,8 +3,8 @@
  * composite weights and how many cold candidates the project's stores are asked for at most.
  */
 import { z } from 'zod';
-import { Errors } from '../errors.js';
 import { DEFAULT_WEIGHTS, type Weights } from '../ranking/composite.js';
+import { Errors } from '../wire/errors.js';
 
 /** Score schemas the service can run (SPEC §7). */
 export type ScoreSchema = 'interim_v1' | 'composite_v1';

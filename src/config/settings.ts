@@ -6,9 +6,9 @@
 
 import os from 'node:os';
 import { z } from 'zod';
-import { Errors } from '../errors.js';
 import { DEFAULT_MAX_MEMORY_CHARS } from '../retrieval/validate.js';
-import { MAX_ASSEMBLE_REQUEST_BYTES } from '../server/limits.js';
+import { Errors } from '../wire/errors.js';
+import { MAX_ASSEMBLE_REQUEST_BYTES } from '../wire/limits.js';
 import { loadRankingSettings, type RankingSettings } from './ranking-settings.js';
 import { timeoutMsSchema } from './timeout.js';
 

@@ -15,7 +15,7 @@
  * Pure: runs in the pool worker and on the main thread.
  */
 
-import { varintLength, writeVarint } from './varint.js';
+import { varintLength, writeVarint } from '../wire/varint.js';
 
 /** One row's columns as the CPU stage holds them (the task's transferred candidate columns). */
 export interface MemoryRowColumns {

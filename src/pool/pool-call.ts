@@ -1,9 +1,9 @@
 /** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
 
+import type { CpuTaskInput } from '../cpu-stage/cpu-task.js';
+import { transferList } from '../cpu-stage/cpu-task.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { ArmedTimer, Scheduler } from '../util/clock.js';
-import type { CpuTaskInput } from './cpu-task.js';
-import { transferList } from './cpu-task.js';
 import type { FairEntry } from './fair-queue.js';
 import type { CpuRunOptions, CpuStageResult } from './pool-client.js';
 

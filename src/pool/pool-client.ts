@@ -23,17 +23,17 @@
  */
 import { Piscina } from 'piscina';
 import { LARGE_TASK_BYTES, type PoolSettings } from '../config/settings.js';
-import { Errors } from '../errors.js';
-import type { AbortSignalLike } from '../util/abort.js';
-import { afterPendingIo, armAt, monotonicNow, type Scheduler } from '../util/clock.js';
-import { stackless } from '../util/stackless.js';
 import {
   type CpuTaskInput,
   type CpuTaskOutput,
   transferList,
   validateTaskInput,
   warmupInput,
-} from './cpu-task.js';
+} from '../cpu-stage/cpu-task.js';
+import type { AbortSignalLike } from '../util/abort.js';
+import { afterPendingIo, armAt, monotonicNow, type Scheduler } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
+import { Errors } from '../wire/errors.js';
 import { FairQueue } from './fair-queue.js';
 import { Call, takeOwnership } from './pool-call.js';
 import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';

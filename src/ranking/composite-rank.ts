@@ -3,7 +3,7 @@
  * then the composite. The dedupe rule is interim_v1's (score.ts): hot first, a later copy replaces the
  * kept one only if its score is strictly higher, or equal with a strictly lower rank.
  */
-import type { MemoryHit, ScoredCandidate } from '../types.js';
+import type { MemoryHit, ScoredCandidate } from '../wire/types.js';
 import { compositeScore, frequency, recency, type Weights } from './composite.js';
 import { candidateRelevance } from './relevance.js';
 

@@ -4,9 +4,10 @@
  * `timeout`/`outer_deadline`, while finished branches are kept. `retrieve` never throws for a
  * dependency failure and returns as soon as the wall (or the caller's signal) fires.
  */
-import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
+
 import type { AbortSignalLike } from '../util/abort.js';
 import { type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
+import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../wire/types.js';
 import { BranchRace, type Settled } from './branch-race.js';
 import type { RetrievalSources } from './sources.js';
 import {

@@ -3,10 +3,11 @@
  * through the same checks and the same org/agent scoping. Hand-written rather than zod because it runs
  * on every hit of every request and must not allocate issue objects for the common valid case.
  */
-import type { MemoryHit } from '../types.js';
+
+import { type MemoryContent, utf8ExceedsCodePoints } from '../text/content-bytes.js';
+import { canonicalUuid } from '../util/uuid.js';
+import type { MemoryHit } from '../wire/types.js';
 import { BranchErrors } from './branch-error.js';
-import { type MemoryContent, utf8ExceedsCodePoints } from './content-bytes.js';
-import { canonicalUuid } from './uuid.js';
 
 /** Hot read size (contract.md §4.1 `limit=20`). */
 export const HOT_LIMIT = 20;

@@ -3,7 +3,7 @@
  * time: the current limit, the calls it holds in flight, and the calls shed at arrival.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { AdaptiveConcurrencyLimit } from '../server/admission.js';
+import type { AdaptiveConcurrencyLimit } from '../request/admission.js';
 
 /** Series names (the admin endpoint's `/metrics`). */
 export const ADMISSION_SERIES = {

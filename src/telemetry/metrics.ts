@@ -6,12 +6,12 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import { requestsDecidedEarly } from '../patches/early-decision.js';
-import { uploadTurnWaits } from '../patches/upload-turns.js';
+import { requestsDecidedEarly } from '../grpc/patches/early-decision.js';
+import { uploadTurnWaits } from '../grpc/patches/upload-turns.js';
 import type { PoolStats } from '../pool/pool-stats.js';
-import type { MemoryThreadStats } from '../retrieval/memory-http-thread.js';
+import type { MemoryThreadStats } from '../retrieval/http/memory-http-thread.js';
 import { PG_EVENTS, type PgEventCounts } from '../retrieval/postgres/pg-stats.js';
-import type { StoreReadStats } from '../retrieval/store-reader.js';
+import type { StoreReadStats } from '../retrieval/sqlite/store-reader.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 import { startLoopDelayMonitor } from './loop-delay.js';
 

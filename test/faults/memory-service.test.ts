@@ -12,8 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/tools/memory-server/server.js';
 import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
 import {
   type MemoryRouter,

@@ -10,13 +10,13 @@ import { createRequire } from 'node:module';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { copySpliced, FROM_SOURCE } from '../../src/format/spliced.js';
-import { assembleLargeMessagesIn } from '../../src/patches/pooled-message-decoder.js';
+import { assembleLargeMessagesIn } from '../../src/grpc/patches/pooled-message-decoder.js';
 import {
   MESSAGE_BUFFERS,
   MessageBufferPool,
   POOLED_MESSAGE_FROM_BYTES,
 } from '../../src/util/message-buffers.js';
+import { copySpliced, FROM_SOURCE } from '../../src/wire/spliced.js';
 import { request, tenant, useTestService } from '../e2e/harness.js';
 import { assembleInWorker, decodeAnswer, decodeBomb, encodeRequest } from './wire-helpers.js';
 
