@@ -6,9 +6,8 @@
 
 import os from 'node:os';
 import { z } from 'zod';
-import { DEFAULT_MAX_MEMORY_CHARS } from '../retrieval/validate.js';
 import { Errors } from '../wire/errors.js';
-import { MAX_ASSEMBLE_REQUEST_BYTES } from '../wire/limits.js';
+import { DEFAULT_MAX_MEMORY_CHARS, MAX_ASSEMBLE_REQUEST_BYTES } from '../wire/limits.js';
 import { loadRankingSettings, type RankingSettings } from './ranking-settings.js';
 import { timeoutMsSchema } from './timeout.js';
 

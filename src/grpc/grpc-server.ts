@@ -20,16 +20,16 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
 import type { Settings } from '../config/settings.js';
+import type { AssembleFn, AssembleResult } from '../request/assemble-fn.js';
 import { authorizeRequest } from '../request/authorize-request.js';
 import {
   type AbortSignalLike,
   abortCause,
-  type CallContext,
   type CallContextHandle,
   createCallContext,
   monotonicNow,
 } from '../request/call-context.js';
-import { type ValidatedRequest, validateWireRequest } from '../request/validate.js';
+import { validateWireRequest } from '../request/validate.js';
 import {
   decodeAssembleRequest,
   RequestPrefixScanner,
@@ -45,7 +45,6 @@ import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
   contextServiceDefinition,
-  type DegradationLevel,
   gatheredAnswer,
   PROTO_DIR,
   PROTO_FILES,
@@ -66,22 +65,7 @@ import { UploadTurns } from './upload-turns.js';
 /** The AssembleContext request's prefix scanner (one factory, not one closure per call). */
 const newPrefixScanner = () => new RequestPrefixScanner();
 
-/** What the injected pipeline returns for one assembly. */
-export interface AssembleResult {
-  response: AssembleContextResponse;
-  /**
-   * Degradation level; also sent as `x-ibex-context-level`. `x-ibex-context-degraded` is true when the
-   * level is not L0 or `response.degradation.reasons` is not empty (a missing directive, contract.md §10).
-   */
-  level: DegradationLevel;
-}
-
-/**
- * The assembly pipeline (src/server/assemble.ts). It should honour `ctx.signal` and resolve before
- * `ctx.deadline`; dependency failures resolve with a degraded response, never reject (contract.md §11).
- * A rejection with an {@link IbexError} becomes that error's status; anything else becomes INTERNAL.
- */
-export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<AssembleResult>;
+export type { AssembleFn, AssembleResult } from '../request/assemble-fn.js';
 
 /** Options of {@link createGrpcServer}. */
 export interface GrpcServerOptions {

@@ -5,7 +5,7 @@ import { transferList } from '../cpu-stage/cpu-task.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { ArmedTimer, Scheduler } from '../util/clock.js';
 import type { FairEntry } from './fair-queue.js';
-import type { CpuRunOptions, CpuStageResult } from './pool-client.js';
+import type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
 /** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
 export class Call implements FairEntry {

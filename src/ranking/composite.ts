@@ -3,30 +3,9 @@
  * composite = w_rel·relevance + w_rec·recency + w_use·usefulness + w_conf·confidence + w_freq·frequency,
  * after the relevance floor. Pure; float64.
  */
+import type { Weights } from '../config/ranking-settings.js';
 
-/** Composite weights; they sum to 1. */
-export interface Weights {
-  relevance: number;
-  recency: number;
-  usefulness: number;
-  confidence: number;
-  frequency: number;
-}
-
-/**
- * The project's default weights, chosen by evidence recall on LoCoMo (docs/scoring.md has the grid):
- * relevance carries the selection and recency breaks ties among equally relevant memories. Every weight
- * on a term that is the same for all candidates (usefulness without feedback, frequency) or unrelated to
- * the question (confidence) measured lower: the knapsack maximises a sum, so a constant per memory
- * favours many small memories over the relevant ones.
- */
-export const DEFAULT_WEIGHTS: Readonly<Weights> = Object.freeze({
-  relevance: 0.9,
-  recency: 0.1,
-  usefulness: 0,
-  confidence: 0,
-  frequency: 0,
-});
+export { DEFAULT_WEIGHTS, type Weights } from '../config/ranking-settings.js';
 
 /** Half-lives of recency by category, days (SPEC §7); anything else is `unknown`. */
 export const HALF_LIFE_DAYS: Readonly<Record<string, number>> = Object.freeze({

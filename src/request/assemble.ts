@@ -8,7 +8,6 @@ import type { Logger } from 'pino';
 import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
 import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../cpu-stage/cpu-task.js';
-import type { AssembleFn } from '../grpc/grpc-server.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { CandidateLimit } from '../ranking/candidate-limit.js';
 import { rankCandidates } from '../ranking/rank-stage.js';
@@ -30,6 +29,7 @@ import {
   historyLost,
   warmDegradedAnswer,
 } from './answers.js';
+import type { AssembleFn } from './assemble-fn.js';
 import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
 import { abortCause, type CallContext } from './call-context.js';
 import type { Assembly } from './response-parts.js';

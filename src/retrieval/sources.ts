@@ -10,33 +10,17 @@ import type { Directive } from '../wire/types.js';
 import { BranchErrors } from './branch-error.js';
 import { parseDirectiveObject } from './directive.js';
 import { HttpMemorySource } from './http/memory-http.js';
-import { type MemoryThreadStats, RoutedMemorySource } from './http/memory-http-thread.js';
+import { RoutedMemorySource } from './http/memory-http-thread.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
+import type { DirectiveSource, MemorySource, RetrievalSources, SourceHits, StoreReadStats } from './ports.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
 import { RedisDirectiveSource } from './redis/directive-redis.js';
-import type { DirectiveSource, MemorySource, SourceHits } from './retrieve.js';
 import { EmbeddedStore, type StoreHit } from './sqlite/embedded-store.js';
-import {
-  inProcessReads,
-  PooledStoreReads,
-  type StoreReadStats,
-  type StoreReads,
-} from './sqlite/store-reader.js';
+import { inProcessReads, PooledStoreReads, type StoreReads } from './sqlite/store-reader.js';
 import type { RawHits } from './validate.js';
 
-/** The sources one service instance reads from. */
-export interface RetrievalSources {
-  directive: DirectiveSource;
-  memory: MemorySource;
-  /** Closes every source and the embedded store; idempotent. */
-  close(): Promise<void>;
-  kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
-  /** Store-read thread figures for metrics; absent without store-read threads. */
-  storeReads?: () => StoreReadStats;
-  /** Memory-fetch thread figures for metrics; absent unless a memory service is read through it. */
-  memoryThread?: () => MemoryThreadStats;
-}
+export type { RetrievalSources } from './ports.js';
 
 /** Options of {@link createSources}. */
 export interface CreateSourcesOptions {

@@ -13,8 +13,8 @@ import { BranchErrors } from './branch-error.js';
 export const HOT_LIMIT = 20;
 /** Cold search size (contract.md §4.1 `limit: 10`). */
 export const SEARCH_LIMIT = 10;
-/** Default `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, code points (contract.md §3). */
-export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
+export { DEFAULT_MAX_MEMORY_CHARS } from '../wire/limits.js';
+
 /** Room for the envelope around the results, bytes. */
 const ENVELOPE_BYTES = 1024;
 /** Room per item for everything but the content (ids, category, source, numbers, extra fields), bytes. */

@@ -13,6 +13,9 @@ export const LIMITS = {
   maxMemories: 100,
 } as const;
 
+/** Default `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, code points (contract.md §3). */
+export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
+
 /** UTF-8 needs at most this many bytes per code point, so a field of b bytes has ≥ ⌈b/4⌉ code points. */
 export const MAX_UTF8_BYTES_PER_CODE_POINT = 4;
 

@@ -6,7 +6,9 @@
  * grpc-js for incremental deserialization or an early answer (searched grpc/grpc-node); it follows this
  * service's request format, not a grpc-js bug.
  */
+
 import http2 from 'node:http2';
+import { provideTransportCounters } from '../../telemetry/transport-counters.js';
 import {
   type PrefixScanner,
   READ_STATE,
@@ -44,6 +46,7 @@ let decidedEarly = 0;
 export function requestsDecidedEarly(): number {
   return decidedEarly;
 }
+provideTransportCounters({ requestsDecidedEarly });
 
 /**
  * A large request message (≥ `POOLED_MESSAGE_FROM_BYTES`, uncompressed) of a method for which `scannerFor`

@@ -6,7 +6,9 @@
  * its flow-control window, so the sender's further bytes wait on its side. No upstream issue or PR asks
  * grpc-js for per-call read scheduling (searched grpc/grpc-node); it is this service's isolation policy.
  */
+
 import type http2 from 'node:http2';
+import { provideTransportCounters } from '../../telemetry/transport-counters.js';
 import { POOLED_MESSAGE_FROM_BYTES } from '../../util/message-buffers.js';
 import type { UploadCall, UploadTurns } from '../upload-turns.js';
 import {
@@ -52,6 +54,7 @@ let turnWaits = 0;
 export function uploadTurnWaits(): number {
   return turnWaits;
 }
+provideTransportCounters({ uploadTurnWaits });
 
 /**
  * Makes the large request messages (≥ {@link POOLED_MESSAGE_FROM_BYTES}) of each connection take turns

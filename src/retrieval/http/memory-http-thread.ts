@@ -17,7 +17,10 @@ import { Piscina } from 'piscina';
 import { projectRoot } from '../../pool/worker-file.js';
 import { monotonicNow } from '../../util/clock.js';
 import { BranchError, type BranchErrorCode, BranchErrors } from '../branch-error.js';
-import type { MemorySource } from '../retrieve.js';
+import type { MemorySource, MemoryThreadStats } from '../ports.js';
+
+export type { MemoryThreadStats } from '../ports.js';
+
 import type { ValidatedHits } from '../validate.js';
 import { INLINE_BODY_BYTES } from './body-decoder.js';
 import { HttpMemorySource, type HttpMemorySourceOptions, memoryBaseUrl } from './memory-http.js';
@@ -140,14 +143,6 @@ export const HEAVY_BODY_BYTES = INLINE_BODY_BYTES;
 export const HEAVY_HOLD_MS = 30_000;
 /** Heavy marks kept before expired ones are swept (orgs that never come back). */
 const MAX_MARKS = 4096;
-
-/** What {@link RoutedMemorySource.stats} reports (metrics). */
-export interface MemoryThreadStats {
-  /** Reads sent to the memory-fetch thread since start. */
-  threadReads: number;
-  /** Orgs whose reads go to the thread now. */
-  heavyOrgs: number;
-}
 
 /** Options of {@link RoutedMemorySource}. */
 export interface RoutedMemoryOptions {

@@ -9,7 +9,7 @@
 import { Pool } from 'undici';
 import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../../util/message-buffers.js';
 import { BranchErrors, isBranchError } from '../branch-error.js';
-import type { MemorySource } from '../retrieve.js';
+import type { MemorySource } from '../ports.js';
 import {
   DEFAULT_MAX_MEMORY_CHARS,
   type HitLimits,

@@ -7,7 +7,7 @@
 import type { Directive } from '../../wire/types.js';
 import { BranchError, BranchErrors } from '../branch-error.js';
 import { parseDirectiveObject } from '../directive.js';
-import type { DirectiveSource, MemorySource } from '../retrieve.js';
+import type { DirectiveSource, MemorySource } from '../ports.js';
 import type { RawHits } from '../validate.js';
 import { PgStatementTimeout, type PgStore } from './pg-store.js';
 

@@ -28,7 +28,7 @@ import type { Directive } from '../../wire/types.js';
 import { BranchErrors } from '../branch-error.js';
 import { directiveKey, parseDirectiveValue } from '../directive.js';
 import { type RetrievalLogger, silentLogger } from '../logger.js';
-import type { DirectiveSource } from '../retrieve.js';
+import type { DirectiveSource } from '../ports.js';
 
 /** Options of {@link RedisDirectiveSource.connect}. */
 export interface RedisDirectiveSourceOptions {

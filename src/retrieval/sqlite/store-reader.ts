@@ -14,7 +14,10 @@ import { type FairEntry, FairQueue } from '../../pool/fair-queue.js';
 import { projectRoot } from '../../pool/worker-file.js';
 import type { MemoryContent } from '../../text/content-bytes.js';
 import { stackless } from '../../util/stackless.js';
-import type { SourceHits } from '../retrieve.js';
+import type { SourceHits, StoreReadStats } from '../ports.js';
+
+export type { StoreReadStats } from '../ports.js';
+
 import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
 
 /** One read. */
@@ -89,14 +92,6 @@ export function inProcessReads(store: EmbeddedStore): StoreReads {
     getDirective: (org, agent) => store.getDirective(org, agent),
     close: async () => {},
   };
-}
-
-/** Store-read figures for metrics. */
-export interface StoreReadStats {
-  /** Reads waiting for a store-read thread. */
-  queueSize: number;
-  /** Reads refused at once because that queue was full (cold branch `error`, code `busy`). */
-  busyRejections: number;
 }
 
 /**
