@@ -250,7 +250,7 @@ describe('healthcheck --local (the Docker HEALTHCHECK)', () => {
 
   it('the Dockerfile runs it', () => {
     expect(readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8')).toMatch(
-      /HEALTHCHECK[^\n]*\\\n\s+CMD \["node", "dist\/src\/cli\/main\.js", "healthcheck", "--local"\]/,
+      /HEALTHCHECK[^\n]*\\\n\s+CMD \["node", "dist\/src\/tools\/cli\/main\.js", "healthcheck", "--local"\]/,
     );
   });
 
