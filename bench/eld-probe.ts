@@ -8,8 +8,8 @@
  * on stdout, `{"p50":…,"p99":…,"max":…}` in ms. It exits when stdin closes.
  */
 import { createInterface } from 'node:readline';
-import { round } from '../src/client/stats.js';
 import { startLoopDelayMonitor } from '../src/telemetry/loop-delay.js';
+import { round } from '../src/tools/client/stats.js';
 
 const monitor = startLoopDelayMonitor();
 const lines = createInterface({ input: process.stdin });

@@ -13,7 +13,7 @@ PORT=${BENCH_GRPC_PORT:-19600}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 DB="$WORK/store.db"
-CLI="node dist/src/cli/main.js"
+CLI="node dist/src/tools/cli/main.js"
 cat >"$WORK/exact-catalog.json" <<'JSON'
 {"schema_version":1,"models":[],"families":[
  {"tokenizer_family":"o200k_base","estimate_kind":"bpe_o200k_base","safety_buffer_fraction":0.02},
@@ -25,7 +25,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # $1 label, $2 exact (true/false), $3 catalog for the replay check ('' = built-in)
   IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_EXACT_TOKENS="$2" IBEX_CONTEXT_LOG_LEVEL=warn \
     IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
-    node dist/src/cli/main.js serve >"$WORK/$1.log" 2>&1 &
+    node dist/src/tools/cli/main.js serve >"$WORK/$1.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 100); do
     curl -sf "http://127.0.0.1:$((PORT + 1))/readyz" >/dev/null 2>&1 && break

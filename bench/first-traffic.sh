@@ -13,7 +13,7 @@ port="${3:-20200}"
 pg_url="${4:-}"
 tmp="$(mktemp -d)"
 export IBEX_CONTEXT_EMBEDDED_DB="$tmp/ibex.db"
-cli=(node dist/src/cli/main.js)
+cli=(node dist/src/tools/cli/main.js)
 "${cli[@]}" ingest --locomo "$locomo" > /dev/null
 paths=(embedded memory)
 if [ -n "$pg_url" ]; then
@@ -34,7 +34,7 @@ for path in "${paths[@]}"; do
       extra=(IBEX_CONTEXT_POSTGRES_URL="$pg_url")
     fi
     env "${extra[@]}" IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$port" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((port + 1))" \
-      node --initial-old-space-size=128 --v8-pool-size=0 dist/src/cli/main.js serve > "$tmp/serve.log" 2>&1 &
+      node --initial-old-space-size=128 --v8-pool-size=0 dist/src/tools/cli/main.js serve > "$tmp/serve.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" > /dev/null && break; sleep 0.25; done
     "${cli[@]}" replay --addr "127.0.0.1:$port" --locomo "$locomo" --limit 300 --json > "$tmp/r.json" 2> /dev/null || true

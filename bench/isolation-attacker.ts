@@ -16,15 +16,15 @@ import http from 'node:http';
 import type net from 'node:net';
 import { parentPort, workerData } from 'node:worker_threads';
 import { type Client, Metadata } from '@grpc/grpc-js';
-import { errorKey } from '../src/client/cli-options.js';
+import { errorKey } from '../src/tools/client/cli-options.js';
 import {
   ASSEMBLE_METHOD,
   createRawClient,
   startUnary,
   type UnaryMethod,
-} from '../src/client/context-client.js';
-import type { AssembleContextRequestInput } from '../src/server/proto.js';
-import { LEVEL_HEADER } from '../src/wire-headers.js';
+} from '../src/tools/client/context-client.js';
+import type { AssembleContextRequestInput } from '../src/wire/proto.js';
+import { LEVEL_HEADER } from '../src/wire/wire-headers.js';
 
 /** What the bench hands the attacker. */
 export interface AttackerData {

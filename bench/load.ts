@@ -23,11 +23,11 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
-import { runLoad } from '../src/client/load-driver.js';
-import { type TransportName, transportFlag } from '../src/client/load-transport.js';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
+import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';
+import { budgetMix, mixedSource, probeCandidateTokens } from '../src/tools/client/budget-mix.js';
+import { runLoad } from '../src/tools/client/load-driver.js';
+import { type TransportName, transportFlag } from '../src/tools/client/load-transport.js';
 import {
   type BenchFlagValues,
   machineInfo,

@@ -1,4 +1,4 @@
-import { runLoad } from '../src/client/load-driver.js';
+import { runLoad } from '../src/tools/client/load-driver.js';
 import { runBenchMain } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { writeResult } from './lib/paths.js';

@@ -2,9 +2,10 @@
  * Packer quality on generated instances: a seeded generator of the issue's instance families and
  * the exact optimum by a plain DP over exact token weights, so `bench:pack` reports quality beside timings.
  */
-import { type EstimateKind, estimateFromLength } from '../src/budget/estimate.js';
+
 import { BUCKET_TOKENS, type PackInput, pack } from '../src/pack/packer.js';
 import { interimScore } from '../src/ranking/score.js';
+import { type EstimateKind, estimateFromLength } from '../src/text/estimate.js';
 import { seededRandom } from './lib/synthetic.js';
 
 /** The four size regimes of the generated instances. */

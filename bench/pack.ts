@@ -8,9 +8,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { Bench } from 'tinybench';
-import { runJsonCommand } from '../src/cli/json-commands.js';
 import { DEFAULT_DP_CELL_CEILING, DEFAULT_MAX_CONSECUTIVE_SKIPS } from '../src/config/settings.js';
 import { pack } from '../src/pack/packer.js';
+import { runJsonCommand } from '../src/tools/cli/json-commands.js';
 import { cpuTaskFigures } from './cpu-task-heavy.js';
 import { projectPath, writeResult } from './lib/paths.js';
 import { packColumns, seededRandom, syntheticCandidates } from './lib/synthetic.js';

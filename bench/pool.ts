@@ -19,10 +19,10 @@
 import os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep, setImmediate as yieldToLoop } from 'node:timers/promises';
-import { estimateTokens } from '../src/budget/estimate.js';
-import { medianOfSorted, percentilesOf } from '../src/client/stats.js';
-import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/pool/cpu-task.js';
+import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/cpu-stage/cpu-task.js';
 import { CpuPool } from '../src/pool/pool-client.js';
+import { estimateTokens } from '../src/text/estimate.js';
+import { medianOfSorted, percentilesOf } from '../src/tools/client/stats.js';
 import { writeResult } from './lib/paths.js';
 import { type SyntheticCandidate, syntheticCandidates, toCpuCandidate } from './lib/synthetic.js';
 import { readThreads } from './lib/thread-cpu.js';

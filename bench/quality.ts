@@ -22,12 +22,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { CapabilityCatalog } from '../src/budget/catalog.js';
-import { estimateTokens } from '../src/budget/estimate.js';
-import { createContextClient } from '../src/client/context-client.js';
 import { memoryBlock } from '../src/format/formatter.js';
-import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/locomo/dataset.js';
-import { ingestLocomo } from '../src/locomo/ingest.js';
-import { EmbeddedStore } from '../src/retrieval/embedded-store.js';
+import { EmbeddedStore } from '../src/retrieval/sqlite/embedded-store.js';
+import { estimateTokens } from '../src/text/estimate.js';
+import { createContextClient } from '../src/tools/client/context-client.js';
+import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/tools/locomo/dataset.js';
+import { ingestLocomo } from '../src/tools/locomo/ingest.js';
 import { machineInfo } from './lib/bench-run.js';
 import {
   addItem,

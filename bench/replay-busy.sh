@@ -17,11 +17,11 @@ cleanup() {
 }
 trap cleanup EXIT
 DB="$WORK/store.db"
-CLI="node dist/src/cli/main.js"
+CLI="node dist/src/tools/cli/main.js"
 IBEX_CONTEXT_EMBEDDED_DB="$DB" $CLI ingest --locomo "$LOCOMO" >"$WORK/ingest.json"
 IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_LOG_LEVEL=warn \
   IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
-  node --initial-old-space-size=128 --v8-pool-size=0 dist/src/cli/main.js serve >"$WORK/serve.log" 2>&1 &
+  node --initial-old-space-size=128 --v8-pool-size=0 dist/src/tools/cli/main.js serve >"$WORK/serve.log" 2>&1 &
 SERVICE=$!
 PIDS+=("$SERVICE")
 for _ in $(seq 1 150); do

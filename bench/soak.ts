@@ -14,8 +14,8 @@
  * run must stay within max(1 ms, 25 % of the mean p99).
  */
 
-import { runLoad } from '../src/client/load-driver.js';
-import { percentilesOf } from '../src/client/stats.js';
+import { runLoad } from '../src/tools/client/load-driver.js';
+import { percentilesOf } from '../src/tools/client/stats.js';
 import { runBenchMain } from './lib/bench-run.js';
 import { latencyOf, outcomeTracker, tallyJson } from './lib/outcomes.js';
 import { writeResult } from './lib/paths.js';

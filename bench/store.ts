@@ -23,16 +23,16 @@ import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import v8 from 'node:v8';
 import Database from 'better-sqlite3';
 import { Bench } from 'tinybench';
-import { LOCOMO_ORG_ID, readLocomo } from '../src/locomo/dataset.js';
-import { locomoDirective, locomoMemories } from '../src/locomo/ingest.js';
 import {
   bm25ToSimilarity,
   DEFAULT_MAX_MEMORY_CHARS,
   EmbeddedStore,
   searchSql,
-} from '../src/retrieval/embedded-store.js';
-import { toFtsQuery } from '../src/retrieval/fts-query.js';
-import { scopeText } from '../src/retrieval/store-schema.js';
+} from '../src/retrieval/sqlite/embedded-store.js';
+import { scopeText } from '../src/retrieval/sqlite/store-schema.js';
+import { toFtsQuery } from '../src/text/fts-query.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../src/tools/locomo/dataset.js';
+import { locomoDirective, locomoMemories } from '../src/tools/locomo/ingest.js';
 import { ftsSegments } from './lib/fts-segments.js';
 import { projectPath, writeResult } from './lib/paths.js';
 

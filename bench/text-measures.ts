@@ -4,8 +4,8 @@
  * they are noisy, the lead re-runs them quiet.
  */
 import { Bench } from 'tinybench';
-import { codePointLength } from '../src/budget/estimate.js';
-import { escapedCodePointLength, escapedUtf8CodePoints } from '../src/format/escape.js';
+import { escapedCodePointLength, escapedUtf8CodePoints } from '../src/text/escape.js';
+import { codePointLength } from '../src/text/estimate.js';
 
 /** One measured text: the heavy shapes (emoji history, CJK history, HTML memories, plain ASCII). */
 interface TextShape {

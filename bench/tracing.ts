@@ -14,10 +14,10 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { booleanFlags, stringFlags } from '../src/cli/command-args.js';
-import { budgetMix, mixedSource, probeCandidateTokens } from '../src/client/budget-mix.js';
-import { runLoad } from '../src/client/load-driver.js';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
+import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';
+import { budgetMix, mixedSource, probeCandidateTokens } from '../src/tools/client/budget-mix.js';
+import { runLoad } from '../src/tools/client/load-driver.js';
 import { AB_GROUPS, type AbStep, summariseAb } from './internal/lib/ab-summary.js';
 import {
   type BenchFlagValues,

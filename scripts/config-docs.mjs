@@ -6,7 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { configurationMarkdown } from '../dist/src/cli/commands/configuration-doc.js';
+import { configurationMarkdown } from '../dist/src/tools/cli/commands/configuration-doc.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 writeFileSync(path.join(ROOT, 'docs', 'configuration.md'), configurationMarkdown());

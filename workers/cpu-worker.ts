@@ -4,7 +4,7 @@
  * Imports only pure modules (the CPU task, and through it the packer and formatter), never the server.
  * The pool points at the compiled `dist/workers/cpu-worker.js`.
  */
-import { warmBpe } from '../src/budget/bpe.js';
+
 import { exactTokensSetting } from '../src/config/settings.js';
 import {
   type CpuTaskInput,
@@ -12,9 +12,10 @@ import {
   outputTransferList,
   runCpuTask,
   warmCpuTask,
-} from '../src/pool/cpu-task.js';
+} from '../src/cpu-stage/cpu-task.js';
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
+import { warmBpe } from '../src/text/bpe.js';
 
 // bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.pool);

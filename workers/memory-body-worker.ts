@@ -7,10 +7,10 @@
 
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
-import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
-import { bytesInPlace } from '../src/retrieval/content-bytes.js';
+import type { BodyDecodeResult, BodyDecodeTask } from '../src/retrieval/http/body-decoder.js';
 import { decodeMemoryBody } from '../src/retrieval/validate.js';
+import { bytesInPlace } from '../src/text/content-bytes.js';
 import { POOLED_MESSAGE_FROM_BYTES } from '../src/util/message-buffers.js';
 
 nameThisThread(THREAD_NAMES.decoder);

@@ -7,16 +7,16 @@
 import { workerData } from 'piscina';
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
-import { BodyDecoder } from '../src/retrieval/body-decoder.js';
 import { BranchError } from '../src/retrieval/branch-error.js';
-import { bytesInPlace } from '../src/retrieval/content-bytes.js';
-import { HttpMemorySource } from '../src/retrieval/memory-http.js';
+import { BodyDecoder } from '../src/retrieval/http/body-decoder.js';
+import { HttpMemorySource } from '../src/retrieval/http/memory-http.js';
 import type {
   MemoryFetchConfig,
   MemoryFetchResult,
   MemoryFetchTask,
-} from '../src/retrieval/memory-http-thread.js';
+} from '../src/retrieval/http/memory-http-thread.js';
 import type { ValidatedHits } from '../src/retrieval/validate.js';
+import { bytesInPlace } from '../src/text/content-bytes.js';
 
 nameThisThread(THREAD_NAMES.memory);
 

@@ -6,15 +6,15 @@
  */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
-import { bytesInPlace, type MemoryContent } from '../src/retrieval/content-bytes.js';
-import { EmbeddedStore, type StoreHit } from '../src/retrieval/embedded-store.js';
+import { EmbeddedStore, type StoreHit } from '../src/retrieval/sqlite/embedded-store.js';
 import type {
   StoreRead,
   StoreReadAnswer,
   StoreReadBatch,
   StoreReadReply,
-} from '../src/retrieval/store-reader.js';
+} from '../src/retrieval/sqlite/store-reader.js';
 import { DEFAULT_MAX_MEMORY_CHARS, SEARCH_LIMIT, validateHits } from '../src/retrieval/validate.js';
+import { bytesInPlace, type MemoryContent } from '../src/text/content-bytes.js';
 
 // bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.store);

@@ -15,10 +15,10 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { stringFlags } from '../../src/cli/command-args.js';
-import { budgetMix, mixedSource, probeCandidateTokens } from '../../src/client/budget-mix.js';
-import { runLoad } from '../../src/client/load-driver.js';
 import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
+import { stringFlags } from '../../src/tools/cli/command-args.js';
+import { budgetMix, mixedSource, probeCandidateTokens } from '../../src/tools/client/budget-mix.js';
+import { runLoad } from '../../src/tools/client/load-driver.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -44,7 +44,7 @@ const USAGE = `usage: npm run bench:internal -- ab --builds <checkout>,<checkout
 const FLAGS = stringFlags('builds', 'rate', 'rounds', 'step-seconds', 'warmup-seconds', 'constrained');
 
 /** A checkout's service entry point. */
-const ENTRY = 'dist/src/cli/main.js';
+const ENTRY = 'dist/src/tools/cli/main.js';
 const entryOf = (build: string) => path.join(build, ENTRY);
 
 interface Options {

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:internal -- early-decision [--rounds 6] [--seconds 5] [--bomb-rate 4] [--quiet-rate 100]`:
- * A/B of the early wire decision (src/patches/early-decision.ts). Two service processes (the gRPC server
+ * A/B of the early wire decision (src/grpc/patches/early-decision.ts). Two service processes (the gRPC server
  * with a stub pipeline that refuses every call INVALID_ARGUMENT), one with the decision on and one with its
  * scanner switched off (`decideRequestsOnTheWire(() => null)`: grpc-js reads the whole message, the wire
  * decoder still stops counting at the 101st message). Rounds alternate between them (order reversed every
@@ -13,14 +13,14 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import protobuf from 'protobufjs/minimal.js';
-import { stringFlags } from '../../src/cli/command-args.js';
-import { median, percentilesOf, round } from '../../src/client/stats.js';
-import { Errors } from '../../src/errors.js';
-import { decideRequestsOnTheWire } from '../../src/patches/early-decision.js';
-import { createGrpcServer } from '../../src/server/grpc-server.js';
-import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/server/limits.js';
-import { contextServiceDefinition } from '../../src/server/proto.js';
+import { createGrpcServer } from '../../src/grpc/grpc-server.js';
+import { decideRequestsOnTheWire } from '../../src/grpc/patches/early-decision.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { stringFlags } from '../../src/tools/cli/command-args.js';
+import { median, percentilesOf, round } from '../../src/tools/client/stats.js';
+import { Errors } from '../../src/wire/errors.js';
+import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/wire/limits.js';
+import { contextServiceDefinition } from '../../src/wire/proto.js';
 import { benchOptions, machineInfo, parseInteger, parseNumber, runBenchMain } from '../lib/bench-run.js';
 import { writeResult } from '../lib/paths.js';
 import { readThreads } from '../lib/thread-cpu.js';

@@ -43,12 +43,16 @@ import {
   workerData,
 } from 'node:worker_threads';
 import Database from 'better-sqlite3';
-import { stringFlags } from '../../src/cli/command-args.js';
-import { runLoad } from '../../src/client/load-driver.js';
-import { median } from '../../src/client/stats.js';
-import { DEFAULT_MAX_MEMORY_CHARS, EmbeddedStore, searchSql } from '../../src/retrieval/embedded-store.js';
-import { toFtsQuery } from '../../src/retrieval/fts-query.js';
+import {
+  DEFAULT_MAX_MEMORY_CHARS,
+  EmbeddedStore,
+  searchSql,
+} from '../../src/retrieval/sqlite/embedded-store.js';
 import { scopeToken } from '../../src/retrieval/store-rows.js';
+import { toFtsQuery } from '../../src/text/fts-query.js';
+import { stringFlags } from '../../src/tools/cli/command-args.js';
+import { runLoad } from '../../src/tools/client/load-driver.js';
+import { median } from '../../src/tools/client/stats.js';
 import { type CpuTaskRow, cpuTaskFigures } from '../cpu-task-heavy.js';
 import { GRPC_FORMS, type GrpcForm, startBareGrpcServer } from '../lib/bare-grpc.js';
 import {

@@ -3,7 +3,7 @@
  * `--trace-gc-nvp` (bench/internal/lib/gc-trace.ts), e.g. from
  * `npm run bench:load -- --node-arg=--trace-gc-nvp --service-log /tmp/svc.log …`.
  */
-import { booleanFlags, stringFlags } from '../../src/cli/command-args.js';
+import { booleanFlags, stringFlags } from '../../src/tools/cli/command-args.js';
 import { benchOptions, logFlags, readParsedLines, runBenchMain } from '../lib/bench-run.js';
 import { parseGcLine, summariseGc } from './lib/gc-trace.js';
 

@@ -8,10 +8,10 @@
  * which collects every 64 MB of it on the main thread; src/util/message-buffers.ts reuses request buffers.
  */
 import { randomUUID } from 'node:crypto';
-import { stringFlags } from '../../src/cli/command-args.js';
-import { encodeRequestFrame } from '../../src/client/grpc-frames.js';
-import { RawChannel, type RawOutcome } from '../../src/client/raw-grpc.js';
-import { percentilesOf } from '../../src/client/stats.js';
+import { stringFlags } from '../../src/tools/cli/command-args.js';
+import { encodeRequestFrame } from '../../src/tools/client/grpc-frames.js';
+import { RawChannel, type RawOutcome } from '../../src/tools/client/raw-grpc.js';
+import { percentilesOf } from '../../src/tools/client/stats.js';
 import { benchOptions, machineInfo, parseNumber, runBenchMain, tempDir } from '../lib/bench-run.js';
 import { writeResult } from '../lib/paths.js';
 import { snapshot, stepStats } from '../lib/server-metrics.js';

@@ -2,7 +2,7 @@
 # Usage: bench/internal/idle-wakeups.sh <port-base>  — starts `serve` idle, samples /proc over 10 s, prints CPU ms and ctx switches/s.
 cd "$(dirname "$0")/../.."
 D=$(mktemp -d)
-IBEX_CONTEXT_GRPC_ADDR=127.0.0.1:$1 IBEX_CONTEXT_ADMIN_ADDR=127.0.0.1:$(( $1 + 1 )) IBEX_CONTEXT_EMBEDDED_DB=$D/s.db IBEX_CONTEXT_LOG_LEVEL=silent node dist/src/cli/main.js serve & P=$!
+IBEX_CONTEXT_GRPC_ADDR=127.0.0.1:$1 IBEX_CONTEXT_ADMIN_ADDR=127.0.0.1:$(( $1 + 1 )) IBEX_CONTEXT_EMBEDDED_DB=$D/s.db IBEX_CONTEXT_LOG_LEVEL=silent node dist/src/tools/cli/main.js serve & P=$!
 sleep 4
 tck=$(getconf CLK_TCK)
 read_cpu(){ awk '{print $14+$15}' /proc/$P/stat; }

@@ -3,8 +3,8 @@
  * thread's ArrayBuffer / external memory growth between mark-compacts, from the log that
  * bench/internal/external-memory-preload.ts writes (bench/internal/lib/memory-log.ts); with `--rate`, also KB per call.
  */
-import { booleanFlags, stringFlags } from '../../src/cli/command-args.js';
-import { round } from '../../src/client/stats.js';
+import { booleanFlags, stringFlags } from '../../src/tools/cli/command-args.js';
+import { round } from '../../src/tools/client/stats.js';
 import { benchOptions, logFlags, parseNumber, readParsedLines, runBenchMain } from '../lib/bench-run.js';
 import { parseMemoryLine, summariseMemoryLog } from './lib/memory-log.js';
 

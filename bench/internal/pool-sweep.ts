@@ -16,8 +16,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { stringFlags } from '../../src/cli/command-args.js';
-import { median } from '../../src/client/stats.js';
+import { stringFlags } from '../../src/tools/cli/command-args.js';
+import { median } from '../../src/tools/client/stats.js';
 import {
   type BenchFlagValues,
   machineInfo,

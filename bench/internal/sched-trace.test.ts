@@ -70,7 +70,7 @@ describe('sched-trace summary', () => {
     const s = summariseMainThreadWaits(events(TRACE), '100');
     expect(s.window_s).toBe(5.5 / 1000);
     expect(s.waits).toBe(2);
-    // Percentiles from the benches' HDR estimator (src/client/stats.ts): of two waits, the median is the lower.
+    // Percentiles from the benches' HDR estimator (src/tools/client/stats.ts): of two waits, the median is the lower.
     expect(s.wait_ms).toEqual({ total: 2.5, p50: 0.5, p99: 2, max: 2 });
     expect(s.waits_over_1ms).toBe(1);
     expect(s.waits_over_2ms).toBe(0);

@@ -6,7 +6,7 @@
  *   perf record -e sched:sched_switch,sched:sched_wakeup -a -o /tmp/sched.data -- sleep 5
  *   perf script -i /tmp/sched.data -F comm,tid,pid,cpu,time,event,trace > /tmp/sched.txt
  */
-import { booleanFlags, stringFlags } from '../../src/cli/command-args.js';
+import { booleanFlags, stringFlags } from '../../src/tools/cli/command-args.js';
 import { benchOptions, parseNumber, readParsedLines, runBenchMain } from '../lib/bench-run.js';
 import { parseSchedLine, summariseMainThreadWaits } from './lib/sched-trace.js';
 

@@ -13,12 +13,12 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { percentilesOf } from '../../src/client/stats.js';
-import { startMemoryServer } from '../../src/memory-server/server.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
-import { HttpMemorySource } from '../../src/retrieval/memory-http.js';
+import { HttpMemorySource } from '../../src/retrieval/http/memory-http.js';
 import { retrieve } from '../../src/retrieval/retrieve.js';
 import { EmbeddedDirectiveSource } from '../../src/retrieval/sources.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
+import { percentilesOf } from '../../src/tools/client/stats.js';
+import { startMemoryServer } from '../../src/tools/memory-server/server.js';
 import { writeResult } from '../lib/paths.js';
 
 const WALL_MS = 40;

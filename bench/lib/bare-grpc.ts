@@ -8,7 +8,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { Server, ServerCredentials, type ServiceDefinition, type sendUnaryData } from '@grpc/grpc-js';
 import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
-import { type AssembleContextResponse, contextServiceDefinition } from '../../src/server/proto.js';
+import { type AssembleContextResponse, contextServiceDefinition } from '../../src/wire/proto.js';
 import { cannedAnswer } from './canned-rows.js';
 import { projectPath } from './paths.js';
 

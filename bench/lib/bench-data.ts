@@ -3,9 +3,9 @@
  * requests that go with it, the same for every run of a seed.
  */
 
-import { cyclingSource, type RequestSource } from '../../src/client/request-source.js';
-import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/embedded-store.js';
-import type { AssembleContextRequestInput } from '../../src/server/proto.js';
+import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
+import { cyclingSource, type RequestSource } from '../../src/tools/client/request-source.js';
+import type { AssembleContextRequestInput } from '../../src/wire/proto.js';
 import { seededRandom } from './synthetic.js';
 
 /** Shape of the generated data. */

@@ -8,8 +8,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { type Flags, stringFlags } from '../../src/cli/command-args.js';
-import { numberFlag } from '../../src/client/cli-options.js';
+import { type Flags, stringFlags } from '../../src/tools/cli/command-args.js';
+import { numberFlag } from '../../src/tools/client/cli-options.js';
 import { projectPath } from './paths.js';
 
 /** A temporary directory for the bench's SQLite store, removed when the process exits (any way). */

@@ -2,7 +2,7 @@
  * `memories_used` rows for the benches' canned AssembleContext answers (bench:driver, bench:frames,
  * bench:floor): 30 rows the size of a LoCoMo answer's, fixed ids and scores; and the canned answer itself.
  */
-import type { AssembleContextResponse, MemoryUsed } from '../../src/server/proto.js';
+import type { AssembleContextResponse, MemoryUsed } from '../../src/wire/proto.js';
 
 /** What varies between the benches' rows. */
 export interface CannedRowOptions {

@@ -8,8 +8,8 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ASSEMBLE_PATH, encodeRequestFrame } from '../../src/client/grpc-frames.js';
-import type { AssembleContextRequestInput } from '../../src/server/proto.js';
+import { ASSEMBLE_PATH, encodeRequestFrame } from '../../src/tools/client/grpc-frames.js';
+import type { AssembleContextRequestInput } from '../../src/wire/proto.js';
 import { readThreads } from './thread-cpu.js';
 
 /** What one h2load run measured. */

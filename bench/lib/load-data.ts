@@ -10,16 +10,16 @@
  */
 
 import path from 'node:path';
-import { locomoRequests } from '../../src/client/locomo-requests.js';
-import { cyclingSource, type RequestSource } from '../../src/client/request-source.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
+import { locomoRequests } from '../../src/tools/client/locomo-requests.js';
+import { cyclingSource, type RequestSource } from '../../src/tools/client/request-source.js';
 import {
   LOCOMO_ORG_ID,
   type LocomoConversation,
   parseLocomoSample,
   readLocomo,
-} from '../../src/locomo/dataset.js';
-import { ingestLocomo } from '../../src/locomo/ingest.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+} from '../../src/tools/locomo/dataset.js';
+import { ingestLocomo } from '../../src/tools/locomo/ingest.js';
 import { tempDir } from './bench-run.js';
 import { seededRandom } from './synthetic.js';
 

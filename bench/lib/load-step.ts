@@ -6,10 +6,10 @@
  */
 
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
-import { formatTail } from '../../src/client/load-report.js';
-import type { TransportName } from '../../src/client/load-transport.js';
-import type { RequestSource } from '../../src/client/request-source.js';
+import { type LoadReport, runLoad } from '../../src/tools/client/load-driver.js';
+import { formatTail } from '../../src/tools/client/load-report.js';
+import type { TransportName } from '../../src/tools/client/load-transport.js';
+import type { RequestSource } from '../../src/tools/client/request-source.js';
 import { parsePrometheus, type ServerStepStats, snapshot, stepStats, sumOf } from './server-metrics.js';
 import type { ServiceProcess } from './service-process.js';
 import { readThreads, type ThreadCpuStep, threadCpuStep } from './thread-cpu.js';
@@ -76,7 +76,7 @@ export interface StepRow {
   packing: LoadReport['packing'];
   /**
    * The step's slow calls (over the driver's tail threshold: bench:load's p99 target) grouped into
-   * incidents by send time (src/client/tail-incidents.ts); optional in results written before it.
+   * incidents by send time (src/tools/client/tail-incidents.ts); optional in results written before it.
    */
   tail?: LoadReport['tail'];
   /** Driver transport. */
@@ -89,7 +89,7 @@ export interface StepRow {
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
 /**
- * The step's tail line (src/client/load-report.ts `formatTail`) with the main thread's mark-compacts of
+ * The step's tail line (src/tools/client/load-report.ts `formatTail`) with the main thread's mark-compacts of
  * the same window beside it: at 1,000 req/s their period matched the large incidents'
  * (docs/design/main-thread.md, "Where the tail comes from").
  */

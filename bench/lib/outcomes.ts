@@ -4,9 +4,9 @@
  */
 import { status } from '@grpc/grpc-js';
 import { build, type Histogram } from 'hdr-histogram-js';
-import { statusName } from '../../src/client/cli-options.js';
-import type { LoadCall } from '../../src/client/load-types.js';
-import type { CallEnd } from '../../src/client/raw-grpc.js';
+import { statusName } from '../../src/tools/client/cli-options.js';
+import type { LoadCall } from '../../src/tools/client/load-types.js';
+import type { CallEnd } from '../../src/tools/client/raw-grpc.js';
 
 /** Who decided a call's final status. */
 export type Decider = 'ok' | 'service' | 'server_transport' | 'client' | 'connection';

@@ -6,8 +6,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { runLoad } from '../../src/client/load-driver.js';
-import type { LoadOptions, LoadReport } from '../../src/client/load-types.js';
+import { runLoad } from '../../src/tools/client/load-driver.js';
+import type { LoadOptions, LoadReport } from '../../src/tools/client/load-types.js';
 import { startBareGrpcServer } from './bare-grpc.js';
 import { parsePrometheus, sumOf } from './server-metrics.js';
 import type { ServiceProcess } from './service-process.js';

@@ -2,9 +2,9 @@
  * The saturation ramp of the load-held benches: geometric open-loop steps until one is not clean,
  * then bisections.
  */
-import { type LoadReport, runLoad } from '../../src/client/load-driver.js';
-import { driverLimited } from '../../src/client/load-report.js';
-import type { RequestSource } from '../../src/client/request-source.js';
+import { type LoadReport, runLoad } from '../../src/tools/client/load-driver.js';
+import { driverLimited } from '../../src/tools/client/load-report.js';
+import type { RequestSource } from '../../src/tools/client/request-source.js';
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 

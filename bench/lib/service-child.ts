@@ -8,7 +8,7 @@ import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
-import { numberFlag } from '../../src/client/cli-options.js';
+import { numberFlag } from '../../src/tools/client/cli-options.js';
 import { type BenchData, type BenchDataOptions, seedStore } from './bench-data.js';
 import { machineInfo, tempDir } from './bench-run.js';
 import { type findSaturation, resolveSaturation } from './ramp.js';

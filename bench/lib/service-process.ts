@@ -1,5 +1,5 @@
 /**
- * The service under test in a child process of its own (`node dist/src/cli/main.js serve`), so that the
+ * The service under test in a child process of its own (`node dist/src/tools/cli/main.js serve`), so that the
  * load driver and the server are separate processes, as they are in production, and the driver's CPU is
  * not mistaken for the server's. Loopback only: both ports are picked free on 127.0.0.1.
  *
@@ -31,7 +31,7 @@ export interface ServiceProcessOptions {
   /** A file that receives everything the child prints (stdout and stderr), truncated at start. */
   logFile?: string;
   /**
-   * The service's `main.js` (default this checkout's `dist/src/cli/main.js`): another checkout's build
+   * The service's `main.js` (default this checkout's `dist/src/tools/cli/main.js`): another checkout's build
    * for an A/B of two builds (bench:ab).
    */
   entry?: string;
@@ -211,7 +211,7 @@ export async function startServiceProcess(opts: ServiceProcessOptions): Promise<
     [
       ...(opts.plainNode ? [] : SERVICE_NODE_FLAGS),
       ...(opts.nodeArgs ?? []),
-      opts.entry ?? projectPath('dist/src/cli/main.js'),
+      opts.entry ?? projectPath('dist/src/tools/cli/main.js'),
       'serve',
     ],
     {

@@ -1,10 +1,11 @@
 /**
  * Seeded synthetic candidates for benchmarks (fixed seed ⇒ the same shapes every run).
  */
-import { type EstimateKind, estimateTokens } from '../../src/budget/estimate.js';
-import { seededRandom } from '../../src/client/request-source.js';
-import type { CpuCandidate } from '../../src/pool/cpu-task.js';
+
+import type { CpuCandidate } from '../../src/cpu-stage/cpu-task.js';
 import { interimScore } from '../../src/ranking/score.js';
+import { type EstimateKind, estimateTokens } from '../../src/text/estimate.js';
+import { seededRandom } from '../../src/tools/client/request-source.js';
 
 export { seededRandom };
 

@@ -15,8 +15,8 @@ import { Bench } from 'tinybench';
 import type { CpuStageResult } from '../../src/pool/pool-client.js';
 import { tracingConfigFromEnv } from '../../src/telemetry/tracing/config.js';
 import { startTracing, type Tracing } from '../../src/telemetry/tracing/tracing.js';
-import type { BranchOutcome } from '../../src/types.js';
 import { monotonicNow } from '../../src/util/clock.js';
+import type { BranchOutcome } from '../../src/wire/types.js';
 
 /** One mode's figure. */
 export interface TracingMicroRow {

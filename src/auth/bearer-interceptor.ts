@@ -5,8 +5,8 @@
  * is decided by {@link authorizeRequest} after validation.
  */
 import { type Metadata, ServerInterceptingCall, type ServerInterceptor } from '@grpc/grpc-js';
-import { Errors, toStatusObject } from '../errors.js';
 import type { Logger } from '../telemetry/logger.js';
+import { Errors, toStatusObject } from '../wire/errors.js';
 import { attachCaller } from './caller.js';
 import type { TokenGrant } from './token-file.js';
 import { findGrant } from './verify-token.js';

@@ -4,7 +4,7 @@
  * in with `IBEX_CONTEXT_ALLOW_INSECURE=true` — and then it warns, at start-up and on /readyz.
  */
 import { isIPv4, isIPv6 } from 'node:net';
-import { Errors, type IbexError } from '../errors.js';
+import { Errors, type IbexError } from '../wire/errors.js';
 import type { TransportMode } from './tls-credentials.js';
 
 /** What the decision looks at. */

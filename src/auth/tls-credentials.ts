@@ -8,7 +8,7 @@ import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ServerCredentials } from '@grpc/grpc-js';
 import type { AuthSettings } from '../config/settings.js';
-import { Errors } from '../errors.js';
+import { Errors } from '../wire/errors.js';
 
 /** Transport security mode. */
 export type TransportMode = 'plaintext' | 'tls' | 'mtls';

@@ -22,7 +22,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { Errors } from '../errors.js';
+import { Errors } from '../wire/errors.js';
 
 /** The environment variable naming the token file. */
 export const TOKENS_FILE_VARIABLE = 'IBEX_CONTEXT_AUTH_TOKENS_FILE';

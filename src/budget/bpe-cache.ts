@@ -11,9 +11,9 @@
  * most one token, which keeps the budget invariant on the safe side.
  */
 import { createHash } from 'node:crypto';
-import { escapeAttr, escapeBody } from '../format/escape.js';
 import { dateAttribute, safetySentence } from '../format/formatter.js';
-import { type BpeKind, bpeCount } from './bpe.js';
+import { type BpeKind, bpeCount } from '../text/bpe.js';
+import { escapeAttr, escapeBody } from '../text/escape.js';
 
 /** Default number of cached per-memory counts (about 100 bytes each plus the key). */
 export const DEFAULT_BLOCK_CACHE_ENTRIES = 8192;

@@ -2,15 +2,16 @@
  * BudgetCalculator (contract.md §6): how many tokens are left for memories once every fixed part of the prompt
  * is reserved, and what each memory's wrapped block costs.
  */
-import { escapedCodePointLength } from '../format/escape.js';
+
 import { safetySentence } from '../format/formatter.js';
 import type { MeasuredHistory } from '../format/history-utf8.js';
-import { nonceLength } from '../format/nonce.js';
-import type { ChatMessage } from '../types.js';
-import { isBpeKind } from './bpe.js';
+import { isBpeKind } from '../text/bpe.js';
+import { escapedCodePointLength } from '../text/escape.js';
+import { type EstimateKind, estimateFromLength, estimateTokens } from '../text/estimate.js';
+import { nonceLength } from '../text/nonce.js';
+import type { ChatMessage } from '../wire/types.js';
 import { bpeFormatterOverheadTokens, bpeWrappedBlockTokens } from './bpe-cache.js';
 import type { ResolvedModel } from './catalog.js';
-import { type EstimateKind, estimateFromLength, estimateTokens } from './estimate.js';
 
 /** Budget below this many tokens is `is_constrained`. */
 export const CONSTRAINED_BELOW = 256;
@@ -46,7 +47,7 @@ export interface BudgetInput {
   availableTokens?: number;
   /**
    * Directive and history tokens counted elsewhere, under `estimate_kind` (upper bounds allowed: the
-   * main thread's degraded answer charges bounds instead of exact BPE counts, src/budget/bpe-bound.ts).
+   * main thread's degraded answer charges bounds instead of exact BPE counts, src/text/bpe-bound.ts).
    */
   counted?: { directive: number; messages: number };
 }

@@ -4,9 +4,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { Errors } from '../errors.js';
+import type { EstimateKind } from '../text/estimate.js';
+import { Errors } from '../wire/errors.js';
 import builtin from './catalog.json' with { type: 'json' };
-import type { EstimateKind } from './estimate.js';
 
 const modelSchema = z.object({
   model_id: z.string().trim().min(1),

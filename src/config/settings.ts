@@ -6,9 +6,8 @@
 
 import os from 'node:os';
 import { z } from 'zod';
-import { Errors } from '../errors.js';
-import { DEFAULT_MAX_MEMORY_CHARS } from '../retrieval/validate.js';
-import { MAX_ASSEMBLE_REQUEST_BYTES } from '../server/limits.js';
+import { Errors } from '../wire/errors.js';
+import { DEFAULT_MAX_MEMORY_CHARS, MAX_ASSEMBLE_REQUEST_BYTES } from '../wire/limits.js';
 import { loadRankingSettings, type RankingSettings } from './ranking-settings.js';
 import { timeoutMsSchema } from './timeout.js';
 
@@ -31,7 +30,7 @@ export interface Settings {
   memoryApiToken: string;
   /**
    * Whether the memory-service calls of orgs whose bodies are large run in a thread of their own
-   * (`RoutedMemorySource`, src/retrieval/memory-http-thread.ts; issue 9): HTTP, body and validation off
+   * (`RoutedMemorySource`, src/retrieval/http/memory-http-thread.ts; issue 9): HTTP, body and validation off
    * the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
    */
   memoryHttpThread: boolean;
@@ -72,7 +71,7 @@ export interface Settings {
   shutdownGraceMs: number;
   /** Time reserved for the CPU stage inside the request deadline, ms. */
   cpuStageReserveMs: number;
-  /** Ceiling of the adaptive admission limit (src/server/admission.ts): past the limit a call is answered L2 `shed`. */
+  /** Ceiling of the adaptive admission limit (src/request/admission.ts): past the limit a call is answered L2 `shed`. */
   maxInFlight: number;
   /** Max inbound gRPC message size, bytes. */
   maxReceiveMessageBytes: number;

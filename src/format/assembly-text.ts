@@ -4,17 +4,13 @@
  * as bytes and `tokens_used` follows from the parts' code points; a BPE kind (contract.md §5: exact counts need
  * the text) decodes it.
  */
-import { isBpeKind } from '../budget/bpe.js';
-import { bpeTokenBound } from '../budget/bpe-bound.js';
-import {
-  codePointLength,
-  type EstimateKind,
-  estimateFromLength,
-  estimateTokens,
-} from '../budget/estimate.js';
-import { LIMITS } from '../server/limits.js';
-import type { ChatMessage } from '../types.js';
-import { utf8Text } from '../util/utf8.js';
+import { isBpeKind } from '../text/bpe.js';
+import { bpeTokenBound } from '../text/bpe-bound.js';
+import { codePointLength, type EstimateKind, estimateFromLength, estimateTokens } from '../text/estimate.js';
+import { utf8Text } from '../text/utf8.js';
+import { LIMITS } from '../wire/limits.js';
+import { SplicedBuilder, type SplicedUtf8 } from '../wire/spliced.js';
+import type { ChatMessage } from '../wire/types.js';
 import { type FormatMemory, formatContext } from './formatter.js';
 import {
   formatSpliced,
@@ -23,7 +19,6 @@ import {
   measureHistory,
   type SplicedMemory,
 } from './history-utf8.js';
-import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
 
 /** History ready for the budget and the formatter: measured (estimate kinds) or decoded (BPE kinds). */
 export type PreparedHistory =

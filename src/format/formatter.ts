@@ -2,9 +2,10 @@
  * Deterministic prompt formatter (contract.md §9). Memory text is untrusted data: it is escaped and wrapped in
  * nonce-tagged blocks; directive, history and tools are the caller's and pass as given.
  */
-import type { ChatMessage } from '../types.js';
-import { compareCodePoints } from './code-point-order.js';
-import { escapeAttr, escapeBody } from './escape.js';
+
+import { compareCodePoints } from '../text/code-point-order.js';
+import { escapeAttr, escapeBody } from '../text/escape.js';
+import type { ChatMessage } from '../wire/types.js';
 
 /** Categories in their fixed section order (contract.md §9); others follow by name. */
 export const CATEGORY_ORDER: readonly string[] = [

@@ -5,9 +5,11 @@
  * the UTF-8 bytes; contents are never decoded unless they are invalid UTF-8 (then Node's decoding, U+FFFD
  * for each invalid sequence, is what the caller meant and what the answer carries).
  */
-import { codePointLength } from '../budget/estimate.js';
-import { isUtf8Span, utf8CodePointCount, utf8Text } from '../util/utf8.js';
-import { escapeBody } from './escape.js';
+
+import { escapeBody } from '../text/escape.js';
+import { codePointLength } from '../text/estimate.js';
+import { isUtf8Span, utf8CodePointCount, utf8Text } from '../text/utf8.js';
+import { SplicedBuilder, type SplicedUtf8 } from '../wire/spliced.js';
 import {
   type FormatMemory,
   framingSections,
@@ -15,7 +17,6 @@ import {
   memoryOpenTag,
   orderByCategory,
 } from './formatter.js';
-import { SplicedBuilder, type SplicedUtf8 } from './spliced.js';
 
 /**
  * A memory whose content is the UTF-8 bytes `bytes[start, end)` (well-formed: the caller checks), as the

@@ -5,7 +5,7 @@
  * per call (V8 sampling heap profiler on the service under `bench:load` at 500 req/s: ~57 of ~180 KB),
  * so more scavenges and longer ones under load. The worker already holds every field (ids and categories as UTF-8, scores, ranks, costs)
  * and knows each row's exclusion, so it writes the repeated field 4 once and the main thread only
- * appends those bytes to the rest of the message (src/server/proto.ts).
+ * appends those bytes to the rest of the message (src/wire/proto.ts).
  *
  * The bytes equal protobufjs's for the same rows: every field in field-number order, written even when
  * zero or empty (proto-loader's `fromObject` sets each field, and protobufjs writes what is set), floats
@@ -15,7 +15,7 @@
  * Pure: runs in the pool worker and on the main thread.
  */
 
-import { varintLength, writeVarint } from './varint.js';
+import { varintLength, writeVarint } from '../wire/varint.js';
 
 /** One row's columns as the CPU stage holds them (the task's transferred candidate columns). */
 export interface MemoryRowColumns {
@@ -131,7 +131,7 @@ export interface RowFields {
 }
 
 /**
- * The degraded answer's rows (contract.md §10, src/server/answers.ts): without `kept`'s selection, `failed`
+ * The degraded answer's rows (contract.md §10, src/request/answers.ts): without `kept`'s selection, `failed`
  * for the candidates within `max_memories`, then `filter` for the cut ones, token_estimate 0 (the CPU
  * stage that costs them did not run). With it (the L1 answer that keeps memories): `included` rows in
  * selection order and `budget` rows with their costs, then `failed` for the candidates not read, then

@@ -10,9 +10,10 @@
  *
  * Everything runs on typed arrays with scratch buffers reused across calls: no per-cell allocation.
  */
-import { Errors } from '../errors.js';
-import { compareCodePoints } from '../format/code-point-order.js';
+
+import { compareCodePoints } from '../text/code-point-order.js';
 import { monotonicNow } from '../util/clock.js';
+import { Errors } from '../wire/errors.js';
 import { sortIndices } from './index-sort.js';
 import { DeadlineReached, knapsack } from './knapsack.js';
 import { DEFAULT_SEARCH_NODE_LIMIT, improveBySearch } from './search.js';

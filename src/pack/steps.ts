@@ -2,7 +2,7 @@
  * The packer's selection steps on canonical positions (contract.md §8 steps 4, 6, 7, 8): greedy fallback, repair,
  * refill and local improvement, on typed arrays (`sel[i]` = 1 when position i is selected).
  */
-import { compareCodePoints } from '../format/code-point-order.js';
+import { compareCodePoints } from '../text/code-point-order.js';
 import { monotonicNow } from '../util/clock.js';
 
 /** Sum of tokens of the selected canonical positions. */

@@ -1,11 +1,11 @@
 /** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
 
+import type { CpuTaskInput } from '../cpu-stage/cpu-task.js';
+import { transferList } from '../cpu-stage/cpu-task.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { ArmedTimer, Scheduler } from '../util/clock.js';
-import type { CpuTaskInput } from './cpu-task.js';
-import { transferList } from './cpu-task.js';
 import type { FairEntry } from './fair-queue.js';
-import type { CpuRunOptions, CpuStageResult } from './pool-client.js';
+import type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
 /** One call, from `run()` until its promise settles (and, if dispatched, until its task returns). */
 export class Call implements FairEntry {

@@ -23,37 +23,27 @@
  */
 import { Piscina } from 'piscina';
 import { LARGE_TASK_BYTES, type PoolSettings } from '../config/settings.js';
-import { Errors } from '../errors.js';
-import type { AbortSignalLike } from '../util/abort.js';
-import { afterPendingIo, armAt, monotonicNow, type Scheduler } from '../util/clock.js';
-import { stackless } from '../util/stackless.js';
 import {
   type CpuTaskInput,
   type CpuTaskOutput,
   transferList,
   validateTaskInput,
   warmupInput,
-} from './cpu-task.js';
+} from '../cpu-stage/cpu-task.js';
+import { afterPendingIo, armAt, monotonicNow } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
+import { Errors } from '../wire/errors.js';
 import { FairQueue } from './fair-queue.js';
 import { Call, takeOwnership } from './pool-call.js';
 import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';
+import type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 import { resolveWorkerFile } from './worker-file.js';
 
 /** Why a call ends without its result: flow control under load, so built without a stack (util/stackless.ts). */
 const noResult = (why: string): Error => stackless(() => new Error(why));
 
 export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
-
-/** Result of one CPU-stage round-trip. Times in µs. */
-export interface CpuStageResult {
-  output: CpuTaskOutput;
-  /** From `run()` to the worker starting the task: queue wait plus dispatch. */
-  wait_us: number;
-  /** The worker's run time (= `output.run_us`). */
-  run_us: number;
-  /** From `run()` to the result being back on the calling thread. */
-  round_trip_us: number;
-}
+export type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
 /** Options for tests and benches; the service uses the defaults. */
 export interface CpuPoolOptions {
@@ -61,31 +51,6 @@ export interface CpuPoolOptions {
   filename?: string;
   /** Errors piscina reports outside any task (e.g. a thread failing between tasks). */
   onError?: (err: Error) => void;
-}
-
-/** Options of one call. */
-export interface CpuRunOptions {
-  /** The call's signal: aborting withdraws a waiting task, or answers a running one POOL_DEADLINE at once. */
-  signal?: AbortSignalLike;
-  /** Arms the call's withdrawal and deadline on the call's one timer (`ctx.timer`); default its own. */
-  timer?: Scheduler;
-  /**
-   * The caller's org id: the queue is fair across orgs (round-robin between per-org FIFOs; a full queue
-   * sheds the org with the most waiting calls first). Calls without one share the org `""`.
-   */
-  orgId?: string;
-  /** Gets the batch back when a queued call is given up before it ran (the request buffer). */
-  onReturned?: (input: CpuTaskInput) => void;
-  /** Until when a dispatched task's result is awaited, epoch ms; default and floor `input.deadline`. */
-  resultDeadline?: number;
-  /**
-   * Asked when a queued task is about to take a free thread, with the monotonic time then (ms): `false`
-   * withdraws it (IBEX_ERR_POOL_DEADLINE, `withdrawn`; `onReturned` gets its batch back; counted `unfit`)
-   * instead of dispatching it. For a task whose expected run no longer fits the time its queue wait left
-   * (contract.md §10: never wait for a stage that cannot finish). Not asked when `run()` finds a thread free and
-   * nothing waiting (the caller has just judged it); a throw counts as `true`.
-   */
-  fitsAt?: (now: number) => boolean;
 }
 
 /**

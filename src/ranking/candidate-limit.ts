@@ -3,7 +3,7 @@
  * fill the call's memory budget several times over, at the typical cost of a memory, bounded.
  */
 import { SEARCH_LIMIT } from '../retrieval/validate.js';
-import type { MemoryHit } from '../types.js';
+import type { MemoryHit } from '../wire/types.js';
 
 /** How many times over the candidates should be able to fill the budget. */
 export const FILL_FACTOR = 3;

@@ -5,7 +5,7 @@
  */
 
 import { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
-import type { MemoryHit, ScoredCandidate } from '../types.js';
+import type { MemoryHit, ScoredCandidate } from '../wire/types.js';
 import { compositeScore, frequency, recency, type Weights } from './composite.js';
 import { candidateRelevance } from './relevance.js';
 
@@ -22,7 +22,7 @@ export interface CompositeOptions {
   nowMs: number;
   /**
    * The store is a memory service and the call has a query: a hot hit the search did not return gets
-   * relevance NaN, measured lexically in the CPU stage (src/pool/cpu-filters.ts), which applies the
+   * relevance NaN, measured lexically in the CPU stage (src/cpu-stage/cpu-filters.ts), which applies the
    * floor to it; its score here lacks the relevance term.
    */
   lexicalHot?: boolean;

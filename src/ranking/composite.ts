@@ -4,39 +4,9 @@
  * after the relevance floor; the relevance term is raised to a power (DEFAULT_RELEVANCE_EXPONENT). Pure;
  * float64.
  */
+import type { Weights } from '../config/ranking-settings.js';
 
-/** Composite weights; they sum to 1. */
-export interface Weights {
-  relevance: number;
-  recency: number;
-  usefulness: number;
-  confidence: number;
-  frequency: number;
-}
-
-/**
- * The project's default weights, chosen by evidence recall on LoCoMo (docs/scoring.md has the grid):
- * relevance carries the selection and recency breaks ties among equally relevant memories. Every weight
- * on a term that is the same for all candidates (usefulness without feedback, frequency) or unrelated to
- * the question (confidence) measured lower: the knapsack maximises a sum, so a constant per memory
- * favours many small memories over the relevant ones.
- */
-export const DEFAULT_WEIGHTS: Readonly<Weights> = Object.freeze({
-  relevance: 0.9,
-  recency: 0.1,
-  usefulness: 0,
-  confidence: 0,
-  frequency: 0,
-});
-
-/**
- * Power the composite raises relevance to (IBEX_CONTEXT_RELEVANCE_EXPONENT). The knapsack maximises a
- * sum, so with relevance = x / x_best (linear) two half-matches outweigh the best match; the chance that
- * a hit is what the question needs falls much faster with its search score than linearly. Raised to this
- * power, relevance decides which memories fill the budget and the other terms break ties among equally
- * relevant ones (docs/scoring.md has the sweep).
- */
-export const DEFAULT_RELEVANCE_EXPONENT = 4;
+export { DEFAULT_RELEVANCE_EXPONENT, DEFAULT_WEIGHTS, type Weights } from '../config/ranking-settings.js';
 
 /** Half-lives of recency by category, days (SPEC §7); anything else is `unknown`. */
 export const HALF_LIFE_DAYS: Readonly<Record<string, number>> = Object.freeze({

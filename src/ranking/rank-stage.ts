@@ -4,7 +4,7 @@
  */
 import type { RankingSettings } from '../config/ranking-settings.js';
 import type { RetrievalResult } from '../retrieval/retrieve.js';
-import type { ScoredCandidate } from '../types.js';
+import type { ScoredCandidate } from '../wire/types.js';
 import { effectiveWeights, type RequestWeights } from './composite.js';
 import { compositeCandidates } from './composite-rank.js';
 import { applyMaxMemories, dedupeAndScore, SCORE_SCHEMA } from './score.js';

@@ -16,7 +16,7 @@
  * - Any other hot hit (a memory service's: its similarity is a write-time score) gets 0 here: without a
  *   query measure it is not a candidate for its recency alone.
  */
-import type { MemoryHit } from '../types.js';
+import type { MemoryHit } from '../wire/types.js';
 
 /** Sources whose similarity is x/(1+x) of a text-search score (the project's stores). */
 const TEXT_SEARCH_SOURCES = new Set(['fts']);

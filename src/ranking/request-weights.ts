@@ -2,7 +2,7 @@
  * Per-request weights (AssemblyOptions fields 3–6, SPEC §2, §7): checked here, normalised with the
  * default w_freq by composite.ts `effectiveWeights`.
  */
-import { Errors } from '../errors.js';
+import { Errors } from '../wire/errors.js';
 import type { RequestWeights } from './composite.js';
 
 export type { RequestWeights } from './composite.js';

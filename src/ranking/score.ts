@@ -1,8 +1,8 @@
 /**
  * Interim score, dedupe and the max_memories cut (contract.md §7, ADR-0069 §2).
  */
-import { compareCodePoints } from '../format/code-point-order.js';
-import type { MemoryHit, ScoredCandidate } from '../types.js';
+import { compareCodePoints } from '../text/code-point-order.js';
+import type { MemoryHit, ScoredCandidate } from '../wire/types.js';
 
 /** Score schema label sent in every response. */
 export const SCORE_SCHEMA = 'interim_v1';

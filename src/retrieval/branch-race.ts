@@ -10,7 +10,7 @@
  * synchronously (the embedded store's cached hot and directive reads) is settled without a promise or a
  * timer; a retrieval whose branches all answer synchronously arms no timer at all.
  */
-import type { BranchName, BranchOutcome } from '../types.js';
+
 import type { AbortSignalLike } from '../util/abort.js';
 import {
   type ArmedTimer,
@@ -21,6 +21,7 @@ import {
   type Scheduler,
 } from '../util/clock.js';
 import { stackless } from '../util/stackless.js';
+import type { BranchName, BranchOutcome } from '../wire/types.js';
 import { isBranchError } from './branch-error.js';
 
 /** A branch's outcome and, on success, its value. */

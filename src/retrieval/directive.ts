@@ -2,9 +2,10 @@
  * Directive envelope rules (contract.md §4.2), shared by the Redis and the embedded directive stores so both
  * accept and reject exactly the same values.
  */
-import type { Directive } from '../types.js';
+
+import { canonicalUuid } from '../util/uuid.js';
+import type { Directive } from '../wire/types.js';
 import { BranchErrors } from './branch-error.js';
-import { canonicalUuid } from './uuid.js';
 
 /** Known injection modes; anything else (or blank) becomes `system_first`. */
 export const INJECTION_MODES: readonly Directive['injection_mode'][] = [

@@ -4,11 +4,12 @@
  * `timeout`/`outer_deadline`, while finished branches are kept. `retrieve` never throws for a
  * dependency failure and returns as soon as the wall (or the caller's signal) fires.
  */
-import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../types.js';
+
 import type { AbortSignalLike } from '../util/abort.js';
 import { type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
+import type { BranchName, BranchOutcome, Directive, MemoryHit } from '../wire/types.js';
 import { BranchRace, type Settled } from './branch-race.js';
-import type { RetrievalSources } from './sources.js';
+import type { RetrievalSources, SourceHits } from './ports.js';
 import {
   DEFAULT_MAX_MEMORY_CHARS,
   droppedDetail,
@@ -20,11 +21,8 @@ import {
   validateHits,
 } from './validate.js';
 
-export type { RetrievalSources } from './sources.js';
+export type { DirectiveSource, MemorySource, RetrievalSources, SourceHits } from './ports.js';
 export type { RawHits, ValidatedHits } from './validate.js';
-
-/** What a memory source answers: raw items (validated here) or hits it already validated and bounded. */
-export type SourceHits = RawHits | ValidatedHits;
 
 /** One retrieval's inputs. `orgId`/`agentId` are UUIDs validated upstream (any case accepted). */
 export interface RetrievalRequest {
@@ -70,39 +68,6 @@ export interface RetrievalResult {
    * (`ignored`: not validated, not scored).
    */
   bounded: { oversize: number; ignored: number };
-}
-
-/** Where directives come from (Redis or the embedded store). */
-export interface DirectiveSource {
-  /**
-   * @param signal aborts when the branch must stop (own timeout, wall, caller); the read is abandoned.
-   * @returns the directive after the contract.md §4.2 rules, or `null` (missing key / empty content).
-   * @throws BranchError for a bad envelope or an unavailable store; any error becomes branch `error`.
-   */
-  get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null>;
-  close(): Promise<void>;
-}
-
-/** Where memories come from (memory service over HTTP, or the embedded store). */
-export interface MemorySource {
-  /**
-   * Hot memories of the agent: raw items (contract.md §4.1 item shape; retrieve keeps the first 20 and validates
-   * them) or hits the source validated, scoped and bounded itself (the HTTP source).
-   * @throws BranchError (`memory service HTTP 503`, `invalid JSON`, `bad shape: …`, `response too large`, …).
-   */
-  hot(orgId: string, agentId: string, signal: AbortSignal): SourceHits | Promise<SourceHits>;
-  /**
-   * Cold search for `query`; as {@link MemorySource.hot}, first `limit` items (default 10; a source may
-   * answer fewer than asked for, never more).
-   */
-  search(
-    orgId: string,
-    agentId: string,
-    query: string,
-    signal: AbortSignal,
-    limit?: number,
-  ): SourceHits | Promise<SourceHits>;
-  close(): Promise<void>;
 }
 
 function isRawHits(value: SourceHits): value is RawHits {

@@ -5,39 +5,22 @@
  * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
  */
 import type { Settings } from '../config/settings.js';
-import type { Directive } from '../types.js';
+import type { MemoryContent } from '../text/content-bytes.js';
+import type { Directive } from '../wire/types.js';
 import { BranchErrors } from './branch-error.js';
-import type { MemoryContent } from './content-bytes.js';
 import { parseDirectiveObject } from './directive.js';
-import { RedisDirectiveSource } from './directive-redis.js';
-import { EmbeddedStore, type StoreHit } from './embedded-store.js';
-import type { FeedbackStore } from './feedback.js';
+import { HttpMemorySource } from './http/memory-http.js';
+import { RoutedMemorySource } from './http/memory-http-thread.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
-import { HttpMemorySource } from './memory-http.js';
-import { type MemoryThreadStats, RoutedMemorySource } from './memory-http-thread.js';
+import type { DirectiveSource, MemorySource, RetrievalSources, SourceHits, StoreReadStats } from './ports.js';
 import { PgDirectiveSource, PgMemorySource } from './postgres/pg-sources.js';
 import { PgStore } from './postgres/pg-store.js';
-import type { DirectiveSource, MemorySource, SourceHits } from './retrieve.js';
-import { inProcessReads, PooledStoreReads, type StoreReadStats, type StoreReads } from './store-reader.js';
+import { RedisDirectiveSource } from './redis/directive-redis.js';
+import { EmbeddedStore, type StoreHit } from './sqlite/embedded-store.js';
+import { inProcessReads, PooledStoreReads, type StoreReads } from './sqlite/store-reader.js';
 import type { RawHits } from './validate.js';
 
-/** The sources one service instance reads from. */
-export interface RetrievalSources {
-  directive: DirectiveSource;
-  memory: MemorySource;
-  /** Closes every source and the embedded store; idempotent. */
-  close(): Promise<void>;
-  kind: { memory: 'http' | 'postgres' | 'embedded'; directive: 'redis' | 'postgres' | 'embedded' };
-  /** Store-read thread figures for metrics; absent without store-read threads. */
-  storeReads?: () => StoreReadStats;
-  /** Memory-fetch thread figures for metrics; absent unless a memory service is read through it. */
-  memoryThread?: () => MemoryThreadStats;
-  /**
-   * Feedback and inclusion writes of the store serving memories (embedded or PostgreSQL); absent in front
-   * of a memory service, which has no such operation (contract.md §2).
-   */
-  feedback?: FeedbackStore;
-}
+export type { RetrievalSources } from './ports.js';
 
 /** Options of {@link createSources}. */
 export interface CreateSourcesOptions {

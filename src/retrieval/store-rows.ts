@@ -2,10 +2,11 @@
  * Row shapes of the embedded store (contract.md §4.1 item shape, §4.2 envelope) and the argument checks and
  * row mapping shared by its statements; the store itself is embedded-store.ts.
  */
-import { Errors } from '../errors.js';
-import type { MemoryContent } from './content-bytes.js';
-import { agentScopePrefix, codePoints, scopeText } from './store-schema.js';
-import { canonicalUuid } from './uuid.js';
+
+import type { MemoryContent } from '../text/content-bytes.js';
+import { canonicalUuid } from '../util/uuid.js';
+import { Errors } from '../wire/errors.js';
+import { agentScopePrefix, codePoints, scopeText } from './sqlite/store-schema.js';
 
 /** A memory to write. */
 export interface MemoryRow {

@@ -3,17 +3,18 @@
  * through the same checks and the same org/agent scoping. Hand-written rather than zod because it runs
  * on every hit of every request and must not allocate issue objects for the common valid case.
  */
-import type { MemoryHit } from '../types.js';
+
+import { type MemoryContent, utf8ExceedsCodePoints } from '../text/content-bytes.js';
+import { canonicalUuid } from '../util/uuid.js';
+import type { MemoryHit } from '../wire/types.js';
 import { BranchErrors } from './branch-error.js';
-import { type MemoryContent, utf8ExceedsCodePoints } from './content-bytes.js';
-import { canonicalUuid } from './uuid.js';
 
 /** Hot read size (contract.md §4.1 `limit=20`). */
 export const HOT_LIMIT = 20;
 /** Cold search size (contract.md §4.1 `limit: 10`). */
 export const SEARCH_LIMIT = 10;
-/** Default `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longest memory content kept, code points (contract.md §3). */
-export const DEFAULT_MAX_MEMORY_CHARS = 65_536;
+export { DEFAULT_MAX_MEMORY_CHARS } from '../wire/limits.js';
+
 /** Room for the envelope around the results, bytes. */
 const ENVELOPE_BYTES = 1024;
 /** Room per item for everything but the content (ids, category, source, numbers, extra fields), bytes. */

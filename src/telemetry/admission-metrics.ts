@@ -3,7 +3,11 @@
  * time: the current limit, the calls it holds in flight, and the calls shed at arrival.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { AdaptiveConcurrencyLimit } from '../server/admission.js';
+
+/** What the admission series read from the limiter at each scrape (the request path's adaptive limit). */
+export interface AdmissionStateSource {
+  state(): { limit: number; inFlight: number; sheds: number };
+}
 
 /** Series names (the admin endpoint's `/metrics`). */
 export const ADMISSION_SERIES = {
@@ -16,7 +20,7 @@ export const ADMISSION_SERIES = {
  * Registers the admission series on `registry`, reading `limiter` at each scrape. A registry that
  * already has them (a second assembler on the same metrics) is left as it is.
  */
-export function registerAdmissionMetrics(registry: Registry, limiter: AdaptiveConcurrencyLimit): void {
+export function registerAdmissionMetrics(registry: Registry, limiter: AdmissionStateSource): void {
   if (registry.getSingleMetric(ADMISSION_SERIES.limit)) return;
   new Gauge({
     name: ADMISSION_SERIES.limit,

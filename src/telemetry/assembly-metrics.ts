@@ -5,7 +5,7 @@
  */
 
 import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
-import { LEVEL_HEADER } from '../wire-headers.js';
+import { LEVEL_HEADER } from '../wire/wire-headers.js';
 import type { Metrics } from './metrics.js';
 
 /** gRPC method path of AssembleContext (contract.md §2). */

@@ -4,7 +4,7 @@
  */
 import { type DestinationStream, type Logger, pino } from 'pino';
 import type { Settings } from '../config/settings.js';
-import type { BranchOutcome } from '../types.js';
+import type { BranchOutcome } from '../wire/types.js';
 
 export type { Logger } from 'pino';
 

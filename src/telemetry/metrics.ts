@@ -6,14 +6,12 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
-import { requestsDecidedEarly } from '../patches/early-decision.js';
-import { uploadTurnWaits } from '../patches/upload-turns.js';
 import type { PoolStats } from '../pool/pool-stats.js';
-import type { MemoryThreadStats } from '../retrieval/memory-http-thread.js';
+import type { MemoryThreadStats, StoreReadStats } from '../retrieval/ports.js';
 import { PG_EVENTS, type PgEventCounts } from '../retrieval/postgres/pg-stats.js';
-import type { StoreReadStats } from '../retrieval/store-reader.js';
 import { MESSAGE_BUFFERS } from '../util/message-buffers.js';
 import { startLoopDelayMonitor } from './loop-delay.js';
+import { transportCounters } from './transport-counters.js';
 
 /** Latency buckets in seconds: sub-millisecond to the request deadline and a bit past it. */
 const LATENCY_BUCKETS = [
@@ -213,7 +211,7 @@ export function createMetrics(
     registers: [registry],
     collect() {
       this.reset();
-      this.inc(uploadTurnWaits());
+      this.inc(transportCounters().uploadTurnWaits());
     },
   });
   new Counter({
@@ -222,7 +220,7 @@ export function createMetrics(
     registers: [registry],
     collect() {
       this.reset();
-      this.inc(requestsDecidedEarly());
+      this.inc(transportCounters().requestsDecidedEarly());
     },
   });
   new Gauge({

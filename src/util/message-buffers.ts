@@ -10,7 +10,7 @@
  * serializer has copied the history out of it, a gathered answer has been written from it, or the call
  * ended without an answer that needs it: {@link MessageBufferPool.release}), and the next large
  * message is assembled in it when it fits.
- * Memory-service bodies of 1 MiB or more use the same buffers (src/retrieval/memory-http.ts: read into
+ * Memory-service bodies of 1 MiB or more use the same buffers (src/retrieval/http/memory-http.ts: read into
  * one, handed back by the body-decoder thread), so a tenant whose memory service answers in megabytes
  * does not feed V8 new external memory either.
  * The pool never allocates: a message that finds no free buffer takes grpc-js's own path, which
@@ -114,7 +114,7 @@ export class MessageBufferPool {
 }
 
 /**
- * The process's pool: grpc-js's decoder is patched process-wide (src/patches/pooled-message-decoder.ts), so every
+ * The process's pool: grpc-js's decoder is patched process-wide (src/grpc/patches/pooled-message-decoder.ts), so every
  * server in a process assembles into it, and whoever ends a request's last use releases into it.
  */
 export const MESSAGE_BUFFERS = new MessageBufferPool();

@@ -16,10 +16,10 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearerAuthInterceptor, UNAUTHENTICATED_DETAILS } from '../../src/auth/bearer-interceptor.js';
 import { parseTokenFile } from '../../src/auth/token-file.js';
-import { restoreDuplicateAuthorization } from '../../src/patches/duplicate-authorization.js';
-import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import { contextServiceDefinition } from '../../src/server/proto.js';
+import { createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
+import { restoreDuplicateAuthorization } from '../../src/grpc/patches/duplicate-authorization.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { contextServiceDefinition } from '../../src/wire/proto.js';
 import { stubResponse } from '../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';

@@ -12,12 +12,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { setupAuth } from '../../src/auth/setup-auth.js';
 import { loadTransportCredentials } from '../../src/auth/tls-credentials.js';
 import type { AuthSettings } from '../../src/config/settings.js';
-import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
+import { createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
 import {
   type AssembleContextRequestInput,
   type AssembleContextResponse,
   contextServiceDefinition,
-} from '../../src/server/proto.js';
+} from '../../src/wire/proto.js';
 import { authSettings, thrownMessage } from '../helpers/auth.js';
 import { hasOpenssl } from '../helpers/pki.js';
 import { stubResponse } from '../helpers/stub-response.js';

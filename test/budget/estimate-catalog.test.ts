@@ -5,9 +5,9 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { calculateBudget, responseReserve, wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import { addCounts, codePointLength, countTokens, estimateTokens } from '../../src/budget/estimate.js';
-import { isIbexError } from '../../src/errors.js';
 import { formatContext } from '../../src/format/formatter.js';
+import { addCounts, codePointLength, countTokens, estimateTokens } from '../../src/text/estimate.js';
+import { isIbexError } from '../../src/wire/errors.js';
 
 describe('token estimation (contract.md §5)', () => {
   it('counts code points, not UTF-16 units', () => {

@@ -12,14 +12,14 @@ const read = (file: string) => readFileSync(`${projectRoot()}/${file}`, 'utf8');
 describe('service node flags', () => {
   it('are given by npm start and by the Dockerfile entrypoint, before the script', () => {
     const start: string = JSON.parse(read('package.json')).scripts.start;
-    expect(start).toBe(`exec node ${SERVICE_NODE_FLAGS.join(' ')} dist/src/cli/main.js serve`);
+    expect(start).toBe(`exec node ${SERVICE_NODE_FLAGS.join(' ')} dist/src/tools/cli/main.js serve`);
     const entrypoint = read('Dockerfile')
       .split('\n')
       .find((line) => line.startsWith('ENTRYPOINT'));
     expect(JSON.parse(entrypoint!.slice('ENTRYPOINT'.length))).toEqual([
       'node',
       ...SERVICE_NODE_FLAGS,
-      'dist/src/cli/main.js',
+      'dist/src/tools/cli/main.js',
     ]);
   });
 

@@ -5,8 +5,8 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { projectPath } from '../../bench/lib/paths.js';
-import { configurationMarkdown } from '../../src/cli/commands/configuration-doc.js';
-import { settingNames } from '../../src/cli/commands/serve-help.js';
+import { configurationMarkdown } from '../../src/tools/cli/commands/configuration-doc.js';
+import { settingNames } from '../../src/tools/cli/commands/serve-help.js';
 
 describe('docs/configuration.md', () => {
   const committed = readFileSync(projectPath('docs/configuration.md'), 'utf8');

@@ -5,7 +5,7 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { responseReserve } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import { estimateTokens } from '../../src/budget/estimate.js';
+import { estimateTokens } from '../../src/text/estimate.js';
 import { memories, request, startTestService, type TestService, tenant } from './harness.js';
 
 let svc: TestService;

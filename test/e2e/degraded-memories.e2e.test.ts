@@ -9,8 +9,8 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { calculateBudget } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import { estimateTokens } from '../../src/budget/estimate.js';
 import type { MemoryRow } from '../../src/retrieval/store-rows.js';
+import { estimateTokens } from '../../src/text/estimate.js';
 import {
   FAULT_PREFIX,
   moved,

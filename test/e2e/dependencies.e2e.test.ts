@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { MemoryServerHandle } from '../../src/memory-server/server.js';
+import type { MemoryServerHandle } from '../../src/tools/memory-server/server.js';
 import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
 import {
   type MemoryFixture,

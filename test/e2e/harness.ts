@@ -7,16 +7,16 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll } from 'vitest';
+import { type RunningService, type StartOptions, startService } from '../../src/app/service.js';
 import { loadSettings, type Settings } from '../../src/config/settings.js';
+import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
+import { createLogger } from '../../src/telemetry/logger.js';
 import {
   type MemoryServerHandle,
   type MemoryServerOptions,
   startMemoryServer,
-} from '../../src/memory-server/server.js';
-import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/embedded-store.js';
-import type { AssembleContextRequestInput } from '../../src/server/proto.js';
-import { type RunningService, type StartOptions, startService } from '../../src/server/service.js';
-import { createLogger } from '../../src/telemetry/logger.js';
+} from '../../src/tools/memory-server/server.js';
+import type { AssembleContextRequestInput } from '../../src/wire/proto.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 
 /** A running service with its client and store. */

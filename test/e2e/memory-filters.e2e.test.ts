@@ -6,8 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
-import type { MemoryRow } from '../../src/retrieval/embedded-store.js';
+import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/tools/memory-server/server.js';
 import {
   memoryService,
   request,

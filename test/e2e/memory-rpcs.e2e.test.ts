@@ -11,8 +11,8 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearerAuthInterceptor } from '../../src/auth/bearer-interceptor.js';
 import { parseTokenFile } from '../../src/auth/token-file.js';
-import type { MemoryRow } from '../../src/retrieval/embedded-store.js';
 import type { PgStore } from '../../src/retrieval/postgres/pg-store.js';
+import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { adminQuery, describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../helpers/postgres.js';
 import {

@@ -12,12 +12,12 @@ import path from 'node:path';
 import { type ChannelOptions, InterceptingCall, type Interceptor } from '@grpc/grpc-js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings, type Settings } from '../../src/config/settings.js';
-import { type CpuTaskInput, historyOf } from '../../src/pool/cpu-task.js';
+import { type CpuTaskInput, historyOf } from '../../src/cpu-stage/cpu-task.js';
+import { createGrpcServer } from '../../src/grpc/grpc-server.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
+import { createAssembler } from '../../src/request/assemble.js';
 import { createSources } from '../../src/retrieval/sources.js';
-import { createAssembler } from '../../src/server/assemble.js';
-import { createGrpcServer } from '../../src/server/grpc-server.js';
 import { startAdminServer } from '../../src/telemetry/admin-server.js';
 import { assemblyMetricsInterceptor } from '../../src/telemetry/assembly-metrics.js';
 import { createLogger } from '../../src/telemetry/logger.js';
@@ -448,7 +448,7 @@ export interface ServeChild {
 }
 
 /**
- * Spawns the compiled `serve` (`dist/src/cli/main.js`; `npm run build` first) on loopback port 0 and
+ * Spawns the compiled `serve` (`dist/src/tools/cli/main.js`; `npm run build` first) on loopback port 0 and
  * resolves once it logs `ibex-context serving`.
  */
 export async function spawnServe(env: Record<string, string>, startTimeoutMs = 20_000): Promise<ServeChild> {

@@ -12,8 +12,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/tools/memory-server/server.js';
 import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
 import {
   type MemoryRouter,
@@ -234,7 +234,7 @@ describe('memory service faults', () => {
     const expected = { status: 'error' as const, detail: /^response too large$/ };
     // Unmeasured rounds first: the allocator's first growth for 64 KB socket reads is not a leak. The
     // first round's refused body marks the org heavy, so the next ones are read in the memory-fetch
-    // thread (src/retrieval/memory-http-thread.ts), whose first growth (its own malloc arena) is not
+    // thread (src/retrieval/http/memory-http-thread.ts), whose first growth (its own malloc arena) is not
     // one either.
     for (let warm = 0; warm < 2; warm++) await faultCase(huge, expected, ['hot_error', 'cold_error']);
     const start = process.memoryUsage();

@@ -15,8 +15,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { CallOutcome } from '../../src/client/context-client.js';
-import type { AssembleContextResponse } from '../../src/server/proto.js';
+import type { CallOutcome } from '../../src/tools/client/context-client.js';
+import type { AssembleContextResponse } from '../../src/wire/proto.js';
 import {
   fixedPool,
   memories,

@@ -10,10 +10,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
-import { runLoad } from '../../src/client/load-driver.js';
-import { cyclingSource } from '../../src/client/request-source.js';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/memory-server/server.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
+import { runLoad } from '../../src/tools/client/load-driver.js';
+import { cyclingSource } from '../../src/tools/client/request-source.js';
+import { type MemoryServerHandle, startMemoryServer } from '../../src/tools/memory-server/server.js';
 import { memories, request, tenant } from '../e2e/harness.js';
 import { callTracker, type ServeChild, spawnServe } from './helpers.js';
 

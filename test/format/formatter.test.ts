@@ -4,11 +4,11 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { codePointLength } from '../../src/budget/estimate.js';
-import { compareCodePoints } from '../../src/format/code-point-order.js';
-import { escapeAttr, escapeBody, escapedLength } from '../../src/format/escape.js';
 import { formatContext, safetySentence } from '../../src/format/formatter.js';
-import { generateNonce } from '../../src/format/nonce.js';
+import { compareCodePoints } from '../../src/text/code-point-order.js';
+import { escapeAttr, escapeBody, escapedLength } from '../../src/text/escape.js';
+import { codePointLength } from '../../src/text/estimate.js';
+import { generateNonce } from '../../src/text/nonce.js';
 
 const N = 'AbCdEfGhIjKlMnOpQrStUv';
 

@@ -5,9 +5,9 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { type CpuCandidate, encodeCandidates } from '../../src/cpu-stage/cpu-batch.js';
 import { encodeDegradedRows, encodeMemoryRows, type RowFields } from '../../src/format/memory-rows.js';
-import { type CpuCandidate, encodeCandidates } from '../../src/pool/cpu-batch.js';
-import { contextServiceDefinition, type MemoryUsed } from '../../src/server/proto.js';
+import { contextServiceDefinition, type MemoryUsed } from '../../src/wire/proto.js';
 
 const SCALARS = {
   budget: 0,

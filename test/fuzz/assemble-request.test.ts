@@ -9,12 +9,12 @@ import { Writable } from 'node:stream';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Errors, isIbexError } from '../../src/errors.js';
-import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import type { AssembleContextRequestInput, AssembleContextResponse } from '../../src/server/proto.js';
-import { LIMITS, type ValidatedRequest, validateAssembleRequest } from '../../src/server/validate.js';
-import { CONTENT_OVER, checkHistoryContents } from '../../src/server/wire-request.js';
+import { createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
+import { LIMITS, type ValidatedRequest, validateAssembleRequest } from '../../src/request/validate.js';
+import { CONTENT_OVER, checkHistoryContents } from '../../src/request/wire-request.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { Errors, isIbexError } from '../../src/wire/errors.js';
+import type { AssembleContextRequestInput, AssembleContextResponse } from '../../src/wire/proto.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 import { stubResponse } from '../helpers/stub-response.js';
 

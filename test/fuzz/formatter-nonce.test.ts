@@ -12,7 +12,7 @@ import {
   formatContext,
   orderByCategory,
 } from '../../src/format/formatter.js';
-import { generateNonce } from '../../src/format/nonce.js';
+import { generateNonce } from '../../src/text/nonce.js';
 
 /** Stands for the real nonce in generated text; replaced once the batch's nonce is known. */
 const NONCE = '\u0001NONCE\u0001';

@@ -4,7 +4,7 @@
  * drained after each test of the file that imports this module.
  */
 import { afterEach } from 'vitest';
-import { type AssembleFn, createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
+import { type AssembleFn, createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 
 /** The servers started by {@link startAssembleServer} and not yet drained. */

@@ -4,7 +4,7 @@
  */
 import { expect } from 'vitest';
 import type { AuthSettings } from '../../src/config/settings.js';
-import { type IbexErrorCode, isIbexError } from '../../src/errors.js';
+import { type IbexErrorCode, isIbexError } from '../../src/wire/errors.js';
 
 /** Auth settings with nothing configured (plaintext, no tokens), overridden by `a`. */
 export function authSettings(a: Partial<AuthSettings>): AuthSettings {

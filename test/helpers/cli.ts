@@ -1,5 +1,5 @@
 /**
- * Runs the compiled CLI (`dist/src/cli/main.js`, built by `npm test` before vitest) as a real process.
+ * Runs the compiled CLI (`dist/src/tools/cli/main.js`, built by `npm test` before vitest) as a real process.
  */
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 /** Absolute path of the project root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 /** Compiled CLI entry point. */
-export const CLI = path.join(ROOT, 'dist/src/cli/main.js');
+export const CLI = path.join(ROOT, 'dist/src/tools/cli/main.js');
 
 /** Result of one CLI process. */
 export interface CliResult {
@@ -17,7 +17,7 @@ export interface CliResult {
   stderr: string;
 }
 
-/** Spawns `node dist/src/cli/main.js ...args`, writes `stdin`, waits for exit (timeout ms). */
+/** Spawns `node dist/src/tools/cli/main.js ...args`, writes `stdin`, waits for exit (timeout ms). */
 export function runCli(
   args: string[],
   stdin = '',

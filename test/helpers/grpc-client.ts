@@ -15,10 +15,10 @@ import {
   type HealthStatus,
   methodOf,
   type UnaryMethod,
-} from '../../src/client/context-client.js';
-import { PROTO_LOADER_OPTIONS } from '../../src/server/proto.js';
+} from '../../src/tools/client/context-client.js';
+import { PROTO_LOADER_OPTIONS } from '../../src/wire/proto.js';
 
-export type { CallOutcome, HealthStatus } from '../../src/client/context-client.js';
+export type { CallOutcome, HealthStatus } from '../../src/tools/client/context-client.js';
 
 /** Per-call options: `deadlineMs` (ms from now), `metadata`, `signal` (aborting cancels the call). */
 export type TestCallOptions = CallOptions;

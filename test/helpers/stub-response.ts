@@ -3,8 +3,9 @@
  * auth, fuzzing, client tools): every field present, zero metrics, level L0. Tests override what they
  * assert on.
  */
-import type { AssembleContextResponse, AssemblyMetrics, MemoryUsed } from '../../src/server/proto.js';
-import type { ValidatedRequest } from '../../src/server/validate.js';
+
+import type { ValidatedRequest } from '../../src/request/validate.js';
+import type { AssembleContextResponse, AssemblyMetrics, MemoryUsed } from '../../src/wire/proto.js';
 
 /** All-zero metrics. */
 export const ZERO_METRICS: AssemblyMetrics = {

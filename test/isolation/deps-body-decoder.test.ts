@@ -7,9 +7,9 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BodyDecoder, INLINE_BODY_BYTES } from '../../src/retrieval/body-decoder.js';
 import { isBranchError } from '../../src/retrieval/branch-error.js';
-import { HttpMemorySource } from '../../src/retrieval/memory-http.js';
+import { BodyDecoder, INLINE_BODY_BYTES } from '../../src/retrieval/http/body-decoder.js';
+import { HttpMemorySource } from '../../src/retrieval/http/memory-http.js';
 import { decodeMemoryBody } from '../../src/retrieval/validate.js';
 import { MESSAGE_BUFFERS, POOLED_MESSAGE_FROM_BYTES } from '../../src/util/message-buffers.js';
 

@@ -6,11 +6,11 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoolSettings } from '../../src/config/settings.js';
-import { isIbexError } from '../../src/errors.js';
-import { type CpuTaskInput, type CpuTaskScalars, encodeCandidates } from '../../src/pool/cpu-task.js';
+import { type CpuTaskInput, type CpuTaskScalars, encodeCandidates } from '../../src/cpu-stage/cpu-task.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
+import { isIbexError } from '../../src/wire/errors.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 
 const FAULTY = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-worker.js');

@@ -9,7 +9,7 @@ import http from 'node:http';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { maxBodyBytes } from '../../src/retrieval/validate.js';
-import type { AssembleContextResponse } from '../../src/server/proto.js';
+import type { AssembleContextResponse } from '../../src/wire/proto.js';
 import { request, startServiceOverMemory, type TestService, tenant } from '../e2e/harness.js';
 import { type Listening, listen, moved, scrape } from '../faults/helpers.js';
 

@@ -6,18 +6,7 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import protobuf from 'protobufjs/minimal.js';
 import { describe, expect, it } from 'vitest';
-import { IbexError } from '../../src/errors.js';
-import { SplicedBuilder } from '../../src/format/spliced.js';
-import {
-  ASSEMBLED_UTF8,
-  type AssembleContextRequestInput,
-  type AssembleContextResponse,
-  contextServiceDefinition,
-  SplicedMessage,
-  serializeAssembleResponse,
-  serializeAssembleResponseBuffer,
-} from '../../src/server/proto.js';
-import { validateAssembleRequest, validateWireRequest } from '../../src/server/validate.js';
+import { validateAssembleRequest, validateWireRequest } from '../../src/request/validate.js';
 import {
   checkHistoryContents,
   decodeAssembleRequest,
@@ -26,7 +15,18 @@ import {
   RequestPrefixScanner,
   TOO_MANY_FIELDS,
   type WireAssembleRequest,
-} from '../../src/server/wire-request.js';
+} from '../../src/request/wire-request.js';
+import { IbexError } from '../../src/wire/errors.js';
+import {
+  ASSEMBLED_UTF8,
+  type AssembleContextRequestInput,
+  type AssembleContextResponse,
+  contextServiceDefinition,
+  SplicedMessage,
+  serializeAssembleResponse,
+  serializeAssembleResponseBuffer,
+} from '../../src/wire/proto.js';
+import { SplicedBuilder } from '../../src/wire/spliced.js';
 import { stubResponse } from '../helpers/stub-response.js';
 import { decodeBomb } from './wire-helpers.js';
 

@@ -9,9 +9,9 @@ import { Worker } from 'node:worker_threads';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import protobuf from 'protobufjs/minimal.js';
 import { expect } from 'vitest';
-import type { CallOutcome } from '../../src/client/context-client.js';
-import type { MemoryRow } from '../../src/retrieval/embedded-store.js';
-import { type AssembleContextResponse, contextServiceDefinition } from '../../src/server/proto.js';
+import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
+import type { CallOutcome } from '../../src/tools/client/context-client.js';
+import { type AssembleContextResponse, contextServiceDefinition } from '../../src/wire/proto.js';
 import type { TestClient } from '../helpers/grpc-client.js';
 
 const ASSEMBLE = contextServiceDefinition.AssembleContext!;

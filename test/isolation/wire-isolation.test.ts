@@ -9,10 +9,10 @@ import { status } from '@grpc/grpc-js';
 import protobuf from 'protobufjs/minimal.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
-import { estimateTokens } from '../../src/budget/estimate.js';
-import { nonceLength } from '../../src/format/nonce.js';
-import { requestsDecidedEarly } from '../../src/patches/early-decision.js';
-import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/server/limits.js';
+import { requestsDecidedEarly } from '../../src/grpc/patches/early-decision.js';
+import { estimateTokens } from '../../src/text/estimate.js';
+import { nonceLength } from '../../src/text/nonce.js';
+import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/wire/limits.js';
 import {
   memories,
   request,

@@ -1,6 +1,6 @@
 /**
  * Issue 9: large request messages are assembled in recycled buffers (src/util/message-buffers.ts, the
- * grpc-js decoder hook in src/patches/), so a heavy upload adds no new external memory for
+ * grpc-js decoder hook in src/grpc/patches/), so a heavy upload adds no new external memory for
  * V8 to collect on the event loop. What must hold: the decoder frames every message exactly as grpc-js
  * does, however the bytes are split; a recycled buffer never shows one request's bytes to the next
  * (released buffers are detached, stale tails zeroed); and over real gRPC a second heavy call reuses the
@@ -10,13 +10,13 @@ import { createRequire } from 'node:module';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { copySpliced, FROM_SOURCE } from '../../src/format/spliced.js';
-import { assembleLargeMessagesIn } from '../../src/patches/pooled-message-decoder.js';
+import { assembleLargeMessagesIn } from '../../src/grpc/patches/pooled-message-decoder.js';
 import {
   MESSAGE_BUFFERS,
   MessageBufferPool,
   POOLED_MESSAGE_FROM_BYTES,
 } from '../../src/util/message-buffers.js';
+import { copySpliced, FROM_SOURCE } from '../../src/wire/spliced.js';
 import { request, tenant, useTestService } from '../e2e/harness.js';
 import { assembleInWorker, decodeAnswer, decodeBomb, encodeRequest } from './wire-helpers.js';
 

@@ -12,7 +12,7 @@ import {
   RESERVE_WINDOW,
   RunningP99,
   StageReserve,
-} from '../../src/server/stage-reserve.js';
+} from '../../src/request/stage-reserve.js';
 
 describe('RunningP99', () => {
   it('is the nearest-rank p99 and median of the last 256 samples', () => {

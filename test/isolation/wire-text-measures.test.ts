@@ -4,13 +4,13 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { codePointLength } from '../../src/budget/estimate.js';
 import {
   escapeAttr,
   escapeBody,
   escapedCodePointLength,
   escapedUtf8CodePoints,
-} from '../../src/format/escape.js';
+} from '../../src/text/escape.js';
+import { codePointLength } from '../../src/text/estimate.js';
 
 /** Strings mixing ASCII markup, BMP text, astral characters and lone surrogates. */
 const text = fc.oneof(

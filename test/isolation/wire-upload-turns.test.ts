@@ -1,17 +1,17 @@
 /**
- * Upload turns (src/server/upload-turns.ts, applied by src/patches/upload-turns.ts): one connection's request
+ * Upload turns (src/grpc/upload-turns.ts, applied by src/grpc/patches/upload-turns.ts): one connection's request
  * messages of 1 MiB or more are read one call at a time; a stalled sender does not hold the turn.
  */
 import http2 from 'node:http2';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { Errors } from '../../src/errors.js';
-import { uploadTurnWaits } from '../../src/patches/upload-turns.js';
-import { createGrpcServer, type GrpcServer } from '../../src/server/grpc-server.js';
-import { contextServiceDefinition } from '../../src/server/proto.js';
-import { type UploadCall, UploadTurns } from '../../src/server/upload-turns.js';
+import { createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
+import { uploadTurnWaits } from '../../src/grpc/patches/upload-turns.js';
+import { type UploadCall, UploadTurns } from '../../src/grpc/upload-turns.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { Errors } from '../../src/wire/errors.js';
+import { contextServiceDefinition } from '../../src/wire/proto.js';
 import { encodeRequest, openUpload, uploadOutcome } from './wire-helpers.js';
 
 /** A call for UploadTurns: its remaining bytes, and a log of what the turns did to it. */

@@ -8,13 +8,13 @@ import { describe, expect, it } from 'vitest';
 import { calculateBudget } from '../../src/budget/budget-calculator.js';
 import type { ResolvedModel } from '../../src/budget/catalog.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import { codePointLength, estimateTokens } from '../../src/budget/estimate.js';
 import { decodeSpans, formatAssembly, prepareHistory } from '../../src/format/assembly-text.js';
-import { escapedUtf8CodePoints } from '../../src/format/escape.js';
 import { formatContext } from '../../src/format/formatter.js';
 import { type ByteMemory, measureHistory } from '../../src/format/history-utf8.js';
-import { splicedText } from '../../src/format/spliced.js';
-import { continuationBytes, isUtf8Span, utf8CodePointCount } from '../../src/util/utf8.js';
+import { escapedUtf8CodePoints } from '../../src/text/escape.js';
+import { codePointLength, estimateTokens } from '../../src/text/estimate.js';
+import { continuationBytes, isUtf8Span, utf8CodePointCount } from '../../src/text/utf8.js';
+import { splicedText } from '../../src/wire/spliced.js';
 
 const decodedCodePoints = (b: Uint8Array) => [...Buffer.from(b).toString('utf8')].length;
 

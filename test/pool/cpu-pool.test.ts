@@ -5,16 +5,16 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { PoolSettings } from '../../src/config/settings.js';
-import { type IbexError, isIbexError } from '../../src/errors.js';
 import {
   type CpuCandidate,
   type CpuTaskInput,
   encodeCandidates,
   runCpuTask,
-} from '../../src/pool/cpu-task.js';
+} from '../../src/cpu-stage/cpu-task.js';
 import { CpuPool, WITHDRAW_LEAD_MS } from '../../src/pool/pool-client.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
+import { type IbexError, isIbexError } from '../../src/wire/errors.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 
 const FAULTY = path.join(projectRoot(), 'dist', 'test', 'fixtures', 'faulty-cpu-worker.js');

@@ -18,21 +18,21 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toCpuCandidate } from '../../bench/lib/synthetic.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import { estimateTokens } from '../../src/budget/estimate.js';
-import {
-  type FormatInput,
-  type PackInput,
-  type PackOutput,
-  runJsonCommand,
-} from '../../src/cli/json-commands.js';
-import { formatContext } from '../../src/format/formatter.js';
 import {
   type CpuCandidate,
   type CpuTaskOutput,
   encodeCandidates,
   runCpuTask,
-} from '../../src/pool/cpu-task.js';
+} from '../../src/cpu-stage/cpu-task.js';
+import { formatContext } from '../../src/format/formatter.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
+import { estimateTokens } from '../../src/text/estimate.js';
+import {
+  type FormatInput,
+  type PackInput,
+  type PackOutput,
+  runJsonCommand,
+} from '../../src/tools/cli/json-commands.js';
 import { monotonicNow } from '../../src/util/clock.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));

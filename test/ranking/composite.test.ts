@@ -5,7 +5,7 @@ import { DEFAULT_WEIGHTS, effectiveWeights, halfLifeDays, recency } from '../../
 import { rankCandidates } from '../../src/ranking/rank-stage.js';
 import { coldRelevance } from '../../src/ranking/relevance.js';
 import { requestWeights } from '../../src/ranking/request-weights.js';
-import type { BranchOutcome, MemoryHit } from '../../src/types.js';
+import type { BranchOutcome, MemoryHit } from '../../src/wire/types.js';
 
 const ORG = '11111111-1111-4111-8111-111111111111';
 const AGENT = '22222222-2222-4222-8222-222222222222';

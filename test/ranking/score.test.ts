@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { applyMaxMemories, dedupeAndScore, interimScore } from '../../src/ranking/score.js';
-import type { MemoryHit } from '../../src/types.js';
+import type { MemoryHit } from '../../src/wire/types.js';
 
 const hit = (
   id: string,

@@ -4,7 +4,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach } from 'vitest';
-import { EmbeddedStore, type MemoryRow, type OpenOptions } from '../../src/retrieval/embedded-store.js';
 import {
   type DirectiveSource,
   type MemorySource,
@@ -15,6 +14,11 @@ import {
   retrieve,
 } from '../../src/retrieval/retrieve.js';
 import { EmbeddedDirectiveSource, EmbeddedMemorySource } from '../../src/retrieval/sources.js';
+import {
+  EmbeddedStore,
+  type MemoryRow,
+  type OpenOptions,
+} from '../../src/retrieval/sqlite/embedded-store.js';
 
 /** A fresh directory under the OS temp dir; remove it with {@link removeTempDir}. */
 export function makeTempDir(prefix = 'ibex-retrieval-'): string {

@@ -7,9 +7,9 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
 import { INCLUSION_BATCH, type InclusionCount } from '../../src/retrieval/feedback.js';
 import { InclusionCounter } from '../../src/retrieval/inclusion-counter.js';
+import type { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
 import { memories, tenant } from '../e2e/harness.js';
 import { tempStore } from './fixtures.js';
 

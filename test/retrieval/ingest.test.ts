@@ -3,7 +3,10 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ftsSegments } from '../../bench/lib/fts-segments.js';
-import { run } from '../../src/cli/commands/ingest-cli.js';
+import { parseDirectiveObject } from '../../src/retrieval/directive.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
+import { SCHEMA_VERSION } from '../../src/retrieval/sqlite/store-schema.js';
+import { run } from '../../src/tools/cli/commands/ingest-cli.js';
 import {
   LOCOMO_MEMORY_NS,
   LOCOMO_ORG_ID,
@@ -11,12 +14,9 @@ import {
   locomoConfidence,
   parseLocomoDate,
   readLocomo,
-} from '../../src/locomo/dataset.js';
-import { ingestLocomo } from '../../src/locomo/ingest.js';
-import { parseDirectiveObject } from '../../src/retrieval/directive.js';
-import { EmbeddedStore } from '../../src/retrieval/embedded-store.js';
-import { SCHEMA_VERSION } from '../../src/retrieval/store-schema.js';
-import { uuidV5 } from '../../src/retrieval/uuid.js';
+} from '../../src/tools/locomo/dataset.js';
+import { ingestLocomo } from '../../src/tools/locomo/ingest.js';
+import { uuidV5 } from '../../src/util/uuid.js';
 import { makeTempDir, removeTempDir, writeLocomoDataset } from './fixtures.js';
 
 let dir: string;

@@ -1,10 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { bytesInPlace, utf8ExceedsCodePoints } from '../../src/retrieval/content-bytes.js';
 import { parseDirectiveObject, parseDirectiveValue } from '../../src/retrieval/directive.js';
-import { toFtsQuery } from '../../src/retrieval/fts-query.js';
-import { uuidV5 } from '../../src/retrieval/uuid.js';
 import {
   droppedDetail,
   exceedsCodePoints,
@@ -12,6 +9,9 @@ import {
   validateHit,
   validateHits,
 } from '../../src/retrieval/validate.js';
+import { bytesInPlace, utf8ExceedsCodePoints } from '../../src/text/content-bytes.js';
+import { toFtsQuery } from '../../src/text/fts-query.js';
+import { uuidV5 } from '../../src/util/uuid.js';
 
 const ORG = '7c9e6679-7425-40de-944b-e07fc1f90ae7';
 const AGENT = 'a3bb189e-8bf9-3888-9912-ace4e6543002';

@@ -9,12 +9,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Errors, isIbexError } from '../../src/errors.js';
-import { PooledStoreReads } from '../../src/retrieval/store-reader.js';
-import { createGrpcServer } from '../../src/server/grpc-server.js';
+import { createGrpcServer } from '../../src/grpc/grpc-server.js';
+import { PooledStoreReads } from '../../src/retrieval/sqlite/store-reader.js';
 import { startAdminServer } from '../../src/telemetry/admin-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
+import { Errors, isIbexError } from '../../src/wire/errors.js';
 import { fixedPool, memories, request, tempServiceStore, tenant } from '../e2e/harness.js';
 import {
   FAULT_PREFIX,

@@ -4,10 +4,10 @@
  * of main thread each. Errors that are logged keep theirs.
  */
 import { describe, expect, it } from 'vitest';
-import { Errors } from '../../src/errors.js';
+import { cancelledReason, deadlineReason } from '../../src/request/call-context.js';
 import { BranchError, BranchErrors } from '../../src/retrieval/branch-error.js';
-import { cancelledReason, deadlineReason } from '../../src/server/call-context.js';
 import { stackless } from '../../src/util/stackless.js';
+import { Errors } from '../../src/wire/errors.js';
 
 /** True when `err.stack` lists at least one call frame (`    at …`). */
 function hasFrames(err: unknown): boolean {

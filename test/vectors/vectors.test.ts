@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { type JsonCommand, type PackOutput, runJsonText } from '../../src/cli/json-commands.js';
+import { type JsonCommand, type PackOutput, runJsonText } from '../../src/tools/cli/json-commands.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const shared = path.resolve(here, '../../../shared/vectors');

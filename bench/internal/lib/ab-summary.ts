@@ -2,7 +2,7 @@
  * bench:internal ab's summary (bench/internal/ab.ts, issue 10): per build the median CPU per call per thread group over the
  * rounds, and for every build after the first the per-round paired differences from the first build.
  */
-import { median, round } from '../../../src/client/stats.js';
+import { median, round } from '../../../src/tools/client/stats.js';
 
 /** The thread groups of `/proc` CPU per call (bench/lib/thread-cpu.ts) and their total. */
 export const AB_GROUPS = ['main', 'pool', 'store', 'other', 'total'] as const;

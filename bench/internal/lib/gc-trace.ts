@@ -14,7 +14,7 @@
  * promoted=42744 …`: the bracket names the process and isolate, the ms is the isolate's own uptime.
  */
 
-import { medianOfSorted, percentilesOf } from '../../../src/client/stats.js';
+import { medianOfSorted, percentilesOf } from '../../../src/tools/client/stats.js';
 
 /** One collection as the trace prints it. */
 export interface GcEvent {

@@ -5,7 +5,7 @@
  * last one ("external memory pressure"), so that growth rate sets how often the event loop pays for one.
  */
 
-import { medianOfSorted, round } from '../../../src/client/stats.js';
+import { medianOfSorted, round } from '../../../src/tools/client/stats.js';
 
 /** One line of the preload's log: a memory sample (MB) or a GC (perf_hooks kind, ms). */
 export type MemoryLogEvent = MemorySample | GcEvent;

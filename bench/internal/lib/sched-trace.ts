@@ -8,7 +8,7 @@
  * (preemptions by thread), and what every CPU ran meanwhile (a CPU that sat idle while the loop waited
  * means the kernel kept the loop queued behind another thread instead of moving it).
  */
-import { percentilesOf, round } from '../../../src/client/stats.js';
+import { percentilesOf, round } from '../../../src/tools/client/stats.js';
 
 /** One scheduler event of the trace. */
 export interface SchedEvent {

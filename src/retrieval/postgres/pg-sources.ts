@@ -4,10 +4,10 @@
  * Failures become branch outcomes: a statement past its time is `timeout` (`<branch>_timeout`), a
  * database that cannot answer is `error` (`postgres unavailable (<code>)`).
  */
-import type { Directive } from '../../types.js';
+import type { Directive } from '../../wire/types.js';
 import { BranchError, BranchErrors } from '../branch-error.js';
 import { parseDirectiveObject } from '../directive.js';
-import type { DirectiveSource, MemorySource } from '../retrieve.js';
+import type { DirectiveSource, MemorySource } from '../ports.js';
 import type { RawHits } from '../validate.js';
 import { PgStatementTimeout, type PgStore } from './pg-store.js';
 

@@ -30,8 +30,7 @@
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { Errors } from '../../errors.js';
-import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../embedded-store.js';
+import { Errors } from '../../wire/errors.js';
 import {
   type FeedbackKind,
   type FeedbackStore,
@@ -41,6 +40,7 @@ import {
   usefulnessDelta,
 } from '../feedback.js';
 import { ReadCache } from '../read-cache.js';
+import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
 import { checkMemory, type MemoryDbRow as StoreDbRow, toHit, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';

@@ -4,7 +4,7 @@
  * Run inside the store's transactions (pg-store.ts).
  */
 import type pg from 'pg';
-import type { DirectiveRow, MemoryRow } from '../embedded-store.js';
+import type { DirectiveRow, MemoryRow } from '../store-rows.js';
 import { uuidArg } from '../store-rows.js';
 import { indexText } from './search-text.js';
 

@@ -16,7 +16,7 @@
  * parenthesis can survive), joined with `or`, which `websearch_to_tsquery` reads as OR and which can
  * never raise a syntax error.
  */
-import { isContentTerm } from '../fts-query.js';
+import { isContentTerm } from '../../text/fts-query.js';
 
 const CJK = '\\p{Script=Han}\\p{Script=Hiragana}\\p{Script=Katakana}\\p{Script=Hangul}';
 /** One CJK character (the scripts written without spaces). */

@@ -3,7 +3,7 @@
  * the reads the memory wire needs (contract.md §4.1, no org: every org's memories of the agent), with a
  * generous statement timeout since the wire's client enforces its own deadline.
  */
-import type { ReadOptions, StoreHit } from '../embedded-store.js';
+import type { ReadOptions, StoreHit } from '../store-rows.js';
 import { PgStore } from './pg-store.js';
 
 /** Statement timeout of a wire read, ms: a backstop; the context service's HTTP timeouts come first. */

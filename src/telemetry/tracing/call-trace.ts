@@ -34,8 +34,8 @@ import {
 } from '@opentelemetry/semantic-conventions';
 import type { Logger } from 'pino';
 import type { CpuStageResult } from '../../pool/pool-client.js';
-import type { BranchOutcome } from '../../types.js';
 import { monotonicNow } from '../../util/clock.js';
+import type { BranchOutcome } from '../../wire/types.js';
 
 /** The server span's name: `$package.$service/$method` (OpenTelemetry RPC conventions). */
 export const SERVER_SPAN_NAME = 'ibex.context.v1.ContextAssemblyService/AssembleContext';
@@ -98,7 +98,7 @@ interface AnswerFacts {
 
 function wireText(v: unknown): string {
   if (typeof v === 'string') return v;
-  // WireString (src/server/wire-request.ts) decodes lazily; org/agent ids are short.
+  // WireString (src/request/wire-request.ts) decodes lazily; org/agent ids are short.
   return v != null && typeof (v as { toString(): string }).toString === 'function' ? String(v) : '';
 }
 

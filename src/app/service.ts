@@ -1,0 +1,246 @@
+/**
+ * Starts and stops the whole service: settings → catalog → retrieval sources → worker pool (warmed) →
+ * gRPC server → admin endpoint → health SERVING. Used by `ibex-context serve` and by end-to-end tests,
+ * which start it in-process on port 0.
+ */
+import { randomUUID } from 'node:crypto';
+import { Metadata, type ServerCredentials, type ServerInterceptor } from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { CapabilityCatalog } from '../budget/catalog.js';
+import type { Settings } from '../config/settings.js';
+import { createGrpcServer, type GrpcServer } from '../grpc/grpc-server.js';
+import { CpuPool } from '../pool/pool-client.js';
+import { createAssembler } from '../request/assemble.js';
+import { monotonicNow } from '../request/call-context.js';
+import { withHistoryView } from '../request/validate.js';
+import { encodeHistory } from '../request/wire-request.js';
+import { InclusionCounter } from '../retrieval/inclusion-counter.js';
+import { createSources, type RetrievalSources } from '../retrieval/sources.js';
+import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
+import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
+import { registerFeedbackMetrics } from '../telemetry/feedback-metrics.js';
+import { createMetrics, type Metrics } from '../telemetry/metrics.js';
+import type { TracingConfig } from '../telemetry/tracing/config.js';
+import { warmBpe } from '../text/bpe.js';
+import { warmDependencies } from './dependency-warmup.js';
+
+/** A running service. */
+export interface RunningService {
+  /** gRPC `host:port` actually bound. */
+  grpcAddr: string;
+  /** Admin base URL (`http://host:port`). */
+  adminUrl: string;
+  grpc: GrpcServer;
+  pool: CpuPool;
+  sources: RetrievalSources;
+  metrics: Metrics;
+  /**
+   * Graceful stop (contract.md §10, issue: SIGTERM): health NOT_SERVING, stop accepting, let in-flight calls
+   * finish within `graceMs` (default settings.shutdownGraceMs), then close the pool, sources and admin.
+   * Idempotent.
+   */
+  stop(graceMs?: number): Promise<void>;
+}
+
+/** Extra wiring for {@link startService}. */
+export interface StartOptions {
+  logger: Logger;
+  /** Server credentials (TLS); insecure when omitted. */
+  credentials?: ServerCredentials;
+  interceptors?: ServerInterceptor[];
+  /** Warnings repeated on /readyz (e.g. insecure binding). */
+  warnings?: string[];
+  /** Tracing settings (`tracingConfigFromEnv()`); off when absent or null. */
+  tracing?: TracingConfig | null;
+}
+
+/** Warm-up assemblies run before SERVING. */
+const WARMUP_CALLS = 40;
+
+/**
+ * Runs the pipeline a few dozen times before the service reports SERVING, so that the first real calls do
+ * not pay for lazy compilation of the main thread's hot path (they would otherwise risk the 45 ms
+ * deadline). A fresh random tenant has no memories; with a remote memory service the memory branches are
+ * skipped here (a slow one would hold start-up for 40 of its latencies): warmDependencies has already
+ * opened and used its connections. No metrics, no logs.
+ */
+async function warmPipeline(
+  settings: Settings,
+  catalog: CapabilityCatalog,
+  sources: RetrievalSources,
+  pool: CpuPool,
+  logger: Logger,
+): Promise<void> {
+  const assemble = createAssembler({
+    settings,
+    catalog,
+    sources,
+    pool,
+    logger: logger.child({}, { level: 'silent' }),
+  });
+  const remote = sources.kind.memory === 'http';
+  const models = catalog.modelIds();
+  for (let i = 0; i < WARMUP_CALLS; i++) {
+    const arrival = monotonicNow();
+    await assemble(
+      withHistoryView({
+        orgId: randomUUID(),
+        agentId: randomUUID(),
+        sessionId: '',
+        query: 'warm up the pipeline',
+        model: models[i % models.length]!,
+        directiveVersionId: '',
+        availableTokens: 0,
+        history: encodeHistory([
+          { role: 'user', content: 'hello' },
+          { role: 'assistant', content: 'hi' },
+        ]),
+        skipHot: remote,
+        skipCold: remote,
+        maxMemories: 0,
+        requestId: '',
+        traceId: '',
+        spanId: '',
+      }),
+      { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
+    ).catch(() => undefined);
+  }
+}
+
+function hostOf(addr: string): string {
+  return addr.slice(0, addr.lastIndexOf(':'));
+}
+
+/**
+ * Starts the service and resolves once it is SERVING (pool warm).
+ * @throws the first start-up failure (bad catalog file, port in use, …) after closing what was opened.
+ */
+export async function startService(settings: Settings, opts: StartOptions): Promise<RunningService> {
+  const logger = opts.logger;
+  const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens: settings.exactTokens });
+  // Exact counts load their encodings (~0.5 s each) before traffic, not inside the first call's deadline.
+  if (settings.exactTokens) warmBpe();
+  const closers: (() => Promise<void>)[] = [];
+  const closeAll = async () => {
+    for (const close of closers.reverse())
+      await close().catch((err) => logger.error({ err }, 'close failed'));
+  };
+  try {
+    const sources = await createSources(settings, { logger: logger.child({ component: 'retrieval' }) });
+    closers.push(() => sources.close());
+    let pool: CpuPool | undefined;
+    const metrics = createMetrics(
+      () => pool?.stats(),
+      () => sources.storeReads?.(),
+      () => sources.memoryThread?.(),
+    );
+    closers.push(async () => metrics.stop());
+    pool = await CpuPool.start(settings.pool);
+    const started = pool;
+    closers.push(() => started.close());
+    // Readiness waits for warm dependency connections, not only a warm pool (docs/deploy.md "First traffic").
+    await warmDependencies(sources, logger);
+    await warmPipeline(settings, catalog, sources, started, logger);
+    // Loaded only when on: off, the process holds no OpenTelemetry SDK code.
+    const tracing = opts.tracing
+      ? (await import('../telemetry/tracing/tracing.js')).startTracing(opts.tracing, {
+          registry: metrics.registry,
+          stores: sources.kind,
+          logger,
+        })
+      : undefined;
+    // Closed after the gRPC drain (closers run in reverse): the last calls' spans are flushed.
+    if (tracing) closers.push(() => tracing.shutdown());
+    // Closed after the gRPC drain and before the stores (closers run in reverse): the last answers'
+    // inclusions are written.
+    const inclusions = sources.feedback
+      ? new InclusionCounter(sources.feedback, {
+          ...settings.inclusions,
+          onError: (err) =>
+            logger.warn({ code: (err as { code?: unknown })?.code }, 'inclusion counts not written'),
+        })
+      : undefined;
+    if (inclusions) closers.push(() => inclusions.close());
+    const feedbackMetrics = registerFeedbackMetrics(
+      metrics.registry,
+      inclusions ? () => inclusions.stats() : undefined,
+    );
+    const grpc = createGrpcServer({
+      assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics, inclusions }),
+      // Only on the project's stores: a memory service has no feedback, and its search is not scoped or
+      // ranked as contract.md §7a states, so both calls stay UNIMPLEMENTED in front of it.
+      ...(sources.feedback
+        ? {
+            memoryRpcs: {
+              memory: sources.memory,
+              feedback: sources.feedback,
+              ranking: settings.ranking,
+              maxMemoryChars: settings.maxMemoryChars,
+              metrics: feedbackMetrics,
+            },
+          }
+        : {}),
+      logger,
+      settings,
+      // Tracing before authentication, so that refused calls get their span.
+      interceptors: [
+        assemblyMetricsInterceptor(metrics),
+        ...(tracing ? [tracing.interceptor] : []),
+        ...(opts.interceptors ?? []),
+      ],
+      traces: tracing,
+    });
+    const port = await grpc.bind(settings.grpcAddr, opts.credentials);
+    closers.push(() => grpc.drain(0));
+    const grpcAddr = `${hostOf(settings.grpcAddr)}:${port}`;
+    let ready = false;
+    let draining = false;
+    const admin: AdminServer = await startAdminServer(settings.adminAddr, metrics.registry, () => ({
+      ready,
+      draining,
+      warnings: opts.warnings ?? [],
+      stores: sources.kind,
+    }));
+    closers.push(() => admin.close());
+    grpc.markServing();
+    ready = true;
+    logger.info(
+      {
+        grpc: grpcAddr,
+        admin: admin.url,
+        memory: sources.kind.memory,
+        directive: sources.kind.directive,
+        tracing: opts.tracing ? { url: opts.tracing.url, sampler: opts.tracing.sampler } : 'off',
+        pool: {
+          minThreads: settings.pool.minThreads,
+          maxThreads: settings.pool.maxThreads,
+          maxQueue: settings.pool.maxQueue,
+        },
+      },
+      'ibex-context serving',
+    );
+    let stopping: Promise<void> | undefined;
+    return {
+      grpcAddr,
+      adminUrl: admin.url,
+      grpc,
+      pool: started,
+      sources,
+      metrics,
+      stop(graceMs = settings.shutdownGraceMs) {
+        stopping ??= (async () => {
+          draining = true;
+          logger.info({ graceMs, inFlight: grpc.inFlight() }, 'shutting down');
+          // drain() is idempotent: the closer registered at bind time returns this same drain.
+          await grpc.drain(graceMs);
+          await closeAll();
+          logger.info('ibex-context stopped');
+        })();
+        return stopping;
+      },
+    };
+  } catch (err) {
+    await closeAll();
+    throw err;
+  }
+}

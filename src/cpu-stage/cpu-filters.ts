@@ -1,0 +1,218 @@
+/**
+ * The CPU stage's filters before packing (contract.md §7): memories already in the history, a lexical
+ * relevance for the candidates the ranking could not measure (a memory service's hot hits), and the
+ * `max_memories` cut after both. Here, not on the main thread: the history can be megabytes and memory
+ * text never becomes a string on the event loop (contract.md §1).
+ *
+ * Pure: runs in the pool worker (and inline).
+ */
+
+import { compareCodePoints } from '../text/code-point-order.js';
+import { isContentTerm } from '../text/fts-query.js';
+import type { ChatMessage } from '../wire/types.js';
+
+/** Runs of anything but letters, digits and combining marks: punctuation, symbols, whitespace. */
+const SEPARATORS_RE = /[^\p{L}\p{N}\p{M}]+/gu;
+
+/**
+ * Text as repeats are compared: Unicode NFC, lower-cased, every run of punctuation, symbols and
+ * whitespace one space, trimmed. `"Hello,  World!"` → `"hello world"`.
+ */
+export function normaliseText(text: string): string {
+  return text.normalize('NFC').toLowerCase().replace(SEPARATORS_RE, ' ').trim();
+}
+
+/**
+ * A normalised memory counts as contained in a longer message only from this many words: "thanks" or
+ * "sounds good" inside a message repeats nothing worth a memory slot; shorter memories must equal a
+ * whole message.
+ */
+export const MIN_CONTAINED_WORDS = 4;
+/**
+ * Normalised memories up to this many characters are looked for inside messages; a longer one counts
+ * only when it equals a whole message (a hash-set look-up). Chat-turn memories are far shorter.
+ */
+export const MAX_CONTAINED_CHARS = 2048;
+/**
+ * Most characters compared while confirming anchor matches over one history: bounds the adversarial
+ * case (a history and many memories of one repeated word); past it, remaining memories stay in.
+ */
+export const VERIFY_BUDGET_CHARS = 16 * 1024 * 1024;
+
+/** A leading speaker label of a memory (`Caroline: …`): a name of at most 64 characters without a colon. */
+const SPEAKER_LABEL_RE = /^[^:\n]{1,64}:\s*/;
+
+/** FNV-1a of `s`'s UTF-16 units [from, to). */
+function hashRange(s: string, from: number, to: number): number {
+  let h = 0x811c9dc5;
+  for (let i = from; i < to; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return h >>> 0;
+}
+
+function wordCount(s: string): number {
+  if (s === '') return 0;
+  let n = 1;
+  for (let i = s.indexOf(' '); i >= 0; i = s.indexOf(' ', i + 1)) n++;
+  return n;
+}
+
+/**
+ * Which memories repeat a history message: the memory's normalised text (or the text after a leading
+ * speaker label) equals a message's normalised content, or, when it has {@link MIN_CONTAINED_WORDS} to
+ * {@link MAX_CONTAINED_CHARS}, occurs in it on word boundaries. Equality is a hash-set look-up;
+ * containment is one pass over the history's words, anchored on each pattern's first word and
+ * confirmed with `startsWith`: linear in the history, whatever the number of memories.
+ * @returns for each memory, whether it repeats the history.
+ */
+export function repeatsHistory(history: readonly ChatMessage[], memories: readonly string[]): boolean[] {
+  const out = new Array<boolean>(memories.length).fill(false);
+  if (history.length === 0 || memories.length === 0) return out;
+  const messages = history.map((m) => normaliseText(m.content));
+  const exact = new Set(messages);
+  // Patterns to look for inside messages, each with the memories it stands for.
+  const patterns = new Map<string, number[]>();
+  for (let i = 0; i < memories.length; i++) {
+    const raw = memories[i]!;
+    const label = SPEAKER_LABEL_RE.exec(raw);
+    const variants = [normaliseText(raw)];
+    if (label !== null) variants.push(normaliseText(raw.slice(label[0].length)));
+    for (const v of variants) {
+      if (v === '') continue;
+      if (exact.has(v)) {
+        out[i] = true;
+        break;
+      }
+      if (v.length <= MAX_CONTAINED_CHARS && wordCount(v) >= MIN_CONTAINED_WORDS) {
+        const list = patterns.get(v);
+        if (list === undefined) patterns.set(v, [i]);
+        else list.push(i);
+      }
+    }
+  }
+  if (patterns.size === 0) return out;
+  const anchors = new Map<number, string[]>();
+  for (const p of patterns.keys()) {
+    const end = p.indexOf(' ');
+    const h = hashRange(p, 0, end);
+    const list = anchors.get(h);
+    if (list === undefined) anchors.set(h, [p]);
+    else list.push(p);
+  }
+  const found = new Set<string>();
+  let budget = VERIFY_BUDGET_CHARS;
+  for (const text of messages) {
+    let start = 0;
+    while (start < text.length && budget > 0) {
+      let end = text.indexOf(' ', start);
+      if (end < 0) end = text.length;
+      const list = anchors.get(hashRange(text, start, end));
+      if (list !== undefined) {
+        for (const p of list) {
+          if (found.has(p)) continue;
+          budget -= p.length;
+          const after = start + p.length;
+          if ((after === text.length || text.charCodeAt(after) === 32) && text.startsWith(p, start))
+            found.add(p);
+        }
+      }
+      start = end + 1;
+    }
+  }
+  for (const p of found) for (const i of patterns.get(p)!) out[i] = true;
+  return out;
+}
+
+/** The distinct content terms of a query (as the stores search for them: fts-query.ts), normalised. */
+export function queryTerms(query: string): Set<string> {
+  const terms = new Set<string>();
+  for (const t of normaliseText(query).split(' ')) if (t !== '' && isContentTerm(t)) terms.add(t);
+  return terms;
+}
+
+/**
+ * Lexical relevance of a content to a query, in [0, 1]: the share of the query's distinct content terms
+ * that occur as words of the content. 1 when every term occurs (the scale's top, as the best search hit
+ * of a call); 0 when none does, or the query has no content term.
+ */
+export function lexicalRelevance(terms: ReadonlySet<string>, content: string): number {
+  if (terms.size === 0) return 0;
+  let hits = 0;
+  const seen = new Set<string>();
+  for (const w of normaliseText(content).split(' ')) {
+    if (terms.has(w) && !seen.has(w)) {
+      seen.add(w);
+      hits++;
+      if (hits === terms.size) break;
+    }
+  }
+  return hits / terms.size;
+}
+
+/** What {@link cpuFilters} decides for candidates [0, packCount). */
+export interface FilterOutcome {
+  /** Candidates left to pack, input order. */
+  pack: number[];
+  /** Candidates filtered (history repeats, lexical floor, max_memories), input order. */
+  filtered: number[];
+}
+
+/** The columns and settings {@link cpuFilters} reads. */
+export interface FilterInput {
+  packCount: number;
+  ids: readonly string[];
+  content: (i: number) => string;
+  /** Mutated: a lexical relevance adds w_rel × relevance. */
+  score: Float64Array;
+  /** Mutated: NaN entries get their lexical relevance. */
+  relevance: Float64Array;
+  history: readonly ChatMessage[];
+  filters: {
+    history: boolean;
+    query: string;
+    relevanceFloor: number;
+    relevanceWeight: number;
+    relevanceExponent?: number;
+    maxMemories: number;
+  };
+}
+
+/**
+ * Applies the filters in order: lexical relevance (and its floor) for candidates whose relevance is NaN,
+ * memories already in the history, then `max_memories` over what is left by (score desc, memory_id asc).
+ */
+export function cpuFilters(x: FilterInput): FilterOutcome {
+  const { packCount, score, relevance, filters } = x;
+  const out = new Array<boolean>(packCount).fill(false);
+  let terms: Set<string> | null = null;
+  for (let i = 0; i < packCount; i++) {
+    if (!Number.isNaN(relevance[i]!)) continue;
+    terms ??= queryTerms(filters.query);
+    const r = lexicalRelevance(terms, x.content(i));
+    relevance[i] = r;
+    score[i] = score[i]! + filters.relevanceWeight * r ** (filters.relevanceExponent ?? 1);
+    if (r < filters.relevanceFloor) out[i] = true;
+  }
+  if (filters.history && x.history.length > 0) {
+    const open: number[] = [];
+    for (let i = 0; i < packCount; i++) if (!out[i]) open.push(i);
+    const repeats = repeatsHistory(
+      x.history,
+      open.map((i) => x.content(i)),
+    );
+    for (let k = 0; k < open.length; k++) if (repeats[k]) out[open[k]!] = true;
+  }
+  let left: number[] = [];
+  for (let i = 0; i < packCount; i++) if (!out[i]) left.push(i);
+  if (filters.maxMemories > 0 && left.length > filters.maxMemories) {
+    const top = new Set(
+      [...left]
+        .sort((a, b) => score[b]! - score[a]! || compareCodePoints(x.ids[a]!, x.ids[b]!))
+        .slice(0, filters.maxMemories),
+    );
+    for (const i of left) if (!top.has(i)) out[i] = true;
+    left = left.filter((i) => top.has(i));
+  }
+  const filtered: number[] = [];
+  for (let i = 0; i < packCount; i++) if (out[i]) filtered.push(i);
+  return { pack: left, filtered };
+}

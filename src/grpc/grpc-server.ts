@@ -1,0 +1,456 @@
+/**
+ * gRPC server plumbing (contract.md §2, §10, §11): the ContextAssemblyService handlers, health, reflection,
+ * channel limits and graceful drain. The assembly pipeline itself is injected (`assemble`), so this
+ * module owns only what happens at the boundary: validation, the call context, status mapping and
+ * making sure no handler error ever escapes into grpc-js.
+ */
+import path from 'node:path';
+import {
+  type ChannelOptions,
+  Metadata,
+  Server,
+  ServerCredentials,
+  type ServerErrorResponse,
+  ServerInterceptingCall,
+  type ServerInterceptor,
+  type ServerUnaryCall,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation, protoPath as healthProtoPath, type ServingStatus } from 'grpc-health-check';
+import type { Settings } from '../config/settings.js';
+import type { AssembleFn, AssembleResult } from '../request/assemble-fn.js';
+import { authorizeRequest } from '../request/authorize-request.js';
+import {
+  type AbortSignalLike,
+  abortCause,
+  type CallContextHandle,
+  createCallContext,
+  monotonicNow,
+} from '../request/call-context.js';
+import { type MemoryRpcDeps, recordMemoryFeedback, searchMemories } from '../request/memory-rpcs.js';
+import { validateWireRequest } from '../request/validate.js';
+import {
+  decodeAssembleRequest,
+  RequestPrefixScanner,
+  type WireAssembleRequest,
+} from '../request/wire-request.js';
+import type { Logger } from '../telemetry/logger.js';
+import { callLogger } from '../telemetry/tracing/call-logger.js';
+import type { CallTrace } from '../telemetry/tracing/call-trace.js';
+import type { CallTraces } from '../telemetry/tracing/tracing.js';
+import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
+import { Errors, IbexError, toStatusObject } from '../wire/errors.js';
+import {
+  type AssembleContextResponse,
+  CONTEXT_SERVICE_NAME,
+  contextServiceDefinition,
+  gatheredAnswer,
+  PROTO_DIR,
+  PROTO_FILES,
+  type RecordMemoryFeedbackRequest,
+  type RecordMemoryFeedbackResponse,
+  type SearchMemoriesRequest,
+  type SearchMemoriesResponse,
+  serializeAssembleResponse,
+  splicedOn,
+} from '../wire/proto.js';
+import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire/wire-headers.js';
+import { largeAnswerNotice } from './large-answer.js';
+import { exposeDuplicateAuthorization } from './patches/duplicate-authorization.js';
+import { decideRequestsOnTheWire } from './patches/early-decision.js';
+import { sendGatheredMessages } from './patches/gathered-send.js';
+import { alignHeaderPairLimit } from './patches/header-pair-limit.js';
+import { assembleLargeMessagesIn } from './patches/pooled-message-decoder.js';
+import { takeUploadTurns } from './patches/upload-turns.js';
+import { reflectionPackageDefinition } from './reflection-descriptors.js';
+import { UploadTurns } from './upload-turns.js';
+
+/** The AssembleContext request's prefix scanner (one factory, not one closure per call). */
+const newPrefixScanner = () => new RequestPrefixScanner();
+
+export type { AssembleFn, AssembleResult } from '../request/assemble-fn.js';
+
+/** Options of {@link createGrpcServer}. */
+export interface GrpcServerOptions {
+  assemble: AssembleFn;
+  logger: Logger;
+  settings: Pick<Settings, 'timeoutMs' | 'maxReceiveMessageBytes' | 'maxMetadataBytes'>;
+  /** Extra server interceptors (e.g. authentication), run after the built-in metadata-size check. */
+  interceptors?: ServerInterceptor[];
+  /** Overrides of the default channel options (keepalive, connection age, …). */
+  channelOptions?: ChannelOptions;
+  /** Each call's trace, when tracing is on (its interceptor must be among `interceptors`). */
+  traces?: CallTraces;
+  /**
+   * What SearchMemories and RecordMemoryFeedback run on (memory-rpcs.ts): one of the project's stores.
+   * Absent (in front of a memory service, which has no such operations), both answer UNIMPLEMENTED with
+   * {@link UNIMPLEMENTED_DETAILS}.
+   */
+  memoryRpcs?: MemoryRpcDeps;
+}
+
+/** A created, not yet bound, server. */
+export interface GrpcServer {
+  readonly server: Server;
+  /**
+   * Binds and starts listening. Resolves with the bound port (the real one when `addr` ends in `:0`).
+   * @param credentials defaults to insecure.
+   */
+  bind(addr: string, credentials?: ServerCredentials): Promise<number>;
+  /** Health → SERVING for "" and the service. Call once the pool is warm; ignored once draining. */
+  markServing(): void;
+  /**
+   * Graceful stop: health → NOT_SERVING, stop accepting (tryShutdown), let in-flight calls finish for
+   * up to `graceMs`, then forceShutdown. Idempotent: later calls return the same promise.
+   */
+  drain(graceMs: number): Promise<void>;
+  /** AssembleContext calls currently being handled. */
+  inFlight(): number;
+}
+
+/** Details of the methods in front of a store without them (contract.md §2; U+2014 dash). */
+export const UNIMPLEMENTED_DETAILS = {
+  SearchMemories: 'SearchMemories deferred — ADR-0038',
+  RecordMemoryFeedback: 'RecordMemoryFeedback deferred — ADR-0038',
+} as const;
+
+/**
+ * Keepalive and connection-age defaults for a fleet behind L4 proxies: pings find half-open
+ * connections the proxy will not report, and a bounded connection age lets clients rebalance onto new
+ * replicas. The age grace is far above any assembly's deadline, so no call is cut by it.
+ */
+const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
+  'grpc.keepalive_time_ms': 60_000,
+  'grpc.keepalive_timeout_ms': 20_000,
+  'grpc.keepalive_permit_without_calls': 1,
+  'grpc.max_connection_idle_ms': 5 * 60_000,
+  'grpc.max_connection_age_ms': 10 * 60_000,
+  'grpc.max_connection_age_grace_ms': 30_000,
+  // Channelz bookkeeping (per-call counters and traces) is never read here; off.
+  'grpc.enable_channelz': 0,
+};
+
+/**
+ * Size of request metadata as HTTP/2 counts a header list (RFC 9113 §6.5.2: name + value + 32 per
+ * field). grpc-js does not enforce `grpc.max_metadata_size`, so the server does it here.
+ */
+export function metadataSize(metadata: Metadata): number {
+  let size = 0;
+  for (const [key, value] of Object.entries(metadata.toHttp2Headers())) {
+    const values = Array.isArray(value) ? value : [value];
+    for (const v of values) size += key.length + Buffer.byteLength(String(v)) + 32;
+  }
+  return size;
+}
+
+/** Refuses calls whose metadata exceeds `maxBytes` with RESOURCE_EXHAUSTED, for every service. */
+export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
+  return (_method, call) => {
+    const intercepting: ServerInterceptingCall = new ServerInterceptingCall(call, {
+      start: (next) => {
+        next({
+          onReceiveMetadata: (metadata, nextMetadata) => {
+            const size = metadataSize(metadata);
+            if (size > maxBytes) {
+              intercepting.sendStatus(toStatusObject(Errors.metadataTooLarge(size, maxBytes)));
+              return;
+            }
+            nextMetadata(metadata);
+          },
+        });
+      },
+    });
+    return intercepting;
+  };
+}
+
+/**
+ * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
+ * strict reflection clients accept (src/grpc/reflection-descriptors.ts).
+ */
+function reflectionDefinition() {
+  const healthRoot = path.resolve(path.dirname(healthProtoPath), '../..');
+  return reflectionPackageDefinition([
+    { dir: PROTO_DIR, files: PROTO_FILES },
+    { dir: healthRoot, files: [path.relative(healthRoot, healthProtoPath)] },
+  ]);
+}
+
+type Outcome =
+  | { kind: 'ok'; result: AssembleResult }
+  | { kind: 'error'; error: Partial<ServerErrorResponse> & { code: status; details: string } }
+  | { kind: 'cancelled' };
+
+/**
+ * Creates the gRPC server with ContextAssemblyService, `grpc.health.v1.Health` (NOT_SERVING until
+ * {@link GrpcServer.markServing}) and server reflection registered. Channel options:
+ * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (default: the largest request contract.md §11
+ * allows, `MAX_ASSEMBLE_REQUEST_BYTES`, ≈ 13.2 MB; larger requests get RESOURCE_EXHAUSTED), metadata capped at settings.maxMetadataBytes, keepalive for a proxied fleet.
+ */
+export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
+  const { assemble, settings } = opts;
+  const logger = opts.logger.child({ component: 'grpc' });
+  const noteAnswerBytes = largeAnswerNotice(logger);
+
+  const server = new Server({
+    ...DEFAULT_CHANNEL_OPTIONS,
+    'grpc.max_receive_message_length': settings.maxReceiveMessageBytes,
+    'grpc.max_metadata_size': settings.maxMetadataBytes,
+    ...opts.channelOptions,
+    interceptors: [metadataLimitInterceptor(settings.maxMetadataBytes), ...(opts.interceptors ?? [])],
+  });
+
+  alignHeaderPairLimit(server, settings.maxMetadataBytes);
+  assembleLargeMessagesIn(MESSAGE_BUFFERS);
+  sendGatheredMessages(gatheredAnswer);
+  // Keyed by the deserializer, not the path: the scanner's stopping points are decodeAssembleRequest's.
+  decideRequestsOnTheWire((handler) =>
+    handler.deserialize === decodeAssembleRequest ? newPrefixScanner : null,
+  );
+  takeUploadTurns(new UploadTurns());
+
+  const health = new HealthImplementation({ '': 'NOT_SERVING', [CONTEXT_SERVICE_NAME]: 'NOT_SERVING' });
+  const setHealth = (s: ServingStatus) => {
+    health.setStatus('', s);
+    health.setStatus(CONTEXT_SERVICE_NAME, s);
+  };
+  health.addToServer(server);
+  new ReflectionService(reflectionDefinition()).addToServer(server);
+
+  let active = 0;
+  let draining = false;
+  /** Every bound address with its real port: what `server.drain` takes. */
+  const boundAddrs: string[] = [];
+  let drainPromise: Promise<void> | undefined;
+
+  const toError = (err: unknown, trace?: CallTrace): Extract<Outcome, { kind: 'error' }> => {
+    const error = toStatusObject(err);
+    const log = callLogger(logger, trace);
+    if (!(err instanceof IbexError)) log.error({ err }, 'AssembleContext handler error');
+    else if (error.code === status.INTERNAL) log.error({ err }, 'AssembleContext failed');
+    else log.debug({ code: err.code, field: err.field, reason: err.message }, 'AssembleContext rejected');
+    return { kind: 'error', error };
+  };
+
+  const deadlineExceeded: Outcome = { kind: 'error', error: toStatusObject(Errors.deadlineExceeded()) };
+
+  const handleAssemble = (
+    call: ServerUnaryCall<WireAssembleRequest, AssembleContextResponse>,
+    callback: sendUnaryData<AssembleContextResponse>,
+  ): void => {
+    const arrival = monotonicNow();
+    active++;
+    const trace = opts.traces?.of(call.metadata);
+    trace?.handled(arrival);
+    let handle: CallContextHandle | undefined;
+    let settled = false;
+
+    // Every path ends here exactly once; grpc-js never sees a throw from this handler.
+    const settle = (outcome: Outcome) => {
+      if (settled) return;
+      settled = true;
+      active--;
+      handle?.dispose();
+      try {
+        if (outcome.kind === 'ok') {
+          const md = new Metadata();
+          md.set(LEVEL_HEADER, outcome.result.level);
+          // A missing directive leaves the level alone but still degrades the answer (contract.md §10).
+          const degraded =
+            outcome.result.level !== 'L0' || outcome.result.response.degradation.reasons.length > 0;
+          md.set(DEGRADED_HEADER, degraded ? 'true' : 'false');
+          call.sendMetadata(md);
+          callback(null, outcome.result.response);
+        } else if (outcome.kind === 'error') {
+          callback(outcome.error);
+        }
+        // 'cancelled': grpc-js has already ended the stream; there is no one to answer.
+      } catch (err) {
+        callLogger(logger, trace).error({ err }, 'failed to send AssembleContext answer');
+      } finally {
+        // Refused, late or cancelled calls hand a recycled request buffer back too. A buffer that went to
+        // a CPU task is detached here and is not taken; a pipeline still running for an abandoned call
+        // reads nothing it could send anyone. An answer spliced on the request's own bytes (the L2 answer
+        // of a withdrawn task) is not done with them: a large one is still being written from them, so
+        // its serializer hands them back once written (released now, the next request could overwrite
+        // bytes on their way to this caller).
+        const source = call.request?.history?.source;
+        if (outcome.kind !== 'ok' || !splicedOn(outcome.result.response, source))
+          releaseMessageBuffer(source);
+      }
+    };
+
+    const onAbort = (signal: AbortSignalLike) => {
+      settle(abortCause(signal) === 'deadline' ? deadlineExceeded : { kind: 'cancelled' });
+    };
+
+    try {
+      handle = createCallContext(call, { timeoutMs: settings.timeoutMs, arrival, trace });
+      const { ctx } = handle;
+      if (ctx.signal.aborted) {
+        onAbort(ctx.signal);
+        return;
+      }
+      const req = validateWireRequest(call.request);
+      // Needs the decoded org_id, so it cannot live in the authentication interceptor.
+      authorizeRequest(req, ctx);
+      ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
+      assemble(req, ctx).then(
+        (result) => {
+          if (ctx.signal.aborted) return;
+          // A blocked event loop can delay the deadline timer past D; the clock, not the timer, decides.
+          settle(monotonicNow() >= ctx.deadline ? deadlineExceeded : { kind: 'ok', result });
+        },
+        (err: unknown) => {
+          if (settled) {
+            callLogger(logger, trace).debug(
+              { err },
+              'AssembleContext pipeline ended after the call was answered',
+            );
+            return;
+          }
+          settle(toError(err, trace));
+        },
+      );
+    } catch (err) {
+      settle(toError(err, trace));
+    }
+  };
+
+  const unimplemented =
+    (details: string) =>
+    (_call: unknown, callback: sendUnaryData<never>): void => {
+      callback(toStatusObject(Errors.unimplemented(details)));
+    };
+
+  /**
+   * A SearchMemories / RecordMemoryFeedback handler: runs `work` with a signal aborted when the caller
+   * goes away, answers its result or its error's status (INTERNAL for anything not an IbexError), and
+   * counts the call by status.
+   */
+  const memoryRpc =
+    <Req, Res>(
+      method: keyof typeof UNIMPLEMENTED_DETAILS,
+      work: (deps: MemoryRpcDeps, call: ServerUnaryCall<Req, Res>, signal: AbortSignal) => Promise<Res>,
+    ) =>
+    (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>): void => {
+      const deps = opts.memoryRpcs!;
+      const aborter = new AbortController();
+      call.on('cancelled', () => aborter.abort(Errors.cancelled()));
+      const done = (code: status) => deps.metrics.call(method, status[code] ?? String(code));
+      work(deps, call, aborter.signal).then(
+        (response) => {
+          done(status.OK);
+          callback(null, response);
+        },
+        (err: unknown) => {
+          const error = toStatusObject(err);
+          if (!(err instanceof IbexError) || error.code === status.INTERNAL)
+            logger.error({ err, method }, 'memory call failed');
+          else
+            logger.debug(
+              { code: err.code, field: err.field, reason: err.message, method },
+              'memory call refused',
+            );
+          done(error.code);
+          if (!aborter.signal.aborted) callback(error);
+        },
+      );
+    };
+  const memoryHandlers = opts.memoryRpcs
+    ? {
+        SearchMemories: memoryRpc<SearchMemoriesRequest, SearchMemoriesResponse>(
+          'SearchMemories',
+          (deps, call, signal) => searchMemories(deps, call.request, call.metadata, signal),
+        ),
+        RecordMemoryFeedback: memoryRpc<RecordMemoryFeedbackRequest, RecordMemoryFeedbackResponse>(
+          'RecordMemoryFeedback',
+          (deps, call) => recordMemoryFeedback(deps, call.request, call.metadata),
+        ),
+      }
+    : {
+        SearchMemories: unimplemented(UNIMPLEMENTED_DETAILS.SearchMemories),
+        RecordMemoryFeedback: unimplemented(UNIMPLEMENTED_DETAILS.RecordMemoryFeedback),
+      };
+
+  // AssembleContext is decoded on the wire: grpc-js passes whatever requestDeserialize returns.
+  const serviceDefinition = {
+    ...contextServiceDefinition,
+    AssembleContext: {
+      ...contextServiceDefinition.AssembleContext!,
+      requestDeserialize: decodeAssembleRequest,
+      // The answer's copy of the history — or, for a large one, its gathered write — is the request
+      // buffer's last use: back to the pool then.
+      responseSerialize: (response: AssembleContextResponse) => {
+        const out = serializeAssembleResponse(response, releaseMessageBuffer);
+        noteAnswerBytes(out.length);
+        return out;
+      },
+    },
+  };
+  server.addService(serviceDefinition, {
+    AssembleContext: handleAssemble,
+    ...memoryHandlers,
+  });
+
+  return {
+    server,
+    bind(addr, credentials = ServerCredentials.createInsecure()) {
+      return new Promise<number>((resolve, reject) => {
+        server.bindAsync(addr, credentials, (err, port) => {
+          if (err) reject(err);
+          else {
+            boundAddrs.push(addr.replace(/:0$/, `:${port}`));
+            try {
+              // Node's HTTP/2 keeps only the first `authorization`; make the others visible.
+              exposeDuplicateAuthorization(server);
+            } catch (hookErr) {
+              reject(hookErr);
+              return;
+            }
+            logger.info({ addr, port }, 'gRPC server listening');
+            resolve(port);
+          }
+        });
+      });
+    },
+    markServing() {
+      if (draining) return;
+      setHealth('SERVING');
+    },
+    drain(graceMs) {
+      if (drainPromise) return drainPromise;
+      draining = true;
+      setHealth('NOT_SERVING');
+      logger.info({ graceMs, inFlight: active }, 'gRPC server draining');
+      drainPromise = new Promise<void>((resolve) => {
+        let done = false;
+        const finish = (forced: boolean) => {
+          if (done) return;
+          done = true;
+          clearTimeout(timer);
+          // The sessions were cancelled by server.drain's own timer, set first for the same grace.
+          if (forced) server.forceShutdown();
+          logger.info({ forced, inFlight: active }, 'gRPC server stopped');
+          resolve();
+        };
+        // Long-lived streams (health Watch, reflection) never end on their own; the grace bounds them.
+        // forceShutdown cancels only the sessions channelz tracked, none with channelz off; drain cancels every
+        // session of the port once the grace is over.
+        for (const bound of boundAddrs) {
+          try {
+            server.drain(bound, graceMs);
+          } catch (err) {
+            logger.warn({ err, addr: bound }, 'gRPC drain of a bound address failed');
+          }
+        }
+        const timer = setTimeout(() => finish(true), graceMs);
+        server.tryShutdown(() => finish(false));
+      });
+      return drainPromise;
+    },
+    inFlight: () => active,
+  };
+}

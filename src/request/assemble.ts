@@ -1,0 +1,486 @@
+/**
+ * The assembly pipeline (contract.md §1), one function per stage: retrieval under the wall, dedupe/score/encode,
+ * the CPU stage in the pool, the answer with its degradation record. Dependency failures degrade the
+ * answer (L0/L1/L2); only client errors (unknown model) and the caller's own deadline or cancellation end
+ * the call otherwise. What the pipeline reports goes through an {@link AssemblyObserver}.
+ */
+import type { Logger } from 'pino';
+import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
+import type { Settings } from '../config/settings.js';
+import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../cpu-stage/cpu-task.js';
+import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
+import { CandidateLimit } from '../ranking/candidate-limit.js';
+import { rankCandidates } from '../ranking/rank-stage.js';
+import { type RetrievalResult, type RetrievalSources, retrieve } from '../retrieval/retrieve.js';
+import { registerAdmissionMetrics } from '../telemetry/admission-metrics.js';
+import { degradedAssemblyLog } from '../telemetry/logger.js';
+import type { Metrics } from '../telemetry/metrics.js';
+import { callLogger } from '../telemetry/tracing/call-logger.js';
+import { generateNonce } from '../text/nonce.js';
+import { monotonicNow } from '../util/clock.js';
+import { Errors, isIbexError } from '../wire/errors.js';
+import type { DegradationLevel } from '../wire/proto.js';
+import { AdaptiveConcurrencyLimit, type AdmissionSample } from './admission.js';
+import {
+  answerFromStage,
+  degradationLevel,
+  degradationReasons,
+  degradedAnswer,
+  historyLost,
+  warmDegradedAnswer,
+} from './answers.js';
+import type { AssembleFn } from './assemble-fn.js';
+import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
+import { abortCause, type CallContext } from './call-context.js';
+import type { Assembly } from './response-parts.js';
+import { PER_MIB_FROM_BYTES, StageReserve } from './stage-reserve.js';
+import type { ValidatedRequest } from './validate.js';
+import { CONTENT_OVER, checkHistoryContents } from './wire-request.js';
+
+export { degradationLevel } from './answers.js';
+export { roundMs } from './response-parts.js';
+
+/** What the pipeline needs; built once at start-up. */
+export interface AssemblerDeps {
+  settings: Settings;
+  catalog: CapabilityCatalog;
+  sources: RetrievalSources;
+  pool: CpuPool;
+  logger: Logger;
+  /** The service's metrics; reported through {@link metricsObserver} unless `observer` is given. */
+  metrics?: Metrics;
+  /** Receives the pipeline's reports (default: `metrics` if given, else none). */
+  observer?: AssemblyObserver;
+  /**
+   * Counts every answer's included memories toward their frequency (src/retrieval/inclusion-counter.ts);
+   * absent, nothing is counted (a memory service, tools, warm-up).
+   */
+  inclusions?: { record(orgId: string, memoryIds: Iterable<string>): void };
+}
+
+/**
+ * Stops the pipeline once the caller's deadline has passed or it cancelled. Throws IbexErrors so the
+ * server answers DEADLINE_EXCEEDED / CANCELLED, never INTERNAL, even when the clock passes D a tick
+ * before the deadline timer aborts the signal.
+ */
+function throwIfAborted(ctx: CallContext): void {
+  if (abortCause(ctx.signal) === 'cancelled') throw Errors.cancelled();
+  if (ctx.signal.aborted || monotonicNow() >= ctx.deadline) throw Errors.deadlineExceeded();
+}
+
+/** UTF-8 bytes of the request's history (≤ 100 spans summed). */
+function historyByteLength(req: ValidatedRequest): number {
+  const { spans, count } = req.history;
+  let bytes = 0;
+  for (let i = 0; i < 4 * count; i += 2) bytes += spans[i + 1]! - spans[i]!;
+  return bytes;
+}
+
+function poolReasonOf(err: unknown): string {
+  if (isIbexError(err, 'IBEX_ERR_POOL_SATURATED')) return 'pool_saturated';
+  if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE')) return 'pool_deadline';
+  return 'pool_failed';
+}
+
+/** The CPU stage's outcome: its result, or why there is none (`null` when it answered). */
+interface CpuOutcome {
+  stage: CpuStageResult | null;
+  poolReason: string | null;
+}
+
+/** The ids of the packed candidates: `selected` indexes the CPU stage's input columns. */
+function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): Generator<string> {
+  for (const i of selected) {
+    const c = kept[i];
+    if (c !== undefined) yield c.memory_id;
+  }
+}
+
+/**
+ * Share of the time left at the CPU stage's dispatch that is always kept for the degraded answer (contract.md §10).
+ * Nothing at the default 45 ms (≤ 2 ms of the ≤ 40 ms left, under the measured reserve); 40 ms of 800 ms.
+ * On a loaded 2-core machine a process's first miss (priors, a cold degraded answer, a timer 5–6 ms late)
+ * answered an 800 ms call 0.03 ms after D (test/telemetry/metrics.test.ts under two busy loops).
+ */
+export const LONG_DEADLINE_KEEP_SHARE = 0.05;
+
+/**
+ * Builds the AssembleContext pipeline.
+ * @returns an {@link AssembleFn}: resolves with the response and its level (dependency failures, pool
+ *   trouble and load shedding degrade it); rejects only with IbexError `IBEX_ERR_UNKNOWN_MODEL` or
+ *   `IBEX_ERR_INVALID_ARGUMENT` (INVALID_ARGUMENT), `IBEX_ERR_DEADLINE_EXCEEDED` once D has passed, or
+ *   `IBEX_ERR_CANCELLED` when the caller cancelled (contract.md §10, §11).
+ */
+export function createAssembler(deps: AssemblerDeps): AssembleFn {
+  const { settings, catalog, sources, pool } = deps;
+  const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
+  const logger = deps.logger.child({ component: 'assemble' });
+  const logDegraded = degradedAssemblyLog(logger);
+  const reserve = new StageReserve(settings.cpuStageReserveMs);
+  const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates);
+  // A memory service's hot hits carry no query relevance: the CPU stage measures it lexically.
+  const lexicalHot = sources.kind.memory === 'http';
+  warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
+
+  // Admission at arrival (SPEC §10 amended): past the adaptive limit a call is answered at once from
+  // what costs nothing (directive + history, L2 `shed`) instead of queueing behind the others.
+  const admission = new AdaptiveConcurrencyLimit({ maxLimit: settings.maxInFlight });
+  if (deps.metrics) registerAdmissionMetrics(deps.metrics.registry, admission);
+  /** Calls waiting for their CPU-stage result (queued or running). */
+  let awaitingPool = 0;
+  return async (req: ValidatedRequest, ctx: CallContext) => {
+    observer.callStarted();
+    const admitted = admission.tryAcquire();
+    const taught: { sample: AdmissionSample | null } = { sample: null };
+    try {
+      // Duration and count of every call: src/telemetry/assembly-metrics.ts (the interceptor).
+      return await assembleOne(req, ctx, !admitted, taught);
+    } catch (err) {
+      if (isIbexError(err, 'IBEX_ERR_DEADLINE_EXCEEDED')) taught.sample = { latencyMs: 0, dropped: true };
+      throw err;
+    } finally {
+      if (admitted) admission.release(taught.sample);
+      observer.callEnded();
+    }
+  };
+
+  async function assembleOne(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    shed: boolean,
+    taught: { sample: AdmissionSample | null },
+  ) {
+    const resolved = resolveModel(req);
+    const historyBytes = historyByteLength(req);
+    // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
+    // pass over megabytes of history for an answer nobody will read (contract.md §10).
+    if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
+    const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
+    const ownStart = monotonicNow();
+    const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
+    const { stage, poolReason } =
+      !shed && cpuStageCannotFit(req, ctx, input, shareMs, historyBytes)
+        ? { stage: null, poolReason: 'pool_deadline' }
+        : await cpuStage(req, ctx, input, shed, historyBytes);
+    throwIfAborted(ctx);
+    // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
+    if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
+    const answered = answer(assembly, resolved, stage, poolReason);
+    // The admission limit learns from this process's own stages only (src/request/admission.ts).
+    const dropped = poolReason === 'pool_deadline' || poolReason === 'pool_saturated';
+    taught.sample = { latencyMs: monotonicNow() - ownStart, dropped };
+    return answered;
+  }
+
+  /** Whether the task carries the request's own buffer (a large history, not copied: cpu-batch.ts). */
+  function takesRequestBytes(req: ValidatedRequest, input: CpuTaskInput): boolean {
+    return input.history.length > 0 && input.history.buffer === req.history.source.buffer;
+  }
+
+  /**
+   * Until when the task's result is awaited, ms on the monotonic clock: D for a task that takes the
+   * request's bytes (once it runs, nothing is left to build the degraded answer from), its own deadline
+   * otherwise.
+   */
+  function resultAwaitedUntil(req: ValidatedRequest, ctx: CallContext, input: CpuTaskInput): number {
+    return takesRequestBytes(req, input) ? ctx.deadline : input.deadline;
+  }
+
+  function refuseTooLate() {
+    observer.refusedTooLate();
+    return Errors.deadlineExceeded();
+  }
+
+  /**
+   * `unknown model` comes after every contract.md §11 check, so a pending history content is decided first (on
+   * the main thread: only for a request that is refused either way).
+   */
+  function resolveModel(req: ValidatedRequest): ResolvedModel {
+    try {
+      return catalog.resolve(req.model);
+    } catch (err) {
+      if (checkHistoryContents(req.history)) throw Errors.invalidArgument('message.content', CONTENT_OVER);
+      throw err;
+    }
+  }
+
+  /**
+   * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
+   * answer their measured share of D (SPEC §10 answer guarantee): running p99s of this process's
+   * round-trips and degraded answers. A shed call skips both memory branches (`shed`).
+   */
+  async function retrieveStage(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    shed: boolean,
+    historyBytes: number,
+  ): Promise<{ retrieval: RetrievalResult; shareMs: number }> {
+    const start = monotonicNow();
+    const left = ctx.deadline - start;
+    const shareMs = reserve.cpuShareMs(left, historyBytes);
+    const wallMs = Math.max(0, Math.min(settings.wallMs, left - shareMs));
+    const retrieval = await retrieve(
+      sources,
+      {
+        orgId: req.orgId,
+        agentId: req.agentId,
+        query: req.query,
+        skipHot: req.skipHot || shed,
+        skipCold: req.skipCold || shed,
+        coldLimit: candidateLimit.limitFor(
+          req.availableTokens > 0 ? req.availableTokens : catalog.resolve(req.model).model.context_window,
+        ),
+      },
+      {
+        wallMs,
+        directiveMs: settings.directiveTimeoutMs,
+        hotMs: settings.hotTimeoutMs,
+        coldMs: settings.coldTimeoutMs,
+      },
+      ctx.signal,
+      settings.maxMemoryChars,
+      monotonicNow,
+      ctx.timer,
+    );
+    // 0 when retrieval ended by its wall or before: only a late-running loop makes it positive.
+    reserve.wallOverrun.record(Math.max(0, monotonicNow() - start - wallMs));
+    throwIfAborted(ctx);
+    if (shed) {
+      for (const b of retrieval.branches) {
+        if (b.name !== 'directive' && b.status === 'skipped') b.detail = 'shed';
+      }
+    }
+    observer.retrieved(retrieval);
+    ctx.trace?.retrieved(start, monotonicNow(), retrieval.branches);
+    return { retrieval, shareMs: Math.min(shareMs, left) };
+  }
+
+  /**
+   * Whether the CPU stage is skipped for want of time (contract.md §10, never wait for a stage that cannot
+   * finish): retrieval ended past its wall (a busy event loop) and left less than the share it was meant
+   * to, and the CPU task would get less than its measured round-trip; or the history is large and its
+   * typical CPU-stage run per MiB does not fit the task's time (`StageReserve.stageTooLong`): until D for
+   * a task that takes the request's bytes (its result is awaited until D), until its own deadline
+   * otherwise. The call is answered L2 `pool_deadline` at once from what is at hand, instead of waiting
+   * for a withdrawal that a late timer reports after D, or for a task that would take the history's bytes
+   * past D.
+   */
+  function cpuStageCannotFit(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    input: CpuTaskInput,
+    shareMs: number,
+    historyBytes: number,
+  ): boolean {
+    const now = monotonicNow();
+    return (
+      (ctx.deadline - now < shareMs && !reserve.cpuStageFits(input.deadline - now)) ||
+      reserve.stageTooLong(resultAwaitedUntil(req, ctx, input) - now, historyBytes)
+    );
+  }
+
+  /**
+   * Dedupe, score and cut on the main thread, then encode the candidates and history as the CPU stage's
+   * transferred buffers. Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's
+   * (contract.md §1 isolation rule); filtered candidates ride along only to be costed.
+   */
+  function rankStage(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    retrieval: RetrievalResult,
+    resolved: ResolvedModel,
+    historyBytes: number,
+  ): { assembly: Assembly; input: CpuTaskInput } {
+    const start = monotonicNow();
+    const directive = retrieval.directive?.content ?? null;
+    candidateLimit.observe(retrieval.cold);
+    const ranked = rankCandidates(req, retrieval, settings.ranking, Date.now(), lexicalHot);
+    const { kept, filtered, scoreSchema } = ranked;
+    // Scored candidates go as they are: encodeCandidates reads only the fields it needs. The CPU stage
+    // gets every candidate above the floor and applies max_memories itself, after dropping history
+    // repeats and measuring the lexical relevances (src/cpu-stage/cpu-filters.ts).
+    const candidates: readonly CandidateFields[] =
+      ranked.belowFloor.length === 0 ? ranked.eligible : ranked.eligible.concat(ranked.belowFloor);
+    const nonce = generateNonce(settings.nonceBytes);
+    const input = encodeCandidates(
+      candidates,
+      {
+        budget: 0,
+        dpCellCeiling: settings.dpCellCeiling,
+        maxConsecutiveSkips: settings.maxConsecutiveSkips,
+        nonce,
+        directive,
+        recentMessages: [],
+        toolSchemas: [],
+        deadline: cpuDeadline(ctx, historyBytes),
+        budgetModel: resolved,
+        nonceBytes: settings.nonceBytes,
+        availableTokens: req.availableTokens,
+        packCount: ranked.eligible.length,
+        filters: {
+          history: true,
+          query: req.query,
+          relevanceFloor: ranked.floor,
+          relevanceWeight: ranked.relevanceWeight,
+          relevanceExponent: settings.ranking.relevanceExponent,
+          maxMemories: req.maxMemories,
+        },
+        memoryDates: settings.memoryDates,
+      },
+      req.history,
+    );
+    const rankingMs = monotonicNow() - start;
+    return {
+      assembly: {
+        req,
+        ctx,
+        retrieval,
+        kept,
+        columns: candidates,
+        filtered,
+        nonce,
+        rankingMs,
+        historyBytes,
+        scoreSchema,
+      },
+      input,
+    };
+  }
+
+  /**
+   * The CPU stage's deadline, ms on the monotonic clock: D minus the measured degraded-answer reserve.
+   * Calls queued for the pool with ours may miss their deadlines at the same instant, and their degraded
+   * answers are then built one after another on this thread: room for them too (at most half of what is
+   * left, so a queue never starves the CPU stage of a short deadline). A long deadline also keeps
+   * {@link LONG_DEADLINE_KEEP_SHARE} of what is left: the measured reserve is a p99 of past calls, and a
+   * call with seconds to spare has no reason to risk its answer on it.
+   */
+  function cpuDeadline(ctx: CallContext, historyBytes: number): number {
+    const left = Math.max(0, ctx.deadline - monotonicNow());
+    const keep = Math.max(
+      reserve.degradedMs(historyBytes) * (1 + awaitingPool),
+      LONG_DEADLINE_KEEP_SHARE * left,
+    );
+    return ctx.deadline - Math.min(keep, left / 2);
+  }
+
+  /**
+   * Runs the CPU stage in the pool. Pool trouble (queue full, deadline, failure) and load shedding give
+   * no result and a reason; an over-long history content found there is INVALID_ARGUMENT (contract.md §11).
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT`, or the caller's deadline/cancellation.
+   */
+  async function cpuStage(
+    req: ValidatedRequest,
+    ctx: CallContext,
+    input: CpuTaskInput,
+    shed: boolean,
+    historyBytes: number,
+  ): Promise<CpuOutcome> {
+    if (shed) return { stage: null, poolReason: 'shed' };
+    let stage: CpuStageResult;
+    // A task that takes the request buffer along leaves nothing to build the degraded answer from once
+    // it runs: then its result is worth waiting for until D itself, not D minus the degraded reserve.
+    const takesRequest = takesRequestBytes(req, input);
+    // Re-judged when a queued task reaches a thread: its queue wait may have eaten the time it had.
+    const awaitedUntil = resultAwaitedUntil(req, ctx, input);
+    const fitsAt =
+      historyBytes >= PER_MIB_FROM_BYTES
+        ? (now: number) => !reserve.stageTooLong(awaitedUntil - now, historyBytes)
+        : undefined;
+    awaitingPool++;
+    try {
+      stage = await pool.run(input, {
+        signal: ctx.signal,
+        orgId: req.orgId,
+        timer: ctx.timer,
+        // A request buffer transferred with the task comes back if the task never ran: the degraded
+        // answer is built from it (same offsets: the view is the one that was sent).
+        onReturned: (back) => {
+          if (historyLost(req.history)) req.history.source = back.history;
+        },
+        resultDeadline: takesRequest ? ctx.deadline : undefined,
+        fitsAt,
+      });
+    } catch (err) {
+      if (isIbexError(err, 'IBEX_ERR_POOL_DEADLINE'))
+        reserve.lateness.record(monotonicNow() - input.deadline);
+      throwIfAborted(ctx);
+      const poolReason = poolReasonOf(err);
+      if (poolReason === 'pool_failed')
+        callLogger(logger, ctx.trace).error({ err }, 'CPU stage failed; answering without memories');
+      return { stage: null, poolReason };
+    } finally {
+      awaitingPool--;
+    }
+    reserve.roundTrip.record(stage.round_trip_us / 1000);
+    // The CPU stage does all the degraded answer's work on the history (and more): its cost teaches the
+    // per-MiB reserve too, so a pessimistic prior cannot refuse large histories forever.
+    reserve.recordStageRun(stage.run_us / 1000, historyBytes);
+    if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
+    observer.cpuStageDone(stage);
+    if (stage.output.pack.path === 'greedy') {
+      callLogger(logger, ctx.trace).warn(
+        {
+          n: stage.output.pack.candidates_evaluated,
+          buckets: Math.max(1, Math.floor((stage.output.budget?.usable_budget ?? 0) / 16)),
+          cells: stage.output.pack.cells,
+          ceiling: settings.dpCellCeiling,
+          reason: stage.output.pack.greedy_reason,
+        },
+        'packer fell back to greedy',
+      );
+    }
+    return { stage, poolReason: null };
+  }
+
+  /**
+   * The answer and its degradation record: the CPU stage's, or the degraded one without it — L1 when it
+   * kept memories (a stage lost for time or saturation: `pool_deadline`, `pool_saturated`), L2 otherwise.
+   * A shed call keeps none (its answer must cost nothing), nor does a failed stage (what failed it may be
+   * in the candidates themselves, and this thread is the service's only event loop).
+   */
+  function answer(
+    a: Assembly,
+    resolved: ResolvedModel,
+    stage: CpuStageResult | null,
+    poolReason: string | null,
+  ) {
+    const { req, retrieval } = a;
+    a.ctx.trace?.assembled(a.rankingMs, stage, poolReason, a.kept.length, a.filtered.length);
+    const response = stage
+      ? answerFromStage(a, stage)
+      : degradedAnswer(a, {
+          resolved,
+          nonceBytes: settings.nonceBytes,
+          reserve,
+          keepMemories: poolReason === 'pool_deadline' || poolReason === 'pool_saturated',
+        });
+    const level: DegradationLevel = stage
+      ? degradationLevel(retrieval.branches)
+      : response.memories_included > 0
+        ? 'L1'
+        : 'L2';
+    // The packed memories count toward their frequency (contract.md §7): a map update, no I/O here.
+    if (stage && deps.inclusions && stage.output.selected.length > 0) {
+      deps.inclusions.record(req.orgId, includedIds(a.columns, stage.output.selected));
+    }
+    response.degradation = {
+      level,
+      intentional: req.skipHot || req.skipCold,
+      reasons: degradationReasons(retrieval.branches, poolReason),
+      branches: retrieval.branches.map((b) => ({ ...b })),
+    };
+    if (response.degradation.reasons.length > 0) {
+      observer.degraded(level, response.degradation.reasons);
+      logDegraded({
+        degradation_level: level,
+        reasons: response.degradation.reasons,
+        branches: retrieval.branches,
+        intentional: response.degradation.intentional,
+        request_id: req.requestId || undefined,
+        ...a.ctx.trace?.logIds(),
+      });
+    }
+    return { response, level };
+  }
+}

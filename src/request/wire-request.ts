@@ -1,0 +1,456 @@
+/**
+ * AssembleContext request decoding on the wire (contract.md §1 isolation rule, §11).
+ *
+ * grpc-js hands the method's `requestDeserialize` the raw request bytes; {@link decodeAssembleRequest}
+ * walks them with protobufjs's `Reader` and materialises only what the main thread routes on (ids, model,
+ * query, flags, options, principal_context, request/trace/span ids). History stays bytes: each message's
+ * role and content are byte spans into the request buffer, counted as they pass (the walk stops at the
+ * 101st message, so a two-million-message request costs what a 101-message one does) and copied once,
+ * straight into the CPU task's transferred buffer. Lengths that bytes alone decide (UTF-8: bytes ≥ code
+ * points ≥ bytes/4) are decided here; the rest is left to the CPU stage.
+ */
+import protobuf from 'protobufjs/minimal.js';
+import { utf8CodePointCount, utf8Text } from '../text/utf8.js';
+import { LIMITS, MAX_UTF8_BYTES_PER_CODE_POINT } from '../wire/limits.js';
+import type { PrincipalContext, Timestamp } from '../wire/proto.js';
+import type { HistoryBytes } from './history-bytes.js';
+
+export {
+  CONTENT_OVER,
+  checkHistoryContents,
+  decodeHistory,
+  encodeHistory,
+  type HistoryBytes,
+} from './history-bytes.js';
+
+const { Reader } = protobuf;
+type ProtoReader = protobuf.Reader;
+
+/**
+ * Top-level fields a request may carry. Real encoders write about 13 plus one per message; a request made
+ * of millions of repeated scalar fields is refused with {@link TOO_MANY_FIELDS} before it can cost the
+ * main thread time in proportion to its size.
+ */
+export const MAX_REQUEST_FIELDS = 1024;
+/** Fields one history message may carry (role and content, plus room for unknown ones). */
+export const MAX_MESSAGE_FIELDS = 16;
+/** Detail of the INVALID_ARGUMENT answer to a request with more than {@link MAX_REQUEST_FIELDS} fields. */
+export const TOO_MANY_FIELDS = `request has more than ${MAX_REQUEST_FIELDS} fields`;
+/** Detail for a history message with more than {@link MAX_MESSAGE_FIELDS} fields. */
+export const MESSAGE_TOO_MANY_FIELDS = `message has more than ${MAX_MESSAGE_FIELDS} fields`;
+
+/** A field-count limit hit during the walk; its message is the refusal's detail (protobufjs throws plain RangeErrors). */
+class FieldLimitError extends RangeError {}
+/** Detail for bytes that are not a protobuf AssembleContextRequest. */
+export const MALFORMED_REQUEST = 'request is not a valid AssembleContextRequest';
+/**
+ * Id-like strings (org_id, agent_id, model) longer than this many bytes are not decoded: none can be valid
+ * (a UUID, a ≤ 256-code-point model), whatever whitespace surrounds it in a sane request.
+ */
+export const MAX_DECODED_ID_BYTES = 64 * 1024;
+
+/** An undecided string field: its byte span, and its text when it was decoded. */
+export interface WireString {
+  /** Decoded text; null when longer than the field's decode cap (see `bytes`). */
+  text: string | null;
+  /** UTF-8 byte length on the wire. */
+  bytes: number;
+}
+
+/** What {@link decodeAssembleRequest} returns: routing fields decoded, history as bytes. */
+export interface WireAssembleRequest {
+  /** Set when the request is refused before validation (malformed bytes, too many fields). */
+  refused: { field: string; message: string } | null;
+  org_id: WireString;
+  agent_id: WireString;
+  model: WireString;
+  query: WireString;
+  session_id: string;
+  directive_version_id: string;
+  available_tokens: number;
+  request_id: string;
+  trace_id: string;
+  span_id: string;
+  skip_hot_memories: boolean;
+  skip_cold_memories: boolean;
+  max_memories: number;
+  /** AssemblyOptions fields 3–6 (recency, relevance, usefulness, confidence), float32 as sent; 0 when absent. */
+  weights: [number, number, number, number];
+  principal_context: PrincipalContext | null;
+  /** Messages seen, counting stops at 101. */
+  messageCount: number;
+  /** Byte spans of the first ≤ 100 messages. */
+  history: HistoryBytes;
+  /** Some role exceeds 64 code points: decided on the wire (a role of 65..256 bytes is decoded to count). */
+  roleOver: boolean;
+  /** Some content has more than 131,072 bytes, hence more than 32,768 code points. */
+  contentOver: boolean;
+  /**
+   * The walk stopped at the 101st message before seeing org_id, agent_id, query or model (a non-canonical
+   * field order): the count error is then answered without the checks contract.md §11 orders before it.
+   */
+  stoppedEarly: boolean;
+}
+
+const EMPTY_STRING: WireString = { text: '', bytes: 0 };
+
+function emptyRequest(source: Uint8Array): WireAssembleRequest {
+  return {
+    refused: null,
+    org_id: EMPTY_STRING,
+    agent_id: EMPTY_STRING,
+    model: EMPTY_STRING,
+    query: EMPTY_STRING,
+    session_id: '',
+    directive_version_id: '',
+    available_tokens: 0,
+    request_id: '',
+    trace_id: '',
+    span_id: '',
+    skip_hot_memories: false,
+    skip_cold_memories: false,
+    max_memories: 0,
+    weights: [0, 0, 0, 0],
+    principal_context: null,
+    messageCount: 0,
+    history: { source, spans: new Uint32Array(0), count: 0, contentPending: false },
+    roleOver: false,
+    contentOver: false,
+    stoppedEarly: false,
+  };
+}
+
+/** Reads a length-delimited field's span and moves past it (protobufjs checks the bounds). */
+function span(r: ProtoReader): [number, number] {
+  const length = r.uint32();
+  const start = r.pos;
+  r.skip(length);
+  return [start, start + length];
+}
+
+/** A reader over the embedded message at `[start, end)` of `buf`, bounded by `end`. */
+function nested(buf: Uint8Array, [start, end]: [number, number]): ProtoReader {
+  const sub = Reader.create(buf.subarray(0, end));
+  sub.pos = start;
+  return sub;
+}
+
+function stringField(r: ProtoReader, buf: Uint8Array, cap = Number.POSITIVE_INFINITY): WireString {
+  const [start, end] = span(r);
+  const bytes = end - start;
+  return { text: bytes > cap ? null : utf8Text(buf, start, end), bytes };
+}
+
+function fullString(r: ProtoReader, buf: Uint8Array): string {
+  const [start, end] = span(r);
+  return utf8Text(buf, start, end);
+}
+
+function decodeTimestamp(r: ProtoReader, end: number): Timestamp {
+  const ts: Timestamp = { seconds: '0', nanos: 0 };
+  while (r.pos < end) {
+    const tag = r.uint32();
+    if (tag === 8) ts.seconds = r.int64().toString();
+    else if (tag === 16) ts.nanos = r.int32();
+    else r.skipType(tag & 7);
+  }
+  return ts;
+}
+
+const PRINCIPAL_STRINGS: Record<number, keyof PrincipalContext> = {
+  1: 'org_id',
+  2: 'principal_id',
+  3: 'agent_id',
+  4: 'principal_type',
+  5: 'authz_snapshot_id',
+  6: 'authz_snapshot_digest',
+  7: 'authority',
+  10: 'request_id',
+  11: 'trace_id',
+  12: 'source',
+  14: 'token_id',
+};
+
+function decodePrincipal(r: ProtoReader, buf: Uint8Array, end: number): PrincipalContext {
+  const p: PrincipalContext = {
+    org_id: '',
+    principal_id: '',
+    agent_id: '',
+    principal_type: '',
+    authz_snapshot_id: '',
+    authz_snapshot_digest: '',
+    authority: '',
+    issued_at: null,
+    expires_at: null,
+    request_id: '',
+    trace_id: '',
+    source: '',
+    permissions: '0',
+    token_id: '',
+  };
+  let fields = 0;
+  while (r.pos < end) {
+    if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
+    const tag = r.uint32();
+    const field = tag >>> 3;
+    const wireType = tag & 7;
+    const name = PRINCIPAL_STRINGS[field];
+    if (name && wireType === 2) (p as unknown as Record<string, string>)[name] = fullString(r, buf);
+    else if ((field === 8 || field === 9) && wireType === 2) {
+      const at = span(r);
+      p[field === 8 ? 'issued_at' : 'expires_at'] = decodeTimestamp(nested(buf, at), at[1]);
+    } else if (field === 13 && wireType === 0) p.permissions = r.int64().toString();
+    else r.skipType(wireType);
+  }
+  return p;
+}
+
+function decodeOptions(r: ProtoReader, end: number, out: WireAssembleRequest): void {
+  let fields = 0;
+  while (r.pos < end) {
+    if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
+    const tag = r.uint32();
+    // Fields 3..6 are float32 (wire type 5): tags 29, 37, 45, 53.
+    if (tag === 8) out.skip_cold_memories = r.bool();
+    else if (tag === 29 || tag === 37 || tag === 45 || tag === 53) out.weights[(tag >>> 3) - 3] = r.float();
+    else if (tag === 16) out.skip_hot_memories = r.bool();
+    else if (tag === 56) out.max_memories = r.int32();
+    else r.skipType(tag & 7);
+  }
+}
+
+/**
+ * Records one history message's role and content spans and decides what bytes can decide: a role of
+ * more than 256 bytes is over 64 code points, one of ≤ 64 bytes is within, anything between is decoded
+ * (≤ 256 bytes); a content of more than 131,072 bytes is over, ≤ 32,768 bytes within, between pending.
+ */
+function readMessage(
+  r: ProtoReader,
+  buf: Uint8Array,
+  end: number,
+  i: number,
+  out: WireAssembleRequest,
+): void {
+  const spans = out.history.spans;
+  let role: [number, number] = [0, 0];
+  let content: [number, number] = [0, 0];
+  let fields = 0;
+  while (r.pos < end) {
+    if (++fields > MAX_MESSAGE_FIELDS) throw new FieldLimitError(MESSAGE_TOO_MANY_FIELDS);
+    const tag = r.uint32();
+    // proto3: the last occurrence of a scalar field wins.
+    if (tag === 10) role = span(r);
+    else if (tag === 18) content = span(r);
+    else r.skipType(tag & 7);
+  }
+  spans[4 * i] = role[0];
+  spans[4 * i + 1] = role[1];
+  spans[4 * i + 2] = content[0];
+  spans[4 * i + 3] = content[1];
+  const roleBytes = role[1] - role[0];
+  if (roleBytes > LIMITS.roleChars * MAX_UTF8_BYTES_PER_CODE_POINT) out.roleOver = true;
+  else if (roleBytes > LIMITS.roleChars && utf8CodePointCount(buf, role[0], role[1]) > LIMITS.roleChars)
+    out.roleOver = true;
+  const contentBytes = content[1] - content[0];
+  if (contentBytes > LIMITS.contentChars * MAX_UTF8_BYTES_PER_CODE_POINT) out.contentOver = true;
+  else if (contentBytes > LIMITS.contentChars) out.history.contentPending = true;
+}
+
+/**
+ * Request string fields decoded only up to a byte cap, by field number: longer ones come back with
+ * `text: null` (see {@link WireString}).
+ */
+const CAPPED_STRINGS: Record<number, readonly ['agent_id' | 'org_id' | 'query' | 'model', number]> = {
+  1: ['agent_id', MAX_DECODED_ID_BYTES],
+  2: ['org_id', MAX_DECODED_ID_BYTES],
+  // Beyond 4 × 8192 bytes the query is over its limit whatever it holds: not decoded.
+  4: ['query', LIMITS.queryChars * MAX_UTF8_BYTES_PER_CODE_POINT],
+  5: ['model', MAX_DECODED_ID_BYTES],
+};
+
+/** Request string fields decoded whole, by field number. */
+const REQUEST_STRINGS: Record<
+  number,
+  'session_id' | 'directive_version_id' | 'request_id' | 'trace_id' | 'span_id'
+> = {
+  3: 'session_id',
+  6: 'directive_version_id',
+  10: 'request_id',
+  11: 'trace_id',
+  12: 'span_id',
+};
+
+/**
+ * The AssembleContext method's `requestDeserialize`: decodes the routing fields of the raw request and
+ * keeps history as byte spans (see the module comment). Never throws: bytes that are not a request, or
+ * that carry more than {@link MAX_REQUEST_FIELDS} fields, come back with `refused` set, which the handler
+ * answers INVALID_ARGUMENT. Cost: bounded by the number of fields read, at most 101 history messages of
+ * which only roles of 65..256 bytes are decoded, plus the decoded routing strings.
+ * @param buf the request message bytes as grpc-js received them (kept, not copied, by `history.source`).
+ */
+export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
+  const out = emptyRequest(buf);
+  out.history.spans = new Uint32Array(4 * LIMITS.recentMessages);
+  const r = Reader.create(buf);
+  const seen = new Set<number>();
+  let fields = 0;
+  try {
+    while (r.pos < r.len) {
+      if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
+      const tag = r.uint32();
+      const field = tag >>> 3;
+      const wireType = tag & 7;
+      if (field === 7 && wireType === 0) out.available_tokens = r.int32();
+      else if (wireType !== 2 || field < 1 || field > 13) r.skipType(wireType);
+      else {
+        seen.add(field);
+        const capped = CAPPED_STRINGS[field];
+        const text = REQUEST_STRINGS[field];
+        if (capped) out[capped[0]] = stringField(r, buf, capped[1]);
+        else if (text) out[text] = fullString(r, buf);
+        else
+          switch (field) {
+            case 8: {
+              const at = span(r);
+              if (out.messageCount === LIMITS.recentMessages) {
+                // The 101st: the count is decided, and walking on would cost in proportion to the rest.
+                out.messageCount++;
+                out.stoppedEarly = [1, 2, 4, 5].some((f) => !seen.has(f));
+                return out;
+              }
+              readMessage(nested(buf, at), buf, at[1], out.messageCount, out);
+              out.messageCount++;
+              break;
+            }
+            case 9: {
+              const at = span(r);
+              decodeOptions(nested(buf, at), at[1], out);
+              break;
+            }
+            case 13: {
+              const at = span(r);
+              out.principal_context = decodePrincipal(nested(buf, at), buf, at[1]);
+              break;
+            }
+          }
+      }
+    }
+  } catch (err) {
+    const message = err instanceof FieldLimitError ? err.message : MALFORMED_REQUEST;
+    out.refused = { field: 'request', message };
+    return out;
+  }
+  out.history.count = Math.min(out.messageCount, LIMITS.recentMessages);
+  return out;
+}
+
+const TAG = 0;
+const VARINT = 1;
+const LENGTH = 2;
+const SKIP = 3;
+const GIVEN_UP = 4;
+
+/**
+ * Follows an AssembleContextRequest's top-level fields while its bytes are still arriving, and tells when
+ * the bytes so far already decide {@link decodeAssembleRequest}'s outcome (contract.md §11: counts are checked on
+ * the wire, at a cost independent of the count): when the 101st history message is complete — the decoder
+ * stops there — or when a 1,025th top-level field begins — it refuses there ({@link TOO_MANY_FIELDS}).
+ * Decoding just that prefix gives the same result as decoding the whole request, so a two-million-message
+ * request can be answered after its first few hundred bytes. Cost: O(1) per field and per chunk
+ * (payloads are skipped, not read). A request it cannot follow (group or invalid wire types, over-long
+ * varints) is simply left to the full decode.
+ */
+export class RequestPrefixScanner {
+  #consumed = 0;
+  #state = TAG;
+  #value = 0;
+  #shift = 0;
+  #skip = 0;
+  #field = 0;
+  #fields = 0;
+  #messages = 0;
+
+  /**
+   * Feeds the next bytes of the message, `data[start, end)`.
+   * @returns the length in bytes of the message prefix that decides the outcome, or -1 while undecided
+   *   (or after giving up).
+   */
+  feed(data: Uint8Array, start: number, end: number): number {
+    let i = start;
+    while (i < end) {
+      switch (this.#state) {
+        case TAG: {
+          if (this.#shift === 0) {
+            if (this.#fields === MAX_REQUEST_FIELDS) return this.#consumed + (i - start) + 1;
+            this.#fields++;
+            this.#value = 0;
+          }
+          if (!this.#varintByte(data[i++]!)) break;
+          const wireType = this.#value % 8;
+          this.#field = Math.floor(this.#value / 8);
+          if (wireType === 0) this.#state = VARINT;
+          else if (wireType === 1 || wireType === 5) {
+            this.#skip = wireType === 1 ? 8 : 4;
+            this.#state = SKIP;
+          } else if (wireType === 2) {
+            this.#state = LENGTH;
+            this.#value = 0;
+            if (this.#field === 8) this.#messages++;
+          } else this.#state = GIVEN_UP;
+          break;
+        }
+        case VARINT: {
+          const b = data[i++]!;
+          if (!(b & 0x80)) {
+            this.#shift = 0;
+            this.#state = TAG;
+          } else {
+            this.#shift += 7;
+            if (this.#shift > 63) this.#state = GIVEN_UP;
+          }
+          break;
+        }
+        case LENGTH: {
+          if (!this.#varintByte(data[i++]!)) break;
+          this.#skip = this.#value;
+          this.#state = SKIP;
+          if (this.#skip === 0 && this.#fieldDone()) return this.#consumed + (i - start);
+          break;
+        }
+        case SKIP: {
+          const n = Math.min(this.#skip, end - i);
+          i += n;
+          this.#skip -= n;
+          if (this.#skip === 0 && this.#fieldDone()) return this.#consumed + (i - start);
+          break;
+        }
+        default:
+          this.#consumed += end - start;
+          return -1;
+      }
+    }
+    this.#consumed += end - start;
+    return -1;
+  }
+
+  /**
+   * Adds one byte of a tag or length varint (≤ 32 bits, as protobufjs reads them) to `#value`.
+   * @returns true once the varint is complete (`#shift` back at 0); past five bytes the scanner gives up.
+   */
+  #varintByte(b: number): boolean {
+    this.#value += (b & 0x7f) * 2 ** this.#shift;
+    if (!(b & 0x80)) {
+      this.#shift = 0;
+      return true;
+    }
+    this.#shift += 7;
+    if (this.#shift > 28) this.#state = GIVEN_UP;
+    return false;
+  }
+
+  /** A field's bytes are complete: true when it was the 101st history message. */
+  #fieldDone(): boolean {
+    this.#state = TAG;
+    return this.#field === 8 && this.#messages === LIMITS.recentMessages + 1;
+  }
+}

@@ -1,0 +1,118 @@
+/**
+ * `ibex-context ingest`: the command line around {@link ingestLocomo}: flags, a progress line on
+ * a terminal, a short table of what was written (or one JSON object with `--json`).
+ */
+
+import type { PgStore } from '../../../retrieval/postgres/pg-store.js';
+import { EmbeddedStore } from '../../../retrieval/sqlite/embedded-store.js';
+import { canonicalUuid } from '../../../util/uuid.js';
+import { renderTable } from '../../client/stats.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../../locomo/dataset.js';
+import { type IngestSummary, ingestLocomo } from '../../locomo/ingest.js';
+import { commandPrologue, progressLine, STORE_FLAGS, storeFromFlags } from '../command-args.js';
+import { printCommandError } from '../command-error.js';
+
+const USAGE = `usage: ibex-context ingest --locomo <dir|file> [options]
+
+      --locomo <dir|file>   LoCoMo conversations (a directory of *.json, or one file)
+      --db <path>           embedded store to write (default $IBEX_CONTEXT_EMBEDDED_DB or ./var/ibex-context.db)
+      --postgres <url>      PostgreSQL store to write instead (default $IBEX_CONTEXT_POSTGRES_URL, schema
+                            $IBEX_CONTEXT_POSTGRES_SCHEMA); --db wins over the variable
+      --org <uuid>          org to ingest under (default ${LOCOMO_ORG_ID})
+      --json                print the summary as one JSON object (errors as {"error"})
+  -h, --help                this text
+
+Each conversation becomes one agent (its memories and directive replace what that agent had).
+Prints the org and a table of agents; pass the org and an agent to 'assemble', the dir to 'replay'.`;
+
+/** The human summary of an ingest: where, which org, and one row per agent. */
+export function formatIngestSummary(summary: IngestSummary): string {
+  const rows = [
+    ['agent_id', 'sample', 'speakers', 'memories'],
+    ...summary.agents.map((a) => [a.agent_id, a.sample_id, a.speakers.join(' & '), String(a.memories)]),
+    ['total', '', `${summary.agents.length} agents`, String(summary.memories)],
+  ];
+  return [`ingested into ${summary.db}`, `org_id ${summary.org_id}`, renderTable(rows)].join('\n');
+}
+
+/**
+ * CLI entry. Prints a table (or with `--json` the {@link IngestSummary} as one JSON line) on stdout, and
+ * a progress line on stderr when it is a terminal.
+ * @returns 0 on success, 2 for bad arguments, 1 when reading or writing fails (the error as text on
+ *   stderr, or `{"error"}` on stdout with `--json`).
+ */
+export async function run(argv: string[]): Promise<number> {
+  const parsed = await commandPrologue(
+    argv,
+    {
+      command: 'ingest',
+      usage: USAGE,
+      options: { ...STORE_FLAGS, locomo: { type: 'string' }, org: { type: 'string' } },
+    },
+    (values) => {
+      if (values.locomo === undefined) throw new Error('--locomo <dir> is required');
+      const org = canonicalUuid(values.org ?? LOCOMO_ORG_ID);
+      if (org === null) throw new Error('--org must be a UUID');
+      if (values.postgres !== undefined && values.db !== undefined)
+        throw new Error('give --db or --postgres');
+      return { locomo: values.locomo, org, ...storeFromFlags(values) };
+    },
+  );
+  if (parsed.exit !== null) return parsed.exit;
+  const { json } = parsed;
+  const { locomo, org, db, postgres } = parsed.config;
+  const progress = progressLine();
+  if (postgres !== null) return ingestPostgres(locomo, postgres, org, json);
+  let store: EmbeddedStore | undefined;
+  try {
+    const conversations = await readLocomo(locomo);
+    store = EmbeddedStore.open(db);
+    const summary = ingestLocomo(
+      store,
+      conversations,
+      org,
+      progress.tty
+        ? (done, total, memories) =>
+            progress.draw(`ingest ${done}/${total} conversations, ${memories} memories`)
+        : undefined,
+    );
+    progress.clear();
+    process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
+    return 0;
+  } catch (err) {
+    progress.clear();
+    printCommandError('ingest', (err as Error).message, json);
+    return 1;
+  } finally {
+    store?.close();
+  }
+}
+
+/**
+ * `ingest --postgres`: the same import into the PostgreSQL store, `pg` loaded on demand so the
+ * embedded path never loads it. The URL may hold a password and is never printed (the summary names the
+ * schema only).
+ * @returns 0 on success, 1 when reading or writing fails.
+ */
+async function ingestPostgres(
+  locomo: string,
+  pg: { url: string; schema: string },
+  org: string,
+  json: boolean,
+): Promise<number> {
+  const { PgStore: Store } = await import('../../../retrieval/postgres/pg-store.js');
+  const { ingestLocomoPostgres } = await import('../../locomo/ingest-postgres.js');
+  let store: PgStore | undefined;
+  try {
+    const conversations = await readLocomo(locomo);
+    store = await Store.open({ url: pg.url, schema: pg.schema, poolMax: 2 });
+    const summary = await ingestLocomoPostgres(store, conversations, org);
+    process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
+    return 0;
+  } catch (err) {
+    printCommandError('ingest', (err as Error).message, json);
+    return 1;
+  } finally {
+    await store?.close();
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * Client-side checks of an AssembleContext answer against the contract (contract.md §2, §6, §9, §10): the
+ * output budget invariant, memory blocks vs `memories_used`, and the degradation level.
+ */
+import { responseReserve } from '../../budget/budget-calculator.js';
+import type { CapabilityCatalog } from '../../budget/catalog.js';
+import { estimateTokens } from '../../text/estimate.js';
+import type { AssembleContextResponse } from '../../wire/proto.js';
+
+/** What a violated check is about. */
+export type ViolationKind = 'budget' | 'memory_ids' | 'included_count' | 'level' | 'unknown_model';
+
+/** One violated check, with a short human detail. */
+export interface Violation {
+  kind: ViolationKind;
+  detail: string;
+}
+
+/** Result of {@link checkResponse}. */
+export interface ResponseCheck {
+  violations: Violation[];
+  /** estimate(assembled_context) under the model's family policy, tokens. */
+  contextTokens: number;
+  /** window − response_reserve − safety_buffer for the model, tokens. */
+  limitTokens: number;
+  /**
+   * False when the parts the caller controls (directive, history) exceed the limit on their own: the
+   * invariant then does not apply (contract.md §6), so the budget check was skipped.
+   */
+  budgetChecked: boolean;
+  /** Ids of the memory blocks found in the context, in order. */
+  blockIds: string[];
+}
+
+// A block as the formatter writes it (contract.md §9). Memory bodies are escaped, so neither pattern can be
+// forged from inside a memory; attribute values are escaped, so `"` cannot occur in them.
+const OPEN_TAG = /<ibex_memory nonce="([^"]*)" id="([^"]*)" category="([^"]*)">\n/g;
+const WHOLE_BLOCK = /<ibex_memory nonce="[^"]*" id="[^"]*" category="[^"]*">\n[\s\S]*?\n<\/ibex_memory>/g;
+
+/** Undoes the formatter's attribute escaping (contract.md §9). */
+export function unescapeAttribute(value: string): string {
+  return value
+    .replaceAll('&quot;', '"')
+    .replaceAll('&#x27;', "'")
+    .replaceAll('&lt;', '<')
+    .replaceAll('&gt;', '>')
+    .replaceAll('&amp;', '&');
+}
+
+/** Ids of the `<ibex_memory …>` blocks of an assembled context, in order. */
+export function memoryBlockIds(context: string): string[] {
+  return [...context.matchAll(OPEN_TAG)].map((m) => unescapeAttribute(m[2]!));
+}
+
+const LEVELS = new Set(['L0', 'L1', 'L2']);
+
+/**
+ * Checks one OK answer for `model`:
+ * - budget: estimate(assembled_context) ≤ window − response_reserve − safety_buffer (contract.md §6), unless
+ *   the context without its memory blocks already exceeds that (fixed parts that do not fit);
+ * - memory_ids: every memory block's id is a `memories_used` row with exclusion `included`, and the
+ *   number of blocks is `memories_included`;
+ * - included_count: the number of `included` rows is `memories_included`;
+ * - level: `degradation.level` is L0/L1/L2 and equals the `x-ibex-context-level` header when one came.
+ * Never throws: an unknown model is reported as a violation.
+ */
+export function checkResponse(
+  catalog: CapabilityCatalog,
+  model: string,
+  res: AssembleContextResponse,
+  levelHeader?: string,
+): ResponseCheck {
+  const violations: Violation[] = [];
+  const context = res.assembled_context ?? '';
+  const blockIds = memoryBlockIds(context);
+
+  let contextTokens = 0;
+  let limitTokens = 0;
+  let budgetChecked = false;
+  let resolved: ReturnType<CapabilityCatalog['resolve']> | undefined;
+  try {
+    resolved = catalog.resolve(model);
+  } catch {
+    violations.push({ kind: 'unknown_model', detail: `model '${model}' is not in the local catalog` });
+  }
+  if (resolved) {
+    const { model: m, policy } = resolved;
+    const kind = policy.estimate_kind;
+    limitTokens =
+      m.context_window -
+      responseReserve(m.context_window, m.max_output_tokens) -
+      Math.trunc(m.context_window * policy.safety_buffer_fraction);
+    contextTokens = estimateTokens(context, kind);
+    const fixedTokens = estimateTokens(context.replace(WHOLE_BLOCK, ''), kind);
+    budgetChecked = fixedTokens <= limitTokens;
+    if (budgetChecked && contextTokens > limitTokens) {
+      violations.push({
+        kind: 'budget',
+        detail: `estimate ${contextTokens} > ${limitTokens} (window − reserve − safety of ${m.model_id})`,
+      });
+    }
+  }
+
+  const memories = res.memories_used ?? [];
+  const included = new Set(memories.filter((u) => u.exclusion === 'included').map((u) => u.memory_id));
+  const includedRows = memories.filter((u) => u.exclusion === 'included').length;
+  const stray = blockIds.filter((id) => !included.has(id));
+  if (stray.length > 0) {
+    violations.push({
+      kind: 'memory_ids',
+      detail: `${stray.length} block id(s) not 'included' in memories_used, e.g. ${stray[0]}`,
+    });
+  } else if (blockIds.length !== res.memories_included) {
+    violations.push({
+      kind: 'memory_ids',
+      detail: `${blockIds.length} memory block(s) but memories_included = ${res.memories_included}`,
+    });
+  }
+  if (includedRows !== res.memories_included) {
+    violations.push({
+      kind: 'included_count',
+      detail: `${includedRows} 'included' row(s) but memories_included = ${res.memories_included}`,
+    });
+  }
+
+  const level = res.degradation?.level;
+  if (!level || !LEVELS.has(level)) {
+    violations.push({ kind: 'level', detail: `degradation.level is '${level ?? ''}'` });
+  } else if (levelHeader !== undefined && levelHeader !== level) {
+    violations.push({ kind: 'level', detail: `header level ${levelHeader} ≠ degradation.level ${level}` });
+  }
+  return { violations, contextTokens, limitTokens, budgetChecked, blockIds };
+}

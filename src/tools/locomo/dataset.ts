@@ -1,0 +1,250 @@
+/**
+ * The LoCoMo dataset model (contract.md §4.3): conversations, sessions, turns and QA read from
+ * `datasets/locomo10/*.json` or upstream `locomo10.json`, with every id, confidence and timestamp derived
+ * deterministically so an import or a replay gives the same agents and memories on every run. Parsed with
+ * zod: a malformed turn or QA item is skipped, a sample without speakers or sessions is an error.
+ */
+import { createHash } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import { uuidV5 } from '../../util/uuid.js';
+
+/** Default org of ingested LoCoMo agents. */
+export const LOCOMO_ORG_ID = '1b0c0e70-10c0-4c00-8a00-00000000000a';
+/** UUIDv5 namespace for agent ids (name `locomo:<file stem or sample_id>`). */
+export const LOCOMO_AGENT_NS = '5d2f6a1e-8c4b-4f0e-9a7d-2b1c3e4f5a60';
+/** UUIDv5 namespace for memory and directive-version ids (name `<agent_id>:<dia_id>` …). */
+export const LOCOMO_MEMORY_NS = '9e3b7c2d-4a1f-4e8b-b6c5-0d1e2f3a4b5c';
+
+/** One dialogue turn. */
+export interface LocomoTurn {
+  speaker: string;
+  /** e.g. `D1:3` (session 1, turn 3). */
+  diaId: string;
+  text: string;
+  /** LoCoMo's caption of an image shared in the turn, when there is one. */
+  imageCaption?: string;
+  /** Id of the turn's memory. */
+  memoryId: string;
+  /** Epoch ms: session start + turn index seconds, so recency follows dialogue order. */
+  createdAt: number;
+}
+
+/** One session: its turns in order and its summary. */
+export interface LocomoSession {
+  /** N of `session_N`. */
+  index: number;
+  /** As written, e.g. `1:56 pm on 8 May, 2023`; "" when absent. */
+  dateTime: string;
+  /** Epoch ms (UTC) parsed from `dateTime`; see {@link parseLocomoDate} for the fallback. */
+  startedAt: number;
+  turns: LocomoTurn[];
+  summary: string | null;
+  /** Id of the summary's memory, when there is a summary. */
+  summaryMemoryId: string | null;
+}
+
+/** A QA item as LoCoMo gives it (useful as replay queries). */
+export interface LocomoQa {
+  question: string;
+  answer: unknown;
+  evidence: string[];
+  category: number | null;
+}
+
+/** One conversation = one agent. */
+export interface LocomoConversation {
+  /** Source file path. */
+  file: string;
+  /** `sample_id` when the file has one, else the file stem (`26` for `26.json`). */
+  sampleId: string;
+  /** {@link locomoAgentId} of `sampleId`. */
+  agentId: string;
+  speakerA: string;
+  speakerB: string;
+  /** Sessions that have turns, by index. */
+  sessions: LocomoSession[];
+  qa: LocomoQa[];
+}
+
+/**
+ * Agent id of a LoCoMo conversation: UUIDv5(`locomo:<key>`), key = the file's stem (`/x/26.json` → `26`)
+ * or a `sample_id` (`conv-26`). Pure and stable.
+ */
+export function locomoAgentId(file: string): string {
+  const key = path.basename(file).replace(/\.json$/i, '');
+  return uuidV5(`locomo:${key}`, LOCOMO_AGENT_NS);
+}
+
+/** Deterministic confidence in [0.5, 1] from a memory id (4 decimals). */
+export function locomoConfidence(memoryId: string): number {
+  const u32 = createHash('sha256').update(memoryId).digest().readUInt32BE(0);
+  return Math.round((0.5 + (0.5 * u32) / 0xffffffff) * 10_000) / 10_000;
+}
+
+const MONTHS = [
+  'january',
+  'february',
+  'march',
+  'april',
+  'may',
+  'june',
+  'july',
+  'august',
+  'september',
+  'october',
+  'november',
+  'december',
+];
+
+/**
+ * Parses LoCoMo's `h:mm am|pm on D Month, YYYY` as UTC epoch ms.
+ * @returns `null` when the text is not in that form (callers then fall back, see {@link readLocomo}).
+ */
+export function parseLocomoDate(text: string): number | null {
+  const m = /^\s*(\d{1,2}):(\d{2})\s*(am|pm)\s+on\s+(\d{1,2})\s+([a-z]+),?\s+(\d{4})\s*$/i.exec(text);
+  if (m === null) {
+    const t = Date.parse(text);
+    return Number.isFinite(t) ? t : null;
+  }
+  const month = MONTHS.findIndex((name) => name.startsWith(m[5]!.toLowerCase()) && m[5]!.length >= 3);
+  const hour12 = Number(m[1]);
+  const minute = Number(m[2]);
+  if (month < 0 || hour12 < 1 || hour12 > 12 || minute > 59) return null;
+  const hour = (hour12 % 12) + (m[3]!.toLowerCase() === 'pm' ? 12 : 0);
+  return Date.UTC(Number(m[6]), month, Number(m[4]), hour, minute);
+}
+
+const DAY_MS = 86_400_000;
+
+/** A JSON object (not an array, not null). */
+const JsonObject = z.record(z.string(), z.unknown());
+const Speakers = z.object({ speaker_a: z.string(), speaker_b: z.string() });
+const NonBlank = z.string().refine((s) => s.trim() !== '');
+/** A turn that becomes a memory; others (no speaker, blank text) are skipped. */
+const Turn = z.object({
+  speaker: z.string(),
+  text: NonBlank,
+  dia_id: z.string().optional().catch(undefined),
+  blip_caption: z.string().optional().catch(undefined),
+});
+/** A QA item; one without a question is skipped. */
+const Qa = z.object({
+  question: z.string(),
+  answer: z.unknown().optional(),
+  adversarial_answer: z.unknown().optional(),
+  evidence: z.array(z.unknown()).catch([]),
+  category: z.number().nullable().catch(null),
+});
+
+/**
+ * One LoCoMo sample → conversation. Accepts the flat per-file layout of `datasets/locomo10/*.json`
+ * (`speaker_a`, `session_N`, `session_N_date_time`, `session_N_summary`, `qa` at top level) and the
+ * upstream layout (`{sample_id, conversation: {...}, session_summary: {...}, qa}`).
+ * @throws Error naming the file when speakers or sessions are missing.
+ */
+export function parseLocomoSample(sample: unknown, file: string, fallbackKey: string): LocomoConversation {
+  const top = JsonObject.safeParse(sample);
+  if (!top.success) throw new Error(`${file}: not a LoCoMo sample object`);
+  const conv = JsonObject.safeParse(top.data.conversation).data ?? top.data;
+  const summaries = JsonObject.safeParse(top.data.session_summary).data ?? {};
+  const speakers = Speakers.safeParse(conv);
+  if (!speakers.success) throw new Error(`${file}: speaker_a and speaker_b must be strings`);
+  const { speaker_a: speakerA, speaker_b: speakerB } = speakers.data;
+  const sampleId = z.string().min(1).safeParse(top.data.sample_id).data ?? fallbackKey;
+  const agentId = locomoAgentId(sampleId);
+  const indexes = Object.keys(conv)
+    .map((k) => /^session_(\d+)$/.exec(k))
+    .filter((m): m is RegExpExecArray => m !== null && Array.isArray(conv[m[0]]))
+    .map((m) => Number(m[1]))
+    .sort((a, b) => a - b);
+  if (indexes.length === 0) throw new Error(`${file}: no session_N turn lists`);
+
+  const sessions: LocomoSession[] = [];
+  const seenDia = new Map<string, number>();
+  let previousStart: number | null = null;
+  for (const index of indexes) {
+    const dateTime = z.string().safeParse(conv[`session_${index}_date_time`]).data ?? '';
+    // Undated sessions sit a day after the previous one (or at the epoch), keeping recency order sane.
+    const startedAt: number =
+      parseLocomoDate(dateTime) ?? (previousStart === null ? 0 : previousStart + DAY_MS);
+    previousStart = startedAt;
+    const turns: LocomoTurn[] = [];
+    for (const raw of conv[`session_${index}`] as unknown[]) {
+      const parsed = Turn.safeParse(raw);
+      if (!parsed.success) continue;
+      const { speaker, text, dia_id, blip_caption } = parsed.data;
+      let diaId = dia_id !== undefined && dia_id !== '' ? dia_id : `S${index}:${turns.length + 1}`;
+      // A repeated dia_id would silently overwrite an earlier memory; suffix it instead.
+      const seen = seenDia.get(diaId) ?? 0;
+      seenDia.set(diaId, seen + 1);
+      if (seen > 0) diaId = `${diaId}#${seen}`;
+      const turn: LocomoTurn = {
+        speaker,
+        diaId,
+        text,
+        memoryId: uuidV5(`${agentId}:${diaId}`, LOCOMO_MEMORY_NS),
+        createdAt: startedAt + turns.length * 1000,
+      };
+      if (blip_caption !== undefined && blip_caption !== '') turn.imageCaption = blip_caption;
+      turns.push(turn);
+    }
+    const summary =
+      NonBlank.safeParse(conv[`session_${index}_summary`] ?? summaries[`session_${index}_summary`]).data ??
+      null;
+    sessions.push({
+      index,
+      dateTime,
+      startedAt,
+      turns,
+      summary,
+      summaryMemoryId: summary === null ? null : uuidV5(`${agentId}:summary:${index}`, LOCOMO_MEMORY_NS),
+    });
+  }
+  const qaRaw = z.array(z.unknown()).safeParse(top.data.qa).data ?? [];
+  const qa: LocomoQa[] = qaRaw.flatMap((item) => {
+    const q = Qa.safeParse(item);
+    if (!q.success) return [];
+    return [
+      {
+        question: q.data.question,
+        answer: q.data.answer ?? q.data.adversarial_answer ?? null,
+        evidence: q.data.evidence.filter((e): e is string => typeof e === 'string'),
+        category: q.data.category,
+      },
+    ];
+  });
+  return { file, sampleId, agentId, speakerA, speakerB, sessions, qa };
+}
+
+/**
+ * Reads every `*.json` of `dir` (or the one file `dir` names), in file-name order. A file may hold one
+ * sample or an array of samples (upstream `locomo10.json`).
+ * @throws Error for unreadable files, invalid JSON, or samples without speakers/sessions (message names the file).
+ */
+export async function readLocomo(dir: string): Promise<LocomoConversation[]> {
+  const stat = await fs.stat(dir);
+  const files = stat.isDirectory()
+    ? (await fs.readdir(dir))
+        .filter((f) => f.toLowerCase().endsWith('.json'))
+        .sort((a, b) => a.localeCompare(b, 'en', { numeric: true }))
+        .map((f) => path.join(dir, f))
+    : [dir];
+  const out: LocomoConversation[] = [];
+  for (const file of files) {
+    let data: unknown;
+    try {
+      data = JSON.parse(await fs.readFile(file, 'utf8'));
+    } catch (err) {
+      throw new Error(`${file}: ${(err as Error).message}`);
+    }
+    const stem = path.basename(file).replace(/\.json$/i, '');
+    if (Array.isArray(data)) {
+      for (const [i, sample] of data.entries()) out.push(parseLocomoSample(sample, file, `${stem}#${i}`));
+    } else {
+      out.push(parseLocomoSample(data, file, stem));
+    }
+  }
+  return out;
+}

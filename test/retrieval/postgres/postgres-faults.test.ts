@@ -1,0 +1,380 @@
+/**
+ * PostgreSQL store faults against the real server at PG_URL, in a schema of its own dropped after. A
+ * test-only view over the memories calls `pg_sleep` through a function, so reads are slow on demand.
+ *
+ * What is pinned: a read the branch gives up on answers at once and leaves its statement to the server's
+ * statement_timeout, and its connection goes back to the pool — no connection destroyed, none opened, no
+ * cancel request (each would be a backend start-up); a cancel is sent only as a backstop where the
+ * server has no statement_timeout; a backend terminated while idle or mid-read costs no failed read (one
+ * retry on another connection) and the pool is topped up again in the background.
+ */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { PgMemorySource } from '../../../src/retrieval/postgres/pg-sources.js';
+import { pgEvents } from '../../../src/retrieval/postgres/pg-stats.js';
+import {
+  PgStatementTimeout,
+  PgStore,
+  type PgStoreOptions,
+} from '../../../src/retrieval/postgres/pg-store.js';
+import { retrieve } from '../../../src/retrieval/retrieve.js';
+import {
+  adminQuery,
+  describePg,
+  dropSchema,
+  PG_TEST_URL,
+  pgSources,
+  pgTestFile,
+} from '../../helpers/postgres.js';
+import { memoriesOf } from '../fixtures.js';
+
+const { reachable, schema } = await pgTestFile('faults');
+const ORG = randomUUID();
+const AGENT = randomUUID();
+let apps = 0;
+
+/** Makes every read of `memories` sleep `seconds` (0 = the real table again). */
+let slowed = false;
+async function slowReads(seconds: number): Promise<void> {
+  if (slowed) {
+    await adminQuery(`DROP VIEW ${schema}.memories`);
+    await adminQuery(`ALTER TABLE ${schema}.memories_real RENAME TO memories`);
+    slowed = false;
+  }
+  if (seconds === 0) return;
+  await adminQuery(`ALTER TABLE ${schema}.memories RENAME TO memories_real`);
+  await adminQuery(
+    `CREATE OR REPLACE FUNCTION ${schema}.test_sleep(s double precision) RETURNS boolean
+       LANGUAGE plpgsql VOLATILE AS 'BEGIN PERFORM pg_sleep(s); RETURN true; END'`,
+  );
+  await adminQuery(
+    `CREATE VIEW ${schema}.memories AS SELECT * FROM ${schema}.memories_real WHERE ${schema}.test_sleep(${seconds})`,
+  );
+  slowed = true;
+}
+
+/** Runs `fn` while every read of `memories` sleeps `seconds`, then restores the real table. */
+async function withSlowReads(seconds: number, fn: () => Promise<void>): Promise<void> {
+  await slowReads(seconds);
+  try {
+    await fn();
+  } finally {
+    await slowReads(0);
+  }
+}
+
+/** Backend pids of a store's pool connections (its change feed's connection excluded), sorted. */
+async function backendPids(app: string): Promise<number[]> {
+  const rows = await adminQuery<{ pid: number }>(
+    'SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid',
+    [app],
+  );
+  return rows.map((r) => r.pid);
+}
+
+/** Statements of `app`'s pool that are running now. */
+async function activeStatements(app: string): Promise<number> {
+  const rows = await adminQuery<{ n: string }>(
+    "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
+    [app],
+  );
+  return Number(rows[0]!.n);
+}
+
+async function waitFor(check: () => Promise<boolean> | boolean, ms = 3000): Promise<boolean> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return check();
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describePg('PostgreSQL store faults', reachable, () => {
+  const stores: PgStore[] = [];
+  const roles: string[] = [];
+  /** A store on the test schema without the read cache (so every read reaches the slow table). */
+  async function open(
+    opts: Omit<PgStoreOptions, 'url' | 'schema' | 'applicationName'> = {},
+    url = PG_TEST_URL,
+  ) {
+    const app = `ibex-test-${schema}-${++apps}`;
+    const store = await PgStore.open({ url, schema, applicationName: app, listenUrl: '', ...opts });
+    stores.push(store);
+    return { store, app };
+  }
+  beforeAll(async () => {
+    const { store } = await open();
+    await store.replaceAgent(ORG, AGENT, memoriesOf(ORG, AGENT, 5));
+    await store.setDirective({
+      org_id: ORG,
+      agent_id: AGENT,
+      content: 'Stay on topic.',
+      injection_mode: 'system_first',
+      version_id: randomUUID(),
+    });
+  });
+  afterAll(async () => {
+    await Promise.all(stores.map((s) => s.close()));
+    if (slowed) await slowReads(0);
+    await dropSchema(schema);
+    for (const role of roles) {
+      await adminQuery(`DROP OWNED BY ${role}`);
+      await adminQuery(`DROP ROLE IF EXISTS ${role}`);
+    }
+  });
+
+  it('slow database: hot and cold `timeout`, directive answers; the statements end under statement_timeout on the same connections', async () => {
+    const { store, app } = await open({ poolMax: 4, poolMin: 4, statementTimeoutMs: 300 });
+    const pids = await backendPids(app);
+    expect(pids).toHaveLength(4);
+    const before = pgEvents();
+    await withSlowReads(2, async () => {
+      const times = { directiveMs: 1000, hotMs: 100, coldMs: 100, wallMs: 1000 };
+      const r = await retrieve(
+        pgSources(store, times),
+        { orgId: ORG, agentId: AGENT, query: 'chess', skipHot: false, skipCold: false },
+        { wallMs: 1000, directiveMs: 1000, hotMs: 100, coldMs: 100 },
+        new AbortController().signal,
+      );
+      expect(r.branches.map((b) => [b.name, b.status, b.detail])).toEqual([
+        ['directive', 'success', ''],
+        ['hot', 'timeout', 'hot_timeout'],
+        ['cold', 'timeout', 'cold_timeout'],
+      ]);
+      expect(r.directive?.content).toBe('Stay on topic.');
+      // The server's statement_timeout (300 ms) stops the sleeping statements well before 2 s.
+      expect(await waitFor(async () => (await activeStatements(app)) === 0, 1500)).toBe(true);
+      expect(await waitFor(() => store.poolStats().idle === 4, 1000)).toBe(true);
+    });
+    const after = pgEvents();
+    expect(after.connections_opened - before.connections_opened).toBe(0);
+    expect(after.cancels_sent - before.cancels_sent).toBe(0);
+    expect(await backendPids(app)).toEqual(pids);
+    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+  });
+
+  it('100 reads aborted mid-statement: 0 connections destroyed or opened, 0 cancels, every read rejected at its abort', async () => {
+    const { store, app } = await open({ poolMax: 10, poolMin: 10, statementTimeoutMs: 200 });
+    const pids = await backendPids(app);
+    expect(pids).toHaveLength(10);
+    const before = pgEvents();
+    await withSlowReads(5, async () => {
+      for (let round = 0; round < 10; round++) {
+        const reads = Array.from({ length: 10 }, () => {
+          const ctl = new AbortController();
+          const reason = new DOMException('hot_timeout', 'TimeoutError');
+          const t0 = performance.now();
+          const read = store.hot(ORG, AGENT, { timeoutMs: 10_000, signal: ctl.signal }).then(
+            () => 'answered',
+            (err: unknown) => (err === reason ? performance.now() - t0 : String(err)),
+          );
+          return { ctl, reason, read };
+        });
+        // Every statement is running on the server before the branch gives up.
+        expect(await waitFor(async () => (await activeStatements(app)) === 10, 10_000)).toBe(true);
+        for (const r of reads) r.ctl.abort(r.reason);
+        const outcomes = await Promise.all(reads.map((r) => r.read));
+        // Every read rejected with its own abort reason, not an error of the statement's end.
+        expect(outcomes.every((o) => typeof o === 'number')).toBe(true);
+        expect(await waitFor(() => store.poolStats().idle === 10, 10_000)).toBe(true);
+      }
+    });
+    const after = pgEvents();
+    expect(after.reads_abandoned - before.reads_abandoned).toBe(100);
+    expect(after.connections_opened - before.connections_opened).toBe(0);
+    expect(after.connections_closed - before.connections_closed).toBe(0);
+    expect(after.cancels_sent - before.cancels_sent).toBe(0);
+    expect(await backendPids(app)).toEqual(pids);
+    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+  });
+
+  it('the server statement_timeout alone (read time far away): PgStatementTimeout → branch `timeout`, connection kept', async () => {
+    const { store, app } = await open({ poolMax: 2, poolMin: 2, statementTimeoutMs: 80 });
+    const pids = await backendPids(app);
+    await withSlowReads(2, async () => {
+      await expect(store.hot(ORG, AGENT, { timeoutMs: 5000 })).rejects.toBeInstanceOf(PgStatementTimeout);
+      const source = new PgMemorySource(
+        store,
+        { directiveMs: 5000, hotMs: 5000, coldMs: 5000, wallMs: 5000 },
+        65_536,
+      );
+      await expect(source.hot(ORG, AGENT, new AbortController().signal)).rejects.toMatchObject({
+        status: 'timeout',
+        detail: 'hot_timeout',
+      });
+    });
+    expect(await backendPids(app)).toEqual(pids);
+    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+  });
+
+  it('no statement_timeout on the server: one cancel as a backstop ends the abandoned statement, that connection is replaced', async () => {
+    // transactionPooler sends no start-up options, so this server connection has statement_timeout 0.
+    const { store, app } = await open({
+      poolMax: 2,
+      poolMin: 2,
+      statementTimeoutMs: 100,
+      transactionPooler: true,
+    });
+    const before = pgEvents();
+    await withSlowReads(10, async () => {
+      await expect(store.hot(ORG, AGENT, { timeoutMs: 50 })).rejects.toBeInstanceOf(PgStatementTimeout);
+      // Backstop at 2 × 100 + 100 ms; the statement would otherwise sleep 10 s.
+      expect(await waitFor(async () => (await activeStatements(app)) === 0, 3000)).toBe(true);
+    });
+    expect(pgEvents().cancels_sent - before.cancels_sent).toBe(1);
+    expect(await waitFor(() => store.poolStats().total === 2, 3000)).toBe(true);
+    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+  });
+
+  it('backends terminated while idle: no read fails, and the pool is warm again in the background', async () => {
+    const { store, app } = await open({ poolMax: 4, poolMin: 4 });
+    const source = new PgMemorySource(
+      store,
+      { directiveMs: 2000, hotMs: 2000, coldMs: 2000, wallMs: 2000 },
+      65_536,
+    );
+    const old = await backendPids(app);
+    expect(old).toHaveLength(4);
+    await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
+      app,
+    ]);
+    // At once, before the pool has necessarily noticed: reads that hit a dead connection run again.
+    const counts = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        (i % 2 === 0
+          ? source.hot(ORG, AGENT, new AbortController().signal)
+          : source.search(ORG, AGENT, 'chess', new AbortController().signal)
+        ).then((hits) => hits.length),
+      ),
+    );
+    expect(counts).toEqual(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? 5 : 1)));
+    expect(
+      await waitFor(async () => {
+        const now = await backendPids(app);
+        return now.length === 4 && now.every((pid) => !old.includes(pid));
+      }, 3000),
+    ).toBe(true);
+  });
+
+  it('backends terminated mid-read: the read runs again on another connection and answers', async () => {
+    const { store, app } = await open({ poolMax: 4, poolMin: 4, statementTimeoutMs: 5000 });
+    await slowReads(0.5);
+    try {
+      const inFlight = Array.from({ length: 4 }, () =>
+        store.hot(ORG, AGENT, { timeoutMs: 4000 }).then(
+          (hits) => hits.length,
+          (err: { code?: string }) => err.code,
+        ),
+      );
+      expect(await waitFor(async () => (await activeStatements(app)) >= 4)).toBe(true);
+      const before = pgEvents();
+      await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
+        app,
+      ]);
+      expect(await Promise.all(inFlight)).toEqual([5, 5, 5, 5]);
+      expect(pgEvents().reads_retried - before.reads_retried).toBe(4);
+    } finally {
+      await slowReads(0);
+    }
+  });
+
+  it("the server's idle_session_timeout closes idle connections: they are replaced in the background, no read fails", async () => {
+    const role = `ibex_test_idle_${schema.slice(-8)}`;
+    roles.push(role);
+    await adminQuery(`CREATE ROLE ${role} LOGIN`);
+    await adminQuery(`ALTER ROLE ${role} SET idle_session_timeout = '300ms'`);
+    const url = new URL(PG_TEST_URL);
+    // Opening a store runs the (idempotent) migration step, which needs CREATE on the database.
+    await adminQuery(`GRANT CREATE ON DATABASE "${url.pathname.slice(1)}" TO ${role}`);
+    await adminQuery(`GRANT USAGE, CREATE ON SCHEMA ${schema} TO ${role}`);
+    await adminQuery(`GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA ${schema} TO ${role}`);
+    url.username = role;
+    const before = pgEvents();
+    const { store } = await open({ poolMax: 2, poolMin: 2 }, url.toString());
+    // Budgets generous enough for a busy machine: what is pinned is that a connection the server closed
+    // costs no failed read (the pool replaces it; a read that meets one runs again), not the read's speed.
+    const source = new PgMemorySource(
+      store,
+      { directiveMs: 1000, hotMs: 1000, coldMs: 1000, wallMs: 2000 },
+      65_536,
+    );
+    const failures: string[] = [];
+    // Quiet spells longer than the server's idle limit, each followed by reads with the default budgets.
+    for (let spell = 0; spell < 4; spell++) {
+      await sleep(500);
+      for (const hits of await Promise.allSettled([
+        source.hot(ORG, AGENT, new AbortController().signal),
+        source.search(ORG, AGENT, 'chess', new AbortController().signal),
+      ]))
+        if (hits.status === 'rejected') failures.push(String((hits.reason as { detail?: string }).detail));
+    }
+    expect(failures).toEqual([]);
+    // The server closed connections and the store opened new ones, outside the reads.
+    expect(pgEvents().connections_closed - before.connections_closed).toBeGreaterThanOrEqual(4);
+  });
+
+  it('quiet spell past the idle timeout: poolMin connections stay open, the first read after it answers at once', async () => {
+    const { store } = await open({ poolMax: 4, poolMin: 2, idleTimeoutMs: 100 });
+    // Four reads at once open two more connections; past the idle timeout the pool is back to its minimum.
+    await Promise.all(Array.from({ length: 4 }, () => store.hot(ORG, AGENT, { timeoutMs: 2000 })));
+    await sleep(400);
+    expect(store.poolStats()).toEqual({ total: 2, idle: 2, waiting: 0 });
+    const opened = pgEvents().connections_opened;
+    // The read's time is generous (a busy machine): what is pinned is that it needs no new connection.
+    const source = new PgMemorySource(
+      store,
+      { directiveMs: 2000, hotMs: 2000, coldMs: 2000, wallMs: 2000 },
+      65_536,
+    );
+    expect(await source.hot(ORG, AGENT, new AbortController().signal)).toHaveLength(5);
+    expect(pgEvents().connections_opened).toBe(opened);
+  });
+  it('a table locked for 2 s under 20 reads/s: reads time out and degrade, no connection opened or closed, no cancel; the first read after the lock answers', async () => {
+    const { store, app } = await open({ poolMax: 6, poolMin: 6, statementTimeoutMs: 250 });
+    const pids = await backendPids(app);
+    const source = new PgMemorySource(store, { directiveMs: 50, hotMs: 50, coldMs: 50, wallMs: 100 }, 65_536);
+    const locker = new pg.Client({ connectionString: PG_TEST_URL });
+    await locker.connect();
+    // The event counters are process-wide: close the stores of earlier tests (one keeps reconnecting
+    // under the server's idle_session_timeout) so only this store's connections are counted.
+    await Promise.all(stores.splice(0, stores.length - 1).map((x) => x.close()));
+    // A background refill one of them had started may still land: let it, before counting.
+    await sleep(300);
+    const before = pgEvents();
+    const outcomes: string[] = [];
+    try {
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE ${schema}.memories IN ACCESS EXCLUSIVE MODE`);
+      const reads: Promise<void>[] = [];
+      for (let i = 0; i < 40; i++) {
+        reads.push(
+          source.hot(ORG, AGENT, new AbortController().signal).then(
+            () => void outcomes.push('answered'),
+            (err: { detail?: string }) => void outcomes.push(err.detail ?? String(err)),
+          ),
+        );
+        await sleep(50);
+      }
+      await Promise.all(reads);
+    } finally {
+      await locker.query('COMMIT');
+      await locker.end();
+    }
+    // Every read behind the lock gave up at its own time; none answered, none failed otherwise.
+    expect(outcomes).toHaveLength(40);
+    expect(outcomes.filter((o) => o !== 'hot_timeout')).toEqual([]);
+    // The waiting statements end under statement_timeout on the server and their connections come back.
+    expect(await waitFor(async () => (await activeStatements(app)) === 0, 3000)).toBe(true);
+    expect(await waitFor(() => store.poolStats().idle === 6, 3000)).toBe(true);
+    expect(await source.hot(ORG, AGENT, new AbortController().signal)).toHaveLength(5);
+    const after = pgEvents();
+    expect(after.connections_opened - before.connections_opened).toBe(0);
+    expect(after.connections_closed - before.connections_closed).toBe(0);
+    expect(after.cancels_sent - before.cancels_sent).toBe(0);
+    expect(await backendPids(app)).toEqual(pids);
+  });
+});

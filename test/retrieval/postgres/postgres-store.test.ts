@@ -1,0 +1,301 @@
+/**
+ * PostgreSQL store against the real server at PG_URL, in a schema of its own dropped after:
+ * hit shape, org/agent scoping, limits and the size cap, CJK words inside longer runs, user text never
+ * syntax (fast-check), directives, and migrations run by two processes at once.
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import path from 'node:path';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { loadSettings } from '../../../src/config/settings.js';
+import { MIGRATIONS } from '../../../src/retrieval/postgres/migrations.js';
+import { PgDirectiveSource } from '../../../src/retrieval/postgres/pg-sources.js';
+import { indexText, toWebSearchQuery } from '../../../src/retrieval/postgres/search-text.js';
+import { retrieve } from '../../../src/retrieval/retrieve.js';
+import { createSources } from '../../../src/retrieval/sources.js';
+import { validateHits } from '../../../src/retrieval/validate.js';
+import {
+  adminQuery,
+  describePg,
+  dropSchema,
+  PG_TEST_URL,
+  pgSources,
+  pgTestFile,
+  testSchema,
+  usePgStore,
+} from '../../helpers/postgres.js';
+import { memoriesOf } from '../fixtures.js';
+
+const { reachable, schema } = await pgTestFile('store');
+const ORG = randomUUID();
+const OTHER_ORG = randomUUID();
+const AGENT = randomUUID();
+const OTHER_AGENT = randomUUID();
+const T = { timeoutMs: 2000 };
+
+function memory(id: string, content: string, over: Partial<{ org: string; agent: string; at: number }> = {}) {
+  return {
+    id,
+    org_id: over.org ?? ORG,
+    agent_id: over.agent ?? AGENT,
+    content,
+    category: 'factual',
+    confidence: 0.8,
+    created_at: over.at ?? Date.UTC(2024, 5, 1),
+  };
+}
+
+describe('IBEX_CONTEXT_POSTGRES_* settings', () => {
+  it('defaults off, schema ibex_context, pool 8; a bad value names its variable', () => {
+    expect(loadSettings({}).postgres).toEqual({
+      url: '',
+      schema: 'ibex_context',
+      poolMax: 8,
+      poolMin: 4,
+      statementTimeoutMs: 100,
+      transactionPooler: false,
+      listenUrl: '',
+    });
+    const bad = (env: Record<string, string>, variable: string) =>
+      expect(() => loadSettings(env)).toThrow(new RegExp(`^${variable}`));
+    bad({ IBEX_CONTEXT_POSTGRES_URL: 'http://db:5432/x' }, 'IBEX_CONTEXT_POSTGRES_URL');
+    bad({ IBEX_CONTEXT_POSTGRES_SCHEMA: 'Bad-Name' }, 'IBEX_CONTEXT_POSTGRES_SCHEMA');
+    bad({ IBEX_CONTEXT_POSTGRES_POOL_MAX: '0' }, 'IBEX_CONTEXT_POSTGRES_POOL_MAX');
+    bad({ IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS: '0' }, 'IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS');
+    bad({ IBEX_CONTEXT_POSTGRES_LISTEN_URL: 'redis://x' }, 'IBEX_CONTEXT_POSTGRES_LISTEN_URL');
+  });
+});
+
+describePg('PostgreSQL store', reachable, () => {
+  const pg = usePgStore(schema, { poolMax: 4 });
+
+  it('hot: newest first, limit 20, similarity = confidence, wire shape that validates', async () => {
+    const agent = randomUUID();
+    const rows = memoriesOf(ORG, agent, 25);
+    await pg.store.replaceAgent(ORG, agent, rows);
+    const hits = await pg.store.hot(ORG, agent, T);
+    expect(hits).toHaveLength(20);
+    expect(hits[0]).toEqual({
+      memory: {
+        id: rows[24]!.id,
+        org_id: ORG,
+        agent_id: agent,
+        content: 'note memory 24 about baking',
+        category: 'episodic',
+        confidence: 0.9,
+        created_at: new Date(rows[24]!.created_at).toISOString(),
+        // Neutral and never included: the stored feedback score and inclusion count.
+        usefulness: 0.5,
+        retrieval_count: 0,
+      },
+      similarity: 0.9,
+      rank: 1,
+      source: 'hot',
+    });
+    expect(hits.map((h) => h.rank)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    const v = validateHits(hits, ORG, agent);
+    expect(v).toMatchObject({ invalid: 0, foreign: 0 });
+    expect(v.hits).toHaveLength(20);
+  });
+
+  it('scoping: another org’s or agent’s memory is never returned, by hot or by search', async () => {
+    await pg.store.upsertMemories([
+      memory(randomUUID(), 'shared secret about the lighthouse', { org: OTHER_ORG }),
+      memory(randomUUID(), 'shared secret about the lighthouse', { agent: OTHER_AGENT }),
+      memory(randomUUID(), 'own note about the lighthouse'),
+    ]);
+    const hot = await pg.store.hot(ORG, AGENT, T);
+    const cold = await pg.store.search(ORG, AGENT, 'lighthouse secret', T);
+    for (const h of [...hot, ...cold]) expect([h.memory.org_id, h.memory.agent_id]).toEqual([ORG, AGENT]);
+    expect(cold.map((h) => h.memory.content)).toEqual(['own note about the lighthouse']);
+    // The memory wire has no org: `null` reads the agent's memories of every org.
+    const wire = await pg.store.search(null, OTHER_AGENT, 'lighthouse', T);
+    expect(wire.map((h) => h.memory.agent_id)).toEqual([OTHER_AGENT]);
+  });
+
+  it('search: limit 10, best ts_rank first, both terms above one, similarity in [0,1)', async () => {
+    const agent = randomUUID();
+    const rows = Array.from({ length: 14 }, (_, i) =>
+      memory(randomUUID(), `kayak trip number ${i}`, { agent }),
+    );
+    rows.push(memory(randomUUID(), 'the kayak we took across the lake', { agent }));
+    rows.push(memory(randomUUID(), 'the and of it was', { agent }));
+    await pg.store.replaceAgent(ORG, agent, rows);
+    const hits = await pg.store.search(ORG, agent, 'Where is the KAYAK on the lake?', T);
+    expect(hits).toHaveLength(10);
+    expect(hits[0]!.memory.content).toBe('the kayak we took across the lake');
+    const sims = hits.map((h) => h.similarity);
+    expect([...sims].sort((a, b) => b - a)).toEqual(sims);
+    for (const s of sims) expect(s > 0 && s < 1).toBe(true);
+    expect(hits.every((h) => h.source === 'fts' && (h.memory.content ?? '').includes('kayak'))).toBe(true);
+  });
+
+  it('size cap: a memory longer than maxChars code points is filtered in SQL (emoji count as one)', async () => {
+    const agent = randomUUID();
+    const astral = '😀'.repeat(10); // 10 code points, 20 UTF-16 units
+    await pg.store.replaceAgent(ORG, agent, [
+      memory(randomUUID(), `${astral} zebra`, { agent, at: 1 }), // 16 code points
+      memory(randomUUID(), `${astral} zebra!!`, { agent, at: 2 }), // 18 code points
+    ]);
+    const hot = await pg.store.hot(ORG, agent, { ...T, maxChars: 16 });
+    expect(hot.map((h) => h.memory.content)).toEqual([`${astral} zebra`]);
+    const cold = await pg.store.search(ORG, agent, 'zebra', { ...T, maxChars: 17 });
+    expect(cold.map((h) => h.memory.content)).toEqual([`${astral} zebra`]);
+    expect(await pg.store.hot(ORG, agent, { ...T, maxChars: 18 })).toHaveLength(2);
+  });
+
+  it('CJK: a word inside a longer run is found, and an ASCII word glued to CJK text', async () => {
+    const agent = randomUUID();
+    await pg.store.replaceAgent(ORG, agent, [
+      memory(randomUUID(), '部署脚本build-kit运行', { agent }),
+      memory(randomUUID(), '東京タワーに行きました', { agent }),
+      memory(randomUUID(), '脚注の本', { agent }),
+      memory(randomUUID(), '나는 학교에 갑니다', { agent }),
+    ]);
+    const found = async (q: string) =>
+      (await pg.store.search(ORG, agent, q, T)).map((h) => h.memory.content).sort();
+    expect(await found('脚本')).toEqual(['部署脚本build-kit运行']);
+    expect(await found('kit')).toEqual(['部署脚本build-kit运行']);
+    expect(await found('タワー')).toEqual(['東京タワーに行きました']);
+    expect(await found('학교')).toEqual(['나는 학교에 갑니다']);
+    expect(await found('本脚')).toEqual([]);
+  });
+
+  it('query text is never syntax: any string searches without a database error (fast-check)', async () => {
+    const agent = randomUUID();
+    await pg.store.replaceAgent(ORG, agent, [
+      memory(randomUUID(), 'or and not "quoted" -minus (paren) ! & | <->', { agent }),
+    ]);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.string({ unit: 'binary', maxLength: 60 }),
+          fc
+            .array(
+              fc.constantFrom(
+                'or',
+                'OR',
+                '"',
+                '-',
+                '!',
+                '&',
+                '|',
+                '<->',
+                '(',
+                ')',
+                ':*',
+                '\\',
+                "'",
+                '脚',
+                'x',
+              ),
+            )
+            .map((a) => a.join(' ')),
+        ),
+        async (q) => {
+          const hits = await pg.store.search(ORG, agent, q, T);
+          expect(hits.length).toBeLessThanOrEqual(1);
+        },
+      ),
+      { numRuns: 150 },
+    );
+    expect(toWebSearchQuery('!!! ---')).toBeNull();
+    expect(await pg.store.search(ORG, agent, '"" -- ((', T)).toEqual([]);
+  });
+
+  it('indexText / toWebSearchQuery: bigrams for CJK runs, plain lower-case terms, or-joined', () => {
+    expect(indexText('部署脚本build-kit运行')).toBe('部署 署脚 脚本 build kit 运行');
+    expect(toWebSearchQuery('Where did Caroline go? 脚本')).toBe('caroline or 脚本');
+    expect(toWebSearchQuery('部署脚本')).toBe('"部署 署脚 脚本"');
+    expect(toWebSearchQuery('the or a')).toBe('"the" or "or" or "a"');
+  });
+
+  it('directives: stored envelope read back through the contract.md §4.2 rules, other org sees none', async () => {
+    const version = randomUUID();
+    await pg.store.setDirective({
+      org_id: ORG,
+      agent_id: AGENT,
+      content: 'Be brief.',
+      injection_mode: 'weird',
+      version_id: version,
+    });
+    const source = new PgDirectiveSource(pg.store, {
+      directiveMs: 2000,
+      hotMs: 2000,
+      coldMs: 2000,
+      wallMs: 2000,
+    });
+    const signal = new AbortController().signal;
+    expect(await source.get(ORG, AGENT, signal)).toEqual({
+      content: 'Be brief.',
+      injection_mode: 'system_first',
+      version_id: version,
+    });
+    expect(await source.get(OTHER_ORG, AGENT, signal)).toBeNull();
+  });
+
+  it('retrieve over the PostgreSQL sources: three successful branches, own-tenant hits only', async () => {
+    const times = { directiveMs: 2000, hotMs: 2000, coldMs: 2000, wallMs: 2000 };
+    const sources = pgSources(pg.store, times);
+    const r = await retrieve(
+      sources,
+      { orgId: ORG.toUpperCase(), agentId: AGENT, query: 'lighthouse', skipHot: false, skipCold: false },
+      { wallMs: 2000, directiveMs: 2000, hotMs: 2000, coldMs: 2000 },
+      new AbortController().signal,
+    );
+    expect(r.branches.map((b) => b.status)).toEqual(['success', 'success', 'success']);
+    expect(r.cold.map((h) => h.content)).toEqual(['own note about the lighthouse']);
+    expect(r.dropped).toEqual({ invalid: 0, foreign: 0 });
+    expect(r.directive?.content).toBe('Be brief.');
+  });
+
+  it('precedence: memory URL, then PostgreSQL, then embedded (directives from PostgreSQL without Redis)', async () => {
+    const env = { IBEX_CONTEXT_POSTGRES_URL: PG_TEST_URL, IBEX_CONTEXT_POSTGRES_SCHEMA: schema };
+    const pgOnly = await createSources(loadSettings(env));
+    const withHttp = await createSources(
+      loadSettings({
+        ...env,
+        IBEX_CONTEXT_MEMORY_BASE_URL: 'http://127.0.0.1:1',
+        IBEX_CONTEXT_MEMORY_API_TOKEN: 't',
+      }),
+    );
+    try {
+      expect(pgOnly.kind).toEqual({ memory: 'postgres', directive: 'postgres' });
+      expect(withHttp.kind).toEqual({ memory: 'http', directive: 'postgres' });
+      const hits = await pgOnly.memory.search(ORG, AGENT, 'lighthouse', new AbortController().signal);
+      expect(hits).toHaveLength(1);
+    } finally {
+      await pgOnly.close();
+      await withHttp.close();
+    }
+  });
+
+  it('concurrent migration by two processes: each migration applied exactly once', async () => {
+    const fresh = testSchema('mig');
+    const script = path.resolve('dist/src/retrieval/postgres/pg-store.js');
+    const child = () =>
+      new Promise<string>((resolve, reject) => {
+        const code = `import('${script}').then(async ({ PgStore }) => {
+          const s = await PgStore.open({ url: process.env.U, schema: process.env.S, poolMax: 1 });
+          process.stdout.write(JSON.stringify(s.migration)); await s.close(); })`;
+        const p = spawn(process.execPath, ['-e', code], {
+          env: { ...process.env, U: PG_TEST_URL, S: fresh },
+        });
+        let out = '';
+        p.stdout.on('data', (d) => (out += d));
+        p.on('exit', (c) => (c === 0 ? resolve(out) : reject(new Error(`child exited ${c}`))));
+      });
+    try {
+      const results = (await Promise.all([child(), child()])).map((o) => JSON.parse(o));
+      const applied = results.flatMap((r: { applied: number[] }) => r.applied).sort();
+      expect(applied).toEqual(MIGRATIONS.map((m) => m.version));
+      const latest = MIGRATIONS.at(-1)!.version;
+      expect(results.map((r: { version: number }) => r.version)).toEqual([latest, latest]);
+      const rows = await adminQuery(`SELECT version FROM ${fresh}.schema_migrations ORDER BY version`);
+      expect(rows).toEqual(MIGRATIONS.map((m) => ({ version: m.version })));
+    } finally {
+      await dropSchema(fresh);
+    }
+  });
+});
