@@ -1,6 +1,6 @@
 /**
  * `npm run bench:load [-- --locomo <dir>] [--steps 500,1000,2000,3000,4000] [--step-seconds 10]`:
- * latency against offered rate, open loop (issue 5).
+ * latency against offered rate, open loop.
  *
  * Starts the service as a child process on free loopback ports over a temporary embedded store (LoCoMo
  * ingested with `--locomo`, else a generated set of the same shape and size), warms it up, then runs one

@@ -47,7 +47,7 @@ const CATEGORY_NAMES: Record<number, string> = {
   4: 'single-hop',
 };
 const MODEL = 'claude-sonnet-4-5';
-/** Nonce letters of the default 16-byte nonce (SPEC §6: floor((4n+2)/3)). */
+/** Nonce letters of the default 16-byte nonce (contract.md §6: floor((4n+2)/3)). */
 const NONCE_LETTERS = 22;
 
 /** One score configuration of the service. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * Generates the wire types of proto/ into src/generated/proto/ with proto-loader-gen-types (shipped with
- * @grpc/proto-loader; issue 14 item 3), with the loader options of src/wire/proto.ts
+ * @grpc/proto-loader), with the loader options of src/wire/proto.ts
  * (PROTO_LOADER_OPTIONS), then adds the `.js` extension the project's NodeNext ESM resolution needs to
  * the generated relative imports. Run by `npm run build` (and `typecheck`) before tsc; the output is not
  * committed (.gitignore), so a fresh `npm ci` (whose `prepare` builds) or `npm test` generates it.

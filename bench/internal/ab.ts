@@ -1,6 +1,6 @@
 /**
  * `npm run bench:internal -- ab --builds <checkout>,<checkout>[,…] [--locomo <dir>] [--rate 600] [--rounds 8]`: CPU
- * per call of two or more builds of the service on the same machine at the same time (issue 10).
+ * per call of two or more builds of the service on the same machine at the same time.
  *
  * Separate `bench:load` runs minutes apart cannot show a 5 % change on a shared two-core machine: its speed
  * drifts by ±10 % within a minute. Here every build runs as its own service over one embedded store, each

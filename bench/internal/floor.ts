@@ -1,6 +1,6 @@
 /**
  * `npm run bench:internal -- floor [--locomo <dir>] [--rate 1000] [--seconds 20] [--warmup-seconds 30]
- * [--connections 4] [--rounds 5] [--out <dir>]`: what issue 10's CPU target (≤ 1.0 ms per call over all
+ * [--connections 4] [--rounds 5] [--out <dir>]`: what the CPU target (≤ 1.0 ms per call over all
  * the server's threads) leaves for the service's own work once the libraries it is built on have had
  * their share, measured on this machine in one run. Figures, not gates. Writes bench/results/floor.json.
  *
@@ -70,7 +70,7 @@ import { readThreads, threadCpuStep } from '../lib/thread-cpu.js';
 /** Warm-up of each gRPC form when `--warmup-seconds 0` is given, s: the connections' first calls. */
 const MIN_WARMUP_S = 0.5;
 
-/** Issue 10's target: server CPU per call over all its threads, ms. */
+/** The target: server CPU per call over all its threads, ms. */
 export const TARGET_MS_PER_CALL = 1.0;
 
 /** The per-call sums of the floors with one form of the gRPC floor, and what they leave of the target, ms. */

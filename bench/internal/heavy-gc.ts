@@ -1,7 +1,7 @@
 /**
  * `npm run bench:internal -- heavy-gc [-- --calls 30]`: what one heavy request costs the service's event loop in
- * garbage collection (issue 9). A service child on the embedded store gets `--calls` AssembleContext calls
- * of 100 × 32,768 CJK characters (≈ 9.8 MB, the largest history SPEC §11 allows), one after another over
+ * garbage collection. A service child on the embedded store gets `--calls` AssembleContext calls
+ * of 100 × 32,768 CJK characters (≈ 9.8 MB, the largest history contract.md §11 allows), one after another over
  * one HTTP/2 connection; between two /metrics scrapes it reports the main isolate's mark-compacts and GC
  * time per call (prom-client's `nodejs_gc_duration_seconds`) and the client's time per call.
  * Writes bench/results/heavy-gc.json. A fresh 10 MB buffer per message is new external memory to V8,

@@ -1,5 +1,5 @@
 /**
- * bench:internal pool-sweep's folding of runs into the grid and its recommendation (issue 13): medians per cell,
+ * bench:internal pool-sweep's folding of runs into the grid and its recommendation: medians per cell,
  * totals of errors/degraded, and the thread count with the highest clean rate (ties: fewer threads).
  */
 import { describe, expect, it } from 'vitest';

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:internal -- pool-sweep [-- --rates 50,100,200,400] [--threads 1,2,3,4] [--repeats 3]`: how many pool
- * threads to run (issue 13). A grid: for every pool size (`IBEX_CONTEXT_POOL_MIN_THREADS` =
+ * threads to run. A grid: for every pool size (`IBEX_CONTEXT_POOL_MIN_THREADS` =
  * `IBEX_CONTEXT_POOL_MAX_THREADS`, one fresh service each) and every offered rate, the same open-loop load
  * `--repeats` times. Each grid cell reports the median of its repeats for achieved rate, p50, p99 and
  * server CPU per call, and the total errors and degraded answers over all its repeats.

@@ -1,6 +1,6 @@
 /**
  * `npm run bench:internal -- replot-load [-- <load.json>]`: redraws load.svg and load-errors.svg next to a
- * bench:load result without measuring again (issue 13: the plots changed, the measurements did not).
+ * bench:load result without measuring again (the plots changed, the measurements did not).
  */
 
 import { readFileSync } from 'node:fs';

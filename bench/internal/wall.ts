@@ -1,5 +1,5 @@
 /**
- * `npm run bench:internal -- wall`: how late the retrieval wall really ends a call on this machine (issue 11 item 3).
+ * `npm run bench:internal -- wall`: how late the retrieval wall really ends a call on this machine.
  * The tests check the deadline logic on a fake clock; the real overshoot past the wall (timer lateness,
  * event-loop load) is a figure measured here, not a test bound.
  *

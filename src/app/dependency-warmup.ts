@@ -47,7 +47,7 @@ interface Warmable {
 /**
  * Runs {@link WARM_ROUNDS} rounds of {@link WARM_CONCURRENCY} (embedded store:
  * {@link WARM_CONCURRENCY_EMBEDDED}) parallel hot, search and directive reads for a fresh random tenant, after any source's own `warmConnections()` hook. Never throws: a dependency that
- * cannot be reached leaves the service to answer degraded (SPEC §10), as it would after start; the failure
+ * cannot be reached leaves the service to answer degraded (contract.md §10), as it would after start; the failure
  * is logged with the store kind, so a start against a missing dependency is visible.
  * @param sources the service's retrieval sources.
  * @param logger where a failed warm-up is reported (warn) and a clean one noted (debug).

@@ -1,5 +1,5 @@
 /**
- * Scoring and candidate settings (SPEC §7): which score schema runs, the relevance floor, the default
+ * Scoring and candidate settings (contract.md §7): which score schema runs, the relevance floor, the default
  * composite weights and how many cold candidates the project's stores are asked for at most.
  */
 import { z } from 'zod';
@@ -38,7 +38,7 @@ export const DEFAULT_WEIGHTS: Readonly<Weights> = Object.freeze({
   frequency: 0,
 });
 
-/** Score schemas the service can run (SPEC §7). */
+/** Score schemas the service can run (contract.md §7). */
 export type ScoreSchema = 'interim_v1' | 'composite_v1';
 
 /** Validated ranking settings. */

@@ -1,5 +1,5 @@
 /**
- * Service settings from the environment (SPEC §3), parsed and validated once with zod. Any invalid
+ * Service settings from the environment (contract.md §3), parsed and validated once with zod. Any invalid
  * setting stops start-up with an error naming the variable. For variables with aliases the first
  * name that is set wins.
  */
@@ -13,7 +13,7 @@ import { timeoutMsSchema } from './timeout.js';
 
 /** Validated settings. Durations in ms, sizes as stated. */
 export interface Settings {
-  /** Score schema, relevance floor, weights, candidate bound (SPEC §7; ranking-settings.ts). */
+  /** Score schema, relevance floor, weights, candidate bound (contract.md §7; ranking-settings.ts). */
   ranking: RankingSettings;
   /** Outer retrieval budget (ms); also the default request deadline. IBEX_CONTEXT_TIMEOUT. */
   timeoutMs: number;
@@ -30,7 +30,7 @@ export interface Settings {
   memoryApiToken: string;
   /**
    * Whether the memory-service calls of orgs whose bodies are large run in a thread of their own
-   * (`RoutedMemorySource`, src/retrieval/http/memory-http-thread.ts; issue 9): HTTP, body and validation off
+   * (`RoutedMemorySource`, src/retrieval/http/memory-http-thread.ts): HTTP, body and validation off
    * the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
    */
   memoryHttpThread: boolean;
@@ -38,20 +38,20 @@ export interface Settings {
   redisUrl: string;
   grpcAddr: string;
   adminAddr: string;
-  /** DP table ceiling in cells (SPEC §8 step 4). */
+  /** DP table ceiling in cells (contract.md §8 step 4). */
   dpCellCeiling: number;
   /** Greedy fallback consecutive-skip limit. */
   maxConsecutiveSkips: number;
   /** Nonce entropy in bytes, 1..64. */
   nonceBytes: number;
   /**
-   * Longest memory content kept, code points (SPEC §3, §4.1): a longer hit is dropped as `oversize`, and
+   * Longest memory content kept, code points (contract.md §3, §4.1): a longer hit is dropped as `oversize`, and
    * memory-service bodies are capped at what `limit` such hits take. IBEX_CONTEXT_MAX_MEMORY_CHARS.
    */
   maxMemoryChars: number;
   /** Optional capability-catalog override file (same schema as the built-in one). */
   catalogFile: string;
-  /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (SPEC §5). */
+  /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (contract.md §5). */
   exactTokens: boolean;
   /**
    * IBEX_CONTEXT_MEMORY_DATES, default false: each memory block carries its date (`memory.created_at`,
@@ -60,7 +60,7 @@ export interface Settings {
   memoryDates: boolean;
   /** Embedded SQLite store path. */
   embeddedDb: string;
-  /** PostgreSQL store (issue 15); `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
+  /** PostgreSQL store; `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
   postgres: PostgresSettings;
   /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
   embeddedReadThreads: number;
@@ -100,7 +100,7 @@ export interface PoolSettings {
 /** Default of {@link PoolSettings.largeTaskBytes}: 1 MiB, the size from which requests are large messages. */
 export const LARGE_TASK_BYTES = 1024 * 1024;
 
-/** PostgreSQL store settings (issue 15). */
+/** PostgreSQL store settings. */
 export interface PostgresSettings {
   /** `postgres://…` URL; "" = off. May hold a password: never logged. IBEX_CONTEXT_POSTGRES_URL. */
   url: string;
@@ -199,9 +199,9 @@ const pgUrlText = z
     'must be a postgres:// URL or blank',
   );
 
-/** Default IBEX_CONTEXT_GRPC_ADDR: where the service listens and client tools dial (SPEC §3). */
+/** Default IBEX_CONTEXT_GRPC_ADDR: where the service listens and client tools dial (contract.md §3). */
 export const DEFAULT_GRPC_ADDR = '127.0.0.1:9092';
-/** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (SPEC §3). */
+/** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (contract.md §3). */
 export const DEFAULT_ADMIN_ADDR = '127.0.0.1:9464';
 /**
  * The memory service token variable. The bare MEMORY_BASE_URL, MEMORY_API_TOKEN and REDIS_URL aliases are not read: a variable exported
@@ -209,7 +209,7 @@ export const DEFAULT_ADMIN_ADDR = '127.0.0.1:9464';
  */
 export const MEMORY_API_TOKEN_VARS = ['IBEX_CONTEXT_MEMORY_API_TOKEN'] as const;
 
-/** The memory service bearer token (SPEC §3; '' when unset), also read on its own by `memory-server`. */
+/** The memory service bearer token (contract.md §3; '' when unset), also read on its own by `memory-server`. */
 export function memoryApiTokenSetting(env: Env = process.env): string {
   return parseWith(text, env, MEMORY_API_TOKEN_VARS, '');
 }
@@ -219,11 +219,11 @@ export function catalogFileSetting(env: Env = process.env): string {
   return parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], '');
 }
 
-/** Default dp_cell_ceiling: 70 × 6251 (SPEC §3). */
+/** Default dp_cell_ceiling: 70 × 6251 (contract.md §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
-/** Default greedy skip limit (SPEC §3). */
+/** Default greedy skip limit (contract.md §3). */
 export const DEFAULT_MAX_CONSECUTIVE_SKIPS = 5;
-/** Default nonce entropy in bytes (SPEC §3). */
+/** Default nonce entropy in bytes (contract.md §3). */
 export const DEFAULT_NONCE_BYTES = 16;
 export { DEFAULT_MAX_MEMORY_CHARS };
 
@@ -339,7 +339,7 @@ export function loadSettings(env: Env = process.env): Settings {
       intText(1024),
       env,
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
-      // The largest request SPEC §11 allows (issue 9), and nothing larger.
+      // The largest request contract.md §11 allows, and nothing larger.
       MAX_ASSEMBLE_REQUEST_BYTES,
     ),
     maxMetadataBytes: parseWith(intText(1024), env, ['IBEX_CONTEXT_MAX_METADATA_BYTES'], 16 * 1024),

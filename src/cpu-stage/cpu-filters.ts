@@ -57,6 +57,14 @@ function wordCount(s: string): number {
 }
 
 /**
+ * Memories longer than this (UTF-8 bytes) are not checked against the history: a history content holds at
+ * most 32,768 code points (≤ 128 KiB), so only a memory made mostly of collapsible punctuation could
+ * still equal one, and decoding and normalising memories of megabytes in a worker with a small heap
+ * costs more than a repeat it might find.
+ */
+export const REPEAT_CHECK_MAX_BYTES = 256 * 1024;
+
+/**
  * Which memories repeat a history message: the memory's normalised text (or the text after a leading
  * speaker label) equals a message's normalised content, or, when it has {@link MIN_CONTAINED_WORDS} to
  * {@link MAX_CONTAINED_CHARS}, occurs in it on word boundaries. Equality is a hash-set look-up;
@@ -161,6 +169,8 @@ export interface FilterInput {
   packCount: number;
   ids: readonly string[];
   content: (i: number) => string;
+  /** UTF-8 byte length of a candidate's content, read without decoding it (absent: every one is checked). */
+  contentBytes?: (i: number) => number;
   /** Mutated: a lexical relevance adds w_rel × relevance. */
   score: Float64Array;
   /** Mutated: NaN entries get their lexical relevance. */
@@ -194,7 +204,10 @@ export function cpuFilters(x: FilterInput): FilterOutcome {
   }
   if (filters.history && x.history.length > 0) {
     const open: number[] = [];
-    for (let i = 0; i < packCount; i++) if (!out[i]) open.push(i);
+    for (let i = 0; i < packCount; i++) {
+      if (!out[i] && (x.contentBytes === undefined || x.contentBytes(i) <= REPEAT_CHECK_MAX_BYTES))
+        open.push(i);
+    }
     const repeats = repeatsHistory(
       x.history,
       open.map((i) => x.content(i)),

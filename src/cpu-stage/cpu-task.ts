@@ -203,6 +203,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
       packCount,
       ids,
       content,
+      contentBytes: (i: number) => o[3 * i + 3]! - o[3 * i + 2]!,
       score: input.score,
       relevance: input.relevance,
       // Decoded once: the BPE path has the messages already; the estimate path measured bytes only.

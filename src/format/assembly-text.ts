@@ -61,7 +61,7 @@ export function prepareHistory(
 
 /**
  * Measures a history from its bytes without decoding it, under any kind (a BPE kind's answer then counts
- * bounds, see {@link formatAssembly}), and decides its content limits (SPEC §11).
+ * bounds, see {@link formatAssembly}), and decides its content limits (contract.md §11).
  * @returns null when some content exceeds 32,768 code points.
  */
 export function measuredHistory(h: HistorySpans): PreparedHistory | null {
@@ -91,7 +91,7 @@ export function memoryText(m: SplicedMemory): FormatMemory {
 }
 
 /**
- * Formats the assembled context (SPEC §9) as spliced UTF-8 and counts its tokens under `kind`: a
+ * Formats the assembled context (contract.md §9) as spliced UTF-8 and counts its tokens under `kind`: a
  * measured history under a BPE kind gets {@link bpeTokenBound} of the text's bytes (≥ the exact count).
  * @param h the history's bytes; spans of `h.source` end up in the result when it was measured.
  */

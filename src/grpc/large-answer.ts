@@ -1,6 +1,6 @@
 /**
  * Answers larger than gRPC's default client receive limit. The history is echoed in the assembled context,
- * so a valid request near the SPEC §11 limits (13.2 MB) gets an answer as large; a client left at the 4 MiB
+ * so a valid request near the contract.md §11 limits (13.2 MB) gets an answer as large; a client left at the 4 MiB
  * default fails it with `RESOURCE_EXHAUSTED: Received message larger than max`, and the service never sees
  * why. The service therefore logs, at most once a minute, what the client must set.
  */

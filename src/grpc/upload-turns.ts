@@ -1,5 +1,5 @@
 /**
- * Turns between the large request messages of one HTTP/2 connection (SPEC §1 isolation rule). Reading
+ * Turns between the large request messages of one HTTP/2 connection (contract.md §1 isolation rule). Reading
  * bytes is main-thread work no pool can take over (Node's HTTP/2 layer and grpc-js's decoder run on the
  * event loop); when a connection sends several multi-MB requests at once, HTTP/2 shares its bytes among
  * all of them and none completes before its deadline. Here one call at a time reads; src/grpc/patches/upload-turns.ts

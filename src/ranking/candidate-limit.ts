@@ -1,5 +1,5 @@
 /**
- * How many cold candidates to ask the store for (SPEC §7 "Candidates sized to the budget"): enough to
+ * How many cold candidates to ask the store for (contract.md §7 "Candidates sized to the budget"): enough to
  * fill the call's memory budget several times over, at the typical cost of a memory, bounded.
  */
 import { SEARCH_LIMIT } from '../retrieval/validate.js';

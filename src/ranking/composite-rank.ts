@@ -1,5 +1,5 @@
 /**
- * Dedupe and score under `composite_v1` (SPEC §7): relevance for every candidate, the relevance floor,
+ * Dedupe and score under `composite_v1` (contract.md §7): relevance for every candidate, the relevance floor,
  * then the composite. The dedupe rule is interim_v1's (score.ts): hot first, a later copy replaces the
  * kept one only if its score is strictly higher, or equal with a strictly lower rank.
  */

@@ -1,5 +1,5 @@
 /**
- * The memory-side composite (SPEC §7, score_schema `composite_v1`):
+ * The memory-side composite (contract.md §7, score_schema `composite_v1`):
  * composite = w_rel·relevance + w_rec·recency + w_use·usefulness + w_conf·confidence + w_freq·frequency,
  * after the relevance floor; the relevance term is raised to a power (DEFAULT_RELEVANCE_EXPONENT). Pure;
  * float64.
@@ -8,7 +8,7 @@ import type { Weights } from '../config/ranking-settings.js';
 
 export { DEFAULT_RELEVANCE_EXPONENT, DEFAULT_WEIGHTS, type Weights } from '../config/ranking-settings.js';
 
-/** Half-lives of recency by category, days (SPEC §7); anything else is `unknown`. */
+/** Half-lives of recency by category, days (contract.md §7); anything else is `unknown`. */
 export const HALF_LIFE_DAYS: Readonly<Record<string, number>> = Object.freeze({
   factual: 180,
   procedural: 120,
@@ -83,7 +83,7 @@ export interface RequestWeights {
 /**
  * The weights one call runs with: the defaults when no per-request weight is set; otherwise the four
  * given ones replace w_rec, w_rel, w_use, w_conf, w_freq keeps its default, and all five are normalised to
- * sum 1 (SPEC §7). The request's values are already checked (finite, ≥ 0, not all zero: validate.ts).
+ * sum 1 (contract.md §7). The request's values are already checked (finite, ≥ 0, not all zero: validate.ts).
  */
 export function effectiveWeights(defaults: Weights, request: RequestWeights | null): Weights {
   if (request === null) return defaults;

@@ -1,5 +1,5 @@
 /**
- * The ranking step of one call (SPEC §7), under the schema the settings name: interim_v1 (score.ts) or
+ * The ranking step of one call (contract.md §7), under the schema the settings name: interim_v1 (score.ts) or
  * composite_v1 (relevance, floor, composite), then the `max_memories` cut.
  */
 import type { RankingSettings } from '../config/ranking-settings.js';

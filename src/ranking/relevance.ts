@@ -1,5 +1,5 @@
 /**
- * Query relevance in [0, 1] for every candidate, on one scale (SPEC §7).
+ * Query relevance in [0, 1] for every candidate, on one scale (contract.md §7).
  *
  * - A cold hit of the project's stores (`source = "fts"`) carries s = x/(1+x) of its text-search score x
  *   (embedded: x = −bm25 of FTS5; PostgreSQL: x = ts_rank, normalisation 32). x is recovered as s/(1−s)

@@ -1,5 +1,5 @@
 /**
- * Per-request weights (AssemblyOptions fields 3–6, SPEC §2, §7): checked here, normalised with the
+ * Per-request weights (AssemblyOptions fields 3–6, contract.md §2, §7): checked here, normalised with the
  * default w_freq by composite.ts `effectiveWeights`.
  */
 import { Errors } from '../wire/errors.js';

@@ -1,5 +1,5 @@
 /**
- * Admission at arrival (SPEC §10, amended): an adaptive concurrency limit in the manner of Netflix's
+ * Admission at arrival (contract.md §10, amended): an adaptive concurrency limit in the manner of Netflix's
  * concurrency-limits `VegasLimit` (https://github.com/Netflix/concurrency-limits), windowed as its
  * `WindowedLimit`. A call past the limit is not queued: the caller answers it at once with the cheap
  * degraded answer (L2, reason `shed`), so no call waits past its deadline behind others.

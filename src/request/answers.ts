@@ -98,8 +98,8 @@ export interface DegradedAnswerOptions {
 }
 
 /**
- * The degraded answer (SPEC §10): directive + history formatted on the main thread — the one allowed
- * main-thread pass over history, on its bytes (SPEC §1): measured (one native validity check and a
+ * The degraded answer (contract.md §10): directive + history formatted on the main thread — the one allowed
+ * main-thread pass over history, on its bytes (contract.md §1): measured (one native validity check and a
  * word-at-a-time count, ~0.35 ns per byte) and spliced into the answer, never decoded. Under a BPE kind
  * (IBEX_CONTEXT_EXACT_TOKENS) nothing is BPE-counted here: directive, history, memory blocks and
  * `tokens_used` are upper bounds from UTF-8 byte lengths (src/text/bpe-bound.ts), never below the exact

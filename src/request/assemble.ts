@@ -122,7 +122,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const lexicalHot = sources.kind.memory === 'http';
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
-  // Admission at arrival (SPEC §10 amended): past the adaptive limit a call is answered at once from
+  // Admission at arrival (contract.md §10 amended): past the adaptive limit a call is answered at once from
   // what costs nothing (directive + history, L2 `shed`) instead of queueing behind the others.
   const admission = new AdaptiveConcurrencyLimit({ maxLimit: settings.maxInFlight });
   if (deps.metrics) registerAdmissionMetrics(deps.metrics.registry, admission);
@@ -206,7 +206,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
 
   /**
    * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
-   * answer their measured share of D (SPEC §10 answer guarantee): running p99s of this process's
+   * answer their measured share of D (contract.md §10 answer guarantee): running p99s of this process's
    * round-trips and degraded answers. A shed call skips both memory branches (`shed`).
    */
   async function retrieveStage(

@@ -276,7 +276,7 @@ export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
   try {
     weights = requestWeights(w.weights);
   } catch (err) {
-    // As for max_memories: a pending over-long history content is reported first (SPEC §11 order).
+    // As for max_memories: a pending over-long history content is reported first (contract.md §11 order).
     if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
     throw err;
   }

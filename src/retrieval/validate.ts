@@ -134,7 +134,7 @@ export function validateHit(item: unknown): MemoryHit | null {
     rank,
     source,
   };
-  // Recency input (SPEC §7 composite); a missing or unreadable date leaves it unset (recency 0).
+  // Recency input (contract.md §7 composite); a missing or unreadable date leaves it unset (recency 0).
   if (Number.isFinite(createdAtMs)) hit.created_at_ms = createdAtMs;
   // Usefulness and frequency inputs (contract.md §7); an unreadable value is left unset (neutral / 0),
   // not a reason to drop a hit whose other fields are sound.

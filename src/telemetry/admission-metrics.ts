@@ -1,5 +1,5 @@
 /**
- * Prometheus series of the admission limit (SPEC §10 amended, §12), read from the limiter at scrape
+ * Prometheus series of the admission limit (contract.md §10 amended, §12), read from the limiter at scrape
  * time: the current limit, the calls it holds in flight, and the calls shed at arrival.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';

@@ -1,6 +1,6 @@
 /**
- * Upper bounds on exact BPE counts from UTF-8 byte lengths (SPEC §1 isolation rule, §5), for the one
- * answer built on the main thread (the degraded answer of SPEC §10): an exact count is linear in the
+ * Upper bounds on exact BPE counts from UTF-8 byte lengths (contract.md §1 isolation rule, §5), for the one
+ * answer built on the main thread (the degraded answer of contract.md §10): an exact count is linear in the
  * text with a large constant (tens of ns per character, and the encoding's cache misses on untrusted
  * text), so the main thread never runs it on history or directive text; it charges a bound instead.
  *
@@ -26,7 +26,7 @@ export function bpeTokenBound(utf8Bytes: number): number {
 const REPLACEMENT_BYTES = 3;
 
 /**
- * Bound on the BPE count of a history's text (`<role>: <content>` lines joined by `\n`, SPEC §5) from its
+ * Bound on the BPE count of a history's text (`<role>: <content>` lines joined by `\n`, contract.md §5) from its
  * byte spans and decoded roles (≤ 64 code points each once validated): O(messages), no content byte is
  * read. An invalid content is charged as if every byte became U+FFFD (Node's decoding of it, which the
  * answer carries).

@@ -1,5 +1,5 @@
 /**
- * Loads the wire contract (SPEC §2) and declares its TypeScript shapes.
+ * Loads the wire contract (contract.md §2) and declares its TypeScript shapes.
  *
  * The loader options are fixed (`keepCase`, `longs: String`, `enums: String`, `defaults`, `oneofs`), so
  * every object below is snake_case exactly as on the wire, int64 values arrive as decimal strings and
@@ -65,14 +65,14 @@ export const contextServiceDefinition = packageDefinition[
   CONTEXT_SERVICE_NAME
 ] as unknown as ServiceDefinition;
 
-// Reflection serves real file descriptors built in reflection-descriptors.ts (issue 13).
+// Reflection serves real file descriptors built in reflection-descriptors.ts.
 
 // ---- Wire shapes: generated from proto/ by proto-loader-gen-types (scripts/gen-proto-types.mjs) with
 // PROTO_LOADER_OPTIONS, so every field is present on what the loader decodes (`__Output`). Narrowed here
 // only where the SPEC fixes a string's values or the server always sets a message field. ----
 
 // Plain wire shapes, as the loader decodes them (`__Output`: every field present): google.protobuf
-// Timestamp (`seconds` int64 as a decimal string), ibex.auth.v1 PrincipalContext (SPEC §2; `permissions`
+// Timestamp (`seconds` int64 as a decimal string), ibex.auth.v1 PrincipalContext (contract.md §2; `permissions`
 // int64 as a decimal string), and ibex.context.v1 Message, AssemblyOptions (the four weights are accepted
 // and not yet used), AssembleContextRequest as the server receives it, AssemblyMetrics (ms, int,
 // half-to-even, ≥ 0, except `pool_wait_us`/`pool_run_us` in µs), and the deferred (ADR-0038)
@@ -94,13 +94,13 @@ export type { AssemblyMetrics };
 /** What a client may send as an AssembleContextRequest (the generated input shape). */
 export type AssembleContextRequestInput = AssembleContextRequest;
 
-/** Why a scored candidate is or is not in the context (SPEC §2 MemoryUsed.exclusion). */
+/** Why a scored candidate is or is not in the context (contract.md §2 MemoryUsed.exclusion). */
 export type Exclusion = 'included' | 'budget' | 'filter' | 'truncated' | 'failed' | 'unknown';
 
 /** `ibex.context.v1.MemoryUsed`: one row per scored candidate; `composite_score` is the interim score. */
 export type MemoryUsed = Omit<MemoryUsed__Output, 'exclusion'> & { exclusion: Exclusion };
 
-/** Degradation level (SPEC §10): L0 both memory sources usable, L1 one, L2 none. */
+/** Degradation level (contract.md §10): L0 both memory sources usable, L1 one, L2 none. */
 export type DegradationLevel = 'L0' | 'L1' | 'L2';
 
 /**
@@ -138,9 +138,9 @@ export type AssembleContextResponse = Omit<
 
 /**
  * Where a response carries its `memories_used` rows already encoded, by the CPU stage or the degraded
- * answer (repeated field 4; src/format/memory-rows.ts; issue 10): `memories_used` is then `[]` and the
+ * answer (repeated field 4; src/format/memory-rows.ts): `memories_used` is then `[]` and the
  * serializer appends these bytes to the loader's. Repeated message fields may come in any order on the
- * wire (SPEC §2, protobuf encoding rules), so clients decode the same rows.
+ * wire (contract.md §2, protobuf encoding rules), so clients decode the same rows.
  */
 export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf bytes');
 
@@ -150,7 +150,7 @@ export const MEMORY_ROWS: unique symbol = Symbol('memories_used as protobuf byte
  * `byteLength` and calls `copy(frame, 5)` to place the message in its own length-prefixed frame. A large
  * one (up to ~13 MB of history) is written as {@link chunks} by the gathered send
  * (src/grpc/patches/gathered-send.ts), so no thread allocates or copies a 10 MB frame (a fresh 10 MB
- * allocation costs ~14–28 ms of page faults on the 2-core VM; issue 9 item 2).
+ * allocation costs ~14–28 ms of page faults on the 2-core VM).
  */
 export class SplicedMessage {
   readonly byteLength: number;

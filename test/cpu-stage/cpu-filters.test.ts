@@ -9,6 +9,7 @@ import {
   lexicalRelevance,
   normaliseText,
   queryTerms,
+  REPEAT_CHECK_MAX_BYTES,
   repeatsHistory,
 } from '../../src/cpu-stage/cpu-filters.js';
 import {
@@ -118,6 +119,25 @@ describe('cpuFilters', () => {
     expect(Array.from(relevance)).toEqual([1, 0, 0.9, 0.5]);
     expect(Array.from(score)).toEqual([0.7, 0.2, 0.3, 0.65]);
     expect(out).toEqual({ pack: [0, 2, 3], filtered: [1] });
+  });
+
+  it('never decodes a memory over REPEAT_CHECK_MAX_BYTES for the history check (it is not filtered)', () => {
+    const decoded: number[] = [];
+    const out = cpuFilters({
+      packCount: 2,
+      ids: ['a', 'b'],
+      content: (i) => {
+        decoded.push(i);
+        return 'likes tea';
+      },
+      contentBytes: (i) => (i === 0 ? REPEAT_CHECK_MAX_BYTES + 1 : 9),
+      score: Float64Array.of(0.5, 0.5),
+      relevance: Float64Array.of(0.5, 0.5),
+      history: [{ role: 'user', content: 'Likes tea.' }],
+      filters: { ...filters, relevanceFloor: 0 },
+    });
+    expect(decoded).toEqual([1]);
+    expect(out).toEqual({ pack: [0], filtered: [1] });
   });
 
   it('drops history repeats, then cuts to max_memories by (score desc, memory_id asc)', () => {

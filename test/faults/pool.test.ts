@@ -230,6 +230,7 @@ describe('the real worker formats memories far larger than its heap (contents es
     ]);
     expect(heavy.status.code, heavy.status.details).toBe(status.OK);
     const res = heavy.response!;
+    expect(res.degradation.reasons).toEqual([]);
     expect(res.degradation.level).toBe('L0');
     expect(res.memories_included).toBe(HEAVY);
     const context = res.assembled_context;

@@ -1,5 +1,5 @@
 /**
- * Issue 9 (isolation): a large context goes out as gathered chunks (src/grpc/patches/,
+ * Isolation: a large context goes out as gathered chunks (src/grpc/patches/,
  * `sendGatheredMessages`): the rest of the message and field 1's header, then the spliced spans of the
  * CPU stage's bytes and the request's history bytes as they are — no thread copies them into a frame. The
  * chunks must hold exactly the bytes of the spliced serializer, decode to every field of the response,
@@ -51,7 +51,7 @@ const responses = fc.record({
   pad: fc.integer({ min: 1, max: 3 * GATHER_FROM_BYTES }),
 });
 
-describe('gathered answers (issue 9)', () => {
+describe('gathered answers', () => {
   it('the chunks hold the spliced serializer’s bytes; decoded, every field equals the response', () => {
     fc.assert(
       fc.property(responses, (g) => {
@@ -163,7 +163,7 @@ describe('gathered answers (issue 9)', () => {
   });
 });
 
-describe('the CPU task leaves a large context spliced on the history’s own bytes (issue 9)', () => {
+describe('the CPU task leaves a large context spliced on the history’s own bytes', () => {
   const resolved = CapabilityCatalog.load(undefined).resolve('gpt-4o');
 
   it('far deadline or none left: the history span points into the task’s history buffer', () => {
@@ -202,7 +202,7 @@ describe('the CPU task leaves a large context spliced on the history’s own byt
   });
 });
 
-describe('gathered answers over gRPC on loopback (issue 9)', () => {
+describe('gathered answers over gRPC on loopback', () => {
   const svc = useTestService();
   const who = tenant();
   beforeAll(() => {
@@ -264,7 +264,7 @@ describe('gathered answers over gRPC on loopback (issue 9)', () => {
   });
 });
 
-describe('the gathered send, on a stand-in for grpc-js’s server call (issue 9)', () => {
+describe('the gathered send, on a stand-in for grpc-js’s server call', () => {
   const requireCjs = createRequire(import.meta.url);
   const { BaseServerInterceptingCall } = requireCjs('@grpc/grpc-js/build/src/server-interceptors.js') as {
     BaseServerInterceptingCall: { prototype: { sendMessage(message: unknown, callback: () => void): void } };

@@ -1,5 +1,5 @@
 /**
- * Issue 9: large request messages are assembled in recycled buffers (src/util/message-buffers.ts, the
+ * Large request messages are assembled in recycled buffers (src/util/message-buffers.ts, the
  * grpc-js decoder hook in src/grpc/patches/), so a heavy upload adds no new external memory for
  * V8 to collect on the event loop. What must hold: the decoder frames every message exactly as grpc-js
  * does, however the bytes are split; a recycled buffer never shows one request's bytes to the next
@@ -176,7 +176,7 @@ describe('grpc-js decoder with pooled large messages', () => {
   });
 });
 
-describe('recycled request buffers over gRPC (issue 9)', () => {
+describe('recycled request buffers over gRPC', () => {
   const svc = useTestService();
 
   it('a second 9.8 MB call reuses the first call’s buffer and answers with its own history only', async () => {

@@ -27,7 +27,7 @@ function hit(id: number, source: string, similarity: number, extra: Partial<Memo
 }
 const coldOk: BranchOutcome[] = [{ name: 'cold', status: 'success', latency_ms: 1, detail: '' }];
 
-describe('relevance (SPEC §7)', () => {
+describe('relevance (contract.md §7)', () => {
   it('scales text-search scores by the best of the call: x = s/(1−s), relevance = x / x_best', () => {
     // s = 0.8 → x = 4; s = 0.5 → x = 1; a memory service's similarity is kept.
     const r = coldRelevance([hit(1, 'fts', 0.8), hit(2, 'fts', 0.5), hit(3, 'vector', 0.42)]);

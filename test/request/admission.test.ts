@@ -1,5 +1,5 @@
 /**
- * The adaptive admission limit (SPEC §10 amended): its invariants under any sequence of arrivals, ends,
+ * The adaptive admission limit (contract.md §10 amended): its invariants under any sequence of arrivals, ends,
  * latencies and drops (fast-check), and how it follows a simulated process on a fake clock — it shrinks
  * when calls queue or drop, grows back once latency returns to no-load, and never grows on a light load.
  */

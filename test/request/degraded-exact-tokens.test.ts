@@ -1,5 +1,5 @@
 /**
- * The degraded answer under exact token counts (IBEX_CONTEXT_EXACT_TOKENS, SPEC §1 isolation rule, §10):
+ * The degraded answer under exact token counts (IBEX_CONTEXT_EXACT_TOKENS, contract.md §1 isolation rule, §10):
  * it is built on the main thread, so it never runs the BPE tokenizer on history or directive text — a
  * max-size history of 32 KB words is answered L2 with bounded counts that never undercount.
  */

@@ -1,5 +1,5 @@
 /**
- * bench:internal ab's summary (bench/internal/ab.ts, issue 10): per build the median CPU per call per thread group over the
+ * bench:internal ab's summary (bench/internal/ab.ts): per build the median CPU per call per thread group over the
  * rounds, and for every build after the first the per-round paired differences from the first build.
  */
 import { median, round } from '../../../src/tools/client/stats.js';

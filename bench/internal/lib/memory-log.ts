@@ -1,6 +1,6 @@
 /**
- * Parses and summarises the log of bench/internal/external-memory-preload.ts (issue 10, "Where the p99 comes
- * from"): between two main-thread mark-compacts, how fast ArrayBuffer and external memory grew and how
+ * Parses and summarises the log of bench/internal/external-memory-preload.ts (to see where the p99 comes
+ * from): between two main-thread mark-compacts, how fast ArrayBuffer and external memory grew and how
  * much scavenges gave back. V8 starts a mark-compact when external memory has grown by 64 MB since the
  * last one ("external memory pressure"), so that growth rate sets how often the event loop pays for one.
  */

@@ -1,5 +1,5 @@
 /**
- * Decides a large request from a prefix of its bytes (SPEC §11: counts are checked on the wire, at a cost
+ * Decides a large request from a prefix of its bytes (contract.md §11: counts are checked on the wire, at a cost
  * independent of the count). grpc-js hands the deserializer only a complete message, so the private
  * `BaseServerInterceptingCall.handleDataFrame` and `handleEndEvent` are wrapped, and the decoder patch
  * (src/grpc/patches/pooled-message-decoder.ts) runs the scanner as bytes arrive. No upstream issue or PR asks

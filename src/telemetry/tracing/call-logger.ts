@@ -1,5 +1,5 @@
 /**
- * The logger for a line written inside a call (SPEC §12: such lines carry `trace_id` and `span_id`).
+ * The logger for a line written inside a call (contract.md §12: such lines carry `trace_id` and `span_id`).
  * A module of its own, with a type-only import, so that the server's modules load no OpenTelemetry code
  * while tracing is off.
  */

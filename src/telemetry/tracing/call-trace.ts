@@ -1,5 +1,5 @@
 /**
- * One AssembleContext call's trace (SPEC §12): its server span, and the child spans built when the call
+ * One AssembleContext call's trace (contract.md §12): its server span, and the child spans built when the call
  * ends from the times the pipeline already records (branch latencies, ranking time, the CPU stage's
  * wait/run/budget/pack/format figures) plus three clock reads (retrieval start and end, answer start).
  * Nothing here wraps an await: the pipeline pays a property check per hook, and a call that is not

@@ -1,5 +1,5 @@
 /**
- * Tracing settings from the standard OpenTelemetry environment variables (SPEC §12): off unless
+ * Tracing settings from the standard OpenTelemetry environment variables (contract.md §12): off unless
  * `OTEL_TRACES_EXPORTER=otlp` or an OTLP endpoint is set. Only OTLP over HTTP/protobuf is exported. As
  * with every other setting of the service, an invalid value stops start-up with a message naming the
  * variable (the OpenTelemetry SDKs would warn and fall back; a typo in a sampling ratio is better found

@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry tracing of AssembleContext (SPEC §12): one server span per call with a child per stage,
+ * OpenTelemetry tracing of AssembleContext (contract.md §12): one server span per call with a child per stage,
  * exported over OTLP HTTP/protobuf in batches off the hot path. Started only when the OTEL_* variables
  * turn it on (config.ts); off, the service creates none of this and the pipeline's hooks are skipped by
  * an `undefined` check.
@@ -46,7 +46,7 @@ export { type TracingConfig, tracingConfigFromEnv } from './config.js';
 /** Longest wait for the last export at shutdown, ms. */
 const SHUTDOWN_FLUSH_MS = 2000;
 
-/** gRPC method path of AssembleContext (SPEC §2). */
+/** gRPC method path of AssembleContext (contract.md §2). */
 const ASSEMBLE_PATH = '/ibex.context.v1.ContextAssemblyService/AssembleContext';
 
 /** Finds the trace of a call from its request metadata (the handler's `call.metadata`). */

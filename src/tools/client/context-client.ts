@@ -32,7 +32,7 @@ export const TOKEN_ENV = 'IBEX_CONTEXT_TOKEN';
 
 /**
  * Inbound message cap of client channels: 16 MiB, above the largest valid answer (the answer echoes the
- * history, so a request near SPEC §11's 13.2 MB limit gets an answer as large; gRPC's 4 MiB default
+ * history, so a request near contract.md §11's 13.2 MB limit gets an answer as large; gRPC's 4 MiB default
  * would fail it with RESOURCE_EXHAUSTED). Same value as the service's CLIENT_RECEIVE_BYTES_NEEDED.
  */
 export const MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024;

@@ -1,10 +1,10 @@
 /**
- * The engine of `ibex-context load` (issue 5, issue 10): an autocannon-style AssembleContext load
+ * The engine of `ibex-context load`: an autocannon-style AssembleContext load
  * generator that benches can also call in-process.
  *
  * Calls go out as pre-encoded gRPC messages over one `node:http2` session per connection (load-transport.ts;
  * grpc-js is the other transport): the driver costs a fraction of what a grpc-js client per call costs,
- * so on a small machine the figures measure the server, not the driver. The pieces (issue 14 item 5): a scheduler decides when calls go out
+ * so on a small machine the figures measure the server, not the driver. The pieces: a scheduler decides when calls go out
  * (open loop at a rate, load-open-loop.ts; closed loop with N in flight, load-closed-loop.ts), a
  * {@link LoadRun} sends them and ends the ones past their deadline, a {@link LoadRecorder} counts what
  * happened, and this module wires them up and writes the report. Latencies go into an HdrHistogram in µs.
