@@ -66,20 +66,20 @@ export interface RankingSettings {
 }
 
 /**
- * Default relevance floor (relevance = x / x_best of the call). Low: with relevance raised to its
- * exponent a weak match already weighs next to nothing in the knapsack, so the floor only decides what a
- * budget with room to spare may still take; at 0.15 it removed 6 points of LoCoMo evidence recall at an
- * unlimited budget, at 0.05 0.2 points (docs/scoring.md).
+ * Default relevance floor (relevance = x / x_best of the call). It decides what a budget with room to
+ * spare may still take: 0.05 holds more evidence at an unlimited budget, but a call without
+ * `available_tokens` (the whole window) then packs and formats hundreds of weak matches and misses its
+ * deadline (docs/scoring.md, "Candidate bound and floor"); a caller that wants them sets a lower floor.
  */
-export const DEFAULT_RELEVANCE_FLOOR = 0.05;
+export const DEFAULT_RELEVANCE_FLOOR = 0.15;
 
 /**
  * Default bound on cold candidates. The limit itself is sized to the budget (candidate-limit.ts): 4,000
  * tokens of chat turns ask for ~200; only a large budget (or none, sized by the context window) reaches
- * this bound, and it should then hold most of what matches: a LoCoMo agent's ~600 turns mostly match some
- * word of a question.
+ * this bound. 200, not the 1,000 that holds most of what matches for an unlimited budget: at 1,000 the
+ * README's replay (no available_tokens) answered 67 of 1,000 calls past their deadline (docs/scoring.md).
  */
-export const DEFAULT_MAX_CANDIDATES = 1000;
+export const DEFAULT_MAX_CANDIDATES = 200;
 
 type Env = Record<string, string | undefined>;
 
