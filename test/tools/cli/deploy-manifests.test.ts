@@ -204,6 +204,20 @@ describe('deploy/k8s', () => {
       expect(env.has('IBEX_CONTEXT_MEMORY_BASE_URL')).toBe(overlay === 'memory-redis');
     });
 
+    it('through PgBouncer: transaction-pooler mode on, LISTEN on a direct URL; never elsewhere', () => {
+      const dep = docs.find((d) => d.kind === 'Deployment' && d.metadata.name === 'ibex-context')!;
+      const env: Manifest[] = dep.spec.template.spec.containers[0].env;
+      const pooler = env.find((e) => e.name === 'IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER');
+      const listen = env.find((e) => e.name === 'IBEX_CONTEXT_POSTGRES_LISTEN_URL');
+      if (overlay === 'postgres-pgbouncer') {
+        expect(pooler?.value).toBe('true');
+        expect(listen?.valueFrom?.secretKeyRef?.key).toBe('postgres-listen-url');
+      } else {
+        expect(pooler).toBeUndefined();
+        expect(listen).toBeUndefined();
+      }
+    });
+
     it.skipIf(!kubectl)('`kubectl kustomize` renders the same objects', () => {
       const r = spawnSync('kubectl', ['kustomize', path.join(K8S, 'overlays', overlay)], {
         encoding: 'utf8',
