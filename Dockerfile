@@ -4,7 +4,7 @@
 #            then the service and its workers compiled (not bench/ or test/: tsconfig.build.json);
 #   prune  – dev dependencies removed, keeping the native addon built in `build`;
 #   runtime – dist/, proto/ and production dependencies only, as the numeric user.
-# test/cli/image-build.test.ts replays the build stage's steps in a clean copy of the git tree.
+# test/tools/cli/image-build.test.ts replays the build stage's steps in a clean copy of the git tree.
 
 FROM node:20-bookworm-slim AS build
 WORKDIR /app
