@@ -7,7 +7,8 @@
 import type { Logger } from 'pino';
 import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
-import { type CandidateFields, type CpuTaskInput, encodeCandidates } from '../cpu-stage/cpu-task.js';
+import { encodeCandidates } from '../cpu-stage/cpu-batch-encode.js';
+import type { CandidateFields, CpuTaskInput } from '../cpu-stage/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../pool/pool-client.js';
 import { CandidateLimit } from '../ranking/candidate-limit.js';
 import { rankCandidates } from '../ranking/rank-stage.js';

@@ -5,12 +5,12 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
 import {
   type CandidateFields,
   type CpuCandidate,
   type CpuTaskScalars,
   deadlineReserveMs,
-  encodeCandidates,
   historyOf,
   runCpuTask,
   transferList,

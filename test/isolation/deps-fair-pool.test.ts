@@ -6,7 +6,8 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PoolSettings } from '../../src/config/settings.js';
-import { type CpuTaskInput, type CpuTaskScalars, encodeCandidates } from '../../src/cpu-stage/cpu-task.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
+import type { CpuTaskInput, CpuTaskScalars } from '../../src/cpu-stage/cpu-task.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
