@@ -3,6 +3,7 @@
 import { BATCH_COLUMNS, type BatchColumn, type CpuTaskInput, transferList } from '../cpu-stage/cpu-batch.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { ArmedTimer, Scheduler } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
 import type { FairEntry } from './fair-queue.js';
 import type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
@@ -43,7 +44,23 @@ export class Call implements FairEntry {
     this.fitsAt = opts.fitsAt;
     this.resultDeadline = Math.max(deadline, opts.resultDeadline ?? deadline);
   }
+
+  /**
+   * The call's `fitsAt` verdict at `now`; true without one. A throwing check must not leave the call
+   * out of the queue and unsettled (it runs inside the dispatch loop): it counts as fitting, as when submitted.
+   */
+  fits(now: number): boolean {
+    if (this.fitsAt === undefined) return true;
+    try {
+      return this.fitsAt(now);
+    } catch {
+      return true;
+    }
+  }
 }
+
+/** Why a call ends without its result: flow control under load, so built without a stack (util/stackless.ts). */
+export const noResult = (why: string): Error => stackless(() => new Error(why));
 
 /**
  * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
