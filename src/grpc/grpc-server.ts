@@ -29,12 +29,9 @@ import {
   monotonicNow,
 } from '../request/call-context.js';
 import type { MemoryRpcDeps } from '../request/memory-rpcs.js';
+import { RequestPrefixScanner } from '../request/request-prefix-scanner.js';
 import { validateWireRequest } from '../request/validate.js';
-import {
-  decodeAssembleRequest,
-  RequestPrefixScanner,
-  type WireAssembleRequest,
-} from '../request/wire-request.js';
+import { decodeAssembleRequest, type WireAssembleRequest } from '../request/wire-request.js';
 import type { Logger } from '../telemetry/logger.js';
 import { callLogger } from '../telemetry/tracing/call-logger.js';
 import type { CallTrace } from '../telemetry/tracing/call-trace.js';

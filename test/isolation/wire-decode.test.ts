@@ -6,13 +6,13 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import protobuf from 'protobufjs/minimal.js';
 import { describe, expect, it } from 'vitest';
+import { RequestPrefixScanner } from '../../src/request/request-prefix-scanner.js';
 import { validateAssembleRequest, validateWireRequest } from '../../src/request/validate.js';
 import {
   checkHistoryContents,
   decodeAssembleRequest,
   decodeHistory,
   MALFORMED_REQUEST,
-  RequestPrefixScanner,
   TOO_MANY_FIELDS,
   type WireAssembleRequest,
 } from '../../src/request/wire-request.js';
