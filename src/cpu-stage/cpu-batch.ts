@@ -7,6 +7,7 @@
  */
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
+import type { MemoryRowColumns } from '../format/memory-rows.js';
 import type { MemoryContent } from '../text/content-bytes.js';
 import { type SplicedUtf8, splicedBuffers } from '../wire/spliced.js';
 
@@ -120,28 +121,16 @@ export interface CpuTaskScalars {
  * after dispatch they are detached in the sender. They may be views on one shared-by-them ArrayBuffer
  * (`encodeCandidates` in src/cpu-stage/cpu-batch-encode.ts builds exactly that); they must not be views on a
  * Node Buffer pool slab.
+ *
+ * The columns the answer's rows are written from are {@link MemoryRowColumns}: `relevance` is NaN for a
+ * candidate whose relevance the CPU stage measures lexically (see `filters`); `text` holds every candidate's
+ * id, category and content, in that order, concatenated, and `offsets` the 3n+1 byte offsets into it: field
+ * f (0 id, 1 category, 2 content) of candidate i is [o[3i+f], o[3i+f+1]).
  */
-export interface CpuTaskInput extends CpuTaskScalars {
-  score: Float64Array;
-  similarity: Float64Array;
-  confidence: Float64Array;
-  /** Relevance the score used (NaN = measure lexically, see `filters`); the rows' `relevance_score`. */
-  relevance: Float64Array;
-  /** The rows' `recency_score`. */
-  recency: Float64Array;
-  /** The rows' `usefulness_score`. */
-  usefulness: Float64Array;
+export interface CpuTaskInput extends CpuTaskScalars, MemoryRowColumns {
   /** `memory.created_at`, epoch ms; NaN = unknown. */
   createdAt: Float64Array;
-  rank: Int32Array;
   tokens: Int32Array;
-  /** UTF-8 of every candidate's id, category and content, in that order, concatenated. */
-  text: Uint8Array;
-  /**
-   * 3n+1 byte offsets into `text`: field f (0 id, 1 category, 2 content) of candidate i is
-   * [o[3i+f], o[3i+f+1]).
-   */
-  offsets: Uint32Array;
   /**
    * History bytes: a view on the request's own buffer (transferred whole) or on the batch's buffer (copied
    * there); empty without history.
