@@ -5,6 +5,7 @@
  * `npm run build`, which type-checks test/.
  */
 import { describe, expect, expectTypeOf, it } from 'vitest';
+import { taskScalars } from '../../bench/lib/synthetic.js';
 import {
   BATCH_COLUMNS,
   type BatchColumn,
@@ -23,16 +24,10 @@ interface WithUnlistedColumn extends CpuTaskInput {
 
 function batch(): CpuTaskInput {
   const candidate = { memory_id: 'm-1', category: 'factual', content: 'text', score: 1, similarity: 1 };
-  return encodeCandidates([{ ...candidate, confidence: 1, rank: 1, tokens: 10 }], {
-    budget: 100,
-    dpCellCeiling: 1000,
-    maxConsecutiveSkips: 5,
-    nonce: 'n0nce',
-    directive: null,
-    recentMessages: [],
-    toolSchemas: [],
-    deadline: Number.MAX_SAFE_INTEGER,
-  });
+  return encodeCandidates(
+    [{ ...candidate, confidence: 1, rank: 1, tokens: 10 }],
+    taskScalars({ budget: 100, dpCellCeiling: 1000 }),
+  );
 }
 
 describe('BATCH_COLUMNS', () => {
