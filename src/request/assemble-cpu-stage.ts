@@ -54,7 +54,7 @@ export class CpuStageRunner {
     this.#deps = deps;
   }
 
-  /** Whether the task carries the request's own buffer (a large history, not copied: cpu-batch.ts). */
+  /** Whether the task carries the request's own buffer (a large history, not copied: cpu-batch-encode.ts). */
   #takesRequestBytes(req: ValidatedRequest, input: CpuTaskInput): boolean {
     return input.history.length > 0 && input.history.buffer === req.history.source.buffer;
   }
