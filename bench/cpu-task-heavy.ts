@@ -10,12 +10,8 @@
 import { pathToFileURL } from 'node:url';
 import { Bench } from 'tinybench';
 import { CapabilityCatalog } from '../src/budget/catalog.js';
-import {
-  type CpuCandidate,
-  type CpuTaskInput,
-  encodeCandidates,
-  runCpuTask,
-} from '../src/cpu-stage/cpu-task.js';
+import { encodeCandidates } from '../src/cpu-stage/cpu-batch-encode.js';
+import { type CpuCandidate, type CpuTaskInput, runCpuTask } from '../src/cpu-stage/cpu-task.js';
 import { monotonicNow } from '../src/util/clock.js';
 
 /** A figure row: ms per CPU task at p50 and p99. */

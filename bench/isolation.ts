@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { MessageChannel, receiveMessageOnPort, Worker } from 'node:worker_threads';
 import { Bench } from 'tinybench';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
-import { type CpuTaskScalars, encodeCandidates } from '../src/cpu-stage/cpu-batch.js';
+import { encodeCandidates } from '../src/cpu-stage/cpu-batch-encode.js';
 import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { LoopDelayQuantiles } from '../src/telemetry/loop-delay.js';
 import { bytesInPlace, type MemoryContent } from '../src/text/content-bytes.js';
@@ -33,6 +33,7 @@ import { projectPath } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, printTable, startBenchService } from './lib/service-child.js';
 import type { ServiceProcess } from './lib/service-process.js';
+import { taskScalars } from './lib/synthetic.js';
 
 const TARGETS = {
   quiet_ok_rate: 0.99,
@@ -219,16 +220,7 @@ async function crossingCosts() {
       confidence: 0.5,
       rank: i + 1,
     }));
-  const scalars: CpuTaskScalars = {
-    budget: 1000,
-    dpCellCeiling: 437_570,
-    maxConsecutiveSkips: 5,
-    nonce: 'n',
-    directive: null,
-    recentMessages: [],
-    toolSchemas: [],
-    deadline: Number.POSITIVE_INFINITY,
-  };
+  const scalars = taskScalars({ budget: 1000, deadline: Number.POSITIVE_INFINITY });
   const { port1, port2 } = new MessageChannel();
   const bench = new Bench({ iterations: 40, warmupIterations: 4, time: 0 });
   for (const asBytes of [false, true]) {

@@ -19,7 +19,8 @@
 import os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep, setImmediate as yieldToLoop } from 'node:timers/promises';
-import { type CpuCandidate, encodeCandidates, runCpuTask } from '../src/cpu-stage/cpu-task.js';
+import { encodeCandidates } from '../src/cpu-stage/cpu-batch-encode.js';
+import { type CpuCandidate, runCpuTask } from '../src/cpu-stage/cpu-task.js';
 import { CpuPool } from '../src/pool/pool-client.js';
 import { estimateTokens } from '../src/text/estimate.js';
 import { medianOfSorted, percentilesOf } from '../src/tools/client/stats.js';

@@ -14,11 +14,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
-import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';
-import { budgetMix, mixedSource, probeCandidateTokens } from '../src/tools/client/budget-mix.js';
-import { runLoad } from '../src/tools/client/load-driver.js';
-import { AB_GROUPS, type AbStep, summariseAb } from './internal/lib/ab-summary.js';
+import { abConfig, runAbRounds } from './internal/lib/ab-rounds.js';
+import { summariseAb } from './internal/lib/ab-summary.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -28,7 +26,6 @@ import {
   serviceLoadBenchOptions,
 } from './lib/bench-run.js';
 import { benchLoadData } from './lib/load-data.js';
-import { measureStep } from './lib/load-step.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
 import { contextManagerFigures, type TracingMicroRow, tracingMicroFigures } from './lib/tracing-micro.js';
 
@@ -144,50 +141,7 @@ async function main(argv: string[]): Promise<number> {
       );
       console.error(`${mode.name}: service pid ${services.at(-1)!.pid} on ${services.at(-1)!.grpcAddr}`);
     }
-    let source = data.source;
-    if (opts.constrained > 0) {
-      const tokens = await probeCandidateTokens({ addr: services[0]!.grpcAddr }, source.requests ?? []);
-      source = mixedSource(source, budgetMix(tokens, { share: opts.constrained, seed: 1 }), opts.constrained);
-    }
-    const common = {
-      connections: opts.connections,
-      timeoutMs: opts.timeoutMs,
-      source,
-      transport: 'h2' as const,
-    };
-    for (const service of services) {
-      if (opts.warmupSeconds > 0)
-        await runLoad({ addr: service.grpcAddr, rate: opts.rate, durationS: opts.warmupSeconds, ...common });
-    }
-    const steps: AbStep[] = [];
-    for (let round = 0; round < opts.rounds; round++) {
-      const order = services.map((_, k) => k);
-      if (round % 2 === 1) order.reverse();
-      for (const k of order) {
-        const row = await measureStep(services[k]!, {
-          rate: opts.rate,
-          seconds: opts.stepSeconds,
-          rampSeconds: 1,
-          ...common,
-        });
-        const step: AbStep = {
-          round,
-          build: k,
-          ms_per_call: row.cpu_per_thread.server?.ms_per_call ?? null,
-          p50_ms: row.p50_ms,
-          p99_ms: row.p99_ms,
-          errors: row.errors,
-          degraded: row.degraded,
-        };
-        steps.push(step);
-        const m = step.ms_per_call;
-        console.error(
-          `round ${round + 1} ${modes[k]!.name}: ` +
-            (m ? AB_GROUPS.map((g) => `${g} ${m[g]}`).join(' ') : 'no calls') +
-            ` ms/call; p99 ${step.p99_ms} ms, errors ${step.errors}`,
-        );
-      }
-    }
+    const steps = await runAbRounds(services, data.source, opts, (k) => modes[k]!.name);
     const summaries = summariseAb(modes.length, steps);
     const off = summaries[0]!.median_ms_per_call.total;
     const summary = summaries.map((s) => {
@@ -218,16 +172,7 @@ async function main(argv: string[]): Promise<number> {
       generated_at: new Date().toISOString(),
       node: process.version,
       machine: machineInfo(),
-      config: {
-        rate: opts.rate,
-        rounds: opts.rounds,
-        step_seconds: opts.stepSeconds,
-        warmup_seconds: opts.warmupSeconds,
-        constrained: opts.constrained,
-        connections: opts.connections,
-        node_args: [...(opts.plainNode ? [] : SERVICE_NODE_FLAGS), ...opts.nodeArgs],
-        modes,
-      },
+      config: { ...abConfig(opts), modes },
       data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
       sink: { exports: sink.requests(), bytes: sink.bytes() },
       micro,

@@ -15,10 +15,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { SERVICE_NODE_FLAGS } from '../../src/config/node-flags.js';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
-import { budgetMix, mixedSource, probeCandidateTokens } from '../../src/tools/client/budget-mix.js';
-import { runLoad } from '../../src/tools/client/load-driver.js';
 import {
   type BenchFlagValues,
   machineInfo,
@@ -28,9 +25,9 @@ import {
   serviceLoadBenchOptions,
 } from '../lib/bench-run.js';
 import { benchLoadData } from '../lib/load-data.js';
-import { measureStep, type StepRow } from '../lib/load-step.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from '../lib/service-process.js';
-import { AB_GROUPS, type AbStep, summariseAb } from './lib/ab-summary.js';
+import { abConfig, runAbRounds } from './lib/ab-rounds.js';
+import { summariseAb } from './lib/ab-summary.js';
 
 const USAGE = `usage: npm run bench:internal -- ab --builds <checkout>,<checkout>[,…] [options]
   --builds <dirs>         project checkouts with dist/ built, comma-separated (the first is the reference)
@@ -85,18 +82,6 @@ function commitOf(dir: string): string | null {
   }
 }
 
-function abStep(round: number, build: number, row: StepRow): AbStep {
-  return {
-    round,
-    build,
-    ms_per_call: row.cpu_per_thread.server?.ms_per_call ?? null,
-    p50_ms: row.p50_ms,
-    p99_ms: row.p99_ms,
-    errors: row.errors,
-    degraded: row.degraded,
-  };
-}
-
 async function main(argv: string[]): Promise<number> {
   const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
@@ -115,42 +100,7 @@ async function main(argv: string[]): Promise<number> {
       );
       console.error(`${build}: service pid ${services.at(-1)!.pid} on ${services.at(-1)!.grpcAddr}`);
     }
-    let source = data.source;
-    if (opts.constrained > 0) {
-      const tokens = await probeCandidateTokens({ addr: services[0]!.grpcAddr }, source.requests ?? []);
-      source = mixedSource(source, budgetMix(tokens, { share: opts.constrained, seed: 1 }), opts.constrained);
-    }
-    const common = {
-      connections: opts.connections,
-      timeoutMs: opts.timeoutMs,
-      source,
-      transport: 'h2' as const,
-    };
-    for (const service of services) {
-      if (opts.warmupSeconds > 0)
-        await runLoad({ addr: service.grpcAddr, rate: opts.rate, durationS: opts.warmupSeconds, ...common });
-    }
-    const steps: AbStep[] = [];
-    for (let round = 0; round < opts.rounds; round++) {
-      const order = services.map((_, k) => k);
-      if (round % 2 === 1) order.reverse();
-      for (const k of order) {
-        const row = await measureStep(services[k]!, {
-          rate: opts.rate,
-          seconds: opts.stepSeconds,
-          rampSeconds: 1,
-          ...common,
-        });
-        const step = abStep(round, k, row);
-        steps.push(step);
-        const m = step.ms_per_call;
-        console.error(
-          `round ${round + 1} build ${k} (${opts.builds[k]}): ` +
-            (m ? AB_GROUPS.map((g) => `${g} ${m[g]}`).join(' ') : 'no calls') +
-            ` ms/call; p99 ${step.p99_ms} ms, errors ${step.errors}`,
-        );
-      }
-    }
+    const steps = await runAbRounds(services, data.source, opts, (k) => `build ${k} (${opts.builds[k]})`);
     const summary = summariseAb(opts.builds.length, steps);
     for (const s of summary) console.log(JSON.stringify({ dir: opts.builds[s.build], ...s }));
     mkdirSync(opts.out, { recursive: true });
@@ -158,15 +108,7 @@ async function main(argv: string[]): Promise<number> {
       generated_at: new Date().toISOString(),
       node: process.version,
       machine: machineInfo(),
-      config: {
-        rate: opts.rate,
-        rounds: opts.rounds,
-        step_seconds: opts.stepSeconds,
-        warmup_seconds: opts.warmupSeconds,
-        constrained: opts.constrained,
-        connections: opts.connections,
-        node_args: [...(opts.plainNode ? [] : SERVICE_NODE_FLAGS), ...opts.nodeArgs],
-      },
+      config: abConfig(opts),
       builds: opts.builds.map((dir) => ({ dir, commit: commitOf(dir) })),
       data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
       summary,

@@ -11,8 +11,7 @@
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
-import protobuf from 'protobufjs/minimal.js';
+import { Client, credentials, status } from '@grpc/grpc-js';
 import { createGrpcServer } from '../../src/grpc/grpc-server.js';
 import { decideRequestsOnTheWire } from '../../src/grpc/patches/early-decision.js';
 import { createLogger } from '../../src/telemetry/logger.js';
@@ -20,9 +19,9 @@ import { stringFlags } from '../../src/tools/cli/command-args.js';
 import { median, percentilesOf, round } from '../../src/tools/client/stats.js';
 import { Errors } from '../../src/wire/errors.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/wire/limits.js';
-import { contextServiceDefinition } from '../../src/wire/proto.js';
 import { benchOptions, machineInfo, parseInteger, parseNumber, runBenchMain } from '../lib/bench-run.js';
 import { writeResult } from '../lib/paths.js';
+import { decodeBomb, sendRawAssemble } from '../lib/raw-assemble.js';
 import { readThreads } from '../lib/thread-cpu.js';
 
 const USAGE = `usage: npm run bench:internal -- early-decision [options]
@@ -32,27 +31,8 @@ const USAGE = `usage: npm run bench:internal -- early-decision [options]
   --quiet-rate <r/s>  small requests per second on another connection (default 100)`;
 
 const FLAGS = stringFlags('rounds', 'seconds', 'bomb-rate', 'quiet-rate');
-const PATH = contextServiceDefinition.AssembleContext!.path;
 const ORG = '11111111-1111-4111-8111-111111111111';
 const AGENT = '22222222-2222-4222-8222-222222222222';
-
-/** agent_id, org_id, query, model, then `messages` empty history messages (two bytes each). */
-function request(messages: number): Buffer {
-  const head = protobuf.Writer.create()
-    .uint32(10)
-    .string(AGENT)
-    .uint32(18)
-    .string(ORG)
-    .uint32(34)
-    .string('hello')
-    .uint32(42)
-    .string('gpt-4o')
-    .finish();
-  const out = Buffer.alloc(head.length + 2 * messages);
-  out.set(head, 0);
-  for (let i = head.length; i < out.length; i += 2) out[i] = 0x42;
-  return out;
-}
 
 /** Child: the gRPC server with the decision on or off; sends its port, exits with its parent. */
 async function serve(on: boolean): Promise<void> {
@@ -97,20 +77,10 @@ async function startService(mode: 'on' | 'off'): Promise<Service> {
 }
 
 /** One call of raw bytes: its latency, ms, and status details. */
-function call(client: Client, bytes: Buffer): Promise<{ ms: number; code: number; details: string }> {
+async function call(client: Client, bytes: Buffer): Promise<{ ms: number; code: number; details: string }> {
   const start = performance.now();
-  return new Promise((resolve) => {
-    client.makeUnaryRequest(
-      PATH,
-      (b: Buffer) => b,
-      (b: Buffer) => b,
-      bytes,
-      new Metadata(),
-      { deadline: Date.now() + 30_000 },
-      (err: ServiceError | null) =>
-        resolve({ ms: performance.now() - start, code: err?.code ?? status.OK, details: err?.details ?? '' }),
-    );
-  });
+  const { code, details, at } = await sendRawAssemble(client, bytes);
+  return { ms: at - start, code, details };
 }
 
 /** Calls at `rate` per second for `seconds`, open loop; resolves when every call has ended. */
@@ -152,8 +122,8 @@ async function step(
   roundNo: number,
   o: { seconds: number; bombRate: number; quietRate: number },
 ) {
-  const bomb = request(2_000_000);
-  const small = request(10);
+  const bomb = decodeBomb(ORG, AGENT, 2_000_000);
+  const small = decodeBomb(ORG, AGENT, 10);
   let wrong = 0;
   const pid = s.child.pid!;
   const cpu0 = cpuMs(pid);

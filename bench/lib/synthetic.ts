@@ -2,10 +2,11 @@
  * Seeded synthetic candidates for benchmarks (fixed seed ⇒ the same shapes every run).
  */
 
-import type { CpuCandidate } from '../../src/cpu-stage/cpu-task.js';
+import type { CpuCandidate, CpuTaskScalars } from '../../src/cpu-stage/cpu-task.js';
 import { interimScore } from '../../src/ranking/score.js';
 import { type EstimateKind, estimateTokens } from '../../src/text/estimate.js';
 import { seededRandom } from '../../src/tools/client/request-source.js';
+import { monotonicNow } from '../../src/util/clock.js';
 
 export { seededRandom };
 
@@ -83,4 +84,22 @@ export function packColumns(candidates: readonly SyntheticCandidate[], kind: Est
     tokens[i] = estimateTokens(c.content, kind);
   });
   return { ids: candidates.map((c) => c.memory_id), scores, tokens };
+}
+
+/**
+ * A CPU task's scalars for benches and tests: the default DP ceiling (437,570 cells) and skip limit (5), no
+ * directive, history or tool schemas, budget 0, nonce `n` and a minute to run; `over` replaces any of them.
+ */
+export function taskScalars(over: Partial<CpuTaskScalars> = {}): CpuTaskScalars {
+  return {
+    budget: 0,
+    dpCellCeiling: 437_570,
+    maxConsecutiveSkips: 5,
+    nonce: 'n',
+    directive: null,
+    recentMessages: [],
+    toolSchemas: [],
+    deadline: monotonicNow() + 60_000,
+    ...over,
+  };
 }

@@ -7,8 +7,8 @@
  */
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
+import type { MemoryRowColumns } from '../format/memory-rows.js';
 import type { MemoryContent } from '../text/content-bytes.js';
-import { isPooledMessageView } from '../util/message-buffers.js';
 import { type SplicedUtf8, splicedBuffers } from '../wire/spliced.js';
 
 /** One candidate as the assembly hands it to the CPU stage. */
@@ -117,31 +117,20 @@ export interface CpuTaskScalars {
 }
 
 /**
- * What crosses to the worker. The seven typed arrays are transferred (see {@link transferList}): after
- * dispatch they are detached in the sender. They may be views on one shared-by-them ArrayBuffer
- * ({@link encodeCandidates} builds exactly that); they must not be views on a Node Buffer pool slab.
+ * What crosses to the worker. The typed arrays ({@link BATCH_COLUMNS}) are transferred (see {@link transferList}):
+ * after dispatch they are detached in the sender. They may be views on one shared-by-them ArrayBuffer
+ * (`encodeCandidates` in src/cpu-stage/cpu-batch-encode.ts builds exactly that); they must not be views on a
+ * Node Buffer pool slab.
+ *
+ * The columns the answer's rows are written from are {@link MemoryRowColumns}: `relevance` is NaN for a
+ * candidate whose relevance the CPU stage measures lexically (see `filters`); `text` holds every candidate's
+ * id, category and content, in that order, concatenated, and `offsets` the 3n+1 byte offsets into it: field
+ * f (0 id, 1 category, 2 content) of candidate i is [o[3i+f], o[3i+f+1]).
  */
-export interface CpuTaskInput extends CpuTaskScalars {
-  score: Float64Array;
-  similarity: Float64Array;
-  confidence: Float64Array;
-  /** Relevance the score used (NaN = measure lexically, see `filters`); the rows' `relevance_score`. */
-  relevance: Float64Array;
-  /** The rows' `recency_score`. */
-  recency: Float64Array;
-  /** The rows' `usefulness_score`. */
-  usefulness: Float64Array;
+export interface CpuTaskInput extends CpuTaskScalars, MemoryRowColumns {
   /** `memory.created_at`, epoch ms; NaN = unknown. */
   createdAt: Float64Array;
-  rank: Int32Array;
   tokens: Int32Array;
-  /** UTF-8 of every candidate's id, category and content, in that order, concatenated. */
-  text: Uint8Array;
-  /**
-   * 3n+1 byte offsets into `text`: field f (0 id, 1 category, 2 content) of candidate i is
-   * [o[3i+f], o[3i+f+1]).
-   */
-  offsets: Uint32Array;
   /**
    * History bytes: a view on the request's own buffer (transferred whole) or on the batch's buffer (copied
    * there); empty without history.
@@ -216,203 +205,49 @@ export interface CpuTaskOutput {
   thread_id: number;
 }
 
-const F64 = Float64Array.BYTES_PER_ELEMENT;
-/** score, similarity, confidence, relevance, recency, usefulness, createdAt. */
-const FLOAT_COLUMNS = 7;
-const I32 = Int32Array.BYTES_PER_ELEMENT;
-
-/** Histories from this many bytes on travel in the request's own buffer, when it has one (no copy). */
-export const TRANSFER_HISTORY_FROM_BYTES = 64 * 1024;
-
-/**
- * Whether `source` can be transferred as it is: it views (all but a gRPC frame header of) an ArrayBuffer
- * of its own, as grpc-js's decoder makes for every request message, and is large enough for a copy to
- * matter, or a message in a recycled buffer (src/util/message-buffers.ts), whose remaining bytes are zero.
- * A Buffer from Node's shared pool, or a slice of someone else's buffer, is copied instead.
- */
-export function ownsItsBuffer(source: Uint8Array): boolean {
-  return (
-    source.byteLength >= TRANSFER_HISTORY_FROM_BYTES &&
-    source.buffer instanceof ArrayBuffer &&
-    (source.buffer.byteLength - source.byteLength <= 16 || isPooledMessageView(source))
-  );
-}
+/** The columns with one entry per candidate, in the order of the batch's layout. */
+export const CANDIDATE_COLUMNS = [
+  'score',
+  'similarity',
+  'confidence',
+  'relevance',
+  'recency',
+  'usefulness',
+  'createdAt',
+  'rank',
+  'tokens',
+] as const satisfies readonly TypedArrayKeys<CpuTaskInput>[];
 
 /**
- * Encodes candidates into the typed-array batch of {@link CpuTaskInput}. The arrays are views on one
- * freshly allocated ArrayBuffer, plus, for a history of {@link TRANSFER_HISTORY_FROM_BYTES} or more in a
- * request buffer of its own ({@link ownsItsBuffer}), that buffer: a dispatch transfers one or two buffers.
- * A transferred request buffer is detached in the sender until the pool hands it back (with the result,
- * or with `onReturned` when the task never ran).
- * @param candidates in any order (the packer sorts canonically); indices in the output refer to this order.
- * @param scalars everything else the task needs; `deadline` on the epoch clock.
+ * Every typed array of a {@link CpuTaskInput}: the one list of what a dispatch transfers ({@link transferList})
+ * and what the pool moves into buffers of its own while a call waits (`takeOwnership`, src/pool/pool-call.ts).
  */
-export function encodeCandidates(
-  candidates: readonly CandidateFields[],
-  scalars: CpuTaskScalars,
-  history?: HistoryBytesLike,
-): CpuTaskInput {
-  const n = candidates.length;
-  const h = history?.count ?? 0;
-  let historyBytes = 0;
-  for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 3]! - history!.spans[4 * k + 2]!;
-  for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 1]! - history!.spans[4 * k]!;
-  const transfer = h > 0 && historyBytes >= TRANSFER_HISTORY_FROM_BYTES && ownsItsBuffer(history!.source);
-  if (transfer) historyBytes = 0;
-  // A small history whose fields sit close together in the request (the protobuf tags and lengths between
-  // them) is copied as one range, gaps included, instead of a view and a copy per field. The gaps are the
-  // same request's bytes, never spanned, so never in an answer; they count in the task's history bytes.
-  const range = h > 0 && !transfer ? historyRange(history!, historyBytes) : null;
-  if (range !== null) historyBytes = range.end - range.start;
-  // One pass: room for the worst case (3 UTF-8 bytes per UTF-16 unit) instead of measuring every string
-  // first, which doubled the main thread's encoding time. The slack rides along in the transfer, uncopied.
-  // A content already in bytes (content-bytes.ts) needs exactly its length.
-  let textRoom = 0;
-  for (const c of candidates) {
-    textRoom += 3 * (c.memory_id.length + c.category.length);
-    textRoom += typeof c.content === 'string' ? 3 * c.content.length : c.content.byteLength;
-  }
-  // Layout keeps every view aligned: 7 float64 columns, 2 int32 columns, offsets, then the bytes.
-  const f64 = FLOAT_COLUMNS * n * F64;
-  const numericBytes = f64 + 2 * n * I32 + (3 * n + 1 + 4 * h) * I32;
-  const buffer = new ArrayBuffer(numericBytes + textRoom + historyBytes);
-  const score = new Float64Array(buffer, 0, n);
-  const similarity = new Float64Array(buffer, n * F64, n);
-  const confidence = new Float64Array(buffer, 2 * n * F64, n);
-  const relevance = new Float64Array(buffer, 3 * n * F64, n);
-  const recency = new Float64Array(buffer, 4 * n * F64, n);
-  const usefulness = new Float64Array(buffer, 5 * n * F64, n);
-  const createdAt = new Float64Array(buffer, 6 * n * F64, n);
-  const rank = new Int32Array(buffer, f64, n);
-  const tokens = new Int32Array(buffer, f64 + n * I32, n);
-  const offsets = new Uint32Array(buffer, f64 + 2 * n * I32, 3 * n + 1);
-  const historySpans = new Uint32Array(buffer, f64 + 2 * n * I32 + (3 * n + 1) * I32, 4 * h);
-  // A Buffer view (no copy) writes UTF-8 natively without a subarray per string.
-  const bytes = Buffer.from(buffer, numericBytes, textRoom + historyBytes);
-  let at = 0;
-  for (let i = 0; i < n; i++) {
-    const c = candidates[i]!;
-    score[i] = c.score;
-    similarity[i] = c.similarity;
-    confidence[i] = c.confidence;
-    relevance[i] = c.relevance ?? c.similarity;
-    recency[i] = c.recency ?? 0;
-    usefulness[i] = c.usefulness ?? 0;
-    createdAt[i] = c.created_at_ms ?? Number.NaN;
-    rank[i] = c.rank;
-    tokens[i] = c.tokens ?? 0;
-    offsets[3 * i] = at;
-    at = writeShort(bytes, c.memory_id, at);
-    offsets[3 * i + 1] = at;
-    at = writeShort(bytes, c.category, at);
-    offsets[3 * i + 2] = at;
-    if (typeof c.content === 'string') at += bytes.write(c.content, at, 'utf8');
-    else {
-      bytes.set(c.content, at);
-      at += c.content.byteLength;
-    }
-  }
-  offsets[3 * n] = at;
-  const text = new Uint8Array(buffer, numericBytes, at);
-  // Without history the (empty) view stays on the batch buffer: still one transfer.
-  let historyView: Uint8Array = new Uint8Array(buffer, numericBytes + at, 0);
-  if (transfer) {
-    historyView = history!.source;
-    historySpans.set(history!.spans.subarray(0, 4 * h));
-  } else if (range !== null) {
-    const sp = history!.spans;
-    for (let j = 0; j < 4 * h; j++) historySpans[j] = sp[j]! - range.start;
-    bytes.set(history!.source.subarray(range.start, range.end), at);
-    historyView = new Uint8Array(buffer, numericBytes + at, range.end - range.start);
-  } else if (h > 0) {
-    // A small history is copied once, after the candidates' text (a memcpy per field, no decoding).
-    const start = at;
-    const sp = history!.spans;
-    for (let j = 0; j < 4 * h; j += 2) {
-      historySpans[j] = at - start;
-      bytes.set(history!.source.subarray(sp[j]!, sp[j + 1]!), at);
-      at += sp[j + 1]! - sp[j]!;
-      historySpans[j + 1] = at - start;
-    }
-    historyView = new Uint8Array(buffer, numericBytes + start, at - start);
-  }
-  // Every scalar written out, not `...scalars`: V8 11 (Node 20) adds each property after a spread through
-  // its runtime, ~1.5 µs apiece, and this literal cost the event loop ~16 µs per call that way (0.1 µs now).
-  return {
-    budget: scalars.budget,
-    dpCellCeiling: scalars.dpCellCeiling,
-    maxConsecutiveSkips: scalars.maxConsecutiveSkips,
-    nonce: scalars.nonce,
-    directive: scalars.directive,
-    recentMessages: scalars.recentMessages,
-    toolSchemas: scalars.toolSchemas,
-    budgetModel: scalars.budgetModel,
-    nonceBytes: scalars.nonceBytes,
-    availableTokens: scalars.availableTokens,
-    packCount: scalars.packCount,
-    filters: scalars.filters,
-    memoryDates: scalars.memoryDates,
-    deadline: scalars.deadline,
-    historyCount: h,
-    historyContentPending: history?.contentPending ?? false,
-    score,
-    similarity,
-    confidence,
-    relevance,
-    recency,
-    usefulness,
-    createdAt,
-    rank,
-    tokens,
-    text,
-    offsets,
-    history: historyView,
-    historySpans,
-  };
-}
+export const BATCH_COLUMNS = [
+  ...CANDIDATE_COLUMNS,
+  'text',
+  'offsets',
+  'history',
+  'historySpans',
+] as const satisfies readonly TypedArrayKeys<CpuTaskInput>[];
 
-/** Most bytes between a history's fields that {@link historyRange} copies along, per message. */
-const HISTORY_GAP_BYTES_PER_MESSAGE = 16;
+export type BatchColumn = (typeof BATCH_COLUMNS)[number];
+
+/** The keys of `T` whose values are typed arrays (or other views on an ArrayBuffer). */
+export type TypedArrayKeys<T> = {
+  [K in keyof T]-?: NonNullable<T[K]> extends ArrayBufferView ? K : never;
+}[keyof T];
+
+/** `true` when `Listed` names every typed-array key of `T`; else the keys it leaves out. */
+export type ListsEveryColumn<T, Listed> = [Exclude<TypedArrayKeys<T>, Listed>] extends [never]
+  ? true
+  : Exclude<TypedArrayKeys<T>, Listed>;
 
 /**
- * The byte range [start, end) of `history.source` that holds every span, when copying it whole copies at
- * most {@link HISTORY_GAP_BYTES_PER_MESSAGE} per message more than the spans' `fieldBytes`; else null
- * (fields far apart or out of order, as a hand-made request may have them).
+ * A typed array added to CpuTaskInput but not to {@link BATCH_COLUMNS} fails the build here, naming the
+ * column: it would otherwise be cloned instead of transferred, and left attached in the caller.
  */
-function historyRange(history: HistoryBytesLike, fieldBytes: number): { start: number; end: number } | null {
-  const sp = history.spans;
-  const start = sp[0]!;
-  let end = start;
-  for (let j = 0; j < 4 * history.count; j += 2) {
-    if (sp[j]! < end || sp[j + 1]! < sp[j]!) return null;
-    end = sp[j + 1]!;
-  }
-  return end - start <= fieldBytes + HISTORY_GAP_BYTES_PER_MESSAGE * history.count ? { start, end } : null;
-}
-
-/**
- * Writes `s` as UTF-8 at `at` of `bytes`, room assumed; @returns the end. Ids and categories are short
- * and almost always ASCII: a JS loop writes them in a fraction of a native `write` call's cost.
- */
-function writeShort(bytes: Buffer, s: string, at: number): number {
-  const n = s.length;
-  if (n > 64) return at + bytes.write(s, at, 'utf8');
-  for (let j = 0; j < n; j++) {
-    const u = s.charCodeAt(j);
-    if (u >= 0x80) return at + j + bytes.write(s.slice(j), at + j, 'utf8');
-    bytes[at + j] = u;
-  }
-  return at + n;
-}
-
-/** History as byte spans (the shape of `HistoryBytes` in src/request/wire-request.ts). */
-export interface HistoryBytesLike {
-  source: Uint8Array;
-  /** role start, role end, content start, content end per message. */
-  spans: Uint32Array;
-  count: number;
-  contentPending: boolean;
-}
+export type EveryBatchColumnListed = Assert<ListsEveryColumn<CpuTaskInput, BatchColumn>>;
+type Assert<T extends true> = T;
 
 /** Distinct transferable buffers of some views; SharedArrayBuffers are shared already and cannot be transferred. */
 function buffersOf(views: readonly { buffer: ArrayBufferLike }[]): ArrayBuffer[] {
@@ -427,21 +262,9 @@ function buffersOf(views: readonly { buffer: ArrayBufferLike }[]): ArrayBuffer[]
 
 /** The buffers to transfer with a task (each once). */
 export function transferList(input: CpuTaskInput): ArrayBuffer[] {
-  return buffersOf([
-    input.score,
-    input.similarity,
-    input.confidence,
-    input.relevance,
-    input.recency,
-    input.usefulness,
-    input.createdAt,
-    input.rank,
-    input.tokens,
-    input.text,
-    input.offsets,
-    input.history,
-    input.historySpans,
-  ]);
+  const views: ArrayBufferView[] = [];
+  for (const name of BATCH_COLUMNS) views.push(input[name]);
+  return buffersOf(views);
 }
 
 /** The buffers to transfer back with a result (the history's among them, inside `assembled_utf8`). */
@@ -465,17 +288,7 @@ export function outputTransferList(output: CpuTaskOutput): ArrayBuffer[] {
  */
 export function validateTaskInput(input: CpuTaskInput): void {
   const n = input.score.length;
-  const columns = [
-    'similarity',
-    'confidence',
-    'relevance',
-    'recency',
-    'usefulness',
-    'createdAt',
-    'rank',
-    'tokens',
-  ] as const;
-  for (const name of columns) {
+  for (const name of CANDIDATE_COLUMNS) {
     if (input[name].length !== n)
       throw new TypeError(`CpuTaskInput.${name} has ${input[name].length} entries, expected ${n}`);
   }

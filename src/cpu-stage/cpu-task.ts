@@ -1,6 +1,7 @@
 /**
  * The CPU stage of one assembly (contract.md §1, §6, §8, §9, §10): history length checks, budget,
- * wrapped-block costs, pack, format and `tokens_used`, as one task on transferred bytes (src/cpu-stage/cpu-batch.ts).
+ * wrapped-block costs, pack, format and `tokens_used`, as one task on transferred bytes (src/cpu-stage/cpu-batch.ts,
+ * encoded by src/cpu-stage/cpu-batch-encode.ts).
  *
  * Pure: the same code runs inline and in a pool worker (`workers/cpu-worker.ts`).
  */
@@ -31,13 +32,8 @@ import { isUtf8Span } from '../text/utf8.js';
 import { monotonicNow } from '../util/clock.js';
 import { LIMITS } from '../wire/limits.js';
 import type { ChatMessage } from '../wire/types.js';
-import {
-  type CpuCandidate,
-  type CpuTaskInput,
-  type CpuTaskOutput,
-  encodeCandidates,
-  validateTaskInput,
-} from './cpu-batch.js';
+import { type CpuCandidate, type CpuTaskInput, type CpuTaskOutput, validateTaskInput } from './cpu-batch.js';
+import { encodeCandidates } from './cpu-batch-encode.js';
 import { cpuFilters } from './cpu-filters.js';
 import { calibrateFormatCost, deadlineReserveMs, formatUnits } from './format-cost.js';
 

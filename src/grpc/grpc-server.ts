@@ -11,7 +11,6 @@ import {
   Server,
   ServerCredentials,
   type ServerErrorResponse,
-  ServerInterceptingCall,
   type ServerInterceptor,
   type ServerUnaryCall,
   type sendUnaryData,
@@ -29,13 +28,10 @@ import {
   createCallContext,
   monotonicNow,
 } from '../request/call-context.js';
-import { type MemoryRpcDeps, recordMemoryFeedback, searchMemories } from '../request/memory-rpcs.js';
+import type { MemoryRpcDeps } from '../request/memory-rpcs.js';
+import { RequestPrefixScanner } from '../request/request-prefix-scanner.js';
 import { validateWireRequest } from '../request/validate.js';
-import {
-  decodeAssembleRequest,
-  RequestPrefixScanner,
-  type WireAssembleRequest,
-} from '../request/wire-request.js';
+import { decodeAssembleRequest, type WireAssembleRequest } from '../request/wire-request.js';
 import type { Logger } from '../telemetry/logger.js';
 import { callLogger } from '../telemetry/tracing/call-logger.js';
 import type { CallTrace } from '../telemetry/tracing/call-trace.js';
@@ -49,15 +45,13 @@ import {
   gatheredAnswer,
   PROTO_DIR,
   PROTO_FILES,
-  type RecordMemoryFeedbackRequest,
-  type RecordMemoryFeedbackResponse,
-  type SearchMemoriesRequest,
-  type SearchMemoriesResponse,
   serializeAssembleResponse,
   splicedOn,
 } from '../wire/proto.js';
 import { DEGRADED_HEADER, LEVEL_HEADER } from '../wire/wire-headers.js';
 import { largeAnswerNotice } from './large-answer.js';
+import { memoryRpcHandlers } from './memory-handlers.js';
+import { metadataLimitInterceptor } from './metadata-limit.js';
 import { exposeDuplicateAuthorization } from './patches/duplicate-authorization.js';
 import { decideRequestsOnTheWire } from './patches/early-decision.js';
 import { sendGatheredMessages } from './patches/gathered-send.js';
@@ -86,7 +80,7 @@ export interface GrpcServerOptions {
   /**
    * What SearchMemories and RecordMemoryFeedback run on (memory-rpcs.ts): one of the project's stores.
    * Absent (in front of a memory service, which has no such operations), both answer UNIMPLEMENTED with
-   * {@link UNIMPLEMENTED_DETAILS}.
+   * `UNIMPLEMENTED_DETAILS` (memory-handlers.ts).
    */
   memoryRpcs?: MemoryRpcDeps;
 }
@@ -110,12 +104,6 @@ export interface GrpcServer {
   inFlight(): number;
 }
 
-/** Details of the methods in front of a store without them (contract.md §2; U+2014 dash). */
-export const UNIMPLEMENTED_DETAILS = {
-  SearchMemories: 'SearchMemories deferred — ADR-0038',
-  RecordMemoryFeedback: 'RecordMemoryFeedback deferred — ADR-0038',
-} as const;
-
 /**
  * Keepalive and connection-age defaults for a fleet behind L4 proxies: pings find half-open
  * connections the proxy will not report, and a bounded connection age lets clients rebalance onto new
@@ -131,40 +119,6 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   // Channelz bookkeeping (per-call counters and traces) is never read here; off.
   'grpc.enable_channelz': 0,
 };
-
-/**
- * Size of request metadata as HTTP/2 counts a header list (RFC 9113 §6.5.2: name + value + 32 per
- * field). grpc-js does not enforce `grpc.max_metadata_size`, so the server does it here.
- */
-export function metadataSize(metadata: Metadata): number {
-  let size = 0;
-  for (const [key, value] of Object.entries(metadata.toHttp2Headers())) {
-    const values = Array.isArray(value) ? value : [value];
-    for (const v of values) size += key.length + Buffer.byteLength(String(v)) + 32;
-  }
-  return size;
-}
-
-/** Refuses calls whose metadata exceeds `maxBytes` with RESOURCE_EXHAUSTED, for every service. */
-export function metadataLimitInterceptor(maxBytes: number): ServerInterceptor {
-  return (_method, call) => {
-    const intercepting: ServerInterceptingCall = new ServerInterceptingCall(call, {
-      start: (next) => {
-        next({
-          onReceiveMetadata: (metadata, nextMetadata) => {
-            const size = metadataSize(metadata);
-            if (size > maxBytes) {
-              intercepting.sendStatus(toStatusObject(Errors.metadataTooLarge(size, maxBytes)));
-              return;
-            }
-            nextMetadata(metadata);
-          },
-        });
-      },
-    });
-    return intercepting;
-  };
-}
 
 /**
  * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
@@ -319,61 +273,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     }
   };
 
-  const unimplemented =
-    (details: string) =>
-    (_call: unknown, callback: sendUnaryData<never>): void => {
-      callback(toStatusObject(Errors.unimplemented(details)));
-    };
-
-  /**
-   * A SearchMemories / RecordMemoryFeedback handler: runs `work` with a signal aborted when the caller
-   * goes away, answers its result or its error's status (INTERNAL for anything not an IbexError), and
-   * counts the call by status.
-   */
-  const memoryRpc =
-    <Req, Res>(
-      method: keyof typeof UNIMPLEMENTED_DETAILS,
-      work: (deps: MemoryRpcDeps, call: ServerUnaryCall<Req, Res>, signal: AbortSignal) => Promise<Res>,
-    ) =>
-    (call: ServerUnaryCall<Req, Res>, callback: sendUnaryData<Res>): void => {
-      const deps = opts.memoryRpcs!;
-      const aborter = new AbortController();
-      call.on('cancelled', () => aborter.abort(Errors.cancelled()));
-      const done = (code: status) => deps.metrics.call(method, status[code] ?? String(code));
-      work(deps, call, aborter.signal).then(
-        (response) => {
-          done(status.OK);
-          callback(null, response);
-        },
-        (err: unknown) => {
-          const error = toStatusObject(err);
-          if (!(err instanceof IbexError) || error.code === status.INTERNAL)
-            logger.error({ err, method }, 'memory call failed');
-          else
-            logger.debug(
-              { code: err.code, field: err.field, reason: err.message, method },
-              'memory call refused',
-            );
-          done(error.code);
-          if (!aborter.signal.aborted) callback(error);
-        },
-      );
-    };
-  const memoryHandlers = opts.memoryRpcs
-    ? {
-        SearchMemories: memoryRpc<SearchMemoriesRequest, SearchMemoriesResponse>(
-          'SearchMemories',
-          (deps, call, signal) => searchMemories(deps, call.request, call.metadata, signal),
-        ),
-        RecordMemoryFeedback: memoryRpc<RecordMemoryFeedbackRequest, RecordMemoryFeedbackResponse>(
-          'RecordMemoryFeedback',
-          (deps, call) => recordMemoryFeedback(deps, call.request, call.metadata),
-        ),
-      }
-    : {
-        SearchMemories: unimplemented(UNIMPLEMENTED_DETAILS.SearchMemories),
-        RecordMemoryFeedback: unimplemented(UNIMPLEMENTED_DETAILS.RecordMemoryFeedback),
-      };
+  const memoryHandlers = memoryRpcHandlers(opts.memoryRpcs, logger);
 
   // AssembleContext is decoded on the wire: grpc-js passes whatever requestDeserialize returns.
   const serviceDefinition = {

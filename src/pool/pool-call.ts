@@ -1,9 +1,9 @@
 /** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
 
-import type { CpuTaskInput } from '../cpu-stage/cpu-task.js';
-import { transferList } from '../cpu-stage/cpu-task.js';
+import { BATCH_COLUMNS, type BatchColumn, type CpuTaskInput, transferList } from '../cpu-stage/cpu-batch.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { ArmedTimer, Scheduler } from '../util/clock.js';
+import { stackless } from '../util/stackless.js';
 import type { FairEntry } from './fair-queue.js';
 import type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
@@ -44,48 +44,36 @@ export class Call implements FairEntry {
     this.fitsAt = opts.fitsAt;
     this.resultDeadline = Math.max(deadline, opts.resultDeadline ?? deadline);
   }
+
+  /**
+   * The call's `fitsAt` verdict at `now`; true without one. A throwing check must not leave the call
+   * out of the queue and unsettled (it runs inside the dispatch loop): it counts as fitting, as when submitted.
+   */
+  fits(now: number): boolean {
+    if (this.fitsAt === undefined) return true;
+    try {
+      return this.fitsAt(now);
+    } catch {
+      return true;
+    }
+  }
 }
+
+/** Why a call ends without its result: flow control under load, so built without a stack (util/stackless.ts). */
+export const noResult = (why: string): Error => stackless(() => new Error(why));
 
 /**
  * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
  * caller's views are detached at `run()` even when the task has to wait for a thread.
  */
 export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
-  const { score, similarity, confidence, relevance, recency, usefulness, createdAt } = input;
-  const { rank, tokens, text, offsets, history, historySpans } = input;
-  const moved = structuredClone(
-    {
-      score,
-      similarity,
-      confidence,
-      relevance,
-      recency,
-      usefulness,
-      createdAt,
-      rank,
-      tokens,
-      text,
-      offsets,
-      history,
-      historySpans,
-    },
-    { transfer: transferList(input) },
-  );
+  const columns = {} as Record<BatchColumn, ArrayBufferView>;
+  for (const name of BATCH_COLUMNS) columns[name] = input[name];
+  const moved = structuredClone(columns, { transfer: transferList(input) });
   // A plain copy whose existing keys are then overwritten: V8 11 adds properties after a spread
   // (`{ ...input, ...moved }`) through its runtime, several µs per queued call.
   const out = { ...input };
-  out.score = moved.score;
-  out.similarity = moved.similarity;
-  out.confidence = moved.confidence;
-  out.relevance = moved.relevance;
-  out.recency = moved.recency;
-  out.usefulness = moved.usefulness;
-  out.createdAt = moved.createdAt;
-  out.rank = moved.rank;
-  out.tokens = moved.tokens;
-  out.text = moved.text;
-  out.offsets = moved.offsets;
-  out.history = moved.history;
-  out.historySpans = moved.historySpans;
+  const outColumns: Record<BatchColumn, ArrayBufferView> = out;
+  for (const name of BATCH_COLUMNS) outColumns[name] = moved[name];
   return out;
 }

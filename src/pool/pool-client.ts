@@ -31,51 +31,23 @@ import {
   warmupInput,
 } from '../cpu-stage/cpu-task.js';
 import { afterPendingIo, armAt, monotonicNow } from '../util/clock.js';
-import { stackless } from '../util/stackless.js';
 import { Errors } from '../wire/errors.js';
 import { FairQueue } from './fair-queue.js';
-import { Call, takeOwnership } from './pool-call.js';
-import { BusyAverage, newHistogram, type PoolStats, summarize } from './pool-stats.js';
-import type { CpuRunOptions, CpuStageResult } from './pool-types.js';
+import { Call, noResult, takeOwnership } from './pool-call.js';
+import { PoolCounts, type PoolStats, summarize } from './pool-stats.js';
+import {
+  type CpuPoolOptions,
+  type CpuRunOptions,
+  type CpuStageResult,
+  WITHDRAW_LEAD_MS,
+} from './pool-types.js';
 import { resolveWorkerFile } from './worker-file.js';
-
-/** Why a call ends without its result: flow control under load, so built without a stack (util/stackless.ts). */
-const noResult = (why: string): Error => stackless(() => new Error(why));
 
 export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
 export type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
-/** Options for tests and benches; the service uses the defaults. */
-export interface CpuPoolOptions {
-  /** Worker module; default {@link resolveWorkerFile}. */
-  filename?: string;
-  /** Errors piscina reports outside any task (e.g. a thread failing between tasks). */
-  onError?: (err: Error) => void;
-}
-
-/**
- * A queued task is withdrawn this long before its deadline. Node's timers are ms-granular (and measured
- * from a loop time that may be stale), so a timer set "at" the deadline usually fires after it; and a task
- * that has not started 1 ms before its deadline could not return in time anyway (the worker keeps ≥ 1 ms
- * of reserve for greedy + format + return).
- */
-export const WITHDRAW_LEAD_MS = 1;
-
 /** piscina's wait for running tasks on close before it terminates the threads. */
 const CLOSE_TIMEOUT_MS = 10_000;
-
-/**
- * A queued call's `fitsAt` verdict at `now`; true without one. A throwing check must not leave the call
- * out of the queue and unsettled (it runs inside the dispatch loop): it counts as fitting, as when submitted.
- */
-function fits(call: Call, now: number): boolean {
-  if (call.fitsAt === undefined) return true;
-  try {
-    return call.fitsAt(now);
-  } catch {
-    return true;
-  }
-}
 
 /**
  * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
@@ -94,18 +66,10 @@ export class CpuPool {
   #largeRunning = 0;
   /** Whether a queued call may take a free thread now (large ones only within their capacity). */
   readonly #mayRun = (call: Call): boolean => !call.large || this.#largeRunning < this.#largeCapacity;
-  /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
-  readonly #busy = new BusyAverage(monotonicNow());
   #closed = false;
   #closing: Promise<void> | null = null;
-  #completed = 0;
-  #withdrawn = 0;
-  #rejected = 0;
-  #failed = 0;
-  #abandoned = 0;
-  #unfit = 0;
-  #waitUs = newHistogram();
-  #runUs = newHistogram();
+  /** Calls by how they ended, wait and run times, thread busyness: what {@link stats} reports. */
+  readonly #counts = new PoolCounts(monotonicNow());
 
   private constructor(settings: PoolSettings, options: CpuPoolOptions) {
     this.#piscina = new Piscina<CpuTaskInput, CpuTaskOutput>({
@@ -147,7 +111,7 @@ export class CpuPool {
       await pool.#piscina.destroy();
       throw err;
     }
-    pool.#resetStats();
+    pool.#counts.reset(monotonicNow());
     return pool;
   }
 
@@ -163,18 +127,11 @@ export class CpuPool {
     }
   }
 
-  #resetStats(): void {
-    this.#completed = this.#withdrawn = this.#rejected = this.#failed = this.#abandoned = this.#unfit = 0;
-    this.#waitUs.reset();
-    this.#runUs.reset();
-    this.#busy.reset(monotonicNow());
-  }
-
   /**
    * Runs one CPU task: dispatched at once when a thread is free, else queued until one is. Queued tasks
    * leave round-robin across orgs (`opts.orgId`), first in first out within an org.
-   * Ownership of the batch's buffers passes to the pool: after `run()` returns, the caller's seven typed
-   * arrays are detached (transferred to the worker, or moved into the queue).
+   * Ownership of the batch's buffers passes to the pool: after `run()` returns, the caller's typed arrays
+   * (BATCH_COLUMNS) are detached (transferred to the worker, or moved into the queue).
    *
    * Deadline (`input.deadline`, epoch ms): a task still waiting {@link WITHDRAW_LEAD_MS} before it is
    * withdrawn; a running task stops its DP cooperatively and returns on the greedy path before it; should a
@@ -192,24 +149,24 @@ export class CpuPool {
     const { signal } = opts;
     return new Promise<CpuStageResult>((resolve, reject) => {
       if (this.#closed) {
-        this.#failed++;
+        this.#counts.failed++;
         reject(Errors.poolTaskFailed(new Error('the CPU pool is closed')));
         return;
       }
       try {
         validateTaskInput(input);
       } catch (err) {
-        this.#failed++;
+        this.#counts.failed++;
         reject(Errors.poolTaskFailed(err));
         return;
       }
       if (signal?.aborted) {
-        this.#withdrawn++;
+        this.#counts.withdrawn++;
         reject(Errors.poolDeadline('withdrawn', signal.reason));
         return;
       }
       if (!(input.deadline > submitted)) {
-        this.#withdrawn++;
+        this.#counts.withdrawn++;
         reject(Errors.poolDeadline('withdrawn', noResult('deadline passed before dispatch')));
         return;
       }
@@ -223,11 +180,11 @@ export class CpuPool {
         // A call that could not be queued anyway must not cost another org its place.
         (call.deadline - WITHDRAW_LEAD_MS <= submitted || !this.#shedForOrg(orgId))
       ) {
-        this.#rejected++;
+        this.#counts.rejected++;
         reject(Errors.poolSaturated());
         return;
       } else if (call.deadline - WITHDRAW_LEAD_MS <= submitted) {
-        this.#withdrawn++;
+        this.#counts.withdrawn++;
         reject(Errors.poolDeadline('withdrawn', noResult('deadline too close to queue the task')));
         return;
       } else {
@@ -253,7 +210,7 @@ export class CpuPool {
   #shedForOrg(orgId: string): boolean {
     const victim = this.#queue.shedFor(orgId);
     if (victim === null) return false;
-    this.#rejected++;
+    this.#counts.rejected++;
     this.#settle(victim);
     victim.reject(Errors.poolSaturated());
     return true;
@@ -290,10 +247,10 @@ export class CpuPool {
     if (call.settled) return;
     const reason = call.dispatched ? 'abandoned' : 'withdrawn';
     if (call.dispatched) {
-      this.#abandoned++;
+      this.#counts.abandoned++;
     } else {
       this.#queue.remove(call);
-      this.#withdrawn++;
+      this.#counts.withdrawn++;
     }
     this.#settle(call);
     call.reject(Errors.poolDeadline(reason, cause));
@@ -331,12 +288,12 @@ export class CpuPool {
   #onResult(call: Call, output: CpuTaskOutput): void {
     if (call.large) this.#largeRunning--;
     this.#setRunning(this.#running - 1);
-    this.#runUs.recordValue(Math.round(output.run_us));
+    this.#counts.runUs.recordValue(Math.round(output.run_us));
     if (!call.settled) {
       const now = monotonicNow();
       const wait_us = Math.max(0, (output.started_at - call.submitted) * 1000);
-      this.#waitUs.recordValue(Math.round(wait_us));
-      this.#completed++;
+      this.#counts.waitUs.recordValue(Math.round(wait_us));
+      this.#counts.completed++;
       this.#settle(call);
       call.resolve({ output, wait_us, run_us: output.run_us, round_trip_us: (now - call.submitted) * 1000 });
     }
@@ -347,7 +304,7 @@ export class CpuPool {
     if (call.large) this.#largeRunning--;
     this.#setRunning(this.#running - 1);
     if (!call.settled) {
-      this.#failed++;
+      this.#counts.failed++;
       this.#settle(call);
       call.reject(Errors.poolTaskFailed(err));
     }
@@ -368,9 +325,9 @@ export class CpuPool {
         this.#end(call, noResult('CPU stage deadline reached in the queue'));
         continue;
       }
-      if (!fits(call, now)) {
+      if (!call.fits(now)) {
         // Not `#end`: counted apart from deadline withdrawals, so the rule's effect can be seen.
-        this.#unfit++;
+        this.#counts.unfit++;
         this.#settle(call);
         call.reject(
           Errors.poolDeadline(
@@ -385,29 +342,30 @@ export class CpuPool {
   }
 
   #setRunning(running: number): void {
-    this.#busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
+    this.#counts.busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
     this.#running = running;
   }
 
   /** Current figures (see {@link PoolStats}). */
   stats(): PoolStats {
-    this.#busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
+    const counts = this.#counts;
+    counts.busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
     return {
       queueSize: this.#queue.size + this.#piscina.queueSize,
       running: this.#running,
       largeRunning: this.#largeRunning,
-      utilization: this.#busy.value,
+      utilization: counts.busy.value,
       threads: this.#piscina.threads.length,
       capacity: this.#capacity,
       maxQueue: this.#maxQueue,
-      completed: this.#completed,
-      withdrawn: this.#withdrawn,
-      rejected: this.#rejected,
-      failed: this.#failed,
-      abandoned: this.#abandoned,
-      unfit: this.#unfit,
-      waitUs: summarize(this.#waitUs),
-      runUs: summarize(this.#runUs),
+      completed: counts.completed,
+      withdrawn: counts.withdrawn,
+      rejected: counts.rejected,
+      failed: counts.failed,
+      abandoned: counts.abandoned,
+      unfit: counts.unfit,
+      waitUs: summarize(counts.waitUs),
+      runUs: summarize(counts.runUs),
     };
   }
 
@@ -424,7 +382,7 @@ export class CpuPool {
     if (!this.#closing) {
       this.#closed = true;
       for (const call of this.#queue.drain()) {
-        this.#failed++;
+        this.#counts.failed++;
         this.#settle(call);
         call.reject(Errors.poolTaskFailed(new Error('the CPU pool closed before the task ran')));
       }

@@ -108,3 +108,28 @@ export class BusyAverage {
     this.#at = now;
   }
 }
+
+/** What a CpuPool counts over its calls: how each ended, wait and run times, and thread busyness. */
+export class PoolCounts {
+  completed = 0;
+  withdrawn = 0;
+  rejected = 0;
+  failed = 0;
+  abandoned = 0;
+  unfit = 0;
+  readonly waitUs = newHistogram();
+  readonly runUs = newHistogram();
+  /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
+  readonly busy: BusyAverage;
+  /** @param now epoch ms. */
+  constructor(now: number) {
+    this.busy = new BusyAverage(now);
+  }
+  /** Back to zero (after warm-up). @param now epoch ms. */
+  reset(now: number): void {
+    this.completed = this.withdrawn = this.rejected = this.failed = this.abandoned = this.unfit = 0;
+    this.waitUs.reset();
+    this.runUs.reset();
+    this.busy.reset(now);
+  }
+}

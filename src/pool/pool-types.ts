@@ -1,4 +1,4 @@
-/** The pool client's call options and result (pool-client.ts), apart so pool-call.ts can name them. */
+/** The pool client's options, call options and result (pool-client.ts), apart so pool-call.ts can name them. */
 import type { CpuTaskInput, CpuTaskOutput } from '../cpu-stage/cpu-task.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { Scheduler } from '../util/clock.js';
@@ -38,3 +38,19 @@ export interface CpuRunOptions {
    */
   fitsAt?: (now: number) => boolean;
 }
+
+/** Options for tests and benches; the service uses the defaults. */
+export interface CpuPoolOptions {
+  /** Worker module; default `resolveWorkerFile()` (worker-file.ts). */
+  filename?: string;
+  /** Errors piscina reports outside any task (e.g. a thread failing between tasks). */
+  onError?: (err: Error) => void;
+}
+
+/**
+ * A queued task is withdrawn this long before its deadline. Node's timers are ms-granular (and measured
+ * from a loop time that may be stale), so a timer set "at" the deadline usually fires after it; and a task
+ * that has not started 1 ms before its deadline could not return in time anyway (the worker keeps ≥ 1 ms
+ * of reserve for greedy + format + return).
+ */
+export const WITHDRAW_LEAD_MS = 1;

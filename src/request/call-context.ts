@@ -13,6 +13,7 @@ import type { CallTrace } from '../telemetry/tracing/call-trace.js';
 import { type AbortSignalLike, CallSignal } from '../util/abort.js';
 import { type ArmedTimer, type Clock, DeadlineSet, monotonicNow } from '../util/clock.js';
 import { stackless } from '../util/stackless.js';
+import { Errors } from '../wire/errors.js';
 
 export type { AbortSignalLike };
 /** Re-exported for the server modules that read D; the clock itself lives in src/util/clock.ts. */
@@ -61,6 +62,16 @@ export function abortCause(signal: AbortSignalLike): AbortCause | null {
   if (!signal.aborted) return null;
   const reason: unknown = signal.reason;
   return reason instanceof DOMException && reason.name === 'TimeoutError' ? 'deadline' : 'cancelled';
+}
+
+/**
+ * Stops the pipeline once the caller's deadline has passed or it cancelled. Throws IbexErrors so the
+ * server answers DEADLINE_EXCEEDED / CANCELLED, never INTERNAL, even when the clock passes D a tick
+ * before the deadline timer aborts the signal.
+ */
+export function throwIfAborted(ctx: CallContext): void {
+  if (abortCause(ctx.signal) === 'cancelled') throw Errors.cancelled();
+  if (ctx.signal.aborted || monotonicNow() >= ctx.deadline) throw Errors.deadlineExceeded();
 }
 
 /** Milliseconds left until `ctx.deadline` (≥ 0). */

@@ -6,7 +6,8 @@
  */
 import { Metadata, status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createGrpcServer, type GrpcServer, metadataSize } from '../../src/grpc/grpc-server.js';
+import { createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
+import { metadataSize } from '../../src/grpc/metadata-limit.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 import { stubResponse } from '../helpers/stub-response.js';

@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
 import {
   cpuFilters,
   lexicalRelevance,
@@ -16,7 +17,6 @@ import {
   type CandidateFields,
   type CpuFilters,
   type CpuTaskScalars,
-  encodeCandidates,
   runCpuTask,
 } from '../../src/cpu-stage/cpu-task.js';
 import { encodeHistory } from '../../src/request/history-bytes.js';

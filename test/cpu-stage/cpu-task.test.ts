@@ -1,16 +1,18 @@
 /**
  * The CPU task inline (no threads): batch encoding, transfer lists, validation, and the deadline path.
  */
+
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { taskScalars } from '../../bench/lib/synthetic.js';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
 import {
   type CandidateFields,
   type CpuCandidate,
   type CpuTaskScalars,
   deadlineReserveMs,
-  encodeCandidates,
   historyOf,
   runCpuTask,
   transferList,
@@ -22,17 +24,14 @@ import { nonceLength } from '../../src/text/nonce.js';
 import { monotonicNow } from '../../src/util/clock.js';
 
 function scalars(over: Partial<CpuTaskScalars> = {}): CpuTaskScalars {
-  return {
+  return taskScalars({
     budget: 1000,
-    dpCellCeiling: 437_570,
-    maxConsecutiveSkips: 5,
     nonce: 'n0nce',
     directive: 'Follow the house style.',
     recentMessages: [{ role: 'user', content: 'hi <there>' }],
     toolSchemas: ['{"name":"search"}'],
-    deadline: monotonicNow() + 60_000,
     ...over,
-  };
+  });
 }
 
 const candidates: CpuCandidate[] = [

@@ -6,19 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { calculateBudget } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import type { MemoryRow } from '../../src/retrieval/store-rows.js';
 import { estimateTokens } from '../../src/text/estimate.js';
-import {
-  FAULT_PREFIX,
-  moved,
-  type PoolFaultService,
-  scrape,
-  startPoolFaultService,
-} from '../faults/helpers.js';
-import { fixedPool, request, tempServiceStore, tenant } from './harness.js';
+import { FAULT_PREFIX, moved, scrape } from '../faults/helpers.js';
+import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
+import { request, tenant } from './harness.js';
 
 const N = 4;
 const DEGRADED = 'ibex_context_degraded_total';
@@ -37,29 +32,21 @@ function markupMemories(org: string, agent: string): MemoryRow[] {
 }
 
 describe('degraded answer with memories over gRPC (CPU stage lost for time)', () => {
-  let svc: PoolFaultService;
-  let data: ReturnType<typeof tempServiceStore>;
   const t = tenant();
-
-  beforeAll(async () => {
-    data = tempServiceStore('ibex-degraded-memories-');
-    data.store.upsertMemories(markupMemories(t.org, t.agent));
-    svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: data.db,
-      ...fixedPool(2, 3),
+  const suite = poolFaultSuite(
+    'ibex-degraded-memories-',
+    (store) => store.upsertMemories(markupMemories(t.org, t.agent)),
+    { threads: 2, queue: 3 },
+    {
       // D is the server's own: the degraded answer at D is not raced by a client-side deadline. 2 s for a
       // loaded machine (test/telemetry/metrics.test.ts: a late pool miss and a slow degraded answer).
       IBEX_CONTEXT_TIMEOUT: '2000',
-    });
-  });
-  afterAll(async () => {
-    await svc?.stop();
-    data?.close();
-  });
+    },
+  );
 
   it('answers L1 pool_deadline with included memories, escaped, within the budget', async () => {
-    const before = await scrape(svc.adminUrl);
-    const r = await svc.client.assemble(
+    const before = await scrape(suite.svc.adminUrl);
+    const r = await suite.svc.client.assemble(
       request(t, {
         recent_messages: [
           { role: 'user', content: `${FAULT_PREFIX}sleep:2600` },
@@ -95,7 +82,7 @@ describe('degraded answer with memories over gRPC (CPU stage lost for time)', ()
 
     // The budget invariant (contract.md §6): tokens_used is the estimate of the context, within the window
     // less the response reserve and the safety buffer.
-    const resolved = CapabilityCatalog.load(svc.settings.catalogFile).resolve('gpt-4o');
+    const resolved = CapabilityCatalog.load(suite.svc.settings.catalogFile).resolve('gpt-4o');
     const kind = resolved.policy.estimate_kind;
     expect(res.tokens_used).toBe(estimateTokens(context, kind));
     const budget = calculateBudget({
@@ -103,19 +90,19 @@ describe('degraded answer with memories over gRPC (CPU stage lost for time)', ()
       directive: null,
       recentMessages: [],
       toolSchemas: [],
-      nonceBytes: svc.settings.nonceBytes,
+      nonceBytes: suite.svc.settings.nonceBytes,
     });
     expect(res.tokens_used).toBeLessThanOrEqual(
       budget.context_window - budget.response_reserve - budget.safety_buffer,
     );
 
-    const after = await scrape(svc.adminUrl);
+    const after = await scrape(suite.svc.adminUrl);
     expect(moved(before, after, DEGRADED, { level: 'L1', reason: 'pool_deadline' })).toBe(1);
     expect(moved(before, after, DEGRADED, { level: 'L2', reason: 'pool_deadline' })).toBe(0);
   });
 
   it('a failed CPU stage stays L2 pool_failed without memories', async () => {
-    const r = await svc.client.assemble(
+    const r = await suite.svc.client.assemble(
       request(t, {
         recent_messages: [
           { role: 'user', content: `${FAULT_PREFIX}throw` },

@@ -17,16 +17,9 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { CallOutcome } from '../../src/tools/client/context-client.js';
 import type { AssembleContextResponse } from '../../src/wire/proto.js';
-import {
-  fixedPool,
-  memories,
-  request,
-  startTestService,
-  type TestService,
-  tempServiceStore,
-  tenant,
-} from '../e2e/harness.js';
-import { FAULT_PREFIX, moved, type PoolFaultService, scrape, startPoolFaultService } from './helpers.js';
+import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
+import { FAULT_PREFIX, moved, scrape } from './helpers.js';
 
 const N = 5;
 const DIRECTIVE = 'Pool fault directive.';
@@ -80,58 +73,55 @@ function expectFull(r: CallOutcome<AssembleContextResponse>, n = N) {
 }
 
 describe('pool faults (fault-injecting worker)', () => {
-  let svc: PoolFaultService;
-  let data: ReturnType<typeof tempServiceStore>;
   const victim = tenant();
   const other = tenant();
-
-  beforeAll(async () => {
-    data = tempServiceStore('ibex-faults-pool-');
-    data.store.upsertMemories(memories(victim.org, victim.agent, N));
-    data.store.upsertMemories(memories(other.org, other.agent, N));
-    data.store.setDirective({
-      org_id: victim.org,
-      agent_id: victim.agent,
-      content: DIRECTIVE,
-      injection_mode: 'system_first',
-      version_id: randomUUID(),
-    });
-    svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: data.db,
-      ...fixedPool(2, 1),
+  const suite = poolFaultSuite(
+    'ibex-faults-pool-',
+    (store) => {
+      store.upsertMemories(memories(victim.org, victim.agent, N));
+      store.upsertMemories(memories(other.org, other.agent, N));
+      store.setDirective({
+        org_id: victim.org,
+        agent_id: victim.agent,
+        content: DIRECTIVE,
+        injection_mode: 'system_first',
+        version_id: randomUUID(),
+      });
+    },
+    { threads: 2, queue: 1 },
+    {
       // The `heap` fault allocates until this limit ends its thread.
       IBEX_CONTEXT_POOL_MAX_OLD_GENERATION_MB: '16',
-    });
-  });
-  afterAll(async () => {
-    await svc?.stop();
-    data?.close();
-  });
+    },
+  );
 
   it.each([
     ['a task that throws', 'throw'],
     ['a worker that exits mid-task', 'exit'],
     ['a worker over its memory limit', 'heap'],
   ])('%s ⇒ L2 pool_failed; the concurrent call and the next one are whole', async (_what, fault) => {
-    const threads = svc.pool.threadIds();
-    const before = await scrape(svc.adminUrl);
+    const threads = suite.svc.pool.threadIds();
+    const before = await scrape(suite.svc.adminUrl);
     const [bad, good] = await Promise.all([
-      svc.client.assemble(faulted(victim, fault)),
-      svc.client.assemble(request(other)),
+      suite.svc.client.assemble(faulted(victim, fault)),
+      suite.svc.client.assemble(request(other)),
     ]);
     expectPoolDegraded(bad, 'pool_failed');
     expect(bad.response!.assembled_context.startsWith(`${DIRECTIVE}\n`)).toBe(true);
     expectFull(good);
     // The pool is whole again (an exited thread is replaced), and serves both threads' worth of calls.
-    await vi.waitFor(() => expect(svc.pool.threadIds()).toHaveLength(2), { timeout: 5000, interval: 20 });
-    if (fault === 'throw') expect(svc.pool.threadIds()).toEqual(threads);
-    else expect(svc.pool.threadIds().filter((id) => threads.includes(id))).toHaveLength(1);
+    await vi.waitFor(() => expect(suite.svc.pool.threadIds()).toHaveLength(2), {
+      timeout: 5000,
+      interval: 20,
+    });
+    if (fault === 'throw') expect(suite.svc.pool.threadIds()).toEqual(threads);
+    else expect(suite.svc.pool.threadIds().filter((id) => threads.includes(id))).toHaveLength(1);
     const next = await Promise.all([
-      svc.client.assemble(request(victim)),
-      svc.client.assemble(request(other)),
+      suite.svc.client.assemble(request(victim)),
+      suite.svc.client.assemble(request(other)),
     ]);
     for (const r of next) expectFull(r);
-    const after = await scrape(svc.adminUrl);
+    const after = await scrape(suite.svc.adminUrl);
     expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'failed' })).toBe(1);
     expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'completed' })).toBe(3);
     expect(moved(before, after, 'ibex_context_degraded_total', { level: 'L2', reason: 'pool_failed' })).toBe(
@@ -141,21 +131,21 @@ describe('pool faults (fault-injecting worker)', () => {
   });
 
   it('queue full ⇒ L1 pool_saturated at once, memories from the main thread; the queued call waits its turn and is whole', async () => {
-    const before = await scrape(svc.adminUrl);
+    const before = await scrape(suite.svc.adminUrl);
     // Both threads blocked 1 s, then one call queued (max queue 1): the next call cannot be taken.
-    const sleepers = [1, 2].map(() => svc.client.assemble(faulted(other, 'sleep:1000')));
-    await vi.waitFor(() => expect(svc.pool.stats().running).toBe(2), { timeout: 5000, interval: 2 });
-    const queued = svc.client.assemble(request(other));
-    await vi.waitFor(() => expect(svc.pool.stats().queueSize).toBe(1), { timeout: 5000, interval: 2 });
-    const bad = await svc.client.assemble(request(victim));
+    const sleepers = [1, 2].map(() => suite.svc.client.assemble(faulted(other, 'sleep:1000')));
+    await vi.waitFor(() => expect(suite.svc.pool.stats().running).toBe(2), { timeout: 5000, interval: 2 });
+    const queued = suite.svc.client.assemble(request(other));
+    await vi.waitFor(() => expect(suite.svc.pool.stats().queueSize).toBe(1), { timeout: 5000, interval: 2 });
+    const bad = await suite.svc.client.assemble(request(victim));
     // Refused without waiting for a thread: both sleepers still hold theirs and the queued call still
     // waits (no real-clock bound: timing gates are bench figures).
-    expect(svc.pool.stats()).toMatchObject({ running: 2, queueSize: 1 });
+    expect(suite.svc.pool.stats()).toMatchObject({ running: 2, queueSize: 1 });
     expectSteppedDegraded(bad, 'pool_saturated');
     expect(bad.response!.assembled_context.startsWith(`${DIRECTIVE}\n`)).toBe(true);
     for (const r of await Promise.all([...sleepers, queued])) expectFull(r);
-    expectFull(await svc.client.assemble(request(victim)));
-    const after = await scrape(svc.adminUrl);
+    expectFull(await suite.svc.client.assemble(request(victim)));
+    const after = await scrape(suite.svc.adminUrl);
     expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'rejected' })).toBe(1);
     expect(moved(before, after, 'ibex_context_pool_tasks_total', { outcome: 'completed' })).toBe(4);
     expect(

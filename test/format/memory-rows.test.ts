@@ -5,7 +5,8 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { type CpuCandidate, encodeCandidates } from '../../src/cpu-stage/cpu-batch.js';
+import type { CpuCandidate } from '../../src/cpu-stage/cpu-batch.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
 import { encodeDegradedRows, encodeMemoryRows, type RowFields } from '../../src/format/memory-rows.js';
 import { contextServiceDefinition, type MemoryUsed } from '../../src/wire/proto.js';
 

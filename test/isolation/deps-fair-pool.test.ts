@@ -3,10 +3,13 @@
  * wait behind each other, not in front of another org's call, and a full queue refuses the flooding org's
  * newest call rather than the quiet org's. Assertions are on order and outcomes, never on durations.
  */
+
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { taskScalars } from '../../bench/lib/synthetic.js';
 import type { PoolSettings } from '../../src/config/settings.js';
-import { type CpuTaskInput, type CpuTaskScalars, encodeCandidates } from '../../src/cpu-stage/cpu-task.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
+import type { CpuTaskInput, CpuTaskScalars } from '../../src/cpu-stage/cpu-task.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
@@ -19,17 +22,8 @@ const QUIET = 'bbbbbbbb-0000-4000-8000-000000000002';
 
 /** A task's scalars: a 500-token budget, nothing but the candidates and history it is given. */
 function scalars(): CpuTaskScalars {
-  return {
-    budget: 500,
-    dpCellCeiling: 437_570,
-    maxConsecutiveSkips: 5,
-    nonce: 'n',
-    directive: null,
-    recentMessages: [],
-    toolSchemas: [],
-    // Generous: ordering, not speed, is under test (the suite runs on loaded machines).
-    deadline: monotonicNow() + 30_000,
-  };
+  // Generous deadline: ordering, not speed, is under test (the suite runs on loaded machines).
+  return taskScalars({ budget: 500, deadline: monotonicNow() + 30_000 });
 }
 
 /**

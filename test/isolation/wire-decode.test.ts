@@ -6,13 +6,14 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import protobuf from 'protobufjs/minimal.js';
 import { describe, expect, it } from 'vitest';
+import { decodeBomb } from '../../bench/lib/raw-assemble.js';
+import { RequestPrefixScanner } from '../../src/request/request-prefix-scanner.js';
 import { validateAssembleRequest, validateWireRequest } from '../../src/request/validate.js';
 import {
   checkHistoryContents,
   decodeAssembleRequest,
   decodeHistory,
   MALFORMED_REQUEST,
-  RequestPrefixScanner,
   TOO_MANY_FIELDS,
   type WireAssembleRequest,
 } from '../../src/request/wire-request.js';
@@ -28,7 +29,6 @@ import {
 } from '../../src/wire/proto.js';
 import { SplicedBuilder } from '../../src/wire/spliced.js';
 import { stubResponse } from '../helpers/stub-response.js';
-import { decodeBomb } from './wire-helpers.js';
 
 const encode = (req: AssembleContextRequestInput): Buffer =>
   contextServiceDefinition.AssembleContext!.requestSerialize(req) as Buffer;

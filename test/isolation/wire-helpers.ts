@@ -7,7 +7,6 @@ import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
-import protobuf from 'protobufjs/minimal.js';
 import { expect } from 'vitest';
 import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import type { CallOutcome } from '../../src/tools/client/context-client.js';
@@ -15,27 +14,6 @@ import { type AssembleContextResponse, contextServiceDefinition } from '../../sr
 import type { TestClient } from '../helpers/grpc-client.js';
 
 const ASSEMBLE = contextServiceDefinition.AssembleContext!;
-
-/**
- * Request bytes: org_id, agent_id, query, model (fields 2, 1, 4, 5, in field-number order) followed by
- * `emptyMessages` empty `recent_messages` entries (tag 0x42, length 0: two bytes each).
- */
-export function decodeBomb(org: string, agent: string, emptyMessages: number): Buffer {
-  const head = protobuf.Writer.create()
-    .uint32(10)
-    .string(agent)
-    .uint32(18)
-    .string(org)
-    .uint32(34)
-    .string('hello')
-    .uint32(42)
-    .string('gpt-4o')
-    .finish();
-  const out = Buffer.alloc(head.length + 2 * emptyMessages);
-  out.set(head, 0);
-  for (let i = head.length; i < out.length; i += 2) out[i] = 0x42;
-  return out;
-}
 
 /** What {@link uploadPrefix} saw. */
 export interface PrefixUploadOutcome {

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import protobuf from 'protobufjs/minimal.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { decodeBomb } from '../../bench/lib/raw-assemble.js';
 import { wrappedBlockTokens } from '../../src/budget/budget-calculator.js';
 import { requestsDecidedEarly } from '../../src/grpc/patches/early-decision.js';
 import { estimateTokens } from '../../src/text/estimate.js';
@@ -26,7 +27,6 @@ import {
   assembleInWorker,
   assembleRaw,
   decodeAnswer,
-  decodeBomb,
   encodeRequest,
   startMemoryFixture,
   uploadPrefix,

@@ -10,6 +10,7 @@ import { createRequire } from 'node:module';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
+import { decodeBomb } from '../../bench/lib/raw-assemble.js';
 import { assembleLargeMessagesIn } from '../../src/grpc/patches/pooled-message-decoder.js';
 import {
   MESSAGE_BUFFERS,
@@ -18,7 +19,7 @@ import {
 } from '../../src/util/message-buffers.js';
 import { copySpliced, FROM_SOURCE } from '../../src/wire/spliced.js';
 import { request, tenant, useTestService } from '../e2e/harness.js';
-import { assembleInWorker, decodeAnswer, decodeBomb, encodeRequest } from './wire-helpers.js';
+import { assembleInWorker, decodeAnswer, encodeRequest } from './wire-helpers.js';
 
 const MiB = 1 << 20;
 

@@ -3,15 +3,15 @@
  * messages of 1 MiB or more are read one call at a time; a stalled sender does not hold the turn.
  */
 import http2 from 'node:http2';
-import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import { Client, credentials } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { sendRawAssemble } from '../../bench/lib/raw-assemble.js';
 import { createGrpcServer, type GrpcServer } from '../../src/grpc/grpc-server.js';
 import { uploadTurnWaits } from '../../src/grpc/patches/upload-turns.js';
 import { type UploadCall, UploadTurns } from '../../src/grpc/upload-turns.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { Errors } from '../../src/wire/errors.js';
-import { contextServiceDefinition } from '../../src/wire/proto.js';
 import { encodeRequest, openUpload, uploadOutcome } from './wire-helpers.js';
 
 /** A call for UploadTurns: its remaining bytes, and a log of what the turns did to it. */
@@ -202,31 +202,15 @@ function ownConnection(addr: string): Client {
   });
 }
 
-/** Sends raw request bytes; resolves with the status details and when the call ended (ms). */
-function send(client: Client, bytes: Buffer): Promise<{ code: number; details: string; at: number }> {
-  return new Promise((resolve) => {
-    client.makeUnaryRequest(
-      contextServiceDefinition.AssembleContext!.path,
-      (b: Buffer) => b,
-      (b: Buffer) => b,
-      bytes,
-      new Metadata(),
-      { deadline: Date.now() + 30_000 },
-      (err: ServiceError | null) =>
-        resolve({ code: err?.code ?? status.OK, details: err?.details ?? '', at: performance.now() }),
-    );
-  });
-}
-
 describe('large messages over gRPC take turns per connection', () => {
   it('in turns: of four 3 MB requests on one connection, the three that arrived while one was read waited their turn', async () => {
     const addr = await startServer();
     const big = bigRequest(96);
     const heavy = ownConnection(addr);
     try {
-      await send(heavy, bigRequest(1));
+      await sendRawAssemble(heavy, bigRequest(1));
       const waitsBefore = uploadTurnWaits();
-      const done = await Promise.all([1, 2, 3, 4].map(() => send(heavy, big)));
+      const done = await Promise.all([1, 2, 3, 4].map(() => sendRawAssemble(heavy, big)));
       // What /metrics reports as ibex_context_upload_turn_waits_total: at least the three that queued.
       expect(uploadTurnWaits() - waitsBefore).toBeGreaterThanOrEqual(3);
       for (const r of done) expect(r.details).toContain('received 96 messages');

@@ -5,13 +5,10 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { PoolSettings } from '../../src/config/settings.js';
-import {
-  type CpuCandidate,
-  type CpuTaskInput,
-  encodeCandidates,
-  runCpuTask,
-} from '../../src/cpu-stage/cpu-task.js';
-import { CpuPool, WITHDRAW_LEAD_MS } from '../../src/pool/pool-client.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
+import { type CpuCandidate, type CpuTaskInput, runCpuTask } from '../../src/cpu-stage/cpu-task.js';
+import { CpuPool } from '../../src/pool/pool-client.js';
+import { WITHDRAW_LEAD_MS } from '../../src/pool/pool-types.js';
 import { projectRoot } from '../../src/pool/worker-file.js';
 import { monotonicNow } from '../../src/util/clock.js';
 import { type IbexError, isIbexError } from '../../src/wire/errors.js';

@@ -18,12 +18,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toCpuCandidate } from '../../bench/lib/synthetic.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import {
-  type CpuCandidate,
-  type CpuTaskOutput,
-  encodeCandidates,
-  runCpuTask,
-} from '../../src/cpu-stage/cpu-task.js';
+import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
+import { type CpuCandidate, type CpuTaskOutput, runCpuTask } from '../../src/cpu-stage/cpu-task.js';
 import { formatContext } from '../../src/format/formatter.js';
 import { CpuPool } from '../../src/pool/pool-client.js';
 import { estimateTokens } from '../../src/text/estimate.js';

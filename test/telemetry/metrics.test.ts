@@ -8,21 +8,16 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { status } from '@grpc/grpc-js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { createGrpcServer } from '../../src/grpc/grpc-server.js';
 import { PooledStoreReads } from '../../src/retrieval/sqlite/store-reader.js';
 import { startAdminServer } from '../../src/telemetry/admin-server.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
 import { Errors, isIbexError } from '../../src/wire/errors.js';
-import { fixedPool, memories, request, tempServiceStore, tenant } from '../e2e/harness.js';
-import {
-  FAULT_PREFIX,
-  moved,
-  type PoolFaultService,
-  scrape,
-  startPoolFaultService,
-} from '../faults/helpers.js';
+import { memories, request, tenant } from '../e2e/harness.js';
+import { FAULT_PREFIX, moved, scrape } from '../faults/helpers.js';
+import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
 import { memoriesOf, removeTempDir, tempStore } from '../retrieval/fixtures.js';
 
 const DURATION = 'ibex_context_assembly_duration_seconds_count';
@@ -30,33 +25,25 @@ const CALLS = 'ibex_context_assemblies_total';
 const TASKS = 'ibex_context_pool_tasks_total';
 
 describe('metrics on /metrics of a real admin server', () => {
-  let svc: PoolFaultService;
-  let data: ReturnType<typeof tempServiceStore>;
   const t = tenant();
-
-  beforeAll(async () => {
-    data = tempServiceStore('ibex-metrics-');
-    data.store.upsertMemories(memories(t.org, t.agent, 3));
-    svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: data.db,
-      ...fixedPool(2, 3),
+  const suite = poolFaultSuite(
+    'ibex-metrics-',
+    (store) => store.upsertMemories(memories(t.org, t.agent, 3)),
+    { threads: 2, queue: 3 },
+    {
       // The request deadline D is the server's own (2 s), so the degraded answer at D is not raced
       // by a client-side deadline.
       // 2 s, not 800 ms: in the full suite under two busy loops the pool's miss reached the main thread up
       // to 31 ms late and the degraded answer took 18 ms more; D keeps 5 % of what is left for that.
       IBEX_CONTEXT_TIMEOUT: '2000',
-    });
-  });
-  afterAll(async () => {
-    await svc?.stop();
-    data?.close();
-  });
+    },
+  );
 
   it('assembly_duration_seconds counts an OK call by its level and code OK', async () => {
-    const before = await scrape(svc.adminUrl);
-    const r = await svc.client.assemble(request(t));
+    const before = await scrape(suite.svc.adminUrl);
+    const r = await suite.svc.client.assemble(request(t));
     expect(r.status.code, r.status.details).toBe(status.OK);
-    const after = await scrape(svc.adminUrl);
+    const after = await scrape(suite.svc.adminUrl);
     expect(moved(before, after, DURATION, { level: 'L0', code: 'OK' })).toBe(1);
     expect(moved(before, after, CALLS, { level: 'L0', code: 'OK' })).toBe(1);
     expect(moved(before, after, DURATION)).toBe(1);
@@ -64,20 +51,20 @@ describe('metrics on /metrics of a real admin server', () => {
   });
 
   it('assembly_duration_seconds counts refused calls too: INVALID_ARGUMENT and unknown model, level none', async () => {
-    const before = await scrape(svc.adminUrl);
-    const bad = await svc.client.assemble(request({ org: 'not-a-uuid', agent: t.agent }));
+    const before = await scrape(suite.svc.adminUrl);
+    const bad = await suite.svc.client.assemble(request({ org: 'not-a-uuid', agent: t.agent }));
     expect(bad.status).toMatchObject({ code: status.INVALID_ARGUMENT, details: 'org_id must be a UUID' });
-    const unknown = await svc.client.assemble(request(t, { model: 'no-such-model' }));
+    const unknown = await suite.svc.client.assemble(request(t, { model: 'no-such-model' }));
     expect(unknown.status.code).toBe(status.INVALID_ARGUMENT);
-    const after = await scrape(svc.adminUrl);
+    const after = await scrape(suite.svc.adminUrl);
     expect(moved(before, after, DURATION, { level: 'none', code: 'INVALID_ARGUMENT' })).toBe(2);
     expect(moved(before, after, CALLS, { level: 'none', code: 'INVALID_ARGUMENT' })).toBe(2);
     expect(moved(before, after, DURATION, { code: 'OK' })).toBe(0);
   });
 
   it('a task running past D (sleep 2600 ms, D 2000 ms) is answered OK L1 pool_deadline before D and counted abandoned, not withdrawn', async () => {
-    const before = await scrape(svc.adminUrl);
-    const r = await svc.client.assemble(
+    const before = await scrape(suite.svc.adminUrl);
+    const r = await suite.svc.client.assemble(
       request(t, {
         recent_messages: [
           { role: 'user', content: `${FAULT_PREFIX}sleep:2600` },
@@ -94,7 +81,7 @@ describe('metrics on /metrics of a real admin server', () => {
     expect(r.response!.degradation.reasons).toEqual(['pool_deadline']);
     expect(r.response!.assembled_context).toContain('user: Do you remember the lake?');
     expect(r.response!.metrics.total_ms).toBeLessThanOrEqual(2000);
-    const after = await scrape(svc.adminUrl);
+    const after = await scrape(suite.svc.adminUrl);
     expect(moved(before, after, TASKS, { outcome: 'abandoned' })).toBe(1);
     expect(moved(before, after, TASKS, { outcome: 'withdrawn' })).toBe(0);
     expect(moved(before, after, DURATION, { level: 'L1', code: 'OK' })).toBe(1);
@@ -102,7 +89,7 @@ describe('metrics on /metrics of a real admin server', () => {
   });
 
   it('exports pool capacity, queue limit and build_info', async () => {
-    const m = await scrape(svc.adminUrl);
+    const m = await scrape(suite.svc.adminUrl);
     expect(m.value('ibex_context_pool_capacity')).toBe(2);
     expect(m.value('ibex_context_pool_queue_limit')).toBe(3);
     const pkg = JSON.parse(fs.readFileSync(path.join(import.meta.dirname, '../../package.json'), 'utf8'));

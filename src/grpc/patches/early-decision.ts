@@ -10,6 +10,7 @@
 import http2 from 'node:http2';
 import { provideTransportCounters } from '../../telemetry/transport-counters.js';
 import {
+  firstPatchState,
   type PrefixScanner,
   READ_STATE,
   SCAN_FOR,
@@ -66,12 +67,8 @@ export function decideRequestsOnTheWire(scannerFor: ScannerFor, mod?: ServerInte
     ['handleDataFrame', 'handleEndEvent'],
     mod,
   );
-  if (proto[DECIDES]) {
-    proto[DECIDES].scannerFor = scannerFor;
-    return;
-  }
-  const state = { scannerFor };
-  proto[DECIDES] = state;
+  const state = firstPatchState(proto, DECIDES, { scannerFor });
+  if (state === null) return;
   const originalData = proto.handleDataFrame;
   const originalEnd = proto.handleEndEvent;
   proto.handleDataFrame = function handleDataFrame(this: EarlyDecidedCall, data: Buffer): void {

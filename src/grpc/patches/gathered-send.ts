@@ -7,7 +7,7 @@
  * maintainer preferred optimising the copy first). So `BaseServerInterceptingCall.sendMessage` is wrapped:
  * values the service gathers go out as chunks, every other value through the original method.
  */
-import { type ServerInterceptorsModule, serverCallPrototype } from './grpc-js-private.js';
+import { firstPatchState, type ServerInterceptorsModule, serverCallPrototype } from './grpc-js-private.js';
 
 /**
  * A response message that goes out as several chunks, none of them copied (see
@@ -74,12 +74,8 @@ export function sendGatheredMessages(gather: Gather, mod?: ServerInterceptorsMod
     ['sendMessage'],
     mod,
   );
-  if (proto[GATHERS]) {
-    proto[GATHERS].gather = gather;
-    return;
-  }
-  const state = { gather };
-  proto[GATHERS] = state;
+  const state = firstPatchState(proto, GATHERS, { gather });
+  if (state === null) return;
   const original = proto.sendMessage;
   proto.sendMessage = function sendMessage(this: SendingServerCall, message, callback): void {
     if (this.checkCancelled()) return;

@@ -49,6 +49,22 @@ export function serverCallPrototype<P>(
 }
 
 /**
+ * A patch's state, kept on the prototype it patches under `key`, so that patching twice never wraps a method
+ * twice: the first call stores `state` and returns it, for the methods it is about to patch to read; a later
+ * call moves `state`'s values into the stored state (the patched methods then use them) and returns null.
+ */
+export function firstPatchState<S extends object>(proto: object, key: symbol, state: S): S | null {
+  const holder = proto as Record<symbol, S | undefined>;
+  const installed = holder[key];
+  if (installed) {
+    Object.assign(installed, state);
+    return null;
+  }
+  holder[key] = state;
+  return state;
+}
+
+/**
  * grpc-js's `StreamDecoder` fields (build/src/stream-decoder.js), read by the decoder, upload-turn and
  * early-decision patches, plus the symbols the decoder and the early decision share.
  */

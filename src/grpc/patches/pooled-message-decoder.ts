@@ -11,6 +11,7 @@
  */
 import { type MessageBufferPool, POOLED_MESSAGE_FROM_BYTES } from '../../util/message-buffers.js';
 import {
+  firstPatchState,
   GrpcJsInternalsChanged,
   grpcJsModule,
   type PrefixScanner,
@@ -60,12 +61,8 @@ export function assembleLargeMessagesIn(
   for (const field of STREAM_DECODER_FIELDS)
     if (!(field in probe)) throw new GrpcJsInternalsChanged(`StreamDecoder has no ${field}`);
   const proto = Decoder.prototype;
-  if (proto[PATCHED]) {
-    proto[PATCHED].pool = pool;
-    return;
-  }
-  const state = { pool };
-  proto[PATCHED] = state;
+  const state = firstPatchState(proto, PATCHED, { pool });
+  if (state === null) return;
   proto.write = function write(this: PooledDecoder, data: Buffer): Buffer[] {
     let readHead = 0;
     const result: Buffer[] = [];

@@ -12,6 +12,7 @@ import { provideTransportCounters } from '../../telemetry/transport-counters.js'
 import { POOLED_MESSAGE_FROM_BYTES } from '../../util/message-buffers.js';
 import type { UploadCall, UploadTurns } from '../upload-turns.js';
 import {
+  firstPatchState,
   READ_STATE,
   type ServerInterceptorsModule,
   type StreamDecoderFields,
@@ -71,12 +72,8 @@ export function takeUploadTurns(turns: UploadTurns<UploadCall>, mod?: ServerInte
     ['handleDataFrame'],
     mod,
   );
-  if (proto[TURNS]) {
-    proto[TURNS].turns = turns;
-    return;
-  }
-  const state = { turns };
-  proto[TURNS] = state;
+  const state = firstPatchState(proto, TURNS, { turns });
+  if (state === null) return;
   const original = proto.handleDataFrame;
   proto.handleDataFrame = function handleDataFrame(this: TurnTakingCall, data: Buffer): void {
     original.call(this, data);

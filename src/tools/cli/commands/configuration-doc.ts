@@ -5,7 +5,7 @@
  * committed file differs from {@link configurationMarkdown}'s output.
  */
 import { loadSettings } from '../../../config/settings.js';
-import { SETTING_DOCS, settingNames } from './serve-help.js';
+import { SETTING_DOCS, settingAliases, settingNames } from './serve-help.js';
 
 /**
  * A default the code derives from the machine ("2 (the cores)") is shown by its rule ("the cores"), so the
@@ -30,11 +30,7 @@ function markdownTable(rows: string[][]): string[] {
 export function configurationMarkdown(): string {
   const defaults = loadSettings({});
   const names = settingNames();
-  const aliases = new Map<string, string[]>();
-  for (const n of names) {
-    const d = SETTING_DOCS[n];
-    if (d && 'aliasOf' in d) aliases.set(d.aliasOf, [...(aliases.get(d.aliasOf) ?? []), n]);
-  }
+  const aliases = settingAliases(names);
   const rows: string[][] = [['variable', 'default', 'meaning']];
   for (const n of names) {
     const d = SETTING_DOCS[n];

@@ -228,15 +228,21 @@ export function undocumentedSettings(): string[] {
   return settingNames().filter((n) => !(n in SETTING_DOCS));
 }
 
-/** The full `serve --help` text: usage, then one line per variable with its default. */
-export function serveUsage(): string {
-  const defaults = loadSettings({});
-  const names = settingNames();
+/** Each described variable's other names (the `aliasOf` entries of {@link SETTING_DOCS} among `names`). */
+export function settingAliases(names: readonly string[]): Map<string, string[]> {
   const aliases = new Map<string, string[]>();
   for (const n of names) {
     const d = SETTING_DOCS[n];
     if (d && 'aliasOf' in d) aliases.set(d.aliasOf, [...(aliases.get(d.aliasOf) ?? []), n]);
   }
+  return aliases;
+}
+
+/** The full `serve --help` text: usage, then one line per variable with its default. */
+export function serveUsage(): string {
+  const defaults = loadSettings({});
+  const names = settingNames();
+  const aliases = settingAliases(names);
   const rows: [string, string, string][] = [];
   for (const n of names) {
     const d = SETTING_DOCS[n];
