@@ -24,6 +24,7 @@ import { registerFeedbackMetrics } from '../telemetry/feedback-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { warmBpe } from '../text/bpe.js';
+import { serializeAssembleResponseBuffer } from '../wire/proto.js';
 import { warmDependencies } from './dependency-warmup.js';
 
 /** A running service. */
@@ -134,7 +135,7 @@ async function warmPipeline(
   });
   for (let i = 0; i < WARMUP_CANDIDATE_CALLS; i++) {
     const arrival = monotonicNow();
-    await warm(
+    const answered = await warm(
       withHistoryView({
         orgId: randomUUID(),
         agentId: randomUUID(),
@@ -156,6 +157,8 @@ async function warmPipeline(
       }),
       { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
     ).catch(() => undefined);
+    // The answer's encoding (hundreds of MemoryUsed rows and the spliced context), as the server writes it.
+    if (answered) serializeAssembleResponseBuffer(answered.response);
   }
 }
 
