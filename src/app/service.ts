@@ -15,13 +15,16 @@ import { monotonicNow } from '../request/call-context.js';
 import { withHistoryView } from '../request/validate.js';
 import { encodeHistory } from '../request/wire-request.js';
 import { InclusionCounter } from '../retrieval/inclusion-counter.js';
+import type { MemorySource } from '../retrieval/ports.js';
 import { createSources, type RetrievalSources } from '../retrieval/sources.js';
+import { WARM_QUERY, warmContent, warmSearchHits } from '../retrieval/warm-memories.js';
 import { type AdminServer, startAdminServer } from '../telemetry/admin-server.js';
 import { assemblyMetricsInterceptor } from '../telemetry/assembly-metrics.js';
 import { registerFeedbackMetrics } from '../telemetry/feedback-metrics.js';
 import { createMetrics, type Metrics } from '../telemetry/metrics.js';
 import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { warmBpe } from '../text/bpe.js';
+import { serializeAssembleResponseBuffer } from '../wire/proto.js';
 import { warmDependencies } from './dependency-warmup.js';
 
 /** A running service. */
@@ -56,6 +59,22 @@ export interface StartOptions {
 
 /** Warm-up assemblies run before SERVING. */
 const WARMUP_CALLS = 40;
+/** Warm-up assemblies over synthetic candidates (as many as a call without available_tokens gets). */
+const WARMUP_CANDIDATE_CALLS = 40;
+
+/**
+ * A memory source answering synthetic memories (src/retrieval/warm-memories.ts) for any tenant: the search
+ * as many as asked for, the hot read the 20 newest of them.
+ */
+function warmMemorySource(): MemorySource {
+  const now = Date.now();
+  return {
+    hot: (orgId, agentId) =>
+      warmSearchHits(orgId, agentId, 20, now).map((h) => ({ ...(h as object), source: 'hot' })),
+    search: (orgId, agentId, _query, _signal, limit) => warmSearchHits(orgId, agentId, limit ?? 10, now),
+    close: async () => {},
+  };
+}
 
 /**
  * Runs the pipeline a few dozen times before the service reports SERVING, so that the first real calls do
@@ -104,6 +123,42 @@ async function warmPipeline(
       }),
       { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
     ).catch(() => undefined);
+  }
+  // The per-candidate code (ranking, batch encoding, the CPU stage's filters, costs, pack and format, the
+  // answer's rows) over hundreds of candidates: a tenant with no memories never runs it.
+  const warm = createAssembler({
+    settings,
+    catalog,
+    sources: { ...sources, memory: warmMemorySource() },
+    pool,
+    logger: logger.child({}, { level: 'silent' }),
+  });
+  for (let i = 0; i < WARMUP_CANDIDATE_CALLS; i++) {
+    const arrival = monotonicNow();
+    const answered = await warm(
+      withHistoryView({
+        orgId: randomUUID(),
+        agentId: randomUUID(),
+        sessionId: '',
+        query: WARM_QUERY,
+        model: models[i % models.length]!,
+        directiveVersionId: '',
+        availableTokens: i % 4 === 3 ? 2000 : 0,
+        history: encodeHistory([
+          { role: 'user', content: warmContent(2) },
+          { role: 'assistant', content: 'That sounds like a lovely weekend with the family.' },
+        ]),
+        skipHot: false,
+        skipCold: false,
+        maxMemories: 0,
+        requestId: '',
+        traceId: '',
+        spanId: '',
+      }),
+      { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
+    ).catch(() => undefined);
+    // The answer's encoding (hundreds of MemoryUsed rows and the spliced context), as the server writes it.
+    if (answered) serializeAssembleResponseBuffer(answered.response);
   }
 }
 

@@ -200,6 +200,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
       ids,
       content,
       contentBytes: (i: number) => o[3 * i + 3]! - o[3 * i + 2]!,
+      contentUtf8: (i: number) => ({ bytes: text, start: o[3 * i + 2]!, end: o[3 * i + 3]! }),
       score: input.score,
       relevance: input.relevance,
       // Decoded once: the BPE path has the messages already; the estimate path measured bytes only.

@@ -41,18 +41,16 @@ export interface InclusionCounterOptions {
   onError?: (err: unknown) => void;
 }
 
-/** Key of one memory of one org: org + space + id (both canonical UUIDs). */
-function keyOf(orgId: string, memoryId: string): string {
-  return `${orgId} ${memoryId}`;
-}
-
 /** Batches inclusion counts into a store. */
 export class InclusionCounter {
   readonly #sink: InclusionSink;
   readonly #maxPending: number;
   readonly #onError: (err: unknown) => void;
   readonly #timer: NodeJS.Timeout;
-  #pending = new Map<string, number>();
+  /** Pending counts by org, then memory id (no key string built per inclusion). */
+  #pending = new Map<string, Map<string, number>>();
+  /** Distinct memories in {@link #pending}. */
+  #pendingSize = 0;
   #flushing: Promise<void> | undefined;
   #closed = false;
   readonly #stats = { recorded: 0, droppedFull: 0, droppedFailed: 0, flushed: 0, batches: 0 };
@@ -73,14 +71,21 @@ export class InclusionCounter {
    */
   record(orgId: string, memoryIds: Iterable<string>): void {
     if (this.#closed) return;
+    let org = this.#pending.get(orgId);
     for (const id of memoryIds) {
-      const key = keyOf(orgId, id);
-      const n = this.#pending.get(key);
-      if (n !== undefined) this.#pending.set(key, n + 1);
-      else if (this.#pending.size >= this.#maxPending) {
+      const n = org?.get(id);
+      if (n !== undefined) org!.set(id, n + 1);
+      else if (this.#pendingSize >= this.#maxPending) {
         this.#stats.droppedFull++;
         continue;
-      } else this.#pending.set(key, 1);
+      } else {
+        if (org === undefined) {
+          org = new Map();
+          this.#pending.set(orgId, org);
+        }
+        org.set(id, 1);
+        this.#pendingSize++;
+      }
       this.#stats.recorded++;
     }
   }
@@ -91,16 +96,17 @@ export class InclusionCounter {
    */
   flush(): Promise<void> {
     if (this.#flushing) return this.#flushing;
-    if (this.#pending.size === 0) return Promise.resolve();
+    if (this.#pendingSize === 0) return Promise.resolve();
     const taken = this.#pending;
     this.#pending = new Map();
+    this.#pendingSize = 0;
     this.#flushing = this.#write(taken).finally(() => {
       this.#flushing = undefined;
     });
     return this.#flushing;
   }
 
-  async #write(taken: Map<string, number>): Promise<void> {
+  async #write(taken: Map<string, Map<string, number>>): Promise<void> {
     let batch: InclusionCount[] = [];
     let inBatch = 0;
     const send = async () => {
@@ -117,14 +123,15 @@ export class InclusionCounter {
       }
       this.#stats.batches++;
     };
-    for (const [key, count] of taken) {
-      const space = key.indexOf(' ');
-      batch.push({ orgId: key.slice(0, space), memoryId: key.slice(space + 1), count });
-      inBatch += count;
-      if (batch.length === INCLUSION_BATCH) {
-        await send();
-        // The embedded store writes synchronously on the event loop: calls get a turn between batches.
-        await new Promise<void>((resolve) => setImmediate(resolve));
+    for (const [orgId, counts] of taken) {
+      for (const [memoryId, count] of counts) {
+        batch.push({ orgId, memoryId, count });
+        inBatch += count;
+        if (batch.length === INCLUSION_BATCH) {
+          await send();
+          // An in-process store writes synchronously on the event loop: calls get a turn between batches.
+          await new Promise<void>((resolve) => setImmediate(resolve));
+        }
       }
     }
     if (batch.length > 0) await send();
@@ -132,7 +139,7 @@ export class InclusionCounter {
 
   /** Figures for metrics. */
   stats(): InclusionStats {
-    return { ...this.#stats, pending: this.#pending.size };
+    return { ...this.#stats, pending: this.#pendingSize };
   }
 
   /** Stops the timer and writes what is left; later {@link record} calls are ignored. Idempotent. */

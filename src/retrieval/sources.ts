@@ -9,6 +9,7 @@ import type { MemoryContent } from '../text/content-bytes.js';
 import type { Directive } from '../wire/types.js';
 import { BranchErrors } from './branch-error.js';
 import { parseDirectiveObject } from './directive.js';
+import type { FeedbackStore } from './feedback.js';
 import { HttpMemorySource } from './http/memory-http.js';
 import { RoutedMemorySource } from './http/memory-http-thread.js';
 import { type RetrievalLogger, silentLogger } from './logger.js';
@@ -43,6 +44,18 @@ function storeFailure(err: unknown): never {
   const code =
     typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : 'error';
   throw BranchErrors.unavailable('embedded store', code, err);
+}
+
+/**
+ * The embedded store's feedback writes: RecordMemoryFeedback on the store (its answer is awaited by
+ * the caller), inclusion counts in a store-read thread when there is one (`writes`).
+ */
+function embeddedFeedback(store: EmbeddedStore, writes: PooledStoreReads | undefined): FeedbackStore {
+  if (writes === undefined) return store;
+  return {
+    recordFeedback: (orgId, memoryIds, kind) => store.recordFeedback(orgId, memoryIds, kind),
+    addInclusions: (rows) => writes.addInclusions(rows),
+  };
 }
 
 /** {@link MemorySource} on the embedded store, scoped by org AND agent (contract.md §4.3). */
@@ -168,6 +181,8 @@ export async function createSources(
   };
   // Opened here first so the schema exists before the read threads connect; kept for the process's life.
   let store: EmbeddedStore | undefined;
+  // With store-read threads, inclusion counts are written there, off the event loop.
+  let inclusionWrites: PooledStoreReads | undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
   let pooledStats: (() => StoreReadStats) | undefined;
@@ -191,6 +206,7 @@ export async function createSources(
           settings.maxMemoryChars,
         );
         pooledStats = () => pooled.stats();
+        inclusionWrites = pooled;
         reads = {
           ...local,
           hot: (o, a) => hotThroughCache(opened, pooled, o, a),
@@ -235,7 +251,7 @@ export async function createSources(
       ...(memoryKind === 'postgres'
         ? { feedback: pgStore! }
         : memoryKind === 'embedded'
-          ? { feedback: store! }
+          ? { feedback: embeddedFeedback(store!, inclusionWrites) }
           : {}),
       async close() {
         if (closed) return;

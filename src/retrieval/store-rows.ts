@@ -153,22 +153,20 @@ export function toHit(
   rank: number,
   source: StoreHit['source'],
 ): StoreHit {
-  const hit: StoreHit = {
-    memory: {
-      id: row.id,
-      org_id: row.org_id,
-      agent_id: row.agent_id,
-      content: row.content,
-      category: row.category,
-      confidence: row.confidence,
-      created_at: new Date(row.created_at).toISOString(),
-      ...(row.usefulness === undefined ? {} : { usefulness: row.usefulness }),
-      ...(row.inclusions === undefined ? {} : { retrieval_count: Number(row.inclusions) }),
-    },
-    similarity,
-    rank,
-    source,
+  const memory: StoreHit['memory'] = {
+    id: row.id,
+    org_id: row.org_id,
+    agent_id: row.agent_id,
+    content: row.content,
+    category: row.category,
+    confidence: row.confidence,
+    created_at: new Date(row.created_at).toISOString(),
   };
+  // Assigned, not spread: V8 11 adds each property after a spread through its runtime (~1 µs), and a
+  // search materialises hundreds of rows.
+  if (row.usefulness !== undefined) memory.usefulness = row.usefulness;
+  if (row.inclusions !== undefined) memory.retrieval_count = Number(row.inclusions);
+  const hit: StoreHit = { memory, similarity, rank, source };
   if (row.content === null) hit.oversize = true;
   return hit;
 }

@@ -12,6 +12,7 @@ import {
   queryTerms,
   REPEAT_CHECK_MAX_BYTES,
   repeatsHistory,
+  repeatsHistoryOf,
 } from '../../src/cpu-stage/cpu-filters.js';
 import {
   type CandidateFields,
@@ -54,6 +55,45 @@ describe('repeatsHistory', () => {
         'Melanie: I went to the LGBTQ support group yesterday.', // after its speaker label
       ]),
     ).toEqual([true, false, false, true]);
+  });
+
+  it('decides ASCII memories from their bytes as it does from their text', () => {
+    const history2 = [
+      ...history,
+      user('Caroline'),
+      user('Ünïcode wörds and the K\u212A sign: k'),
+      user('snake_case words: a_b c'),
+    ];
+    const memories = [
+      'sounds GOOD',
+      'sounds great',
+      'I went to the LGBTQ support group yesterday',
+      'Melanie: I went to the LGBTQ support group yesterday.',
+      'Melanie: I went to the LGBTQ support group tomorrow.',
+      'Caroline:',
+      'Caroline:   ',
+      ': sounds good',
+      'Sounds: good',
+      `${'x'.repeat(64)}: sounds good`,
+      `${'x'.repeat(65)}: sounds good`,
+      'line\nbreak: sounds good',
+      'Ünïcode wörds and the',
+      'the KK sign k',
+      'A_B c',
+      '...',
+      '',
+      'CAROLINE SAID: I went to the LGBTQ support group yesterday, it was POWERFUL',
+    ];
+    const bytes = memories.map((m) => Buffer.from(m, 'utf8'));
+    const fromText = repeatsHistory(history2, memories);
+    const fromBytes = repeatsHistoryOf(
+      history2,
+      memories.length,
+      (k) => memories[k]!,
+      (k) => ({ bytes: bytes[k]!, start: 0, end: bytes[k]!.length }),
+    );
+    expect(fromBytes).toEqual(fromText);
+    expect(fromText.filter(Boolean).length).toBeGreaterThan(4);
   });
 
   it('is one pass over the history: a max-size history against 1,000 memories', () => {

@@ -168,6 +168,9 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const started = performance.now();
   try {
     await client.waitForReady(opts.connectTimeoutMs ?? 5000);
+    // Paced from the first call, not from before the connection: the connect time (tens of ms for a
+    // cold client) would otherwise be caught up at once, as a burst of up to `concurrency` calls.
+    const pacedFrom = performance.now();
     const timed = async (req: AssembleContextRequestInput) => {
       const t = performance.now();
       const outcome = await client.assemble(req, { deadlineMs: timeoutMs });
@@ -240,7 +243,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
     const interval = opts.rate ? 1000 / opts.rate : 0;
     const pending = new Set<Promise<void>>();
     for (let i = 0; i < planned.length && !opts.signal?.aborted; i++) {
-      const wait = started + i * interval - performance.now();
+      const wait = pacedFrom + i * interval - performance.now();
       if (wait >= 1) await sleep(wait);
       while (pending.size >= concurrency) await Promise.race(pending);
       if (opts.signal?.aborted) break;

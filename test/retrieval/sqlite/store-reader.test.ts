@@ -59,6 +59,26 @@ describe('PooledStoreReads', () => {
     expect(asText).toEqual(validateHits(inProcess, org, agent, { limit: SEARCH_LIMIT, maxChars: 65_536 }));
   });
 
+  it('writes inclusion counts in the thread, scoped by org, and reads see them', async () => {
+    const hot = fixture.store.hot(org, agent);
+    const [a, b] = [hot[0]!.memory.id, hot[1]!.memory.id];
+    const before = (id: string) => fixture.store.hot(org, agent).find((h) => h.memory.id === id)!;
+    const countOf = (id: string) => Number(before(id).memory.retrieval_count ?? 0);
+    const [a0, b0] = [countOf(a), countOf(b)];
+    const changes = await reads.addInclusions([
+      { orgId: org, memoryId: a, count: 3 },
+      { orgId: randomUUID(), memoryId: b, count: 5 }, // another org: nothing changes
+    ]);
+    expect(changes).toBe(1);
+    // Another connection's commit reaches this one's read cache within its 10 ms check interval.
+    await new Promise((resolve) => setTimeout(resolve, 25));
+    expect(countOf(a)).toBe(a0 + 3);
+    expect(countOf(b)).toBe(b0);
+    expect(await reads.addInclusions([])).toBe(0);
+    // Reads go on in the same thread.
+    expect(validated(await reads.search(org, agent, 'sailing')).hits.length).toBeGreaterThan(0);
+  });
+
   it('skips a search whose signal has already aborted', async () => {
     const controller = new AbortController();
     controller.abort();

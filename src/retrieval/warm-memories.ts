@@ -1,0 +1,78 @@
+/**
+ * Synthetic memories for start-up warm-up: chat turns of a made-up agent, the size and shape of real ones
+ * (a speaker label, a sentence of common words), so that warm-up runs the per-candidate code of the
+ * search, the ranking, the CPU stage and the answer over hundreds of candidates, as a call without
+ * `available_tokens` does. A warm-up over a tenant with no memories compiles none of that code: the first
+ * real calls then ran it unoptimised, several at once, and missed their deadline.
+ *
+ * Nothing here is written to a store the service serves: the store-read threads warm on an in-memory
+ * store of their own, the main thread on a source that answers these rows.
+ */
+import type { MemoryRow } from './store-rows.js';
+
+const SPEAKERS = ['Caroline', 'Melanie', 'Jon', 'Gina'];
+const WORDS = [
+  'support group painting camping yesterday family friends weekend',
+  'went to the beach with my kids and we had a great time',
+  'I am thinking about adopting a dog from the shelter next month',
+  'my new job at the studio starts on Monday and I feel nervous',
+  'we talked about the charity race and the book club meeting',
+  'she made a vase in her pottery class and painted it blue',
+];
+const CATEGORIES = ['episodic', 'factual', 'preference'];
+
+/** A query whose words the warm memories hold (most of them match it, as a broad question's do). */
+export const WARM_QUERY = 'what did Caroline say about the support group and painting with friends';
+
+/** The UUID of warm memory `i` (version 4 layout, deterministic). */
+function warmId(i: number): string {
+  return `00000000-0000-4000-8000-${i.toString(16).padStart(12, '0')}`;
+}
+
+/** The content of warm memory `i`: a labelled chat turn of 60–200 characters. */
+export function warmContent(i: number): string {
+  const a = WORDS[i % WORDS.length]!;
+  const b = WORDS[(i * 7 + 3) % WORDS.length]!;
+  return `${SPEAKERS[i % SPEAKERS.length]}: ${a}${i % 3 === 0 ? `, and ${b}` : ''} (${i})`;
+}
+
+/**
+ * `n` warm memories of one org and agent, newest first a day apart from `nowMs`.
+ * @param orgId canonical UUID.
+ * @param agentId canonical UUID.
+ */
+export function warmMemoryRows(orgId: string, agentId: string, n: number, nowMs: number): MemoryRow[] {
+  return Array.from({ length: n }, (_, i) => ({
+    id: warmId(i),
+    org_id: orgId,
+    agent_id: agentId,
+    content: warmContent(i),
+    category: CATEGORIES[i % CATEGORIES.length]!,
+    confidence: 0.5 + (i % 5) / 10,
+    created_at: nowMs - i * 86_400_000,
+  }));
+}
+
+/**
+ * Warm memories as raw hits of a store search (contract.md §4.1 item shape, `source: "fts"`, falling
+ * similarity: a few strong matches, most weak, some under the relevance floor), contents as UTF-8 bytes
+ * as a store-read thread sends them.
+ */
+export function warmSearchHits(orgId: string, agentId: string, n: number, nowMs: number): unknown[] {
+  return warmMemoryRows(orgId, agentId, n, nowMs).map((row, i) => ({
+    memory: {
+      id: row.id,
+      org_id: row.org_id,
+      agent_id: row.agent_id,
+      content: Buffer.from(row.content, 'utf8'),
+      category: row.category,
+      confidence: row.confidence,
+      created_at: row.created_at,
+      usefulness: 0.5,
+      retrieval_count: i % 4,
+    },
+    similarity: 0.95 - (0.9 * i) / Math.max(1, n),
+    rank: i + 1,
+    source: 'fts',
+  }));
+}
