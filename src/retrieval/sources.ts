@@ -216,7 +216,7 @@ export async function createSources(
           ? new RoutedMemorySource(http)
           : new HttpMemorySource(http)
         : memoryKind === 'postgres'
-          ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
+          ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars, settings.ranking.neighbourHits)
           : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
       directiveKind === 'redis'
