@@ -63,8 +63,8 @@ export function mergeNeighbours<R extends { id: string; content: string | null }
   limit: number,
 ): ScoredRow<R>[] {
   if (neighbours.length === 0) return hits.slice(0, limit);
-  const byId = new Map<string, ScoredRow<R>>();
-  for (const h of hits) byId.set(h.row.id, h);
+  // The best share each neighbour gets (a memory can be next to two hits).
+  const shared = new Map<string, ScoredRow<R>>();
   for (const n of neighbours) {
     const parent = hits[n.parent];
     if (parent === undefined) continue;
@@ -74,11 +74,44 @@ export function mergeNeighbours<R extends { id: string; content: string | null }
         : NEXT_DISCOUNT
       : PREVIOUS_DISCOUNT;
     const x = share * parent.x;
-    const had = byId.get(n.row.id);
-    if (had === undefined) byId.set(n.row.id, { row: n.row, x });
-    else if (x > had.x) byId.set(n.row.id, { row: had.row, x });
+    const had = shared.get(n.row.id);
+    if (had === undefined || x > had.x) shared.set(n.row.id, { row: n.row, x });
   }
-  const out = [...byId.values()];
-  out.sort((a, b) => b.x - a.x || compareCodePoints(a.row.id, b.row.id));
-  return out.length > limit ? out.slice(0, limit) : out;
+  // Hits stay in their order; a hit raised by its share moves into `extra` (sorted, at most 2 per
+  // parent), and the two sorted lists are merged: no sort of the whole list.
+  const raised = new Set<number>();
+  const extra: ScoredRow<R>[] = [];
+  const at = new Map<string, number>();
+  for (let i = 0; i < hits.length; i++) at.set(hits[i]!.row.id, i);
+  for (const [id, n] of shared) {
+    const i = at.get(id);
+    if (i === undefined) extra.push(n);
+    else if (n.x > hits[i]!.x) {
+      raised.add(i);
+      extra.push({ row: hits[i]!.row, x: n.x });
+    }
+  }
+  extra.sort(byScore);
+  const out: ScoredRow<R>[] = [];
+  let h = 0;
+  let e = 0;
+  while (out.length < limit) {
+    while (h < hits.length && raised.has(h)) h++;
+    const hit = hits[h];
+    const more = extra[e];
+    if (hit === undefined && more === undefined) break;
+    if (more === undefined || (hit !== undefined && byScore(hit, more) <= 0)) {
+      out.push(hit!);
+      h++;
+    } else {
+      out.push(more);
+      e++;
+    }
+  }
+  return out;
+}
+
+/** x descending, then id ascending by code point: the stores' own order of hits. */
+function byScore<R extends { id: string }>(a: ScoredRow<R>, b: ScoredRow<R>): number {
+  return b.x - a.x || compareCodePoints(a.row.id, b.row.id);
 }

@@ -95,14 +95,18 @@ export function searchSql(limit: string): string {
 }
 
 /**
- * The memory just after (`>`, ascending) or just before (`<`, descending) a time, of one category, in the
- * search's scope and filters: one seek in either recency index (neighbours.ts).
+ * The memory just after (`>`) or just before (`<`) a time, of one category, in the search's scope and
+ * filters (neighbours.ts): one seek in the agent's recency index, ordered as the index is (read backwards
+ * for the next one), so no sort: 4.5 µs a read on LoCoMo against 9.3 µs with `id` alone as the tie-break.
  */
 function neighbourSql(after: boolean): string {
+  const order = after
+    ? 'm.created_at ASC, m.confidence ASC, m.id DESC'
+    : 'm.created_at DESC, m.confidence DESC, m.id ASC';
   return `SELECT ${MEMORY_COLUMNS} FROM memories m
        WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
          AND m.created_at ${after ? '>' : '<'} @at AND m.category = @category
-       ORDER BY m.created_at ${after ? 'ASC' : 'DESC'}, m.id LIMIT 1`;
+       ORDER BY ${order} LIMIT 1`;
 }
 
 interface NeighbourParams {
