@@ -73,7 +73,7 @@ export interface RankingSettings {
 
 /**
  * Default of IBEX_CONTEXT_NEIGHBOUR_HITS: the memories just before and after the 5 best search hits. 3 to
- * 10 measured alike on LoCoMo (docs/scoring.md, "Neighbours"); each costs two index seeks.
+ * 10 measured alike on LoCoMo (docs/scoring.md, "Dialogue neighbours"); each costs two index seeks.
  */
 export const DEFAULT_NEIGHBOUR_HITS = 5;
 /** Upper bound of IBEX_CONTEXT_NEIGHBOUR_HITS: the reads stay a bounded, small part of a search. */
