@@ -443,6 +443,37 @@ const SECTIONS = [
     },
   },
   {
+    script: 'bench:neighbour-cost',
+    file: 'neighbour-cost',
+    title: 'Dialogue neighbours: cost per search (embedded store)',
+    render: (r) =>
+      [
+        `Every LoCoMo question searched in-process (as a store-read thread runs it), without and with the` +
+          ` neighbours of the ${r.neighbour_hits} best hits; the fastest of 5 alternating rounds; µs per search.`,
+        '',
+        table(
+          [
+            'search limit',
+            'searches',
+            'without: mean',
+            'without: p99',
+            'with: mean',
+            'with: p99',
+            'added: mean',
+          ],
+          need(r, 'rows').map((x) => [
+            x.limit,
+            x.searches,
+            x.without_us.mean,
+            x.without_us.p99,
+            x.with_us.mean,
+            x.with_us.p99,
+            x.added_mean_us,
+          ]),
+        ),
+      ].join('\n'),
+  },
+  {
     script: 'bench:first-traffic',
     command: 'bash bench/first-traffic.sh',
     file: 'first-traffic',

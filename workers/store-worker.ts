@@ -57,7 +57,11 @@ function readOne(
     }
     case 'search': {
       const limit = read.limit ?? SEARCH_LIMIT;
-      const raw = store.search(read.orgId, read.agentId, read.query ?? '', { maxChars, limit });
+      const raw = store.search(read.orgId, read.agentId, read.query ?? '', {
+        maxChars,
+        limit,
+        neighbours: read.neighbours ?? 0,
+      });
       const limits = { limit, maxChars: maxChars ?? DEFAULT_MAX_MEMORY_CHARS };
       const validated = validateHits(raw, read.orgId, read.agentId, limits);
       return withContentBytes(validated, validated.hits, transfer);

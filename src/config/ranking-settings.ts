@@ -63,7 +63,21 @@ export interface RankingSettings {
    * embedded and PostgreSQL stores are asked for, whatever the budget (ranking/candidate-limit.ts).
    */
   maxCandidates: number;
+  /**
+   * IBEX_CONTEXT_NEIGHBOUR_HITS, 0..{@link MAX_NEIGHBOUR_HITS}, default {@link DEFAULT_NEIGHBOUR_HITS}: the
+   * embedded and PostgreSQL stores' searches add the dialogue neighbours of this many best hits as
+   * candidates (retrieval/neighbours.ts); 0 turns them off.
+   */
+  neighbourHits: number;
 }
+
+/**
+ * Default of IBEX_CONTEXT_NEIGHBOUR_HITS: the memories just before and after the 5 best search hits. 3 to
+ * 10 measured alike on LoCoMo (docs/scoring.md, "Dialogue neighbours"); each costs two index seeks.
+ */
+export const DEFAULT_NEIGHBOUR_HITS = 5;
+/** Upper bound of IBEX_CONTEXT_NEIGHBOUR_HITS: the reads stay a bounded, small part of a search. */
+export const MAX_NEIGHBOUR_HITS = 20;
 
 /**
  * Default relevance floor (relevance = x / x_best of the call). It decides what a budget with room to
@@ -132,6 +146,16 @@ export function loadRankingSettings(env: Env): RankingSettings {
         .transform(Number)
         .refine((v) => v >= 10 && v <= 5000, 'must be an integer in 10..5000'),
       DEFAULT_MAX_CANDIDATES,
+    ),
+    neighbourHits: parse(
+      env,
+      'IBEX_CONTEXT_NEIGHBOUR_HITS',
+      z
+        .string()
+        .regex(/^\d+$/, `must be an integer in 0..${MAX_NEIGHBOUR_HITS}`)
+        .transform(Number)
+        .refine((v) => v <= MAX_NEIGHBOUR_HITS, `must be an integer in 0..${MAX_NEIGHBOUR_HITS}`),
+      DEFAULT_NEIGHBOUR_HITS,
     ),
   };
 }

@@ -197,13 +197,15 @@ export async function createSources(
       // in a store-read thread like every FTS5 search: 20 memories at the 64K cap take tens of ms to
       // decode from SQLite's UTF-8 on this thread, far less to receive as a structured clone
       // (bench:store). Only when that queue is full is the miss read here, as it always was before.
-      const local = inProcessReads(opened);
+      const neighbours = settings.ranking.neighbourHits;
+      const local = inProcessReads(opened, neighbours);
       if (settings.embeddedReadThreads > 0) {
         const pooled = await PooledStoreReads.start(
           settings.embeddedDb,
           settings.embeddedReadThreads,
           undefined,
           settings.maxMemoryChars,
+          neighbours,
         );
         pooledStats = () => pooled.stats();
         inclusionWrites = pooled;
@@ -230,7 +232,7 @@ export async function createSources(
           ? new RoutedMemorySource(http)
           : new HttpMemorySource(http)
         : memoryKind === 'postgres'
-          ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars)
+          ? new PgMemorySource(pgStore!, pgTimes, settings.maxMemoryChars, settings.ranking.neighbourHits)
           : new EmbeddedMemorySource(reads!);
     const directive: DirectiveSource =
       directiveKind === 'redis'

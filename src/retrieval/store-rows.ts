@@ -79,6 +79,11 @@ export interface ReadOptions {
   minConfidence?: number;
   /** Longest content returned, code points; default the store's `maxMemoryChars`. */
   maxChars?: number;
+  /**
+   * Search only: read the dialogue neighbours of this many best hits (retrieval/neighbours.ts); default 0,
+   * the plain text search.
+   */
+  neighbours?: number;
 }
 
 /** Open options. */

@@ -139,6 +139,17 @@ describe('composite_v1', () => {
     );
   });
 
+  it('neighbours of the 5 best hits by default (0..20, 0 = none)', () => {
+    expect(loadRankingSettings({}).neighbourHits).toBe(5);
+    expect(loadRankingSettings({ IBEX_CONTEXT_NEIGHBOUR_HITS: '0' }).neighbourHits).toBe(0);
+    expect(loadRankingSettings({ IBEX_CONTEXT_NEIGHBOUR_HITS: '20' }).neighbourHits).toBe(20);
+    for (const bad of ['21', '-1', '2.5', 'x']) {
+      expect(() => loadRankingSettings({ IBEX_CONTEXT_NEIGHBOUR_HITS: bad })).toThrow(
+        /IBEX_CONTEXT_NEIGHBOUR_HITS/,
+      );
+    }
+  });
+
   it('per-request weights: negative or non-finite refused naming the field; normalised to sum 1', () => {
     expect(() => requestWeights([0, -1, 0, 0])).toThrow(/relevance_weight/);
     expect(() => requestWeights([Number.NaN, 1, 0, 0])).toThrow(/recency_weight/);

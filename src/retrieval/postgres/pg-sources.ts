@@ -35,15 +35,19 @@ export class PgMemorySource implements MemorySource {
   readonly #store: PgStore;
   readonly #times: PgBranchTimes;
   readonly #maxChars: number;
+  readonly #neighbours: number;
   /**
    * @param store an open store, owned by the caller.
    * @param times branch times, ms.
    * @param maxChars IBEX_CONTEXT_MAX_MEMORY_CHARS: longer memories (code points) are never returned.
+   * @param neighbours IBEX_CONTEXT_NEIGHBOUR_HITS: searches read the dialogue neighbours of this many best
+   *   hits (retrieval/neighbours.ts); default 0.
    */
-  constructor(store: PgStore, times: PgBranchTimes, maxChars: number) {
+  constructor(store: PgStore, times: PgBranchTimes, maxChars: number, neighbours = 0) {
     this.#store = store;
     this.#times = times;
     this.#maxChars = maxChars;
+    this.#neighbours = neighbours;
   }
   /** @throws BranchError `hot_timeout` (statement_timeout) or `postgres unavailable (<code>)`. */
   async hot(orgId: string, agentId: string, signal: AbortSignal): Promise<RawHits> {
@@ -71,6 +75,7 @@ export class PgMemorySource implements MemorySource {
         signal,
         maxChars: this.#maxChars,
         limit,
+        neighbours: this.#neighbours,
       });
     } catch (err) {
       failure('cold', err, signal);

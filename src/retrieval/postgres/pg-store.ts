@@ -39,6 +39,7 @@ import {
   type UsefulnessUpdate,
   usefulnessDelta,
 } from '../feedback.js';
+import { MAX_NEIGHBOUR_HITS, mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
 import { checkMemory, type MemoryDbRow as StoreDbRow, toHit, uuidArg } from '../store-rows.js';
@@ -101,6 +102,11 @@ export interface PgReadOptions {
   minConfidence?: number;
   /** Memories longer than this many code points are never returned. Default: no cap. */
   maxChars?: number;
+  /**
+   * Search only: the same statement reads the dialogue neighbours of this many best hits
+   * (retrieval/neighbours.ts), 0..20; default 0, the plain text search.
+   */
+  neighbours?: number;
 }
 
 /** A `memories` row as `pg` returns it: the embedded store's row, with `created_at` a Date. */
@@ -437,6 +443,14 @@ export class PgStore implements FeedbackStore {
     const org = orgId === null ? null : uuidArg('org_id', orgId);
     const terms = toWebSearchQuery(query);
     if (terms === null) return [];
+    const neighbours = opts.neighbours ?? 0;
+    if (!Number.isSafeInteger(neighbours) || neighbours < 0 || neighbours > MAX_NEIGHBOUR_HITS) {
+      throw Errors.invalidArgument(
+        'neighbours',
+        `neighbours must be an integer in [0, ${MAX_NEIGHBOUR_HITS}]`,
+      );
+    }
+    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours);
     const rows = await this.#read<MemoryDbRow & { score: number }>(
       `SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
        FROM ${this.schema}.memories, websearch_to_tsquery('simple', $1) AS q
@@ -448,6 +462,64 @@ export class PgStore implements FeedbackStore {
       opts.signal,
     );
     return rows.map((row, i) => toHit(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
+  }
+
+  /**
+   * {@link search} with the dialogue neighbours of the best `parents` hits, in one statement (one round
+   * trip): each neighbour is one index seek in the recency indexes, in the search's scope and filters and
+   * of its hit's category. x = s/(1−s) of ts_rank's s = rank/(rank+1) is the rank itself, which
+   * neighbours.ts shares out; the merged hits map back with s = x/(1+x).
+   */
+  async #searchWithNeighbours(
+    terms: string,
+    agent: string,
+    org: string | null,
+    opts: PgReadOptions,
+    parents: number,
+  ): Promise<StoreHit[]> {
+    const limit = opts.limit ?? SEARCH_LIMIT;
+    const scope = `agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5`;
+    const n = COLUMNS.split(', ')
+      .map((c) => `n.${c}`)
+      .join(', ');
+    const rows = await this.#read<
+      MemoryDbRow & { score: number | null; parent: number | null; next: boolean | null }
+    >(
+      `WITH hits AS (
+         SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
+         FROM ${this.schema}.memories, websearch_to_tsquery('simple', $1) AS q
+         WHERE search @@ q AND ${scope}
+         ORDER BY score DESC, id LIMIT $6),
+       top AS (
+         SELECT created_at AS at, category AS cat,
+                (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent
+         FROM hits ORDER BY score DESC, id LIMIT $7)
+       SELECT ${COLUMNS}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
+       UNION ALL
+       SELECT ${n}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
+         (SELECT ${COLUMNS}, NULL::real AS score, true AS next FROM ${this.schema}.memories
+          WHERE ${scope} AND category = top.cat AND created_at > top.at ORDER BY created_at, id LIMIT 1)
+         UNION ALL
+         (SELECT ${COLUMNS}, NULL::real AS score, false AS next FROM ${this.schema}.memories
+          WHERE ${scope} AND category = top.cat AND created_at < top.at ORDER BY created_at DESC, id LIMIT 1)
+       ) n`,
+      [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, limit, parents],
+      opts.timeoutMs,
+      opts.signal,
+    );
+    const hits: ScoredRow<MemoryDbRow>[] = [];
+    const near: NeighbourRow<MemoryDbRow>[] = [];
+    for (const { score, parent, next, ...row } of rows) {
+      if (parent === null) {
+        const s = Math.min(1, Math.max(0, score ?? 0));
+        hits.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
+      } else near.push({ row, parent, next: next === true });
+    }
+    // The order `top` numbered its parents by (ts_rank's float4 as a double is exact).
+    hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
+    return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
+      toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
+    );
   }
 
   /** The stored directive as a contract.md §4.2 envelope, or `null` when none is stored. Throws as `#read`. */

@@ -33,6 +33,7 @@ import {
   type UsefulnessUpdate,
   usefulnessDelta,
 } from '../feedback.js';
+import { MAX_NEIGHBOUR_HITS, mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
 import { noteThreadWrite, ReadCache, WriteWatch } from '../read-cache.js';
 import {
   bm25ToSimilarity,
@@ -93,6 +94,39 @@ export function searchSql(limit: string): string {
        ORDER BY f.score, m.id LIMIT ${limit}`;
 }
 
+/**
+ * The memory just after (`>`) or just before (`<`) a time, of one category, in the search's scope and
+ * filters (neighbours.ts): one seek in the agent's recency index, ordered as the index is (read backwards
+ * for the next one), so no sort: 4.5 µs a read on LoCoMo against 9.3 µs with `id` alone as the tie-break.
+ */
+function neighbourSql(after: boolean): string {
+  const order = after
+    ? 'm.created_at ASC, m.confidence ASC, m.id DESC'
+    : 'm.created_at DESC, m.confidence DESC, m.id ASC';
+  return `SELECT ${MEMORY_COLUMNS} FROM memories m
+       WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
+         AND m.created_at ${after ? '>' : '<'} @at AND m.category = @category
+       ORDER BY ${order} LIMIT 1`;
+}
+
+interface NeighbourParams {
+  org: string | null;
+  agent: string;
+  minConfidence: number;
+  maxChars: number;
+  at: number;
+  category: string;
+}
+
+/** {@link ReadOptions.neighbours} checked: an integer in [0, {@link MAX_NEIGHBOUR_HITS}], default 0. */
+function neighbourArg(n: number | undefined): number {
+  if (n === undefined) return 0;
+  if (!Number.isSafeInteger(n) || n < 0 || n > MAX_NEIGHBOUR_HITS) {
+    throw Errors.invalidArgument('neighbours', `neighbours must be an integer in [0, ${MAX_NEIGHBOUR_HITS}]`);
+  }
+  return n;
+}
+
 interface ReadParams {
   org: string | null;
   agent: string;
@@ -117,6 +151,8 @@ export class EmbeddedStore implements FeedbackStore {
   readonly #hot: LimitStatement<ReadParams, MemoryDbRow>;
   readonly #search: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
   readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
+  readonly #next: Database.Statement<NeighbourParams, MemoryDbRow>;
+  readonly #previous: Database.Statement<NeighbourParams, MemoryDbRow>;
   readonly #upsert: Database.Statement<MemoryDbRow & { scope: string; chars: number }>;
   readonly #deleteScope: Database.Statement<[string, string]>;
   readonly #getDirective: Database.Statement<
@@ -161,6 +197,8 @@ export class EmbeddedStore implements FeedbackStore {
        ORDER BY score, m.id LIMIT ${limit}`,
       SEARCH_LIMIT,
     );
+    this.#next = db.prepare(neighbourSql(true));
+    this.#previous = db.prepare(neighbourSql(false));
     this.#upsert = db.prepare(
       `INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, scope, chars)
        VALUES (@id, @org_id, @agent_id, @content, @category, @confidence, @created_at, @scope, @chars)
@@ -288,7 +326,28 @@ export class EmbeddedStore implements FeedbackStore {
     const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
     const statement = p.minConfidence > 0 ? this.#searchFiltered : this.#search;
     const rows = statement.all({ ...p, match });
-    return rows.map((row, i) => toHit(row, bm25ToSimilarity(row.score), i + 1, 'fts'));
+    const parents = Math.min(rows.length, neighbourArg(options.neighbours));
+    if (parents === 0) return rows.map((row, i) => toHit(row, bm25ToSimilarity(row.score), i + 1, 'fts'));
+    const hits: ScoredRow<MemoryDbRow>[] = rows.map((row) => ({ row, x: Math.max(0, -row.score) }));
+    const neighbours: NeighbourRow<MemoryDbRow>[] = [];
+    for (let i = 0; i < parents; i++) {
+      const { created_at: at, category } = rows[i]!;
+      const q = {
+        org: p.org,
+        agent: p.agent,
+        minConfidence: p.minConfidence,
+        maxChars: p.maxChars,
+        at,
+        category,
+      };
+      const next = this.#next.get(q);
+      if (next !== undefined) neighbours.push({ row: next, parent: i, next: true });
+      const previous = this.#previous.get(q);
+      if (previous !== undefined) neighbours.push({ row: previous, parent: i, next: false });
+    }
+    return mergeNeighbours(hits, neighbours, p.limit).map(({ row, x }, i) =>
+      toHit(row, x / (1 + x), i + 1, 'fts'),
+    );
   }
 
   /** Merges the FTS5 index into one segment (after a bulk import: fewer segments, faster searches). */

@@ -29,6 +29,8 @@ export interface StoreRead {
   query?: string;
   /** Most search hits (default 10). */
   limit?: number;
+  /** Search: best hits whose dialogue neighbours are read too (retrieval/neighbours.ts; default 0). */
+  neighbours?: number;
 }
 
 /** What crosses to a store-read thread: the reads that waited for it, answered in one exchange. */
@@ -92,12 +94,15 @@ export function resolveStoreWorkerFile(): string {
   return path.join(projectRoot(), 'dist', 'workers', 'store-worker.js');
 }
 
-/** In-process reads on an open store (the caller owns and closes the store). */
-export function inProcessReads(store: EmbeddedStore): StoreReads {
+/**
+ * In-process reads on an open store (the caller owns and closes the store).
+ * @param neighbours searches read the dialogue neighbours of this many best hits (default 0: none).
+ */
+export function inProcessReads(store: EmbeddedStore, neighbours = 0): StoreReads {
   return {
     hot: (org, agent) => store.hot(org, agent),
     search: (org, agent, query, _signal, limit) =>
-      store.search(org, agent, query, limit === undefined ? {} : { limit }),
+      store.search(org, agent, query, limit === undefined ? { neighbours } : { limit, neighbours }),
     getDirective: (org, agent) => store.getDirective(org, agent),
     close: async () => {},
   };
@@ -157,6 +162,7 @@ export class PooledStoreReads implements StoreReads {
   readonly #db: string;
   readonly #threads: number;
   readonly #maxChars: number | undefined;
+  readonly #neighbours: number;
   readonly #queue = new FairQueue<PendingRead>();
   #running = 0;
   #meanReadMs = STORE_QUEUE_BUDGET_MS / MIN_QUEUED_PER_THREAD;
@@ -167,16 +173,19 @@ export class PooledStoreReads implements StoreReads {
     db: string,
     threads: number,
     maxChars: number | undefined,
+    neighbours: number,
   ) {
     this.#pool = pool;
     this.#db = db;
     this.#threads = threads;
     this.#maxChars = maxChars;
+    this.#neighbours = neighbours;
   }
 
   /**
    * Starts the threads and opens each one's connection before resolving.
    * @param maxChars content cap of every read, code points (default the store's, 65536).
+   * @param neighbours searches read the dialogue neighbours of this many best hits (default 0: none).
    * @throws the worker's error when the database cannot be opened.
    */
   static async start(
@@ -184,6 +193,7 @@ export class PooledStoreReads implements StoreReads {
     threads: number,
     filename = resolveStoreWorkerFile(),
     maxChars?: number,
+    neighbours = 0,
   ): Promise<PooledStoreReads> {
     const pool = new Piscina<StoreReadBatch, StoreReadReply>({
       filename,
@@ -195,7 +205,7 @@ export class PooledStoreReads implements StoreReads {
       concurrentTasksPerWorker: PIPELINE_DEPTH,
       recordTiming: false,
     });
-    const reads = new PooledStoreReads(pool, path.resolve(db), threads, maxChars);
+    const reads = new PooledStoreReads(pool, path.resolve(db), threads, maxChars, neighbours);
     const warm = '00000000-0000-4000-8000-000000000000';
     await Promise.all(Array.from({ length: threads }, () => reads.getDirective(warm, warm)));
     return reads;
@@ -216,10 +226,11 @@ export class PooledStoreReads implements StoreReads {
     signal?: AbortSignal,
     limit?: number,
   ): Promise<SourceHits> {
+    const neighbours = this.#neighbours;
     const read: StoreRead =
       limit === undefined
-        ? { op: 'search', orgId, agentId, query }
-        : { op: 'search', orgId, agentId, query, limit };
+        ? { op: 'search', orgId, agentId, query, neighbours }
+        : { op: 'search', orgId, agentId, query, limit, neighbours };
     return this.#read(read, signal) as Promise<SourceHits>;
   }
 

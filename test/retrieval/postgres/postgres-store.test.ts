@@ -9,6 +9,7 @@ import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../../src/config/settings.js';
+import { ANSWER_DISCOUNT, PREVIOUS_DISCOUNT } from '../../../src/retrieval/neighbours.js';
 import { MIGRATIONS } from '../../../src/retrieval/postgres/migrations.js';
 import { PgDirectiveSource } from '../../../src/retrieval/postgres/pg-sources.js';
 import { indexText, toWebSearchQuery } from '../../../src/retrieval/postgres/search-text.js';
@@ -112,6 +113,43 @@ describePg('PostgreSQL store', reachable, () => {
     // The memory wire has no org: `null` reads the agent's memories of every org.
     const wire = await pg.store.search(null, OTHER_AGENT, 'lighthouse', T);
     expect(wire.map((h) => h.memory.agent_id)).toEqual([OTHER_AGENT]);
+  });
+
+  it('search with neighbours: the answer after a question hit and the turn before, in scope and category', async () => {
+    const agent = randomUUID();
+    const at = (i: number) => Date.UTC(2024, 5, 1) + i * 1000;
+    const turn = (content: string, i: number, over: { org?: string; agent?: string } = {}) => ({
+      ...memory(randomUUID(), content, { agent, at: at(i), ...over }),
+      category: 'episodic',
+    });
+    await pg.store.replaceAgent(ORG, agent, [
+      turn('Caroline: I went to a pottery class.', 0),
+      turn('Melanie: How long have you been married?', 1),
+      turn('Caroline: 5 years already!', 2),
+      { ...turn('A summary of the session', 3), category: 'factual' },
+    ]);
+    await pg.store.upsertMemories([
+      turn('secret of another org', 1.5, { org: OTHER_ORG }),
+      turn('secret of another agent', 1.5, { agent: OTHER_AGENT }),
+    ]);
+    const plain = await pg.store.search(ORG, agent, 'How long married?', T);
+    expect(plain.map((h) => h.memory.content)).toEqual(['Melanie: How long have you been married?']);
+    const hits = await pg.store.search(ORG, agent, 'How long married?', { ...T, neighbours: 5 });
+    expect(hits.map((h) => h.memory.content)).toEqual([
+      'Melanie: How long have you been married?',
+      'Caroline: 5 years already!',
+      'Caroline: I went to a pottery class.',
+    ]);
+    expect(hits.map((h) => h.rank)).toEqual([1, 2, 3]);
+    for (const h of hits) expect([h.memory.org_id, h.memory.agent_id]).toEqual([ORG, agent]);
+    const x = (s: number) => s / (1 - s);
+    expect(hits[0]!.similarity).toBeCloseTo(plain[0]!.similarity, 6);
+    expect(x(hits[1]!.similarity)).toBeCloseTo(ANSWER_DISCOUNT * x(plain[0]!.similarity), 6);
+    expect(x(hits[2]!.similarity)).toBeCloseTo(PREVIOUS_DISCOUNT * x(plain[0]!.similarity), 6);
+    expect(
+      await pg.store.search(ORG, agent, 'How long married?', { ...T, neighbours: 5, limit: 2 }),
+    ).toHaveLength(2);
+    expect(validateHits(hits, ORG, agent)).toMatchObject({ invalid: 0, foreign: 0 });
   });
 
   it('search: limit 10, best ts_rank first, both terms above one, similarity in [0,1)', async () => {

@@ -257,7 +257,13 @@ describe('embedded sources through retrieve (contract.md §4.3)', () => {
       });
       expect(r.hot).toHaveLength(6);
       expect(r.hot.every((h) => h.org_id === ORG && h.agent_id === AGENT)).toBe(true);
-      expect(r.cold.map((h) => contentText(h.content))).toEqual(['note memory 1 about painting']);
+      // The hit, then its dialogue neighbour (the next memory of its category: retrieval/neighbours.ts),
+      // read in the request's org: the other org's rows of the same agent and times never come back.
+      expect(r.cold.map((h) => contentText(h.content))).toEqual([
+        'note memory 1 about painting',
+        'note memory 3 about chess',
+      ]);
+      expect(r.cold.every((h) => h.org_id === ORG && h.agent_id === AGENT)).toBe(true);
       expect(r.cold[0]!.source).toBe('fts');
       expect(r.branches.map((b) => [b.name, b.status, b.detail])).toEqual([
         ['directive', 'success', ''],

@@ -197,6 +197,10 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     meaning: 'most cold hits the embedded or PostgreSQL store is asked for (10..5000)',
     default: (s) => String(s.ranking.maxCandidates),
   },
+  IBEX_CONTEXT_NEIGHBOUR_HITS: {
+    meaning: 'searches add the memories before and after this many best hits (0..20, 0 = none)',
+    default: (s) => String(s.ranking.neighbourHits),
+  },
   IBEX_CONTEXT_MAX_IN_FLIGHT: {
     meaning: 'ceiling of the adaptive admission limit (calls in flight); past the limit a call gets L2 shed',
     default: (s) => String(s.maxInFlight),
