@@ -17,6 +17,9 @@ describe('composite_v1 over gRPC', () => {
       ...memories(t.org, t.agent, 1, 'cooking')[0]!,
       id: randomUUID(),
       content: 'bought new pans for the kitchen',
+      // A category no topical memory has: otherwise it is the next memory after a hit, a dialogue
+      // neighbour, which is meant to be raised (test/retrieval/neighbours.test.ts).
+      category: 'episodic',
       created_at: Date.UTC(2025, 6, 1),
     };
     svc().store.upsertMemories([...topical, unrelated]);
