@@ -81,21 +81,19 @@ export const MAX_NEIGHBOUR_HITS = 20;
 
 /**
  * Default relevance floor (relevance = x / x_best of the call). It decides what a budget with room to
- * spare may still take: at 0.05 an unlimited budget keeps nearly every memory that matches a word of the
- * question (LoCoMo evidence recall 98.3 % with {@link DEFAULT_MAX_CANDIDATES} candidates, 95.7 % at 0.1,
- * docs/scoring.md). Bounded budgets do not depend on it.
+ * spare may still take: 0.05 holds more evidence at an unlimited budget, but a call without
+ * `available_tokens` (the whole window) then packs and formats hundreds of weak matches and misses its
+ * deadline (docs/scoring.md, "Candidate bound and floor"); a caller that wants them sets a lower floor.
  */
-export const DEFAULT_RELEVANCE_FLOOR = 0.05;
+export const DEFAULT_RELEVANCE_FLOOR = 0.15;
 
 /**
  * Default bound on cold candidates. The limit itself is sized to the budget (candidate-limit.ts): 4,000
  * tokens of chat turns ask for ~200; only a large budget (or none, sized by the context window) reaches
- * this bound. 600 holds what an unlimited budget needs (LoCoMo evidence recall 98.3 %, against 91 % at
- * 400 and 98.9 % at 1,000) at 60 % of the per-candidate work of 1,000: every candidate is scored,
- * encoded, costed and answered as a MemoryUsed row, and the README's replay (no available_tokens)
- * asks for the bound on every call (docs/scoring.md, "Candidate bound and floor").
+ * this bound. 200, not the 1,000 that holds most of what matches for an unlimited budget: at 1,000 the
+ * README's replay (no available_tokens) answered 67 of 1,000 calls past their deadline (docs/scoring.md).
  */
-export const DEFAULT_MAX_CANDIDATES = 600;
+export const DEFAULT_MAX_CANDIDATES = 200;
 
 type Env = Record<string, string | undefined>;
 

@@ -130,9 +130,9 @@ describe('composite_v1', () => {
     expect(loadRankingSettings({ IBEX_CONTEXT_RELEVANCE_FLOOR: '0.3' }).relevanceFloor).toBe(0.3);
   });
 
-  it('defaults: floor 0.05, at most 600 candidates (10..5000), relevance to the 4th power', () => {
+  it('defaults: floor 0.15, at most 200 candidates (10..5000), relevance to the 4th power', () => {
     const d = loadRankingSettings({});
-    expect([d.relevanceFloor, d.maxCandidates, d.relevanceExponent]).toEqual([0.05, 600, 4]);
+    expect([d.relevanceFloor, d.maxCandidates, d.relevanceExponent]).toEqual([0.15, 200, 4]);
     expect(loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5000' }).maxCandidates).toBe(5000);
     expect(() => loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5001' })).toThrow(
       /IBEX_CONTEXT_MAX_CANDIDATES/,
