@@ -64,3 +64,33 @@ export interface FeedbackStore {
    */
   addInclusions(rows: readonly InclusionCount[]): number | Promise<number>;
 }
+
+/**
+ * The updates {@link FeedbackStore.recordFeedback} answers: one per id of `memoryIds` found in both maps
+ * (the org's memories), in `memoryIds` order.
+ * @param previous usefulness before the write, by memory id.
+ * @param current usefulness after it, by memory id.
+ */
+export function feedbackUpdates(
+  memoryIds: readonly string[],
+  previous: ReadonlyMap<string, number>,
+  current: ReadonlyMap<string, number>,
+): UsefulnessUpdate[] {
+  const updates: UsefulnessUpdate[] = [];
+  for (const id of memoryIds) {
+    const p = previous.get(id);
+    const c = current.get(id);
+    if (p !== undefined && c !== undefined) updates.push({ memoryId: id, previous: p, current: c });
+  }
+  return updates;
+}
+
+/**
+ * Checks one {@link FeedbackStore.addInclusions} batch.
+ * @returns false for an empty batch (nothing to write).
+ * @throws RangeError above {@link INCLUSION_BATCH} rows.
+ */
+export function inclusionBatch(rows: readonly InclusionCount[]): boolean {
+  if (rows.length > INCLUSION_BATCH) throw new RangeError(`at most ${INCLUSION_BATCH} rows per batch`);
+  return rows.length > 0;
+}

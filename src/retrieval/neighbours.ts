@@ -17,7 +17,9 @@
  * relevance of composite_v1 (x / x_best, ranking/relevance.ts) values a neighbour at the share times its
  * hit's relevance.
  */
+import { MAX_NEIGHBOUR_HITS } from '../config/ranking-settings.js';
 import { compareCodePoints } from '../text/code-point-order.js';
+import { Errors } from '../wire/errors.js';
 
 export { DEFAULT_NEIGHBOUR_HITS, MAX_NEIGHBOUR_HITS } from '../config/ranking-settings.js';
 /** Share of its hit's score the next memory gets when the hit asks a question (the likely answer). */
@@ -114,4 +116,16 @@ export function mergeNeighbours<R extends { id: string; content: string | null }
 /** x descending, then id ascending by code point: the stores' own order of hits. */
 function byScore<R extends { id: string }>(a: ScoredRow<R>, b: ScoredRow<R>): number {
   return b.x - a.x || compareCodePoints(a.row.id, b.row.id);
+}
+
+/**
+ * A read's `neighbours` option checked: an integer in [0, {@link MAX_NEIGHBOUR_HITS}], default 0.
+ * @throws IbexError INVALID_ARGUMENT otherwise.
+ */
+export function neighbourArg(n: number | undefined): number {
+  if (n === undefined) return 0;
+  if (!Number.isSafeInteger(n) || n < 0 || n > MAX_NEIGHBOUR_HITS) {
+    throw Errors.invalidArgument('neighbours', `neighbours must be an integer in [0, ${MAX_NEIGHBOUR_HITS}]`);
+  }
+  return n;
 }

@@ -232,3 +232,24 @@ export function checkDirective(d: DirectiveRow): DirectiveRow {
     version_id: d.version_id,
   };
 }
+
+/**
+ * Checks the rows of a replaceAgent: every row valid ({@link checkMemory}) and of the one org+agent.
+ * @returns the canonical org and agent ids and the checked rows.
+ * @throws IbexError INVALID_ARGUMENT for a bad id, confidence or created_at, or a row of another org/agent.
+ */
+export function checkAgentRows(
+  orgId: string,
+  agentId: string,
+  rows: readonly MemoryRow[],
+): { org: string; agent: string; clean: (MemoryDbRow & { content: string })[] } {
+  const org = uuidArg('org_id', orgId);
+  const agent = uuidArg('agent_id', agentId);
+  const clean = rows.map(checkMemory);
+  for (const row of clean) {
+    if (row.org_id !== org || row.agent_id !== agent) {
+      throw Errors.invalidArgument('agent_id', `memory ${row.id} is not of org ${org} agent ${agent}`);
+    }
+  }
+  return { org, agent, clean };
+}

@@ -9,7 +9,8 @@ import { BranchError, BranchErrors } from '../branch-error.js';
 import { parseDirectiveObject } from '../directive.js';
 import type { DirectiveSource, MemorySource } from '../ports.js';
 import type { RawHits } from '../validate.js';
-import { PgStatementTimeout, type PgStore } from './pg-store.js';
+import { PgStatementTimeout } from './pg-pool.js';
+import type { PgStore } from './pg-store.js';
 
 /** Branch times (ms) the sources give their statements; the same values the retrieval stage enforces. */
 export interface PgBranchTimes {

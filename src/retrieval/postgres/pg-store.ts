@@ -28,26 +28,31 @@
  *   (docs/scaling.md, "Which store when").
  * - Memories longer than the size cap are filtered in SQL on the stored code-point length.
  */
-import { createHash } from 'node:crypto';
-import pg from 'pg';
-import { Errors } from '../../wire/errors.js';
+import type pg from 'pg';
 import {
   type FeedbackKind,
   type FeedbackStore,
-  INCLUSION_BATCH,
+  feedbackUpdates,
   type InclusionCount,
+  inclusionBatch,
   type UsefulnessUpdate,
-  usefulnessDelta,
 } from '../feedback.js';
-import { MAX_NEIGHBOUR_HITS, mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
+import { neighbourArg } from '../neighbours.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
-import { checkMemory, type MemoryDbRow as StoreDbRow, toHit, uuidArg } from '../store-rows.js';
-import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
+import { checkAgentRows, checkMemory, uuidArg } from '../store-rows.js';
+import { HOT_LIMIT } from '../validate.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
-import { CHANGE_CHANNEL, PgChangeFeed } from './pg-change-feed.js';
-import { PG_EVENTS } from './pg-stats.js';
-import { insertMemories, upsertDirective } from './pg-writes.js';
+import { PgChangeFeed } from './pg-change-feed.js';
+import { PgPool, type PgWork } from './pg-pool.js';
+import { NO_CAP, type PgReadOptions, PgReads } from './pg-reads.js';
+import {
+  addInclusionCounts,
+  applyFeedback,
+  insertMemories,
+  replaceAgentRows,
+  upsertDirective,
+} from './pg-writes.js';
 import { toWebSearchQuery } from './search-text.js';
 
 /** Options of {@link PgStore.open}. */
@@ -90,109 +95,33 @@ export interface PgStoreOptions {
   onIdleError?: (err: Error) => void;
 }
 
-/** A read's limits: the branch's time, its signal, and the contract.md §4.1 caps. */
-export interface PgReadOptions {
-  /** The branch's remaining time, ms: past it the read rejects with {@link PgStatementTimeout}. */
-  timeoutMs: number;
-  /** Aborted when the branch gives up: the read rejects with the signal's reason at once. */
-  signal?: AbortSignal;
-  /** Default 20 (hot) / 10 (search). */
-  limit?: number;
-  /** In [0,1]; default 0. */
-  minConfidence?: number;
-  /** Memories longer than this many code points are never returned. Default: no cap. */
-  maxChars?: number;
-  /**
-   * Search only: the same statement reads the dialogue neighbours of this many best hits
-   * (retrieval/neighbours.ts), 0..20; default 0, the plain text search.
-   */
-  neighbours?: number;
-}
-
-/** A `memories` row as `pg` returns it: the embedded store's row, with `created_at` a Date. */
-type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
-
-/** A read the store abandoned because it ran past its time (client-side timer or server statement_timeout). */
-export class PgStatementTimeout extends Error {
-  constructor(cause?: unknown) {
-    super('statement timeout', { cause });
-    this.name = 'PgStatementTimeout';
-  }
-}
-
-const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at, usefulness, inclusions';
-const NO_CAP = 2_147_483_647;
-/** How often the pool is topped up to `poolMin` when nothing else prompted it (e.g. the server was down). */
-const WARM_CHECK_MS = 1000;
-
-/** A read's caller: whether it stopped waiting (its time ran out or it aborted) or was answered. */
-interface Caller {
-  gaveUp: boolean;
-  answered?: boolean;
-  /** Set while the statement runs: called once when the caller stops waiting. */
-  onGiveUp?: () => void;
-}
-
-/** The name of a read statement's server-side prepared form: stable per text (which names the schema). */
-function statementName(text: string): string {
-  let name = STATEMENT_NAMES.get(text);
-  if (name === undefined) {
-    name = `ibex_${createHash('sha1').update(text).digest('hex').slice(0, 16)}`;
-    STATEMENT_NAMES.set(text, name);
-  }
-  return name;
-}
-const STATEMENT_NAMES = new Map<string, string>();
-
-/** A connection-level failure: the connection is gone, the statement did not complete. */
-function isBroken(err: unknown): boolean {
-  const code = (err as { code?: unknown })?.code;
-  if (typeof code === 'string' && (code.startsWith('57P') || code.startsWith('08') || code.startsWith('E')))
-    return true;
-  return err instanceof Error && /Connection terminated|not queryable/i.test(err.message);
-}
-
 /** PostgreSQL-backed memory and directive store. Not usable after {@link close}. */
 export class PgStore implements FeedbackStore {
   /** Schema in use. */
   readonly schema: string;
   /** What opening migrated. */
   readonly migration: MigrateResult;
-  readonly #pool: pg.Pool;
-  readonly #server: { host: string; port: number };
-  readonly #min: number;
-  readonly #statementTimeoutMs: number;
-  /** Named (server-side prepared) read statements: each connection parses and plans them once. */
-  readonly #prepared: boolean;
+  readonly #pool: PgPool;
+  readonly #reads: PgReads;
   readonly #feed: PgChangeFeed | undefined;
   readonly #hotCache: ReadCache<readonly StoreHit[]> | undefined;
   readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
-  readonly #warmTimer: NodeJS.Timeout;
-  #warming = false;
-  #closed = false;
 
   private constructor(
-    pool: pg.Pool,
+    pool: PgPool,
     schema: string,
     migration: MigrateResult,
-    server: { host: string; port: number },
-    o: { min: number; statementTimeoutMs: number; prepared: boolean; feed: PgChangeFeed | undefined },
+    feed: PgChangeFeed | undefined,
   ) {
     this.#pool = pool;
     this.schema = schema;
     this.migration = migration;
-    this.#server = server;
-    this.#min = o.min;
-    this.#statementTimeoutMs = o.statementTimeoutMs;
-    this.#prepared = o.prepared;
-    this.#feed = o.feed;
-    if (o.feed) {
-      this.#hotCache = new ReadCache(o.feed);
-      this.#directiveCache = new ReadCache(o.feed);
+    this.#reads = new PgReads(pool, schema);
+    this.#feed = feed;
+    if (feed) {
+      this.#hotCache = new ReadCache(feed);
+      this.#directiveCache = new ReadCache(feed);
     }
-    pool.on('remove', () => this.#topUp());
-    this.#warmTimer = setInterval(() => this.#topUp(), WARM_CHECK_MS);
-    this.#warmTimer.unref();
   }
 
   /**
@@ -219,17 +148,15 @@ export class PgStore implements FeedbackStore {
       ...(pooler ? {} : { options: `-c statement_timeout=${statementTimeoutMs}` }),
       keepAlive: true,
     };
-    const pool = new pg.Pool(config);
-    pool.on('connect', (client) => {
-      PG_EVENTS.connections_opened++;
-      // The pool listens for errors only on idle connections; a server's FATAL (terminated backend,
-      // restart) can reach one that is checked out between statements. Its reads see the error anyway,
-      // and the pool drops a connection that is no longer queryable when it comes back.
-      client.on('error', () => undefined);
+    // A transaction pooler may run a read on a server connection that never saw its PREPARE
+    // (PgBouncer before 1.21, or without max_prepared_statements).
+    const pool = new PgPool({
+      config,
+      min,
+      statementTimeoutMs,
+      prepared: !pooler,
+      onIdleError: opts.onIdleError,
     });
-    pool.on('remove', () => PG_EVENTS.connections_closed++);
-    // Without a listener an idle connection's error (terminated backend, restart) would crash the process.
-    pool.on('error', (err) => opts.onIdleError?.(err));
     let feed: PgChangeFeed | undefined;
     try {
       const client = await pool.connect();
@@ -239,33 +166,21 @@ export class PgStore implements FeedbackStore {
       } finally {
         client.release();
       }
-      const probe = new pg.Client({ connectionString: opts.url }) as unknown as {
-        host: string;
-        port: number;
-      };
       const listenUrl = opts.listenUrl ?? (pooler ? '' : opts.url);
       if (listenUrl !== '') feed = await PgChangeFeed.start(listenUrl, schema, applicationName);
-      const store = new PgStore(
-        pool,
-        schema,
-        migration,
-        { host: probe.host, port: probe.port },
-        // A transaction pooler may run a read on a server connection that never saw its PREPARE
-        // (PgBouncer before 1.21, or without max_prepared_statements).
-        { min, statementTimeoutMs, prepared: !pooler, feed },
-      );
+      const store = new PgStore(pool, schema, migration, feed);
       await store.warm();
       return store;
     } catch (err) {
       await feed?.close();
-      await pool.end().catch(() => undefined);
+      await pool.close().catch(() => undefined);
       throw err;
     }
   }
 
   /** Pool counters, for /readyz and tests. */
   poolStats(): { total: number; idle: number; waiting: number } {
-    return { total: this.#pool.totalCount, idle: this.#pool.idleCount, waiting: this.#pool.waitingCount };
+    return this.#pool.poolStats();
   }
 
   /** Whether hot reads and directives are being served from the cache now (a live change feed). */
@@ -277,131 +192,15 @@ export class PgStore implements FeedbackStore {
    * Opens connections until `poolMin` are open; resolves when they are (or failed to open: the periodic
    * check tries again). Runs by itself in the background; exposed for start-up and tests.
    */
-  async warm(): Promise<void> {
-    const missing = this.#min - this.#pool.totalCount;
-    if (missing <= 0 || this.#warming || this.#closed || this.#pool.waitingCount > 0) return;
-    this.#warming = true;
-    try {
-      // The pool opens a connection only when none is idle: hold the idle ones until the new ones are in.
-      const n = missing + this.#pool.idleCount;
-      const got = await Promise.allSettled(Array.from({ length: n }, () => this.#pool.connect()));
-      for (const r of got) if (r.status === 'fulfilled') r.value.release();
-    } finally {
-      this.#warming = false;
-    }
-  }
-
-  #topUp(): void {
-    if (!this.#closed && this.#pool.totalCount < this.#min) void this.warm().catch(() => undefined);
-  }
-
-  /** PostgreSQL's cancel request for `client`'s running statement, on a short-lived connection. */
-  #cancel(client: pg.PoolClient): void {
-    PG_EVENTS.cancels_sent++;
-    const { processID, secretKey } = client as unknown as { processID: number; secretKey: number };
-    const con = new pg.Connection() as unknown as pg.Connection & {
-      connect(port: number, host: string): void;
-      cancel(pid: number, key: number): void;
-    };
-    con.on('error', () => undefined);
-    con.once('connect', () => con.cancel(processID, secretKey));
-    con.connect(this.#server.port, this.#server.host);
-  }
-
-  /**
-   * Runs one read under the branch's time: rejects with {@link PgStatementTimeout} once `timeoutMs` has
-   * passed, with the signal's reason once it aborts, at once either way. The statement itself runs on to
-   * its end (at most the server-side statement_timeout) and then returns its connection to the pool.
-   * @throws PgStatementTimeout past the time; the signal's reason once aborted; pg errors otherwise.
-   */
-  #read<R extends pg.QueryResultRow>(
-    text: string,
-    values: unknown[],
-    timeoutMs: number,
-    signal?: AbortSignal,
-  ): Promise<R[]> {
-    signal?.throwIfAborted();
-    return new Promise<R[]>((resolve, reject) => {
-      const caller: Caller = { gaveUp: false };
-      const end = (answered: boolean, fn: () => void) => {
-        if (caller.gaveUp || caller.answered) return;
-        if (answered) caller.answered = true;
-        else {
-          caller.gaveUp = true;
-          caller.onGiveUp?.();
-        }
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        fn();
-      };
-      const timer = setTimeout(
-        () => end(false, () => reject(new PgStatementTimeout())),
-        Math.max(1, timeoutMs),
-      );
-      const onAbort = () => end(false, () => reject(signal?.reason));
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.#run<R>(text, values, caller, true).then(
-        (rows) => end(true, () => resolve(rows)),
-        (err: unknown) =>
-          end(true, () =>
-            reject((err as { code?: unknown })?.code === '57014' ? new PgStatementTimeout(err) : err),
-          ),
-      );
-    });
-  }
-
-  /** One statement on a pooled connection for `caller`; retried once on a connection-level error. */
-  async #run<R extends pg.QueryResultRow>(
-    text: string,
-    values: unknown[],
-    caller: Caller,
-    retry: boolean,
-  ): Promise<R[]> {
-    const client = await this.#pool.connect();
-    // Waiting for a connection may have outlasted the branch: then run nothing.
-    if (caller.gaveUp) {
-      client.release();
-      return [];
-    }
-
-    let backstop: NodeJS.Timeout | undefined;
-    let cancelled = false;
-    caller.onGiveUp = () => {
-      PG_EVENTS.reads_abandoned++;
-      backstop = setTimeout(
-        () => {
-          cancelled = true;
-          this.#cancel(client);
-        },
-        2 * this.#statementTimeoutMs + 100,
-      );
-      backstop.unref();
-    };
-    let broken: Error | undefined;
-    try {
-      const name = this.#prepared ? statementName(text) : undefined;
-      return (await client.query<R>({ text, values, ...(name ? { name } : {}) })).rows;
-    } catch (err) {
-      if (!isBroken(err)) throw err;
-      broken = err as Error;
-    } finally {
-      caller.onGiveUp = undefined;
-      clearTimeout(backstop);
-      // A cancel sent late could hit the next borrower's statement: that connection is not reused.
-      client.release(broken ?? cancelled);
-    }
-    if (retry && !caller.gaveUp) {
-      PG_EVENTS.reads_retried++;
-      return this.#run(text, values, caller, false);
-    }
-    throw broken;
+  warm(): Promise<void> {
+    return this.#pool.warm();
   }
 
   /**
    * The agent's most recent memories, then highest confidence, then id (contract.md §4.3).
    * @param orgId org to scope to; `null` = every org (the memory wire, which has no org).
    * @returns wire-shaped hits, `rank` 1..n, `similarity = confidence`, `source = "hot"`.
-   * @throws IbexError INVALID_ARGUMENT for a non-UUID id; read errors as `#read`.
+   * @throws IbexError INVALID_ARGUMENT for a non-UUID id; read errors as {@link PgPool.read}.
    */
   async hot(orgId: string | null, agentId: string, opts: PgReadOptions): Promise<StoreHit[]> {
     const agent = uuidArg('agent_id', agentId);
@@ -414,15 +213,7 @@ export class PgStore implements FeedbackStore {
     const cached = cache?.peek(key);
     if (cached !== undefined) return [...cached];
     const generation = cache?.generation ?? 0;
-    const rows = await this.#read<MemoryDbRow>(
-      `SELECT ${COLUMNS} FROM ${this.schema}.memories
-       WHERE agent_id = $1 AND ($2::uuid IS NULL OR org_id = $2) AND confidence >= $3 AND content_chars <= $4
-       ORDER BY created_at DESC, confidence DESC, id LIMIT $5`,
-      [agent, org, minConfidence, maxChars, limit],
-      opts.timeoutMs,
-      opts.signal,
-    );
-    const hits = rows.map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
+    const hits = await this.#reads.hot(agent, org, { minConfidence, maxChars, limit }, opts);
     cache?.put(key, hits, generation);
     return [...hits];
   }
@@ -443,86 +234,10 @@ export class PgStore implements FeedbackStore {
     const org = orgId === null ? null : uuidArg('org_id', orgId);
     const terms = toWebSearchQuery(query);
     if (terms === null) return [];
-    const neighbours = opts.neighbours ?? 0;
-    if (!Number.isSafeInteger(neighbours) || neighbours < 0 || neighbours > MAX_NEIGHBOUR_HITS) {
-      throw Errors.invalidArgument(
-        'neighbours',
-        `neighbours must be an integer in [0, ${MAX_NEIGHBOUR_HITS}]`,
-      );
-    }
-    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours);
-    const rows = await this.#read<MemoryDbRow & { score: number }>(
-      `SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
-       FROM ${this.schema}.memories, websearch_to_tsquery('simple', $1) AS q
-       WHERE search @@ q AND agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)
-         AND confidence >= $4 AND content_chars <= $5
-       ORDER BY score DESC, id LIMIT $6`,
-      [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, opts.limit ?? SEARCH_LIMIT],
-      opts.timeoutMs,
-      opts.signal,
-    );
-    return rows.map((row, i) => toHit(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
+    return this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours));
   }
 
-  /**
-   * {@link search} with the dialogue neighbours of the best `parents` hits, in one statement (one round
-   * trip): each neighbour is one index seek in the recency indexes, in the search's scope and filters and
-   * of its hit's category. x = s/(1−s) of ts_rank's s = rank/(rank+1) is the rank itself, which
-   * neighbours.ts shares out; the merged hits map back with s = x/(1+x).
-   */
-  async #searchWithNeighbours(
-    terms: string,
-    agent: string,
-    org: string | null,
-    opts: PgReadOptions,
-    parents: number,
-  ): Promise<StoreHit[]> {
-    const limit = opts.limit ?? SEARCH_LIMIT;
-    const scope = `agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5`;
-    const n = COLUMNS.split(', ')
-      .map((c) => `n.${c}`)
-      .join(', ');
-    const rows = await this.#read<
-      MemoryDbRow & { score: number | null; parent: number | null; next: boolean | null }
-    >(
-      `WITH hits AS (
-         SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
-         FROM ${this.schema}.memories, websearch_to_tsquery('simple', $1) AS q
-         WHERE search @@ q AND ${scope}
-         ORDER BY score DESC, id LIMIT $6),
-       top AS (
-         SELECT created_at AS at, category AS cat,
-                (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent
-         FROM hits ORDER BY score DESC, id LIMIT $7)
-       SELECT ${COLUMNS}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
-       UNION ALL
-       SELECT ${n}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
-         (SELECT ${COLUMNS}, NULL::real AS score, true AS next FROM ${this.schema}.memories
-          WHERE ${scope} AND category = top.cat AND created_at > top.at ORDER BY created_at, id LIMIT 1)
-         UNION ALL
-         (SELECT ${COLUMNS}, NULL::real AS score, false AS next FROM ${this.schema}.memories
-          WHERE ${scope} AND category = top.cat AND created_at < top.at ORDER BY created_at DESC, id LIMIT 1)
-       ) n`,
-      [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, limit, parents],
-      opts.timeoutMs,
-      opts.signal,
-    );
-    const hits: ScoredRow<MemoryDbRow>[] = [];
-    const near: NeighbourRow<MemoryDbRow>[] = [];
-    for (const { score, parent, next, ...row } of rows) {
-      if (parent === null) {
-        const s = Math.min(1, Math.max(0, score ?? 0));
-        hits.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
-      } else near.push({ row, parent, next: next === true });
-    }
-    // The order `top` numbered its parents by (ts_rank's float4 as a double is exact).
-    hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
-    return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
-      toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
-    );
-  }
-
-  /** The stored directive as a contract.md §4.2 envelope, or `null` when none is stored. Throws as `#read`. */
+  /** The stored directive as a contract.md §4.2 envelope, or `null` when none is stored. Throws as `hot`. */
   async getDirective(
     orgId: string,
     agentId: string,
@@ -535,22 +250,7 @@ export class PgStore implements FeedbackStore {
     const cached = cache?.peek(key);
     if (cached !== undefined) return cached;
     const generation = cache?.generation ?? 0;
-    const rows = await this.#read<{ content: string | null; injection_mode: string; version_id: string }>(
-      `SELECT content, injection_mode, version_id FROM ${this.schema}.directives WHERE org_id = $1 AND agent_id = $2`,
-      [org, agent],
-      opts.timeoutMs,
-      opts.signal,
-    );
-    const row = rows[0];
-    const envelope =
-      row === undefined
-        ? null
-        : {
-            v: 1 as const,
-            content: row.content,
-            injection_mode: row.injection_mode,
-            version_id: row.version_id,
-          };
+    const envelope = await this.#reads.directive(org, agent, opts);
     cache?.put(key, envelope, generation);
     return envelope;
   }
@@ -566,18 +266,8 @@ export class PgStore implements FeedbackStore {
     rows: readonly MemoryRow[],
     directive?: DirectiveRow,
   ): Promise<number> {
-    const org = uuidArg('org_id', orgId);
-    const agent = uuidArg('agent_id', agentId);
-    const clean = rows.map(checkMemory);
-    for (const row of clean) {
-      if (row.org_id !== org || row.agent_id !== agent)
-        throw Errors.invalidArgument('agent_id', `memory ${row.id} is not of org ${org} agent ${agent}`);
-    }
-    await this.#transaction(async (client) => {
-      await client.query('DELETE FROM memories WHERE org_id = $1 AND agent_id = $2', [org, agent]);
-      await insertMemories(client, clean);
-      if (directive !== undefined) await upsertDirective(client, directive);
-    });
+    const { org, agent, clean } = checkAgentRows(orgId, agentId, rows);
+    await this.#transaction((client) => replaceAgentRows(client, org, agent, clean, directive));
     return clean.length;
   }
 
@@ -610,24 +300,13 @@ export class PgStore implements FeedbackStore {
     const org = uuidArg('org_id', orgId);
     let rows: { id: string; previous: number; current: number }[] = [];
     await this.#transaction(async (client) => {
-      const r = await client.query<{ id: string; previous: number; current: number }>(
-        `WITH prev AS (
-           SELECT id, usefulness FROM memories WHERE org_id = $1 AND id = ANY($2::uuid[])
-           ORDER BY id FOR UPDATE)
-         UPDATE memories m SET usefulness = LEAST(1, GREATEST(0, prev.usefulness + $3))
-         FROM prev WHERE m.id = prev.id
-         RETURNING m.id, prev.usefulness AS previous, m.usefulness AS current`,
-        [org, memoryIds, usefulnessDelta(kind)],
-      );
-      rows = r.rows;
+      rows = await applyFeedback(client, org, memoryIds, kind);
     });
-    const byId = new Map(rows.map((r) => [r.id, r]));
-    const updates: UsefulnessUpdate[] = [];
-    for (const id of memoryIds) {
-      const r = byId.get(id);
-      if (r !== undefined) updates.push({ memoryId: id, previous: r.previous, current: r.current });
-    }
-    return updates;
+    return feedbackUpdates(
+      memoryIds,
+      new Map(rows.map((r) => [r.id, r.previous])),
+      new Map(rows.map((r) => [r.id, r.current])),
+    );
   }
 
   /**
@@ -636,30 +315,22 @@ export class PgStore implements FeedbackStore {
    * @returns rows updated.
    */
   async addInclusions(rows: readonly InclusionCount[]): Promise<number> {
-    if (rows.length === 0) return 0;
-    if (rows.length > INCLUSION_BATCH) throw new RangeError(`at most ${INCLUSION_BATCH} rows per batch`);
+    if (!inclusionBatch(rows)) return 0;
     let changed = 0;
     await this.#transaction(async (client) => {
-      const r = await client.query(
-        `UPDATE memories m SET inclusions = LEAST(2147483647, m.inclusions::bigint + c.n)
-         FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS c(id, org, n)
-         WHERE m.id = c.id AND m.org_id = c.org`,
-        [rows.map((r) => r.memoryId), rows.map((r) => r.orgId), rows.map((r) => r.count)],
-      );
-      changed = r.rowCount ?? 0;
+      changed = await addInclusionCounts(client, rows);
     });
     return changed;
   }
 
   /** Row counts, for ingest summaries and tests. */
   async counts(): Promise<{ memories: number; directives: number; agents: number }> {
-    const r = await this.#pool.query<{ m: string; a: string; d: string }>(
+    const [row] = await this.#pool.query<{ m: string; a: string; d: string }>(
       `SELECT (SELECT count(*) FROM ${this.schema}.memories) AS m,
               (SELECT count(*) FROM (SELECT DISTINCT org_id, agent_id FROM ${this.schema}.memories) s) AS a,
               (SELECT count(*) FROM ${this.schema}.directives) AS d`,
     );
-    const row = r.rows[0]!;
-    return { memories: Number(row.m), agents: Number(row.a), directives: Number(row.d) };
+    return { memories: Number(row!.m), agents: Number(row!.a), directives: Number(row!.d) };
   }
 
   /**
@@ -670,23 +341,9 @@ export class PgStore implements FeedbackStore {
     await this.#pool.query(`ANALYZE ${this.schema}.memories, ${this.schema}.directives`);
   }
 
-  async #transaction(work: (client: pg.PoolClient) => Promise<void>): Promise<void> {
-    const client = await this.#pool.connect();
+  async #transaction(work: PgWork): Promise<void> {
     try {
-      await client.query('BEGIN');
-      // Transaction-scoped, so nothing outlives it on a pooled server connection: the writes' unqualified
-      // names, and no read-sized statement_timeout for a write.
-      await client.query(
-        "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true), pg_notify($2, $1)",
-        [this.schema, CHANGE_CHANNEL],
-      );
-      await work(client);
-      await client.query('COMMIT');
-      client.release();
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => undefined);
-      client.release(isBroken(err));
-      throw err;
+      await this.#pool.transaction(this.schema, work);
     } finally {
       this.#feed?.noteWrite();
     }
@@ -694,9 +351,7 @@ export class PgStore implements FeedbackStore {
 
   /** Closes every connection; idempotent. */
   async close(): Promise<void> {
-    this.#closed = true;
-    clearInterval(this.#warmTimer);
     await this.#feed?.close();
-    if (!this.#pool.ended && !this.#pool.ending) await this.#pool.end();
+    await this.#pool.close();
   }
 }

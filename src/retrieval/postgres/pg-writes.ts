@@ -1,9 +1,10 @@
 /**
  * Writes of the PostgreSQL store: memory rows checked by the embedded store's checkMemory,
- * batched multi-row upserts with the search column computed from search-text.ts, directive upserts.
- * Run inside the store's transactions (pg-store.ts).
+ * batched multi-row upserts with the search column computed from search-text.ts, directive upserts,
+ * feedback and inclusion counts. Run inside the store's transactions (pg-store.ts).
  */
 import type pg from 'pg';
+import { type FeedbackKind, type InclusionCount, usefulnessDelta } from '../feedback.js';
 import type { DirectiveRow, MemoryRow } from '../store-rows.js';
 import { uuidArg } from '../store-rows.js';
 import { indexText } from './search-text.js';
@@ -42,4 +43,54 @@ export async function upsertDirective(client: pg.PoolClient, d: DirectiveRow): P
        injection_mode = excluded.injection_mode, version_id = excluded.version_id`,
     [uuidArg('org_id', d.org_id), uuidArg('agent_id', d.agent_id), d.content, d.injection_mode, d.version_id],
   );
+}
+
+/** Replaces one org+agent's memories with `rows` (already checked), and its directive when given. */
+export async function replaceAgentRows(
+  client: pg.PoolClient,
+  org: string,
+  agent: string,
+  rows: readonly MemoryRow[],
+  directive: DirectiveRow | undefined,
+): Promise<void> {
+  await client.query('DELETE FROM memories WHERE org_id = $1 AND agent_id = $2', [org, agent]);
+  await insertMemories(client, rows);
+  if (directive !== undefined) await upsertDirective(client, directive);
+}
+
+/**
+ * Moves the usefulness of the org's memories among `memoryIds` by one feedback step. The rows are locked
+ * before their old value is read, in id order (concurrent calls wait for each other, never deadlock).
+ * @returns each updated memory's usefulness before and after.
+ */
+export async function applyFeedback(
+  client: pg.PoolClient,
+  org: string,
+  memoryIds: readonly string[],
+  kind: FeedbackKind,
+): Promise<{ id: string; previous: number; current: number }[]> {
+  const r = await client.query<{ id: string; previous: number; current: number }>(
+    `WITH prev AS (
+       SELECT id, usefulness FROM memories WHERE org_id = $1 AND id = ANY($2::uuid[])
+       ORDER BY id FOR UPDATE)
+     UPDATE memories m SET usefulness = LEAST(1, GREATEST(0, prev.usefulness + $3))
+     FROM prev WHERE m.id = prev.id
+     RETURNING m.id, prev.usefulness AS previous, m.usefulness AS current`,
+    [org, memoryIds, usefulnessDelta(kind)],
+  );
+  return r.rows;
+}
+
+/** Adds inclusion counts in one statement (a row of another org changes nothing); returns rows updated. */
+export async function addInclusionCounts(
+  client: pg.PoolClient,
+  rows: readonly InclusionCount[],
+): Promise<number> {
+  const r = await client.query(
+    `UPDATE memories m SET inclusions = LEAST(2147483647, m.inclusions::bigint + c.n)
+     FROM unnest($1::uuid[], $2::uuid[], $3::integer[]) AS c(id, org, n)
+     WHERE m.id = c.id AND m.org_id = c.org`,
+    [rows.map((r) => r.memoryId), rows.map((r) => r.orgId), rows.map((r) => r.count)],
+  );
+  return r.rowCount ?? 0;
 }

@@ -6,7 +6,8 @@
  * Calls are synchronous; the service makes every read (hot, search, directive) in store-read threads
  * (store-reader.ts), so SQLite never runs on the gRPC event loop. Writes (ingest, dev tools) stay in-process.
  * Statements are prepared once in the constructor; hot reads and directives are cached per connection
- * until a write ({@link ReadCache}); the schema and its migrations live in store-schema.ts.
+ * until a write ({@link ReadCache}); the write path is embedded-writes.ts, the schema and its migrations
+ * store-schema.ts.
  *
  * Caps (contract.md §4.1): at most `limit` hits (hot 20, cold 10), and a memory longer than
  * `maxMemoryChars` code points comes back as `{oversize: true, memory: {content: null, …}}` — decided by
@@ -24,29 +25,15 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { MemoryContent } from '../../text/content-bytes.js';
 import { toFtsQuery } from '../../text/fts-query.js';
-import { Errors } from '../../wire/errors.js';
-import {
-  type FeedbackKind,
-  type FeedbackStore,
-  INCLUSION_BATCH,
-  type InclusionCount,
-  type UsefulnessUpdate,
-  usefulnessDelta,
-} from '../feedback.js';
-import { MAX_NEIGHBOUR_HITS, mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
-import { noteThreadWrite, ReadCache, WriteWatch } from '../read-cache.js';
+import { mergeNeighbours, type NeighbourRow, neighbourArg, type ScoredRow } from '../neighbours.js';
+import { ReadCache, WriteWatch } from '../read-cache.js';
 import {
   bm25ToSimilarity,
-  checkDirective,
-  checkMemory,
   DEFAULT_MAX_MEMORY_CHARS,
   type DirectiveEnvelope,
-  type DirectiveRow,
-  dbRow,
   freezeHits,
   limitArg,
   type MemoryDbRow,
-  type MemoryRow,
   maxCharsArg,
   minConfidenceArg,
   type OpenOptions,
@@ -57,6 +44,7 @@ import {
   uuidArg,
 } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
+import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
 import { prepareConnection } from './store-schema.js';
 
@@ -118,15 +106,6 @@ interface NeighbourParams {
   category: string;
 }
 
-/** {@link ReadOptions.neighbours} checked: an integer in [0, {@link MAX_NEIGHBOUR_HITS}], default 0. */
-function neighbourArg(n: number | undefined): number {
-  if (n === undefined) return 0;
-  if (!Number.isSafeInteger(n) || n < 0 || n > MAX_NEIGHBOUR_HITS) {
-    throw Errors.invalidArgument('neighbours', `neighbours must be an integer in [0, ${MAX_NEIGHBOUR_HITS}]`);
-  }
-  return n;
-}
-
 interface ReadParams {
   org: string | null;
   agent: string;
@@ -136,10 +115,9 @@ interface ReadParams {
 }
 
 /** SQLite-backed memory and directive store (contract.md §4.3). Not safe to use after {@link close}. */
-export class EmbeddedStore implements FeedbackStore {
+export class EmbeddedStore extends EmbeddedWriter {
   /** The database file path (`:memory:` for an in-memory store). */
   readonly path: string;
-  readonly #db: Database.Database;
   readonly #maxChars: number;
   readonly #hotCache: ReadCache<readonly StoreHit[]> | undefined;
   /**
@@ -153,21 +131,14 @@ export class EmbeddedStore implements FeedbackStore {
   readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
   readonly #next: Database.Statement<NeighbourParams, MemoryDbRow>;
   readonly #previous: Database.Statement<NeighbourParams, MemoryDbRow>;
-  readonly #upsert: Database.Statement<MemoryDbRow & { scope: string; chars: number }>;
-  readonly #deleteScope: Database.Statement<[string, string]>;
   readonly #getDirective: Database.Statement<
     [string, string],
     { content: string | null; injection_mode: string; version_id: string }
   >;
-  readonly #setDirective: Database.Statement<DirectiveRow>;
-  readonly #deleteDirective: Database.Statement<[string, string]>;
-  readonly #feedbackBefore: Database.Statement<[string, string], { id: string; usefulness: number }>;
-  readonly #feedback: Database.Statement<[number, string, string], { id: string; usefulness: number }>;
-  readonly #inclusions: Database.Statement<[string]>;
 
   private constructor(file: string, db: Database.Database, options: OpenOptions) {
+    super(db);
     this.path = file;
-    this.#db = db;
     this.#maxChars = maxCharsArg(options.maxMemoryChars, DEFAULT_MAX_MEMORY_CHARS);
     if (options.cache !== false) {
       // One watch for both caches: at most one `PRAGMA data_version` per check interval per connection.
@@ -199,36 +170,8 @@ export class EmbeddedStore implements FeedbackStore {
     );
     this.#next = db.prepare(neighbourSql(true));
     this.#previous = db.prepare(neighbourSql(false));
-    this.#upsert = db.prepare(
-      `INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, scope, chars)
-       VALUES (@id, @org_id, @agent_id, @content, @category, @confidence, @created_at, @scope, @chars)
-       ON CONFLICT (id) DO UPDATE SET org_id = excluded.org_id, agent_id = excluded.agent_id,
-         content = excluded.content, category = excluded.category, confidence = excluded.confidence,
-         created_at = excluded.created_at, scope = excluded.scope, chars = excluded.chars`,
-    );
-    this.#deleteScope = db.prepare('DELETE FROM memories WHERE org_id = ? AND agent_id = ?');
     this.#getDirective = db.prepare(
       'SELECT content, injection_mode, version_id FROM directives WHERE org_id = ? AND agent_id = ?',
-    );
-    this.#setDirective = db.prepare(
-      `INSERT INTO directives (org_id, agent_id, content, injection_mode, version_id)
-       VALUES (@org_id, @agent_id, @content, @injection_mode, @version_id)
-       ON CONFLICT (org_id, agent_id) DO UPDATE SET content = excluded.content,
-         injection_mode = excluded.injection_mode, version_id = excluded.version_id`,
-    );
-    this.#deleteDirective = db.prepare('DELETE FROM directives WHERE org_id = ? AND agent_id = ?');
-    this.#feedbackBefore = db.prepare(
-      'SELECT id, usefulness FROM memories WHERE +org_id = ? AND id IN (SELECT value FROM json_each(?))',
-    );
-    this.#feedback = db.prepare(
-      `UPDATE memories SET usefulness = min(1.0, max(0.0, usefulness + ?))
-       WHERE +org_id = ? AND id IN (SELECT value FROM json_each(?))
-       RETURNING id, usefulness`,
-    );
-    this.#inclusions = db.prepare(
-      `UPDATE memories SET inclusions = min(2147483647, inclusions + c.n)
-       FROM (SELECT value ->> 0 AS id, value ->> 1 AS org, value ->> 2 AS n FROM json_each(?)) c
-       WHERE memories.id = c.id AND memories.org_id = c.org`,
     );
   }
 
@@ -350,85 +293,6 @@ export class EmbeddedStore implements FeedbackStore {
     );
   }
 
-  /** Merges the FTS5 index into one segment (after a bulk import: fewer segments, faster searches). */
-  optimize(): void {
-    this.#db.prepare("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')").run();
-    this.#noteWrite();
-  }
-
-  #noteWrite(): void {
-    noteThreadWrite();
-  }
-
-  /**
-   * Inserts or replaces memories (by id) in one transaction.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a non-UUID id, a confidence outside [0,1] or a
-   *   non-finite created_at; nothing is written then.
-   */
-  upsertMemories(rows: readonly MemoryRow[]): number {
-    const clean = rows.map(checkMemory);
-    try {
-      this.#db.transaction(() => {
-        for (const row of clean) this.#upsert.run(dbRow(row));
-      })();
-    } finally {
-      this.#noteWrite();
-    }
-    return clean.length;
-  }
-
-  /**
-   * Replaces everything the store holds for one org+agent (memories, and the directive when given) in
-   * one transaction, so re-running an import is idempotent and readers never see a half-written agent.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` as {@link upsertMemories}, or when a row is of another
-   *   org/agent.
-   */
-  replaceAgent(orgId: string, agentId: string, rows: readonly MemoryRow[], directive?: DirectiveRow): number {
-    const org = uuidArg('org_id', orgId);
-    const agent = uuidArg('agent_id', agentId);
-    const clean = rows.map(checkMemory);
-    for (const row of clean) {
-      if (row.org_id !== org || row.agent_id !== agent) {
-        throw Errors.invalidArgument('agent_id', `memory ${row.id} is not of org ${org} agent ${agent}`);
-      }
-    }
-    const dir = directive === undefined ? undefined : checkDirective(directive);
-    try {
-      this.#db.transaction(() => {
-        this.#deleteScope.run(org, agent);
-        for (const row of clean) this.#upsert.run(dbRow(row));
-        if (dir !== undefined) this.#setDirective.run(dir);
-      })();
-    } finally {
-      this.#noteWrite();
-    }
-    return clean.length;
-  }
-
-  /** Deletes one org+agent's memories; returns how many. */
-  deleteMemories(orgId: string, agentId: string): number {
-    const changes = this.#deleteScope.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
-    this.#noteWrite();
-    return changes;
-  }
-
-  /**
-   * Stores (or replaces) the directive of one org+agent. Values are stored as given: the contract.md §4.2 rules
-   * are applied on read, exactly as for a Redis value.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` when org_id or agent_id is not a UUID.
-   */
-  setDirective(directive: DirectiveRow): void {
-    this.#setDirective.run(checkDirective(directive));
-    this.#noteWrite();
-  }
-
-  /** Removes a directive; returns whether one existed. */
-  deleteDirective(orgId: string, agentId: string): boolean {
-    const changes = this.#deleteDirective.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
-    this.#noteWrite();
-    return changes > 0;
-  }
-
   /**
    * The stored directive as a contract.md §4.2 envelope (frozen, shared), or `null` when none is stored; served
    * from the read cache until a write.
@@ -448,64 +312,5 @@ export class EmbeddedStore implements FeedbackStore {
       });
     };
     return this.#directiveCache === undefined ? read() : this.#directiveCache.get(`${org}|${agent}`, read);
-  }
-
-  /**
-   * RecordMemoryFeedback on this store (contract.md §7a): one statement in one transaction, scoped by
-   * `org_id` in SQL, so another org's memory is never read or written.
-   * @param orgId canonical lower-case UUID.
-   * @param memoryIds canonical lower-case UUIDs, distinct.
-   * @returns the org's memories among `memoryIds`, in that order, with their usefulness before and after.
-   */
-  recordFeedback(orgId: string, memoryIds: readonly string[], kind: FeedbackKind): UsefulnessUpdate[] {
-    const org = uuidArg('org_id', orgId);
-    const ids = JSON.stringify(memoryIds);
-    // IMMEDIATE: the write lock is taken before the read, so no other writer moves a value in between.
-    const { before, after } = this.#db
-      .transaction(() => ({
-        before: this.#feedbackBefore.all(org, ids),
-        after: this.#feedback.all(usefulnessDelta(kind), org, ids),
-      }))
-      .immediate();
-    this.#noteWrite();
-    const previous = new Map(before.map((r) => [r.id, r.usefulness]));
-    const current = new Map(after.map((r) => [r.id, r.usefulness]));
-    const updates: UsefulnessUpdate[] = [];
-    for (const id of memoryIds) {
-      const p = previous.get(id);
-      const c = current.get(id);
-      if (p !== undefined && c !== undefined) updates.push({ memoryId: id, previous: p, current: c });
-    }
-    return updates;
-  }
-
-  /**
-   * Adds inclusion counts in one statement (at most {@link INCLUSION_BATCH} rows: a larger batch is an
-   * error). A row whose memory is not of its org changes nothing.
-   * @returns rows updated.
-   */
-  addInclusions(rows: readonly InclusionCount[]): number {
-    if (rows.length === 0) return 0;
-    if (rows.length > INCLUSION_BATCH) throw new RangeError(`at most ${INCLUSION_BATCH} rows per batch`);
-    const payload = JSON.stringify(rows.map((r) => [r.memoryId, r.orgId, r.count]));
-    try {
-      return this.#inclusions.run(payload).changes;
-    } finally {
-      this.#noteWrite();
-    }
-  }
-
-  /** Row counts, for ingest summaries and tests. */
-  counts(): { memories: number; directives: number; agents: number } {
-    const m = this.#db
-      .prepare('SELECT COUNT(*) AS n, COUNT(DISTINCT org_id || agent_id) AS a FROM memories')
-      .get() as { n: number; a: number };
-    const d = this.#db.prepare('SELECT COUNT(*) AS n FROM directives').get() as { n: number };
-    return { memories: m.n, directives: d.n, agents: m.a };
-  }
-
-  /** Closes the database; idempotent. */
-  close(): void {
-    if (this.#db.open) this.#db.close();
   }
 }

@@ -11,13 +11,10 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { PgStatementTimeout } from '../../../src/retrieval/postgres/pg-pool.js';
 import { PgMemorySource } from '../../../src/retrieval/postgres/pg-sources.js';
 import { pgEvents } from '../../../src/retrieval/postgres/pg-stats.js';
-import {
-  PgStatementTimeout,
-  PgStore,
-  type PgStoreOptions,
-} from '../../../src/retrieval/postgres/pg-store.js';
+import { PgStore, type PgStoreOptions } from '../../../src/retrieval/postgres/pg-store.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import {
   adminQuery,

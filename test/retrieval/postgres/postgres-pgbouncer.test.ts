@@ -6,7 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { PgStatementTimeout, PgStore } from '../../../src/retrieval/postgres/pg-store.js';
+import { PgStatementTimeout } from '../../../src/retrieval/postgres/pg-pool.js';
+import { PgStore } from '../../../src/retrieval/postgres/pg-store.js';
 import { describePgBouncer, type PgBouncer, startTestPgBouncer } from '../../helpers/pgbouncer.js';
 import { adminQuery, dropSchema, PG_TEST_URL, pgTestFile } from '../../helpers/postgres.js';
 import { memoriesOf } from '../fixtures.js';

@@ -1,0 +1,178 @@
+/**
+ * The PostgreSQL store's read statements (pg-store.ts): hot memories, cold search (with dialogue
+ * neighbours in the same statement), the directive. Ids arrive checked; caching is the store's.
+ */
+import type pg from 'pg';
+import { mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
+import type { DirectiveEnvelope, StoreHit } from '../store-rows.js';
+import { type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
+import { SEARCH_LIMIT } from '../validate.js';
+import type { PgPool } from './pg-pool.js';
+
+/** A read's limits: the branch's time, its signal, and the contract.md §4.1 caps. */
+export interface PgReadOptions {
+  /** The branch's remaining time, ms: past it the read rejects with {@link PgStatementTimeout}. */
+  timeoutMs: number;
+  /** Aborted when the branch gives up: the read rejects with the signal's reason at once. */
+  signal?: AbortSignal;
+  /** Default 20 (hot) / 10 (search). */
+  limit?: number;
+  /** In [0,1]; default 0. */
+  minConfidence?: number;
+  /** Memories longer than this many code points are never returned. Default: no cap. */
+  maxChars?: number;
+  /**
+   * Search only: the same statement reads the dialogue neighbours of this many best hits
+   * (retrieval/neighbours.ts), 0..20; default 0, the plain text search.
+   */
+  neighbours?: number;
+}
+
+/** A `memories` row as `pg` returns it: the embedded store's row, with `created_at` a Date. */
+type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
+
+const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at, usefulness, inclusions';
+/** The `maxChars` of a read without a cap. */
+export const NO_CAP = 2_147_483_647;
+
+/** The read statements of one schema, run through the store's pool under each read's time. */
+export class PgReads {
+  readonly #pool: PgPool;
+  readonly #schema: string;
+
+  constructor(pool: PgPool, schema: string) {
+    this.#pool = pool;
+    this.#schema = schema;
+  }
+
+  #read<R extends pg.QueryResultRow>(
+    text: string,
+    values: unknown[],
+    opts: Pick<PgReadOptions, 'timeoutMs' | 'signal'>,
+  ): Promise<R[]> {
+    return this.#pool.read<R>(text, values, opts.timeoutMs, opts.signal);
+  }
+
+  /**
+   * The agent's hot memories (newest first, then confidence, then id), as hits `rank` 1..n with
+   * `similarity = confidence`. Throws as {@link PgPool.read}.
+   */
+  async hot(
+    agent: string,
+    org: string | null,
+    p: { minConfidence: number; maxChars: number; limit: number },
+    opts: PgReadOptions,
+  ): Promise<StoreHit[]> {
+    const rows = await this.#read<MemoryDbRow>(
+      `SELECT ${COLUMNS} FROM ${this.#schema}.memories
+       WHERE agent_id = $1 AND ($2::uuid IS NULL OR org_id = $2) AND confidence >= $3 AND content_chars <= $4
+       ORDER BY created_at DESC, confidence DESC, id LIMIT $5`,
+      [agent, org, p.minConfidence, p.maxChars, p.limit],
+      opts,
+    );
+    return rows.map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
+  }
+
+  /**
+   * Full-text search for `terms` (a `websearch_to_tsquery` text), best `ts_rank(…, 1|32)` first, with the
+   * dialogue neighbours of the best `neighbours` hits when that is above 0. Throws as {@link PgPool.read}.
+   */
+  async search(
+    terms: string,
+    agent: string,
+    org: string | null,
+    opts: PgReadOptions,
+    neighbours: number,
+  ): Promise<StoreHit[]> {
+    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours);
+    const rows = await this.#read<MemoryDbRow & { score: number }>(
+      `SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
+       FROM ${this.#schema}.memories, websearch_to_tsquery('simple', $1) AS q
+       WHERE search @@ q AND agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)
+         AND confidence >= $4 AND content_chars <= $5
+       ORDER BY score DESC, id LIMIT $6`,
+      [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, opts.limit ?? SEARCH_LIMIT],
+      opts,
+    );
+    return rows.map((row, i) => toHit(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
+  }
+
+  /**
+   * {@link search} with the dialogue neighbours of the best `parents` hits, in one statement (one round
+   * trip): each neighbour is one index seek in the recency indexes, in the search's scope and filters and
+   * of its hit's category. x = s/(1−s) of ts_rank's s = rank/(rank+1) is the rank itself, which
+   * neighbours.ts shares out; the merged hits map back with s = x/(1+x).
+   */
+  async #searchWithNeighbours(
+    terms: string,
+    agent: string,
+    org: string | null,
+    opts: PgReadOptions,
+    parents: number,
+  ): Promise<StoreHit[]> {
+    const limit = opts.limit ?? SEARCH_LIMIT;
+    const scope = `agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5`;
+    const n = COLUMNS.split(', ')
+      .map((c) => `n.${c}`)
+      .join(', ');
+    const rows = await this.#read<
+      MemoryDbRow & { score: number | null; parent: number | null; next: boolean | null }
+    >(
+      `WITH hits AS (
+         SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
+         FROM ${this.#schema}.memories, websearch_to_tsquery('simple', $1) AS q
+         WHERE search @@ q AND ${scope}
+         ORDER BY score DESC, id LIMIT $6),
+       top AS (
+         SELECT created_at AS at, category AS cat,
+                (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent
+         FROM hits ORDER BY score DESC, id LIMIT $7)
+       SELECT ${COLUMNS}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
+       UNION ALL
+       SELECT ${n}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
+         (SELECT ${COLUMNS}, NULL::real AS score, true AS next FROM ${this.#schema}.memories
+          WHERE ${scope} AND category = top.cat AND created_at > top.at ORDER BY created_at, id LIMIT 1)
+         UNION ALL
+         (SELECT ${COLUMNS}, NULL::real AS score, false AS next FROM ${this.#schema}.memories
+          WHERE ${scope} AND category = top.cat AND created_at < top.at ORDER BY created_at DESC, id LIMIT 1)
+       ) n`,
+      [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, limit, parents],
+      opts,
+    );
+    const hits: ScoredRow<MemoryDbRow>[] = [];
+    const near: NeighbourRow<MemoryDbRow>[] = [];
+    for (const { score, parent, next, ...row } of rows) {
+      if (parent === null) {
+        const s = Math.min(1, Math.max(0, score ?? 0));
+        hits.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
+      } else near.push({ row, parent, next: next === true });
+    }
+    // The order `top` numbered its parents by (ts_rank's float4 as a double is exact).
+    hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
+    return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
+      toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
+    );
+  }
+
+  /** The stored directive as a contract.md §4.2 envelope, or `null`. Throws as {@link PgPool.read}. */
+  async directive(
+    org: string,
+    agent: string,
+    opts: Pick<PgReadOptions, 'timeoutMs' | 'signal'>,
+  ): Promise<DirectiveEnvelope | null> {
+    const rows = await this.#read<{ content: string | null; injection_mode: string; version_id: string }>(
+      `SELECT content, injection_mode, version_id FROM ${this.#schema}.directives WHERE org_id = $1 AND agent_id = $2`,
+      [org, agent],
+      opts,
+    );
+    const row = rows[0];
+    return row === undefined
+      ? null
+      : {
+          v: 1 as const,
+          content: row.content,
+          injection_mode: row.injection_mode,
+          version_id: row.version_id,
+        };
+  }
+}
