@@ -75,17 +75,36 @@ export interface WriteStamp {
   stamp(): number;
 }
 
+/** Bounds of a {@link ReadCache} besides its write stamp. */
+export interface ReadCacheOptions {
+  /** Most entries; default {@link READ_CACHE_ENTRIES}. */
+  capacity?: number;
+  /**
+   * Longest an entry is served, ms, whatever the stamp says: the bound of a change the stamp does not
+   * announce (the PostgreSQL store's inclusion counts). Default: none.
+   */
+  maxAgeMs?: number;
+  /** A monotonic ms clock (tests inject one). */
+  now?: () => number;
+}
+
 export class ReadCache<V> {
   readonly #watch: WriteStamp;
   readonly #entries = new Map<string, V>();
+  /** When each entry was stored, ms; kept only with a `maxAgeMs`. */
+  readonly #stored = new Map<string, number>();
   #seenStamp = -1;
   #generation = 0;
   readonly #capacity: number;
+  readonly #maxAgeMs: number | undefined;
+  readonly #now: () => number;
 
   /** @param watch the connection's write watch (or another {@link WriteStamp}), shared by its caches. */
-  constructor(watch: WriteStamp, capacity = READ_CACHE_ENTRIES) {
+  constructor(watch: WriteStamp, options: ReadCacheOptions = {}) {
     this.#watch = watch;
-    this.#capacity = capacity;
+    this.#capacity = options.capacity ?? READ_CACHE_ENTRIES;
+    this.#maxAgeMs = options.maxAgeMs;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   /** The cached answer for `key`, or `load()`'s (cached) when absent or stale. */
@@ -106,8 +125,17 @@ export class ReadCache<V> {
     const stamp = this.#watch.stamp();
     if (stamp !== this.#seenStamp) {
       this.#entries.clear();
+      this.#stored.clear();
       this.#generation++;
       this.#seenStamp = stamp;
+    }
+    if (this.#maxAgeMs !== undefined) {
+      const at = this.#stored.get(key);
+      if (at !== undefined && this.#now() - at > this.#maxAgeMs) {
+        this.#entries.delete(key);
+        this.#stored.delete(key);
+        return undefined;
+      }
     }
     return this.#entries.get(key);
   }
@@ -126,8 +154,10 @@ export class ReadCache<V> {
     if (this.#entries.size >= this.#capacity) {
       const oldest = this.#entries.keys().next().value as string;
       this.#entries.delete(oldest);
+      this.#stored.delete(oldest);
     }
     this.#entries.set(key, value);
+    if (this.#maxAgeMs !== undefined) this.#stored.set(key, this.#now());
   }
 
   /** Entries held now (tests). */

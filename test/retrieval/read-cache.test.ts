@@ -86,3 +86,17 @@ describe('ReadCache write check', () => {
     expect(pragmas).toBe(2);
   });
 });
+
+describe('ReadCache maxAgeMs', () => {
+  it('serves an entry up to maxAgeMs after it was stored, then loads it again', () => {
+    let t = 0;
+    const aged = new ReadCache<number>({ stamp: () => 0 }, { maxAgeMs: 100, now: () => t });
+    expect(aged.get('k', () => 1)).toBe(1);
+    t = 100;
+    expect(aged.get('k', () => 2)).toBe(1);
+    t = 101;
+    expect(aged.get('k', () => 2)).toBe(2);
+    t = 150;
+    expect(aged.get('k', () => 3)).toBe(2);
+  });
+});

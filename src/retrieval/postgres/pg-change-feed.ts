@@ -1,5 +1,5 @@
 /**
- * Cross-replica invalidation of the PostgreSQL store's read cache: every write transaction runs
+ * Cross-replica invalidation of the PostgreSQL store's read cache: every content write transaction runs
  * `pg_notify('ibex_context', <schema>)`, delivered at commit to every replica LISTENing on a dedicated
  * connection. The feed's {@link PgChangeFeed.stamp} moves on each such notification (and on this process's
  * own commits at once), which empties the caches before their next read (read-cache.ts).
@@ -79,7 +79,10 @@ export class PgChangeFeed {
     client.on('error', lost);
     client.on('end', lost);
     client.on('notification', (n) => {
-      if (n.channel === CHANGE_CHANNEL && n.payload === this.#schema) this.#stamp++;
+      if (n.channel === CHANGE_CHANNEL && n.payload === this.#schema) {
+        PG_EVENTS.cache_invalidations++;
+        this.#stamp++;
+      }
     });
     this.#client = client;
     try {

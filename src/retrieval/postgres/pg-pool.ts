@@ -60,6 +60,12 @@ export interface PgPoolOptions {
   onIdleError?: (err: Error) => void;
 }
 
+/** A write transaction's start: its scope, and the NOTIFY that empties the replicas' read caches. */
+const ANNOUNCED =
+  "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true), pg_notify($2, $1)";
+/** The same without the NOTIFY, for a write no cached read needs to see at once (inclusion counts). */
+const UNANNOUNCED = "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true)";
+
 /** A write transaction's body, on the transaction's connection. */
 export type PgWork = (client: pg.PoolClient) => Promise<void>;
 
@@ -242,19 +248,16 @@ export class PgPool {
 
   /**
    * Runs `work` in one transaction with the store's schema as its search path and no statement timeout,
-   * announcing the write on the change feed's channel (delivered at commit).
+   * announcing the write on the change feed's channel (delivered at commit) when `announce` is true.
    * @throws the statement's error, after ROLLBACK (the connection is dropped when it broke).
    */
-  async transaction(schema: string, work: PgWork): Promise<void> {
+  async transaction(schema: string, work: PgWork, announce: boolean): Promise<void> {
     const client = await this.#pool.connect();
     try {
       await client.query('BEGIN');
       // Transaction-scoped, so nothing outlives it on a pooled server connection: the writes' unqualified
       // names, and no read-sized statement_timeout for a write.
-      await client.query(
-        "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true), pg_notify($2, $1)",
-        [schema, CHANGE_CHANNEL],
-      );
+      await client.query(announce ? ANNOUNCED : UNANNOUNCED, announce ? [schema, CHANGE_CHANNEL] : [schema]);
       await work(client);
       await client.query('COMMIT');
       client.release();

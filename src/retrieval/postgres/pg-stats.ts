@@ -20,9 +20,13 @@ export interface PgEventCounts {
   cancels_sent: number;
   /** Change-feed (LISTEN) connections opened, the first and every reconnect. */
   listen_connections_opened: number;
+  /** Change notifications heard for the store's schema: each empties that store's hot and directive caches. */
+  cache_invalidations: number;
+  /** Write transactions that sent no notification (inclusion counts): no read cache was emptied. */
+  unannounced_writes: number;
 }
 
-/** The counters; incremented by pg-store.ts and pg-change-feed.ts only. */
+/** The counters; incremented by pg-pool.ts, pg-store.ts and pg-change-feed.ts only. */
 export const PG_EVENTS: PgEventCounts = {
   connections_opened: 0,
   connections_closed: 0,
@@ -30,6 +34,8 @@ export const PG_EVENTS: PgEventCounts = {
   reads_retried: 0,
   cancels_sent: 0,
   listen_connections_opened: 0,
+  cache_invalidations: 0,
+  unannounced_writes: 0,
 };
 
 /** A copy of the counters now (tests take differences). */

@@ -13,8 +13,9 @@
  *   bound (a server where it is not in effect), and that connection is then closed.
  * - A read that fails on a connection-level error (a backend terminated, a server-closed idle
  *   connection) runs once more on another connection: reads are plain SELECTs, safe to repeat.
- * - Hot reads and directives are cached per agent until a write: this process's own at once, other
- *   replicas' through LISTEN/NOTIFY (pg-change-feed.ts). Without a live LISTEN connection reads go through.
+ * - Hot reads and directives are cached per agent until a content write: this process's own at once, other
+ *   replicas' through LISTEN/NOTIFY (pg-change-feed.ts), and for at most PG_CACHE_MAX_AGE_MS (inclusion
+ *   counts do not notify). Without a live LISTEN connection reads go through.
  * - Reads are named (prepared once per connection) unless through a transaction pooler.
  * - Statements name their schema, and writes scope theirs with `set_config(…, true)` inside their
  *   transaction: nothing depends on session state, so the store works through a transaction-pooling
@@ -46,6 +47,7 @@ import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { PgChangeFeed } from './pg-change-feed.js';
 import { PgPool, type PgWork } from './pg-pool.js';
 import { NO_CAP, type PgReadOptions, PgReads } from './pg-reads.js';
+import { PG_EVENTS } from './pg-stats.js';
 import {
   addInclusionCounts,
   applyFeedback,
@@ -95,6 +97,13 @@ export interface PgStoreOptions {
   onIdleError?: (err: Error) => void;
 }
 
+/**
+ * Longest a cached hot read or directive is served, ms: the bound on how stale a hit's inclusion count
+ * (`retrieval_count`, the composite's frequency input) may be, since inclusion flushes do not empty the
+ * caches. Content writes still empty them at their commit.
+ */
+export const PG_CACHE_MAX_AGE_MS = 10_000;
+
 /** PostgreSQL-backed memory and directive store. Not usable after {@link close}. */
 export class PgStore implements FeedbackStore {
   /** Schema in use. */
@@ -119,8 +128,8 @@ export class PgStore implements FeedbackStore {
     this.#reads = new PgReads(pool, schema);
     this.#feed = feed;
     if (feed) {
-      this.#hotCache = new ReadCache(feed);
-      this.#directiveCache = new ReadCache(feed);
+      this.#hotCache = new ReadCache(feed, { maxAgeMs: PG_CACHE_MAX_AGE_MS });
+      this.#directiveCache = new ReadCache(feed, { maxAgeMs: PG_CACHE_MAX_AGE_MS });
     }
   }
 
@@ -310,8 +319,10 @@ export class PgStore implements FeedbackStore {
   }
 
   /**
-   * Adds inclusion counts in one statement (at most {@link INCLUSION_BATCH} rows). Like every write it
-   * tells the replicas' read caches (pg-change-feed.ts), so their hot reads carry the new counts.
+   * Adds inclusion counts in one statement (at most {@link INCLUSION_BATCH} rows). Unlike every other
+   * write it does not empty the read caches (no NOTIFY): the counter flushes about once a second, and
+   * announcing each flush emptied every replica's caches as often. A cached hot read's `retrieval_count`
+   * is therefore up to {@link PG_CACHE_MAX_AGE_MS} old, or until the next content write (docs/postgres.md).
    * @returns rows updated.
    */
   async addInclusions(rows: readonly InclusionCount[]): Promise<number> {
@@ -319,7 +330,7 @@ export class PgStore implements FeedbackStore {
     let changed = 0;
     await this.#transaction(async (client) => {
       changed = await addInclusionCounts(client, rows);
-    });
+    }, false);
     return changed;
   }
 
@@ -341,11 +352,16 @@ export class PgStore implements FeedbackStore {
     await this.#pool.query(`ANALYZE ${this.schema}.memories, ${this.schema}.directives`);
   }
 
-  async #transaction(work: PgWork): Promise<void> {
+  /**
+   * One write transaction. A content write (`announce`, the default) empties this process's read caches
+   * at once and every replica's at its commit; an inclusion count changes neither.
+   */
+  async #transaction(work: PgWork, announce = true): Promise<void> {
     try {
-      await this.#pool.transaction(this.schema, work);
+      await this.#pool.transaction(this.schema, work, announce);
     } finally {
-      this.#feed?.noteWrite();
+      if (announce) this.#feed?.noteWrite();
+      else PG_EVENTS.unannounced_writes++;
     }
   }
 

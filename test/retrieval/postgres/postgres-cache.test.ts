@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { pgEvents } from '../../../src/retrieval/postgres/pg-stats.js';
-import { PgStore } from '../../../src/retrieval/postgres/pg-store.js';
+import { PG_CACHE_MAX_AGE_MS, PgStore } from '../../../src/retrieval/postgres/pg-store.js';
 import { adminQuery, describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../../helpers/postgres.js';
 import { memoriesOf } from '../fixtures.js';
 
@@ -94,5 +94,47 @@ describePg('PostgreSQL store read cache', reachable, () => {
     expect(await waitFor(() => a.caching, 3000)).toBe(true);
     expect(pgEvents().listen_connections_opened).toBeGreaterThan(opened);
     expect(await a.hot(ORG, AGENT, T)).toHaveLength(4);
+  });
+
+  it("an inclusion flush leaves the other replica's cache warm (no NOTIFY); a content write empties it", async () => {
+    expect(await waitFor(() => a.caching && b.caching)).toBe(true);
+    // Earlier writes' notifications arrive first.
+    await new Promise((r) => setTimeout(r, 300));
+    const cached = await b.hot(ORG, AGENT, T);
+    expect(cached.length).toBeGreaterThan(0);
+    const counts = cached.map((h) => h.memory.retrieval_count ?? 0);
+    const before = pgEvents();
+    const flushed = await a.addInclusions(
+      cached.map((h) => ({ memoryId: h.memory.id, orgId: ORG, count: 1 })),
+    );
+    expect(flushed).toBe(cached.length);
+    // A NOTIFY, had the flush sent one, arrives at commit: give it the time it takes.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(pgEvents().cache_invalidations).toBe(before.cache_invalidations);
+    expect(pgEvents().unannounced_writes).toBe(before.unannounced_writes + 1);
+    // Unreadable table: only b's cache can answer, with the counts it held (stale by at most the max age).
+    await adminQuery(`ALTER TABLE ${schema}.memories RENAME TO memories_away`);
+    try {
+      const warm = await b.hot(ORG, AGENT, T);
+      expect(warm.map((h) => h.memory.retrieval_count ?? 0)).toEqual(counts);
+    } finally {
+      await adminQuery(`ALTER TABLE ${schema}.memories_away RENAME TO memories`);
+    }
+    expect(PG_CACHE_MAX_AGE_MS).toBeGreaterThan(1000);
+    // A content write on a empties b's cache at its commit: b reads the new memory and the new counts.
+    await a.upsertMemories(
+      memoriesOf(ORG, AGENT, 1, 'later').map((m) => ({ ...m, created_at: Date.UTC(2032, 0, 1) })),
+    );
+    expect(
+      await waitFor(
+        async () => (await b.hot(ORG, AGENT, T))[0]?.memory.content?.startsWith('later') === true,
+      ),
+    ).toBe(true);
+    expect(pgEvents().cache_invalidations).toBeGreaterThan(before.cache_invalidations);
+    const fresh = await b.hot(ORG, AGENT, T);
+    const byId = new Map(fresh.map((h) => [h.memory.id, h.memory.retrieval_count ?? 0]));
+    cached.forEach((h, i) => {
+      if (byId.has(h.memory.id)) expect(byId.get(h.memory.id)).toBe(counts[i]! + 1);
+    });
   });
 });
