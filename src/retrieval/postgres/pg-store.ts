@@ -30,14 +30,8 @@
  * - Memories longer than the size cap are filtered in SQL on the stored code-point length.
  */
 import type pg from 'pg';
-import {
-  type FeedbackKind,
-  type FeedbackStore,
-  feedbackUpdates,
-  type InclusionCount,
-  inclusionBatch,
-  type UsefulnessUpdate,
-} from '../feedback.js';
+import type { FeedbackKind, FeedbackStore, InclusionCount, UsefulnessUpdate } from '../feedback.js';
+import { feedbackUpdates, inclusionBatch } from '../feedback.js';
 import { neighbourArg } from '../neighbours.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
