@@ -318,7 +318,10 @@ export function loadSettings(env: Env = process.env): Settings {
       transactionPooler: parseWith(boolText, env, ['IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER'], false),
       listenUrl: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_LISTEN_URL'], ''),
     },
-    embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'],
+    embeddedReadThreads: parseWith(
+      intText(0, 16),
+      env,
+      ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'],
       threads.storeReadThreads,
     ),
     inclusions: {

@@ -35,9 +35,13 @@ describe.skipIf(!hasTaskset || !existsSync(SETTINGS))('pool sizing under an affi
 
   it('defaults the store-read threads from the mask too: one on a pinned process', () => {
     const script = `import(${JSON.stringify(SETTINGS)}).then((m) => console.log(m.loadSettings({}).embeddedReadThreads))`;
-    const pinned = execFileSync('taskset', ['-c', String(firstAllowedCpu()), process.execPath, '-e', script], {
-      encoding: 'utf8',
-    });
+    const pinned = execFileSync(
+      'taskset',
+      ['-c', String(firstAllowedCpu()), process.execPath, '-e', script],
+      {
+        encoding: 'utf8',
+      },
+    );
     expect(Number(pinned)).toBe(1);
   });
 });
