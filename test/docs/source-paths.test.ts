@@ -21,7 +21,7 @@ function markdownFiles(dir: string): string[] {
  * Repository paths named in `text`: a top-level folder of this repository at a word start (not after `/`,
  * `.` or a letter, so `dist/src/…` and `build/src/…` are left out), then a path ending in a file extension.
  */
-export function namedPaths(text: string): string[] {
+function namedPaths(text: string): string[] {
   const re =
     /(?<![\w./-])((?:src|test|bench|scripts|workers|proto|deploy)\/[\w./-]*\w\.(?:ts|mjs|js|json|proto|sh|md))(?![\w-])/g;
   return [...text.matchAll(re)].map((m) => m[1]!);
