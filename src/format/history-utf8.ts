@@ -72,6 +72,15 @@ export interface HistoryMeasure extends MeasuredHistory {
  * the roles decoded. Cost ≈ 0.35 ns per content byte.
  */
 export function measureHistory(h: HistorySpans): HistoryMeasure {
+  return measureSpans(h, 0);
+}
+
+/**
+ * The per-message measure of {@link measureHistory} and {@link boundHistory}: a content of more than
+ * `countOver` bytes is counted (code points as Node decodes it), one of at most that many is charged its
+ * byte length.
+ */
+function measureSpans(h: HistorySpans, countOver: number): HistoryMeasure {
   const { source, spans, count } = h;
   const roles: string[] = new Array(count);
   const contentCodePoints = new Float64Array(count);
@@ -84,7 +93,7 @@ export function measureHistory(h: HistorySpans): HistoryMeasure {
     const start = spans[4 * i + 2]!;
     const end = spans[4 * i + 3]!;
     const valid = isUtf8Span(source, start, end);
-    const l = utf8CodePointCount(source, start, end, valid);
+    const l = end - start > countOver ? utf8CodePointCount(source, start, end, valid) : end - start;
     contentValid[i] = valid ? 1 : 0;
     contentCodePoints[i] = l;
     if (l > maxContent) maxContent = l;
@@ -104,25 +113,7 @@ export function measureHistory(h: HistorySpans): HistoryMeasure {
  * validated) are decoded.
  */
 export function boundHistory(h: HistorySpans): HistoryMeasure {
-  const { source, spans, count } = h;
-  const roles: string[] = new Array(count);
-  const contentCodePoints = new Float64Array(count);
-  const contentValid = new Uint8Array(count);
-  let codePoints = count > 0 ? count - 1 : 0; // the `\n` between lines
-  let maxContent = 0;
-  for (let i = 0; i < count; i++) {
-    const role = utf8Text(source, spans[4 * i]!, spans[4 * i + 1]!);
-    roles[i] = role;
-    const start = spans[4 * i + 2]!;
-    const end = spans[4 * i + 3]!;
-    const valid = isUtf8Span(source, start, end);
-    const l = end - start > LIMITS.contentChars ? utf8CodePointCount(source, start, end, valid) : end - start;
-    contentValid[i] = valid ? 1 : 0;
-    contentCodePoints[i] = l;
-    if (l > maxContent) maxContent = l;
-    codePoints += codePointLength(role) + 2 + l;
-  }
-  return { count, codePoints, roles, contentCodePoints, contentValid, maxContentCodePoints: maxContent };
+  return measureSpans(h, LIMITS.contentChars);
 }
 
 /**

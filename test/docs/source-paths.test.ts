@@ -3,19 +3,12 @@
  * `workers/...`, `proto/...`, `deploy/...` with a file extension) exists, so a doc never sends a reader
  * to a file that was moved or renamed. Build outputs (`dist/...`) and other packages' files are not checked.
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { markdownFiles } from '../helpers/markdown-files.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
-
-function markdownFiles(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const full = path.join(dir, name);
-    if (statSync(full).isDirectory()) return markdownFiles(full);
-    return name.endsWith('.md') ? [full] : [];
-  });
-}
 
 /**
  * Repository paths named in `text`: a top-level folder of this repository at a word start (not after `/`,

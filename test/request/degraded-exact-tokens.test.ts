@@ -105,6 +105,18 @@ function exactAssembler(memories: ReturnType<typeof memoryItems> = [], exactToke
   });
 }
 
+/** A gpt-4o request of the test's org and agent with `messages` as its history. */
+function requestWith(messages: { role: string; content: string }[], availableTokens = 0) {
+  return validateAssembleRequest({
+    org_id: ORG,
+    agent_id: AGENT,
+    model: 'gpt-4o',
+    query: 'q',
+    available_tokens: availableTokens,
+    recent_messages: messages,
+  });
+}
+
 function ctx(leftMs: number): CallContext {
   const now = monotonicNow();
   return {
@@ -202,13 +214,7 @@ describe('degraded answer history cost from byte spans (O(messages) on the main 
     const assemble = exactAssembler();
     const word = 'a'.repeat(32_768);
     const messages = Array.from({ length: 100 }, () => ({ role: 'assistant', content: word }));
-    const req = validateAssembleRequest({
-      org_id: ORG,
-      agent_id: AGENT,
-      model: 'gpt-4o',
-      query: 'q',
-      recent_messages: messages,
-    });
+    const req = requestWith(messages);
     counted.lengths = [];
     walked.counted = [];
     walked.decoded = [];
@@ -231,14 +237,7 @@ describe('degraded answer history cost from byte spans (O(messages) on the main 
     // 10,922 CJK code points: 32,766 bytes, under the wire's pending threshold; three bytes per code point.
     const cjk = '漢'.repeat(10_922);
     const messages = Array.from({ length: 10 }, (_, i) => ({ role: 'user', content: i === 0 ? 'hi' : cjk }));
-    const req = validateAssembleRequest({
-      org_id: ORG,
-      agent_id: AGENT,
-      model: 'gpt-4o',
-      query: 'q',
-      available_tokens: 100_000,
-      recent_messages: messages,
-    });
+    const req = requestWith(messages, 100_000);
     walked.counted = [];
     walked.decoded = [];
     const { response, level } = await assemble(req, ctx(10_000));
@@ -264,13 +263,7 @@ describe('degraded answer history cost from byte spans (O(messages) on the main 
       { role: 'user', content: 'a'.repeat(30_000) },
       { role: 'user', content: pending },
     ];
-    const req = validateAssembleRequest({
-      org_id: ORG,
-      agent_id: AGENT,
-      model: 'gpt-4o',
-      query: 'q',
-      recent_messages: messages,
-    });
+    const req = requestWith(messages);
     walked.counted = [];
     const { response } = await assemble(req, ctx(10_000));
     expect(walked.counted).toEqual([Buffer.byteLength(pending)]);
