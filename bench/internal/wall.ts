@@ -65,7 +65,7 @@ const result = {
     p99: Number(overshootAt(99).toFixed(3)),
     max: Number(overshoot[overshoot.length - 1]!.toFixed(3)),
   },
-  cpus: os.cpus().length,
+  cpus: os.availableParallelism(),
   loadavg_1m: os.loadavg()[0],
 };
 writeResult('wall', result);

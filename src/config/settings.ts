@@ -4,11 +4,11 @@
  * name that is set wins.
  */
 
-import os from 'node:os';
 import { z } from 'zod';
 import { Errors } from '../wire/errors.js';
 import { DEFAULT_MAX_MEMORY_CHARS, MAX_ASSEMBLE_REQUEST_BYTES } from '../wire/limits.js';
 import { loadRankingSettings, type RankingSettings } from './ranking-settings.js';
+import { defaultThreadCounts } from './thread-sizing.js';
 import { timeoutMsSchema } from './timeout.js';
 
 /** Validated settings. Durations in ms, sizes as stated. */
@@ -62,7 +62,10 @@ export interface Settings {
   embeddedDb: string;
   /** PostgreSQL store; `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
   postgres: PostgresSettings;
-  /** Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. */
+  /**
+   * Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. Default: one per
+   * four CPUs of the affinity mask (src/config/thread-sizing.ts).
+   */
   embeddedReadThreads: number;
   /** How inclusions reach the store (the composite's frequency input; src/retrieval/inclusion-counter.ts). */
   inclusions: InclusionSettings;
@@ -235,7 +238,8 @@ export { DEFAULT_MAX_MEMORY_CHARS };
 export function loadSettings(env: Env = process.env): Settings {
   const timeoutMs = parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_TIMEOUT', 'IBEX_CONTEXT_TIMEOUT_MS'], 45);
   const deadlineMs = parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_DEADLINE_MS'], 40);
-  const parallelism = os.availableParallelism();
+  const threads = defaultThreadCounts();
+  const parallelism = threads.poolThreads;
   const maxThreads = parseWith(intText(1, 256), env, ['IBEX_CONTEXT_POOL_MAX_THREADS'], parallelism);
   const minThreads = parseWith(
     intText(0, 256),
@@ -314,7 +318,12 @@ export function loadSettings(env: Env = process.env): Settings {
       transactionPooler: parseWith(boolText, env, ['IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER'], false),
       listenUrl: parseWith(pgUrlText, env, ['IBEX_CONTEXT_POSTGRES_LISTEN_URL'], ''),
     },
-    embeddedReadThreads: parseWith(intText(0, 16), env, ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'], 1),
+    embeddedReadThreads: parseWith(
+      intText(0, 16),
+      env,
+      ['IBEX_CONTEXT_EMBEDDED_READ_THREADS'],
+      threads.storeReadThreads,
+    ),
     inclusions: {
       flushMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_INCLUSION_FLUSH_MS'], 1000),
       maxPending: parseWith(intText(1, 10_000_000), env, ['IBEX_CONTEXT_INCLUSION_MAX_PENDING'], 50_000),

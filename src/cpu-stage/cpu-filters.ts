@@ -9,7 +9,9 @@
 
 import { compareCodePoints } from '../text/code-point-order.js';
 import { isContentTerm } from '../text/fts-query.js';
+import { relevanceTerm } from '../text/relevance-term.js';
 import type { ChatMessage } from '../wire/types.js';
+import type { CpuFilters } from './cpu-batch.js';
 
 /** Runs of anything but letters, digits and combining marks: punctuation, symbols, whitespace. */
 const SEPARATORS_RE = /[^\p{L}\p{N}\p{M}]+/gu;
@@ -273,14 +275,7 @@ export interface FilterInput {
   /** Mutated: NaN entries get their lexical relevance. */
   relevance: Float64Array;
   history: readonly ChatMessage[];
-  filters: {
-    history: boolean;
-    query: string;
-    relevanceFloor: number;
-    relevanceWeight: number;
-    relevanceExponent?: number;
-    maxMemories: number;
-  };
+  filters: CpuFilters;
 }
 
 /**
@@ -296,7 +291,7 @@ export function cpuFilters(x: FilterInput): FilterOutcome {
     terms ??= queryTerms(filters.query);
     const r = lexicalRelevance(terms, x.content(i));
     relevance[i] = r;
-    score[i] = score[i]! + filters.relevanceWeight * r ** (filters.relevanceExponent ?? 1);
+    score[i] = score[i]! + filters.relevanceWeight * relevanceTerm(r, filters.relevanceExponent);
     if (r < filters.relevanceFloor) out[i] = true;
   }
   if (filters.history && x.history.length > 0) {

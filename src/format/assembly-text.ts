@@ -13,6 +13,7 @@ import { SplicedBuilder, type SplicedUtf8 } from '../wire/spliced.js';
 import type { ChatMessage } from '../wire/types.js';
 import { type FormatMemory, formatContext } from './formatter.js';
 import {
+  boundHistory,
   formatSpliced,
   type HistoryMeasure,
   type HistorySpans,
@@ -66,6 +67,16 @@ export function prepareHistory(
  */
 export function measuredHistory(h: HistorySpans): PreparedHistory | null {
   const measure = measureHistory(h);
+  return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
+}
+
+/**
+ * The history of the main thread's degraded answer: {@link boundHistory}'s O(messages) measure (byte lengths
+ * as code points, an upper bound), and its content limits decided (contract.md §11).
+ * @returns null when some content exceeds 32,768 code points.
+ */
+export function boundedHistory(h: HistorySpans): PreparedHistory | null {
+  const measure = boundHistory(h);
   return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
 }
 

@@ -9,6 +9,7 @@
 import { escapeBody } from '../text/escape.js';
 import { codePointLength } from '../text/estimate.js';
 import { isUtf8Span, utf8CodePointCount, utf8Text } from '../text/utf8.js';
+import { LIMITS } from '../wire/limits.js';
 import { SplicedBuilder, type SplicedUtf8 } from '../wire/spliced.js';
 import {
   type FormatMemory,
@@ -71,6 +72,15 @@ export interface HistoryMeasure extends MeasuredHistory {
  * the roles decoded. Cost ≈ 0.35 ns per content byte.
  */
 export function measureHistory(h: HistorySpans): HistoryMeasure {
+  return measureSpans(h, 0);
+}
+
+/**
+ * The per-message measure of {@link measureHistory} and {@link boundHistory}: a content of more than
+ * `countOver` bytes is counted (code points as Node decodes it), one of at most that many is charged its
+ * byte length.
+ */
+function measureSpans(h: HistorySpans, countOver: number): HistoryMeasure {
   const { source, spans, count } = h;
   const roles: string[] = new Array(count);
   const contentCodePoints = new Float64Array(count);
@@ -83,13 +93,27 @@ export function measureHistory(h: HistorySpans): HistoryMeasure {
     const start = spans[4 * i + 2]!;
     const end = spans[4 * i + 3]!;
     const valid = isUtf8Span(source, start, end);
-    const l = utf8CodePointCount(source, start, end, valid);
+    const l = end - start > countOver ? utf8CodePointCount(source, start, end, valid) : end - start;
     contentValid[i] = valid ? 1 : 0;
     contentCodePoints[i] = l;
     if (l > maxContent) maxContent = l;
     codePoints += codePointLength(role) + 2 + l;
   }
   return { count, codePoints, roles, contentCodePoints, contentValid, maxContentCodePoints: maxContent };
+}
+
+/**
+ * Measures a history for the main thread's degraded answer from what the wire decode already knows — each
+ * field's byte span — in O(messages): every content is charged its UTF-8 byte length as its code points (an
+ * upper bound: a code point takes at least one byte, and Node's decoding of an invalid sequence gives one
+ * U+FFFD per sequence), so estimates made from it never undercount. What is still read per content is one
+ * native validity check (`isUtf8`, whether the bytes can be spliced into the answer as they are), and only
+ * for a content of more than 32,768 bytes (one whose length the wire left pending: ≤ 131,072 bytes once
+ * validated) its exact code points, which the contract.md §11 limit needs; roles (≤ 256 bytes once
+ * validated) are decoded.
+ */
+export function boundHistory(h: HistorySpans): HistoryMeasure {
+  return measureSpans(h, LIMITS.contentChars);
 }
 
 /**

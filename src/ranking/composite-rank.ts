@@ -5,9 +5,11 @@
  */
 
 import { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
+import { relevanceTerm } from '../text/relevance-term.js';
 import type { MemoryHit, ScoredCandidate } from '../wire/types.js';
 import { compositeScore, frequency, recency, type Weights } from './composite.js';
 import { candidateRelevance } from './relevance.js';
+import { dedupeScored, scoredCandidate } from './score.js';
 
 export { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
 
@@ -43,54 +45,29 @@ export function compositeCandidates(
     for (const hit of cold) searched.add(hit.memory_id);
     for (const hit of hot) if (!searched.has(hit.memory_id)) relevance.set(hit.memory_id, Number.NaN);
   }
-  const out: ScoredCandidate[] = [];
-  const position = new Map<string, number>();
-  for (const list of [hot, cold]) {
-    for (const hit of list) {
-      const rel = relevance.get(hit.memory_id) ?? 0;
-      const measured = !Number.isNaN(rel);
-      const rec = recency(hit.category, hit.created_at_ms, o.nowMs);
-      // The stores' feedback score and inclusion count (contract.md §7a); a source without them
-      // (a memory service) reads as neutral and never included.
-      const use = hit.usefulness ?? NEUTRAL_USEFULNESS;
-      const freq = frequency(hit.inclusions ?? 0);
-      const candidate: ScoredCandidate = {
-        memory_id: hit.memory_id,
-        org_id: hit.org_id,
-        agent_id: hit.agent_id,
-        content: hit.content,
-        category: hit.category,
-        confidence: hit.confidence,
-        similarity: hit.similarity,
-        rank: hit.rank,
-        source: hit.source,
-        created_at_ms: hit.created_at_ms,
-        score: compositeScore(
-          {
-            relevance: measured ? rel ** o.exponent : 0,
-            recency: rec,
-            usefulness: use,
-            confidence: hit.confidence,
-            frequency: freq,
-          },
-          o.weights,
-        ),
-        relevance: rel,
+  const out = dedupeScored(hot, cold, (hit) => {
+    const rel = relevance.get(hit.memory_id) ?? 0;
+    const rec = recency(hit.category, hit.created_at_ms, o.nowMs);
+    // The stores' feedback score and inclusion count (contract.md §7a); a source without them
+    // (a memory service) reads as neutral and never included.
+    const use = hit.usefulness ?? NEUTRAL_USEFULNESS;
+    const score = compositeScore(
+      {
+        // NaN (measured in the CPU stage) adds its term there.
+        relevance: Number.isNaN(rel) ? 0 : relevanceTerm(rel, o.exponent),
         recency: rec,
         usefulness: use,
-      };
-      const at = position.get(hit.memory_id);
-      if (at === undefined) {
-        position.set(hit.memory_id, out.length);
-        out.push(candidate);
-        continue;
-      }
-      const kept = out[at]!;
-      if (candidate.score > kept.score || (candidate.score === kept.score && candidate.rank < kept.rank)) {
-        out[at] = candidate;
-      }
-    }
-  }
+        confidence: hit.confidence,
+        frequency: frequency(hit.inclusions ?? 0),
+      },
+      o.weights,
+    );
+    const candidate = scoredCandidate(hit, score);
+    candidate.relevance = rel;
+    candidate.recency = rec;
+    candidate.usefulness = use;
+    return candidate;
+  });
   const candidates: ScoredCandidate[] = [];
   const belowFloor: ScoredCandidate[] = [];
   // NaN (measured in the CPU stage) passes here: the CPU stage applies the floor to it.

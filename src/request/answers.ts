@@ -7,7 +7,7 @@
 import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import type { AssemblyParts, PreparedHistory } from '../format/assembly-text.js';
-import { formatAssembly, measuredHistory, prepareHistory } from '../format/assembly-text.js';
+import { boundedHistory, formatAssembly } from '../format/assembly-text.js';
 import type { SplicedMemory } from '../format/history-utf8.js';
 import { encodeDegradedRows } from '../format/memory-rows.js';
 import type { CpuStageResult } from '../pool/pool-client.js';
@@ -98,13 +98,15 @@ export interface DegradedAnswerOptions {
 }
 
 /**
- * The degraded answer (contract.md §10): directive + history formatted on the main thread — the one allowed
- * main-thread pass over history, on its bytes (contract.md §1): measured (one native validity check and a
- * word-at-a-time count, ~0.35 ns per byte) and spliced into the answer, never decoded. Under a BPE kind
- * (IBEX_CONTEXT_EXACT_TOKENS) nothing is BPE-counted here: directive, history, memory blocks and
- * `tokens_used` are upper bounds from UTF-8 byte lengths (src/text/bpe-bound.ts), never below the exact
- * counts, so the budget stays conservative. Its pending content lengths are decided there: an over-long
- * content is still INVALID_ARGUMENT.
+ * The degraded answer (contract.md §10): directive + history formatted on the main thread, the history
+ * spliced into the answer as bytes, never decoded nor counted: its cost comes from the byte spans the wire
+ * decode recorded, O(messages) (src/format/history-utf8.ts `boundHistory`: each content charged its byte
+ * length as code points, one native validity check per content). Under an estimate kind the history's
+ * tokens and `tokens_used` are estimates of those bounds; under a BPE kind (IBEX_CONTEXT_EXACT_TOKENS)
+ * directive, history, memory blocks and `tokens_used` are upper bounds from UTF-8 byte lengths
+ * (src/text/bpe-bound.ts). Either way never below what the CPU stage would count, so the budget stays
+ * conservative. Its pending content lengths (32,768 < bytes ≤ 131,072) are decided here, counting those
+ * contents only: an over-long content is still INVALID_ARGUMENT.
  *
  * With `keepMemories` it keeps the candidates that fit the budget, greedily in rank order, from a fixed
  * amount of memory text (rows `included` / `budget` with their costs, `failed` for candidates not read);
@@ -121,9 +123,10 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
   const h = req.history;
   if (historyLost(h)) throw Errors.deadlineExceeded();
   const kind = opts.resolved.policy.estimate_kind;
-  // Never a BPE count here: history and directive are measured from their bytes, their tokens bounded.
+  // Never a count of history text here: its code points are bounded by its byte lengths (O(messages)),
+  // and under a BPE kind its tokens and the directive's by their bytes.
   const bounded = isBpeKind(kind);
-  const prepared = bounded ? measuredHistory(h) : prepareHistory(h, kind, h.contentPending);
+  const prepared = boundedHistory(h);
   if (prepared === null) throw Errors.invalidArgument('message.content', CONTENT_OVER);
   const directive = retrieval.directive?.content ?? null;
   const budget = calculateBudget({
@@ -229,7 +232,7 @@ export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
   ]);
   const kind = resolved.policy.estimate_kind;
   for (let i = 0; i < rounds; i++) {
-    const prepared = isBpeKind(kind) ? measuredHistory(h) : prepareHistory(h, kind, true);
+    const prepared = boundedHistory(h);
     if (!prepared) return;
     const history = prepared.measure ?? prepared.messages;
     const budget = calculateBudget({

@@ -6,8 +6,10 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { defaultThreadCounts } from '../../src/config/thread-sizing.js';
 
 const SETTINGS = path.resolve('dist/src/config/settings.js');
 const hasTaskset = existsSync('/usr/bin/taskset') && existsSync('/proc/self/status');
@@ -29,5 +31,33 @@ describe.skipIf(!hasTaskset || !existsSync(SETTINGS))('pool sizing under an affi
       },
     );
     expect(JSON.parse(pinned)).toEqual([1, 1]);
+  });
+
+  it('defaults the store-read threads from the mask too: one on a pinned process', () => {
+    const script = `import(${JSON.stringify(SETTINGS)}).then((m) => console.log(m.loadSettings({}).embeddedReadThreads))`;
+    const pinned = execFileSync(
+      'taskset',
+      ['-c', String(firstAllowedCpu()), process.execPath, '-e', script],
+      {
+        encoding: 'utf8',
+      },
+    );
+    expect(Number(pinned)).toBe(1);
+  });
+});
+
+describe('defaultThreadCounts', () => {
+  it('gives one pool thread per usable CPU and one store-read thread per four, within 1..16', () => {
+    expect(defaultThreadCounts(1)).toEqual({ poolThreads: 1, storeReadThreads: 1 });
+    expect(defaultThreadCounts(2)).toEqual({ poolThreads: 2, storeReadThreads: 1 });
+    expect(defaultThreadCounts(4)).toEqual({ poolThreads: 4, storeReadThreads: 1 });
+    expect(defaultThreadCounts(5)).toEqual({ poolThreads: 5, storeReadThreads: 2 });
+    expect(defaultThreadCounts(16)).toEqual({ poolThreads: 16, storeReadThreads: 4 });
+    expect(defaultThreadCounts(256).storeReadThreads).toBe(16);
+    expect(defaultThreadCounts(0)).toEqual({ poolThreads: 1, storeReadThreads: 1 });
+  });
+
+  it('reads the affinity mask, not the machine: os.availableParallelism, never os.cpus().length', () => {
+    expect(defaultThreadCounts().poolThreads).toBe(os.availableParallelism());
   });
 });

@@ -2,19 +2,12 @@
  * Every relative link in README.md and docs/ names a file of the repository (and, with a #fragment into
  * a Markdown file, one of its headings), so a reader who clones the repository never meets a dead link.
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { markdownFiles } from '../helpers/markdown-files.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
-
-function markdownFiles(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const full = path.join(dir, name);
-    if (statSync(full).isDirectory()) return markdownFiles(full);
-    return name.endsWith('.md') ? [full] : [];
-  });
-}
 
 /** GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens. */
 function anchors(markdown: string): Set<string> {

@@ -35,6 +35,23 @@ vi.mock('../../src/text/bpe.js', async (importOriginal) => {
   };
 });
 
+/** Bytes of text the history code counts (code points) or decodes on this thread, by call. */
+const walked = vi.hoisted(() => ({ counted: [] as number[], decoded: [] as number[] }));
+vi.mock('../../src/text/utf8.js', async (importOriginal) => {
+  const orig = await importOriginal<typeof import('../../src/text/utf8.js')>();
+  return {
+    ...orig,
+    utf8CodePointCount: (...args: Parameters<typeof orig.utf8CodePointCount>) => {
+      walked.counted.push(args[2] - args[1]);
+      return orig.utf8CodePointCount(...args);
+    },
+    utf8Text: (bytes: Uint8Array, start: number, end: number) => {
+      walked.decoded.push(end - start);
+      return orig.utf8Text(bytes, start, end);
+    },
+  };
+});
+
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
 const AGENT = 'a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d';
 const DIRECTIVE = 'Answer briefly. '.repeat(50);
@@ -58,9 +75,12 @@ function memoryItems(contents: string[]) {
   }));
 }
 
-function exactAssembler(memories: ReturnType<typeof memoryItems> = []) {
-  const settings = loadSettings({ IBEX_CONTEXT_LOG_LEVEL: 'silent', IBEX_CONTEXT_EXACT_TOKENS: 'true' });
-  const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens: true });
+function exactAssembler(memories: ReturnType<typeof memoryItems> = [], exactTokens = true) {
+  const settings = loadSettings({
+    IBEX_CONTEXT_LOG_LEVEL: 'silent',
+    IBEX_CONTEXT_EXACT_TOKENS: String(exactTokens),
+  });
+  const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens });
   const sources = {
     directive: {
       get: async () => ({ content: DIRECTIVE, injection_mode: 'system_first', version_id: 'v1' }),
@@ -82,6 +102,18 @@ function exactAssembler(memories: ReturnType<typeof memoryItems> = []) {
     sources,
     pool,
     logger: createLogger({ logLevel: 'silent' }),
+  });
+}
+
+/** A gpt-4o request of the test's org and agent with `messages` as its history. */
+function requestWith(messages: { role: string; content: string }[], availableTokens = 0) {
+  return validateAssembleRequest({
+    org_id: ORG,
+    agent_id: AGENT,
+    model: 'gpt-4o',
+    query: 'q',
+    available_tokens: availableTokens,
+    recent_messages: messages,
   });
 }
 
@@ -163,6 +195,80 @@ describe('degraded answer with memories under exact token counts', () => {
     expect(text).not.toContain('zzzz');
     // The exact count of the answer never exceeds the bound charged for it.
     expect(bpeCount(text, 'bpe_o200k_base')).toBeLessThanOrEqual(response.tokens_used);
+  });
+});
+
+/** Fixed parts plus `usable_budget`: what the degraded answer's `tokens_used` may reach (answers.ts). */
+function fixedParts(r: { directive_tokens: number; history_tokens: number }) {
+  return r.directive_tokens + r.history_tokens;
+}
+
+describe('degraded answer history cost from byte spans (O(messages) on the main thread)', () => {
+  afterEach(() => {
+    counted.lengths = [];
+    walked.counted = [];
+    walked.decoded = [];
+  });
+
+  it('under exact tokens, a max-size history is neither tokenized, counted nor decoded on this thread', async () => {
+    const assemble = exactAssembler();
+    const word = 'a'.repeat(32_768);
+    const messages = Array.from({ length: 100 }, () => ({ role: 'assistant', content: word }));
+    const req = requestWith(messages);
+    counted.lengths = [];
+    walked.counted = [];
+    walked.decoded = [];
+    const { response, level } = await assemble(req, ctx(10_000));
+    expect(level).toBe('L2');
+    expect(Math.max(0, ...counted.lengths)).toBeLessThan(200);
+    // No code-point count of any history content, and only roles (≤ 256 bytes) decoded.
+    expect(walked.counted).toEqual([]);
+    expect(Math.max(0, ...walked.decoded)).toBeLessThanOrEqual(256);
+    const assembled = response[ASSEMBLED_UTF8]!;
+    expect(response.tokens_used).toBe(bpeTokenBound(assembled.byteLength));
+    expect(bpeCount(splicedText(assembled), 'bpe_o200k_base')).toBeLessThanOrEqual(response.tokens_used);
+  });
+
+  it('under an estimate, charges byte lengths for a multi-byte history: never below the exact estimate, within budget with memories', async () => {
+    const assemble = exactAssembler(
+      memoryItems(Array.from({ length: 6 }, (_, i) => `fact ${i} ${'m'.repeat(400)}`)),
+      false,
+    );
+    // 10,922 CJK code points: 32,766 bytes, under the wire's pending threshold; three bytes per code point.
+    const cjk = '漢'.repeat(10_922);
+    const messages = Array.from({ length: 10 }, (_, i) => ({ role: 'user', content: i === 0 ? 'hi' : cjk }));
+    const req = requestWith(messages, 100_000);
+    walked.counted = [];
+    walked.decoded = [];
+    const { response, level } = await assemble(req, ctx(10_000));
+    expect(level).toBe('L1');
+    expect(walked.counted).toEqual([]);
+    expect(Math.max(0, ...walked.decoded)).toBeLessThanOrEqual(256);
+    // The CPU stage's exact estimate of the history (chars_div_4 on code points) is the floor of the charge.
+    const exact = Math.ceil(historyText(messages).length / 4);
+    expect(response.history_tokens).toBeGreaterThanOrEqual(exact);
+    expect(response.history_tokens).toBe(Math.ceil(Buffer.byteLength(historyText(messages)) / 4));
+    expect(response.memories_included).toBeGreaterThan(0);
+    // The answer's real estimate never exceeds what it reports, nor that the caller's budget.
+    const text = splicedText(response[ASSEMBLED_UTF8]!);
+    expect(Math.ceil([...text].length / 4)).toBeLessThanOrEqual(response.tokens_used);
+    expect(response.tokens_used).toBeLessThanOrEqual(100_000);
+    expect(response.memory_tokens).toBeLessThanOrEqual(100_000 - fixedParts(response));
+  });
+
+  it('counts only the contents whose length the wire left pending (32,768 < bytes ≤ 131,072)', async () => {
+    const assemble = exactAssembler([], false);
+    const pending = '漢'.repeat(20_000); // 60,000 bytes: pending on the wire, within once counted
+    const messages = [
+      { role: 'user', content: 'a'.repeat(30_000) },
+      { role: 'user', content: pending },
+    ];
+    const req = requestWith(messages);
+    walked.counted = [];
+    const { response } = await assemble(req, ctx(10_000));
+    expect(walked.counted).toEqual([Buffer.byteLength(pending)]);
+    // The counted content is charged its code points, the other its bytes (equal here: ASCII).
+    expect(response.history_tokens).toBe(Math.ceil(historyText(messages).length / 4));
   });
 });
 

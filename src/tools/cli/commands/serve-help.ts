@@ -119,7 +119,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
   IBEX_CONTEXT_EMBEDDED_DB: { meaning: 'embedded SQLite store', default: (s) => s.embeddedDb },
   IBEX_CONTEXT_EMBEDDED_READ_THREADS: {
     meaning: 'threads running FTS5 searches (0 = event loop)',
-    default: (s) => String(s.embeddedReadThreads),
+    default: (s) => `${s.embeddedReadThreads} (one per 4 cores, ≥ 1)`,
   },
   IBEX_CONTEXT_INCLUSION_FLUSH_MS: {
     meaning: 'interval between writes of counted inclusions (the frequency term), one statement per 500',
