@@ -20,6 +20,7 @@ import type { AssembleContextResponse } from '../../src/wire/proto.js';
 import { moved, scrape } from '../faults/helpers.js';
 import {
   adminQuery,
+  backendPidsWhere,
   createTestRole,
   describePg,
   dropSchema,
@@ -28,6 +29,7 @@ import {
   pgTestFile,
   slowReadSwitch,
 } from '../helpers/postgres.js';
+import { waitFor } from '../helpers/wait.js';
 import { memories, request, startTestService, type TestService, tenant } from './harness.js';
 
 const { reachable, schema } = await pgTestFile('e2efaults');
@@ -106,12 +108,8 @@ async function untilL0(svc: TestService, withinMs: number): Promise<void> {
 }
 
 /** Backend pids of the pool of the service connected as `user` (its LISTEN connection excluded), sorted. */
-async function poolPids(user: string): Promise<number[]> {
-  const rows = await adminQuery<{ pid: number }>(
-    "SELECT pid FROM pg_stat_activity WHERE usename = $1 AND application_name = 'ibex-context' ORDER BY pid",
-    [user],
-  );
-  return rows.map((r) => r.pid);
+function poolPids(user: string): Promise<number[]> {
+  return backendPidsWhere({ usename: user, application_name: 'ibex-context' });
 }
 
 /** Whether every inclusion the service has counted is written (its background flush has run and ended). */
@@ -119,15 +117,6 @@ async function inclusionsFlushed(svc: TestService): Promise<boolean> {
   const m = await scrape(svc.service.adminUrl);
   const recorded = m.value(INCLUSIONS, { event: 'recorded' });
   return recorded > 0 && m.value(INCLUSIONS, { event: 'flushed' }) === recorded;
-}
-
-async function waitFor(check: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const end = performance.now() + ms;
-  while (performance.now() < end) {
-    if (await check()) return true;
-    await sleep(25);
-  }
-  return check();
 }
 
 /**

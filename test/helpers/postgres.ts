@@ -187,3 +187,18 @@ export function slowReadSwitch(schema: string): SlowReadSwitch {
     },
   };
 }
+
+/**
+ * Backend pids of the connections `pg_stat_activity` shows with these column values (e.g.
+ * `{ application_name: app }`, `{ usename: role, application_name: 'ibex-context' }`), sorted.
+ */
+export async function backendPidsWhere(
+  match: Partial<Record<'usename' | 'application_name', string>>,
+): Promise<number[]> {
+  const cols = Object.keys(match);
+  const rows = await adminQuery<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity WHERE ${cols.map((c, i) => `${c} = $${i + 1}`).join(' AND ')} ORDER BY pid`,
+    Object.values(match),
+  );
+  return rows.map((r) => r.pid);
+}

@@ -21,6 +21,7 @@ import {
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import {
   adminQuery,
+  backendPidsWhere,
   createTestRole,
   describePg,
   dropSchema,
@@ -30,6 +31,7 @@ import {
   pgTestFile,
   slowReadSwitch,
 } from '../../helpers/postgres.js';
+import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
 const { reachable, schema } = await pgTestFile('faults');
@@ -42,12 +44,8 @@ const slowReads = slow.set;
 const withSlowReads = slow.during;
 
 /** Backend pids of a store's pool connections (its change feed's connection excluded), sorted. */
-async function backendPids(app: string): Promise<number[]> {
-  const rows = await adminQuery<{ pid: number }>(
-    'SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid',
-    [app],
-  );
-  return rows.map((r) => r.pid);
+function backendPids(app: string): Promise<number[]> {
+  return backendPidsWhere({ application_name: app });
 }
 
 /** Statements of `app`'s pool that are running now. */
@@ -57,15 +55,6 @@ async function activeStatements(app: string): Promise<number> {
     [app],
   );
   return Number(rows[0]!.n);
-}
-
-async function waitFor(check: () => Promise<boolean> | boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return check();
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
