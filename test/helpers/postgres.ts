@@ -100,3 +100,105 @@ export function usePgStore(schema: string, opts: Omit<PgStoreOptions, 'url' | 's
 export function pgSources(store: PgStore, times: RetrievalTimeouts): RetrievalSources {
   return bundle(new PgMemorySource(store, times, 65_536), new PgDirectiveSource(store, times));
 }
+
+/**
+ * Creates a login role for a test file's own connections (so its backends can be told apart in
+ * `pg_stat_activity` by `usename`, and server settings can be given to it alone) with what a store needs
+ * on `schema`, which must exist: CREATE on the database (opening a store runs the idempotent migration
+ * step), USAGE and CREATE on the schema, and read/write on its tables, those created later by the test's
+ * admin connection (e.g. {@link slowReadSwitch}'s view) included. `settings` become the role's defaults
+ * (`ALTER ROLE … SET name = 'value'`), which every new connection of it takes.
+ * Drop it with {@link dropTestRole}.
+ * @returns the test URL ({@link PG_TEST_URL}) with the role as its user.
+ */
+export async function createTestRole(
+  role: string,
+  schema: string,
+  settings: Record<string, string> = {},
+): Promise<string> {
+  const url = new URL(PG_TEST_URL);
+  await adminQuery(`CREATE ROLE ${role} LOGIN`);
+  for (const [name, value] of Object.entries(settings))
+    await adminQuery(`ALTER ROLE ${role} SET ${name} = '${value}'`);
+  await adminQuery(`GRANT CREATE ON DATABASE "${url.pathname.slice(1)}" TO ${role}`);
+  await adminQuery(`GRANT USAGE, CREATE ON SCHEMA ${schema} TO ${role}`);
+  await adminQuery(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${schema} TO ${role}`);
+  await adminQuery(
+    `ALTER DEFAULT PRIVILEGES IN SCHEMA ${schema} GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO ${role}`,
+  );
+  url.username = role;
+  return url.toString();
+}
+
+/** Drops a role made by {@link createTestRole}, with its grants; a no-op for a role that does not exist. */
+export async function dropTestRole(role: string): Promise<void> {
+  const exists = await adminQuery('SELECT 1 FROM pg_roles WHERE rolname = $1', [role]);
+  if (exists.length === 0) return;
+  await adminQuery(`DROP OWNED BY ${role}`);
+  await adminQuery(`DROP ROLE ${role}`);
+}
+
+/** Slows every read of a schema's `memories` on demand; see {@link slowReadSwitch}. */
+export interface SlowReadSwitch {
+  /** Makes every read of `memories` sleep `seconds` per row it scans (0 = the real table again). */
+  set(seconds: number): Promise<void>;
+  /** Runs `fn` while reads sleep `seconds` per row, then restores the real table. */
+  during(seconds: number, fn: () => Promise<void>): Promise<void>;
+  /** Whether reads are slowed now (restore with `set(0)` after a test that failed midway). */
+  readonly on: boolean;
+}
+
+/**
+ * A slow database for `schema`, on demand: the `memories` table is renamed and a view of the same name
+ * over it calls `pg_sleep` through a function for each row it scans. Statements name the table, so
+ * every read (and write) of a store on the schema is slowed; the directives are not.
+ */
+export function slowReadSwitch(schema: string): SlowReadSwitch {
+  let on = false;
+  const set = async (seconds: number) => {
+    if (on) {
+      await adminQuery(`DROP VIEW ${schema}.memories`);
+      await adminQuery(`ALTER TABLE ${schema}.memories_real RENAME TO memories`);
+      on = false;
+    }
+    if (seconds === 0) return;
+    await adminQuery(`ALTER TABLE ${schema}.memories RENAME TO memories_real`);
+    await adminQuery(
+      `CREATE OR REPLACE FUNCTION ${schema}.test_sleep(s double precision) RETURNS boolean
+         LANGUAGE plpgsql VOLATILE AS 'BEGIN PERFORM pg_sleep(s); RETURN true; END'`,
+    );
+    await adminQuery(
+      `CREATE VIEW ${schema}.memories AS SELECT * FROM ${schema}.memories_real WHERE ${schema}.test_sleep(${seconds})`,
+    );
+    on = true;
+  };
+  return {
+    set,
+    async during(seconds, fn) {
+      await set(seconds);
+      try {
+        await fn();
+      } finally {
+        await set(0);
+      }
+    },
+    get on() {
+      return on;
+    },
+  };
+}
+
+/**
+ * Backend pids of the connections `pg_stat_activity` shows with these column values (e.g.
+ * `{ application_name: app }`, `{ usename: role, application_name: 'ibex-context' }`), sorted.
+ */
+export async function backendPidsWhere(
+  match: Partial<Record<'usename' | 'application_name', string>>,
+): Promise<number[]> {
+  const cols = Object.keys(match);
+  const rows = await adminQuery<{ pid: number }>(
+    `SELECT pid FROM pg_stat_activity WHERE ${cols.map((c, i) => `${c} = $${i + 1}`).join(' AND ')} ORDER BY pid`,
+    Object.values(match),
+  );
+  return rows.map((r) => r.pid);
+}

@@ -18,12 +18,17 @@ import { PgStore, type PgStoreOptions } from '../../../src/retrieval/postgres/pg
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import {
   adminQuery,
+  backendPidsWhere,
+  createTestRole,
   describePg,
   dropSchema,
+  dropTestRole,
   PG_TEST_URL,
   pgSources,
   pgTestFile,
+  slowReadSwitch,
 } from '../../helpers/postgres.js';
+import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
 const { reachable, schema } = await pgTestFile('faults');
@@ -31,43 +36,13 @@ const ORG = randomUUID();
 const AGENT = randomUUID();
 let apps = 0;
 
-/** Makes every read of `memories` sleep `seconds` (0 = the real table again). */
-let slowed = false;
-async function slowReads(seconds: number): Promise<void> {
-  if (slowed) {
-    await adminQuery(`DROP VIEW ${schema}.memories`);
-    await adminQuery(`ALTER TABLE ${schema}.memories_real RENAME TO memories`);
-    slowed = false;
-  }
-  if (seconds === 0) return;
-  await adminQuery(`ALTER TABLE ${schema}.memories RENAME TO memories_real`);
-  await adminQuery(
-    `CREATE OR REPLACE FUNCTION ${schema}.test_sleep(s double precision) RETURNS boolean
-       LANGUAGE plpgsql VOLATILE AS 'BEGIN PERFORM pg_sleep(s); RETURN true; END'`,
-  );
-  await adminQuery(
-    `CREATE VIEW ${schema}.memories AS SELECT * FROM ${schema}.memories_real WHERE ${schema}.test_sleep(${seconds})`,
-  );
-  slowed = true;
-}
-
-/** Runs `fn` while every read of `memories` sleeps `seconds`, then restores the real table. */
-async function withSlowReads(seconds: number, fn: () => Promise<void>): Promise<void> {
-  await slowReads(seconds);
-  try {
-    await fn();
-  } finally {
-    await slowReads(0);
-  }
-}
+const slow = slowReadSwitch(schema);
+const slowReads = slow.set;
+const withSlowReads = slow.during;
 
 /** Backend pids of a store's pool connections (its change feed's connection excluded), sorted. */
-async function backendPids(app: string): Promise<number[]> {
-  const rows = await adminQuery<{ pid: number }>(
-    'SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid',
-    [app],
-  );
-  return rows.map((r) => r.pid);
+function backendPids(app: string): Promise<number[]> {
+  return backendPidsWhere({ application_name: app });
 }
 
 /** Statements of `app`'s pool that are running now. */
@@ -77,15 +52,6 @@ async function activeStatements(app: string): Promise<number> {
     [app],
   );
   return Number(rows[0]!.n);
-}
-
-async function waitFor(check: () => Promise<boolean> | boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return check();
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -116,12 +82,9 @@ describePg('PostgreSQL store faults', reachable, () => {
   });
   afterAll(async () => {
     await Promise.all(stores.map((s) => s.close()));
-    if (slowed) await slowReads(0);
+    if (slow.on) await slowReads(0);
     await dropSchema(schema);
-    for (const role of roles) {
-      await adminQuery(`DROP OWNED BY ${role}`);
-      await adminQuery(`DROP ROLE IF EXISTS ${role}`);
-    }
+    for (const role of roles) await dropTestRole(role);
   });
 
   it('slow database: hot and cold `timeout`, directive answers; the statements end under statement_timeout on the same connections', async () => {
@@ -282,16 +245,9 @@ describePg('PostgreSQL store faults', reachable, () => {
   it("the server's idle_session_timeout closes idle connections: they are replaced in the background, no read fails", async () => {
     const role = `ibex_test_idle_${schema.slice(-8)}`;
     roles.push(role);
-    await adminQuery(`CREATE ROLE ${role} LOGIN`);
-    await adminQuery(`ALTER ROLE ${role} SET idle_session_timeout = '300ms'`);
-    const url = new URL(PG_TEST_URL);
-    // Opening a store runs the (idempotent) migration step, which needs CREATE on the database.
-    await adminQuery(`GRANT CREATE ON DATABASE "${url.pathname.slice(1)}" TO ${role}`);
-    await adminQuery(`GRANT USAGE, CREATE ON SCHEMA ${schema} TO ${role}`);
-    await adminQuery(`GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA ${schema} TO ${role}`);
-    url.username = role;
+    const url = await createTestRole(role, schema, { idle_session_timeout: '300ms' });
     const before = pgEvents();
-    const { store } = await open({ poolMax: 2, poolMin: 2 }, url.toString());
+    const { store } = await open({ poolMax: 2, poolMin: 2 }, url);
     // Budgets generous enough for a busy machine: what is pinned is that a connection the server closed
     // costs no failed read (the pool replaces it; a read that meets one runs again), not the read's speed.
     const source = new PgMemorySource(
