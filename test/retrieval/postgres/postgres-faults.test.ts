@@ -27,11 +27,10 @@ import {
   pgSources,
   pgTestFile,
 } from '../../helpers/postgres.js';
+import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
-const { reachable, schema } = await pgTestFile('faults');
-const ORG = randomUUID();
-const AGENT = randomUUID();
+const { reachable, schema, org: ORG, agent: AGENT } = await pgTestFile('faults');
 let apps = 0;
 
 /** Makes every read of `memories` sleep `seconds` (0 = the real table again). */
@@ -80,15 +79,6 @@ async function activeStatements(app: string): Promise<number> {
     [app],
   );
   return Number(rows[0]!.n);
-}
-
-async function waitFor(check: () => Promise<boolean> | boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return check();
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
