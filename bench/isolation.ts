@@ -29,7 +29,7 @@ import {
   tempDir,
 } from './lib/bench-run.js';
 import { type EldProbe, startEldProbe } from './lib/eld-probe.js';
-import { projectPath } from './lib/paths.js';
+import { projectPath, writeResultFile } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, printTable, startBenchService } from './lib/service-child.js';
 import type { ServiceProcess } from './lib/service-process.js';
@@ -521,9 +521,7 @@ async function main(): Promise<number> {
       main_thread_parse: parse,
       main_thread_crossing_ms: crossing,
     };
-    mkdirSync(opts.out, { recursive: true });
-    const file = path.join(opts.out, 'isolation.json');
-    writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
+    const file = writeResultFile(path.join(opts.out, 'isolation.json'), out);
     console.log(`wrote ${path.relative(process.cwd(), file) || file}`);
     return 0;
   } finally {

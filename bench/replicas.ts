@@ -42,7 +42,7 @@ import { ingestLocomoPostgres } from '../src/tools/locomo/ingest-postgres.js';
 import type { AssembleContextRequestInput } from '../src/wire/proto.js';
 import { benchOptions, machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
-import { projectPath } from './lib/paths.js';
+import { projectPath, writeResultFile } from './lib/paths.js';
 import { type PgBouncer, pgbouncerBinary, startPgBouncer } from './lib/pgbouncer.js';
 import { parsePrometheus, sumOf } from './lib/server-metrics.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
@@ -475,8 +475,7 @@ async function main(): Promise<number> {
       cold_search_vs_embedded: quality,
       qa_evidence_recall: evidence,
     };
-    mkdirSync(out, { recursive: true });
-    writeFileSync(path.join(out, 'replicas.json'), `${JSON.stringify(result, null, 2)}\n`);
+    writeResultFile(path.join(out, 'replicas.json'), result);
     console.log(JSON.stringify({ clean_rate_rps: result.clean_rate_rps, recovery: recovered }, null, 2));
     console.log(`wrote ${path.join(out, 'replicas.json')}`);
     return 0;

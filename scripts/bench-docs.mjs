@@ -35,7 +35,7 @@ function table(head, rows) {
   ].join('\n');
 }
 
-/** @param {any} r a result with `machine` (and `generated_at`/`date`/`node`) */
+/** @param {any} r a result with `machine` (and `generated_at`/`date`/`node`, and `run` from bench/lib/paths.ts) */
 function runLine(r) {
   const m = r.machine;
   const when = (r.generated_at ?? r.date ?? '').slice(0, 10);
@@ -46,7 +46,8 @@ function runLine(r) {
   if (r.load_average_1m !== undefined) parts.push(`load average ${r.load_average_1m}`);
   if (r.node) parts.push(`Node ${r.node}`);
   if (when) parts.push(`run ${when}`);
-  return parts.length ? `Run: ${parts.join('; ')}.` : 'Run: machine not recorded in the result file.';
+  const line = parts.length ? `Run: ${parts.join('; ')}.` : 'Run: machine not recorded in the result file.';
+  return r.run ? `${line}\nCommit ${r.run.commit}, written ${r.run.date}.` : line;
 }
 
 /**
@@ -247,7 +248,7 @@ const SECTIONS = [
     render: (r) =>
       table(
         ['tokens', 'calls', 'OK', 'L0', 'L1', 'L2', 'server CPU ms/call', 'p50 ms', 'p99 ms'],
-        r.map((x) => [
+        (Array.isArray(r) ? r : r.runs).map((x) => [
           x.label,
           x.calls,
           x.ok,

@@ -64,7 +64,7 @@ import {
   runBenchMain,
 } from '../lib/bench-run.js';
 import { benchLoadData } from '../lib/load-data.js';
-import { projectPath } from '../lib/paths.js';
+import { projectPath, writeResultFile } from '../lib/paths.js';
 import { readThreads, threadCpuStep } from '../lib/thread-cpu.js';
 
 /** Warm-up of each gRPC form when `--warmup-seconds 0` is given, s: the connections' first calls. */
@@ -399,9 +399,7 @@ async function main(argv: string[]): Promise<number> {
     cpu_stage: { ms_per_task_median: cpuStageMs, p50_per_round: taskP50s, shape: locomoTask!.shape },
     floor: sums,
   };
-  mkdirSync(out, { recursive: true });
-  const file = path.join(out, 'floor.json');
-  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  const file = writeResultFile(path.join(out, 'floor.json'), result);
   for (const sum of sums) {
     console.log(
       `gRPC ${sum.grpc_form}: gRPC ${sum.grpc_ms} + search ${sum.search_ms} = ${sum.libraries_ms} ms per call; ` +
