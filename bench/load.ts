@@ -21,7 +21,7 @@
  * Figures, not gates: on a small shared machine the driver competes with the server for the cores; the
  * `drv cpu`, `drv lag` and `other` columns say how much.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';

@@ -10,7 +10,7 @@
  * Writes bench/results/tracing.json. Figures, not gates.
  */
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';

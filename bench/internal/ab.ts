@@ -13,7 +13,7 @@
  * Writes ab.json into `--out` (default bench/results). Figures, not gates.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
 import {

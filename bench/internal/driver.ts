@@ -13,7 +13,7 @@
  */
 
 import { fork } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { parseArgs } from 'node:util';

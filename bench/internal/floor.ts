@@ -1,37 +1,3 @@
-/**
- * `npm run bench:internal -- floor [--locomo <dir>] [--rate 1000] [--seconds 20] [--warmup-seconds 30]
- * [--connections 4] [--rounds 5] [--out <dir>]`: what the CPU target (≤ 1.0 ms per call over all
- * the server's threads) leaves for the service's own work once the libraries it is built on have had
- * their share, measured on this machine in one run. Figures, not gates. Writes bench/results/floor.json.
- *
- * Three floors, each the least a call of `bench:load` costs in one part; the first two are libraries', the
- * third the service's own core work measured alone:
- * - **gRPC**: a grpc-js server in a child process (node started with the service's flags, node-flags.ts)
- *   with the service's own definition and `grpc.enable_channelz: 0` (the service's other channel options
- *   are keepalive, connection-age and size limits), answering every AssembleContext with one canned answer
- *   of a LoCoMo answer's size (a 12,000-character context and 30 rows, 14.7 KB encoded), driven by the
- *   load driver (`frames`, open loop) at `--rate` with the LoCoMo requests; server CPU per call from
- *   `/proc/<pid>/task/*`, after `--warmup-seconds` of the same traffic. Two forms:
- *   `codec` decodes each request and encodes the answer with the proto-loader serializers (what a plain
- *   grpc-js service pays), `bytes` skips both (the transport alone: request bytes handed over as they are,
- *   the answer's bytes encoded once).
- * - **Search**: the embedded store's FTS5 search (the SQL statement and its rows, in-process, no read
- *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass. Also,
- *   not in the sum: where a search's time goes and a rowid-range alternative ({@link searchBreakdown}),
- *   and the same searches one per message 1 ms apart in a thread of their own (sleeping, then spinning
- *   between messages), which is how the store-read thread gets them.
- * - **CPU stage**: one whole CPU task over 30 LoCoMo-sized turns (bench:pack's shape, `runCpuTask`), p50;
- *   `--rounds` rounds, median.
- *
- * gRPC + search (one sum per gRPC form) is what a call costs before any code of the service's runs; with
- * the CPU task added, what it costs with nothing around the three: no validation, retrieval
- * orchestration, thread round-trips, scoring, metrics or logging. The CPU task's shape fits its budget
- * (no choice for the packer): under `bench:load`'s budget mix half the tasks pack under a budget, and
- * the pool thread's mean task there is longer. The service decodes
- * requests on the wire and splices its answers (grpc-server.ts), so its own gRPC share lies between the
- * two forms.
- */
-import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {

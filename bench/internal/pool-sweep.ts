@@ -13,7 +13,7 @@
  * count that keeps p99 ≤ 20 ms with no error up to the highest rate (ties: fewer threads).
  */
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
