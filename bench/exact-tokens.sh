@@ -7,12 +7,11 @@
 # Writes bench/results/exact-tokens.json (`runs`: one entry per mode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOCOMO=${1:-../shared/datasets/locomo10}
 CALLS=${2:-600}
 PORT=${BENCH_GRPC_PORT:-19600}
 source bench/lib/locomo-service.sh
 trap 'rm -rf "$WORK"' EXIT
-bench_store "$LOCOMO"
+bench_store "${1:-../shared/datasets/locomo10}"
 cat >"$WORK/exact-catalog.json" <<'JSON'
 {"schema_version":1,"models":[],"families":[
  {"tokenizer_family":"o200k_base","estimate_kind":"bpe_o200k_base","safety_buffer_fraction":0.02},

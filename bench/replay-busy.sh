@@ -5,7 +5,6 @@
 # Ports: BENCH_GRPC_PORT (default 19640) and +1 (admin). Writes bench/results/replay-busy.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOCOMO=${1:-../shared/datasets/locomo10}
 RUNS=${2:-5}
 PORT=${BENCH_GRPC_PORT:-19640}
 source bench/lib/locomo-service.sh
@@ -16,7 +15,7 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-bench_store "$LOCOMO"
+bench_store "${1:-../shared/datasets/locomo10}"
 IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_LOG_LEVEL=warn \
   IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
   node --initial-old-space-size=128 --v8-pool-size=0 dist/src/tools/cli/main.js serve >"$WORK/serve.log" 2>&1 &

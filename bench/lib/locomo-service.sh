@@ -2,12 +2,13 @@
 # bench/replay-busy.sh). Source it from the project root after `set -euo pipefail`.
 
 # bench_store <locomo dir>: a temporary work folder ($WORK, removed by the caller's EXIT trap), the service
-# command line ($CLI) and an embedded store ($DB) holding the LoCoMo conversations.
+# command line ($CLI) and an embedded store ($DB) holding the LoCoMo conversations of $LOCOMO (<locomo dir>).
 bench_store() {
+  LOCOMO=$1
   WORK=$(mktemp -d)
   DB="$WORK/store.db"
   CLI="node dist/src/tools/cli/main.js"
-  IBEX_CONTEXT_EMBEDDED_DB="$DB" $CLI ingest --locomo "$1" >"$WORK/ingest.json"
+  IBEX_CONTEXT_EMBEDDED_DB="$DB" $CLI ingest --locomo "$LOCOMO" >"$WORK/ingest.json"
 }
 
 # wait_ready <admin port> <tries>: polls /readyz every 0.2 s, at most <tries> times (no error if never ready:

@@ -50,4 +50,13 @@ export function need(r, key) {
 export const round = (v, d = 2) => (typeof v === 'number' ? Math.round(v * 10 ** d) / 10 ** d : v);
 export const pct = (v) => (typeof v === 'number' ? `${round(v * 100, 1)} %` : v);
 
+/**
+ * Table rows of figures stored flat as `<key>_<column>`: one row per `[label, key]`, the label then
+ * `o[key_column]` for each column.
+ * @param {any} o @param {[string, string][]} labels @param {string[]} columns
+ */
+export function keyedRows(o, labels, columns) {
+  return labels.map(([label, key]) => [label, ...columns.map((c) => o[`${key}_${c}`])]);
+}
+
 /** @typedef {{ script: string; command?: string; file: string; title: string; render: (r: any) => string }} Section */

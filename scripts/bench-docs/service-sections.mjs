@@ -1,5 +1,5 @@
 /** Sections of docs/benchmarks.md for one service: packing, the worker pool, load, overload, soak, tokens. */
-import { pct, round, table } from './format.mjs';
+import { keyedRows, pct, round, table } from './format.mjs';
 
 /** @type {import('./format.mjs').Section[]} */
 export const SERVICE_SECTIONS = [
@@ -51,23 +51,31 @@ export const SERVICE_SECTIONS = [
         '',
         table(
           ['figure', 'p50', 'p99'],
-          [
-            ['inline (no pool)', r.overhead.inline_p50_us, r.overhead.inline_p99_us],
-            ['through the pool', r.overhead.pool_p50_us, r.overhead.pool_p99_us],
-            ['added by the pool', r.overhead.added_p50_us, r.overhead.added_p99_us],
-            ['cold pool', r.overhead.cold_pool_p50_us, r.overhead.cold_pool_p99_us],
-          ],
+          keyedRows(
+            r.overhead,
+            [
+              ['inline (no pool)', 'inline'],
+              ['through the pool', 'pool'],
+              ['added by the pool', 'added'],
+              ['cold pool', 'cold_pool'],
+            ],
+            ['p50_us', 'p99_us'],
+          ),
         ),
         '',
         `Event-loop delay while large tasks (n = ${r.loop_delay.shape.n}) run, ms:`,
         '',
         table(
           ['where the task runs', 'p99', 'max'],
-          [
-            ['pool', r.loop_delay.pool_p99_ms, r.loop_delay.pool_max_ms],
-            ['inline', r.loop_delay.inline_p99_ms, r.loop_delay.inline_max_ms],
-            ['idle (no task)', r.loop_delay.idle_p99_ms, r.loop_delay.idle_max_ms],
-          ],
+          keyedRows(
+            r.loop_delay,
+            [
+              ['pool', 'pool'],
+              ['inline', 'inline'],
+              ['idle (no task)', 'idle'],
+            ],
+            ['p99_ms', 'max_ms'],
+          ),
         ),
       ].join('\n'),
   },
