@@ -1,3 +1,36 @@
+/**
+ * `npm run bench:internal -- floor [--locomo <dir>] [--rate 1000] [--seconds 20] [--warmup-seconds 30]
+ * [--connections 4] [--rounds 5] [--out <dir>]`: what the CPU target (≤ 1.0 ms per call over all
+ * the server's threads) leaves for the service's own work once the libraries it is built on have had
+ * their share, measured on this machine in one run. Figures, not gates. Writes bench/results/floor.json.
+ *
+ * Three floors, each the least a call of `bench:load` costs in one part; the first two are libraries', the
+ * third the service's own core work measured alone:
+ * - **gRPC**: a grpc-js server in a child process (node started with the service's flags, node-flags.ts)
+ *   with the service's own definition and `grpc.enable_channelz: 0` (the service's other channel options
+ *   are keepalive, connection-age and size limits), answering every AssembleContext with one canned answer
+ *   of a LoCoMo answer's size (a 12,000-character context and 30 rows, 14.7 KB encoded), driven by the
+ *   load driver (`frames`, open loop) at `--rate` with the LoCoMo requests; server CPU per call from
+ *   `/proc/<pid>/task/*`, after `--warmup-seconds` of the same traffic. Two forms:
+ *   `codec` decodes each request and encodes the answer with the proto-loader serializers (what a plain
+ *   grpc-js service pays), `bytes` skips both (the transport alone: request bytes handed over as they are,
+ *   the answer's bytes encoded once).
+ * - **Search**: the embedded store's FTS5 search (the SQL statement and its rows, in-process, no read
+ *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass. Also,
+ *   not in the sum: where a search's time goes and a rowid-range alternative (`searchBreakdown`, lib/search-floor.ts),
+ *   and the same searches one per message 1 ms apart in a thread of their own (sleeping, then spinning
+ *   between messages), which is how the store-read thread gets them.
+ * - **CPU stage**: one whole CPU task over 30 LoCoMo-sized turns (bench:pack's shape, `runCpuTask`), p50;
+ *   `--rounds` rounds, median.
+ *
+ * gRPC + search (one sum per gRPC form) is what a call costs before any code of the service's runs; with
+ * the CPU task added, what it costs with nothing around the three: no validation, retrieval
+ * orchestration, thread round-trips, scoring, metrics or logging. The CPU task's shape fits its budget
+ * (no choice for the packer): under `bench:load`'s budget mix half the tasks pack under a budget, and
+ * the pool thread's mean task there is longer. The service decodes
+ * requests on the wire and splices its answers (grpc-server.ts), so its own gRPC share lies between the
+ * two forms.
+ */
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -8,14 +41,7 @@ import {
   Worker,
   workerData,
 } from 'node:worker_threads';
-import Database from 'better-sqlite3';
-import {
-  DEFAULT_MAX_MEMORY_CHARS,
-  EmbeddedStore,
-  searchSql,
-} from '../../src/retrieval/sqlite/embedded-store.js';
-import { scopeToken } from '../../src/retrieval/store-rows.js';
-import { toFtsQuery } from '../../src/text/fts-query.js';
+import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
 import { runLoad } from '../../src/tools/client/load-driver.js';
 import { median } from '../../src/tools/client/stats.js';
@@ -32,6 +58,7 @@ import {
 import { benchLoadData } from '../lib/load-data.js';
 import { projectPath, writeResultFile } from '../lib/paths.js';
 import { readThreads, threadCpuStep } from '../lib/thread-cpu.js';
+import { searchBreakdown, searchPasses } from './lib/search-floor.js';
 
 /** Warm-up of each gRPC form when `--warmup-seconds 0` is given, s: the connections' first calls. */
 const MIN_WARMUP_S = 0.5;
@@ -71,109 +98,6 @@ export function floorSum(form: GrpcForm, grpcMs: number, searchUs: number, cpuSt
     left_for_the_service_ms: r3(TARGET_MS_PER_CALL - libraries),
     left_after_the_cpu_task_ms: r3(TARGET_MS_PER_CALL - libraries - cpuStageMs),
   };
-}
-
-/**
- * µs per item of `run` over `items`, one pass per round after one unmeasured pass (SQLite's cache and the
- * JIT warmed by it).
- */
-function passesUs<T>(items: readonly T[], rounds: number, run: (item: T) => unknown): number[] {
-  for (const item of items) run(item);
-  const passes: number[] = [];
-  for (let r = 0; r < rounds; r++) {
-    const start = performance.now();
-    for (const item of items) run(item);
-    passes.push(r3(((performance.now() - start) * 1000) / items.length));
-  }
-  return passes;
-}
-
-/** µs per query of the store's search over `queries`, per pass, and the hits it returns per query. */
-function searchPasses(
-  db: string,
-  queries: readonly { org: string; agent: string; text: string }[],
-  rounds: number,
-) {
-  const store = EmbeddedStore.open(db, { cache: false });
-  try {
-    let hits = 0;
-    for (const q of queries) hits += store.search(q.org, q.agent, q.text).length;
-    const passes = passesUs(queries, rounds, (q) => store.search(q.org, q.agent, q.text));
-    return { passes, mean_hits: r3(hits / queries.length) };
-  } finally {
-    store.close();
-  }
-}
-
-/**
- * Where one search's time goes, and one alternative, µs per query over the same queries (median of
- * `rounds` passes, {@link passesUs}), on a read-only connection of the bench's own:
- * - `matches`: counting the agent's matches only (`count(*)` of the same MATCH: no ranking, no rows);
- * - `ranked`: the store's inner statement (bm25 over every match, best 20 rowids: searchSql's subquery);
- * - `rowid_range`: the store's statement with the agent's rows found by a rowid range instead of the
- *   scope token (valid here because an ingest writes one agent after another, so each agent's rows are one
- *   range; `range_top10_same` counts the queries whose top-10 ids and scores equal the store's).
- */
-function searchBreakdown(
-  db: string,
-  queries: readonly { org: string; agent: string; text: string }[],
-  rounds: number,
-) {
-  const conn = new Database(db, { readonly: true });
-  try {
-    const ranges = new Map<string, { lo: number; hi: number }>();
-    const byAgent = conn.prepare<[], { org_id: string; agent_id: string; lo: number; hi: number }>(
-      'SELECT org_id, agent_id, min(pk) AS lo, max(pk) AS hi FROM memories GROUP BY org_id, agent_id',
-    );
-    for (const r of byAgent.all()) ranges.set(`${r.org_id}|${r.agent_id}`, { lo: r.lo, hi: r.hi });
-    const statements = {
-      matches: conn.prepare('SELECT count(*) FROM memories_fts WHERE memories_fts MATCH @match'),
-      ranked: conn.prepare(
-        'SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts WHERE memories_fts MATCH @match ' +
-          'ORDER BY score LIMIT 20',
-      ),
-      store: conn.prepare(searchSql('10')),
-      rowid_range: conn.prepare(
-        searchSql('10').replace(
-          'WHERE memories_fts MATCH @match',
-          'WHERE memories_fts MATCH @terms AND rowid BETWEEN @lo AND @hi',
-        ),
-      ),
-    };
-    const params = queries.flatMap((q) => {
-      const terms = toFtsQuery(q.text);
-      const range = ranges.get(`${q.org}|${q.agent}`);
-      if (terms === null || range === undefined) return [];
-      const common = { org: q.org, agent: q.agent, minConfidence: 0, maxChars: DEFAULT_MAX_MEMORY_CHARS };
-      return [
-        {
-          ...common,
-          match: `scope:${scopeToken(q.org, q.agent)} AND content:(${terms})`,
-          terms: `content:(${terms})`,
-          lo: range.lo,
-          hi: range.hi,
-        },
-      ];
-    });
-    const key = (rows: unknown[]) =>
-      (rows as { id: string; score: number }[]).map((r) => `${r.id} ${r.score}`).join(',');
-    let same = 0;
-    for (const p of params) {
-      if (key(statements.store.all(p)) === key(statements.rowid_range.all(p))) same++;
-    }
-    const timed = (name: keyof typeof statements) =>
-      r3(median(passesUs(params, rounds, (p) => statements[name].all(p))));
-    return {
-      queries: params.length,
-      matches_us: timed('matches'),
-      ranked_us: timed('ranked'),
-      store_us: timed('store'),
-      rowid_range_us: timed('rowid_range'),
-      range_top10_same: same,
-    };
-  } finally {
-    conn.close();
-  }
 }
 
 /** What the paced search thread is given (see {@link pacedSearch}). */
