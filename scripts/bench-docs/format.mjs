@@ -59,4 +59,7 @@ export function keyedRows(o, labels, columns) {
   return labels.map(([label, key]) => [label, ...columns.map((c) => o[`${key}_${c}`])]);
 }
 
+/** One table row: `o`'s values of `keys`, in that order. @param {any} o @param {string[]} keys */
+export const fields = (o, keys) => keys.map((k) => o[k]);
+
 /** @typedef {{ script: string; command?: string; file: string; title: string; render: (r: any) => string }} Section */

@@ -1,5 +1,5 @@
 /** Sections of docs/benchmarks.md for one service: packing, the worker pool, load, overload, soak, tokens. */
-import { keyedRows, pct, round, table } from './format.mjs';
+import { fields, keyedRows, pct, round, table } from './format.mjs';
 
 /** @type {import('./format.mjs').Section[]} */
 export const SERVICE_SECTIONS = [
@@ -92,13 +92,7 @@ export const SERVICE_SECTIONS = [
         table(
           ['rate', 'achieved', 'p50', 'p99', 'p99.9', 'errors', 'degraded', 'loop delay p99'],
           r.steps.map((s) => [
-            s.rate,
-            s.achieved_rps,
-            s.p50_ms,
-            s.p99_ms,
-            s.p99_9_ms,
-            s.errors,
-            s.degraded,
+            ...fields(s, ['rate', 'achieved_rps', 'p50_ms', 'p99_ms', 'p99_9_ms', 'errors', 'degraded']),
             s.server?.event_loop_delay_ms?.p99,
           ]),
         ),
@@ -112,16 +106,8 @@ export const SERVICE_SECTIONS = [
       [
         table(
           ['threads', 'rate', 'achieved', 'p50 ms', 'p99 ms', 'errors', 'degraded', 'CPU ms/call'],
-          r.grid.map((g) => [
-            g.threads,
-            g.rate,
-            g.achieved_rps,
-            g.p50_ms,
-            g.p99_ms,
-            g.errors,
-            g.degraded,
-            g.cpu_ms_per_call,
-          ]),
+          // A grid row's fields are its columns, in order (pool-sweep-grid.test.ts pins them).
+          r.grid.map((g) => Object.values(g)),
         ),
         '',
         `Recommendation: ${r.recommendation.threads} thread(s); highest rate with p99 ≤ 20 ms: ` +
