@@ -17,9 +17,9 @@
  *   the answer's bytes encoded once).
  * - **Search**: the embedded store's FTS5 search (the SQL statement and its rows, in-process, no read
  *   cache) for every LoCoMo request's query, µs per query; `--rounds` passes over them, median pass. Also,
- *   not in the sum: where a search's time goes and a rowid-range alternative (`searchBreakdown`, lib/search-floor.ts),
- *   and the same searches one per message 1 ms apart in a thread of their own (sleeping, then spinning
- *   between messages), which is how the store-read thread gets them.
+ *   not in the sum: where a search's time goes and a rowid-range alternative (`searchBreakdown`,
+ *   lib/search-floor.ts), and the same searches one per message 1 ms apart in a thread of their own
+ *   (sleeping, then spinning between messages), which is how the store-read thread gets them.
  * - **CPU stage**: one whole CPU task over 30 LoCoMo-sized turns (bench:pack's shape, `runCpuTask`), p50;
  *   `--rounds` rounds, median.
  *
