@@ -4,22 +4,19 @@
 # on the same store: server CPU per call (utime + stime of the server process over the replay / calls)
 # and the client's and server's p50/p99. The replay checks the budget invariant with the same kinds (a
 # catalog file selecting bpe_* for the exact run). Ports: BENCH_GRPC_PORT (default 19600) and +1 (admin).
-# Writes bench/results/exact-tokens.json.
+# Writes bench/results/exact-tokens.json (`runs`: one entry per mode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOCOMO=${1:-../shared/datasets/locomo10}
 CALLS=${2:-600}
 PORT=${BENCH_GRPC_PORT:-19600}
-WORK=$(mktemp -d)
+source bench/lib/locomo-service.sh
 trap 'rm -rf "$WORK"' EXIT
-DB="$WORK/store.db"
-CLI="node dist/src/tools/cli/main.js"
+bench_store "${1:-../shared/datasets/locomo10}"
 cat >"$WORK/exact-catalog.json" <<'JSON'
 {"schema_version":1,"models":[],"families":[
  {"tokenizer_family":"o200k_base","estimate_kind":"bpe_o200k_base","safety_buffer_fraction":0.02},
  {"tokenizer_family":"cl100k_base","estimate_kind":"bpe_cl100k_base","safety_buffer_fraction":0.02}]}
 JSON
-IBEX_CONTEXT_EMBEDDED_DB="$DB" $CLI ingest --locomo "$LOCOMO" >"$WORK/ingest.json"
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # $1 label, $2 exact (true/false), $3 catalog for the replay check ('' = built-in)
@@ -27,10 +24,7 @@ run() { # $1 label, $2 exact (true/false), $3 catalog for the replay check ('' =
     IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
     node dist/src/tools/cli/main.js serve >"$WORK/$1.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 100); do
-    curl -sf "http://127.0.0.1:$((PORT + 1))/readyz" >/dev/null 2>&1 && break
-    sleep 0.2
-  done
+  wait_ready "$((PORT + 1))" 100
   # Warm-up calls (JIT, caches) are not measured.
   $CLI replay --locomo "$LOCOMO" --limit 100 --addr "127.0.0.1:$PORT" ${3:+--catalog "$3"} --json >/dev/null || true
   local before after
@@ -50,11 +44,10 @@ run() { # $1 label, $2 exact (true/false), $3 catalog for the replay check ('' =
       client_latency_ms: r.latency_ms ?? r.client_latency_ms, server_total_ms: r.server_total_ms }));
   ' "$WORK/$1.json" "$before" "$after" "$1"
 }
-mkdir -p bench/results
 {
-  echo "["
+  echo '{"runs": ['
   run estimates false ''
   echo ","
   run exact true "$WORK/exact-catalog.json"
-  echo "]"
-} | tee bench/results/exact-tokens.json
+  echo "]}"
+} | write_result exact-tokens

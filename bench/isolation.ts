@@ -1,23 +1,15 @@
-import { spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { MessageChannel, receiveMessageOnPort, Worker } from 'node:worker_threads';
-import { Bench } from 'tinybench';
+import { Worker } from 'node:worker_threads';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
-import { encodeCandidates } from '../src/cpu-stage/cpu-batch-encode.js';
-import { decodeMemoryBody, maxBodyBytes } from '../src/retrieval/validate.js';
 import type { LoopDelayQuantiles } from '../src/telemetry/loop-delay.js';
-import { bytesInPlace, type MemoryContent } from '../src/text/content-bytes.js';
 import { stringFlags } from '../src/tools/cli/command-args.js';
 import { type LoadReport, runLoad } from '../src/tools/client/load-driver.js';
 import { cyclingSource } from '../src/tools/client/request-source.js';
-import { round } from '../src/tools/client/stats.js';
 import type { AssembleContextRequestInput } from '../src/wire/proto.js';
 import type { AttackerData, NoisyResult } from './isolation-attacker.js';
-import { startBareGrpcServer } from './lib/bare-grpc.js';
+import { bareServerRatio } from './lib/bare-grpc-ratio.js';
 import {
   type BenchFlagValues,
   benchOptions,
@@ -29,11 +21,11 @@ import {
   tempDir,
 } from './lib/bench-run.js';
 import { type EldProbe, startEldProbe } from './lib/eld-probe.js';
-import { projectPath } from './lib/paths.js';
+import { crossingCosts, parseCosts } from './lib/main-thread-costs.js';
+import { projectPath, writeResultFile } from './lib/paths.js';
 import { type ServerStepStats, snapshot, stepStats } from './lib/server-metrics.js';
 import { BENCH_DEADLINE_MS, printTable, startBenchService } from './lib/service-child.js';
 import type { ServiceProcess } from './lib/service-process.js';
-import { taskScalars } from './lib/synthetic.js';
 
 const TARGETS = {
   quiet_ok_rate: 0.99,
@@ -111,141 +103,6 @@ async function quietPhase(service: ServiceProcess, probe: EldProbe, seconds: num
   const after = await snapshot(service);
   const floor = await probe.take();
   return quietFigures(report, stepStats(before, after), floor);
-}
-
-/**
- * The quiet org's p99 ratio for a server that does no work: the bare gRPC server (bench/lib/bare-grpc.ts)
- * driven as the quiet org is, alone and then beside one busy loop per core (processes at the same
- * priority holding the CPUs, as the attack's load does), started with the service's `nodeFlags`. A
- * reference for the ×2 target: what this machine's scheduling does to a server with no work and no
- * threads. Latencies in ms.
- */
-async function bareServerRatio(seconds: number, rate: number, nodeFlags: readonly string[]) {
-  const { port, child } = await startBareGrpcServer('codec', nodeFlags);
-  try {
-    const drive = (name: string, durationS: number) =>
-      runLoad({
-        addr: `127.0.0.1:${port}`,
-        rate,
-        durationS,
-        connections: 2,
-        timeoutMs: BENCH_DEADLINE_MS,
-        source: cyclingSource(name, quietRequests()),
-      });
-    await drive('bare server warm-up', 2);
-    const alone = await drive('bare server alone', seconds);
-    // Each loop ends by itself a little after the phase, so none outlives a killed bench for long.
-    const untilMs = (seconds + 5) * 1000;
-    const loops = Array.from({ length: os.availableParallelism() }, () =>
-      spawn(process.execPath, ['-e', `const end = Date.now() + ${untilMs}; while (Date.now() < end) {}`]),
-    );
-    let beside: LoadReport;
-    try {
-      beside = await drive('bare server beside busy loops', seconds);
-    } finally {
-      for (const loop of loops) loop.kill('SIGKILL');
-    }
-    return {
-      busy_loops: loops.length,
-      alone_p99_ms: alone.latency_ms.p99,
-      beside_busy_loops_p99_ms: beside.latency_ms.p99,
-      p99_ratio: round(beside.latency_ms.p99 / Math.max(1e-9, alone.latency_ms.p99), 2),
-      errors: alone.requests.error_total + beside.requests.error_total,
-    };
-  } finally {
-    child.kill('SIGTERM');
-  }
-}
-
-/** A tinybench task's median, ms to the µs. */
-function medianMs(task: { result?: unknown }): number {
-  const r = task.result as { latency?: { p50?: number } } | undefined;
-  return Math.round((r?.latency?.p50 ?? Number.NaN) * 1000) / 1000;
-}
-
-/**
- * Main-thread cost of `JSON.parse` + validation of memory bodies (the work a body-decoder thread takes
- * off the event loop), median ms per body: at the inline threshold, 5,000 small hits, and the hot cap.
- */
-async function parseCosts() {
-  const org = QUIET.org;
-  const agent = QUIET.agent;
-  const item = (i: number, content: string) => ({
-    memory: {
-      id: `${agent.slice(0, 24)}${i.toString(16).padStart(12, '0')}`,
-      org_id: org,
-      agent_id: agent,
-      content,
-      category: 'factual',
-      confidence: 0.5,
-    },
-    similarity: 0.5,
-    rank: i + 1,
-    source: 'bench',
-  });
-  const encode = (items: unknown[]) => new TextEncoder().encode(JSON.stringify({ data: { results: items } }));
-  const bodies: Record<string, Uint8Array> = {
-    inline_64kib: encode(Array.from({ length: 20 }, (_, i) => item(i, 'x'.repeat(3000)))),
-    hits_5000: encode(Array.from({ length: 5000 }, (_, i) => item(i, `memory ${i} about the lake`))),
-    // At the hot cap: 20 memories of 65,536 code points, non-ASCII (3 bytes each in UTF-8).
-    hot_cap_20x65536_cjk: encode(Array.from({ length: 20 }, (_, i) => item(i, '漢'.repeat(65_536)))),
-  };
-  const bench = new Bench({ iterations: 10, warmupIterations: 2, time: 0 });
-  for (const [name, body] of Object.entries(bodies))
-    bench.add(name, () => {
-      decodeMemoryBody(body, org, agent, { limit: 20, maxChars: 65_536 });
-    });
-  await bench.run();
-  const out: Record<string, { bytes: number; median_ms: number }> = {};
-  for (const task of bench.tasks) {
-    out[task.name] = { bytes: bodies[task.name]!.length, median_ms: medianMs(task) };
-  }
-  return { hot_cap_bytes: maxBodyBytes(20, 65_536), bodies: out };
-}
-
-/**
- * Main-thread cost of taking decoded hits from a thread and writing them into the CPU task, median ms:
- * 20 hot memories at the cap (65,536 CJK code points each), their contents sent as strings (structured
- * clone) or as UTF-8 bytes on one transferred buffer (content-bytes.ts, what the body-decoder and
- * store-read threads send). Only the receive and `encodeCandidates` are timed: the sender is the thread.
- */
-async function crossingCosts() {
-  const hits = () =>
-    Array.from({ length: 20 }, (_, i) => ({
-      memory_id: `00000000-0000-4000-8000-${i.toString(16).padStart(12, '0')}`,
-      category: 'factual',
-      content: '漢'.repeat(65_536) as MemoryContent,
-      score: 0.5,
-      similarity: 0.5,
-      confidence: 0.5,
-      rank: i + 1,
-    }));
-  const scalars = taskScalars({ budget: 1000, deadline: Number.POSITIVE_INFINITY });
-  const { port1, port2 } = new MessageChannel();
-  const bench = new Bench({ iterations: 40, warmupIterations: 4, time: 0 });
-  for (const asBytes of [false, true]) {
-    bench.add(
-      asBytes ? 'bytes_transferred' : 'strings_cloned',
-      () => {
-        const got = receiveMessageOnPort(port2)!.message as ReturnType<typeof hits>;
-        encodeCandidates(got, scalars);
-      },
-      {
-        beforeEach: () => {
-          const h = hits();
-          const contents = asBytes ? bytesInPlace(h) : null;
-          port1.postMessage(h, contents ? [contents] : []);
-        },
-      },
-    );
-  }
-  await bench.run();
-  port1.close();
-  const out: Record<string, number> = {};
-  for (const task of bench.tasks) {
-    out[task.name] = medianMs(task);
-  }
-  return out;
 }
 
 function startAttacker(data: AttackerData): Promise<{ worker: Worker; memoryUrl: string }> {
@@ -333,7 +190,7 @@ async function main(): Promise<number> {
   const machine = machineInfo();
   console.log(`bench:isolation — ${machine.cpus} CPUs, load average ${machine.loadavg_1m_at_start}`);
 
-  const parse = await parseCosts();
+  const parse = await parseCosts(QUIET.org, QUIET.agent);
   console.log('main-thread JSON.parse + validation of one memory body (median):');
   printTable(Object.entries(parse.bodies).map(([k, v]) => [k, `${v.median_ms} ms (${v.bytes} bytes)`]));
   const crossing = await crossingCosts();
@@ -353,7 +210,7 @@ async function main(): Promise<number> {
   console.log(
     `event-loop delay of an empty Node process before any load, ${seconds} s: p99 ${idleFloor.p99} ms`,
   );
-  const bare = await bareServerRatio(seconds, quietRate, nodeFlags);
+  const bare = await bareServerRatio(seconds, quietRate, nodeFlags, quietRequests());
   console.log(
     `quiet requests to a bare gRPC server (no work), p99 alone ${bare.alone_p99_ms} ms, beside ` +
       `${bare.busy_loops} busy loops ${bare.beside_busy_loops_p99_ms} ms (×${bare.p99_ratio})`,
@@ -521,9 +378,7 @@ async function main(): Promise<number> {
       main_thread_parse: parse,
       main_thread_crossing_ms: crossing,
     };
-    mkdirSync(opts.out, { recursive: true });
-    const file = path.join(opts.out, 'isolation.json');
-    writeFileSync(file, `${JSON.stringify(out, null, 2)}\n`);
+    const file = writeResultFile(path.join(opts.out, 'isolation.json'), out);
     console.log(`wrote ${path.relative(process.cwd(), file) || file}`);
     return 0;
   } finally {

@@ -21,7 +21,7 @@
  * Figures, not gates: on a small shared machine the driver competes with the server for the cores; the
  * `drv cpu`, `drv lag` and `other` columns say how much.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { SERVICE_NODE_FLAGS } from '../src/config/node-flags.js';
 import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';
@@ -48,6 +48,7 @@ import {
   waitForIdle,
   whereTheTimeGoes,
 } from './lib/load-step.js';
+import { writeResultFile } from './lib/paths.js';
 import { allowedCpus, type OverloadPhase, pinAll, runBareFloor, runOverload } from './lib/pinned.js';
 import { writeLoadCharts } from './lib/plot.js';
 import { explainFailure, startServiceProcess } from './lib/service-process.js';
@@ -295,7 +296,7 @@ async function main(argv: string[]): Promise<number> {
   };
   mkdirSync(opts.out, { recursive: true });
   const jsonFile = path.join(opts.out, opts.pinned ? 'load-pinned.json' : 'load.json');
-  writeFileSync(jsonFile, `${JSON.stringify(result, null, 2)}\n`);
+  writeResultFile(jsonFile, result);
   // The charts are the unpinned run's (bench/results/load.svg); a pinned run writes its JSON only.
   const charts = opts.pinned
     ? null

@@ -5,10 +5,9 @@
 # Ports: BENCH_GRPC_PORT (default 19640) and +1 (admin). Writes bench/results/replay-busy.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LOCOMO=${1:-../shared/datasets/locomo10}
 RUNS=${2:-5}
 PORT=${BENCH_GRPC_PORT:-19640}
-WORK=$(mktemp -d)
+source bench/lib/locomo-service.sh
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -16,23 +15,17 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-DB="$WORK/store.db"
-CLI="node dist/src/tools/cli/main.js"
-IBEX_CONTEXT_EMBEDDED_DB="$DB" $CLI ingest --locomo "$LOCOMO" >"$WORK/ingest.json"
+bench_store "${1:-../shared/datasets/locomo10}"
 IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_LOG_LEVEL=warn \
   IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
   node --initial-old-space-size=128 --v8-pool-size=0 dist/src/tools/cli/main.js serve >"$WORK/serve.log" 2>&1 &
 SERVICE=$!
 PIDS+=("$SERVICE")
-for _ in $(seq 1 150); do
-  curl -sf "http://127.0.0.1:$((PORT + 1))/readyz" >/dev/null 2>&1 && break
-  sleep 0.2
-done
+wait_ready "$((PORT + 1))" 150
 node -e 'for(;;){}' &
 PIDS+=($!)
 node -e 'for(;;){}' &
 PIDS+=($!)
-mkdir -p bench/results
 ok=0
 {
   echo "{\"runs\": ["
@@ -48,4 +41,4 @@ ok=0
     [ "$i" -lt "$RUNS" ] && echo ","
   done
   echo "], \"exit_0\": $ok, \"of\": $RUNS, \"busy_loops\": 2, \"cpus\": $(nproc), \"load_average\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
-} | tee bench/results/replay-busy.json
+} | write_result replay-busy

@@ -26,25 +26,26 @@
 
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
 import { PgStore } from '../src/retrieval/postgres/pg-store.js';
 import { EmbeddedStore } from '../src/retrieval/sqlite/embedded-store.js';
 import { stringFlags } from '../src/tools/cli/command-args.js';
-import { runLoad } from '../src/tools/client/load-driver.js';
 import { locomoRequests } from '../src/tools/client/locomo-requests.js';
 import { cyclingSource } from '../src/tools/client/request-source.js';
-import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../src/tools/locomo/dataset.js';
+import { LOCOMO_ORG_ID, readLocomo } from '../src/tools/locomo/dataset.js';
 import { ingestLocomo } from '../src/tools/locomo/ingest.js';
 import { ingestLocomoPostgres } from '../src/tools/locomo/ingest-postgres.js';
 import type { AssembleContextRequestInput } from '../src/wire/proto.js';
 import { benchOptions, machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
-import { projectPath } from './lib/paths.js';
+import { projectPath, writeResultFile } from './lib/paths.js';
+import { backendCpu, cpuDelta } from './lib/pg-backend-cpu.js';
+import { evidenceRecall, overlap } from './lib/pg-search-quality.js';
 import { type PgBouncer, pgbouncerBinary, startPgBouncer } from './lib/pgbouncer.js';
-import { parsePrometheus, sumOf } from './lib/server-metrics.js';
+import { recovery } from './lib/replica-recovery.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
 
 const USAGE = `usage: npm run bench:replicas -- [options]
@@ -63,33 +64,6 @@ const USAGE = `usage: npm run bench:replicas -- [options]
 /** The clean-rate rule of the figures. */
 const P99_TARGET_MS = 20;
 const L0_SHARE_MIN = 0.99;
-
-const CLK_TCK = 100;
-
-/** CPU seconds of the replicas' PostgreSQL backends, by pid. */
-async function backendCpu(admin: pg.Client): Promise<Map<number, number>> {
-  const rows = await admin.query<{ pid: number }>(
-    "SELECT pid FROM pg_stat_activity WHERE application_name = 'ibex-context' AND datname = current_database()",
-  );
-  const out = new Map<number, number>();
-  for (const { pid } of rows.rows) {
-    try {
-      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-      out.set(pid, (Number(rest[11]) + Number(rest[12])) / CLK_TCK);
-    } catch {
-      // Backend gone, or not on this machine.
-    }
-  }
-  return out;
-}
-
-function cpuDelta(a: Map<number, number>, b: Map<number, number>): number {
-  let s = 0;
-  // A backend opened during the window (the pool grows under load) counts whole.
-  for (const [pid, t] of b) s += t - (a.get(pid) ?? 0);
-  return Math.round(s * 100) / 100;
-}
 
 interface PhaseRow {
   replica: number;
@@ -178,62 +152,6 @@ async function runPhase(
   };
 }
 
-/** Top-10 overlap of PostgreSQL's cold search with the embedded store's on the same queries. */
-async function overlap(store: PgStore, embedded: EmbeddedStore, reqs: AssembleContextRequestInput[]) {
-  let compared = 0;
-  let bothEmpty = 0;
-  let sum = 0;
-  let identicalTop1 = 0;
-  for (const r of reqs) {
-    const a = await store.search(r.org_id!, r.agent_id!, r.query ?? '', { timeoutMs: 5000 });
-    const b = embedded.search(r.org_id!, r.agent_id!, r.query ?? '');
-    if (a.length === 0 && b.length === 0) {
-      bothEmpty++;
-      continue;
-    }
-    const ids = new Set(b.map((h) => h.memory.id));
-    sum += a.filter((h) => ids.has(h.memory.id)).length / Math.max(a.length, b.length);
-    if (a[0]?.memory.id === b[0]?.memory.id) identicalTop1++;
-    compared++;
-  }
-  return {
-    queries: reqs.length,
-    both_empty: bothEmpty,
-    mean_top10_overlap: compared > 0 ? Math.round((sum / compared) * 1000) / 1000 : null,
-    same_top1_share: compared > 0 ? Math.round((identicalTop1 / compared) * 1000) / 1000 : null,
-  };
-}
-
-/**
- * Recall@10 of LoCoMo's QA evidence (the turns that answer each question) for both stores' cold search,
- * with the question as the query: a ground truth, where the overlap above only compares the two.
- */
-async function evidenceRecall(store: PgStore, embedded: EmbeddedStore, conversations: LocomoConversation[]) {
-  let questions = 0;
-  let pgSum = 0;
-  let embeddedSum = 0;
-  for (const conv of conversations) {
-    const byDia = new Map(conv.sessions.flatMap((s) => s.turns.map((t) => [t.diaId, t.memoryId] as const)));
-    for (const qa of conv.qa) {
-      const evidence = qa.evidence.flatMap((e) => byDia.get(e) ?? []);
-      if (evidence.length === 0) continue;
-      const recall = (ids: string[]) => evidence.filter((e) => ids.includes(e)).length / evidence.length;
-      const a = await store.search(LOCOMO_ORG_ID, conv.agentId, qa.question, { timeoutMs: 5000 });
-      pgSum += recall(a.map((h) => h.memory.id));
-      embeddedSum += recall(
-        embedded.search(LOCOMO_ORG_ID, conv.agentId, qa.question).map((h) => h.memory.id),
-      );
-      questions++;
-    }
-  }
-  const r3 = (x: number) => Math.round(x * 1000) / 1000;
-  return {
-    questions,
-    postgres_recall_at_10: questions > 0 ? r3(pgSum / questions) : null,
-    embedded_recall_at_10: questions > 0 ? r3(embeddedSum / questions) : null,
-  };
-}
-
 type Phase = Awaited<ReturnType<typeof runPhase>>;
 
 /** Ramps `rates` until a step is not clean; returns every step and the highest clean rate (0: none). */
@@ -259,77 +177,6 @@ async function ramp(
   }
   const clean = steps.filter((st) => st.clean);
   return { clean_rate_rps: clean.at(-1)?.offered_rps ?? 0, steps };
-}
-
-/** The replica's `ibex_context_postgres_events_total{event}` now. */
-async function pgEvent(s: ServiceProcess, event: string): Promise<number> {
-  return sumOf(parsePrometheus(await s.metricsText()), 'ibex_context_postgres_events_total', { event });
-}
-
-/** 1 s steps at `rate` until one is all L0 with no error (at most `maxSeconds`): seconds to that step's start. */
-async function secondsToL0(
-  s: ServiceProcess,
-  requests: AssembleContextRequestInput[],
-  rate: number,
-  connections: number,
-  maxSeconds: number,
-): Promise<number | null> {
-  const t0 = performance.now();
-  for (let i = 0; i < maxSeconds; i++) {
-    const start = performance.now();
-    const row = await measureStep(s, {
-      rate,
-      seconds: 1,
-      rampSeconds: 0,
-      connections,
-      timeoutMs: 1000,
-      source: cyclingSource('recovery', requests),
-    });
-    if (row.errors === 0 && row.degraded === 0) return Math.round((start - t0) / 100) / 10;
-  }
-  return null;
-}
-
-async function recovery(
-  s: ServiceProcess,
-  requests: AssembleContextRequestInput[],
-  rate: number,
-  connections: number,
-  admin: pg.Client,
-) {
-  const opened0 = await pgEvent(s, 'connections_opened');
-  console.error(`recovery: 10 s at ${3 * rate}/s, then ${rate}/s`);
-  await runLoad({
-    addr: s.grpcAddr,
-    rate: 3 * rate,
-    connections,
-    timeoutMs: 1000,
-    source: cyclingSource('overload', requests),
-    transport: 'h2',
-    durationS: 10,
-  });
-  const opened1 = await pgEvent(s, 'connections_opened');
-  const overloadSeconds = await secondsToL0(s, requests, rate, connections, 10);
-  const opened2 = await pgEvent(s, 'connections_opened');
-  await admin.query(
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE 'ibex-context%' AND datname = current_database() AND pid <> pg_backend_pid()",
-  );
-  const restartSeconds = await secondsToL0(s, requests, rate, connections, 10);
-  const opened3 = await pgEvent(s, 'connections_opened');
-  return {
-    rate_rps: rate,
-    overload: {
-      offered_rps: 3 * rate,
-      seconds: 10,
-      seconds_to_full_l0: overloadSeconds,
-      connections_opened_during: opened1 - opened0,
-      connections_opened_after: opened2 - opened1,
-    },
-    backends_terminated: {
-      seconds_to_full_l0: restartSeconds,
-      connections_opened_after: opened3 - opened2,
-    },
-  };
 }
 
 /** Pins this process (every thread) to `cpu`; children started before keep their CPUs. */
@@ -475,8 +322,7 @@ async function main(): Promise<number> {
       cold_search_vs_embedded: quality,
       qa_evidence_recall: evidence,
     };
-    mkdirSync(out, { recursive: true });
-    writeFileSync(path.join(out, 'replicas.json'), `${JSON.stringify(result, null, 2)}\n`);
+    writeResultFile(path.join(out, 'replicas.json'), result);
     console.log(JSON.stringify({ clean_rate_rps: result.clean_rate_rps, recovery: recovered }, null, 2));
     console.log(`wrote ${path.join(out, 'replicas.json')}`);
     return 0;

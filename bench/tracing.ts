@@ -10,7 +10,7 @@
  * Writes bench/results/tracing.json. Figures, not gates.
  */
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -26,6 +26,7 @@ import {
   serviceLoadBenchOptions,
 } from './lib/bench-run.js';
 import { benchLoadData } from './lib/load-data.js';
+import { writeResultFile } from './lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
 import { contextManagerFigures, type TracingMicroRow, tracingMicroFigures } from './lib/tracing-micro.js';
 
@@ -108,10 +109,13 @@ async function main(argv: string[]): Promise<number> {
   if (opts.microOnly) {
     mkdirSync(opts.out, { recursive: true });
     const file = path.join(opts.out, 'tracing-micro.json');
-    writeFileSync(
-      file,
-      `${JSON.stringify({ generated_at: new Date().toISOString(), node: process.version, machine: machineInfo(), micro, context_manager: contextManager }, null, 2)}\n`,
-    );
+    writeResultFile(file, {
+      generated_at: new Date().toISOString(),
+      node: process.version,
+      machine: machineInfo(),
+      micro,
+      context_manager: contextManager,
+    });
     console.log(`wrote ${path.relative(process.cwd(), file)}`);
     return 0;
   }
@@ -181,7 +185,7 @@ async function main(argv: string[]): Promise<number> {
       steps,
     };
     const file = path.join(opts.out, 'tracing.json');
-    writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+    writeResultFile(file, result);
     console.log(`wrote ${path.relative(process.cwd(), file)}`);
   } catch (err) {
     throw services.length > 0 ? explainFailure(services[0]!, err) : err;

@@ -13,7 +13,7 @@
  * Writes ab.json into `--out` (default bench/results). Figures, not gates.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
 import {
@@ -25,6 +25,7 @@ import {
   serviceLoadBenchOptions,
 } from '../lib/bench-run.js';
 import { benchLoadData } from '../lib/load-data.js';
+import { writeResultFile } from '../lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from '../lib/service-process.js';
 import { abConfig, runAbRounds } from './lib/ab-rounds.js';
 import { summariseAb } from './lib/ab-summary.js';
@@ -114,7 +115,7 @@ async function main(argv: string[]): Promise<number> {
       summary,
       steps,
     };
-    writeFileSync(path.join(opts.out, 'ab.json'), `${JSON.stringify(result, null, 2)}\n`);
+    writeResultFile(path.join(opts.out, 'ab.json'), result);
   } catch (err) {
     throw services.length > 0 ? explainFailure(services[0]!, err) : err;
   } finally {

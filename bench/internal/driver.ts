@@ -13,7 +13,7 @@
  */
 
 import { fork } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import http2 from 'node:http2';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -26,7 +26,7 @@ import { median } from '../../src/tools/client/stats.js';
 import { LEVEL_HEADER } from '../../src/wire/wire-headers.js';
 import { machineInfo, parseList, parseNumber, runBenchMain } from '../lib/bench-run.js';
 import { cannedAnswer } from '../lib/canned-rows.js';
-import { projectPath } from '../lib/paths.js';
+import { projectPath, writeResultFile } from '../lib/paths.js';
 import { readThreads, threadCpuStep } from '../lib/thread-cpu.js';
 
 /** The canned answer (bench/lib/canned-rows.ts) as one gRPC frame. */
@@ -178,7 +178,7 @@ async function main(argv: string[]): Promise<number> {
     summary: summarize(rows),
     steps: rows,
   };
-  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  writeResultFile(file, result);
   console.table(result.summary);
   console.log(`wrote ${path.relative(process.cwd(), file)}`);
   return 0;

@@ -13,7 +13,7 @@
  * count that keeps p99 ≤ 20 ms with no error up to the highest rate (ties: fewer threads).
  */
 
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
@@ -29,6 +29,7 @@ import {
 } from '../lib/bench-run.js';
 import { benchLoadData } from '../lib/load-data.js';
 import { measureStep, type StepRow } from '../lib/load-step.js';
+import { writeResultFile } from '../lib/paths.js';
 import { writeLineChart } from '../lib/plot.js';
 import { explainFailure, startServiceProcess } from '../lib/service-process.js';
 
@@ -200,34 +201,27 @@ async function main(argv: string[]): Promise<number> {
   const recommendation = recommend(grid);
   mkdirSync(opts.out, { recursive: true });
   const jsonFile = path.join(opts.out, 'pool-sweep.json');
-  writeFileSync(jsonFile, `${JSON.stringify({ grid, recommendation }, null, 2)}\n`);
+  writeResultFile(jsonFile, { grid, recommendation });
   const runsFile = path.join(opts.out, 'pool-sweep-runs.json');
   const machine = machineInfo();
-  writeFileSync(
-    runsFile,
-    `${JSON.stringify(
-      {
-        generated_at: new Date().toISOString(),
-        node: process.version,
-        machine,
-        config: {
-          rates: opts.rates,
-          threads: opts.threads,
-          repeats: opts.repeats,
-          seconds: opts.seconds,
-          warmup_seconds: opts.warmupSeconds,
-          connections: opts.connections,
-          timeout_ms: opts.timeoutMs,
-          service_env: opts.serviceEnv,
-          driver: 'in the bench process (one thread), service in a child process',
-        },
-        data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
-        runs,
-      },
-      null,
-      2,
-    )}\n`,
-  );
+  writeResultFile(runsFile, {
+    generated_at: new Date().toISOString(),
+    node: process.version,
+    machine,
+    config: {
+      rates: opts.rates,
+      threads: opts.threads,
+      repeats: opts.repeats,
+      seconds: opts.seconds,
+      warmup_seconds: opts.warmupSeconds,
+      connections: opts.connections,
+      timeout_ms: opts.timeoutMs,
+      service_env: opts.serviceEnv,
+      driver: 'in the bench process (one thread), service in a child process',
+    },
+    data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
+    runs,
+  });
 
   const svgFile = path.join(opts.out, 'pool-sweep.svg');
   await writeLineChart(svgFile, {

@@ -76,6 +76,31 @@ function warmMemorySource(): MemorySource {
   };
 }
 
+/** The request fields a warm-up call chooses; the rest are a fresh tenant's and empty. */
+type WarmFields = Pick<
+  Parameters<typeof withHistoryView>[0],
+  'query' | 'model' | 'availableTokens' | 'history' | 'skipHot' | 'skipCold'
+>;
+
+/** One warm-up call of `assemble` for a fresh random tenant, 1 s deadline; resolves undefined on any error. */
+function warmCall(assemble: ReturnType<typeof createAssembler>, fields: WarmFields) {
+  const arrival = monotonicNow();
+  return assemble(
+    withHistoryView({
+      orgId: randomUUID(),
+      agentId: randomUUID(),
+      sessionId: '',
+      directiveVersionId: '',
+      maxMemories: 0,
+      requestId: '',
+      traceId: '',
+      spanId: '',
+      ...fields,
+    }),
+    { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
+  ).catch(() => undefined);
+}
+
 /**
  * Runs the pipeline a few dozen times before the service reports SERVING, so that the first real calls do
  * not pay for lazy compilation of the main thread's hot path (they would otherwise risk the 45 ms
@@ -100,29 +125,17 @@ async function warmPipeline(
   const remote = sources.kind.memory === 'http';
   const models = catalog.modelIds();
   for (let i = 0; i < WARMUP_CALLS; i++) {
-    const arrival = monotonicNow();
-    await assemble(
-      withHistoryView({
-        orgId: randomUUID(),
-        agentId: randomUUID(),
-        sessionId: '',
-        query: 'warm up the pipeline',
-        model: models[i % models.length]!,
-        directiveVersionId: '',
-        availableTokens: 0,
-        history: encodeHistory([
-          { role: 'user', content: 'hello' },
-          { role: 'assistant', content: 'hi' },
-        ]),
-        skipHot: remote,
-        skipCold: remote,
-        maxMemories: 0,
-        requestId: '',
-        traceId: '',
-        spanId: '',
-      }),
-      { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
-    ).catch(() => undefined);
+    await warmCall(assemble, {
+      query: 'warm up the pipeline',
+      model: models[i % models.length]!,
+      availableTokens: 0,
+      history: encodeHistory([
+        { role: 'user', content: 'hello' },
+        { role: 'assistant', content: 'hi' },
+      ]),
+      skipHot: remote,
+      skipCold: remote,
+    });
   }
   // The per-candidate code (ranking, batch encoding, the CPU stage's filters, costs, pack and format, the
   // answer's rows) over hundreds of candidates: a tenant with no memories never runs it.
@@ -134,29 +147,17 @@ async function warmPipeline(
     logger: logger.child({}, { level: 'silent' }),
   });
   for (let i = 0; i < WARMUP_CANDIDATE_CALLS; i++) {
-    const arrival = monotonicNow();
-    const answered = await warm(
-      withHistoryView({
-        orgId: randomUUID(),
-        agentId: randomUUID(),
-        sessionId: '',
-        query: WARM_QUERY,
-        model: models[i % models.length]!,
-        directiveVersionId: '',
-        availableTokens: i % 4 === 3 ? 2000 : 0,
-        history: encodeHistory([
-          { role: 'user', content: warmContent(2) },
-          { role: 'assistant', content: 'That sounds like a lovely weekend with the family.' },
-        ]),
-        skipHot: false,
-        skipCold: false,
-        maxMemories: 0,
-        requestId: '',
-        traceId: '',
-        spanId: '',
-      }),
-      { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
-    ).catch(() => undefined);
+    const answered = await warmCall(warm, {
+      query: WARM_QUERY,
+      model: models[i % models.length]!,
+      availableTokens: i % 4 === 3 ? 2000 : 0,
+      history: encodeHistory([
+        { role: 'user', content: warmContent(2) },
+        { role: 'assistant', content: 'That sounds like a lovely weekend with the family.' },
+      ]),
+      skipHot: false,
+      skipCold: false,
+    });
     // The answer's encoding (hundreds of MemoryUsed rows and the spliced context), as the server writes it.
     if (answered) serializeAssembleResponseBuffer(answered.response);
   }

@@ -1,8 +1,8 @@
 /**
  * A real OTLP/HTTP trace receiver for tests: a node:http server on loopback port 0 that decodes each
  * `POST /v1/traces` body (protobuf `ExportTraceServiceRequest`) with the OpenTelemetry proto definitions
- * shipped in test/fixtures/otlp/, and keeps the spans. It can also answer slowly or refuse, to play a
- * collector in trouble.
+ * vendored in test/fixtures/third_party/opentelemetry-proto/, and keeps the spans. It can also answer
+ * slowly or refuse, to play a collector in trouble.
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -10,7 +10,10 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import protobuf from 'protobufjs';
 
-const PROTO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../fixtures/otlp');
+const PROTO_ROOT = path.resolve(
+  path.dirname(fileURLToPath(import.meta.url)),
+  '../fixtures/third_party/opentelemetry-proto',
+);
 
 const root = new protobuf.Root();
 root.resolvePath = (_origin, target) => path.join(PROTO_ROOT, target);

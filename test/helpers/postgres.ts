@@ -3,7 +3,7 @@
  * (default `postgres://postgres@127.0.0.1:5432/test`). When it is unreachable they FAIL under `CI=true`,
  * and are skipped with a printed notice otherwise. Each test file works in its own schema, dropped after.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
 import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
@@ -37,12 +37,29 @@ export function testSchema(tag: string): string {
   return `ibex_test_${tag}_${randomBytes(4).toString('hex')}`;
 }
 
+/** What {@link pgTestFile} hands a PostgreSQL test file. */
+export interface PgTestFile {
+  /** Whether PostgreSQL answered ({@link probePostgres}). */
+  reachable: boolean;
+  /** The fresh schema the file works in ({@link testSchema}). */
+  schema: string;
+  /** A random org id (UUID) for the file's own tenant. */
+  org: string;
+  /** A random agent id (UUID) for the file's own tenant. */
+  agent: string;
+}
+
 /**
- * A PostgreSQL test file's start: whether the database is reachable ({@link probePostgres}) and the fresh
- * schema ({@link testSchema}) it works in. Await it at the top level (vitest collects suites synchronously).
+ * A PostgreSQL test file's start: whether the database is reachable, the fresh schema it works in and a
+ * tenant (org and agent ids) of its own. Await it at the top level (vitest collects suites synchronously).
  */
-export async function pgTestFile(tag: string): Promise<{ reachable: boolean; schema: string }> {
-  return { reachable: await probePostgres(), schema: testSchema(tag) };
+export async function pgTestFile(tag: string): Promise<PgTestFile> {
+  return {
+    reachable: await probePostgres(),
+    schema: testSchema(tag),
+    org: randomUUID(),
+    agent: randomUUID(),
+  };
 }
 
 /** Runs `sql` on a short-lived connection (admin work: drop schema, terminate backends, …). */

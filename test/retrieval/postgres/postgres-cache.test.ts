@@ -8,21 +8,11 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { pgEvents } from '../../../src/retrieval/postgres/pg-stats.js';
 import { PG_CACHE_MAX_AGE_MS, PgStore } from '../../../src/retrieval/postgres/pg-store.js';
 import { adminQuery, describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../../helpers/postgres.js';
+import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
-const { reachable, schema } = await pgTestFile('cache');
-const ORG = randomUUID();
-const AGENT = randomUUID();
+const { reachable, schema, org: ORG, agent: AGENT } = await pgTestFile('cache');
 const T = { timeoutMs: 2000 };
-
-async function waitFor(check: () => Promise<boolean> | boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return check();
-}
 
 function directive(content: string) {
   return { org_id: ORG, agent_id: AGENT, content, injection_mode: 'system_first', version_id: randomUUID() };

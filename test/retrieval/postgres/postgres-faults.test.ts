@@ -31,9 +31,7 @@ import {
 import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
-const { reachable, schema } = await pgTestFile('faults');
-const ORG = randomUUID();
-const AGENT = randomUUID();
+const { reachable, schema, org: ORG, agent: AGENT } = await pgTestFile('faults');
 let apps = 0;
 
 const slow = slowReadSwitch(schema);

@@ -10,21 +10,11 @@ import { PgStatementTimeout } from '../../../src/retrieval/postgres/pg-pool.js';
 import { PgStore } from '../../../src/retrieval/postgres/pg-store.js';
 import { describePgBouncer, type PgBouncer, startTestPgBouncer } from '../../helpers/pgbouncer.js';
 import { adminQuery, dropSchema, PG_TEST_URL, pgTestFile } from '../../helpers/postgres.js';
+import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
-const { reachable, schema } = await pgTestFile('bouncer');
-const ORG = randomUUID();
-const AGENT = randomUUID();
+const { reachable, schema, org: ORG, agent: AGENT } = await pgTestFile('bouncer');
 const T = { timeoutMs: 2000 };
-
-async function waitFor(check: () => Promise<boolean> | boolean, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await check()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return check();
-}
 
 describePgBouncer('PostgreSQL store through PgBouncer (transaction pooling)', reachable, () => {
   let bouncer: PgBouncer;

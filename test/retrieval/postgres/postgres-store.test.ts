@@ -28,10 +28,8 @@ import {
 } from '../../helpers/postgres.js';
 import { memoriesOf } from '../fixtures.js';
 
-const { reachable, schema } = await pgTestFile('store');
-const ORG = randomUUID();
+const { reachable, schema, org: ORG, agent: AGENT } = await pgTestFile('store');
 const OTHER_ORG = randomUUID();
-const AGENT = randomUUID();
 const OTHER_AGENT = randomUUID();
 const T = { timeoutMs: 2000 };
 

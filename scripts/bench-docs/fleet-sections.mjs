@@ -1,0 +1,285 @@
+/** Sections of docs/benchmarks.md for a fleet and its dependencies: replicas, pinning, tracing, quality, isolation. */
+import { need, pct, round, table } from './format.mjs';
+
+/** @type {import('./format.mjs').Section[]} */
+export const FLEET_SECTIONS = [
+  {
+    script: 'bench:replicas',
+    file: 'replicas',
+    title: 'Replicas on one PostgreSQL store',
+    render: (r) => {
+      const rule = need(r, 'clean_rule');
+      const setups = [
+        ['embedded, one replica', 'embedded_one_replica'],
+        ['PostgreSQL, one replica', 'postgres_one_replica'],
+        ['PostgreSQL, two replicas (direct)', 'postgres_two_replicas_direct'],
+        ['PostgreSQL, two replicas (PgBouncer)', 'postgres_two_replicas_pgbouncer'],
+      ];
+      const rows = [];
+      for (const [label, key] of setups) {
+        for (const step of need(r, key).steps) {
+          const reps = step.replicas;
+          rows.push([
+            label,
+            step.offered_rps,
+            step.total_achieved_rps,
+            Math.max(...reps.map((x) => x.p99_ms)),
+            reps.reduce((a, x) => a + x.errors, 0),
+            reps.reduce((a, x) => a + x.degraded, 0),
+            step.database_cpu_ms_per_call,
+            step.clean ? 'yes' : 'no',
+          ]);
+        }
+      }
+      const rec = need(r, 'recovery');
+      const c = need(r, 'clean_rate_rps');
+      return [
+        `A step is clean with ${rule.errors} errors, p99 ≤ ${rule.p99_ms_max} ms and ≥ ${pct(rule.l0_share_min)} L0 answers.`,
+        '',
+        table(
+          [
+            'setup',
+            'offered/s',
+            'achieved/s',
+            'p99 ms (worst replica)',
+            'errors',
+            'degraded',
+            'database CPU ms/call',
+            'clean',
+          ],
+          rows,
+        ),
+        '',
+        `Clean rate: embedded ${c.embedded_one_replica}/s, PostgreSQL one replica ${c.postgres_one_replica}/s ` +
+          `(${c.postgres_vs_embedded}× embedded), two replicas direct ${c.postgres_two_replicas_direct}/s, ` +
+          `through PgBouncer ${c.postgres_two_replicas_pgbouncer}/s. After ${rec.overload.seconds} s at ` +
+          `${rec.overload.offered_rps}/s, back to all L0 at ${rec.rate_rps}/s in ${rec.overload.seconds_to_full_l0} s ` +
+          `(${rec.overload.connections_opened_during} connections opened during, ${rec.overload.connections_opened_after} after); ` +
+          `after the backends were terminated, back in ${rec.backends_terminated.seconds_to_full_l0} s ` +
+          `(${rec.backends_terminated.connections_opened_after} connections opened).`,
+        `Cold search against the embedded store: mean top-10 overlap ${r.cold_search_vs_embedded.mean_top10_overlap}, ` +
+          `same top-1 ${pct(r.cold_search_vs_embedded.same_top1_share)}. Evidence recall@10: PostgreSQL ` +
+          `${r.qa_evidence_recall.postgres_recall_at_10}, embedded ${r.qa_evidence_recall.embedded_recall_at_10}.`,
+      ].join('\n');
+    },
+  },
+  {
+    script: 'bench:load -- --pinned',
+    file: 'load-pinned',
+    title: 'Per core (service and driver pinned to different CPUs)',
+    render: (r) => {
+      const pc = need(r, 'per_core');
+      const o = need(r, 'overload');
+      return [
+        `Service on one CPU (\`${need(r, 'pinning').service}\`), driver on the other; a bare grpc-js server ` +
+          'answering a canned answer measured the same way in the same run.',
+        '',
+        table(
+          ['server', 'offered/s', 'achieved/s', 'p99 ms', 'errors', 'degraded', 'CPU ms/call'],
+          [
+            ...need(r, 'steps').map((x) => [
+              'ibex-context',
+              x.rate,
+              x.achieved_rps,
+              x.p99_ms,
+              x.errors,
+              x.degraded,
+              round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
+            ]),
+            ...need(r, 'bare_floor').map((x) => [
+              'bare grpc-js',
+              x.rate,
+              x.achieved_rps,
+              x.p99_ms,
+              x.errors,
+              0,
+              x.cpu_ms_per_call,
+            ]),
+          ],
+        ),
+        '',
+        `Saturation ${pc.saturation_rate}/s (${pc.saturation_l0_rps} L0 answers/s). Overload at ${o.rate}/s for ` +
+          `${o.seconds} s: ${pct(o.l0_share)} L0, ${pct(o.shed_share)} shed, ${o.errors} errors, p99 ${o.p99_ms} ms; ` +
+          `admission limit ${o.admission_limit_after} after; back to all L0 at ${o.recovery_rate}/s in ${o.seconds_back_to_l0} s.`,
+      ].join('\n');
+    },
+  },
+  {
+    script: 'bench:tracing',
+    file: 'tracing',
+    title: 'Tracing cost (off, 1 % and 100 % sampling)',
+    render: (r) =>
+      [
+        `${need(r, 'config').rate} calls/s, ${r.config.rounds} rounds of ${r.config.step_seconds} s per mode, ` +
+          'modes interleaved; server CPU per call (medians over rounds) by thread.',
+        '',
+        table(
+          [
+            'mode',
+            'main ms/call',
+            'pool ms/call',
+            'store ms/call',
+            'other ms/call',
+            'total ms/call',
+            'vs off',
+            'p99 ms',
+          ],
+          need(r, 'summary').map((x) => [
+            x.mode,
+            x.median_ms_per_call.main,
+            x.median_ms_per_call.pool,
+            x.median_ms_per_call.store,
+            x.median_ms_per_call.other,
+            x.median_ms_per_call.total,
+            `${x.total_vs_off_percent} %`,
+            x.p99_ms_median,
+          ]),
+        ),
+        '',
+        `Span building and export on the main thread, measured apart: ${need(r, 'micro')
+          .map((m) => `${m.mode} ${m.mean_us} µs mean per call (p99 ${m.p99_us} µs)`)
+          .join(', ')}.`,
+      ].join('\n'),
+  },
+  {
+    script: 'bench:quality',
+    file: 'quality',
+    title: 'Context quality (LoCoMo evidence recall)',
+    render: (r) => {
+      const budgets = need(r, 'service')[0].budgets.map((b) => b.budget);
+      const label = (b) => (b === 0 ? 'unlimited' : String(b));
+      const row = (name, list) => [
+        name,
+        ...budgets.map((b) => list.find((x) => x.budget === b)?.overall.evidence_recall_pct),
+      ];
+      const at2000 = (list) => list.find((x) => x.budget === 2000);
+      const cats = Object.keys(at2000(r.service[0].budgets).by_category);
+      return [
+        `Share of evidence turns included in the assembled context, ${r.items} QA items of categories 1–4` +
+          `${r.every > 1 ? ` (every ${r.every}th)` : ''}, embedded store, L0 answers only; % by memory budget (tokens).`,
+        '',
+        table(
+          ['ranking', ...budgets.map(label)],
+          [
+            ...r.service.map((x) => row(x.config, x.budgets)),
+            row('baseline: recent turns only', need(r, 'baselines').recent_only),
+            row('baseline: bm25 hits, first fit', r.baselines.bm25_first_fit),
+          ],
+        ),
+        '',
+        'At 2,000 tokens by category (evidence recall %):',
+        '',
+        table(
+          ['ranking', ...cats],
+          [
+            ...r.service.map((x) => [
+              x.config,
+              ...cats.map((c) => at2000(x.budgets)?.by_category[c]?.evidence_recall_pct),
+            ]),
+            [
+              'baseline: bm25 hits, first fit',
+              ...cats.map((c) => at2000(r.baselines.bm25_first_fit)?.by_category[c]?.evidence_recall_pct),
+            ],
+          ],
+        ),
+      ].join('\n');
+    },
+  },
+  {
+    script: 'bench:neighbour-cost',
+    file: 'neighbour-cost',
+    title: 'Dialogue neighbours: cost per search (embedded store)',
+    render: (r) =>
+      [
+        `Every LoCoMo question searched in-process (as a store-read thread runs it), without and with the` +
+          ` neighbours of the ${r.neighbour_hits} best hits; the fastest of 5 alternating rounds; µs per search.`,
+        '',
+        table(
+          [
+            'search limit',
+            'searches',
+            'without: mean',
+            'without: p99',
+            'with: mean',
+            'with: p99',
+            'added: mean',
+          ],
+          need(r, 'rows').map((x) => [
+            x.limit,
+            x.searches,
+            x.without_us.mean,
+            x.without_us.p99,
+            x.with_us.mean,
+            x.with_us.p99,
+            x.added_mean_us,
+          ]),
+        ),
+      ].join('\n'),
+  },
+  {
+    script: 'bench:first-traffic',
+    command: 'bash bench/first-traffic.sh',
+    file: 'first-traffic',
+    title: 'First traffic after a fresh start',
+    render: (r) =>
+      table(
+        ['path', 'start', 'load average', 'calls', 'OK', 'errors', 'L0', 'L1', 'L2', 'p99 ms'],
+        need(r, 'runs').map((x) => [
+          x.path,
+          x.start,
+          x.load_avg_1m,
+          x.calls,
+          x.ok,
+          Object.values(x.errors ?? {}).reduce((a, n) => a + n, 0),
+          x.levels.L0,
+          x.levels.L1,
+          x.levels.L2,
+          x.p99_ms,
+        ]),
+      ),
+  },
+  {
+    script: 'bench:isolation',
+    file: 'isolation',
+    title: 'Isolation (a quiet org beside noisy ones)',
+    render: (r) => {
+      const q = r.quiet;
+      const row = (label, x) => [
+        label,
+        x.sent,
+        pct(x.ok_rate),
+        pct(x.l0_rate),
+        x.p50_ms,
+        x.p99_ms,
+        x.event_loop_delay_ms?.p99,
+      ];
+      return [
+        table(
+          ['quiet org', 'sent', 'OK', 'L0', 'p50 ms', 'p99 ms', 'loop delay p99 ms'],
+          [
+            row('alone', q.alone),
+            row('under memory attack', q.under_memory_attack),
+            row('under attack', q.under_attack),
+          ],
+        ),
+        '',
+        `p99 ratio (under attack ÷ alone): ${q.p99_ratio} (target ≤ ${r.targets.quiet_p99_ratio_max}).`,
+        '',
+        table(
+          ['noisy kind', 'sent', 'answered', 'codes', 'levels'],
+          Object.entries(r.noisy).map(([k, v]) => [
+            k,
+            v.sent,
+            v.answered,
+            JSON.stringify(v.codes),
+            JSON.stringify(v.levels),
+          ]),
+        ),
+        '',
+        `Checks: ${Object.entries(r.checks)
+          .map(([k, v]) => `${k} ${v ? 'met' : 'not met'}`)
+          .join(', ')}.`,
+      ].join('\n');
+    },
+  },
+];
