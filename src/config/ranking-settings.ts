@@ -47,7 +47,8 @@ export interface RankingSettings {
   scoreSchema: ScoreSchema;
   /**
    * IBEX_CONTEXT_RELEVANCE_FLOOR in [0, 0.5), default {@link DEFAULT_RELEVANCE_FLOOR}: below it a candidate
-   * is `filter`.
+   * is `filter`; a budget with room for more than its candidates is held to down to a third of it
+   * (ranking/candidate-limit.ts).
    */
   relevanceFloor: number;
   /**
@@ -80,20 +81,20 @@ export const DEFAULT_NEIGHBOUR_HITS = 5;
 export const MAX_NEIGHBOUR_HITS = 20;
 
 /**
- * Default relevance floor (relevance = x / x_best of the call). It decides what a budget with room to
- * spare may still take: 0.05 holds more evidence at an unlimited budget, but a call without
- * `available_tokens` (the whole window) then packs and formats hundreds of weak matches and misses its
- * deadline (docs/scoring.md, "Candidate bound and floor"); a caller that wants them sets a lower floor.
+ * Default relevance floor (relevance = x / x_best of the call), for a budget the candidates fill several
+ * times over. A budget with room for every candidate is held to a third of it (0.05; candidate-limit.ts
+ * `planFor`): there the floor decides what is added, and the weak matches hold most of the evidence an
+ * unlimited budget still lacks (docs/scoring.md, "Candidate bound and floor").
  */
 export const DEFAULT_RELEVANCE_FLOOR = 0.15;
 
 /**
  * Default bound on cold candidates. The limit itself is sized to the budget (candidate-limit.ts): 4,000
- * tokens of chat turns ask for ~200; only a large budget (or none, sized by the context window) reaches
- * this bound. 200, not the 1,000 that holds most of what matches for an unlimited budget: at 1,000 the
- * README's replay (no available_tokens) answered 67 of 1,000 calls past their deadline (docs/scoring.md).
+ * tokens of chat turns ask for ~200, 12,000 for ~600; only a larger budget (or none, sized by the context
+ * window) reaches this bound. Below ~500 hits a LoCoMo agent's search cuts evidence off, above 600 it adds
+ * almost nothing (docs/scoring.md).
  */
-export const DEFAULT_MAX_CANDIDATES = 200;
+export const DEFAULT_MAX_CANDIDATES = 600;
 
 type Env = Record<string, string | undefined>;
 

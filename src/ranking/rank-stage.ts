@@ -16,6 +16,11 @@ export interface RankRequest {
   weights?: RequestWeights | null;
   /** The request's query ('' or absent: none). */
   query?: string;
+  /**
+   * The call's relevance floor, sized to its budget (candidate-limit.ts `planFor`); absent: the configured
+   * one (`IBEX_CONTEXT_RELEVANCE_FLOOR`).
+   */
+  floor?: number;
 }
 
 /** One call's ranking: see {@link rankCandidates}. */
@@ -65,7 +70,7 @@ export function rankCandidates(
   // would filter every hot memory for a failure of the cold branch, so it is not applied then.
   const measured = retrieval.branches.some((b) => b.name === 'cold' && b.status === 'success');
   const weights = effectiveWeights(ranking.weights, req.weights ?? null);
-  const floor = measured ? ranking.relevanceFloor : 0;
+  const floor = measured ? (req.floor ?? ranking.relevanceFloor) : 0;
   const { candidates, belowFloor } = compositeCandidates(retrieval.hot, retrieval.cold, {
     weights,
     floor,

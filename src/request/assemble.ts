@@ -87,7 +87,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const logger = deps.logger.child({ component: 'assemble' });
   const logDegraded = degradedAssemblyLog(logger);
   const reserve = new StageReserve(settings.cpuStageReserveMs);
-  const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates);
+  const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates, settings.ranking.relevanceFloor);
   // A memory service's hot hits carry no query relevance: the CPU stage measures it lexically.
   const lexicalHot = sources.kind.memory === 'http';
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
@@ -124,9 +124,12 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
     // pass over megabytes of history for an answer nobody will read (contract.md §10).
     if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
-    const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes);
+    const plan = candidateLimit.planFor(
+      req.availableTokens > 0 ? req.availableTokens : resolved.model.context_window,
+    );
+    const { retrieval, shareMs } = await retrieveStage(req, ctx, shed, historyBytes, plan.limit);
     const ownStart = monotonicNow();
-    const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes);
+    const { assembly, input } = rankStage(req, ctx, retrieval, resolved, historyBytes, plan.floor);
     const { stage, poolReason } =
       !shed && cpu.cannotFit(req, ctx, input, shareMs, historyBytes)
         ? { stage: null, poolReason: 'pool_deadline' }
@@ -162,13 +165,15 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   /**
    * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
    * answer their measured share of D (contract.md §10 answer guarantee): running p99s of this process's
-   * round-trips and degraded answers. A shed call skips both memory branches (`shed`).
+   * round-trips and degraded answers. A shed call skips both memory branches (`shed`). `coldLimit`: hits
+   * the sized stores are asked for (the call's {@link CandidateLimit.planFor}).
    */
   async function retrieveStage(
     req: ValidatedRequest,
     ctx: CallContext,
     shed: boolean,
     historyBytes: number,
+    coldLimit: number,
   ): Promise<{ retrieval: RetrievalResult; shareMs: number }> {
     const start = monotonicNow();
     const left = ctx.deadline - start;
@@ -182,9 +187,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         query: req.query,
         skipHot: req.skipHot || shed,
         skipCold: req.skipCold || shed,
-        coldLimit: candidateLimit.limitFor(
-          req.availableTokens > 0 ? req.availableTokens : catalog.resolve(req.model).model.context_window,
-        ),
+        coldLimit,
       },
       {
         wallMs,
@@ -213,7 +216,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   /**
    * Dedupe, score and cut on the main thread, then encode the candidates and history as the CPU stage's
    * transferred buffers. Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's
-   * (contract.md §1 isolation rule); filtered candidates ride along only to be costed.
+   * (contract.md §1 isolation rule); filtered candidates ride along only to be costed. `floor`: the call's
+   * relevance floor ({@link CandidateLimit.planFor}).
    */
   function rankStage(
     req: ValidatedRequest,
@@ -221,11 +225,13 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     retrieval: RetrievalResult,
     resolved: ResolvedModel,
     historyBytes: number,
+    floor: number,
   ): { assembly: Assembly; input: CpuTaskInput } {
     const start = monotonicNow();
     const directive = retrieval.directive?.content ?? null;
     candidateLimit.observe(retrieval.cold);
-    const ranked = rankCandidates(req, retrieval, settings.ranking, Date.now(), lexicalHot);
+    const rankReq = { maxMemories: req.maxMemories, weights: req.weights, query: req.query, floor };
+    const ranked = rankCandidates(rankReq, retrieval, settings.ranking, Date.now(), lexicalHot);
     const { kept, filtered, scoreSchema } = ranked;
     // Scored candidates go as they are: encodeCandidates reads only the fields it needs. The CPU stage
     // gets every candidate above the floor and applies max_memories itself, after dropping history

@@ -95,6 +95,21 @@ describe('composite_v1', () => {
     expect(none.belowFloor.map((c) => c.rank)).toEqual([1]);
   });
 
+  it('holds the candidates to the call’s own floor when one is given (a budget with room: candidate-limit.ts)', () => {
+    // x = 4, 0.4 → relevance 1, 0.1: below the configured 0.15, above a large budget's 0.05.
+    const cold = [hit(1, 'fts', 0.8), hit(2, 'fts', 0.4 / 1.4)];
+    const tight = rankCandidates({ maxMemories: 0 }, { hot: [], cold, branches: coldOk }, settings);
+    expect(tight.belowFloor.map((c) => c.rank)).toEqual([2]);
+    const roomy = rankCandidates(
+      { maxMemories: 0, floor: 0.05 },
+      { hot: [], cold, branches: coldOk },
+      settings,
+    );
+    expect(roomy.floor).toBe(0.05);
+    expect(roomy.belowFloor).toEqual([]);
+    expect(roomy.kept.map((c) => c.rank)).toEqual([1, 2]);
+  });
+
   it('does not apply the floor when the search did not answer', () => {
     const out = rankCandidates(
       { maxMemories: 0 },
@@ -130,9 +145,9 @@ describe('composite_v1', () => {
     expect(loadRankingSettings({ IBEX_CONTEXT_RELEVANCE_FLOOR: '0.3' }).relevanceFloor).toBe(0.3);
   });
 
-  it('defaults: floor 0.15, at most 200 candidates (10..5000), relevance to the 4th power', () => {
+  it('defaults: floor 0.15, at most 600 candidates (10..5000), relevance to the 4th power', () => {
     const d = loadRankingSettings({});
-    expect([d.relevanceFloor, d.maxCandidates, d.relevanceExponent]).toEqual([0.15, 200, 4]);
+    expect([d.relevanceFloor, d.maxCandidates, d.relevanceExponent]).toEqual([0.15, 600, 4]);
     expect(loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5000' }).maxCandidates).toBe(5000);
     expect(() => loadRankingSettings({ IBEX_CONTEXT_MAX_CANDIDATES: '5001' })).toThrow(
       /IBEX_CONTEXT_MAX_CANDIDATES/,
