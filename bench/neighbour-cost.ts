@@ -32,7 +32,7 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-neighbours-'));
   const store = EmbeddedStore.open(path.join(dir, 'n.db'));
   try {
-    ingestLocomo(store, convs, LOCOMO_ORG_ID);
+    await ingestLocomo(store, convs, LOCOMO_ORG_ID, { db: store.path });
     store.optimize();
     const questions = convs.flatMap((c) =>
       c.qa

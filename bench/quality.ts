@@ -201,7 +201,7 @@ async function main(): Promise<void> {
   const db = path.join(dir, 'quality.db');
   const store = EmbeddedStore.open(db);
   try {
-    ingestLocomo(store, convs, LOCOMO_ORG_ID);
+    await ingestLocomo(store, convs, LOCOMO_ORG_ID, { db });
     const items = questions(convs, args.every);
     const kind = CapabilityCatalog.create().resolve(MODEL).policy.estimate_kind;
     const nonce = 'x'.repeat(NONCE_LETTERS);

@@ -37,7 +37,6 @@ import { locomoRequests } from '../src/tools/client/locomo-requests.js';
 import { cyclingSource } from '../src/tools/client/request-source.js';
 import { LOCOMO_ORG_ID, readLocomo } from '../src/tools/locomo/dataset.js';
 import { ingestLocomo } from '../src/tools/locomo/ingest.js';
-import { ingestLocomoPostgres } from '../src/tools/locomo/ingest-postgres.js';
 import type { AssembleContextRequestInput } from '../src/wire/proto.js';
 import { benchOptions, machineInfo, parseNumber, runBenchMain, tempDir } from './lib/bench-run.js';
 import { measureStep, type StepRow } from './lib/load-step.js';
@@ -231,8 +230,8 @@ async function main(): Promise<number> {
   const services: ServiceProcess[] = [];
   let bouncer: PgBouncer | undefined;
   try {
-    const summary = await ingestLocomoPostgres(store, conversations, LOCOMO_ORG_ID);
-    ingestLocomo(embedded, conversations, LOCOMO_ORG_ID);
+    const summary = await ingestLocomo(store, conversations, LOCOMO_ORG_ID, { db: `postgres:${schema}` });
+    await ingestLocomo(embedded, conversations, LOCOMO_ORG_ID, { db: embeddedDb });
     console.error(`ingested ${summary.memories} memories of ${summary.agents.length} agents into ${schema}`);
     const step = Math.max(1, Math.floor(requests.length / overlapQueries));
     const quality = await overlap(

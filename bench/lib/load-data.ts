@@ -185,7 +185,7 @@ export async function prepareLoadData(db: string, locomoDir?: string): Promise<L
   const store = EmbeddedStore.open(db);
   let memories = 0;
   try {
-    memories = ingestLocomo(store, conversations, LOCOMO_ORG_ID).memories;
+    memories = (await ingestLocomo(store, conversations, LOCOMO_ORG_ID, { db })).memories;
   } finally {
     store.close();
   }

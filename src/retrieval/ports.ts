@@ -4,6 +4,7 @@
  */
 import type { Directive } from '../wire/types.js';
 import type { FeedbackStore } from './feedback.js';
+import type { DirectiveRow, MemoryRow } from './store-rows.js';
 import type { RawHits, ValidatedHits } from './validate.js';
 
 /** What a memory source answers: raw items (validated here) or hits it already validated and bounded. */
@@ -74,4 +75,32 @@ export interface RetrievalSources {
    * of a memory service, which has no such operation (contract.md §2).
    */
   feedback?: FeedbackStore;
+}
+
+/**
+ * Where a bulk import (the LoCoMo importer) writes: the embedded store or PostgreSQL, chosen by whoever
+ * composes the import (the CLI). The importer only converts its data into rows and hands them over.
+ */
+export interface AgentWriter {
+  /**
+   * Replaces everything the store holds for one org+agent (its memories, and its directive when given)
+   * in one transaction: re-running an import is idempotent and readers never see a half-written agent.
+   * @param rows memories of that org+agent only (`created_at` epoch ms, confidence in [0,1]).
+   * @returns how many memories were written.
+   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a non-UUID id, a confidence outside [0,1], a
+   *   non-finite `created_at` or a row of another org/agent (nothing written); the store's error when the
+   *   write fails (that agent rolled back).
+   */
+  replaceAgent(
+    orgId: string,
+    agentId: string,
+    rows: readonly MemoryRow[],
+    directive?: DirectiveRow,
+  ): number | Promise<number>;
+  /**
+   * Called once after the last {@link AgentWriter.replaceAgent} of an import, to leave the store fast
+   * to read (the embedded store merges its full-text index, PostgreSQL refreshes its planner statistics).
+   * @throws the store's error.
+   */
+  finishImport(): void | Promise<void>;
 }

@@ -4,6 +4,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { ftsSegments } from '../../bench/lib/fts-segments.js';
 import { parseDirectiveObject } from '../../src/retrieval/directive.js';
+import type { AgentWriter } from '../../src/retrieval/ports.js';
 import { EmbeddedStore } from '../../src/retrieval/sqlite/embedded-store.js';
 import { SCHEMA_VERSION } from '../../src/retrieval/sqlite/store-schema.js';
 import { run } from '../../src/tools/cli/commands/ingest-cli.js';
@@ -86,7 +87,7 @@ describe('ingest into the embedded store', () => {
     const convs = await readLocomo(data);
     const store = EmbeddedStore.open(db);
     try {
-      const first = ingestLocomo(store, convs, LOCOMO_ORG_ID);
+      const first = await ingestLocomo(store, convs, LOCOMO_ORG_ID, { db: store.path });
       // 26: 3 non-blank turns + 2 summaries; conv-7: 2 turns + 1 summary.
       expect(first.memories).toBe(8);
       expect(first.directives).toBe(2);
@@ -115,13 +116,46 @@ describe('ingest into the embedded store', () => {
       expect(directive?.content).toMatch(/^You are the assistant of Ann and Bob\./);
       expect(directive?.injection_mode).toBe('system_first');
 
-      const again = ingestLocomo(store, await readLocomo(data), LOCOMO_ORG_ID);
+      const again = await ingestLocomo(store, await readLocomo(data), LOCOMO_ORG_ID, { db: store.path });
       expect(again).toEqual(first);
       expect(store.counts()).toEqual({ memories: 8, directives: 2, agents: 2 });
       expect(store.hot(LOCOMO_ORG_ID, agent)).toEqual(hot);
     } finally {
       store.close();
     }
+  });
+
+  it('writes through any AgentWriter: each agent replaced whole, then finishImport once', async () => {
+    const convs = await readLocomo(data);
+    const calls: string[] = [];
+    const writer: AgentWriter = {
+      replaceAgent: async (org, agent, rows, directive) => {
+        expect(rows.every((r) => r.org_id === org && r.agent_id === agent)).toBe(true);
+        expect(directive?.agent_id).toBe(agent);
+        calls.push(`${agent}:${rows.length}`);
+        return rows.length;
+      },
+      finishImport: () => {
+        calls.push('finish');
+      },
+    };
+    const progress: number[][] = [];
+    const summary = await ingestLocomo(writer, convs, LOCOMO_ORG_ID, {
+      db: 'fake',
+      onAgent: (...p) => progress.push(p),
+    });
+    expect(summary.db).toBe('fake');
+    expect(calls).toEqual([`${locomoAgentId('26.json')}:5`, `${locomoAgentId('conv-7')}:3`, 'finish']);
+    expect(progress).toEqual([
+      [1, 2, 5],
+      [2, 2, 8],
+    ]);
+
+    calls.length = 0;
+    await expect(ingestLocomo(writer, convs, 'not-a-uuid', { db: 'fake' })).rejects.toThrow(
+      /org must be a UUID/,
+    );
+    expect(calls).toEqual([]);
   });
 
   it('CLI: prints the JSON summary; bad arguments exit 2', async () => {

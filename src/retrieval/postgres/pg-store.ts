@@ -33,6 +33,7 @@ import type pg from 'pg';
 import type { FeedbackKind, FeedbackStore, InclusionCount, UsefulnessUpdate } from '../feedback.js';
 import { feedbackUpdates, inclusionBatch } from '../feedback.js';
 import { neighbourArg } from '../neighbours.js';
+import type { AgentWriter } from '../ports.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
 import { checkAgentRows, checkMemory, uuidArg } from '../store-rows.js';
@@ -99,7 +100,7 @@ export interface PgStoreOptions {
 export const PG_CACHE_MAX_AGE_MS = 10_000;
 
 /** PostgreSQL-backed memory and directive store. Not usable after {@link close}. */
-export class PgStore implements FeedbackStore {
+export class PgStore implements FeedbackStore, AgentWriter {
   /** Schema in use. */
   readonly schema: string;
   /** What opening migrated. */
@@ -344,6 +345,14 @@ export class PgStore implements FeedbackStore {
    */
   async analyze(): Promise<void> {
     await this.#pool.query(`ANALYZE ${this.schema}.memories, ${this.schema}.directives`);
+  }
+
+  /**
+   * After a bulk import: the cold search's plan needs the statistics of the tables just filled, and
+   * autovacuum would get there late.
+   */
+  async finishImport(): Promise<void> {
+    await this.analyze();
   }
 
   /**

@@ -13,6 +13,7 @@ import {
   type UsefulnessUpdate,
   usefulnessDelta,
 } from '../feedback.js';
+import type { AgentWriter } from '../ports.js';
 import { noteThreadWrite } from '../read-cache.js';
 import {
   checkAgentRows,
@@ -26,7 +27,7 @@ import {
 } from '../store-rows.js';
 
 /** The writes of an embedded store on one connection; the store (embedded-store.ts) adds the reads. */
-export class EmbeddedWriter implements FeedbackStore {
+export class EmbeddedWriter implements FeedbackStore, AgentWriter {
   /** The connection, opened and migrated by {@link EmbeddedStore.open}. */
   protected readonly db: Database.Database;
   readonly #upsert: Database.Statement<MemoryDbRow & { scope: string; chars: number }>;
@@ -74,6 +75,14 @@ export class EmbeddedWriter implements FeedbackStore {
   optimize(): void {
     this.db.prepare("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')").run();
     noteThreadWrite();
+  }
+
+  /**
+   * After a bulk import: one transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo);
+   * merging them once makes each search read one segment (460 → 340 µs a query).
+   */
+  finishImport(): void {
+    this.optimize();
   }
 
   /**

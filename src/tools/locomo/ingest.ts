@@ -1,10 +1,11 @@
 /**
  * LoCoMo conversations as store rows (contract.md §4.3): one agent per conversation, every dialogue turn an
  * `episodic` memory `<speaker>: <text>`, every session summary a `factual` memory, one directive per
- * agent; each agent is replaced as a whole, so re-running an import gives the same store. The embedded
- * store's import is here; the PostgreSQL one (retrieval/postgres/ingest-locomo.ts) writes the same rows.
+ * agent; each agent is replaced as a whole, so re-running an import gives the same store. One code path
+ * for every store: the rows go to the {@link AgentWriter} the caller chose (embedded or PostgreSQL).
  */
-import type { DirectiveRow, EmbeddedStore, MemoryRow } from '../../retrieval/sqlite/embedded-store.js';
+import type { AgentWriter } from '../../retrieval/ports.js';
+import type { DirectiveRow, MemoryRow } from '../../retrieval/store-rows.js';
 import { canonicalUuid, uuidV5 } from '../../util/uuid.js';
 import { LOCOMO_MEMORY_NS, type LocomoConversation, locomoConfidence } from './dataset.js';
 
@@ -67,29 +68,33 @@ export function locomoDirective(conv: LocomoConversation, orgId: string): Direct
   };
 }
 
-/** One agent of an import: its rows as every store writes them. */
-export interface LocomoAgentRows {
-  agentId: string;
-  memories: MemoryRow[];
-  directive: DirectiveRow;
+/** Options of {@link ingestLocomo}. */
+export interface IngestOptions {
+  /** The store as the summary names it (a file path, or `postgres:<schema>`: never a URL, which may hold a password). */
+  db: string;
+  /** Called after each agent is written: agents done, agents in all, memories written so far. */
+  onAgent?: (done: number, total: number, memories: number) => void;
 }
 
 /**
- * What importing `conversations` under `orgId` writes, agent by agent, and the summary it reports: the
- * same for the embedded store and PostgreSQL, which differ only in how they replace an agent.
- * @param db the store as the summary names it.
- * @throws Error when `orgId` is not a UUID.
+ * Converts `conversations` into rows and replaces each conversation's agent (memories + directive) through
+ * `writer`, one agent at a time, then lets the writer finish the import ({@link AgentWriter.finishImport}).
+ * @returns the summary the CLI prints: the same for every writer but for `db`.
+ * @throws Error when `orgId` is not a UUID (nothing written); the writer's error when a write fails (the
+ *   agents before it stay written, that one is rolled back).
  */
-export function planLocomoImport(
+export async function ingestLocomo(
+  writer: AgentWriter,
   conversations: readonly LocomoConversation[],
   orgId: string,
-  db: string,
-): { org: string; agents: LocomoAgentRows[]; summary: IngestSummary } {
+  options: IngestOptions,
+): Promise<IngestSummary> {
   const org = canonicalUuid(orgId);
   if (org === null) throw new Error('org must be a UUID');
-  const summary: IngestSummary = { db, org_id: org, agents: [], memories: 0, directives: 0 };
-  const agents = conversations.map((conv) => {
+  const summary: IngestSummary = { db: options.db, org_id: org, agents: [], memories: 0, directives: 0 };
+  for (const [i, conv] of conversations.entries()) {
     const memories = locomoMemories(conv, org);
+    await writer.replaceAgent(org, conv.agentId, memories, locomoDirective(conv, org));
     summary.agents.push({
       agent_id: conv.agentId,
       sample_id: conv.sampleId,
@@ -99,30 +104,8 @@ export function planLocomoImport(
     });
     summary.memories += memories.length;
     summary.directives++;
-    return { agentId: conv.agentId, memories, directive: locomoDirective(conv, org) };
-  });
-  return { org, agents, summary };
-}
-
-/**
- * Replaces each conversation's agent (memories + directive) in `store`, then merges the FTS5 index.
- * @param onAgent called after each agent is written: agents done, agents in all, memories written so far.
- */
-export function ingestLocomo(
-  store: EmbeddedStore,
-  conversations: readonly LocomoConversation[],
-  orgId: string,
-  onAgent?: (done: number, total: number, memories: number) => void,
-): IngestSummary {
-  const { org, agents, summary } = planLocomoImport(conversations, orgId, store.path);
-  let memories = 0;
-  for (const [i, a] of agents.entries()) {
-    store.replaceAgent(org, a.agentId, a.memories, a.directive);
-    memories += a.memories.length;
-    onAgent?.(i + 1, agents.length, memories);
+    options.onAgent?.(i + 1, conversations.length, summary.memories);
   }
-  // One transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo); merging them once
-  // after the import makes each search read one segment (460 → 340 µs a query).
-  store.optimize();
+  await writer.finishImport();
   return summary;
 }

@@ -35,7 +35,9 @@ describePg('ingest and memory-server on PostgreSQL', reachable, () => {
     const summary = JSON.parse(first.stdout);
     const embedded = EmbeddedStore.open(':memory:');
     try {
-      const expected = ingestLocomo(embedded, await readLocomo(LOCOMO), LOCOMO_ORG_ID);
+      const expected = await ingestLocomo(embedded, await readLocomo(LOCOMO), LOCOMO_ORG_ID, {
+        db: embedded.path,
+      });
       expect(summary).toEqual({ ...expected, db: `postgres:${schema}` });
       const counts = embedded.counts();
       expect(await pg.store.counts()).toEqual(counts);

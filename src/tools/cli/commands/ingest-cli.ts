@@ -1,9 +1,10 @@
 /**
- * `ibex-context ingest`: the command line around {@link ingestLocomo}: flags, a progress line on
- * a terminal, a short table of what was written (or one JSON object with `--json`).
+ * `ibex-context ingest`: the command line around {@link ingestLocomo}: flags, the choice of the store
+ * it writes to (embedded or PostgreSQL), a progress line on a terminal, a short table of what was written
+ * (or one JSON object with `--json`).
  */
 
-import type { PgStore } from '../../../retrieval/postgres/pg-store.js';
+import type { AgentWriter } from '../../../retrieval/ports.js';
 import { EmbeddedStore } from '../../../retrieval/sqlite/embedded-store.js';
 import { canonicalUuid } from '../../../util/uuid.js';
 import { renderTable } from '../../client/stats.js';
@@ -62,57 +63,50 @@ export async function run(argv: string[]): Promise<number> {
   const { json } = parsed;
   const { locomo, org, db, postgres } = parsed.config;
   const progress = progressLine();
-  if (postgres !== null) return ingestPostgres(locomo, postgres, org, json);
-  let store: EmbeddedStore | undefined;
+  // The embedded import draws a progress line on a terminal; the PostgreSQL one never has.
+  const drawsProgress = postgres === null && progress.tty;
+  let target: IngestTarget | undefined;
   try {
     const conversations = await readLocomo(locomo);
-    store = EmbeddedStore.open(db);
-    const summary = ingestLocomo(
-      store,
-      conversations,
-      org,
-      progress.tty
-        ? (done, total, memories) =>
-            progress.draw(`ingest ${done}/${total} conversations, ${memories} memories`)
-        : undefined,
-    );
-    progress.clear();
+    target = postgres === null ? openEmbedded(db) : await openPostgres(postgres);
+    const onAgent = drawsProgress
+      ? (done: number, total: number, memories: number) =>
+          progress.draw(`ingest ${done}/${total} conversations, ${memories} memories`)
+      : undefined;
+    const summary = await ingestLocomo(target.writer, conversations, org, { db: target.db, onAgent });
+    if (drawsProgress) progress.clear();
     process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
     return 0;
   } catch (err) {
-    progress.clear();
+    if (drawsProgress) progress.clear();
     printCommandError('ingest', (err as Error).message, json);
     return 1;
   } finally {
-    store?.close();
+    await target?.close();
   }
 }
 
+/** The store an ingest writes to, as the CLI opened it. */
+interface IngestTarget {
+  writer: AgentWriter;
+  /** The store as the summary names it. */
+  db: string;
+  close(): void | Promise<void>;
+}
+
+/** Opens (creating if needed) the embedded store at `file`. @throws the open or migration error. */
+function openEmbedded(file: string): IngestTarget {
+  const store = EmbeddedStore.open(file);
+  return { writer: store, db: store.path, close: () => store.close() };
+}
+
 /**
- * `ingest --postgres`: the same import into the PostgreSQL store, `pg` loaded on demand so the
- * embedded path never loads it. The URL may hold a password and is never printed (the summary names the
- * schema only).
- * @returns 0 on success, 1 when reading or writing fails.
+ * Opens the PostgreSQL store of `ingest --postgres`, `pg` loaded on demand so the embedded path never
+ * loads it. The URL may hold a password and is never printed: the summary names the schema only.
+ * @throws the connection or migration error.
  */
-async function ingestPostgres(
-  locomo: string,
-  pg: { url: string; schema: string },
-  org: string,
-  json: boolean,
-): Promise<number> {
-  const { PgStore: Store } = await import('../../../retrieval/postgres/pg-store.js');
-  const { ingestLocomoPostgres } = await import('../../locomo/ingest-postgres.js');
-  let store: PgStore | undefined;
-  try {
-    const conversations = await readLocomo(locomo);
-    store = await Store.open({ url: pg.url, schema: pg.schema, poolMax: 2 });
-    const summary = await ingestLocomoPostgres(store, conversations, org);
-    process.stdout.write(json ? `${JSON.stringify(summary)}\n` : `${formatIngestSummary(summary)}\n`);
-    return 0;
-  } catch (err) {
-    printCommandError('ingest', (err as Error).message, json);
-    return 1;
-  } finally {
-    await store?.close();
-  }
+async function openPostgres(pg: { url: string; schema: string }): Promise<IngestTarget> {
+  const { PgStore } = await import('../../../retrieval/postgres/pg-store.js');
+  const store = await PgStore.open({ url: pg.url, schema: pg.schema, poolMax: 2 });
+  return { writer: store, db: `postgres:${store.schema}`, close: () => store.close() };
 }
