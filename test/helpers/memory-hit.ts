@@ -1,13 +1,8 @@
+import type { MemoryRow } from '../../src/retrieval/store-rows.js';
+
 /** One hit as a memory source's search answers it (the JSON shape of a `results` entry). */
 export interface MemoryHitJson {
-  memory: {
-    id: string;
-    org_id: string;
-    agent_id: string;
-    content: string;
-    category: string;
-    confidence: number;
-  };
+  memory: Omit<MemoryRow, 'created_at'>;
   similarity: number;
   rank: number;
   source: string;
