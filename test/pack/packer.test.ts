@@ -5,7 +5,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalOrder, pack, refineUnit } from '../../src/pack/packer.js';
-import { bruteForce, type Item, idsOf, toInput } from './pack-helpers.js';
+import { assertPacks, bruteForce, type Item, idsOf, toInput } from './pack-helpers.js';
 
 /** Greedy fallback of contract.md §8 step 4, written out independently. */
 function greedyScore(items: readonly Item[], budget: number, maxSkips: number): number {
@@ -127,15 +127,12 @@ describe('pack: properties', () => {
   const budget = fc.integer({ min: -10, max: 20_000 });
 
   it('never exceeds the budget; skipped + selected = n', () => {
-    fc.assert(
-      fc.property(itemsArb(tokens, 80), budget, fc.integer({ min: 1, max: 200_000 }), (items, b, ceiling) => {
-        const r = pack(toInput(items, b, { dpCellCeiling: ceiling }));
-        expect(r.total_tokens).toBeLessThanOrEqual(Math.max(0, b));
-        expect(r.skipped_count + r.selected.length).toBe(items.length);
-        expect(r.candidates_evaluated).toBe(items.length);
-      }),
-      { numRuns: 300 },
-    );
+    assertPacks(itemsArb(tokens, 80), budget, fc.integer({ min: 1, max: 200_000 }), (items, b, ceiling) => {
+      const r = pack(toInput(items, b, { dpCellCeiling: ceiling }));
+      expect(r.total_tokens).toBeLessThanOrEqual(Math.max(0, b));
+      expect(r.skipped_count + r.selected.length).toBe(items.length);
+      expect(r.candidates_evaluated).toBe(items.length);
+    });
   });
 
   it('does not depend on input order', () => {
@@ -158,29 +155,22 @@ describe('pack: properties', () => {
   });
 
   it('scores at least the greedy fallback on the same input', () => {
-    fc.assert(
-      fc.property(itemsArb(tokens, 60), budget, fc.integer({ min: 0, max: 6 }), (items, b, skips) => {
-        const r = pack(toInput(items, b, { maxConsecutiveSkips: skips }));
-        if (r.path === 'dp')
-          expect(r.total_score).toBeGreaterThanOrEqual(greedyScore(items, b, skips) - 1e-9);
-      }),
-      { numRuns: 300 },
-    );
+    assertPacks(itemsArb(tokens, 60), budget, fc.integer({ min: 0, max: 6 }), (items, b, skips) => {
+      const r = pack(toInput(items, b, { maxConsecutiveSkips: skips }));
+      if (r.path === 'dp') expect(r.total_score).toBeGreaterThanOrEqual(greedyScore(items, b, skips) - 1e-9);
+    });
   });
 
   it('equals brute force for n ≤ 12 with token counts that are multiples of 16', () => {
     const multiples = fc.integer({ min: 0, max: 40 }).map((k) => k * 16);
-    fc.assert(
-      fc.property(
-        itemsArb(multiples, 12),
-        fc.integer({ min: 0, max: 400 }).map((k) => k * 16),
-        (items, b) => {
-          const r = pack(toInput(items, b));
-          expect(r.path).toBe('dp');
-          expect(r.total_score).toBeCloseTo(bruteForce(items, b), 9);
-        },
-      ),
-      { numRuns: 300 },
+    assertPacks(
+      itemsArb(multiples, 12),
+      fc.integer({ min: 0, max: 400 }).map((k) => k * 16),
+      (items, b) => {
+        const r = pack(toInput(items, b));
+        expect(r.path).toBe('dp');
+        expect(r.total_score).toBeCloseTo(bruteForce(items, b), 9);
+      },
     );
   });
 
