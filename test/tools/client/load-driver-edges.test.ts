@@ -8,6 +8,7 @@ import { runLoad } from '../../../src/tools/client/load-driver.js';
 import { runReplay } from '../../../src/tools/client/replay.js';
 import { cyclingSource } from '../../../src/tools/client/request-source.js';
 import { servers } from '../../helpers/assemble-server.js';
+import { openLoop } from '../../helpers/open-loop.js';
 import { hasOpenssl, makeServerPki } from '../../helpers/pki.js';
 import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
 
@@ -73,11 +74,7 @@ describe('the driver side of the deadline', () => {
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     const port = (silent.address() as { port: number }).port;
     try {
-      const report = await runLoad({
-        addr: `127.0.0.1:${port}`,
-        connections: 1,
-        rate: 20,
-        durationS: 0.5,
+      const report = await openLoop(`127.0.0.1:${port}`, 1, 20, 0.5, {
         timeoutMs: 150,
         source: cyclingSource('silent', requests(2)),
       });
@@ -180,11 +177,7 @@ describe('a lost connection', () => {
     const fake = await startFake();
     const grpc = servers[servers.length - 1]!;
     setTimeout(() => void grpc.drain(0), 400);
-    const report = await runLoad({
-      addr: fake.addr,
-      connections: 2,
-      rate: 100,
-      durationS: 1,
+    const report = await openLoop(fake.addr, 2, 100, 1, {
       timeoutMs: 500,
       source: cyclingSource('lost', requests(4)),
     });
