@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { createGrpcServer } from '../../../src/grpc/grpc-server.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { runLoad } from '../../../src/tools/client/load-driver.js';
-import { runReplay } from '../../../src/tools/client/replay.js';
+import { type ReplayOptions, runReplay } from '../../../src/tools/client/replay.js';
 import { cyclingSource } from '../../../src/tools/client/request-source.js';
 import { servers } from '../../helpers/assemble-server.js';
 import { openLoop } from '../../helpers/open-loop.js';
@@ -25,14 +25,17 @@ describe('replay pacing', () => {
       })),
     })),
   };
+  /** Replays the conversation against `fake` at `rate` calls a second. */
+  const replay = (
+    fake: { addr: string },
+    rate: number,
+    more: Omit<ReplayOptions, 'addr' | 'conversations' | 'rate'>,
+  ) => runReplay({ addr: fake.addr, conversations: [conversation] as never, rate, ...more });
 
   it('paces calls at -R, retries overload statuses and exits clean when the retry succeeds', async () => {
     const fake = await startFake({ deadlineFirstOf: 5, bare: true });
     const started = performance.now();
-    const report = await runReplay({
-      addr: fake.addr,
-      conversations: [conversation] as never,
-      rate: 40,
+    const report = await replay(fake, 40, {
       concurrency: 8,
       retries: 2,
       limit: 20,
@@ -51,10 +54,7 @@ describe('replay pacing', () => {
 
   it('counts the last status when retries run out', async () => {
     const fake = await startFake({ deadlineFirstOf: 5, bare: true });
-    const report = await runReplay({
-      addr: fake.addr,
-      conversations: [conversation] as never,
-      rate: 100,
+    const report = await replay(fake, 100, {
       retries: 0,
       limit: 20,
     });
