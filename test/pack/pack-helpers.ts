@@ -11,6 +11,10 @@ export interface Item {
   tokens: number;
 }
 
+/** Items from `[id, score, tokens]` triples, in order. */
+export const itemsOf = (...triples: [id: string, score: number, tokens: number][]): Item[] =>
+  triples.map(([id, score, tokens]) => ({ id, score, tokens }));
+
 export const toInput = (
   items: readonly Item[],
   budget: number,

@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { pack } from '../../src/pack/packer.js';
 import { improveBySearch } from '../../src/pack/search.js';
-import { assertPacks, bruteForce, idsOf, toInput } from './pack-helpers.js';
+import { assertPacks, bruteForce, idsOf, itemsOf, toInput } from './pack-helpers.js';
 
 // One-decimal scores half the time: many ties, the case where ordering subtleties show.
 const scoreArb = fc.oneof(
@@ -23,11 +23,7 @@ describe('pack beyond ADR-0069: fixed cases', () => {
   it('reaches the optimum with dp_cell_ceiling 50 where 16-token weights fit two of three items', () => {
     // Budget 100 = 6 buckets, each item weighs 3: the table takes x + y (110 tokens), repair drops y and
     // nothing else fits, so ADR-0069 keeps 0.8; y + z = 100 tokens scores 1.0.
-    const items = [
-      { id: 'x', score: 0.8, tokens: 60 },
-      { id: 'y', score: 0.5, tokens: 50 },
-      { id: 'z', score: 0.5, tokens: 50 },
-    ];
+    const items = itemsOf(['x', 0.8, 60], ['y', 0.5, 50], ['z', 0.5, 50]);
     const adr = pack(toInput(items, 100, { dpCellCeiling: 50, adr0069Only: true }));
     expect(idsOf(items, adr.selected)).toEqual(['x']);
     expect(adr.total_score).toBe(0.8);
