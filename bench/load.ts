@@ -28,15 +28,7 @@ import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../src/tools/client/budget-mix.js';
 import { runLoad } from '../src/tools/client/load-driver.js';
 import { type TransportName, transportFlag } from '../src/tools/client/load-transport.js';
-import {
-  type BenchFlagValues,
-  machineInfo,
-  parseInteger,
-  parseList,
-  parseNumber,
-  runBenchMain,
-  serviceLoadBenchOptions,
-} from './lib/bench-run.js';
+import * as benchRun from './lib/bench-run.js';
 import { type H2loadResult, hasH2load, runH2load } from './lib/h2load.js';
 import { benchLoadData } from './lib/load-data.js';
 import {
@@ -104,39 +96,39 @@ const FLAGS = {
   ...booleanFlags('h2load', 'pinned', 'floor'),
 } as const;
 
-function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
+function parseOptions(values: benchRun.BenchFlagValues<typeof FLAGS>): Options {
   return {
-    steps: parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
-    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
-    rampSeconds: parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
+    steps: benchRun.parseList('--steps', values.steps ?? '500,1000,2000,3000,4000'),
+    stepSeconds: benchRun.parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+    rampSeconds: benchRun.parseNumber('--ramp-seconds', values['ramp-seconds'] ?? '1', true),
+    warmupSeconds: benchRun.parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
     constrained: shareOf(values.constrained ?? '0.5'),
-    seed: parseInteger('--seed', values.seed ?? '1'),
+    seed: benchRun.parseInteger('--seed', values.seed ?? '1'),
     transport: transportFlag(values.transport ?? 'h2'),
     h2load: values.h2load ?? false,
-    threads: values.threads === undefined ? undefined : parseInteger('--threads', values.threads),
+    threads: values.threads === undefined ? undefined : benchRun.parseInteger('--threads', values.threads),
     cpuProf: values['cpu-prof'] === undefined ? undefined : path.resolve(values['cpu-prof']),
-    p99TargetMs: parseNumber('--p99-target', values['p99-target'] ?? '20'),
+    p99TargetMs: benchRun.parseNumber('--p99-target', values['p99-target'] ?? '20'),
     pinned: values.pinned ?? false,
     floor: values.floor ?? values.pinned ?? false,
-    floorSteps: parseList('--floor-steps', values['floor-steps'] ?? '1000,2000,3000'),
-    overloadSeconds: parseNumber(
+    floorSteps: benchRun.parseList('--floor-steps', values['floor-steps'] ?? '1000,2000,3000'),
+    overloadSeconds: benchRun.parseNumber(
       '--overload-seconds',
       values['overload-seconds'] ?? (values.pinned ? '20' : '0'),
       true,
     ),
-    overloadFactor: parseNumber('--overload-factor', values['overload-factor'] ?? '1.5'),
+    overloadFactor: benchRun.parseNumber('--overload-factor', values['overload-factor'] ?? '1.5'),
   };
 }
 
 function shareOf(v: string): number {
-  const n = parseNumber('--constrained', v, true);
+  const n = benchRun.parseNumber('--constrained', v, true);
   if (n > 1) throw new Error(`--constrained must be in 0..1, got '${v}'`);
   return n;
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
+  const opts = benchRun.serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-load-', opts.locomo);
   const serviceEnv: Record<string, string> = { ...opts.serviceEnv };
@@ -262,7 +254,7 @@ async function main(argv: string[]): Promise<number> {
     bare_floor: floor?.steps ?? null,
     overload,
     node: process.version,
-    machine: machineInfo(),
+    machine: benchRun.machineInfo(),
     config: {
       steps: opts.steps,
       step_seconds: opts.stepSeconds,
@@ -363,4 +355,4 @@ function perCoreSummary(rows: readonly StepRow[], stepSeconds: number, p99Target
   };
 }
 
-runBenchMain(() => main(process.argv.slice(2)));
+benchRun.runBenchMain(() => main(process.argv.slice(2)));

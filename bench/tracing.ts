@@ -17,14 +17,7 @@ import path from 'node:path';
 import { booleanFlags, stringFlags } from '../src/tools/cli/command-args.js';
 import { abConfig, runAbRounds } from './internal/lib/ab-rounds.js';
 import { summariseAb } from './internal/lib/ab-summary.js';
-import {
-  type BenchFlagValues,
-  machineInfo,
-  parseInteger,
-  parseNumber,
-  runBenchMain,
-  serviceLoadBenchOptions,
-} from './lib/bench-run.js';
+import * as benchRun from './lib/bench-run.js';
 import { benchLoadData } from './lib/load-data.js';
 import { writeResultFile } from './lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from './lib/service-process.js';
@@ -55,16 +48,16 @@ interface Options {
   microOnly: boolean;
 }
 
-function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
-  const constrained = parseNumber('--constrained', values.constrained ?? '0.5', true);
+function parseOptions(values: benchRun.BenchFlagValues<typeof FLAGS>): Options {
+  const constrained = benchRun.parseNumber('--constrained', values.constrained ?? '0.5', true);
   if (constrained > 1) throw new Error(`--constrained must be in 0..1, got '${values.constrained}'`);
   return {
-    rate: parseNumber('--rate', values.rate ?? '300'),
-    rounds: parseInteger('--rounds', values.rounds ?? '4'),
-    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '20', true),
+    rate: benchRun.parseNumber('--rate', values.rate ?? '300'),
+    rounds: benchRun.parseInteger('--rounds', values.rounds ?? '4'),
+    stepSeconds: benchRun.parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+    warmupSeconds: benchRun.parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '20', true),
     constrained,
-    microSeconds: parseNumber('--micro-seconds', values['micro-seconds'] ?? '3'),
+    microSeconds: benchRun.parseNumber('--micro-seconds', values['micro-seconds'] ?? '3'),
     microOnly: values['micro-only'] === true,
   };
 }
@@ -97,7 +90,7 @@ async function startSink(): Promise<{
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
+  const opts = benchRun.serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   console.error(`one call's tracing work, in-process: ${opts.microSeconds} s per mode`);
   const micro: TracingMicroRow[] = await tracingMicroFigures(opts.microSeconds * 1000);
@@ -112,7 +105,7 @@ async function main(argv: string[]): Promise<number> {
     writeResultFile(file, {
       generated_at: new Date().toISOString(),
       node: process.version,
-      machine: machineInfo(),
+      machine: benchRun.machineInfo(),
       micro,
       context_manager: contextManager,
     });
@@ -175,7 +168,7 @@ async function main(argv: string[]): Promise<number> {
     const result = {
       generated_at: new Date().toISOString(),
       node: process.version,
-      machine: machineInfo(),
+      machine: benchRun.machineInfo(),
       config: { ...abConfig(opts), modes },
       data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
       sink: { exports: sink.requests(), bytes: sink.bytes() },
@@ -196,4 +189,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-runBenchMain(() => main(process.argv.slice(2)));
+benchRun.runBenchMain(() => main(process.argv.slice(2)));

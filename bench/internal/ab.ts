@@ -16,14 +16,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
-import {
-  type BenchFlagValues,
-  machineInfo,
-  parseInteger,
-  parseNumber,
-  runBenchMain,
-  serviceLoadBenchOptions,
-} from '../lib/bench-run.js';
+import * as benchRun from '../lib/bench-run.js';
 import { benchLoadData } from '../lib/load-data.js';
 import { writeResultFile } from '../lib/paths.js';
 import { explainFailure, type ServiceProcess, startServiceProcess } from '../lib/service-process.js';
@@ -54,7 +47,7 @@ interface Options {
   constrained: number;
 }
 
-function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
+function parseOptions(values: benchRun.BenchFlagValues<typeof FLAGS>): Options {
   const builds = (values.builds ?? '').split(',').filter((b) => b !== '');
   if (builds.length < 2) throw new Error('--builds: give at least two checkouts, comma-separated');
   for (const b of builds) {
@@ -62,14 +55,14 @@ function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
     if (!existsSync(entryOf(path.resolve(b))))
       throw new Error(`--builds: ${b} has no ${ENTRY} (npm run build there)`);
   }
-  const constrained = parseNumber('--constrained', values.constrained ?? '0.5', true);
+  const constrained = benchRun.parseNumber('--constrained', values.constrained ?? '0.5', true);
   if (constrained > 1) throw new Error(`--constrained must be in 0..1, got '${values.constrained}'`);
   return {
     builds: builds.map((b) => path.resolve(b)),
-    rate: parseNumber('--rate', values.rate ?? '600'),
-    rounds: parseInteger('--rounds', values.rounds ?? '8'),
-    stepSeconds: parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
+    rate: benchRun.parseNumber('--rate', values.rate ?? '600'),
+    rounds: benchRun.parseInteger('--rounds', values.rounds ?? '8'),
+    stepSeconds: benchRun.parseNumber('--step-seconds', values['step-seconds'] ?? '10'),
+    warmupSeconds: benchRun.parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '30', true),
     constrained,
   };
 }
@@ -84,7 +77,7 @@ function commitOf(dir: string): string | null {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
+  const opts = benchRun.serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-ab-', opts.locomo);
   const services: ServiceProcess[] = [];
@@ -108,7 +101,7 @@ async function main(argv: string[]): Promise<number> {
     const result = {
       generated_at: new Date().toISOString(),
       node: process.version,
-      machine: machineInfo(),
+      machine: benchRun.machineInfo(),
       config: abConfig(opts),
       builds: opts.builds.map((dir) => ({ dir, commit: commitOf(dir) })),
       data: { kind: data.kind, agents: data.agents, memories: data.memories, requests: data.requests },
@@ -124,4 +117,4 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-runBenchMain(() => main(process.argv.slice(2)));
+benchRun.runBenchMain(() => main(process.argv.slice(2)));

@@ -5,10 +5,9 @@
  * (`npm test` builds first).
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { benchLogCli } from '../../test/helpers/bench-log-cli.js';
 import { projectPath } from '../lib/paths.js';
 import { parseGcLine, summariseGc } from './lib/gc-trace.js';
 
@@ -80,27 +79,12 @@ describe('gc-trace summary', () => {
   });
 
   it('the CLI prints the summary, refuses a missing --log (exit 2), an unreadable file and a log without trace lines (exit 1)', () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-gc-trace-'));
-    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
-    const withTrace = path.join(dir, 'svc.log');
-    const without = path.join(dir, 'plain.log');
-    writeFileSync(withTrace, LOG);
-    writeFileSync(without, '{"level":30,"msg":"listening"}\n');
-    const run = (...args: string[]) =>
-      spawnSync(process.execPath, [projectPath('dist/bench/internal/gc-trace.js'), ...args], {
-        encoding: 'utf8',
-        timeout: 20_000,
-      });
+    const { log: withTrace, run, expectRefusals } = benchLogCli('gc-trace', LOG);
     const ok = run('--log', withTrace, '--after-ms', '1000', '--json');
     expect(ok.status).toBe(0);
     expect(JSON.parse(ok.stdout).map((s: { scavenges: number }) => s.scavenges)).toEqual([3, 1]);
-    const missing = run();
-    expect(missing.status).toBe(2);
-    expect(missing.stderr).toContain('--log is required');
-    const empty = run('--log', without);
-    expect(empty.status).toBe(1);
-    expect(empty.stderr).toContain('no --trace-gc-nvp lines');
-    const absent = run('--log', path.join(dir, 'absent.log'));
+    expectRefusals('no --trace-gc-nvp lines');
+    const absent = run('--log', path.join(path.dirname(withTrace), 'absent.log'));
     expect(absent.status).toBe(1);
     expect(absent.stderr).toMatch(/^cannot read --log .*absent\.log: ENOENT/);
     expect(absent.stderr).not.toMatch(/\n\s+at /);

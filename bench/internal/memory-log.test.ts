@@ -2,12 +2,8 @@
  * bench:internal memory-log (bench/internal/lib/memory-log.ts): the main thread's ArrayBuffer / external memory growth
  * between mark-compacts, from the preload's log. Exact figures on a hand-made log, and the CLI on a file.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { projectPath } from '../lib/paths.js';
+import { describe, expect, it } from 'vitest';
+import { benchLogCli } from '../../test/helpers/bench-log-cli.js';
 import { parseMemoryLine, summariseMemoryLog } from './lib/memory-log.js';
 
 // Mark-compacts (kind 4) at 1,000, 2,000.5 and 3,500 ms. After the first, ArrayBuffers start high (not
@@ -67,27 +63,12 @@ describe('summariseMemoryLog', () => {
 
 describe('npm run bench:internal -- memory-log', () => {
   it('prints the summary with KB per call for --rate, refuses a missing --log (2) and an empty log (1)', () => {
-    const dir = mkdtempSync(path.join(tmpdir(), 'ibex-memlog-'));
-    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
-    const file = path.join(dir, 'mem.log');
-    const empty = path.join(dir, 'empty.log');
-    writeFileSync(file, LOG);
-    writeFileSync(empty, '{"level":30,"msg":"listening"}\n');
-    const run = (...args: string[]) =>
-      spawnSync(process.execPath, [projectPath('dist/bench/internal/memory-log.js'), ...args], {
-        encoding: 'utf8',
-        timeout: 20_000,
-      });
+    const { log: file, run, expectRefusals } = benchLogCli('memory-log', LOG);
     const ok = run('--log', file, '--rate', '1000', '--json');
     expect(ok.status).toBe(0);
     const out = JSON.parse(ok.stdout);
     expect(out.array_buffers_kb_per_call).toBe(20.2);
     expect(out.external_kb_per_call).toBe(30.3);
-    const missing = run();
-    expect(missing.status).toBe(2);
-    expect(missing.stderr).toContain('--log is required');
-    const none = run('--log', empty);
-    expect(none.status).toBe(1);
-    expect(none.stderr).toContain('no memory lines');
+    expectRefusals('no memory lines');
   });
 });

@@ -18,15 +18,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { stringFlags } from '../../src/tools/cli/command-args.js';
 import { median } from '../../src/tools/client/stats.js';
-import {
-  type BenchFlagValues,
-  machineInfo,
-  parseInteger,
-  parseList,
-  parseNumber,
-  runBenchMain,
-  serviceLoadBenchOptions,
-} from '../lib/bench-run.js';
+import * as benchRun from '../lib/bench-run.js';
 import { benchLoadData } from '../lib/load-data.js';
 import { measureStep, type StepRow } from '../lib/load-step.js';
 import { writeResultFile } from '../lib/paths.js';
@@ -137,18 +129,18 @@ export function recommend(grid: readonly GridCell[]): Recommendation {
 
 const FLAGS = stringFlags('rates', 'threads', 'repeats', 'seconds', 'warmup-seconds');
 
-function parseOptions(values: BenchFlagValues<typeof FLAGS>): Options {
+function parseOptions(values: benchRun.BenchFlagValues<typeof FLAGS>): Options {
   return {
-    rates: parseList('--rates', values.rates ?? '50,100,200,400'),
-    threads: parseList('--threads', values.threads ?? '1,2,3,4'),
-    repeats: parseInteger('--repeats', values.repeats ?? '3'),
-    seconds: parseNumber('--seconds', values.seconds ?? '10'),
-    warmupSeconds: parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
+    rates: benchRun.parseList('--rates', values.rates ?? '50,100,200,400'),
+    threads: benchRun.parseList('--threads', values.threads ?? '1,2,3,4'),
+    repeats: benchRun.parseInteger('--repeats', values.repeats ?? '3'),
+    seconds: benchRun.parseNumber('--seconds', values.seconds ?? '10'),
+    warmupSeconds: benchRun.parseNumber('--warmup-seconds', values['warmup-seconds'] ?? '3', true),
   };
 }
 
 async function main(argv: string[]): Promise<number> {
-  const opts = serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
+  const opts = benchRun.serviceLoadBenchOptions(argv, USAGE, FLAGS, parseOptions);
   if (typeof opts === 'number') return opts;
   const { db, data } = await benchLoadData('ibex-bench-pool-sweep-', opts.locomo);
   console.error(
@@ -203,7 +195,7 @@ async function main(argv: string[]): Promise<number> {
   const jsonFile = path.join(opts.out, 'pool-sweep.json');
   writeResultFile(jsonFile, { grid, recommendation });
   const runsFile = path.join(opts.out, 'pool-sweep-runs.json');
-  const machine = machineInfo();
+  const machine = benchRun.machineInfo();
   writeResultFile(runsFile, {
     generated_at: new Date().toISOString(),
     node: process.version,
@@ -270,5 +262,5 @@ async function main(argv: string[]): Promise<number> {
 
 // Run only as a script, so tests can import gridOf/recommend.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runBenchMain(() => main(process.argv.slice(2)));
+  benchRun.runBenchMain(() => main(process.argv.slice(2)));
 }

@@ -22,3 +22,20 @@ export function provideTransportCounters(readers: Partial<TransportCounters>): v
 export function transportCounters(): Readonly<TransportCounters> {
   return counters;
 }
+
+/**
+ * A process-wide count the transport keeps, registered at once as the reader of counter `name`.
+ *
+ * @returns `add()` counts one; `read()` is the count so far (from 0, never reset).
+ */
+export function transportCount(name: keyof TransportCounters): { add(): void; read(): number } {
+  let n = 0;
+  const read = () => n;
+  provideTransportCounters({ [name]: read });
+  return {
+    add: () => {
+      n++;
+    },
+    read,
+  };
+}

@@ -11,9 +11,9 @@ import { calculateBudget } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import type { MemoryRow } from '../../src/retrieval/store-rows.js';
 import { estimateTokens } from '../../src/text/estimate.js';
-import { FAULT_PREFIX, moved, scrape } from '../faults/helpers.js';
+import { faultedRequest, moved, scrape } from '../faults/helpers.js';
 import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
-import { request, tenant } from './harness.js';
+import { tenant } from './harness.js';
 
 const N = 4;
 const DEGRADED = 'ibex_context_degraded_total';
@@ -46,14 +46,7 @@ describe('degraded answer with memories over gRPC (CPU stage lost for time)', ()
 
   it('answers L1 pool_deadline with included memories, escaped, within the budget', async () => {
     const before = await scrape(suite.svc.adminUrl);
-    const r = await suite.svc.client.assemble(
-      request(t, {
-        recent_messages: [
-          { role: 'user', content: `${FAULT_PREFIX}sleep:2600` },
-          { role: 'user', content: 'Which knots do I know?' },
-        ],
-      }),
-    );
+    const r = await suite.svc.client.assemble(faultedRequest(t, 'sleep:2600', 'Which knots do I know?'));
     expect(r.status.code, r.status.details).toBe(status.OK);
     const res = r.response!;
     expect(res.degradation.level).toBe('L1');
@@ -102,14 +95,7 @@ describe('degraded answer with memories over gRPC (CPU stage lost for time)', ()
   });
 
   it('a failed CPU stage stays L2 pool_failed without memories', async () => {
-    const r = await suite.svc.client.assemble(
-      request(t, {
-        recent_messages: [
-          { role: 'user', content: `${FAULT_PREFIX}throw` },
-          { role: 'user', content: 'Which knots do I know?' },
-        ],
-      }),
-    );
+    const r = await suite.svc.client.assemble(faultedRequest(t, 'throw', 'Which knots do I know?'));
     expect(r.status.code, r.status.details).toBe(status.OK);
     const res = r.response!;
     expect(res.degradation.level).toBe('L2');

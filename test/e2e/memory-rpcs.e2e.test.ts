@@ -15,18 +15,11 @@ import type { PgStore } from '../../src/retrieval/postgres/pg-store.js';
 import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { adminQuery, describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../helpers/postgres.js';
-import {
-  memories,
-  request,
-  startMemoryFixture,
-  startTestService,
-  type TestService,
-  tenant,
-} from './harness.js';
+import * as e2e from './harness.js';
 
 const TOKEN_A = 'orgA-7c1e2b9d4a6f3058';
 const TOKEN_ANY = 'ops-0a1b2c3d4e5f6a7b';
-const A = tenant();
+const A = e2e.tenant();
 const B = { org: randomUUID(), agent: A.agent };
 
 const TOKENS = JSON.stringify({
@@ -41,8 +34,8 @@ const ops = bearer(TOKEN_ANY);
 /** What a backend's suite needs of its store. */
 interface Backend {
   env: () => Record<string, string>;
-  seed(svc: TestService, rows: MemoryRow[]): Promise<void>;
-  row(svc: TestService, id: string): Promise<{ usefulness: number; inclusions: number } | undefined>;
+  seed(svc: e2e.TestService, rows: MemoryRow[]): Promise<void>;
+  row(svc: e2e.TestService, id: string): Promise<{ usefulness: number; inclusions: number } | undefined>;
   cleanup(): Promise<void>;
 }
 
@@ -88,7 +81,11 @@ const postgres: Backend = {
 };
 
 /** The value of a counter series (summed over its labels matching `labels`) from the service's registry. */
-async function counter(svc: TestService, name: string, labels: Record<string, string> = {}): Promise<number> {
+async function counter(
+  svc: e2e.TestService,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number> {
   const metric = svc.service.metrics.registry.getSingleMetric(name);
   if (!metric) return 0;
   const { values } = await metric.get();
@@ -107,12 +104,12 @@ async function until<T>(read: () => Promise<T>, ok: (v: T) => boolean, ms = 5000
 }
 
 function suite(backend: Backend): void {
-  let svc: TestService;
-  const own = memories(A.org, A.agent, 6, 'sailing');
-  const foreign = memories(B.org, B.agent, 3, 'sailing');
+  let svc: e2e.TestService;
+  const own = e2e.memories(A.org, A.agent, 6, 'sailing');
+  const foreign = e2e.memories(B.org, B.agent, 3, 'sailing');
   const unknown = randomUUID();
   beforeAll(async () => {
-    svc = await startTestService(
+    svc = await e2e.startTestService(
       {
         ...backend.env(),
         IBEX_CONTEXT_INCLUSION_FLUSH_MS: '50',
@@ -309,13 +306,13 @@ function suite(backend: Backend): void {
   });
 
   it('counts every included memory toward retrieval_count, and the composite reads usefulness', async () => {
-    const t = tenant();
-    const rows = memories(t.org, t.agent, 4, 'harbour');
+    const t = e2e.tenant();
+    const rows = e2e.memories(t.org, t.agent, 4, 'harbour');
     await backend.seed(svc, rows);
     const calls = 3;
     let included: string[] = [];
     for (let i = 0; i < calls; i++) {
-      const r = await svc.client.assemble(request(t, { query: 'harbour' }), { deadlineMs: 5000, ...ops });
+      const r = await svc.client.assemble(e2e.request(t, { query: 'harbour' }), { deadlineMs: 5000, ...ops });
       expect(r.status.code).toBe(status.OK);
       expect(r.response!.degradation.level).toBe('L0');
       included = r.response!.memories_used.filter((m) => m.exclusion === 'included').map((m) => m.memory_id);
@@ -335,10 +332,13 @@ function suite(backend: Backend): void {
     // Usefulness alone as the weight: each memory's composite is its stored usefulness.
     const liked = rows[2]!.id;
     await svc.client.recordMemoryFeedback({ org_id: t.org, memory_ids: [liked], feedback: 'helpful' }, ops);
-    const r = await svc.client.assemble(request(t, { query: 'harbour', options: { usefulness_weight: 1 } }), {
-      deadlineMs: 5000,
-      ...ops,
-    });
+    const r = await svc.client.assemble(
+      e2e.request(t, { query: 'harbour', options: { usefulness_weight: 1 } }),
+      {
+        deadlineMs: 5000,
+        ...ops,
+      },
+    );
     const scores = Object.fromEntries(r.response!.memories_used.map((m) => [m.memory_id, m.composite_score]));
     for (const m of rows) expect(scores[m.id]).toBeCloseTo(m.id === liked ? 0.6 : 0.5, 6);
   });
@@ -348,13 +348,13 @@ describe('memory RPCs on the embedded store', () => suite(embedded));
 describePg('memory RPCs on PostgreSQL', reachable, () => suite(postgres));
 
 describe('memory RPCs in front of a memory service', () => {
-  const t = tenant();
-  let svc: TestService;
+  const t = e2e.tenant();
+  let svc: e2e.TestService;
   let close: () => Promise<void>;
   beforeAll(async () => {
-    const fixture = await startMemoryFixture(t, 5, { token: 'mem-token' });
+    const fixture = await e2e.startMemoryFixture(t, 5, { token: 'mem-token' });
     close = fixture.close;
-    svc = await startTestService({ ...fixture.env, IBEX_CONTEXT_COLD_TIMEOUT_MS: '1500' });
+    svc = await e2e.startTestService({ ...fixture.env, IBEX_CONTEXT_COLD_TIMEOUT_MS: '1500' });
   }, 60_000);
   afterAll(async () => {
     await svc?.stop();

@@ -22,6 +22,8 @@ import { startAdminServer } from '../../src/telemetry/admin-server.js';
 import { assemblyMetricsInterceptor } from '../../src/telemetry/assembly-metrics.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
+import type { AssembleContextRequestInput } from '../../src/wire/proto.js';
+import { request } from '../e2e/harness.js';
 import type { Fault } from '../fixtures/faulty-cpu-worker.js';
 import { CLI, ROOT } from '../helpers/cli.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
@@ -343,6 +345,23 @@ export const FAULTY_WORKER = path.join(projectRoot(), 'dist', 'test', 'fixtures'
  * `FAULT:heap`, `FAULT:sleep:300`.
  */
 export const FAULT_PREFIX = 'FAULT:';
+
+/**
+ * A request of tenant `t` whose recent messages ask the fault worker for `fault` (`throw`, `exit`,
+ * `sleep:300`), then ask the user's `question`.
+ */
+export function faultedRequest(
+  t: { org: string; agent: string },
+  fault: string,
+  question = 'Do you remember the lake?',
+): AssembleContextRequestInput {
+  return request(t, {
+    recent_messages: [
+      { role: 'user', content: `${FAULT_PREFIX}${fault}` },
+      { role: 'user', content: question },
+    ],
+  });
+}
 
 /** The fault a task's recent messages ask for, if any. */
 export function faultOf(input: CpuTaskInput): Fault | null {

@@ -19,29 +19,25 @@ import type { CallOutcome } from '../../src/tools/client/context-client.js';
 import type { AssembleContextResponse } from '../../src/wire/proto.js';
 import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
 import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
-import { FAULT_PREFIX, moved, scrape } from './helpers.js';
+import { faultedRequest, moved, scrape } from './helpers.js';
 
 const N = 5;
 const DIRECTIVE = 'Pool fault directive.';
 
-/** A request whose recent messages ask the fault worker for `fault` (`throw`, `exit`, `sleep:300`). */
-function faulted(t: { org: string; agent: string }, fault: string) {
-  return request(t, {
-    recent_messages: [
-      { role: 'user', content: `${FAULT_PREFIX}${fault}` },
-      { role: 'user', content: 'Do you remember the lake?' },
-    ],
-  });
+/** An OK answer at `level` for `reason` alone, all three branches successful; returns the response. */
+function expectCpuStageLost(r: CallOutcome<AssembleContextResponse>, level: 'L1' | 'L2', reason: string) {
+  expect(r.status.code, r.status.details).toBe(status.OK);
+  const res = r.response!;
+  expect(res.degradation.level).toBe(level);
+  expect(res.degradation.reasons).toEqual([reason]);
+  // Retrieval itself went fine: only the CPU stage failed.
+  expect(res.degradation.branches.map((b) => b.status)).toEqual(['success', 'success', 'success']);
+  return res;
 }
 
 /** The degraded answer of a failed CPU stage (contract.md §10): directive + history, no memories, L2. */
 function expectPoolDegraded(r: CallOutcome<AssembleContextResponse>, reason: string) {
-  expect(r.status.code, r.status.details).toBe(status.OK);
-  const res = r.response!;
-  expect(res.degradation.level).toBe('L2');
-  expect(res.degradation.reasons).toEqual([reason]);
-  // Retrieval itself went fine: only the CPU stage failed.
-  expect(res.degradation.branches.map((b) => b.status)).toEqual(['success', 'success', 'success']);
+  const res = expectCpuStageLost(r, 'L2', reason);
   expect(res.memories_included).toBe(0);
   expect(res.memories_used.every((m) => m.exclusion === 'failed')).toBe(true);
   expect(res.assembled_context).not.toContain('about sailing');
@@ -53,11 +49,7 @@ function expectPoolDegraded(r: CallOutcome<AssembleContextResponse>, reason: str
  * keeps the memories that fit (all N small ones here), L1 with the pool's reason.
  */
 function expectSteppedDegraded(r: CallOutcome<AssembleContextResponse>, reason: string) {
-  expect(r.status.code, r.status.details).toBe(status.OK);
-  const res = r.response!;
-  expect(res.degradation.level).toBe('L1');
-  expect(res.degradation.reasons).toEqual([reason]);
-  expect(res.degradation.branches.map((b) => b.status)).toEqual(['success', 'success', 'success']);
+  const res = expectCpuStageLost(r, 'L1', reason);
   expect(res.memories_included).toBe(N);
   expect(res.memories_used.map((m) => m.exclusion)).toEqual(Array(N).fill('included'));
   expect(res.memories_used.every((m) => m.token_estimate > 0)).toBe(true);
@@ -103,7 +95,7 @@ describe('pool faults (fault-injecting worker)', () => {
     const threads = suite.svc.pool.threadIds();
     const before = await scrape(suite.svc.adminUrl);
     const [bad, good] = await Promise.all([
-      suite.svc.client.assemble(faulted(victim, fault)),
+      suite.svc.client.assemble(faultedRequest(victim, fault)),
       suite.svc.client.assemble(request(other)),
     ]);
     expectPoolDegraded(bad, 'pool_failed');
@@ -133,7 +125,7 @@ describe('pool faults (fault-injecting worker)', () => {
   it('queue full ⇒ L1 pool_saturated at once, memories from the main thread; the queued call waits its turn and is whole', async () => {
     const before = await scrape(suite.svc.adminUrl);
     // Both threads blocked 1 s, then one call queued (max queue 1): the next call cannot be taken.
-    const sleepers = [1, 2].map(() => suite.svc.client.assemble(faulted(other, 'sleep:1000')));
+    const sleepers = [1, 2].map(() => suite.svc.client.assemble(faultedRequest(other, 'sleep:1000')));
     await vi.waitFor(() => expect(suite.svc.pool.stats().running).toBe(2), { timeout: 5000, interval: 2 });
     const queued = suite.svc.client.assemble(request(other));
     await vi.waitFor(() => expect(suite.svc.pool.stats().queueSize).toBe(1), { timeout: 5000, interval: 2 });

@@ -7,6 +7,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll } from 'vitest';
 import { PgDirectiveSource, PgMemorySource } from '../../src/retrieval/postgres/pg-sources.js';
+import { type PgEventCounts, pgEvents } from '../../src/retrieval/postgres/pg-stats.js';
 import { PgStore, type PgStoreOptions } from '../../src/retrieval/postgres/pg-store.js';
 import type { RetrievalSources, RetrievalTimeouts } from '../../src/retrieval/retrieve.js';
 import { bundle } from '../retrieval/fixtures.js';
@@ -218,4 +219,16 @@ export async function backendPidsWhere(
     Object.values(match),
   );
   return rows.map((r) => r.pid);
+}
+
+/**
+ * How much each PostgreSQL event counter has grown since `before` (a {@link pgEvents} copy taken earlier).
+ *
+ * @returns one difference per counter, counts.
+ */
+export function pgEventsSince(before: PgEventCounts): PgEventCounts {
+  const now = pgEvents();
+  const since = { ...now };
+  for (const k of Object.keys(now) as (keyof PgEventCounts)[]) since[k] = now[k] - before[k];
+  return since;
 }

@@ -4,6 +4,7 @@
  * as inline, and a branch that gives up gets its signal's reason without waiting for the decode; a body of
  * 1 MiB or more comes back to the process's message buffers once decoded or withdrawn.
  */
+
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -12,25 +13,24 @@ import { BodyDecoder, INLINE_BODY_BYTES } from '../../src/retrieval/http/body-de
 import { HttpMemorySource } from '../../src/retrieval/http/memory-http.js';
 import { decodeMemoryBody } from '../../src/retrieval/validate.js';
 import { MESSAGE_BUFFERS, POOLED_MESSAGE_FROM_BYTES } from '../../src/util/message-buffers.js';
+import { memoryHit } from '../helpers/memory-hit.js';
 
 const ORG = '11111111-1111-4111-8111-111111111111';
 const AGENT = '22222222-2222-4222-8222-222222222222';
 const LIMITS = { limit: 20, maxChars: 65_536 };
 
 function body(n: number, content: (i: number) => string): Uint8Array {
-  const results = Array.from({ length: n }, (_, i) => ({
-    memory: {
-      id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-      org_id: i % 7 === 3 ? '33333333-3333-4333-8333-333333333333' : ORG,
-      agent_id: AGENT,
-      content: content(i),
-      category: 'factual',
+  const results = Array.from({ length: n }, (_, i) =>
+    memoryHit(content(i), i, {
+      org: i % 7 === 3 ? '33333333-3333-4333-8333-333333333333' : ORG,
+      agent: AGENT,
       confidence: 0.5,
-    },
-    similarity: 0.5,
-    rank: i + 1,
-    source: 'unit',
-  }));
+      similarity: 0.5,
+      rank: i + 1,
+      source: 'unit',
+    }),
+  );
+
   return new TextEncoder().encode(JSON.stringify({ data: { results } }));
 }
 

@@ -2,6 +2,7 @@
  * The pure bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
  * units), the limit cut in validateHits, the body cap, and the branch detail that reports them.
  */
+
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config/settings.js';
@@ -12,23 +13,13 @@ import {
   maxBodyBytes,
   validateHits,
 } from '../../src/retrieval/validate.js';
+import { memoryHit } from '../helpers/memory-hit.js';
 
 const ORG = '11111111-1111-4111-8111-111111111111';
 const AGENT = '22222222-2222-4222-8222-222222222222';
 
-const hit = (content: string, i = 1) => ({
-  memory: {
-    id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-    org_id: ORG,
-    agent_id: AGENT,
-    content,
-    category: 'factual',
-    confidence: 0.5,
-  },
-  similarity: 0.5,
-  rank: i,
-  source: 'unit',
-});
+const hit = (content: string, i = 1) =>
+  memoryHit(content, i, { org: ORG, agent: AGENT, confidence: 0.5, similarity: 0.5, source: 'unit' });
 
 describe('exceedsCodePoints', () => {
   it('agrees with counting code points by iteration, for any text (astral and lone surrogates too)', () => {

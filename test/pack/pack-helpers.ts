@@ -2,6 +2,7 @@
  * Shared by the packer tests: items as `{id, score, tokens}`, their packer input, the ids of a selection,
  * and the brute-force optimum (contract.md §8) the properties compare with.
  */
+import fc from 'fast-check';
 import type { pack } from '../../src/pack/packer.js';
 
 export interface Item {
@@ -9,6 +10,10 @@ export interface Item {
   score: number;
   tokens: number;
 }
+
+/** Items from `[id, score, tokens]` triples, in order. */
+export const itemsOf = (...triples: [id: string, score: number, tokens: number][]): Item[] =>
+  triples.map(([id, score, tokens]) => ({ id, score, tokens }));
 
 export const toInput = (
   items: readonly Item[],
@@ -43,4 +48,18 @@ export function bruteForce(items: readonly Item[], budget: number): number {
     if (t <= budget && s > best) best = s;
   }
   return best;
+}
+
+/**
+ * Asserts a packer property over 300 generated cases (fast-check's `fc.property` arguments: arbitraries,
+ * then the predicate); throws with the shrunk counterexample when it fails.
+ */
+export function assertPacks<Ts extends [unknown, ...unknown[]]>(
+  ...args: [
+    ...arbitraries: { [K in keyof Ts]: fc.Arbitrary<Ts[K]> },
+    // biome-ignore lint/suspicious/noConfusingVoidType: fast-check's own predicate type (`fc.property`)
+    predicate: (...args: Ts) => boolean | void,
+  ]
+): void {
+  fc.assert(fc.property(...args), { numRuns: 300 });
 }

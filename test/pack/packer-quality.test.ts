@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { pack } from '../../src/pack/packer.js';
 import { improveBySearch } from '../../src/pack/search.js';
-import { bruteForce, idsOf, toInput } from './pack-helpers.js';
+import { assertPacks, bruteForce, idsOf, itemsOf, toInput } from './pack-helpers.js';
 
 // One-decimal scores half the time: many ties, the case where ordering subtleties show.
 const scoreArb = fc.oneof(
@@ -23,11 +23,7 @@ describe('pack beyond ADR-0069: fixed cases', () => {
   it('reaches the optimum with dp_cell_ceiling 50 where 16-token weights fit two of three items', () => {
     // Budget 100 = 6 buckets, each item weighs 3: the table takes x + y (110 tokens), repair drops y and
     // nothing else fits, so ADR-0069 keeps 0.8; y + z = 100 tokens scores 1.0.
-    const items = [
-      { id: 'x', score: 0.8, tokens: 60 },
-      { id: 'y', score: 0.5, tokens: 50 },
-      { id: 'z', score: 0.5, tokens: 50 },
-    ];
+    const items = itemsOf(['x', 0.8, 60], ['y', 0.5, 50], ['z', 0.5, 50]);
     const adr = pack(toInput(items, 100, { dpCellCeiling: 50, adr0069Only: true }));
     expect(idsOf(items, adr.selected)).toEqual(['x']);
     expect(adr.total_score).toBe(0.8);
@@ -90,39 +86,33 @@ describe('pack beyond ADR-0069: properties', () => {
   const ceiling = fc.oneof(fc.constant(437_570), fc.integer({ min: 1, max: 400 }));
 
   it('never exceeds the budget, whatever the node limit', () => {
-    fc.assert(
-      fc.property(
-        itemsArb(fc.integer({ min: 0, max: 3000 }), 80),
-        fc.integer({ min: -5, max: 20_000 }),
-        ceiling,
-        fc.integer({ min: 0, max: 300 }),
-        (items, b, c, nodes) => {
-          const r = pack(toInput(items, b, { dpCellCeiling: c, searchNodeLimit: nodes }));
-          expect(r.total_tokens).toBeLessThanOrEqual(Math.max(0, b));
-          expect(r.total_tokens).toBe(
-            Array.from(r.selected, (k) => items[k]!.tokens).reduce((x, y) => x + y, 0),
-          );
-          expect(r.skipped_count + r.selected.length).toBe(items.length);
-        },
-      ),
-      { numRuns: 300 },
+    assertPacks(
+      itemsArb(fc.integer({ min: 0, max: 3000 }), 80),
+      fc.integer({ min: -5, max: 20_000 }),
+      ceiling,
+      fc.integer({ min: 0, max: 300 }),
+      (items, b, c, nodes) => {
+        const r = pack(toInput(items, b, { dpCellCeiling: c, searchNodeLimit: nodes }));
+        expect(r.total_tokens).toBeLessThanOrEqual(Math.max(0, b));
+        expect(r.total_tokens).toBe(
+          Array.from(r.selected, (k) => items[k]!.tokens).reduce((x, y) => x + y, 0),
+        );
+        expect(r.skipped_count + r.selected.length).toBe(items.length);
+      },
     );
   });
 
   it('is never below the ADR-0069 answer and keeps its path', () => {
-    fc.assert(
-      fc.property(
-        itemsArb(fc.integer({ min: 0, max: 3000 }), 80),
-        fc.integer({ min: 0, max: 20_000 }),
-        ceiling,
-        (items, b, c) => {
-          const adr = pack(toInput(items, b, { dpCellCeiling: c, adr0069Only: true }));
-          const ours = pack(toInput(items, b, { dpCellCeiling: c }));
-          expect(ours.path).toBe(adr.path);
-          expect(ours.total_score).toBeGreaterThanOrEqual(adr.total_score - 1e-9);
-        },
-      ),
-      { numRuns: 300 },
+    assertPacks(
+      itemsArb(fc.integer({ min: 0, max: 3000 }), 80),
+      fc.integer({ min: 0, max: 20_000 }),
+      ceiling,
+      (items, b, c) => {
+        const adr = pack(toInput(items, b, { dpCellCeiling: c, adr0069Only: true }));
+        const ours = pack(toInput(items, b, { dpCellCeiling: c }));
+        expect(ours.path).toBe(adr.path);
+        expect(ours.total_score).toBeGreaterThanOrEqual(adr.total_score - 1e-9);
+      },
     );
   });
 

@@ -5,7 +5,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { canonicalOrder, pack, refineUnit } from '../../src/pack/packer.js';
-import { bruteForce, type Item, idsOf, toInput } from './pack-helpers.js';
+import { assertPacks, bruteForce, type Item, idsOf, itemsOf, toInput } from './pack-helpers.js';
 
 /** Greedy fallback of contract.md §8 step 4, written out independently. */
 function greedyScore(items: readonly Item[], budget: number, maxSkips: number): number {
@@ -53,12 +53,7 @@ describe('pack: fixed cases', () => {
     // Budget 32 = 2 buckets and every item weighs 1 bucket, so ADR-0069's table takes d + a (34 tokens),
     // repair drops a and nothing else fits: 0.8. The exact refinement table (search off) and the
     // branch-and-bound both find a + b = 32 tokens: 1.1.
-    const items = [
-      { id: 'a', score: 0.6, tokens: 9 },
-      { id: 'b', score: 0.5, tokens: 23 },
-      { id: 'c', score: 0.4, tokens: 12 },
-      { id: 'd', score: 0.8, tokens: 25 },
-    ];
+    const items = itemsOf(['a', 0.6, 9], ['b', 0.5, 23], ['c', 0.4, 12], ['d', 0.8, 25]);
     const adr = pack(toInput(items, 32, { adr0069Only: true }));
     expect(idsOf(items, adr.selected)).toEqual(['d']);
     expect(adr.total_score).toBe(0.8);
@@ -77,12 +72,7 @@ describe('pack: fixed cases', () => {
   });
 
   it('falls back to greedy above the cell ceiling and stops after the skip limit', () => {
-    const items = [
-      { id: 'a', score: 0.9, tokens: 60 },
-      { id: 'b', score: 0.8, tokens: 50 },
-      { id: 'c', score: 0.7, tokens: 50 },
-      { id: 'd', score: 0.6, tokens: 30 },
-    ];
+    const items = itemsOf(['a', 0.9, 60], ['b', 0.8, 50], ['c', 0.7, 50], ['d', 0.6, 30]);
     const r = pack(toInput(items, 100, { dpCellCeiling: 4, maxConsecutiveSkips: 1 }));
     expect(r.path).toBe('greedy');
     expect(r.greedy_reason).toBe('cell_ceiling');
@@ -127,15 +117,12 @@ describe('pack: properties', () => {
   const budget = fc.integer({ min: -10, max: 20_000 });
 
   it('never exceeds the budget; skipped + selected = n', () => {
-    fc.assert(
-      fc.property(itemsArb(tokens, 80), budget, fc.integer({ min: 1, max: 200_000 }), (items, b, ceiling) => {
-        const r = pack(toInput(items, b, { dpCellCeiling: ceiling }));
-        expect(r.total_tokens).toBeLessThanOrEqual(Math.max(0, b));
-        expect(r.skipped_count + r.selected.length).toBe(items.length);
-        expect(r.candidates_evaluated).toBe(items.length);
-      }),
-      { numRuns: 300 },
-    );
+    assertPacks(itemsArb(tokens, 80), budget, fc.integer({ min: 1, max: 200_000 }), (items, b, ceiling) => {
+      const r = pack(toInput(items, b, { dpCellCeiling: ceiling }));
+      expect(r.total_tokens).toBeLessThanOrEqual(Math.max(0, b));
+      expect(r.skipped_count + r.selected.length).toBe(items.length);
+      expect(r.candidates_evaluated).toBe(items.length);
+    });
   });
 
   it('does not depend on input order', () => {
@@ -158,29 +145,22 @@ describe('pack: properties', () => {
   });
 
   it('scores at least the greedy fallback on the same input', () => {
-    fc.assert(
-      fc.property(itemsArb(tokens, 60), budget, fc.integer({ min: 0, max: 6 }), (items, b, skips) => {
-        const r = pack(toInput(items, b, { maxConsecutiveSkips: skips }));
-        if (r.path === 'dp')
-          expect(r.total_score).toBeGreaterThanOrEqual(greedyScore(items, b, skips) - 1e-9);
-      }),
-      { numRuns: 300 },
-    );
+    assertPacks(itemsArb(tokens, 60), budget, fc.integer({ min: 0, max: 6 }), (items, b, skips) => {
+      const r = pack(toInput(items, b, { maxConsecutiveSkips: skips }));
+      if (r.path === 'dp') expect(r.total_score).toBeGreaterThanOrEqual(greedyScore(items, b, skips) - 1e-9);
+    });
   });
 
   it('equals brute force for n ≤ 12 with token counts that are multiples of 16', () => {
     const multiples = fc.integer({ min: 0, max: 40 }).map((k) => k * 16);
-    fc.assert(
-      fc.property(
-        itemsArb(multiples, 12),
-        fc.integer({ min: 0, max: 400 }).map((k) => k * 16),
-        (items, b) => {
-          const r = pack(toInput(items, b));
-          expect(r.path).toBe('dp');
-          expect(r.total_score).toBeCloseTo(bruteForce(items, b), 9);
-        },
-      ),
-      { numRuns: 300 },
+    assertPacks(
+      itemsArb(multiples, 12),
+      fc.integer({ min: 0, max: 400 }).map((k) => k * 16),
+      (items, b) => {
+        const r = pack(toInput(items, b));
+        expect(r.path).toBe('dp');
+        expect(r.total_score).toBeCloseTo(bruteForce(items, b), 9);
+      },
     );
   });
 

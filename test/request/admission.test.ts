@@ -3,22 +3,21 @@
  * latencies and drops (fast-check), and how it follows a simulated process on a fake clock — it shrinks
  * when calls queue or drop, grows back once latency returns to no-load, and never grows on a light load.
  */
+
 import { Metadata } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
 import { type CpuTaskInput, runCpuTask } from '../../src/cpu-stage/cpu-task.js';
 import type { CpuPool, CpuStageResult } from '../../src/pool/pool-client.js';
 import { AdaptiveConcurrencyLimit } from '../../src/request/admission.js';
-import { createAssembler } from '../../src/request/assemble.js';
 import { validateAssembleRequest } from '../../src/request/validate.js';
 import type { RetrievalSources } from '../../src/retrieval/retrieve.js';
-import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
 import { monotonicNow } from '../../src/util/clock.js';
 import { ASSEMBLED_UTF8 } from '../../src/wire/proto.js';
 import { splicedText } from '../../src/wire/spliced.js';
+import { catalogAssembler } from '../helpers/assembler.js';
 
 type Op =
   | { kind: 'arrive' }
@@ -239,14 +238,7 @@ describe('assembler admission', () => {
           );
         }),
     } as unknown as CpuPool;
-    const assemble = createAssembler({
-      settings,
-      catalog: CapabilityCatalog.load(settings.catalogFile),
-      sources,
-      pool,
-      logger: createLogger({ logLevel: 'silent' }),
-      metrics,
-    });
+    const assemble = catalogAssembler({ settings, sources, pool, metrics });
     const call = () => {
       const now = monotonicNow();
       const req = validateAssembleRequest({

@@ -6,13 +6,12 @@
  * stage is measured too slow for the time left is answered L2 from the main thread, and one whose degraded
  * answer cannot be ready in time is refused at once, neither for ever.
  */
+
 import { Metadata } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { CapabilityCatalog } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
 import { type CpuTaskInput, runCpuTask } from '../../src/cpu-stage/cpu-task.js';
 import type { CpuPool, CpuRunOptions, CpuStageResult } from '../../src/pool/pool-client.js';
-import { createAssembler } from '../../src/request/assemble.js';
 import type { CallContext } from '../../src/request/call-context.js';
 import { REFUSAL_MEMORY_MS, REFUSAL_MIN_SAMPLES } from '../../src/request/stage-reserve.js';
 import { validateAssembleRequest } from '../../src/request/validate.js';
@@ -21,6 +20,7 @@ import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics, type Metrics } from '../../src/telemetry/metrics.js';
 import { Errors } from '../../src/wire/errors.js';
 import { ASSEMBLED_UTF8 } from '../../src/wire/proto.js';
+import { catalogAssembler } from '../helpers/assembler.js';
 import { logSink } from '../helpers/log-sink.js';
 
 /** The injected monotonic clock: moves only when the test (or a "stalled" source) moves it. */
@@ -84,9 +84,8 @@ function setup({
       return { output: runCpuTask(input), wait_us: 0, run_us: runUs, round_trip_us: 10_000 };
     },
   } as unknown as CpuPool;
-  const assemble = createAssembler({
+  const assemble = catalogAssembler({
     settings,
-    catalog: CapabilityCatalog.load(settings.catalogFile),
     sources,
     pool,
     logger: createLogger({ logLevel: 'info' }, log.stream),

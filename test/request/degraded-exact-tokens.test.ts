@@ -3,6 +3,7 @@
  * it is built on the main thread, so it never runs the BPE tokenizer on history or directive text — a
  * max-size history of 32 KB words is answered L2 with bounded counts that never undercount.
  */
+
 import { Metadata } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -21,6 +22,7 @@ import { monotonicNow } from '../../src/util/clock.js';
 import { Errors } from '../../src/wire/errors.js';
 import { ASSEMBLED_UTF8 } from '../../src/wire/proto.js';
 import { splicedText } from '../../src/wire/spliced.js';
+import { memoryHit } from '../helpers/memory-hit.js';
 
 /** Every text the BPE tokenizer counts in this file's process, by length. */
 const counted = vi.hoisted(() => ({ lengths: [] as number[] }));
@@ -60,19 +62,16 @@ beforeAll(() => warmBpe(), 60_000);
 
 /** Memory items of the test's org and agent, as a source returns them (`vector`: relevance = similarity). */
 function memoryItems(contents: string[]) {
-  return contents.map((content, i) => ({
-    memory: {
-      id: `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`,
-      org_id: ORG,
-      agent_id: AGENT,
-      content,
-      category: 'factual',
+  return contents.map((content, i) =>
+    memoryHit(content, i, {
+      org: ORG,
+      agent: AGENT,
       confidence: 0.9,
-    },
-    similarity: 0.9 - i / 100,
-    rank: i + 1,
-    source: 'vector',
-  }));
+      similarity: 0.9 - i / 100,
+      rank: i + 1,
+      source: 'vector',
+    }),
+  );
 }
 
 function exactAssembler(memories: ReturnType<typeof memoryItems> = [], exactTokens = true) {

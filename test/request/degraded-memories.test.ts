@@ -96,6 +96,16 @@ function scored(
   }));
 }
 
+/** The degraded answer of `a` under the test's settings; `keepMemories` as {@link degradedAnswer} takes it. */
+function answerOf(a: Assembly, resolved: typeof estimateModel, keepMemories: boolean) {
+  return degradedAnswer(a, {
+    resolved,
+    nonceBytes: settings.nonceBytes,
+    reserve: new StageReserve(settings.cpuStageReserveMs),
+    ...(keepMemories ? { keepMemories } : {}),
+  });
+}
+
 /** The call as the assembler hands it to the degraded answer. */
 function assembly(
   kept: ScoredCandidate[],
@@ -205,12 +215,7 @@ describe('degraded answer with memories (degrade in steps)', () => {
           const filtered = scored(filteredIn);
           const a = assembly(kept, filtered, history, directive, available);
           const budget = budgetOf(a, model);
-          const response = degradedAnswer(a, {
-            resolved: model,
-            nonceBytes: settings.nonceBytes,
-            reserve: new StageReserve(settings.cpuStageReserveMs),
-            keepMemories: true,
-          });
+          const response = answerOf(a, model, true);
           const text = splicedText(response[ASSEMBLED_UTF8]!);
           const bpe = kind.startsWith('bpe');
           // tokens_used is a bound of the text's bytes under BPE; under an estimate, between the estimate of
@@ -287,11 +292,7 @@ describe('degraded answer with memories (degrade in steps)', () => {
       { id: '11111111-1111-4111-8111-111111111111', category: 'factual', content: 'x <y>', score: 1 },
     ]);
     const a = assembly(kept, [], ['hi'], 'Be brief.', 0);
-    const response = degradedAnswer(a, {
-      resolved: estimateModel,
-      nonceBytes: settings.nonceBytes,
-      reserve: new StageReserve(settings.cpuStageReserveMs),
-    });
+    const response = answerOf(a, estimateModel, false);
     expect(response.memories_included).toBe(0);
     expect(splicedText(response[ASSEMBLED_UTF8]!)).not.toContain('</ibex_memory>');
     expect(rowsOf(response[MEMORY_ROWS]!).map((r) => [r.exclusion, r.token_estimate])).toEqual([
@@ -317,12 +318,7 @@ describe('degraded answer with memories (degrade in steps)', () => {
       },
     ]);
     const a = assembly(kept, [], ['hi'], 'Be brief.', 0);
-    const response = degradedAnswer(a, {
-      resolved: estimateModel,
-      nonceBytes: settings.nonceBytes,
-      reserve: new StageReserve(settings.cpuStageReserveMs),
-      keepMemories: true,
-    });
+    const response = answerOf(a, estimateModel, true);
     const rows = rowsOf(response[MEMORY_ROWS]!);
     expect(rows.map((r) => [r.memory_id.slice(0, 1), r.exclusion])).toEqual([
       ['2', 'included'],

@@ -1,12 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import {
-  ANSWER_DISCOUNT,
-  asksQuestion,
-  mergeNeighbours,
-  NEXT_DISCOUNT,
-  PREVIOUS_DISCOUNT,
-} from '../../src/retrieval/neighbours.js';
+import * as neighbours from '../../src/retrieval/neighbours.js';
 import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import { PooledStoreReads } from '../../src/retrieval/sqlite/store-reader.js';
 import { contentText } from '../../src/text/content-bytes.js';
@@ -44,7 +38,7 @@ describe('mergeNeighbours', () => {
       { row: row('b'), x: 2 },
       { row: row('c'), x: 1 },
     ];
-    const merged = mergeNeighbours(
+    const merged = neighbours.mergeNeighbours(
       hits,
       [
         { row: row('n'), parent: 0, next: true },
@@ -56,9 +50,9 @@ describe('mergeNeighbours', () => {
     );
     expect(merged.map((h) => [h.row.id, h.x])).toEqual([
       ['a', 4],
-      ['n', ANSWER_DISCOUNT * 4],
-      ['b', PREVIOUS_DISCOUNT * 4],
-      ['p', PREVIOUS_DISCOUNT * 4],
+      ['n', neighbours.ANSWER_DISCOUNT * 4],
+      ['b', neighbours.PREVIOUS_DISCOUNT * 4],
+      ['p', neighbours.PREVIOUS_DISCOUNT * 4],
     ]);
   });
 
@@ -67,18 +61,18 @@ describe('mergeNeighbours', () => {
       { row: row('a'), x: 3 },
       { row: row('b'), x: 2 },
     ];
-    expect(mergeNeighbours(hits, [], 1)).toEqual([hits[0]]);
-    expect(mergeNeighbours(hits, [{ row: row('n'), parent: 1, next: true }], 5).at(-1)).toEqual({
+    expect(neighbours.mergeNeighbours(hits, [], 1)).toEqual([hits[0]]);
+    expect(neighbours.mergeNeighbours(hits, [{ row: row('n'), parent: 1, next: true }], 5).at(-1)).toEqual({
       row: row('n'),
-      x: NEXT_DISCOUNT * 2,
+      x: neighbours.NEXT_DISCOUNT * 2,
     });
   });
 
   it('a question mark, ASCII or full-width, makes a question; an oversize row never does', () => {
-    expect(asksQuestion('How long have you been married?')).toBe(true);
-    expect(asksQuestion('你结婚多久了？')).toBe(true);
-    expect(asksQuestion('5 years already!')).toBe(false);
-    expect(asksQuestion(null)).toBe(false);
+    expect(neighbours.asksQuestion('How long have you been married?')).toBe(true);
+    expect(neighbours.asksQuestion('你结婚多久了？')).toBe(true);
+    expect(neighbours.asksQuestion('5 years already!')).toBe(false);
+    expect(neighbours.asksQuestion(null)).toBe(false);
   });
 });
 
@@ -117,8 +111,8 @@ describe('EmbeddedStore search with neighbours (contract.md §4.3)', () => {
     expect(hits.every((h) => h.source === 'fts')).toBe(true);
     const x = xOf(plain[0]!.similarity);
     expect(xOf(hits[0]!.similarity)).toBeCloseTo(x, 12);
-    expect(xOf(hits[1]!.similarity)).toBeCloseTo(ANSWER_DISCOUNT * x, 12);
-    expect(xOf(hits[2]!.similarity)).toBeCloseTo(PREVIOUS_DISCOUNT * x, 12);
+    expect(xOf(hits[1]!.similarity)).toBeCloseTo(neighbours.ANSWER_DISCOUNT * x, 12);
+    expect(xOf(hits[2]!.similarity)).toBeCloseTo(neighbours.PREVIOUS_DISCOUNT * x, 12);
   });
 
   it('the limit holds with neighbours; a confidence floor applies to them; a bad count is refused', () => {

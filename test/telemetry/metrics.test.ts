@@ -16,7 +16,7 @@ import { createLogger } from '../../src/telemetry/logger.js';
 import { createMetrics } from '../../src/telemetry/metrics.js';
 import { Errors, isIbexError } from '../../src/wire/errors.js';
 import { memories, request, tenant } from '../e2e/harness.js';
-import { FAULT_PREFIX, moved, scrape } from '../faults/helpers.js';
+import { faultedRequest, moved, scrape } from '../faults/helpers.js';
 import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
 import { memoriesOf, removeTempDir, tempStore } from '../retrieval/fixtures.js';
 
@@ -64,14 +64,7 @@ describe('metrics on /metrics of a real admin server', () => {
 
   it('a task running past D (sleep 2600 ms, D 2000 ms) is answered OK L1 pool_deadline before D and counted abandoned, not withdrawn', async () => {
     const before = await scrape(suite.svc.adminUrl);
-    const r = await suite.svc.client.assemble(
-      request(t, {
-        recent_messages: [
-          { role: 'user', content: `${FAULT_PREFIX}sleep:2600` },
-          { role: 'user', content: 'Do you remember the lake?' },
-        ],
-      }),
-    );
+    const r = await suite.svc.client.assemble(faultedRequest(t, 'sleep:2600'));
     // The task runs past D (2 s): the pool gives up on it while its thread keeps running, and the
     // service still answers before D with the degraded answer (contract.md §10 answer guarantee), never
     // DEADLINE_EXCEEDED: 2 s leaves far more than the 10 ms the guarantee needs. It keeps the memories

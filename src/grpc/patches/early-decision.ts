@@ -8,7 +8,7 @@
  */
 
 import http2 from 'node:http2';
-import { provideTransportCounters } from '../../telemetry/transport-counters.js';
+import { transportCount } from '../../telemetry/transport-counters.js';
 import {
   firstPatchState,
   type PrefixScanner,
@@ -41,13 +41,10 @@ type ScannerFor = (handler: MethodHandler) => (() => PrefixScanner) | null;
 
 const DECIDES = Symbol('ibex early decisions');
 const ENDED_EARLY = Symbol('ibex request ended early');
-let decidedEarly = 0;
+const decidedEarly = transportCount('requestsDecidedEarly');
 
 /** How many requests this process decided from a prefix of their bytes (tests, metrics). */
-export function requestsDecidedEarly(): number {
-  return decidedEarly;
-}
-provideTransportCounters({ requestsDecidedEarly });
+export const requestsDecidedEarly: () => number = decidedEarly.read;
 
 /**
  * A large request message (≥ `POOLED_MESSAGE_FROM_BYTES`, uncompressed) of a method for which `scannerFor`
@@ -78,7 +75,7 @@ export function decideRequestsOnTheWire(scannerFor: ScannerFor, mod?: ServerInte
     originalData.call(this, data);
     if (decoder?.readState !== READ_STATE.DECIDED_EARLY || this[ENDED_EARLY]) return;
     this[ENDED_EARLY] = true;
-    decidedEarly++;
+    decidedEarly.add();
     const stream = this.stream;
     // 'finish': the answer (trailers included) is written; the client's further bytes are not wanted.
     stream.once('finish', () => {

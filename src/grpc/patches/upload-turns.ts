@@ -8,7 +8,7 @@
  */
 
 import type http2 from 'node:http2';
-import { provideTransportCounters } from '../../telemetry/transport-counters.js';
+import { transportCount } from '../../telemetry/transport-counters.js';
 import { POOLED_MESSAGE_FROM_BYTES } from '../../util/message-buffers.js';
 import type { UploadCall, UploadTurns } from '../upload-turns.js';
 import {
@@ -49,13 +49,10 @@ class StreamUpload implements UploadCall {
 
 const TURNS = Symbol('ibex upload turns');
 const UPLOAD = Symbol('ibex upload turn');
-let turnWaits = 0;
+const turnWaits = transportCount('uploadTurnWaits');
 
 /** How many times a large upload was paused to wait for its connection's turn (metrics). */
-export function uploadTurnWaits(): number {
-  return turnWaits;
-}
-provideTransportCounters({ uploadTurnWaits });
+export const uploadTurnWaits: () => number = turnWaits.read;
 
 /**
  * Makes the large request messages (≥ {@link POOLED_MESSAGE_FROM_BYTES}) of each connection take turns
@@ -93,6 +90,6 @@ export function takeUploadTurns(turns: UploadTurns<UploadCall>, mod?: ServerInte
       stream.once('close', () => turns.done(connection, created));
     }
     if (decoder.readState !== READ_STATE.READING_MESSAGE) turns.done(connection, upload);
-    else if (!turns.arrived(connection, upload)) turnWaits++;
+    else if (!turns.arrived(connection, upload)) turnWaits.add();
   };
 }

@@ -16,36 +16,25 @@ import { PgMemorySource } from '../../../src/retrieval/postgres/pg-sources.js';
 import { pgEvents } from '../../../src/retrieval/postgres/pg-stats.js';
 import { PgStore, type PgStoreOptions } from '../../../src/retrieval/postgres/pg-store.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
-import {
-  adminQuery,
-  backendPidsWhere,
-  createTestRole,
-  describePg,
-  dropSchema,
-  dropTestRole,
-  PG_TEST_URL,
-  pgSources,
-  pgTestFile,
-  slowReadSwitch,
-} from '../../helpers/postgres.js';
+import * as pgt from '../../helpers/postgres.js';
 import { waitFor } from '../../helpers/wait.js';
 import { memoriesOf } from '../fixtures.js';
 
-const { reachable, schema, org: ORG, agent: AGENT } = await pgTestFile('faults');
+const { reachable, schema, org: ORG, agent: AGENT } = await pgt.pgTestFile('faults');
 let apps = 0;
 
-const slow = slowReadSwitch(schema);
+const slow = pgt.slowReadSwitch(schema);
 const slowReads = slow.set;
 const withSlowReads = slow.during;
 
 /** Backend pids of a store's pool connections (its change feed's connection excluded), sorted. */
 function backendPids(app: string): Promise<number[]> {
-  return backendPidsWhere({ application_name: app });
+  return pgt.backendPidsWhere({ application_name: app });
 }
 
 /** Statements of `app`'s pool that are running now. */
 async function activeStatements(app: string): Promise<number> {
-  const rows = await adminQuery<{ n: string }>(
+  const rows = await pgt.adminQuery<{ n: string }>(
     "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = $1 AND state = 'active'",
     [app],
   );
@@ -54,18 +43,30 @@ async function activeStatements(app: string): Promise<number> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describePg('PostgreSQL store faults', reachable, () => {
+pgt.describePg('PostgreSQL store faults', reachable, () => {
   const stores: PgStore[] = [];
   const roles: string[] = [];
   /** A store on the test schema without the read cache (so every read reaches the slow table). */
   async function open(
     opts: Omit<PgStoreOptions, 'url' | 'schema' | 'applicationName'> = {},
-    url = PG_TEST_URL,
+    url = pgt.PG_TEST_URL,
   ) {
     const app = `ibex-test-${schema}-${++apps}`;
     const store = await PgStore.open({ url, schema, applicationName: app, listenUrl: '', ...opts });
     stores.push(store);
     return { store, app };
+  }
+  /** {@link open} with all `n` connections open: their backend pids, and the event counters as they stand. */
+  async function openFull(n: number, statementTimeoutMs: number) {
+    const { store, app } = await open({ poolMax: n, poolMin: n, statementTimeoutMs });
+    const pids = await backendPids(app);
+    expect(pids).toHaveLength(n);
+    return { store, app, pids, before: pgEvents() };
+  }
+  /** The store kept its backends (`pids`, none replaced) and still reads all 5 hot memories. */
+  async function expectSameBackends(store: PgStore, app: string, pids: number[]) {
+    expect(await backendPids(app)).toEqual(pids);
+    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
   }
   beforeAll(async () => {
     const { store } = await open();
@@ -81,19 +82,16 @@ describePg('PostgreSQL store faults', reachable, () => {
   afterAll(async () => {
     await Promise.all(stores.map((s) => s.close()));
     if (slow.on) await slowReads(0);
-    await dropSchema(schema);
-    for (const role of roles) await dropTestRole(role);
+    await pgt.dropSchema(schema);
+    for (const role of roles) await pgt.dropTestRole(role);
   });
 
   it('slow database: hot and cold `timeout`, directive answers; the statements end under statement_timeout on the same connections', async () => {
-    const { store, app } = await open({ poolMax: 4, poolMin: 4, statementTimeoutMs: 300 });
-    const pids = await backendPids(app);
-    expect(pids).toHaveLength(4);
-    const before = pgEvents();
+    const { store, app, pids, before } = await openFull(4, 300);
     await withSlowReads(2, async () => {
       const times = { directiveMs: 1000, hotMs: 100, coldMs: 100, wallMs: 1000 };
       const r = await retrieve(
-        pgSources(store, times),
+        pgt.pgSources(store, times),
         { orgId: ORG, agentId: AGENT, query: 'chess', skipHot: false, skipCold: false },
         { wallMs: 1000, directiveMs: 1000, hotMs: 100, coldMs: 100 },
         new AbortController().signal,
@@ -108,18 +106,12 @@ describePg('PostgreSQL store faults', reachable, () => {
       expect(await waitFor(async () => (await activeStatements(app)) === 0, 1500)).toBe(true);
       expect(await waitFor(() => store.poolStats().idle === 4, 1000)).toBe(true);
     });
-    const after = pgEvents();
-    expect(after.connections_opened - before.connections_opened).toBe(0);
-    expect(after.cancels_sent - before.cancels_sent).toBe(0);
-    expect(await backendPids(app)).toEqual(pids);
-    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+    expect(pgt.pgEventsSince(before)).toMatchObject({ connections_opened: 0, cancels_sent: 0 });
+    await expectSameBackends(store, app, pids);
   });
 
   it('100 reads aborted mid-statement: 0 connections destroyed or opened, 0 cancels, every read rejected at its abort', async () => {
-    const { store, app } = await open({ poolMax: 10, poolMin: 10, statementTimeoutMs: 200 });
-    const pids = await backendPids(app);
-    expect(pids).toHaveLength(10);
-    const before = pgEvents();
+    const { store, app, pids, before } = await openFull(10, 200);
     await withSlowReads(5, async () => {
       for (let round = 0; round < 10; round++) {
         const reads = Array.from({ length: 10 }, () => {
@@ -141,13 +133,13 @@ describePg('PostgreSQL store faults', reachable, () => {
         expect(await waitFor(() => store.poolStats().idle === 10, 10_000)).toBe(true);
       }
     });
-    const after = pgEvents();
-    expect(after.reads_abandoned - before.reads_abandoned).toBe(100);
-    expect(after.connections_opened - before.connections_opened).toBe(0);
-    expect(after.connections_closed - before.connections_closed).toBe(0);
-    expect(after.cancels_sent - before.cancels_sent).toBe(0);
-    expect(await backendPids(app)).toEqual(pids);
-    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+    expect(pgt.pgEventsSince(before)).toMatchObject({
+      reads_abandoned: 100,
+      connections_opened: 0,
+      connections_closed: 0,
+      cancels_sent: 0,
+    });
+    await expectSameBackends(store, app, pids);
   });
 
   it('the server statement_timeout alone (read time far away): PgStatementTimeout → branch `timeout`, connection kept', async () => {
@@ -165,8 +157,7 @@ describePg('PostgreSQL store faults', reachable, () => {
         detail: 'hot_timeout',
       });
     });
-    expect(await backendPids(app)).toEqual(pids);
-    expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
+    await expectSameBackends(store, app, pids);
   });
 
   it('no statement_timeout on the server: one cancel as a backstop ends the abandoned statement, that connection is replaced', async () => {
@@ -183,7 +174,7 @@ describePg('PostgreSQL store faults', reachable, () => {
       // Backstop at 2 × 100 + 100 ms; the statement would otherwise sleep 10 s.
       expect(await waitFor(async () => (await activeStatements(app)) === 0, 3000)).toBe(true);
     });
-    expect(pgEvents().cancels_sent - before.cancels_sent).toBe(1);
+    expect(pgt.pgEventsSince(before).cancels_sent).toBe(1);
     expect(await waitFor(() => store.poolStats().total === 2, 3000)).toBe(true);
     expect(await store.hot(ORG, AGENT, { timeoutMs: 2000 })).toHaveLength(5);
   });
@@ -197,9 +188,10 @@ describePg('PostgreSQL store faults', reachable, () => {
     );
     const old = await backendPids(app);
     expect(old).toHaveLength(4);
-    await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
-      app,
-    ]);
+    await pgt.adminQuery(
+      'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1',
+      [app],
+    );
     // At once, before the pool has necessarily noticed: reads that hit a dead connection run again.
     const counts = await Promise.all(
       Array.from({ length: 40 }, (_, i) =>
@@ -230,11 +222,12 @@ describePg('PostgreSQL store faults', reachable, () => {
       );
       expect(await waitFor(async () => (await activeStatements(app)) >= 4)).toBe(true);
       const before = pgEvents();
-      await adminQuery('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
-        app,
-      ]);
+      await pgt.adminQuery(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1',
+        [app],
+      );
       expect(await Promise.all(inFlight)).toEqual([5, 5, 5, 5]);
-      expect(pgEvents().reads_retried - before.reads_retried).toBe(4);
+      expect(pgt.pgEventsSince(before).reads_retried).toBe(4);
     } finally {
       await slowReads(0);
     }
@@ -243,7 +236,7 @@ describePg('PostgreSQL store faults', reachable, () => {
   it("the server's idle_session_timeout closes idle connections: they are replaced in the background, no read fails", async () => {
     const role = `ibex_test_idle_${schema.slice(-8)}`;
     roles.push(role);
-    const url = await createTestRole(role, schema, { idle_session_timeout: '300ms' });
+    const url = await pgt.createTestRole(role, schema, { idle_session_timeout: '300ms' });
     const before = pgEvents();
     const { store } = await open({ poolMax: 2, poolMin: 2 }, url);
     // Budgets generous enough for a busy machine: what is pinned is that a connection the server closed
@@ -265,7 +258,7 @@ describePg('PostgreSQL store faults', reachable, () => {
     }
     expect(failures).toEqual([]);
     // The server closed connections and the store opened new ones, outside the reads.
-    expect(pgEvents().connections_closed - before.connections_closed).toBeGreaterThanOrEqual(4);
+    expect(pgt.pgEventsSince(before).connections_closed).toBeGreaterThanOrEqual(4);
   });
 
   it('quiet spell past the idle timeout: poolMin connections stay open, the first read after it answers at once', async () => {
@@ -288,7 +281,7 @@ describePg('PostgreSQL store faults', reachable, () => {
     const { store, app } = await open({ poolMax: 6, poolMin: 6, statementTimeoutMs: 250 });
     const pids = await backendPids(app);
     const source = new PgMemorySource(store, { directiveMs: 50, hotMs: 50, coldMs: 50, wallMs: 100 }, 65_536);
-    const locker = new pg.Client({ connectionString: PG_TEST_URL });
+    const locker = new pg.Client({ connectionString: pgt.PG_TEST_URL });
     await locker.connect();
     // The event counters are process-wide: close the stores of earlier tests (one keeps reconnecting
     // under the server's idle_session_timeout) so only this store's connections are counted.
@@ -322,10 +315,11 @@ describePg('PostgreSQL store faults', reachable, () => {
     expect(await waitFor(async () => (await activeStatements(app)) === 0, 3000)).toBe(true);
     expect(await waitFor(() => store.poolStats().idle === 6, 3000)).toBe(true);
     expect(await source.hot(ORG, AGENT, new AbortController().signal)).toHaveLength(5);
-    const after = pgEvents();
-    expect(after.connections_opened - before.connections_opened).toBe(0);
-    expect(after.connections_closed - before.connections_closed).toBe(0);
-    expect(after.cancels_sent - before.cancels_sent).toBe(0);
+    expect(pgt.pgEventsSince(before)).toMatchObject({
+      connections_opened: 0,
+      connections_closed: 0,
+      cancels_sent: 0,
+    });
     expect(await backendPids(app)).toEqual(pids);
   });
 });

@@ -1,32 +1,26 @@
 import { describe, expect, it } from 'vitest';
-import {
-  addItem,
-  emptyTally,
-  firstFit,
-  recallFigures,
-  trimToBudget,
-} from '../../../bench/lib/evidence-recall.js';
+import * as recall from '../../../bench/lib/evidence-recall.js';
 
 describe('evidence recall (bench:quality)', () => {
   it('counts evidence turns found and items with all their evidence', () => {
-    const t = emptyTally();
-    addItem(t, ['a', 'b'], new Set(['a', 'x']));
-    addItem(t, ['c'], new Set(['c']));
-    addItem(t, [], new Set(['c']));
+    const t = recall.emptyTally();
+    recall.addItem(t, ['a', 'b'], new Set(['a', 'x']));
+    recall.addItem(t, ['c'], new Set(['c']));
+    recall.addItem(t, [], new Set(['c']));
     expect(t).toEqual({ items: 2, evidenceTurns: 3, found: 2, allFound: 1 });
-    expect(recallFigures(t)).toEqual({
+    expect(recall.recallFigures(t)).toEqual({
       items: 2,
       evidence_turns: 3,
       evidence_recall_pct: 66.7,
       all_evidence_pct: 50,
     });
-    expect(recallFigures(emptyTally()).evidence_recall_pct).toBeNull();
+    expect(recall.recallFigures(recall.emptyTally()).evidence_recall_pct).toBeNull();
   });
 
   it('first-fit skips what does not fit and goes on; trimming stops at the first', () => {
     const cost = (id: string) => ({ a: 5, b: 10, c: 3 })[id]!;
-    expect([...firstFit(['a', 'b', 'c'], cost, 9)]).toEqual(['a', 'c']);
-    expect([...trimToBudget(['a', 'b', 'c'], cost, 9)]).toEqual(['a']);
-    expect([...firstFit(['a', 'b', 'c'], cost, Number.POSITIVE_INFINITY)]).toEqual(['a', 'b', 'c']);
+    expect([...recall.firstFit(['a', 'b', 'c'], cost, 9)]).toEqual(['a', 'c']);
+    expect([...recall.trimToBudget(['a', 'b', 'c'], cost, 9)]).toEqual(['a']);
+    expect([...recall.firstFit(['a', 'b', 'c'], cost, Number.POSITIVE_INFINITY)]).toEqual(['a', 'b', 'c']);
   });
 });

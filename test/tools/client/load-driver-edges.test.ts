@@ -5,9 +5,10 @@ import { describe, expect, it } from 'vitest';
 import { createGrpcServer } from '../../../src/grpc/grpc-server.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { runLoad } from '../../../src/tools/client/load-driver.js';
-import { runReplay } from '../../../src/tools/client/replay.js';
+import { type ReplayOptions, runReplay } from '../../../src/tools/client/replay.js';
 import { cyclingSource } from '../../../src/tools/client/request-source.js';
 import { servers } from '../../helpers/assemble-server.js';
+import { openLoop } from '../../helpers/open-loop.js';
 import { hasOpenssl, makeServerPki } from '../../helpers/pki.js';
 import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
 
@@ -24,14 +25,17 @@ describe('replay pacing', () => {
       })),
     })),
   };
+  /** Replays the conversation against `fake` at `rate` calls a second. */
+  const replay = (
+    fake: { addr: string },
+    rate: number,
+    more: Omit<ReplayOptions, 'addr' | 'conversations' | 'rate'>,
+  ) => runReplay({ addr: fake.addr, conversations: [conversation] as never, rate, ...more });
 
   it('paces calls at -R, retries overload statuses and exits clean when the retry succeeds', async () => {
     const fake = await startFake({ deadlineFirstOf: 5, bare: true });
     const started = performance.now();
-    const report = await runReplay({
-      addr: fake.addr,
-      conversations: [conversation] as never,
-      rate: 40,
+    const report = await replay(fake, 40, {
       concurrency: 8,
       retries: 2,
       limit: 20,
@@ -50,10 +54,7 @@ describe('replay pacing', () => {
 
   it('counts the last status when retries run out', async () => {
     const fake = await startFake({ deadlineFirstOf: 5, bare: true });
-    const report = await runReplay({
-      addr: fake.addr,
-      conversations: [conversation] as never,
-      rate: 100,
+    const report = await replay(fake, 100, {
       retries: 0,
       limit: 20,
     });
@@ -73,11 +74,7 @@ describe('the driver side of the deadline', () => {
     await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
     const port = (silent.address() as { port: number }).port;
     try {
-      const report = await runLoad({
-        addr: `127.0.0.1:${port}`,
-        connections: 1,
-        rate: 20,
-        durationS: 0.5,
+      const report = await openLoop(`127.0.0.1:${port}`, 1, 20, 0.5, {
         timeoutMs: 150,
         source: cyclingSource('silent', requests(2)),
       });
@@ -180,11 +177,7 @@ describe('a lost connection', () => {
     const fake = await startFake();
     const grpc = servers[servers.length - 1]!;
     setTimeout(() => void grpc.drain(0), 400);
-    const report = await runLoad({
-      addr: fake.addr,
-      connections: 2,
-      rate: 100,
-      durationS: 1,
+    const report = await openLoop(fake.addr, 2, 100, 1, {
       timeoutMs: 500,
       source: cyclingSource('lost', requests(4)),
     });

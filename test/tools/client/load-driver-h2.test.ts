@@ -20,6 +20,7 @@ import { summarizeResponse } from '../../../src/tools/client/grpc-frames.js';
 import { runLoad } from '../../../src/tools/client/load-driver.js';
 import { formatLoadReport } from '../../../src/tools/client/load-report.js';
 import { cyclingSource } from '../../../src/tools/client/request-source.js';
+import { openLoop } from '../../helpers/open-loop.js';
 import { AGENTS, answer, requests, startFake } from './fake-context-server.js';
 
 describe('summarizeResponse', () => {
@@ -69,13 +70,7 @@ describe('summarizeResponse', () => {
 describe('the latency split at the service clock', () => {
   it("splits each OK answer's latency into the service's total_ms and the rest, and prints both", async () => {
     const fake = await startFake({ serviceMs: 20 });
-    const report = await runLoad({
-      addr: fake.addr,
-      connections: 2,
-      rate: 50,
-      durationS: 1,
-      source: cyclingSource('split', requests(8)),
-    });
+    const report = await openLoop(fake.addr, 2, 50, 1, { source: cyclingSource('split', requests(8)) });
     expect(report.requests.ok).toBe(50);
     expect(report.split_ms.answers).toBe(50);
     expect(report.split_ms.service).toEqual({ p50: 20, p99: 20 });
@@ -142,11 +137,7 @@ describe('transports and --verify', () => {
     const list = requests(20).map((r, i) => (i % 2 === 0 ? { ...r, available_tokens: 150 } : r));
     for (const transport of ['h2', 'grpc-js'] as const) {
       const before = fake.tally.calls;
-      const report = await runLoad({
-        addr: fake.addr,
-        connections: 2,
-        rate: 100,
-        durationS: 1,
+      const report = await openLoop(fake.addr, 2, 100, 1, {
         transport,
         verify: true,
         source: cyclingSource('t', list),
@@ -166,14 +157,7 @@ describe('transports and --verify', () => {
     const plain = await runLoad({ addr: fake.addr, connections: 1, rate: 100, durationS: 0.4, source });
     expect(plain.requests.ok).toBe(40);
     expect(plain.packing.unreadable).toBe(0);
-    const verified = await runLoad({
-      addr: fake.addr,
-      connections: 1,
-      rate: 100,
-      durationS: 0.4,
-      source,
-      verify: true,
-    });
+    const verified = await openLoop(fake.addr, 1, 100, 0.4, { source, verify: true });
     expect(verified.requests.ok).toBe(40);
     expect(verified.packing.unreadable).toBe(10);
     expect(verified.warnings.some((w) => w.includes('failed --verify'))).toBe(true);

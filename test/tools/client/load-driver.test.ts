@@ -19,6 +19,7 @@ import { Errors } from '../../../src/wire/errors.js';
 import type { DegradationLevel } from '../../../src/wire/proto.js';
 import { startAssembleServer } from '../../helpers/assemble-server.js';
 import { runCli } from '../../helpers/cli.js';
+import { openLoop } from '../../helpers/open-loop.js';
 import { stubResponse, ZERO_METRICS } from '../../helpers/stub-response.js';
 
 const ORG = '0b8f8c1e-6a5e-4c3b-9d7e-1f2a3b4c5d6e';
@@ -129,13 +130,7 @@ function expectCountsMatch(report: LoadReport, tally: Tally) {
 describe('runLoad, open loop', () => {
   it('sends rate × duration requests and counts errors by code and levels exactly as the server answered', async () => {
     const fake = await startFake({ invalidEvery: 10, l1Every: 5 });
-    const report = await runLoad({
-      addr: fake.addr,
-      connections: 4,
-      rate: 200,
-      durationS: 2,
-      timeoutMs: 1000,
-    });
+    const report = await openLoop(fake.addr, 4, 200, 2, { timeoutMs: 1000 });
 
     // The schedule is t0 + k/rate for every k with an intended time inside the 2 s window: exactly 400,
     // however late the timer fires.
@@ -187,13 +182,7 @@ describe('runLoad, open loop', () => {
 
   it('counts calls over tailThresholdMs in the tail, and refuses a threshold that is not positive', async () => {
     const fake = await startFake({ delayMs: 30 });
-    const report = await runLoad({
-      addr: fake.addr,
-      connections: 2,
-      rate: 50,
-      durationS: 1,
-      tailThresholdMs: 5,
-    });
+    const report = await openLoop(fake.addr, 2, 50, 1, { tailThresholdMs: 5 });
     // Every answer takes ≥ 30 ms: all 50 are slow at 5 ms, 20 ms apart, so one incident (gap 50 ms).
     expect(report.tail.threshold_ms).toBe(5);
     expect(report.tail.slow_calls).toBe(50);
@@ -232,13 +221,7 @@ describe('runLoad, open loop', () => {
     expect(slow.requests.sent).toBe(2);
     expect(slow.duration_s).toBeCloseTo(1.5, 5);
 
-    const aborted = await runLoad({
-      addr: fake.addr,
-      connections: 1,
-      rate: 100,
-      durationS: 30,
-      signal: AbortSignal.timeout(500),
-    });
+    const aborted = await openLoop(fake.addr, 1, 100, 30, { signal: AbortSignal.timeout(500) });
     expect(aborted.stopped_by).toBe('signal');
     expect(aborted.duration_s).toBeLessThan(5);
     expect(aborted.requests.sent).toBeGreaterThan(0);
@@ -247,13 +230,7 @@ describe('runLoad, open loop', () => {
 
   it('sends the bearer token on every call and never puts it in the report', async () => {
     const fake = await startFake();
-    const report = await runLoad({
-      addr: fake.addr,
-      connections: 1,
-      rate: 50,
-      durationS: 0.5,
-      token: 's3cr3t',
-    });
+    const report = await openLoop(fake.addr, 1, 50, 0.5, { token: 's3cr3t' });
     expect(report.requests.ok).toBe(25);
     expect([...fake.tally.authorization]).toEqual(['Bearer s3cr3t']);
     expect(JSON.stringify(report)).not.toContain('s3cr3t');
