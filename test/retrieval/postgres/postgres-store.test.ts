@@ -287,7 +287,12 @@ describePg('PostgreSQL store', reachable, () => {
   });
 
   it('precedence: memory URL, then PostgreSQL, then embedded (directives from PostgreSQL without Redis)', async () => {
-    const env = { IBEX_CONTEXT_POSTGRES_URL: PG_TEST_URL, IBEX_CONTEXT_POSTGRES_SCHEMA: schema };
+    // What is pinned is which store answers, not how fast: a statement timeout a busy machine cannot miss.
+    const env = {
+      IBEX_CONTEXT_POSTGRES_URL: PG_TEST_URL,
+      IBEX_CONTEXT_POSTGRES_SCHEMA: schema,
+      IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS: '2000',
+    };
     const pgOnly = await createSources(loadSettings(env));
     const withHttp = await createSources(
       loadSettings({
