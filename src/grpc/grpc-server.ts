@@ -285,7 +285,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       // buffer's last use: back to the pool then.
       responseSerialize: (response: AssembleContextResponse) => {
         const out = serializeAssembleResponse(response, releaseMessageBuffer);
-        noteAnswerBytes(out.length);
+        // A spliced answer is a SplicedMessage, which has `byteLength` and no `length`; a Buffer has both.
+        noteAnswerBytes(out.byteLength);
         return out;
       },
     },
