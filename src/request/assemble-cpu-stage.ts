@@ -166,8 +166,10 @@ export class CpuStageRunner {
     this.#deps.reserve.recordStageRun(stage.run_us / 1000, historyBytes);
     if (stage.output.invalid !== null) throw Errors.invalidArgument('message.content', stage.output.invalid);
     this.#deps.observer.cpuStageDone(stage);
+    // An expected path (every unlimited budget over many candidates passes the cell ceiling), counted by
+    // ibex_context_packer_path_total: a debug line, not a warning per call.
     if (stage.output.pack.path === 'greedy') {
-      callLogger(this.#deps.logger, ctx.trace).warn(
+      callLogger(this.#deps.logger, ctx.trace).debug(
         {
           n: stage.output.pack.candidates_evaluated,
           buckets: Math.max(1, Math.floor((stage.output.budget?.usable_budget ?? 0) / 16)),
