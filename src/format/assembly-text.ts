@@ -13,7 +13,6 @@ import { SplicedBuilder, type SplicedUtf8 } from '../wire/spliced.js';
 import type { ChatMessage } from '../wire/types.js';
 import { type FormatMemory, formatContext } from './formatter.js';
 import {
-  boundHistory,
   formatSpliced,
   type HistoryMeasure,
   type HistorySpans,
@@ -63,21 +62,16 @@ export function prepareHistory(
 /**
  * Measures a history from its bytes without decoding it, under any kind (a BPE kind's answer then counts
  * bounds, see {@link formatAssembly}), and decides its content limits (contract.md §11).
+ * @param measure how: {@link measureHistory} (code points counted) or, for the main thread's degraded
+ *   answer, {@link boundHistory} (O(messages): byte lengths as code points, an upper bound).
  * @returns null when some content exceeds 32,768 code points.
  */
-export function measuredHistory(h: HistorySpans): PreparedHistory | null {
-  const measure = measureHistory(h);
-  return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
-}
-
-/**
- * The history of the main thread's degraded answer: {@link boundHistory}'s O(messages) measure (byte lengths
- * as code points, an upper bound), and its content limits decided (contract.md §11).
- * @returns null when some content exceeds 32,768 code points.
- */
-export function boundedHistory(h: HistorySpans): PreparedHistory | null {
-  const measure = boundHistory(h);
-  return measure.maxContentCodePoints > LIMITS.contentChars ? null : { measure, messages: null };
+export function measuredHistory(
+  h: HistorySpans,
+  measure: (h: HistorySpans) => HistoryMeasure = measureHistory,
+): PreparedHistory | null {
+  const m = measure(h);
+  return m.maxContentCodePoints > LIMITS.contentChars ? null : { measure: m, messages: null };
 }
 
 /** What {@link formatAssembly} formats besides the history. */

@@ -7,8 +7,8 @@
 import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import type { AssemblyParts, PreparedHistory } from '../format/assembly-text.js';
-import { boundedHistory, formatAssembly } from '../format/assembly-text.js';
-import type { SplicedMemory } from '../format/history-utf8.js';
+import { formatAssembly, measuredHistory } from '../format/assembly-text.js';
+import { boundHistory, type SplicedMemory } from '../format/history-utf8.js';
 import { encodeDegradedRows } from '../format/memory-rows.js';
 import type { CpuStageResult } from '../pool/pool-client.js';
 import { isBpeKind } from '../text/bpe.js';
@@ -126,7 +126,7 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
   // Never a count of history text here: its code points are bounded by its byte lengths (O(messages)),
   // and under a BPE kind its tokens and the directive's by their bytes.
   const bounded = isBpeKind(kind);
-  const prepared = boundedHistory(h);
+  const prepared = measuredHistory(h, boundHistory);
   if (prepared === null) throw Errors.invalidArgument('message.content', CONTENT_OVER);
   const directive = retrieval.directive?.content ?? null;
   const budget = calculateBudget({
@@ -232,7 +232,7 @@ export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
   ]);
   const kind = resolved.policy.estimate_kind;
   for (let i = 0; i < rounds; i++) {
-    const prepared = boundedHistory(h);
+    const prepared = measuredHistory(h, boundHistory);
     if (!prepared) return;
     const history = prepared.measure ?? prepared.messages;
     const budget = calculateBudget({

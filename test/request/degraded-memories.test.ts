@@ -12,7 +12,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { calculateBudget, type TokenBudget } from '../../src/budget/budget-calculator.js';
 import { CapabilityCatalog, type ResolvedModel } from '../../src/budget/catalog.js';
 import { loadSettings } from '../../src/config/settings.js';
-import { boundedHistory } from '../../src/format/assembly-text.js';
+import { measuredHistory } from '../../src/format/assembly-text.js';
+import { boundHistory } from '../../src/format/history-utf8.js';
 import { degradedAnswer, degradedTokenLimit } from '../../src/request/answers.js';
 import {
   DEGRADED_MEMORY_TEXT_BYTES,
@@ -152,7 +153,7 @@ function assembly(
 /** The budget the degraded answer computes for `a` (same inputs: bounds under a BPE kind). */
 function budgetOf(a: Assembly, model: ResolvedModel): TokenBudget {
   const h = a.req.history;
-  const measure = boundedHistory(h)!.measure!;
+  const measure = measuredHistory(h, boundHistory)!.measure!;
   const directive = a.retrieval.directive?.content ?? null;
   const bpe = model.policy.estimate_kind.startsWith('bpe');
   return calculateBudget({
