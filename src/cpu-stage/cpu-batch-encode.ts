@@ -1,24 +1,17 @@
-/**
- * Encoding of the CPU task's batch (src/cpu-stage/cpu-batch.ts): candidates into typed-array columns over one
- * ArrayBuffer, and the history's bytes copied after them or, when large and in a buffer of its own, transferred
- * as they are.
- */
+/** Encoding of the CPU task's batch (src/cpu-stage/cpu-batch.ts). */
 import { isPooledMessageView } from '../util/message-buffers.js';
 import type { CandidateFields, CpuTaskInput, CpuTaskScalars } from './cpu-batch.js';
 
 const F64 = Float64Array.BYTES_PER_ELEMENT;
-/** score, similarity, confidence, relevance, recency, usefulness, createdAt. */
 const FLOAT_COLUMNS = 7;
 const I32 = Int32Array.BYTES_PER_ELEMENT;
 
-/** Histories from this many bytes on travel in the request's own buffer, when it has one (no copy). */
+/** Histories from this size travel in the request's own buffer, uncopied, when it has one. */
 export const TRANSFER_HISTORY_FROM_BYTES = 64 * 1024;
 
 /**
  * Whether `source` can be transferred as it is: it views (all but a gRPC frame header of) an ArrayBuffer
- * of its own, as grpc-js's decoder makes for every request message, and is large enough for a copy to
- * matter, or a message in a recycled buffer (src/util/message-buffers.ts), whose remaining bytes are zero.
- * A Buffer from Node's shared pool, or a slice of someone else's buffer, is copied instead.
+ * of its own, or a recycled message buffer. A Node pool Buffer or a slice of another buffer is copied.
  */
 export function ownsItsBuffer(source: Uint8Array): boolean {
   return (
@@ -29,12 +22,9 @@ export function ownsItsBuffer(source: Uint8Array): boolean {
 }
 
 /**
- * Encodes candidates into the typed-array batch of {@link CpuTaskInput}. The arrays are views on one
- * freshly allocated ArrayBuffer, plus, for a history of {@link TRANSFER_HISTORY_FROM_BYTES} or more in a
- * request buffer of its own ({@link ownsItsBuffer}), that buffer: a dispatch transfers one or two buffers.
- * A transferred request buffer is detached in the sender until the pool hands it back (with the result,
- * or with `onReturned` when the task never ran).
- * @param candidates in any order (the packer sorts canonically); indices in the output refer to this order.
+ * Encodes candidates into the typed-array batch of {@link CpuTaskInput}: one fresh ArrayBuffer, plus a
+ * large history's own request buffer, which stays detached in the sender until the pool hands it back.
+ * @param candidates in any order; output indices refer to this order.
  * @param scalars everything else the task needs; `deadline` on the epoch clock.
  */
 export function encodeCandidates(
@@ -49,20 +39,16 @@ export function encodeCandidates(
   for (let k = 0; k < h; k++) historyBytes += history!.spans[4 * k + 1]! - history!.spans[4 * k]!;
   const transfer = h > 0 && historyBytes >= TRANSFER_HISTORY_FROM_BYTES && ownsItsBuffer(history!.source);
   if (transfer) historyBytes = 0;
-  // A small history whose fields sit close together in the request (the protobuf tags and lengths between
-  // them) is copied as one range, gaps included, instead of a view and a copy per field. The gaps are the
-  // same request's bytes, never spanned, so never in an answer; they count in the task's history bytes.
+  // A close-together small history is copied as one range, gaps (same request's bytes, never spanned) included.
   const range = h > 0 && !transfer ? historyRange(history!, historyBytes) : null;
   if (range !== null) historyBytes = range.end - range.start;
-  // One pass: room for the worst case (3 UTF-8 bytes per UTF-16 unit) instead of measuring every string
-  // first, which doubled the main thread's encoding time. The slack rides along in the transfer, uncopied.
-  // A content already in bytes (content-bytes.ts) needs exactly its length.
+  // Room for the worst case (3 bytes per UTF-16 unit) instead of measuring first; the slack is not copied.
   let textRoom = 0;
   for (const c of candidates) {
     textRoom += 3 * (c.memory_id.length + c.category.length);
     textRoom += typeof c.content === 'string' ? 3 * c.content.length : c.content.byteLength;
   }
-  // Layout keeps every view aligned: 7 float64 columns, 2 int32 columns, offsets, then the bytes.
+  // Keeps every view aligned.
   const f64 = FLOAT_COLUMNS * n * F64;
   const numericBytes = f64 + 2 * n * I32 + (3 * n + 1 + 4 * h) * I32;
   const buffer = new ArrayBuffer(numericBytes + textRoom + historyBytes);
@@ -77,7 +63,6 @@ export function encodeCandidates(
   const tokens = new Int32Array(buffer, f64 + n * I32, n);
   const offsets = new Uint32Array(buffer, f64 + 2 * n * I32, 3 * n + 1);
   const historySpans = new Uint32Array(buffer, f64 + 2 * n * I32 + (3 * n + 1) * I32, 4 * h);
-  // A Buffer view (no copy) writes UTF-8 natively without a subarray per string.
   const bytes = Buffer.from(buffer, numericBytes, textRoom + historyBytes);
   let at = 0;
   for (let i = 0; i < n; i++) {
@@ -104,7 +89,6 @@ export function encodeCandidates(
   }
   offsets[3 * n] = at;
   const text = new Uint8Array(buffer, numericBytes, at);
-  // Without history the (empty) view stays on the batch buffer: still one transfer.
   let historyView: Uint8Array = new Uint8Array(buffer, numericBytes + at, 0);
   if (transfer) {
     historyView = history!.source;
@@ -115,7 +99,6 @@ export function encodeCandidates(
     bytes.set(history!.source.subarray(range.start, range.end), at);
     historyView = new Uint8Array(buffer, numericBytes + at, range.end - range.start);
   } else if (h > 0) {
-    // A small history is copied once, after the candidates' text (a memcpy per field, no decoding).
     const start = at;
     const sp = history!.spans;
     for (let j = 0; j < 4 * h; j += 2) {
@@ -126,8 +109,7 @@ export function encodeCandidates(
     }
     historyView = new Uint8Array(buffer, numericBytes + start, at - start);
   }
-  // Every scalar written out, not `...scalars`: V8 11 (Node 20) adds each property after a spread through
-  // its runtime, ~1.5 µs apiece, and this literal cost the event loop ~16 µs per call that way (0.1 µs now).
+  // Written field by field, not `...scalars`: see docs/design/packing.md, "Object shapes".
   return {
     budget: scalars.budget,
     dpCellCeiling: scalars.dpCellCeiling,
@@ -161,14 +143,9 @@ export function encodeCandidates(
   };
 }
 
-/** Most bytes between a history's fields that {@link historyRange} copies along, per message. */
 const HISTORY_GAP_BYTES_PER_MESSAGE = 16;
 
-/**
- * The byte range [start, end) of `history.source` that holds every span, when copying it whole copies at
- * most {@link HISTORY_GAP_BYTES_PER_MESSAGE} per message more than the spans' `fieldBytes`; else null
- * (fields far apart or out of order, as a hand-made request may have them).
- */
+/** The range of `history.source` holding every span, if the gaps are small; else null. */
 function historyRange(history: HistoryBytesLike, fieldBytes: number): { start: number; end: number } | null {
   const sp = history.spans;
   const start = sp[0]!;
@@ -180,10 +157,7 @@ function historyRange(history: HistoryBytesLike, fieldBytes: number): { start: n
   return end - start <= fieldBytes + HISTORY_GAP_BYTES_PER_MESSAGE * history.count ? { start, end } : null;
 }
 
-/**
- * Writes `s` as UTF-8 at `at` of `bytes`, room assumed; @returns the end. Ids and categories are short
- * and almost always ASCII: a JS loop writes them in a fraction of a native `write` call's cost.
- */
+/** Ids and categories are short and almost always ASCII: a JS loop beats a native `write` here. */
 function writeShort(bytes: Buffer, s: string, at: number): number {
   const n = s.length;
   if (n > 64) return at + bytes.write(s, at, 'utf8');
@@ -195,10 +169,9 @@ function writeShort(bytes: Buffer, s: string, at: number): number {
   return at + n;
 }
 
-/** History as byte spans (the shape of `HistoryBytes` in src/request/wire-request.ts). */
 export interface HistoryBytesLike {
   source: Uint8Array;
-  /** role start, role end, content start, content end per message. */
+  /** Per message: role start, role end, content start, content end. */
   spans: Uint32Array;
   count: number;
   contentPending: boolean;

@@ -1,10 +1,6 @@
 /**
- * The CPU stage's filters before packing (contract.md §7): memories already in the history, a lexical
- * relevance for the candidates the ranking could not measure (a memory service's hot hits), and the
- * `max_memories` cut after both. Here, not on the main thread: the history can be megabytes and memory
- * text never becomes a string on the event loop (contract.md §1).
- *
- * Pure: runs in the pool worker (and inline).
+ * The CPU stage's filters before packing (contract.md §7; rules in docs/scoring.md). They run in the
+ * worker because the history can be megabytes and memory text never becomes a string on the event loop.
  */
 
 import { compareCodePoints } from '../text/code-point-order.js';
@@ -13,38 +9,22 @@ import { relevanceTerm } from '../text/relevance-term.js';
 import type { ChatMessage } from '../wire/types.js';
 import type { CpuFilters } from './cpu-batch.js';
 
-/** Runs of anything but letters, digits and combining marks: punctuation, symbols, whitespace. */
 const SEPARATORS_RE = /[^\p{L}\p{N}\p{M}]+/gu;
 
-/**
- * Text as repeats are compared: Unicode NFC, lower-cased, every run of punctuation, symbols and
- * whitespace one space, trimmed. `"Hello,  World!"` → `"hello world"`.
- */
+/** NFC, lower-cased, runs of punctuation/symbols/whitespace as one space, trimmed. */
 export function normaliseText(text: string): string {
   return text.normalize('NFC').toLowerCase().replace(SEPARATORS_RE, ' ').trim();
 }
 
-/**
- * A normalised memory counts as contained in a longer message only from this many words: "thanks" or
- * "sounds good" inside a message repeats nothing worth a memory slot; shorter memories must equal a
- * whole message.
- */
+/** Shorter memories ("sounds good") must equal a whole message to count as a repeat. */
 export const MIN_CONTAINED_WORDS = 4;
-/**
- * Normalised memories up to this many characters are looked for inside messages; a longer one counts
- * only when it equals a whole message (a hash-set look-up). Chat-turn memories are far shorter.
- */
+/** Longer memories count only when equal to a whole message. */
 export const MAX_CONTAINED_CHARS = 2048;
-/**
- * Most characters compared while confirming anchor matches over one history: bounds the adversarial
- * case (a history and many memories of one repeated word); past it, remaining memories stay in.
- */
+/** Caps characters compared per history against inputs built to defeat the anchors. */
 export const VERIFY_BUDGET_CHARS = 16 * 1024 * 1024;
 
-/** A leading speaker label of a memory (`Caroline: …`): a name of at most 64 characters without a colon. */
 const SPEAKER_LABEL_RE = /^[^:\n]{1,64}:\s*/;
 
-/** FNV-1a of `s`'s UTF-16 units [from, to). */
 function hashRange(s: string, from: number, to: number): number {
   let h = 0x811c9dc5;
   for (let i = from; i < to; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
@@ -59,21 +39,17 @@ function wordCount(s: string): number {
 }
 
 /**
- * Memories longer than this (UTF-8 bytes) are not checked against the history: a history content holds at
- * most 32,768 code points (≤ 128 KiB), so only a memory made mostly of collapsible punctuation could
- * still equal one, and decoding and normalising memories of megabytes in a worker with a small heap
- * costs more than a repeat it might find.
+ * Longer memories are not checked: a history content is ≤ 128 KiB, and decoding megabytes in a small
+ * worker heap costs more than the repeat it might find.
  */
 export const REPEAT_CHECK_MAX_BYTES = 256 * 1024;
 
-/** A memory's UTF-8 bytes: `bytes[start, end)`. */
 export interface Utf8Range {
   bytes: Uint8Array;
   start: number;
   end: number;
 }
 
-/** FNV-1a hashes of every word of the normalised messages (the words {@link hashRange} anchors on). */
 function wordHashes(messages: readonly string[]): Set<number> {
   const out = new Set<number>();
   for (const text of messages) {
@@ -88,15 +64,10 @@ function wordHashes(messages: readonly string[]): Set<number> {
   return out;
 }
 
-/** ASCII letter or digit: the ASCII part of `\p{L}\p{N}\p{M}` (everything else ASCII is a separator). */
 function isAsciiWordByte(b: number): boolean {
   return (b >= 0x30 && b <= 0x39) || (b >= 0x61 && b <= 0x7a) || (b >= 0x41 && b <= 0x5a);
 }
 
-/**
- * Whether every word of an ASCII `bytes[from, end)` is among `words` (hashed as {@link hashRange} hashes
- * the normalised word: lower-cased), and it has one at least. Without allocating.
- */
 function asciiWordsAllIn(bytes: Uint8Array, from: number, end: number, words: ReadonlySet<number>): boolean {
   let any = false;
   let i = from;
@@ -116,16 +87,12 @@ function asciiWordsAllIn(bytes: Uint8Array, from: number, end: number, words: Re
 }
 
 /**
- * Whether a memory may repeat the history, decided from its bytes when it is ASCII (else true: the full
- * check decides). A repeat equals a message or occurs in one on word boundaries, after the speaker label
- * or not, so every word of the text after the label (of the whole text, when nothing follows the label)
- * is a word of some message. Most memories fail that on their first words, and are then neither decoded
- * nor normalised: that check cost about 2 ms of a call with 600 candidates.
+ * False when an ASCII memory has a word no message has, so it cannot repeat the history and is never
+ * decoded; non-ASCII memories return true and take the full check.
  */
 function mayRepeat(m: Utf8Range, words: ReadonlySet<number>): boolean {
   const { bytes, start, end } = m;
   for (let i = start; i < end; i++) if (bytes[i]! >= 0x80) return true;
-  // SPEAKER_LABEL_RE on ASCII: 1..64 bytes without `:` or `\n`, then `:`.
   let after = start;
   for (let i = start; i < end && i <= start + 64; i++) {
     const b = bytes[i]!;
@@ -144,21 +111,14 @@ function mayRepeat(m: Utf8Range, words: ReadonlySet<number>): boolean {
 }
 
 /**
- * Which memories repeat a history message: the memory's normalised text (or the text after a leading
- * speaker label) equals a message's normalised content, or, when it has {@link MIN_CONTAINED_WORDS} to
- * {@link MAX_CONTAINED_CHARS}, occurs in it on word boundaries. Equality is a hash-set look-up;
- * containment is one pass over the history's words, anchored on each pattern's first word and
- * confirmed with `startsWith`: linear in the history, whatever the number of memories.
- * @returns for each memory, whether it repeats the history.
+ * Which memories repeat a history message (rules in docs/scoring.md). Linear in the history whatever
+ * the number of memories.
  */
 export function repeatsHistory(history: readonly ChatMessage[], memories: readonly string[]): boolean[] {
   return repeatsHistoryOf(history, memories.length, (k) => memories[k]!);
 }
 
-/**
- * {@link repeatsHistory} over `count` memories read through `content`. With `utf8` (a memory's bytes), an
- * ASCII memory with a word no message has is decided from its bytes ({@link mayRepeat}), never decoded.
- */
+/** {@link repeatsHistory} over `count` memories; with `utf8`, ASCII memories are screened on their bytes. */
 export function repeatsHistoryOf(
   history: readonly ChatMessage[],
   count: number,
@@ -170,7 +130,6 @@ export function repeatsHistoryOf(
   const messages = history.map((m) => normaliseText(m.content));
   const exact = new Set(messages);
   const words = utf8 === undefined ? null : wordHashes(messages);
-  // Patterns to look for inside messages, each with the memories it stands for.
   const patterns = new Map<string, number[]>();
   for (let i = 0; i < count; i++) {
     if (words !== null && !mayRepeat(utf8!(i), words)) continue;
@@ -224,18 +183,14 @@ export function repeatsHistoryOf(
   return out;
 }
 
-/** The distinct content terms of a query (as the stores search for them: fts-query.ts), normalised. */
+/** A query's distinct normalised content terms (as fts-query.ts searches for them). */
 export function queryTerms(query: string): Set<string> {
   const terms = new Set<string>();
   for (const t of normaliseText(query).split(' ')) if (t !== '' && isContentTerm(t)) terms.add(t);
   return terms;
 }
 
-/**
- * Lexical relevance of a content to a query, in [0, 1]: the share of the query's distinct content terms
- * that occur as words of the content. 1 when every term occurs (the scale's top, as the best search hit
- * of a call); 0 when none does, or the query has no content term.
- */
+/** Share of the query's content terms that occur as words of the content, in [0, 1]; 0 without terms. */
 export function lexicalRelevance(terms: ReadonlySet<string>, content: string): number {
   if (terms.size === 0) return 0;
   let hits = 0;
@@ -250,27 +205,19 @@ export function lexicalRelevance(terms: ReadonlySet<string>, content: string): n
   return hits / terms.size;
 }
 
-/** What {@link cpuFilters} decides for candidates [0, packCount). */
 export interface FilterOutcome {
-  /** Candidates left to pack, input order. */
   pack: number[];
-  /** Candidates filtered (history repeats, lexical floor, max_memories), input order. */
   filtered: number[];
 }
 
-/** The columns and settings {@link cpuFilters} reads. */
 export interface FilterInput {
   packCount: number;
   ids: readonly string[];
   content: (i: number) => string;
-  /** UTF-8 byte length of a candidate's content, read without decoding it (absent: every one is checked). */
+  /** Content's UTF-8 length without decoding; absent = every one is checked. */
   contentBytes?: (i: number) => number;
-  /**
-   * A candidate's content as UTF-8 bytes: the history-repeat check screens ASCII contents on them
-   * without decoding (absent: every content is decoded and normalised).
-   */
   contentUtf8?: (i: number) => Utf8Range;
-  /** Mutated: a lexical relevance adds w_rel × relevance. */
+  /** Mutated: lexical relevances add w_rel × relevance. */
   score: Float64Array;
   /** Mutated: NaN entries get their lexical relevance. */
   relevance: Float64Array;
@@ -278,10 +225,7 @@ export interface FilterInput {
   filters: CpuFilters;
 }
 
-/**
- * Applies the filters in order: lexical relevance (and its floor) for candidates whose relevance is NaN,
- * memories already in the history, then `max_memories` over what is left by (score desc, memory_id asc).
- */
+/** Lexical relevance and its floor, then history repeats, then `max_memories` by (score desc, id asc). */
 export function cpuFilters(x: FilterInput): FilterOutcome {
   const { packCount, score, relevance, filters } = x;
   const out = new Array<boolean>(packCount).fill(false);

@@ -1,10 +1,4 @@
-/**
- * The CPU stage of one assembly (contract.md §1, §6, §8, §9, §10): history length checks, budget,
- * wrapped-block costs, pack, format and `tokens_used`, as one task on transferred bytes (src/cpu-stage/cpu-batch.ts,
- * encoded by src/cpu-stage/cpu-batch-encode.ts).
- *
- * Pure: the same code runs inline and in a pool worker (`workers/cpu-worker.ts`).
- */
+/** The CPU stage of one assembly as one task on transferred bytes; pure, runs inline and in a pool worker. */
 import { threadId } from 'node:worker_threads';
 import {
   calculateBudget,
@@ -81,10 +75,9 @@ function invalidOutput(message: string, n: number, startedAt: number): CpuTaskOu
   };
 }
 
-/** Latest epoch ms a JS Date holds. */
 const MAX_DATE_MS = 8.64e15;
 
-/** Each memory's ISO date (`2023-05-08`, UTC) from its creation time; undefined when unknown. */
+/** ISO dates (UTC); undefined when unknown. */
 function memoryDates(createdAt: Float64Array): (string | undefined)[] {
   const out = new Array<string | undefined>(createdAt.length);
   for (let i = 0; i < createdAt.length; i++) {
@@ -97,15 +90,11 @@ function memoryDates(createdAt: Float64Array): (string | undefined)[] {
   return out;
 }
 
-/** The task's history bytes as spans. */
 function spansOf(input: CpuTaskInput): HistorySpans {
   return { source: input.history, spans: input.historySpans, count: input.historyCount ?? 0 };
 }
 
-/**
- * The task's history: measured from its bytes or decoded ({@link prepareHistory}) when the task computes
- * the budget (the service); the cloned strings otherwise (vectors, benches). Null: a content over its limit.
- */
+/** Measured from bytes when the task computes the budget; null: a content over its limit. */
 function taskHistory(input: CpuTaskInput): PreparedHistory | null {
   const kind = input.budgetModel?.policy.estimate_kind;
   if (kind !== undefined) return prepareHistory(spansOf(input), kind, input.historyContentPending ?? false);
@@ -113,15 +102,11 @@ function taskHistory(input: CpuTaskInput): PreparedHistory | null {
 }
 
 /**
- * The CPU stage of one assembly. With `budgetModel` (the service): measures history from its bytes and
- * decides pending content lengths (contract.md §11), computes the TokenBudget (contract.md §6) and every candidate's
- * wrapped-block cost; then, always, the packer over candidates [0, packCount) (contract.md §8) and the formatter
- * over the selected ones in packed order (contract.md §9), and `tokens_used` (from the parts' code points under
- * an estimate kind). The packer gets `deadline − deadlineReserveMs(…)` and finishes on the greedy path
- * (`greedy_reason: 'deadline'`) once that passes.
- * @returns the output; `invalid` set (and nothing packed) for a history content over its limit.
+ * The CPU stage of one assembly (contract.md §6, §8–§11): history checks, budget and block costs (with
+ * `budgetModel`), filters, pack under `deadline − deadlineReserveMs(…)`, format, `tokens_used`.
+ * @returns `invalid` set (nothing packed) for a history content over its limit.
  * @throws TypeError for a malformed or detached batch; IbexError `IBEX_ERR_BUDGET_EXCEEDED` on a packer
- *   invariant breach (impossible by construction).
+ *   invariant breach.
  */
 export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   const startedAt = monotonicNow();
@@ -130,7 +115,6 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   const o = input.offsets;
   const text = input.text;
   const bytes = Buffer.from(text.buffer, text.byteOffset, text.byteLength);
-  // Measuring the history is budget work (its tokens), timed with it.
   const tb = performance.now();
   const history = taskHistory(input);
   if (history === null) return invalidOutput(CONTENT_OVER, n, startedAt);
@@ -148,7 +132,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   const dates = input.memoryDates ? memoryDates(input.createdAt) : null;
   let budget: TokenBudget | null = null;
   const costs = new Int32Array(n);
-  // Code points of each escaped content, measured from its bytes (estimate kinds); null = not measured.
+  // null = not measured from bytes.
   let escapedContent: Float64Array | null = null;
   if (input.budgetModel) {
     budget = calculateBudget({
@@ -171,8 +155,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
         );
       }
     } else {
-      // Contents measured from their bytes: decoding a large one only to measure it cost 10–34 times the
-      // measure (escape.ts `escapedUtf8CodePoints`); the selected ones are escaped from their bytes too.
+      // Why measured from bytes: see docs/design/packing.md.
       escapedContent = new Float64Array(n);
       for (let i = 0; i < n; i++) {
         escapedContent[i] = escapedUtf8CodePoints(bytes, o[3 * i + 2]!, o[3 * i + 3]!);
@@ -190,8 +173,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     costs.set(input.tokens);
   }
   const packCount = Math.min(n, input.packCount ?? n);
-  // The service's filters (history repeats, lexical relevance, max_memories) leave `kept`; indices of
-  // the packer's answer are mapped back to the input's through it.
+  // Packer indices map back to the input through `kept`.
   let kept: number[] | null = null;
   let filtered = new Int32Array(0);
   if (input.filters !== undefined && packCount > 0) {
@@ -203,7 +185,6 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
       contentUtf8: (i: number) => ({ bytes: text, start: o[3 * i + 2]!, end: o[3 * i + 3]! }),
       score: input.score,
       relevance: input.relevance,
-      // Decoded once: the BPE path has the messages already; the estimate path measured bytes only.
       history: input.filters.history ? (history.messages ?? historyOf(input)) : [],
       filters: input.filters,
     });
@@ -239,8 +220,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
     selectedUnits += units[i]!;
     const start = o[3 * i + 2]!;
     const end = o[3 * i + 3]!;
-    // Under an estimate kind a well-formed content is escaped from its bytes into the answer, never
-    // decoded (its escaped code points are measured already); a BPE kind counts tokens on the text.
+    // Estimate kinds escape from bytes, never decoded; BPE kinds count tokens on the text.
     memories[k] =
       escapedContent !== null && isUtf8Span(text, start, end)
         ? {
@@ -295,10 +275,6 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   };
 }
 
-/**
- * Formats the task: spliced UTF-8 and `tokens_used` when the task computed the budget (the service; see
- * {@link formatAssembly}), the plain string otherwise (vectors, benches).
- */
 function formatTask(
   input: CpuTaskInput,
   budget: TokenBudget | null,
@@ -308,8 +284,7 @@ function formatTask(
   const parts = { directive: input.directive, memories, toolSchemas: input.toolSchemas, nonce: input.nonce };
   if (budget) {
     const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts);
-    // Large or small, the context stays spliced: the main thread writes its spans to the stream as they
-    // are (src/grpc/patches/gathered-send.ts, sendGatheredMessages), so no thread copies the history again.
+    // Stays spliced: the main thread writes its spans as they are (gathered-send.ts).
     return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
   }
   const context = formatContext({
@@ -326,10 +301,7 @@ function formatTask(
 
 const WARM_CATEGORIES = ['procedural', 'factual', 'preference', 'behavioral', 'episodic', 'notes'];
 
-/**
- * A deterministic batch for warm-up: `n` candidates of about `chars` characters (markup included, so the
- * escaper's slow path is exercised), far deadline.
- */
+/** A deterministic warm-up batch; markup included so the escaper's slow path is exercised. */
 export function warmupInput(n: number, chars: number, budget: number, dpCellCeiling = 437_570): CpuTaskInput {
   const candidates: CpuCandidate[] = [];
   for (let i = 0; i < n; i++) {
@@ -358,10 +330,7 @@ export function warmupInput(n: number, chars: number, budget: number, dpCellCeil
   });
 }
 
-/**
- * JIT-warms this thread's packer and formatter with real tasks (DP path with refinement, greedy path,
- * formatter over ~64 KB) and seeds the format-cost estimate. A few tens of ms; run once per worker at load.
- */
+/** JIT-warms this thread's packer and formatter and seeds the format-cost estimate; once per worker. */
 export function warmCpuTask(rounds = 40): void {
   for (let r = 0; r < rounds; r++) {
     runCpuTask(warmupInput(30, 400, 2400)); // DP, bucket refinement, swaps
