@@ -1,7 +1,4 @@
-/**
- * Code-point order comparison. JavaScript's `<` on strings compares UTF-16 units, which puts astral
- * characters (surrogate pairs) before U+E000–U+FFFF; contract.md §8 and §9 order ids by code point.
- */
+/** Code-point order (contract.md §8, §9); `<` on strings compares UTF-16 units, misordering astral characters. */
 export function compareCodePoints(a: string, b: string): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) {

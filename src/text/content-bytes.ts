@@ -1,29 +1,14 @@
-/**
- * Memory content as UTF-8 bytes across threads (contract.md §1 isolation rule).
- *
- * A thread that reads memories (the memory-body decoder, the store-read thread) hands each content to
- * the main thread as a `Uint8Array` view on one ArrayBuffer per answer, and transfers that buffer. The
- * main thread then never materialises memory text: it copies the bytes into the CPU task with
- * `Uint8Array.set`, where it used to decode strings from the structured clone and encode them to UTF-8
- * again (20 memories of 65,536 CJK code points: 14.9 ms of event loop as strings, 0.49 ms as bytes;
- * `bench:isolation`, `main_thread_crossing_ms`). The CPU stage reads the same UTF-8 it always did.
- */
+/** Memory content as UTF-8 bytes across threads, so the main thread never decodes memory text (contract.md §1). */
 
 import { utf8CodePointCount, utf8Text } from './utf8.js';
 
-/** Memory content: the text, or its UTF-8 bytes when a retrieval thread encoded it ({@link bytesInPlace}). */
 export type MemoryContent = string | Uint8Array;
 
-/** Anything holding a memory content in `content` (a validated hit, or a store row's `memory`). */
 interface HasContent {
   content: MemoryContent | null;
 }
 
-/**
- * Replaces every string `content` of `holders` with a view on one fresh ArrayBuffer holding their UTF-8
- * bytes, in order. Holders whose content is null or already bytes are left as they are.
- * @returns the ArrayBuffer to transfer with the holders, or `null` when no content was a string.
- */
+/** Moves string contents into one fresh ArrayBuffer; @returns it to transfer, or null if none was a string. */
 export function bytesInPlace(holders: readonly HasContent[]): ArrayBuffer | null {
   let bytes = 0;
   let strings = 0;
@@ -46,18 +31,11 @@ export function bytesInPlace(holders: readonly HasContent[]): ArrayBuffer | null
   return buffer;
 }
 
-/**
- * Whether UTF-8 `bytes` hold more than `max` code points, counted as Node decodes them
- * (`utf8CodePointCount`); `bytes.byteLength ≤ max` cannot exceed and is not read.
- */
+/** Whether `bytes` hold more than `max` code points as Node decodes them. */
 export function utf8ExceedsCodePoints(bytes: Uint8Array, max: number): boolean {
   return bytes.byteLength > max && utf8CodePointCount(bytes, 0, bytes.byteLength) > max;
 }
 
-/**
- * The text of a content held either way (tools and tests: on the event loop the bytes are only copied).
- * `null` stays `null` (a store's oversize row).
- */
 export function contentText(content: MemoryContent | null): string | null {
   if (content === null || typeof content === 'string') return content;
   return utf8Text(content, 0, content.byteLength);
