@@ -1,7 +1,6 @@
 /**
- * Service settings from the environment (contract.md §3), parsed and validated once with zod. Any invalid
- * setting stops start-up with an error naming the variable. For variables with aliases the first
- * name that is set wins.
+ * Service settings from the environment (contract.md §3), validated once with zod; an invalid setting stops
+ * start-up naming the variable. Variables are listed in docs/configuration.md.
  */
 
 import { z } from 'zod';
@@ -11,128 +10,76 @@ import { loadRankingSettings, type RankingSettings } from './ranking-settings.js
 import { defaultThreadCounts } from './thread-sizing.js';
 import { timeoutMsSchema } from './timeout.js';
 
-/** Validated settings. Durations in ms, sizes as stated. */
+/** Durations in ms, sizes as stated. */
 export interface Settings {
-  /** Score schema, relevance floor, weights, candidate bound (contract.md §7; ranking-settings.ts). */
   ranking: RankingSettings;
-  /** Outer retrieval budget (ms); also the default request deadline. IBEX_CONTEXT_TIMEOUT. */
+  /** Outer retrieval budget; also the default request deadline. */
   timeoutMs: number;
-  /** Server retrieval wall (ms). IBEX_CONTEXT_DEADLINE_MS. */
   deadlineMs: number;
-  /** Effective wall = min(timeoutMs, deadlineMs), ms. */
+  /** min(timeoutMs, deadlineMs). */
   wallMs: number;
   directiveTimeoutMs: number;
   hotTimeoutMs: number;
   coldTimeoutMs: number;
-  /** Memory service origin; "" = embedded store. */
+  /** "" = embedded store. */
   memoryBaseUrl: string;
-  /** Bearer token for the memory service; secret, never logged. */
+  /** Secret, never logged. */
   memoryApiToken: string;
-  /**
-   * Whether the memory-service calls of orgs whose bodies are large run in a thread of their own
-   * (`RoutedMemorySource`, src/retrieval/http/memory-http-thread.ts): HTTP, body and validation off
-   * the event loop. IBEX_CONTEXT_MEMORY_HTTP_THREAD, default true.
-   */
   memoryHttpThread: boolean;
-  /** Redis URL of the directive store; "" = embedded directive store. */
   redisUrl: string;
   grpcAddr: string;
   adminAddr: string;
-  /** DP table ceiling in cells (contract.md §8 step 4). */
   dpCellCeiling: number;
-  /** Greedy fallback consecutive-skip limit. */
   maxConsecutiveSkips: number;
-  /** Nonce entropy in bytes, 1..64. */
   nonceBytes: number;
-  /**
-   * Longest memory content kept, code points (contract.md §3, §4.1): a longer hit is dropped as `oversize`, and
-   * memory-service bodies are capped at what `limit` such hits take. IBEX_CONTEXT_MAX_MEMORY_CHARS.
-   */
   maxMemoryChars: number;
-  /** Optional capability-catalog override file (same schema as the built-in one). */
   catalogFile: string;
-  /** IBEX_CONTEXT_EXACT_TOKENS: exact BPE counts for the o200k_base / cl100k_base families (contract.md §5). */
   exactTokens: boolean;
-  /**
-   * IBEX_CONTEXT_MEMORY_DATES, default false: each memory block carries its date (`memory.created_at`,
-   * ISO date) as an attribute, for questions about when (docs/scoring.md).
-   */
   memoryDates: boolean;
-  /** Embedded SQLite store path. */
   embeddedDb: string;
-  /** PostgreSQL store; `url` "" = off. Precedence: memory URL, then PostgreSQL, then embedded. */
+  /** Precedence: memory URL, then PostgreSQL, then embedded. */
   postgres: PostgresSettings;
-  /**
-   * Threads running the embedded store's FTS5 searches; 0 = searches on the main thread. Default: one per
-   * four CPUs of the affinity mask (src/config/thread-sizing.ts).
-   */
   embeddedReadThreads: number;
-  /** How inclusions reach the store (the composite's frequency input; src/retrieval/inclusion-counter.ts). */
   inclusions: InclusionSettings;
   pool: PoolSettings;
-  /** Grace period for in-flight calls on SIGTERM, ms. */
   shutdownGraceMs: number;
-  /** Time reserved for the CPU stage inside the request deadline, ms. */
   cpuStageReserveMs: number;
-  /** Ceiling of the adaptive admission limit (src/request/admission.ts): past the limit a call is answered L2 `shed`. */
   maxInFlight: number;
-  /** Max inbound gRPC message size, bytes. */
   maxReceiveMessageBytes: number;
-  /** Max inbound metadata size, bytes. */
   maxMetadataBytes: number;
   auth: AuthSettings;
   logLevel: string;
 }
 
-/** Piscina pool options (issue: worker pool). */
 export interface PoolSettings {
   minThreads: number;
   maxThreads: number;
-  /** Max queued tasks before immediate rejection. */
   maxQueue: number;
   idleTimeoutMs: number;
-  /** Worker heap limit (resourceLimits.maxOldGenerationSizeMb). */
   maxOldGenerationMb: number;
-  /**
-   * Bytes of text (candidates' and history) from which a CPU task is large: large tasks hold at most all
-   * threads but one (src/pool/pool-client.ts); 0 = no such limit. Default {@link LARGE_TASK_BYTES}.
-   */
+  /** Text bytes from which a CPU task is large and leaves a thread free; 0 = no limit. */
   largeTaskBytes?: number;
 }
 
-/** Default of {@link PoolSettings.largeTaskBytes}: 1 MiB, the size from which requests are large messages. */
+/** 1 MiB, the size from which requests are large messages. */
 export const LARGE_TASK_BYTES = 1024 * 1024;
 
-/** PostgreSQL store settings. */
 export interface PostgresSettings {
-  /** `postgres://…` URL; "" = off. May hold a password: never logged. IBEX_CONTEXT_POSTGRES_URL. */
+  /** May hold a password: never logged. */
   url: string;
-  /** Schema of the tables, created and migrated at start-up. IBEX_CONTEXT_POSTGRES_SCHEMA. */
   schema: string;
-  /** Connections per process (pool bound). IBEX_CONTEXT_POSTGRES_POOL_MAX. */
   poolMax: number;
-  /** Connections kept open through quiet spells (at most poolMax). IBEX_CONTEXT_POSTGRES_POOL_MIN. */
   poolMin: number;
-  /**
-   * Server-side bound of a read statement, ms, set once per connection: how long a read the branch gave
-   * up on may hold its connection. IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS.
-   */
   statementTimeoutMs: number;
-  /** Connections go through a transaction-pooling PgBouncer. IBEX_CONTEXT_POSTGRES_TRANSACTION_POOLER. */
   transactionPooler: boolean;
-  /** Direct URL for the read cache's LISTEN ("" = the main URL unless pooled). IBEX_CONTEXT_POSTGRES_LISTEN_URL. */
   listenUrl: string;
 }
 
-/** The inclusion counter's bounds. */
 export interface InclusionSettings {
-  /** Interval between writes of the counted inclusions, ms. IBEX_CONTEXT_INCLUSION_FLUSH_MS. */
   flushMs: number;
-  /** Most distinct memories held between writes; past it inclusions are dropped and counted. IBEX_CONTEXT_INCLUSION_MAX_PENDING. */
   maxPending: number;
 }
 
-/** Caller authentication at the gRPC boundary. */
 export interface AuthSettings {
   tlsCert: string;
   tlsKey: string;
@@ -186,11 +133,7 @@ const urlText = z
 
 const text = z.string();
 
-/**
- * IBEX_CONTEXT_EXACT_TOKENS (default false): also read on its own by the JSON CLI, which takes no other
- * setting.
- * @throws IbexError `IBEX_ERR_CONFIG` for a value that is not a boolean word.
- */
+/** Also read on its own by the JSON CLI. @throws IbexError `IBEX_ERR_CONFIG` for a non-boolean word. */
 export function exactTokensSetting(env: Env = process.env): boolean {
   return parseWith(boolText, env, ['IBEX_CONTEXT_EXACT_TOKENS'], false);
 }
@@ -202,39 +145,26 @@ const pgUrlText = z
     'must be a postgres:// URL or blank',
   );
 
-/** Default IBEX_CONTEXT_GRPC_ADDR: where the service listens and client tools dial (contract.md §3). */
 export const DEFAULT_GRPC_ADDR = '127.0.0.1:9092';
-/** Default IBEX_CONTEXT_ADMIN_ADDR: metrics and probes (contract.md §3). */
 export const DEFAULT_ADMIN_ADDR = '127.0.0.1:9464';
-/**
- * The memory service token variable. The bare MEMORY_BASE_URL, MEMORY_API_TOKEN and REDIS_URL aliases are not read: a variable exported
- * for another tool (the tests' REDIS_URL) silently moved the service's stores.
- */
+/** Bare aliases (MEMORY_BASE_URL, MEMORY_API_TOKEN, REDIS_URL) are not read: one set for another tool moved the stores. */
 export const MEMORY_API_TOKEN_VARS = ['IBEX_CONTEXT_MEMORY_API_TOKEN'] as const;
 
-/** The memory service bearer token (contract.md §3; '' when unset), also read on its own by `memory-server`. */
 export function memoryApiTokenSetting(env: Env = process.env): string {
   return parseWith(text, env, MEMORY_API_TOKEN_VARS, '');
 }
 
-/** IBEX_CONTEXT_CATALOG_FILE ('' = the built-in catalog), also read on its own by the JSON CLI and replay. */
 export function catalogFileSetting(env: Env = process.env): string {
   return parseWith(text, env, ['IBEX_CONTEXT_CATALOG_FILE'], '');
 }
 
-/** Default dp_cell_ceiling: 70 × 6251 (contract.md §3). */
+/** 70 × 6251 (contract.md §3). */
 export const DEFAULT_DP_CELL_CEILING = 437_570;
-/** Default greedy skip limit (contract.md §3). */
 export const DEFAULT_MAX_CONSECUTIVE_SKIPS = 5;
-/** Default nonce entropy in bytes (contract.md §3). */
 export const DEFAULT_NONCE_BYTES = 16;
 export { DEFAULT_MAX_MEMORY_CHARS };
 
-/**
- * Reads and validates every setting.
- * @param env defaults to `process.env`.
- * @throws IbexError `IBEX_ERR_CONFIG` whose message starts with the variable's name.
- */
+/** @throws IbexError `IBEX_ERR_CONFIG` whose message starts with the variable's name. */
 export function loadSettings(env: Env = process.env): Settings {
   const timeoutMs = parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_TIMEOUT', 'IBEX_CONTEXT_TIMEOUT_MS'], 45);
   const deadlineMs = parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_DEADLINE_MS'], 40);
@@ -285,7 +215,7 @@ export function loadSettings(env: Env = process.env): Settings {
       DEFAULT_MAX_CONSECUTIVE_SKIPS,
     ),
     nonceBytes: parseWith(intText(1, 64), env, ['IBEX_CONTEXT_FORMATTER_NONCE_BYTES'], DEFAULT_NONCE_BYTES),
-    // Up to 2^24: the body cap (limit × 6 bytes per code point) must stay far below what Node can buffer.
+    // ≤ 2^24: the body cap (limit × 6 bytes per code point) must stay far below what Node can buffer.
     maxMemoryChars: parseWith(
       intText(1, 16_777_216),
       env,
@@ -348,7 +278,6 @@ export function loadSettings(env: Env = process.env): Settings {
       intText(1024),
       env,
       ['IBEX_CONTEXT_MAX_RECEIVE_MESSAGE_BYTES'],
-      // The largest request contract.md §11 allows, and nothing larger.
       MAX_ASSEMBLE_REQUEST_BYTES,
     ),
     maxMetadataBytes: parseWith(intText(1024), env, ['IBEX_CONTEXT_MAX_METADATA_BYTES'], 16 * 1024),

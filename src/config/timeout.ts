@@ -1,17 +1,9 @@
-/**
- * contract.md §3 timeout text: a number (milliseconds) or text — trimmed, case-insensitive, suffix `ms`
- * (milliseconds) or `s` (seconds), no suffix = milliseconds; finite and > 0.
- */
+/** contract.md §3 timeout text: ms, or text with suffix `ms` or `s` (none = ms), case-insensitive; finite and > 0. */
 import { z } from 'zod';
 
 const TIMEOUT_TEXT = /^([+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(ms|s)?$/;
 
-/**
- * Parses a timeout setting into milliseconds.
- * @param value a number of ms, or text such as `"45"`, `" 45 MS "`, `"0.05s"`, `"1S"`.
- * @returns milliseconds, finite and > 0.
- * @throws Error with a short reason for `"45m"`, `"45us"`, `""`, `"0"`, `"-5"`, `"nan"` and the like.
- */
+/** @throws Error with a short reason for `"45m"`, `""`, `"0"`, `"-5"`, `"nan"` and the like. */
 export function parseTimeoutMs(value: string | number): number {
   let ms: number;
   if (typeof value === 'number') {
@@ -28,7 +20,6 @@ export function parseTimeoutMs(value: string | number): number {
   return ms;
 }
 
-/** zod schema of a timeout setting (string or number) → milliseconds. */
 export const timeoutMsSchema = z.union([z.string(), z.number()]).transform((value, ctx) => {
   try {
     return parseTimeoutMs(value);
