@@ -1,8 +1,4 @@
-/**
- * Dedupe and score under `composite_v1` (contract.md §7): relevance for every candidate, the relevance floor,
- * then the composite. The dedupe rule is interim_v1's (score.ts): hot first, a later copy replaces the
- * kept one only if its score is strictly higher, or equal with a strictly lower rank.
- */
+/** Dedupe and score under `composite_v1` (contract.md §7); the dedupe rule is interim_v1's (score.ts). */
 
 import { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
 import { relevanceTerm } from '../text/relevance-term.js';
@@ -13,27 +9,16 @@ import { dedupeScored, scoredCandidate } from './score.js';
 
 export { NEUTRAL_USEFULNESS } from '../retrieval/feedback.js';
 
-/** What one call scores with. */
 export interface CompositeOptions {
   weights: Weights;
-  /** Relevance floor in [0, 0.5): a candidate below it is `filter`. */
   floor: number;
-  /** The composite's relevance term is relevance ** exponent (≥ 1; composite.ts). */
   exponent: number;
-  /** Now, epoch ms (recency). */
   nowMs: number;
-  /**
-   * The store is a memory service and the call has a query: a hot hit the search did not return gets
-   * relevance NaN, measured lexically in the CPU stage (src/cpu-stage/cpu-filters.ts), which applies the
-   * floor to it; its score here lacks the relevance term.
-   */
+  /** A memory service with a query: its hot hits missing from the search get NaN, measured in the CPU stage. */
   lexicalHot?: boolean;
 }
 
-/**
- * @returns `candidates` (relevance ≥ floor, deduped, order of first appearance) with their composite
- *   score and inputs, and `belowFloor` (rows `filter`).
- */
+/** @returns deduped `candidates` at or above the floor (first-appearance order), and `belowFloor`. */
 export function compositeCandidates(
   hot: readonly MemoryHit[],
   cold: readonly MemoryHit[],
@@ -48,12 +33,10 @@ export function compositeCandidates(
   const out = dedupeScored(hot, cold, (hit) => {
     const rel = relevance.get(hit.memory_id) ?? 0;
     const rec = recency(hit.category, hit.created_at_ms, o.nowMs);
-    // The stores' feedback score and inclusion count (contract.md §7a); a source without them
-    // (a memory service) reads as neutral and never included.
+    // Sources without feedback (a memory service) read as neutral and never included.
     const use = hit.usefulness ?? NEUTRAL_USEFULNESS;
     const score = compositeScore(
       {
-        // NaN (measured in the CPU stage) adds its term there.
         relevance: Number.isNaN(rel) ? 0 : relevanceTerm(rel, o.exponent),
         recency: rec,
         usefulness: use,
@@ -70,7 +53,7 @@ export function compositeCandidates(
   });
   const candidates: ScoredCandidate[] = [];
   const belowFloor: ScoredCandidate[] = [];
-  // NaN (measured in the CPU stage) passes here: the CPU stage applies the floor to it.
+  // NaN passes: the CPU stage applies the floor to it.
   for (const c of out) (!(c.relevance! < o.floor) ? candidates : belowFloor).push(c);
   return { candidates, belowFloor };
 }

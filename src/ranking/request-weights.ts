@@ -1,7 +1,4 @@
-/**
- * Per-request weights (AssemblyOptions fields 3–6, contract.md §2, §7): checked here, normalised with the
- * default w_freq by composite.ts `effectiveWeights`.
- */
+/** Per-request weights (AssemblyOptions fields 3–6, contract.md §7), checked here. */
 import { Errors } from '../wire/errors.js';
 import type { RequestWeights } from './composite.js';
 
@@ -10,10 +7,8 @@ export type { RequestWeights } from './composite.js';
 const FIELDS = ['recency_weight', 'relevance_weight', 'usefulness_weight', 'confidence_weight'] as const;
 
 /**
- * @param sent the four weights as decoded (recency, relevance, usefulness, confidence), 0 when absent.
- * @returns null when none is set (all zero: the defaults run), else the weights.
- * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` naming the field of a weight that is not finite or is
- *   negative.
+ * @returns null when all are zero (the defaults run), else the weights.
+ * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` naming a weight that is not finite or is negative.
  */
 export function requestWeights(sent: readonly [number, number, number, number]): RequestWeights | null {
   for (let i = 0; i < 4; i++) {
@@ -22,7 +17,7 @@ export function requestWeights(sent: readonly [number, number, number, number]):
       throw Errors.invalidArgument(FIELDS[i]!, `${FIELDS[i]} must be finite, got ${v}`);
     if (v < 0) throw Errors.invalidArgument(FIELDS[i]!, `${FIELDS[i]} must be ≥ 0, got ${v}`);
   }
-  // All zero is indistinguishable on the wire from "not set" (proto3 scalars): the defaults run.
+  // All zero is indistinguishable from "not set" on the wire (proto3 scalars).
   if (sent[0] === 0 && sent[1] === 0 && sent[2] === 0 && sent[3] === 0) return null;
   return { recency: sent[0], relevance: sent[1], usefulness: sent[2], confidence: sent[3] };
 }

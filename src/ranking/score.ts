@@ -1,21 +1,15 @@
-/**
- * Interim score, dedupe and the max_memories cut (contract.md §7, ADR-0069 §2).
- */
+/** Interim score, dedupe and the max_memories cut (contract.md §7, ADR-0069 §2). */
 import { compareCodePoints } from '../text/code-point-order.js';
 import type { MemoryHit, ScoredCandidate } from '../wire/types.js';
 
-/** Score schema label sent in every response. */
 export const SCORE_SCHEMA = 'interim_v1';
 
-/**
- * Interim score `0.85 × similarity + 0.15 × confidence` in float64. Not the memory service's composite.
- * Both inputs must be finite and in [0,1] (validated at retrieval, contract.md §4.1).
- */
+/** `0.85 × similarity + 0.15 × confidence`; inputs validated finite in [0,1] at retrieval. */
 export function interimScore(similarity: number, confidence: number): number {
   return 0.85 * similarity + 0.15 * confidence;
 }
 
-/** Orders candidates canonically: score descending, then memory_id ascending by code point. */
+/** Score descending, then memory_id ascending by code point. */
 export function compareCanonical(
   a: { score: number; memory_id: string },
   b: { score: number; memory_id: string },
@@ -23,19 +17,11 @@ export function compareCanonical(
   return b.score - a.score || compareCodePoints(a.memory_id, b.memory_id);
 }
 
-/**
- * Scores hot (first) then cold hits and dedupes by exact memory_id: a later copy replaces the kept one only
- * if its score is strictly higher, or equal with a strictly lower rank; a full tie keeps the first (hot)
- * copy. Output keeps the order of first appearance.
- */
 export function dedupeAndScore(hot: readonly MemoryHit[], cold: readonly MemoryHit[]): ScoredCandidate[] {
   return dedupeScored(hot, cold, (hit) => scoredCandidate(hit, interimScore(hit.similarity, hit.confidence)));
 }
 
-/**
- * A hit as a candidate with its score. Fields written out, not `{ ...hit, score }`: V8 11 adds a property
- * after a spread through its runtime, ~1 µs per candidate on the event loop.
- */
+/** Fields written out, not spread: see docs/design/packing.md, "Object shapes". */
 export function scoredCandidate(hit: MemoryHit, score: number): ScoredCandidate {
   return {
     memory_id: hit.memory_id,
@@ -52,11 +38,7 @@ export function scoredCandidate(hit: MemoryHit, score: number): ScoredCandidate 
   };
 }
 
-/**
- * The dedupe rule of every schema (contract.md §7): hot (first) then cold hits, each scored by `score`; a
- * later copy of a memory_id replaces the kept one only if its score is strictly higher, or equal with a
- * strictly lower rank. Output keeps the order of first appearance.
- */
+/** A later copy replaces the kept one only if its score is higher, or equal with a lower rank. */
 export function dedupeScored(
   hot: readonly MemoryHit[],
   cold: readonly MemoryHit[],
@@ -82,10 +64,7 @@ export function dedupeScored(
   return out;
 }
 
-/**
- * The `max_memories` cut: 0 = no cap; otherwise keeps the top `maxMemories` by (score desc, memory_id asc).
- * @returns kept candidates in their input order, and the rest (exclusion `filter`).
- */
+/** 0 = no cap. @returns kept (input order) and the rest (exclusion `filter`). */
 export function applyMaxMemories<T extends { score: number; memory_id: string }>(
   candidates: readonly T[],
   maxMemories: number,
