@@ -1,8 +1,6 @@
 /**
- * The assembled context of one assembly from history bytes (contract.md §1, §5, §9, §11), shared
- * by the CPU stage and the L2 degraded answer: under an estimate kind the history is measured and copied
- * as bytes and `tokens_used` follows from the parts' code points; a BPE kind (contract.md §5: exact counts need
- * the text) decodes it.
+ * The assembled context from history bytes, shared by the CPU stage and the L2 degraded answer: estimate
+ * kinds measure and copy bytes; BPE kinds need the text and decode it (contract.md §5).
  */
 import { isBpeKind } from '../text/bpe.js';
 import { bpeTokenBound } from '../text/bpe-bound.js';
@@ -20,12 +18,10 @@ import {
   type SplicedMemory,
 } from './history-utf8.js';
 
-/** History ready for the budget and the formatter: measured (estimate kinds) or decoded (BPE kinds). */
 export type PreparedHistory =
   | { measure: HistoryMeasure; messages: null }
   | { measure: null; messages: ChatMessage[] };
 
-/** The messages of `h` decoded (raw role and content). */
 export function decodeSpans(h: HistorySpans): ChatMessage[] {
   const out: ChatMessage[] = new Array(h.count);
   for (let k = 0; k < h.count; k++) {
@@ -38,9 +34,7 @@ export function decodeSpans(h: HistorySpans): ChatMessage[] {
 }
 
 /**
- * Measures (estimate kind) or decodes (BPE kind) a history and decides its content limits (contract.md §11).
- * @param contentPending whether some content's length was left undecided by the wire (BPE path only: the
- *   measure counts every content anyway).
+ * Measures or decodes a history and decides its content limits (contract.md §11).
  * @returns null when some content exceeds 32,768 code points.
  */
 export function prepareHistory(
@@ -60,11 +54,8 @@ export function prepareHistory(
 }
 
 /**
- * Measures a history from its bytes without decoding it, under any kind (a BPE kind's answer then counts
- * bounds, see {@link formatAssembly}), and decides its content limits (contract.md §11).
- * @param measure how: {@link measureHistory} (code points counted) or, for the main thread's degraded
- *   answer, {@link boundHistory} (O(messages): byte lengths as code points, an upper bound).
- * @returns null when some content exceeds 32,768 code points.
+ * Measures a history from its bytes under any kind, with {@link measureHistory} or, for the main thread,
+ * {@link boundHistory}. @returns null when some content exceeds 32,768 code points.
  */
 export function measuredHistory(
   h: HistorySpans,
@@ -74,16 +65,13 @@ export function measuredHistory(
   return m.maxContentCodePoints > LIMITS.contentChars ? null : { measure: m, messages: null };
 }
 
-/** What {@link formatAssembly} formats besides the history. */
 export interface AssemblyParts {
   directive: string | null;
-  /** Already in packed order; byte contents are decoded on the BPE path. */
   memories: readonly SplicedMemory[];
   toolSchemas: readonly string[];
   nonce: string;
 }
 
-/** `m` with its content as text (a byte content decoded). */
 export function memoryText(m: SplicedMemory): FormatMemory {
   return 'content' in m
     ? m
@@ -95,11 +83,7 @@ export function memoryText(m: SplicedMemory): FormatMemory {
       };
 }
 
-/**
- * Formats the assembled context (contract.md §9) as spliced UTF-8 and counts its tokens under `kind`: a
- * measured history under a BPE kind gets {@link bpeTokenBound} of the text's bytes (≥ the exact count).
- * @param h the history's bytes; spans of `h.source` end up in the result when it was measured.
- */
+/** Formats the context (contract.md §9) as spliced UTF-8 with `tokens_used`: a bound for a measured history under BPE. */
 export function formatAssembly(
   h: HistorySpans,
   prepared: PreparedHistory,
@@ -108,7 +92,6 @@ export function formatAssembly(
 ): { text: SplicedUtf8; tokens_used: number } {
   if (prepared.measure) {
     const f = formatSpliced({ ...parts, history: h, measure: prepared.measure });
-    // A measured history under a BPE kind (the main thread's degraded answer): a bound, not a count.
     const tokens_used = isBpeKind(kind)
       ? bpeTokenBound(f.text.byteLength)
       : estimateFromLength(f.codePoints, kind);

@@ -1,9 +1,6 @@
 /**
- * History measured and formatted as bytes (contract.md §1 isolation rule, §5, §9, §11). Estimates
- * depend only on the code-point count L, which is additive over concatenation, so the history's tokens,
- * its §11 content limits and the assembled context's `tokens_used` all follow from per-field counts of
- * the UTF-8 bytes; contents are never decoded unless they are invalid UTF-8 (then Node's decoding, U+FFFD
- * for each invalid sequence, is what the caller meant and what the answer carries).
+ * History measured and formatted as bytes (contract.md §1, §5, §9, §11): estimates depend only on the
+ * additive code-point count, so contents are never decoded unless they are invalid UTF-8.
  */
 
 import { escapeBody } from '../text/escape.js';
@@ -19,67 +16,46 @@ import {
   orderByCategory,
 } from './formatter.js';
 
-/**
- * A memory whose content is the UTF-8 bytes `bytes[start, end)` (well-formed: the caller checks), as the
- * CPU stage holds it in its batch: escaped from the bytes into the answer, never decoded.
- */
+/** A memory held as well-formed UTF-8 bytes: escaped from them into the answer, never decoded. */
 export interface ByteMemory {
   memory_id: string;
   category: string;
   bytes: Uint8Array;
   start: number;
   end: number;
-  /** Code points of the escaped content (escape.ts `escapedUtf8CodePoints`). */
   escapedCodePoints: number;
-  /** As {@link FormatMemory.date}. */
   date?: string;
 }
 
-/** A memory to format as spliced UTF-8: its content as text or as bytes. */
 export type SplicedMemory = FormatMemory | ByteMemory;
 
-/**
- * History messages as UTF-8 byte spans into `source` (the shape of the server's `HistoryBytes`): message
- * i's role is `source[spans[4i], spans[4i+1])`, its content `source[spans[4i+2], spans[4i+3])`.
- */
+/** Message i's role is `source[spans[4i], spans[4i+1])`, its content `source[spans[4i+2], spans[4i+3])`. */
 export interface HistorySpans {
   source: Uint8Array;
   spans: Uint32Array;
   count: number;
 }
 
-/** What the budget needs of a history: its message count and the code points of its text (contract.md §5). */
 export interface MeasuredHistory {
   count: number;
-  /** L of the history text: `<role>: <content>` lines (raw role) joined by `\n`; 0 without messages. */
+  /** Of `<role>: <content>` lines joined by `\n`. */
   codePoints: number;
 }
 
-/** Per-message measures of a history, from its bytes. */
 export interface HistoryMeasure extends MeasuredHistory {
-  /** Raw roles, decoded (≤ 64 code points each once validated). */
   roles: string[];
-  /** Code points of each content. */
   contentCodePoints: Float64Array;
   /** 1 where the content is valid UTF-8 (copied as bytes), 0 where it is decoded. */
   contentValid: Uint8Array;
-  /** The largest content's code points (the contract.md §11 check). */
   maxContentCodePoints: number;
 }
 
-/**
- * Measures a history from its bytes: one native validity check and one word-at-a-time count per content,
- * the roles decoded. Cost ≈ 0.35 ns per content byte.
- */
+/** One native validity check and a word-at-a-time count per content (≈ 0.35 ns per byte). */
 export function measureHistory(h: HistorySpans): HistoryMeasure {
   return measureSpans(h, 0);
 }
 
-/**
- * The per-message measure of {@link measureHistory} and {@link boundHistory}: a content of more than
- * `countOver` bytes is counted (code points as Node decodes it), one of at most that many is charged its
- * byte length.
- */
+/** Contents over `countOver` bytes are counted; smaller ones are charged their byte length. */
 function measureSpans(h: HistorySpans, countOver: number): HistoryMeasure {
   const { source, spans, count } = h;
   const roles: string[] = new Array(count);
@@ -103,24 +79,16 @@ function measureSpans(h: HistorySpans, countOver: number): HistoryMeasure {
 }
 
 /**
- * Measures a history for the main thread's degraded answer from what the wire decode already knows — each
- * field's byte span — in O(messages): every content is charged its UTF-8 byte length as its code points (an
- * upper bound: a code point takes at least one byte, and Node's decoding of an invalid sequence gives one
- * U+FFFD per sequence), so estimates made from it never undercount. What is still read per content is one
- * native validity check (`isUtf8`, whether the bytes can be spliced into the answer as they are), and only
- * for a content of more than 32,768 bytes (one whose length the wire left pending: ≤ 131,072 bytes once
- * validated) its exact code points, which the contract.md §11 limit needs; roles (≤ 256 bytes once
- * validated) are decoded.
+ * O(messages) measure for the main thread's degraded answer: each content is charged its byte length, an
+ * upper bound (docs/design/main-thread.md); only contents over 32,768 bytes are counted, as §11 needs.
  */
 export function boundHistory(h: HistorySpans): HistoryMeasure {
   return measureSpans(h, LIMITS.contentChars);
 }
 
 /**
- * Appends the history section (contract.md §9): one line per message, `<trimmed role>: <content as given>`, joined
- * by `\n`; a message whose trimmed role and content are both empty is left out. Valid contents are spans
- * of the source bytes; invalid ones are appended decoded.
- * @returns code points appended (0 when the section is empty, see `lines`) and the number of lines.
+ * Appends the history section as `formatHistory` writes it: valid contents as source spans, invalid ones decoded.
+ * @returns code points appended and the number of lines.
  */
 export function appendHistorySection(
   h: HistorySpans,
@@ -143,29 +111,22 @@ export function appendHistorySection(
   return { codePoints, lines };
 }
 
-/** What {@link formatSpliced} formats: the formatter's input with history as bytes. */
 export interface SplicedFormatInput {
   directive: string | null;
   history: HistorySpans;
-  /** The history's measure ({@link measureHistory}). */
   measure: HistoryMeasure;
-  /** Already in packed order. */
   memories: readonly SplicedMemory[];
   toolSchemas: readonly string[];
   nonce: string;
 }
 
-/** The assembled context as spliced UTF-8, with its code points (for `tokens_used` under an estimate). */
 export interface SplicedFormatResult {
   text: SplicedUtf8;
   codePoints: number;
   memories_included: number;
 }
 
-/**
- * Formats one assembly exactly as `formatContext` does (contract.md §9; the same sections and joins), with the
- * history copied as bytes and the code points of the result counted from its parts.
- */
+/** Exactly what `formatContext` formats, with history copied as bytes and code points counted from the parts. */
 export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
   const { escapedNonce, directive, tools } = framingSections(input);
   const out = new SplicedBuilder(input.history.source);
@@ -181,7 +142,7 @@ export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
     return codePointLength(s);
   };
   if (directive !== '') section(text(directive));
-  // Whether the history section is empty is known only after the join is written: check first.
+  // Whether the history section is empty is known only after the join: check first.
   if (hasHistoryLine(input.history, input.measure))
     section(() => appendHistorySection(input.history, input.measure, out).codePoints);
   if (input.memories.length > 0) section(() => appendMemorySection(input.memories, escapedNonce, out));
@@ -189,10 +150,7 @@ export function formatSpliced(input: SplicedFormatInput): SplicedFormatResult {
   return { text: out.finish(), codePoints, memories_included: input.memories.length };
 }
 
-/**
- * Appends the memories section as `otherSections` formats it (contract.md §9: blocks in category order joined by
- * `\n`), a byte content escaped from its bytes. @returns code points appended.
- */
+/** As `otherSections` formats it, byte contents escaped from their bytes. @returns code points appended. */
 function appendMemorySection(memories: readonly SplicedMemory[], nonce: string, out: SplicedBuilder): number {
   let codePoints = 0;
   let first = true;

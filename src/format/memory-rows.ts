@@ -1,55 +1,35 @@
 /**
- * The answer's `memories_used` rows (contract.md §2 MemoryUsed) as protobuf bytes, written by the CPU stage
- *. The main thread used to build one object per scored candidate and have protobufjs turn
- * each into a message object and a chain of writer ops: a third of everything the event loop allocated
- * per call (V8 sampling heap profiler on the service under `bench:load` at 500 req/s: ~57 of ~180 KB),
- * so more scavenges and longer ones under load. The worker already holds every field (ids and categories as UTF-8, scores, ranks, costs)
- * and knows each row's exclusion, so it writes the repeated field 4 once and the main thread only
- * appends those bytes to the rest of the message (src/wire/proto.ts).
- *
- * The bytes equal protobufjs's for the same rows: every field in field-number order, written even when
- * zero or empty (proto-loader's `fromObject` sets each field, and protobufjs writes what is set), floats
- * as little-endian float32, int32 as varints (a negative one sign-extended to 10 bytes).
- * `test/format/memory-rows.test.ts` checks this against the loader for arbitrary rows.
- *
- * Pure: runs in the pool worker and on the main thread.
+ * The answer's `memories_used` rows as protobuf bytes, byte-equal to protobufjs's, written where the fields
+ * already are so the main thread allocates no row objects (docs/design/main-thread.md).
  */
 
 import { varintLength, writeVarint } from '../wire/varint.js';
 
-/** One row's columns as the CPU stage holds them (the task's transferred candidate columns). */
 export interface MemoryRowColumns {
-  /** UTF-8 bytes of every id, category and content. */
   text: Uint8Array;
   /** Per candidate `i`: id at [3i, 3i+1), category at [3i+1, 3i+2) of `text`. */
   offsets: Uint32Array;
-  /** Interim score (contract.md §7): `composite_score`. */
   score: Float64Array;
-  /** `similarity` (contract.md §2). */
   similarity: Float64Array;
   confidence: Float64Array;
-  /** `relevance_score`, `recency_score`, `usefulness_score`: the values the score used. */
+  /** The values the score used. */
   relevance: Float64Array;
   recency: Float64Array;
   usefulness: Float64Array;
   rank: Int32Array;
 }
 
-/** Which candidates become which rows, in answer order: `included`, then `budget`, then `filter`. */
+/** Answer order: `included`, then `budget`, then `filter`. */
 export interface MemoryRowOrder {
-  /** Packed candidates, packed order (exclusion `included`). */
   selected: Int32Array;
-  /** Unpacked candidates among the packed ones, canonical order (exclusion `budget`). */
   excluded: Int32Array;
-  /** Candidates of [0, packCount) filtered in the CPU stage, written first of the `filter` rows. */
+  /** Filtered in the CPU stage: first of the `filter` rows. */
   filtered?: Int32Array;
-  /** Candidates [packCount, n) were filtered before the CPU stage (exclusion `filter`). */
+  /** Candidates [packCount, n) were filtered before the CPU stage. */
   packCount: number;
-  /** Each candidate's packer cost in tokens (`token_estimate`). */
   costs: Int32Array;
 }
 
-/** `AssembleContextResponse.memories_used` = field 4, length-delimited. */
 const ROW_TAG = 0x22;
 const F_ID = 0x0a;
 const F_COMPOSITE = 0x15;
@@ -62,7 +42,6 @@ const F_EXCLUSION = 0x42;
 const F_SIMILARITY = 0x4d;
 const F_CONFIDENCE = 0x55;
 const F_TOKENS = 0x58;
-/** Tags (11, one byte each) and six float32 values. */
 const FIXED_BYTES = 11 + 6 * 4;
 
 const EXCLUSION_BYTES = {
@@ -72,17 +51,15 @@ const EXCLUSION_BYTES = {
   failed: Buffer.from('failed'),
 } as const;
 
-/** A row's `exclusion` (contract.md §2 MemoryUsed). */
 type RowKind = keyof typeof EXCLUSION_BYTES;
 
-/** Bytes of an int32 field's value: negative ones are sign-extended to 64 bits, 10 bytes. */
+/** Negative int32 values are sign-extended to 64 bits, 10 bytes. */
 function int32Bytes(v: number): number {
   return v < 0 ? 10 : varintLength(v);
 }
 
 function writeInt32(out: Uint8Array, at: number, v: number): number {
   if (v >= 0) return writeVarint(out, at, v);
-  // Two's complement over 64 bits: the low 32 bits as 5 groups' worth, then all-ones.
   let i = at;
   let lo = v >>> 0;
   for (let k = 0; k < 4; k++) {
@@ -96,9 +73,7 @@ function writeInt32(out: Uint8Array, at: number, v: number): number {
 }
 
 /**
- * The repeated field 4 of AssembleContextResponse for the candidates of `cols`, in answer order
- * (`included` rows in packed order, `budget` rows, `filter` rows).
- * @returns the bytes, in a buffer of their own (transferable).
+ * Repeated field 4 of AssembleContextResponse, in a buffer of its own (transferable).
  * @throws RangeError when an index points outside the columns.
  */
 export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder): Uint8Array {
@@ -116,14 +91,13 @@ export function encodeMemoryRows(cols: MemoryRowColumns, order: MemoryRowOrder):
   return writeRows(cols, rows, kinds, order.costs);
 }
 
-/** The fields of a scored candidate that its row shows. */
 export interface RowFields {
   memory_id: string;
   category: string;
   score: number;
   similarity: number;
   confidence: number;
-  /** The score's inputs (`composite_v1`); absent: relevance = similarity, the others 0. */
+  /** Absent: relevance = similarity, the others 0. */
   relevance?: number;
   recency?: number;
   usefulness?: number;
@@ -131,15 +105,8 @@ export interface RowFields {
 }
 
 /**
- * The degraded answer's rows (contract.md §10, src/request/answers.ts): without `kept`'s selection, `failed`
- * for the candidates within `max_memories`, then `filter` for the cut ones, token_estimate 0 (the CPU
- * stage that costs them did not run). With it (the L1 answer that keeps memories): `included` rows in
- * selection order and `budget` rows with their costs, then `failed` for the candidates not read, then
- * `filter`. Written from the scored candidates on the main thread: protobufjs's row objects and writer ops
- * were the largest allocation of a degraded call (~19 KB; V8 sampling heap profiler on the service under
- * `bench:load` at 1,000 req/s), and an overloaded process answers most calls this way.
- * @param selection indices into `kept` (included in order, then budget) and each kept candidate's cost.
- * @returns the repeated field 4 as bytes, the loader's for the same rows.
+ * The degraded answer's rows (contract.md §10): `included`/`budget` rows for `selection` when given, then
+ * `failed` for the candidates not read and `filter` for the cut ones; token_estimate 0 without a cost.
  */
 export function encodeDegradedRows(
   kept: readonly RowFields[],
@@ -154,7 +121,6 @@ export function encodeDegradedRows(
   const at = (i: number) => (i < kept.length ? kept[i]! : filtered[i - kept.length]!);
   let units = 0;
   for (let i = 0; i < n; i++) units += at(i).memory_id.length + at(i).category.length;
-  // Worst case 3 UTF-8 bytes per UTF-16 unit; only ids and categories, no content.
   const text = Buffer.allocUnsafe(3 * units);
   const cols: MemoryRowColumns = {
     text,
@@ -178,7 +144,7 @@ export function encodeDegradedRows(
     cols.score[i] = c.score;
     cols.similarity[i] = c.similarity;
     cols.confidence[i] = c.confidence;
-    // A relevance still to be measured in the CPU stage (NaN) was not measured: 0.
+    // NaN (not yet measured) counts as 0.
     const relevance = c.relevance ?? c.similarity;
     cols.relevance[i] = Number.isNaN(relevance) ? 0 : relevance;
     cols.recency[i] = c.recency ?? 0;
@@ -217,7 +183,6 @@ export function encodeDegradedRows(
   return writeRows(cols, rows, kinds, costs);
 }
 
-/** Writes `rows` (candidate indices into `cols`) with their exclusions and costs, in that order. */
 function writeRows(cols: MemoryRowColumns, rows: number[], kinds: RowKind[], costs: Int32Array): Uint8Array {
   const n = cols.score.length;
   const o = cols.offsets;
