@@ -1,13 +1,6 @@
 /**
- * The one index sort the packer's orders use: `canonicalOrder` (contract.md §8 step 1) and the
- * branch-and-bound's efficiency order both sort candidate indices by a strict "comes before" test.
- */
-
-/**
- * Sorts `idx` (candidate indices into the caller's arrays) in place so that `before(a, b)` holds for
- * every earlier `a` and later `b`, and returns it. Up to `insertionMax` entries an insertion sort, which
- * for the usual few dozen candidates beats a comparator sort's call overhead; above it the typed array's
- * own sort. Both are stable, so indices that are not `before` each other keep their input order.
+ * Sorts candidate indices in place by a strict `before` test, stably; insertion sort up to `insertionMax`
+ * (cheaper for a few dozen candidates than a comparator sort's calls).
  */
 export function sortIndices(
   idx: Int32Array,

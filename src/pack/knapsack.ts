@@ -1,14 +1,10 @@
-/**
- * Band-limited bucketed 0/1 knapsack on typed arrays (contract.md §8 step 5, ADR-0069), shared by the ADR-0069
- * table and the packer's finer refinement table. Scratch buffers are reused across calls (one packer per
- * thread, calls never interleave): no per-cell allocation.
- */
+/** Band-limited bucketed 0/1 knapsack on typed arrays (contract.md §8 step 5, ADR-0069). */
 import { monotonicNow } from '../util/clock.js';
 
-/** Thrown inside the DP when the deadline is nearly spent; the packer catches it (never escapes `pack`). */
+/** Thrown inside the DP when the deadline is nearly spent; never escapes `pack`. */
 export class DeadlineReached extends Error {}
 
-// Scratch reused across calls (one packer per thread, calls never interleave).
+// Scratch reused across calls: one packer per thread and calls never interleave.
 let bestRow = new Float64Array(0);
 let keepTable = new Uint8Array(0);
 let rowMeta = new Int32Array(0);
@@ -20,19 +16,10 @@ function ensureScratch(capacity: number, cells: number, rows: number): void {
 }
 
 /**
- * Bucketed 0/1 knapsack over items already in canonical order.
- *
- * Same recurrence as ADR-0069 (take at c iff best[c − w] + v > best[c], strict; backtrack from the last
- * item at full capacity), computed only on cells that can matter: a row's capacities above the prefix
- * weight sum all equal its value at that sum, and capacities the backtrack can never reach (below
- * capacity − remaining weight) are skipped. Every visited cell holds exactly the value the full table would.
- *
- * @param weights bucket weights per canonical position
- * @param values scores per canonical position
- * @param capacity table capacity in buckets
- * @param out 1 at selected canonical positions (overwritten)
- * @returns cells computed
- * @throws DeadlineReached when `deadline` passes between rows
+ * ADR-0069's recurrence (take iff best[c − w] + v > best[c], strict) over items in canonical order,
+ * computed only on cells the backtrack can reach; each holds the value the full table would.
+ * @param out 1 at selected canonical positions (overwritten).
+ * @returns cells computed. @throws DeadlineReached when `deadline` passes between rows.
  */
 export function knapsack(
   weights: Int32Array,
@@ -42,7 +29,6 @@ export function knapsack(
   deadline: number,
 ): number {
   const n = weights.length;
-  // suffix[i] = takeable weight of items i..n-1 (capped so sums cannot overflow).
   const suffix = new Float64Array(n + 1);
   for (let i = n - 1; i >= 0; i--) {
     const w = weights[i]!;
@@ -63,7 +49,6 @@ export function knapsack(
     const v = values[i]!;
     const takeable = w <= capacity;
     const hi = takeable ? Math.min(capacity, prefix + w) : prefix;
-    // Cells above the previous prefix still hold 0: they equal the value at the prefix.
     if (hi > prefix) best.fill(best[prefix]!, prefix + 1, hi + 1);
     const lo = Math.max(0, Math.min(capacity - suffix[i + 1]!, hi));
     meta[3 * i] = lo;
@@ -73,8 +58,7 @@ export function knapsack(
     if (!takeable || w > hi) {
       keep.fill(0, cursor, cursor + hi - lo + 1);
     } else {
-      // Capacities below w cannot take the item; the rest compare in place, high to low, so best[c − w]
-      // still holds the previous row's value.
+      // High to low, so best[c − w] still holds the previous row's value.
       const mid = Math.max(lo, w);
       for (let c = hi; c >= mid; c--) {
         const candidate = best[c - w]! + v;

@@ -1,14 +1,6 @@
 /**
- * The packer: 0/1 knapsack of candidates under the usable budget (contract.md §8, ADR-0069).
- *
- * The ADR-0069 algorithm (16-token buckets, floor weights, strict-improvement DP, repair, refill, local
- * improvement) always runs and decides the path. On the DP path the packer may then refine its answer as
- * contract.md §8 allows: first a branch-and-bound on exact token weights seeded with ADR-0069's answer (* bounded by a node limit and the deadline; when it completes the answer is optimal and nothing else
- * runs), else plain refill-from-empty and a second, finer table with rounded-up weights (so its selection
- * always fits exactly). A refinement wins only when strictly better, so the result is never below
- * ADR-0069's and equals it whenever ADR-0069 is already optimal.
- *
- * Everything runs on typed arrays with scratch buffers reused across calls: no per-cell allocation.
+ * The packer (contract.md §8, ADR-0069): ADR-0069 always runs and decides the path; on the DP path a
+ * refinement replaces its answer only when strictly better (docs/design/packing.md).
  */
 
 import { compareCodePoints } from '../text/code-point-order.js';
@@ -19,83 +11,52 @@ import { DeadlineReached, knapsack } from './knapsack.js';
 import { DEFAULT_SEARCH_NODE_LIMIT, improveBySearch } from './search.js';
 import { greedy, improve, refill, repair, selectedScore, selectedTokens } from './steps.js';
 
-/** DP capacity unit in tokens (ADR-0069). */
 export const BUCKET_TOKENS = 16;
 
-/**
- * Default ceiling of the refinement table (cells). Small budgets, where 16-token floor weights strand most
- * of the budget, get an exact or near-exact table well under it; large tables stay cheap (bench:pack).
- */
+/** Small budgets, where 16-token floor weights strand most of the budget, get an exact or near-exact table. */
 export const DEFAULT_REFINE_CELL_CEILING = 32_768;
 
-/** Why the greedy path ran. */
 export type GreedyReason = 'cell_ceiling' | 'deadline';
 
-/** Packer input: one entry per candidate, in any order. */
+/** One entry per candidate, in any order. */
 export interface PackInput {
-  /** memory_id per candidate (canonical tie-break, code-point order). */
   ids: readonly string[];
-  /** Interim score per candidate (float64). */
   scores: Float64Array;
-  /** Token cost per candidate (≥ 0): raw content estimate (vectors) or wrapped block cost (assembly). */
+  /** Raw content estimate (vectors) or wrapped block cost (assembly). */
   tokens: Int32Array;
-  /** Usable budget in tokens. */
   budget: number;
-  /** Largest DP table in cells, n × (buckets + 1) (contract.md §3). */
+  /** n × (buckets + 1) (contract.md §3). */
   dpCellCeiling: number;
-  /** Greedy fallback's consecutive-skip limit (contract.md §3). */
   maxConsecutiveSkips: number;
-  /**
-   * Absolute deadline on the epoch clock (`performance.timeOrigin + performance.now()`, ms). The DP checks
-   * it between rows and finishes on the greedy path when it is nearly spent.
-   */
+  /** Epoch ms on the `monotonicNow()` clock; the DP finishes greedy when it is nearly spent. */
   deadline?: number;
-  /** How long before the deadline the DP gives up (ms); default 0.25. */
+  /** Default 0.25 ms. */
   deadlineMarginMs?: number;
-  /**
-   * Ceiling in cells of the refinement table; default min(dpCellCeiling, {@link DEFAULT_REFINE_CELL_CEILING}).
-   * 0 disables refinement (ADR-0069 plus refill-from-empty only).
-   */
+  /** Default min(dpCellCeiling, {@link DEFAULT_REFINE_CELL_CEILING}); 0 disables refinement. */
   refineCellCeiling?: number;
-  /**
-   * Node limit of the exact-weight branch-and-bound that runs last on the DP path; default
-   * {@link DEFAULT_SEARCH_NODE_LIMIT}. 0 disables it.
-   */
+  /** Default {@link DEFAULT_SEARCH_NODE_LIMIT}; 0 disables the search. */
   searchNodeLimit?: number;
-  /**
-   * Returns the ADR-0069 algorithm's answer alone (steps 1–9, no refinement): the reference that the
-   * refined answer is never below. For benches and tests.
-   */
+  /** ADR-0069's answer alone: the reference for benches and tests. */
   adr0069Only?: boolean;
 }
 
-/** Packer output (contract.md §8 step 9). */
 export interface PackResult {
-  /** Selected candidate indices (into the input arrays) in output order: canonical order. */
+  /** Canonical order. */
   selected: Int32Array;
-  /** Indices of unselected candidates in canonical order (`budget` exclusion). */
   excluded: Int32Array;
-  /** Exact token sum of the selection (≤ budget). */
   total_tokens: number;
-  /** float64 sum of selected scores in output order. */
   total_score: number;
   skipped_count: number;
   was_budget_reached: boolean;
   path: 'dp' | 'greedy';
-  /** Set when path is `greedy`. */
   greedy_reason: GreedyReason | null;
   candidates_evaluated: number;
-  /** n × (buckets + 1) with 16-token buckets: the size that decided the path. */
   cells: number;
   buckets: number;
-  /**
-   * Which answer won on the DP path: `adr0069`, `refined` (finer table), `refill` (refill from empty) or
-   * `search` (branch-and-bound); `greedy`/`trivial` otherwise.
-   */
   source: 'adr0069' | 'refined' | 'refill' | 'search' | 'greedy' | 'trivial';
 }
 
-/** Canonical order of the input: score descending, then memory_id ascending (code points), then input index. */
+/** Score descending, memory_id ascending (code points), then input index. */
 export function canonicalOrder(ids: readonly string[], scores: Float64Array): Int32Array {
   const n = ids.length;
   const order = new Int32Array(n);
@@ -110,9 +71,8 @@ export function canonicalOrder(ids: readonly string[], scores: Float64Array): In
 }
 
 /**
- * Packs candidates under `budget` (contract.md §8, all nine steps).
  * @returns the selection in canonical order; `total_tokens ≤ budget` always.
- * @throws IbexError `IBEX_ERR_BUDGET_EXCEEDED` on an internal invariant breach, which must be impossible.
+ * @throws IbexError `IBEX_ERR_BUDGET_EXCEEDED` on an invariant breach (impossible by construction).
  */
 export function pack(input: PackInput): PackResult {
   const n = input.ids.length;
@@ -122,7 +82,7 @@ export function pack(input: PackInput): PackResult {
   for (let i = 0; i < n; i++) sumTokens += input.tokens[i]!;
   const buckets = Math.max(1, Math.floor(budget / BUCKET_TOKENS));
   const cells = n * (buckets + 1);
-  // All fit on the DP path: the DP would take every positive item and refill the rest, so no table.
+  // All fit: the DP would take every positive item and refill the rest.
   if (n > 0 && budget > 0 && cells <= input.dpCellCeiling && sumTokens <= budget) {
     let totalScore = 0;
     for (let k = 0; k < n; k++) totalScore += input.scores[order[k]!]!;
@@ -166,7 +126,6 @@ export function pack(input: PackInput): PackResult {
   if (cells > input.dpCellCeiling) return greedyPath('cell_ceiling');
 
   try {
-    // ADR-0069: floor weights in 16-token buckets, then repair, refill, improve.
     const weights = new Int32Array(n);
     for (let k = 0; k < n; k++) {
       const t = tokens[k]!;
@@ -183,7 +142,7 @@ export function pack(input: PackInput): PackResult {
 
     const consider = (candidate: Uint8Array, from: PackResult['source']) => {
       const score = selectedScore(candidate, values);
-      // Strictly better by more than float noise, so equal answers keep ADR-0069's selection.
+      // By more than float noise, so equal answers keep ADR-0069's selection.
       if (score > bestScore + 1e-9) {
         sel.set(candidate);
         bestScore = score;
@@ -191,10 +150,8 @@ export function pack(input: PackInput): PackResult {
       }
     };
 
-    // Refinements only ever replace ADR-0069's answer with a better one; out of time, they are skipped.
     const alt = new Uint8Array(n);
-    // First the exact-weight branch-and-bound seeded with ADR-0069's answer: when it explores its whole
-    // tree the answer is optimal and the table refinements below cannot beat it, so they are skipped.
+    // A complete search is optimal, so the table refinements are then skipped.
     const nodeLimit = input.searchNodeLimit ?? DEFAULT_SEARCH_NODE_LIMIT;
     if (nodeLimit > 0 && monotonicNow() < stopAt) {
       alt.set(sel);
@@ -239,16 +196,12 @@ export function pack(input: PackInput): PackResult {
   }
 }
 
-/**
- * Finest bucket size (tokens) whose table n × (floor(budget/unit) + 1) fits `ceiling`, if finer than
- * 16-token buckets; 0 when no finer table fits.
- */
+/** Finest bucket size whose table fits `ceiling` if finer than 16 tokens; else 0. */
 export function refineUnit(n: number, budget: number, ceiling: number): number {
   if (ceiling <= 0 || n === 0) return 0;
   const maxCapacity = Math.floor(ceiling / n) - 1;
   if (maxCapacity < 1) return 0;
   const unit = Math.max(1, Math.ceil(budget / maxCapacity));
-  // floor(budget/unit) ≤ maxCapacity holds for unit = ceil(budget/maxCapacity).
   return unit < BUCKET_TOKENS ? unit : 0;
 }
 

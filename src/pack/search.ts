@@ -1,34 +1,20 @@
 /**
- * Bounded branch-and-bound on exact token weights: the packer's last refinement (contract.md §8 "Beyond
- * ADR-0069").
- *
- * Why: the bucketed tables round weights, so on large n × budget (where the finer table no longer fits)
- * or a small `dp_cell_ceiling` their answer strands budget. A depth-first search over items in efficiency
- * order (score per token), pruned by the Dantzig (fractional) bound and seeded with the DP answer as the
- * incumbent, closes that gap: on uncorrelated score/size instances it proves the optimum in a few hundred
- * nodes. It is bounded by a node limit and the deadline, and only ever returns a strictly better selection,
- * so the never-below-ADR-0069 rule holds by construction.
+ * Bounded branch-and-bound on exact token weights, the packer's last refinement (contract.md §8): it
+ * recovers budget the bucketed tables strand, and returns only strictly better selections.
  */
 import { monotonicNow } from '../util/clock.js';
 import { sortIndices } from './index-sort.js';
 
-/**
- * Default node limit of {@link improveBySearch}. A node costs ~80 ns (n = 120), so the worst case adds
- * ~0.4 ms; the generated instances of bench:pack need at most ~2,300 nodes to prove the optimum.
- */
+/** Figures: docs/design/packing.md. */
 export const DEFAULT_SEARCH_NODE_LIMIT = 5000;
 
-/** What {@link improveBySearch} did. */
 export interface SearchOutcome {
-  /** True when `sel` was replaced by a strictly better selection. */
   improved: boolean;
-  /** True when the whole tree was explored (the result is then optimal). */
+  /** The whole tree was explored: the result is optimal. */
   complete: boolean;
-  /** Nodes visited. */
   nodes: number;
 }
 
-// Scratch reused across calls (one packer per thread, calls never interleave): no allocation per call.
 let scratchIdx = new Int32Array(0);
 let scratchW = new Float64Array(0);
 let scratchV = new Float64Array(0);
@@ -52,16 +38,8 @@ function ensureScratch(n: number): void {
 }
 
 /**
- * Searches for a selection better than `sel` under `budget` with exact token weights.
- *
- * @param sel 1 at selected positions; overwritten only when a strictly better (by > `epsilon`) selection
- *   is found
- * @param tokens exact token cost per position (≥ 0)
- * @param values score per position (≥ 0, float64)
- * @param budget capacity in tokens
- * @param nodeLimit most nodes to visit (each costs O(log n))
- * @param deadline epoch ms after which the search stops with what it has
- * @param epsilon least gain that counts as an improvement (float noise on equal answers)
+ * @param sel 1 at selected positions; overwritten only by a selection better by > `epsilon`.
+ * @param deadline epoch ms after which the search stops with what it has.
  */
 export function improveBySearch(
   sel: Uint8Array,
@@ -73,7 +51,6 @@ export function improveBySearch(
   epsilon = 1e-9,
 ): SearchOutcome {
   const n = sel.length;
-  // Free items (0 tokens, positive score) are always in; items heavier than the budget never.
   let freeValue = 0;
   let m = 0;
   ensureScratch(n);
@@ -89,7 +66,7 @@ export function improveBySearch(
   for (let i = 0; i < n; i++) if (sel[i] === 1) incumbent += values[i]!;
   if (m === 0 || nodeLimit <= 0) return { improved: false, complete: m === 0, nodes: 0 };
 
-  // Efficiency order; ties by lighter first so the bound's critical item is as tight as possible.
+  // Ties lighter first, so the bound's critical item is as tight as possible.
   const items = efficiencyOrder(idx.subarray(0, m), tokens, values);
   const w = scratchW;
   const v = scratchV;
@@ -103,7 +80,6 @@ export function improveBySearch(
     prefW[k + 1] = prefW[k]! + w[k]!;
     prefV[k + 1] = prefV[k]! + v[k]!;
   }
-  // Fractional bound of items k.. under `cap`: whole items up to the critical one, then its fraction.
   const bound = (k: number, cap: number): number => {
     const limit = prefW[k]! + cap;
     let lo = k;
@@ -127,8 +103,7 @@ export function improveBySearch(
   let stopped = false;
   const checkClock = Number.isFinite(deadline);
 
-  // Iterative DFS, include-branch first. `k` is the depth; `state[k]`: 0 = try include, 1 = try exclude,
-  // 2 = done. Values and capacity are kept incrementally.
+  // Iterative DFS, include first; `state[k]`: 0 = try include, 1 = try exclude, 2 = done.
   const state = scratchState;
   let k = 0;
   let cap = budget;
@@ -152,7 +127,6 @@ export function improveBySearch(
         break;
       }
       if (val + bound(k, cap) <= best + epsilon) {
-        // Nothing below this node can beat the incumbent.
         state[k] = 2;
         k--;
         continue;
@@ -182,7 +156,6 @@ export function improveBySearch(
       }
       continue;
     }
-    // s === 2: both branches done; back up, undoing this level's take in the parent's bookkeeping.
     k--;
   }
 
@@ -193,9 +166,8 @@ export function improveBySearch(
   return { improved: true, complete: !stopped, nodes };
 }
 
-/** Sorts `idx` in place by score per token descending, then tokens ascending. */
 function efficiencyOrder(idx: Int32Array, tokens: Int32Array, values: Float64Array): Int32Array {
-  // a before b iff v_a/t_a > v_b/t_b (cross-multiplied: no division), or equal and t_a < t_b.
+  // Cross-multiplied: no division.
   const before = (a: number, b: number): boolean => {
     const d = values[a]! * tokens[b]! - values[b]! * tokens[a]!;
     return d !== 0 ? d > 0 : tokens[a]! < tokens[b]!;

@@ -1,18 +1,13 @@
-/**
- * The packer's selection steps on canonical positions (contract.md §8 steps 4, 6, 7, 8): greedy fallback, repair,
- * refill and local improvement, on typed arrays (`sel[i]` = 1 when position i is selected).
- */
+/** The packer's selection steps on canonical positions (contract.md §8 steps 4, 6–8); `sel[i]` = 1 when selected. */
 import { compareCodePoints } from '../text/code-point-order.js';
 import { monotonicNow } from '../util/clock.js';
 
-/** Sum of tokens of the selected canonical positions. */
 export function selectedTokens(sel: Uint8Array, tokens: Int32Array): number {
   let t = 0;
   for (let i = 0; i < sel.length; i++) if (sel[i] === 1) t += tokens[i]!;
   return t;
 }
 
-/** float64 sum of selected scores in canonical (= output) order. */
 export function selectedScore(sel: Uint8Array, values: Float64Array): number {
   let s = 0;
   for (let i = 0; i < sel.length; i++) if (sel[i] === 1) s += values[i]!;
@@ -57,10 +52,7 @@ export function refill(sel: Uint8Array, tokens: Int32Array, budget: number, tota
   return total;
 }
 
-/**
- * Step 8: best single swap (largest positive gain that still fits), then refill; until nothing changes.
- * Stops early (keeping a valid, never worse selection) once `deadline` passes: each round is O(n²).
- */
+/** Step 8: best single swap, then refill, until nothing changes; O(n²) a round, so it stops at `deadline`. */
 export function improve(
   sel: Uint8Array,
   tokens: Int32Array,
@@ -70,7 +62,7 @@ export function improve(
   deadline: number,
 ): number {
   const n = sel.length;
-  // Each swap strictly raises the score; the cap only guards against pathological float ties.
+  // Each swap strictly raises the score; the cap guards against pathological float ties.
   for (let round = 0; round < 4 * n + 16; round++) {
     if (round > 0 && monotonicNow() > deadline) break;
     let bestGain = 0;
