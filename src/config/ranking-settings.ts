@@ -33,7 +33,7 @@ export interface RankingSettings {
   neighbourHits: number;
 }
 
-/** Neighbours of the 5 best hits; 3 to 10 measured alike and each costs two index seeks. */
+/** Neighbours of the 5 best hits (docs/scoring.md, "Dialogue neighbours"). */
 export const DEFAULT_NEIGHBOUR_HITS = 5;
 /** Keeps the neighbour reads a bounded, small part of a search. */
 export const MAX_NEIGHBOUR_HITS = 20;
