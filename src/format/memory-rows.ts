@@ -1,6 +1,6 @@
 /**
  * The answer's `memories_used` rows as protobuf bytes, byte-equal to protobufjs's, written where the fields
- * already are so the main thread allocates no row objects (docs/design/main-thread.md).
+ * already are so the main thread allocates no row objects (docs/design/wire.md).
  */
 
 import { varintLength, writeVarint } from '../wire/varint.js';
