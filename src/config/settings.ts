@@ -255,7 +255,7 @@ export function loadSettings(env: Env = process.env): Settings {
       threads.storeReadThreads,
     ),
     inclusions: {
-      flushMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_INCLUSION_FLUSH_MS'], 1000),
+      flushMs: parseWith(timeoutMsSchema, env, ['IBEX_CONTEXT_INCLUSION_FLUSH_MS'], 10_000),
       maxPending: parseWith(intText(1, 10_000_000), env, ['IBEX_CONTEXT_INCLUSION_MAX_PENDING'], 50_000),
     },
     pool: {

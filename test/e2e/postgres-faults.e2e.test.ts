@@ -51,7 +51,12 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A service reading `schema` as the user of `url`, the pool at its defaults. */
 function startPgService(url: string): Promise<TestService> {
-  return startTestService({ IBEX_CONTEXT_POSTGRES_URL: url, IBEX_CONTEXT_POSTGRES_SCHEMA: schema });
+  // Inclusion counts written every 200 ms, so that the cases that wait for a write wait briefly.
+  return startTestService({
+    IBEX_CONTEXT_POSTGRES_URL: url,
+    IBEX_CONTEXT_POSTGRES_SCHEMA: schema,
+    IBEX_CONTEXT_INCLUSION_FLUSH_MS: '200',
+  });
 }
 
 /** One AssembleContext under the caller's deadline: it must answer OK before it; with its wall time, ms. */

@@ -163,7 +163,13 @@ export class PooledStoreReads implements StoreReads {
   readonly #threads: number;
   readonly #maxChars: number | undefined;
   readonly #neighbours: number;
+  /** Searches waiting. */
   readonly #queue = new FairQueue<PendingRead>();
+  /**
+   * Hot reads and directives waiting: a few rows each, under the branches' short timeouts, so they go
+   * to the thread before any waiting search and never share a batch with one.
+   */
+  readonly #cheap = new FairQueue<PendingRead>();
   #running = 0;
   #meanReadMs = STORE_QUEUE_BUDGET_MS / MIN_QUEUED_PER_THREAD;
   #busyRejections = 0;
@@ -257,15 +263,16 @@ export class PooledStoreReads implements StoreReads {
         reject,
       };
       const limit = storeQueueLimit(this.#meanReadMs, this.#threads);
-      if (this.#running >= this.#threads * PIPELINE_DEPTH && this.#queue.size >= limit) {
-        const victim = this.#queue.shedFor(read.orgId);
+      const queue = read.op === 'search' ? this.#queue : this.#cheap;
+      if (this.#running >= this.#threads * PIPELINE_DEPTH && this.#queue.size + this.#cheap.size >= limit) {
+        const victim = queue.shedFor(read.orgId);
         if (victim === null) {
           this.#refuse(pending);
           return;
         }
         this.#refuse(victim);
       }
-      this.#queue.push(read.orgId, pending);
+      queue.push(read.orgId, pending);
       this.#pump();
     });
   }
@@ -277,14 +284,15 @@ export class PooledStoreReads implements StoreReads {
   }
 
   /**
-   * Sends what waits to the threads, up to {@link MAX_BATCH} reads a task and {@link PIPELINE_DEPTH} tasks a
-   * thread, round-robin across orgs.
+   * Sends what waits to the threads, up to {@link PIPELINE_DEPTH} tasks a thread, round-robin across orgs:
+   * hot reads and directives first, in batches of their own; up to {@link MAX_BATCH} reads a task.
    */
   #pump(): void {
-    while (this.#running < this.#threads * PIPELINE_DEPTH && this.#queue.size > 0) {
+    while (this.#running < this.#threads * PIPELINE_DEPTH && this.#queue.size + this.#cheap.size > 0) {
+      const queue = this.#cheap.size > 0 ? this.#cheap : this.#queue;
       const batch: PendingRead[] = [];
-      while (batch.length < MAX_BATCH && this.#queue.size > 0) {
-        const next = this.#queue.shift()!;
+      while (batch.length < MAX_BATCH && queue.size > 0) {
+        const next = queue.shift()!;
         // Its branch gave up while it waited: nobody will look at the answer.
         if (next.signal?.aborted) next.resolve([]);
         else batch.push(next);
@@ -346,12 +354,12 @@ export class PooledStoreReads implements StoreReads {
 
   /** Queue depth now and busy rejections so far (see {@link StoreReadStats}). */
   stats(): StoreReadStats {
-    return { queueSize: this.#queue.size, busyRejections: this.#busyRejections };
+    return { queueSize: this.#queue.size + this.#cheap.size, busyRejections: this.#busyRejections };
   }
 
   /** Refuses what still waits, then stops the threads. */
   async close(): Promise<void> {
-    for (const p of this.#queue.drain()) this.#refuse(p);
+    for (const p of [...this.#cheap.drain(), ...this.#queue.drain()]) this.#refuse(p);
     await this.#pool.destroy();
   }
 }

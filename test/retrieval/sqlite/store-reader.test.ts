@@ -158,6 +158,29 @@ describe('PooledStoreReads batching and its queue limit', () => {
     }
   });
 
+  it('hot reads and directives waiting behind searches go first, in a batch of their own', async () => {
+    const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
+    try {
+      const order: string[] = [];
+      const seen = <T>(name: string, read: Promise<T>) =>
+        read.then((value) => {
+          order.push(name);
+          return value;
+        });
+      const first = seen('first', echo.search(org, agent, 'hold_ms=30'));
+      const second = seen('second', echo.search(org, agent, 'second'));
+      const searches = ['a', 'b'].map((q) => seen(q, echo.search(org, agent, q)));
+      const hot = seen('hot', echo.hot(org, agent));
+      const directive = seen('directive', echo.getDirective(org, agent));
+      await Promise.all([first, second, ...searches, hot, directive]);
+      expect(order).toEqual(['first', 'second', 'hot', 'directive', 'a', 'b']);
+      expect(await hot).toEqual({ batch: 2 });
+      expect(await searches[0]).toEqual({ batch: 2, query: 'a' });
+    } finally {
+      await echo.close();
+    }
+  });
+
   it('a full queue refuses the newest read of an org with two more waiting, not the newcomer', async () => {
     const echo = await PooledStoreReads.start(fixture.file, 1, ECHO);
     try {
