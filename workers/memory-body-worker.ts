@@ -1,4 +1,4 @@
-/** Body-decoder worker: large memory-service bodies off the event loop (src/retrieval/http/body-decoder.ts). */
+/** Body-decoder worker: large memory-service bodies off the event loop (retrieval/http/body-decoder.ts). */
 
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';

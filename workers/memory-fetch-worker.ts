@@ -1,4 +1,4 @@
-/** Memory-fetch worker: the memory service client off the event loop (retrieval/http/memory-http-thread.ts). */
+/** Memory-fetch worker: the memory service client off the event loop (http/memory-http-thread.ts). */
 import { workerData } from 'piscina';
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';

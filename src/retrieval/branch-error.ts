@@ -18,6 +18,7 @@ export class BranchError extends Error {
   readonly status: 'error' | 'timeout';
   readonly detail: string;
   constructor(code: BranchErrorCode, status: 'error' | 'timeout', detail: string, cause?: unknown) {
+    // Error's constructor reads the limit when it captures the stack; it cannot throw here.
     const limit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
     super(detail, cause === undefined ? undefined : { cause });

@@ -1,4 +1,4 @@
-/** The one validation path for memory hits (contract.md §4.1, §4.3); hand-written: no issue objects, unlike zod. */
+/** The one validation path for memory hits (contract.md §4.1, §4.3); hand-written: it runs on every hit. */
 
 import { type MemoryContent, utf8ExceedsCodePoints } from '../text/content-bytes.js';
 import { canonicalUuid } from '../util/uuid.js';

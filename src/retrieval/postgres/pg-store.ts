@@ -87,7 +87,7 @@ export class PgStore implements FeedbackStore, AgentWriter {
       connectionTimeoutMillis: opts.connectTimeoutMs ?? 1000,
       idleTimeoutMillis: opts.idleTimeoutMs ?? 30_000,
       application_name: applicationName,
-      // Once per connection: no round-trip per read, no session SET a pooler could lose.
+      // Once per connection: no round-trip per read, and no SET a pooler could lose.
       ...(pooler ? {} : { options: `-c statement_timeout=${statementTimeoutMs}` }),
       keepAlive: true,
     };

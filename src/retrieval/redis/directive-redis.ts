@@ -35,7 +35,7 @@ const BUFFER_REPLIES = { [RESP_TYPES.BLOB_STRING]: Buffer } as const;
 
 /** An outage emits one `error` per reconnect attempt. */
 const ERROR_LOG_INTERVAL_MS = 10_000;
-/** Past it node-redis refuses with a plain `Error` (no code), so refusals are told by counting our commands. */
+/** Past it node-redis refuses with a plain `Error`, so refusals are told by counting our commands. */
 const COMMANDS_QUEUE_MAX = 10_000;
 
 function errorName(err: unknown): string {

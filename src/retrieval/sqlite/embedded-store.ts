@@ -137,7 +137,7 @@ export class EmbeddedStore extends EmbeddedWriter {
     );
   }
 
-  /** Opens or creates `file` (or `:memory:`) and migrates it; @throws SqliteError, Error for a newer schema. */
+  /** Opens or creates `file` (or `:memory:`), migrating it; @throws SqliteError, Error for a newer schema. */
   static open(file: string, options: OpenOptions = {}): EmbeddedStore {
     if (file !== ':memory:') fs.mkdirSync(path.dirname(path.resolve(file)), { recursive: true });
     const db = new Database(file, { timeout: options.busyTimeoutMs ?? 2000 });
@@ -197,7 +197,7 @@ export class EmbeddedStore extends EmbeddedWriter {
     return `${p.org}|${p.agent}|${p.limit}|${p.minConfidence}|${p.maxChars}`;
   }
 
-  /** Best BM25 first; any text becomes quoted terms; `[]` without a searchable term. Throws as {@link hot}. */
+  /** Best BM25 first; any text becomes quoted terms, `[]` without one. Throws as {@link hot}. */
   search(orgId: string | null, agentId: string, query: string, options: ReadOptions = {}): StoreHit[] {
     const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
     const terms = toFtsQuery(query);

@@ -1,4 +1,4 @@
-/** The embedded store's writes, each in one transaction and announced to this thread's read caches at once. */
+/** The embedded store's writes, each in one transaction, announced to this thread's read caches at once. */
 import type Database from 'better-sqlite3';
 import {
   type FeedbackKind,
@@ -110,7 +110,7 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     return changes;
   }
 
-  /** Stores one directive as given (contract.md §4.2 applies on read); @throws IbexError for a non-UUID id. */
+  /** Stores a directive as given (contract.md §4.2 applies on read); @throws IbexError for a non-UUID id. */
   setDirective(directive: DirectiveRow): void {
     this.#setDirective.run(checkDirective(directive));
     noteThreadWrite();
