@@ -1,9 +1,4 @@
-/**
- * Piscina worker for the CPU stage (contract.md §1, §10): one task = pack + format of one assembly.
- *
- * Imports only pure modules (the CPU task, and through it the packer and formatter), never the server.
- * The pool points at the compiled `dist/workers/cpu-worker.js`.
- */
+/** Piscina worker for the CPU stage (contract.md §1, §10): pack + format of one assembly. */
 
 import { exactTokensSetting } from '../src/config/settings.js';
 import {
@@ -20,16 +15,12 @@ import { warmBpe } from '../src/text/bpe.js';
 // bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.pool);
 
-// Loading the module is the warm-up: piscina reports a thread ready (and the pool's start-up task runs)
-// only after this, so no request pays for cold JIT tiers.
+// Loading the module is the warm-up: piscina reports the thread ready only after it.
 warmCpuTask();
-// Exact counts (contract.md §5) run here; their encodings take ~0.5 s to load, so not inside a call's deadline.
+// Exact-count encodings take ~0.5 s to load: not inside a call's deadline.
 if (exactTokensSetting()) warmBpe();
 
-/**
- * Runs one task. The result's index arrays are transferred back, not cloned.
- * @throws whatever {@link runCpuTask} throws; piscina turns it into a rejection of that one call.
- */
+/** Runs one task; its index arrays are transferred back, not cloned. */
 export default function cpuTask(input: CpuTaskInput): CpuTaskOutput {
   const output = runCpuTask(input);
   return transferred(output, outputTransferList(output));

@@ -1,9 +1,4 @@
-/**
- * Body-decoder worker: parses, bounds and validates large memory-service bodies off the
- * gRPC event loop, and hands the hits back with their contents as UTF-8 bytes (content-bytes.ts). Imports
- * only the retrieval validation code, the message-buffer size, the thread namer and the result-transfer
- * helper (types aside), never the server or the pool client.
- */
+/** Body-decoder worker: large memory-service bodies off the event loop (retrieval/http/body-decoder.ts). */
 
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
@@ -15,15 +10,10 @@ import { POOLED_MESSAGE_FROM_BYTES } from '../src/util/message-buffers.js';
 
 nameThisThread(THREAD_NAMES.decoder);
 
-/**
- * Piscina task entry point: the hits, or the branch error as data (classes do not survive the clone),
- * with a large body handed back by transfer so the main thread can reuse its buffer, and the contents'
- * buffer transferred with the hits.
- */
+/** Errors cross as data; a large body's buffer goes back for reuse, hit contents as bytes on one buffer. */
 export default function memoryBodyWorker(task: BodyDecodeTask): BodyDecodeResult {
   const result = decode(task);
   const transfer: ArrayBuffer[] = [];
-  // The hits' contents cross as bytes on one transferred buffer: the main thread never decodes them.
   const contents = result.ok ? bytesInPlace(result.value.hits) : null;
   if (contents !== null) transfer.push(contents);
   const body = task.body;
@@ -35,7 +25,6 @@ export default function memoryBodyWorker(task: BodyDecodeTask): BodyDecodeResult
 }
 
 function decode(task: BodyDecodeTask): BodyDecodeResult {
-  // The branch gave up while this decode was queued: nobody will read the answer.
   if (Atomics.load(task.cancelled, 0) === 1) return { ok: false, code: 'cancelled', detail: 'cancelled' };
   try {
     return { ok: true, value: decodeMemoryBody(task.body, task.orgId, task.agentId, task.limits) };

@@ -1,9 +1,4 @@
-/**
- * Memory-fetch worker: runs the memory service client — HTTP request, body, cap, decode,
- * validation — off the gRPC event loop, many reads at once, and hands back validated hits with their
- * contents as UTF-8 bytes on one transferred buffer (content-bytes.ts). Imports only the retrieval client
- * and the result-transfer helper, never the server or the pool client.
- */
+/** Memory-fetch worker: the memory service client off the event loop (http/memory-http-thread.ts). */
 import { workerData } from 'piscina';
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
@@ -20,12 +15,11 @@ import { bytesInPlace } from '../src/text/content-bytes.js';
 
 nameThisThread(THREAD_NAMES.memory);
 
-// Large bodies still go to the body-decoder thread, fair across orgs: parsed here, a 6 MB body would stop
-// this thread's I/O for every org's reads for tens of ms (bench:isolation: the quiet org's L0 under the
-// noisy memory kinds fell from 97 % to 61 % when every body was decoded in this thread).
+// Large bodies still go to the body-decoder thread, so one org's parse does not stall every org's reads
+// here (docs/design/retrieval.md).
 const source = new HttpMemorySource({ ...(workerData as MemoryFetchConfig), decoder: new BodyDecoder() });
 
-/** `Atomics.waitAsync` (ES2024, Node 20+), not in the ES2023 lib this project compiles with. */
+/** `Atomics.waitAsync` (Node 20+) is not in the ES2023 lib this project compiles with. */
 interface AtomicsWaitAsync {
   waitAsync(
     array: Int32Array,
@@ -34,10 +28,7 @@ interface AtomicsWaitAsync {
   ): { async: false; value: string } | { async: true; value: Promise<string> };
 }
 
-/**
- * Piscina task entry point: one branch read. The branch's flag aborts the request when it gives up (the
- * answer is then `cancelled`); errors come back as data, since classes do not survive the clone.
- */
+/** One branch read; the branch's flag aborts the request (`cancelled`); errors cross as data. */
 export default async function memoryFetch(task: MemoryFetchTask): Promise<MemoryFetchResult> {
   const controller = new AbortController();
   let settled = false;
@@ -52,8 +43,7 @@ export default async function memoryFetch(task: MemoryFetchTask): Promise<Memory
       task.op === 'hot'
         ? await source.hot(task.orgId, task.agentId, controller.signal)
         : await source.search(task.orgId, task.agentId, task.query, controller.signal);
-    // Contents cross as bytes, transferred: those decoded here are encoded now; those the body-decoder
-    // thread sent are already views on a buffer of their own, which goes on as it came.
+    // Contents decoded here are encoded now; the body-decoder thread's are already on a buffer of their own.
     const transfer = new Set<ArrayBuffer>();
     const encoded = bytesInPlace(value.hits);
     if (encoded !== null) transfer.add(encoded);

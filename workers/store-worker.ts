@@ -1,9 +1,4 @@
-/**
- * Store-read worker: runs the embedded store's SQLite reads (hot, FTS5 search, directive) off the main
- * thread. better-sqlite3 is synchronous, and a cold search over a large agent takes about a millisecond:
- * on the main thread that would stall every other call's gRPC and retrieval I/O (contract.md §1).
- * Imports only the store module, never the server.
- */
+/** Store-read worker: the embedded store's synchronous SQLite reads off the event loop (contract.md §1). */
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 import { EmbeddedStore, type StoreHit } from '../src/retrieval/sqlite/embedded-store.js';
@@ -20,26 +15,19 @@ import { bytesInPlace, type MemoryContent } from '../src/text/content-bytes.js';
 // bench:load splits the server's CPU per thread by name.
 nameThisThread(THREAD_NAMES.store);
 
-// One connection per database file per thread, opened on first use.
 const stores = new Map<string, EmbeddedStore>();
 
 function storeFor(path: string): EmbeddedStore {
   let store = stores.get(path);
   if (!store) {
-    // No read cache: the main thread caches, and asks here only on its misses, which must see every
-    // commit (this thread's cache would notice another thread's commits only within 10 ms).
+    // No read cache: the main thread caches, and its misses must see every commit at once.
     store = EmbeddedStore.open(path, { cache: false });
     stores.set(path, store);
   }
   return store;
 }
 
-/**
- * One read's value. Hot hits stay raw (the main thread caches them and validates a cached answer once);
- * search hits are validated and scoped here (contract.md §4.1, the same `validateHits` as on the main thread),
- * so that the event loop does no per-hit work for them. Contents become UTF-8 bytes on a buffer pushed
- * to `transfer`.
- */
+/** Hot hits stay raw (the main thread caches them); search hits are validated and scoped here. */
 function readOne(
   store: EmbeddedStore,
   read: StoreRead,
@@ -71,7 +59,6 @@ function readOne(
   }
 }
 
-/** `value`, its holders' contents turned into UTF-8 bytes on one buffer, which is added to `transfer`. */
 function withContentBytes<T>(
   value: T,
   holders: { content: MemoryContent | null }[],
@@ -82,15 +69,10 @@ function withContentBytes<T>(
   return value;
 }
 
-/** Synthetic memories the thread warms on, and the searches it runs over them. */
 const WARM_ROWS = 600;
 const WARM_SEARCHES = 30;
 
-/**
- * Runs this thread's read path (FTS5 search of hundreds of rows, row materialisation, validation, bytes)
- * on an in-memory store of synthetic memories (src/retrieval/warm-memories.ts) before the thread takes
- * reads, so the first calls of a large budget do not run it unoptimised. ~0.1 s at thread start.
- */
+/** Runs the read path on synthetic memories before taking reads, so the first calls do not run it cold. */
 function warmThisThread(): void {
   const store = EmbeddedStore.open(':memory:', { cache: false });
   try {
@@ -108,11 +90,7 @@ function warmThisThread(): void {
 
 warmThisThread();
 
-/**
- * Piscina task entry point: a batch of reads, answered in order with plain (cloneable) values, hits'
- * contents as UTF-8 bytes on transferred buffers (content-bytes.ts), and this thread's time on them (the
- * reader sizes its queue from it).
- */
+/** A batch of reads, answered in order, with this thread's time on them (sizes the reader's queue). */
 export default function storeRead(batch: StoreReadBatch): StoreReadReply {
   const started = performance.now();
   const store = storeFor(batch.db);
@@ -133,7 +111,7 @@ export default function storeRead(batch: StoreReadBatch): StoreReadReply {
   const transfer: ArrayBuffer[] = [];
   const answers = batch.reads.map((read): StoreReadAnswer => {
     try {
-      // Hits' contents cross as UTF-8 bytes on a transferred buffer: the event loop never decodes them.
+      // Contents cross as UTF-8 bytes on a transferred buffer: the event loop never decodes them.
       return { ok: true, value: readOne(store, read, batch.maxChars, transfer) };
     } catch (err) {
       const code = (err as { code?: unknown })?.code;

@@ -1,11 +1,5 @@
-/**
- * Failures of one retrieval branch (contract.md §4). They never leave {@link retrieve}: each becomes a
- * `BranchOutcome` (`error` or `timeout` plus a short detail), because dependency failures degrade the
- * answer and never produce a gRPC status (contract.md §11). That is why they live here and not in the
- * service-wide `errors.ts` table, whose codes all map to gRPC statuses.
- */
+/** Branch failures (contract.md §4): they become outcomes, never gRPC statuses (hence not errors.ts). */
 
-/** Stable codes; callers branch on `code`, the `detail` is the outcome's text. */
 export type BranchErrorCode =
   | 'IBEX_RETRIEVAL_HTTP_STATUS'
   | 'IBEX_RETRIEVAL_HTTP_TIMEOUT'
@@ -18,16 +12,10 @@ export type BranchErrorCode =
   | 'IBEX_RETRIEVAL_STORE_REPLY'
   | 'IBEX_RETRIEVAL_DECODER_BUSY';
 
-/**
- * One branch failure; `detail` never contains credentials. Built without a stack trace (as
- * util/stackless.ts does): it never leaves `retrieve`, where it becomes an outcome's detail, and under load
- * one is built per failed branch of nearly every call, wherever it is constructed.
- */
+/** `detail` never has credentials. No stack: one is built per failed branch under load. */
 export class BranchError extends Error {
   readonly code: BranchErrorCode;
-  /** Outcome status this failure maps to. */
   readonly status: 'error' | 'timeout';
-  /** Outcome detail, e.g. `memory service HTTP 503`. */
   readonly detail: string;
   constructor(code: BranchErrorCode, status: 'error' | 'timeout', detail: string, cause?: unknown) {
     // Error's constructor reads the limit when it captures the stack; it cannot throw here.
@@ -42,15 +30,12 @@ export class BranchError extends Error {
   }
 }
 
-/** Factories: the only way branch failures are built, so details stay the contract's strings. */
 export const BranchErrors = {
-  /** contract.md §4.1: status ≥ 400. */
   httpStatus: (code: number) =>
     new BranchError('IBEX_RETRIEVAL_HTTP_STATUS', 'error', `memory service HTTP ${code}`),
-  /** contract.md §4: the HTTP client's own timeout (connect / headers / body). */
   httpTimeout: (branch: 'hot' | 'cold', cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_HTTP_TIMEOUT', 'timeout', `${branch}_http_timeout`, cause),
-  /** Connection refused, reset, … `reason` is the transport's error code, never a header. */
+  /** `reason` is the transport's error code, never a header. */
   httpTransport: (reason: string, cause?: unknown) =>
     new BranchError(
       'IBEX_RETRIEVAL_HTTP_TRANSPORT',
@@ -58,25 +43,21 @@ export const BranchErrors = {
       `memory service unreachable (${reason})`,
       cause,
     ),
-  /** contract.md §4.1: a body beyond the cap derived from `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS`. */
   tooLarge: () => new BranchError('IBEX_RETRIEVAL_TOO_LARGE', 'error', 'response too large'),
-  /** Too many large bodies already wait for the body-decoder thread. */
   decoderBusy: () => new BranchError('IBEX_RETRIEVAL_DECODER_BUSY', 'error', 'body decoder busy'),
   invalidJson: (cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_INVALID_JSON', 'error', 'invalid JSON', cause),
   badShape: (where: string) => new BranchError('IBEX_RETRIEVAL_BAD_SHAPE', 'error', `bad shape: ${where}`),
-  /** contract.md §4.2 envelope rules; `reason` names the rule (`not UTF-8`, `v must be 1`, …). */
+  /** contract.md §4.2 envelope rules; `reason` names the rule. */
   badDirective: (reason: string, cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_BAD_DIRECTIVE', 'error', `bad directive: ${reason}`, cause),
-  /** A store that cannot answer (Redis offline, SQLite error). */
   unavailable: (what: string, reason: string, cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_UNAVAILABLE', 'error', `${what} unavailable (${reason})`, cause),
-  /** A store that answered with an error (e.g. Redis `WRONGTYPE`); `reason` is the reply's code only. */
+  /** `reason` is the reply's code only (e.g. Redis `WRONGTYPE`). */
   storeReply: (what: string, reason: string, cause?: unknown) =>
     new BranchError('IBEX_RETRIEVAL_STORE_REPLY', 'error', `${what} error (${reason})`, cause),
 } as const;
 
-/** True for a {@link BranchError}. */
 export function isBranchError(err: unknown): err is BranchError {
   return err instanceof BranchError;
 }

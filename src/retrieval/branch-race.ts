@@ -1,14 +1,6 @@
 /**
- * The three retrieval branches of one call under ONE AbortController and ONE timer (a call used
- * to build a controller and a timer for the wall and one of each per branch).
- *
- * Why one: the wall and the branches' own timeouts are just deadlines on the same clock, so a single timer
- * armed at the earliest pending one serves them all ({@link armAt} re-arms for the next). A branch past its
- * own timeout is settled `timeout`/`<name>_timeout` at once; its read is abandoned, and stopped through the
- * shared signal when the retrieval ends ({@link BranchRace.finish}) or the wall passes — never later than
- * before, since the retrieval ends as soon as every branch has settled. A source that answers
- * synchronously (the embedded store's cached hot and directive reads) is settled without a promise or a
- * timer; a retrieval whose branches all answer synchronously arms no timer at all.
+ * The three branches of one call under one AbortController and one timer, armed at the earliest deadline.
+ * A branch past its own timeout settles at once; synchronous answers settle without a promise or timer.
  */
 
 import type { AbortSignalLike } from '../util/abort.js';
@@ -24,19 +16,14 @@ import { stackless } from '../util/stackless.js';
 import type { BranchName, BranchOutcome } from '../wire/types.js';
 import { isBranchError } from './branch-error.js';
 
-/** A branch's outcome and, on success, its value. */
 export interface Settled<T> {
   outcome: BranchOutcome;
   value: T | undefined;
 }
 
-// Raised per branch that times out: without a stack (util/stackless.ts).
 const timeoutReason = (detail: string) => stackless(() => new DOMException(detail, 'TimeoutError'));
 
-/**
- * Reads an abort reason into an outcome. Our own reasons are DOMException `TimeoutError`s whose message is
- * the detail (`outer_deadline`, …); anything else that aborted is a cancellation.
- */
+/** Our own reasons are `TimeoutError`s carrying the detail; anything else is a cancellation. */
 function abortOutcome(name: BranchName, latency: number, reason: unknown): BranchOutcome {
   if (reason instanceof DOMException && reason.name === 'TimeoutError') {
     return { name, status: 'timeout', latency_ms: latency, detail: reason.message };
@@ -46,7 +33,7 @@ function abortOutcome(name: BranchName, latency: number, reason: unknown): Branc
 
 function failureOutcome(name: BranchName, latency: number, err: unknown): BranchOutcome {
   if (isBranchError(err)) return { name, status: err.status, latency_ms: latency, detail: err.detail };
-  // Unknown failures keep only the error's class name: messages may quote data we must not echo.
+  // Only the class name: messages may quote data we must not echo.
   const kind = err instanceof Error ? err.name : typeof err;
   return { name, status: 'error', latency_ms: latency, detail: `unexpected ${kind}` };
 }
@@ -55,16 +42,14 @@ function isThenable<T>(v: T | PromiseLike<T>): v is PromiseLike<T> {
   return typeof (v as { then?: unknown } | null)?.then === 'function';
 }
 
-/** A branch still waiting for its source. */
 interface Pending {
   readonly name: BranchName;
   readonly started: number;
-  /** Its own timeout, absolute ms on the race's clock. */
+  /** Absolute ms on the race's clock. */
   readonly at: number;
   readonly resolve: (s: Settled<never>) => void;
 }
 
-/** One retrieval's branches under one signal and one timer; see the module comment. */
 export class BranchRace {
   readonly #ctl = new AbortController();
   readonly #clock: Clock;
@@ -77,14 +62,7 @@ export class BranchRace {
   #abandoned = false;
   #finished = false;
 
-  /**
-   * @param wallMs the wall W in ms from now; ≤ 0 (or NaN) ends it at once (`outer_deadline`).
-   * @param caller the request's signal: its abort ends every branch (`outer_deadline` for a TimeoutError
-   *   reason, else `error`/`cancelled`).
-   * @param clock the monotonic clock (tests inject a fake one with fake timers).
-   * @param scheduler where the race's one deadline is armed: the call's timer when given (so that a call
-   *   holds one timer in all), else {@link armAt} on `clock`.
-   */
+  /** @param wallMs ≤ 0 or NaN ends the race at once; @param scheduler the call's timer, so it holds one. */
   constructor(wallMs: number, caller: AbortSignalLike, clock: Clock = monotonicNow, scheduler?: Scheduler) {
     this.#clock = clock;
     this.#caller = caller;
@@ -97,18 +75,11 @@ export class BranchRace {
     }
   }
 
-  /** The signal every source gets: aborts at the wall, on the caller's abort, or at {@link finish}. */
   get signal(): AbortSignal {
     return this.#ctl.signal;
   }
 
-  /**
-   * Runs one branch: `call` gets the shared signal; its answer (a value, or a promise of one) becomes
-   * `success`, a throw or rejection `error`/`unavailable`/… (BranchError status), its own timeout
-   * `timeout`/`<name>_timeout`, the wall `timeout`/`outer_deadline`. Latencies in ms.
-   * @param ownMs the branch's own timeout, ms from now.
-   * @returns the settled branch, synchronously when the source answered synchronously.
-   */
+  /** Runs one branch on the shared signal; synchronous when the source was. */
   run<T>(
     name: BranchName,
     ownMs: number,
@@ -153,10 +124,7 @@ export class BranchRace {
     });
   }
 
-  /**
-   * Ends the race once every branch has settled: stops the timer, detaches from the caller's signal and,
-   * if a branch was abandoned on its own timeout, aborts the shared signal so its read stops. Idempotent.
-   */
+  /** Stops the timer; aborts the shared signal if a branch was abandoned, so its read stops. Idempotent. */
   finish(): void {
     this.#finished = true;
     this.#timer?.cancel();
@@ -165,7 +133,6 @@ export class BranchRace {
     if (this.#abandoned && !this.#ctl.signal.aborted) this.#ctl.abort(timeoutReason('branch_timeout'));
   }
 
-  /** Removes `p` from the pending list; false if it had already settled. */
   #take(p: Pending): boolean {
     const i = this.#pending.indexOf(p);
     if (i < 0) return false;
@@ -180,16 +147,13 @@ export class BranchRace {
     this.#timer = this.#scheduler.at(at, this.#onTimer);
   }
 
-  // A deadline is decided after the loop's next poll (afterPendingIo): a store reply already waiting when a
-  // late timer fires still settles its branch `success`.
+  // Decided after the next poll (afterPendingIo): a reply already waiting still settles `success`.
   readonly #onTimer = (): void => {
     this.#timer = null;
     this.#armedAt = Number.POSITIVE_INFINITY;
     afterPendingIo(this.#onDue);
   };
 
-  // Runs whether or not a timer was armed meanwhile: a branch started in between (its deadline already past,
-  // so its timer ran at once) is settled here; a later deadline is re-armed as usual.
   readonly #onDue = (): void => {
     if (this.#finished) return;
     const now = this.#clock();
@@ -221,7 +185,6 @@ export class BranchRace {
     );
   };
 
-  /** Aborts the shared signal and settles every pending branch with `reason`. */
   #endAll(reason: DOMException): void {
     if (!this.#ctl.signal.aborted) this.#ctl.abort(reason);
     this.#timer?.cancel();

@@ -1,7 +1,4 @@
-/**
- * Directive envelope rules (contract.md §4.2), shared by the Redis and the embedded directive stores so both
- * accept and reject exactly the same values.
- */
+/** Directive envelope rules (contract.md §4.2), shared by Redis and the embedded store. */
 
 import { canonicalUuid } from '../util/uuid.js';
 import type { Directive } from '../wire/types.js';
@@ -16,17 +13,12 @@ export const INJECTION_MODES: readonly Directive['injection_mode'][] = [
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** Redis key of a directive: `{org_id}:directive:{agent_id}` with canonical lower-case UUIDs (contract.md §4.2). */
+/** `{org_id}:directive:{agent_id}`, lower-case (contract.md §4.2). */
 export function directiveKey(orgId: string, agentId: string): string {
   return `${orgId.toLowerCase()}:directive:${agentId.toLowerCase()}`;
 }
 
-/**
- * Applies contract.md §4.2 to a decoded envelope `{"v": 1, "content", "injection_mode", "version_id"}`.
- * `injection_mode` and `version_id` must be strings (only `content` may be null or absent, meaning "").
- * @returns the directive, or `null` when content is empty (a success with no directive).
- * @throws BranchError `bad directive: …` for not an object, `v` ≠ 1, non-string fields, version not a UUID.
- */
+/** contract.md §4.2 on a decoded envelope; `null` for empty content. @throws BranchError. */
 export function parseDirectiveObject(value: unknown): Directive | null {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
     throw BranchErrors.badDirective('not an object');
@@ -42,7 +34,6 @@ export function parseDirectiveObject(value: unknown): Directive | null {
   const versionId = canonicalUuid(version);
   if (versionId === null) throw BranchErrors.badDirective('version_id must be a UUID');
   if (content === '') return null;
-  // Whitespace and case are forgiven: a writer's `System_Append ` still means system_append.
   const trimmedMode = mode.trim().toLowerCase();
   const injection_mode = (INJECTION_MODES as readonly string[]).includes(trimmedMode)
     ? (trimmedMode as Directive['injection_mode'])
@@ -50,12 +41,7 @@ export function parseDirectiveObject(value: unknown): Directive | null {
   return { content, injection_mode, version_id: versionId };
 }
 
-/**
- * Decodes a stored directive value (contract.md §4.2): strict UTF-8, then JSON, then {@link parseDirectiveObject}.
- * @param raw the stored bytes; `null` for a missing key.
- * @returns `null` for a missing key or empty content.
- * @throws BranchError `bad directive: not UTF-8` / `not JSON` / the object rules.
- */
+/** Strict UTF-8, then JSON, then {@link parseDirectiveObject}. */
 export function parseDirectiveValue(raw: Uint8Array | string | null): Directive | null {
   if (raw === null) return null;
   let text: string;

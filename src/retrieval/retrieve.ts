@@ -1,9 +1,4 @@
-/**
- * The retrieval stage (contract.md §4): directive, hot and cold branches run concurrently under one wall, each
- * with its own timeout; whatever has not finished when the wall passes is aborted and recorded as
- * `timeout`/`outer_deadline`, while finished branches are kept. `retrieve` never throws for a
- * dependency failure and returns as soon as the wall (or the caller's signal) fires.
- */
+/** The retrieval stage (contract.md §4); never throws for a dependency failure. */
 
 import type { AbortSignalLike } from '../util/abort.js';
 import { type Clock, monotonicNow, type Scheduler } from '../util/clock.js';
@@ -24,49 +19,33 @@ import {
 export type { DirectiveSource, MemorySource, RetrievalSources, SourceHits } from './ports.js';
 export type { RawHits, ValidatedHits } from './validate.js';
 
-/** One retrieval's inputs. `orgId`/`agentId` are UUIDs validated upstream (any case accepted). */
+/** `orgId`/`agentId` are UUIDs validated upstream (any case). */
 export interface RetrievalRequest {
   orgId: string;
   agentId: string;
-  /** Raw query text; blank (after trim) skips cold search (`empty_query`). */
   query: string;
-  /** `options.skip_hot_memories`: the hot source is not called. */
   skipHot: boolean;
-  /** `options.skip_cold_memories`: the cold source is not called. */
   skipCold: boolean;
-  /**
-   * Most cold hits to ask for and keep (default {@link SEARCH_LIMIT}): sized to the call's budget by
-   * the caller (ranking/candidate-limit.ts); sources without a sized search keep their own limit.
-   */
+  /** Most cold hits to ask for and keep (default {@link SEARCH_LIMIT}); see ranking/candidate-limit.ts. */
   coldLimit?: number;
 }
 
-/** Timeouts in ms (contract.md §3, §4): the wall over all branches and each branch's own limit. */
+/** ms (contract.md §3, §4). */
 export interface RetrievalTimeouts {
-  /** Effective wall W, ms; already capped by the caller's deadline minus the CPU-stage reserve (§10). */
+  /** Already capped by the deadline minus the CPU-stage reserve (§10). */
   wallMs: number;
   directiveMs: number;
   hotMs: number;
   coldMs: number;
 }
 
-/** What retrieval produced (contract.md §4). */
 export interface RetrievalResult {
-  /** `null` when missing, empty, or the branch failed/timed out. */
   directive: Directive | null;
-  /** Validated hot hits of the request's org+agent, source order. */
   hot: MemoryHit[];
-  /** Validated cold hits of the request's org+agent, source order. */
   cold: MemoryHit[];
-  /** Always three, in the order directive, hot, cold. */
   branches: BranchOutcome[];
-  /** Items dropped over hot+cold: wrong shape/values, or another org's/agent's. */
   dropped: { invalid: number; foreign: number };
-  /**
-   * What the bounds of contract.md §4.1 removed over hot+cold: hits whose content is over
-   * `IBEX_CONTEXT_MAX_MEMORY_CHARS` (dropped, reason `oversize`), and items past the requested limit
-   * (`ignored`: not validated, not scored).
-   */
+  /** Dropped over `IBEX_CONTEXT_MAX_MEMORY_CHARS` (`oversize`) and items past the limit (`ignored`). */
   bounded: { oversize: number; ignored: number };
 }
 
@@ -74,11 +53,7 @@ function isRawHits(value: SourceHits): value is RawHits {
   return Array.isArray(value);
 }
 
-/**
- * Validations of frozen answers (the embedded store's cached hot reads, shared until a write): a frozen
- * answer cannot change, so it is validated once per org/agent/limits and the result, frozen too, is
- * reused (20 hits × 3 UUID checks were redone on every call).
- */
+/** A frozen answer (cached hot read) cannot change, so its validation is done once and reused. */
 const validatedOnce = new WeakMap<RawHits, { key: string; hits: ValidatedHits }>();
 
 function validateRaw(items: RawHits, orgId: string, agentId: string, limits: HitLimits): ValidatedHits {
@@ -98,29 +73,8 @@ function skipped(name: BranchName, detail: string): Settled<never> {
 }
 
 /**
- * Runs the three branches of contract.md §4 concurrently.
- *
- * - Wall `t.wallMs` (ms) over all branches; on expiry unfinished branches are aborted through their
- *   AbortSignal and recorded `timeout`/`outer_deadline`. Own timeouts give `directive_timeout`,
- *   `hot_timeout`, `cold_timeout`; the HTTP client's own timeouts `hot_http_timeout`/`cold_http_timeout`.
- * - Skip flags give `skipped` (`skip_hot_memories`/`skip_cold_memories`) and the source is not called;
- *   a blank query gives cold `skipped`/`empty_query`.
- * - Hits go through `validateHits`: invalid or foreign (other org/agent) items are dropped, counted in
- *   `dropped`, and named in the branch detail (`dropped 1 invalid, 1 foreign`).
- * - `signal` is the request's: when it aborts, every branch is aborted (`timeout`/`outer_deadline` when
- *   its reason is a TimeoutError, else `error`/`cancelled`).
- *
- * - Bounds (contract.md §4.1): only the first 20 hot / 10 cold items are looked at (the rest counted
- *   `ignored`); a hit longer than `maxMemoryChars` code points is dropped as `oversize`. Sources that
- *   validate themselves (HTTP) apply the same bounds before their hits reach this thread.
- *
- * Latencies are ms on `clock` (default the monotonic clock). Never throws for dependency failures; returns at
- * most about 1 ms after the wall (timer resolution), provided sources honour or ignore, but never block
- * on, their signal.
- * @param maxMemoryChars `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points (default 65,536).
- * @param clock the monotonic clock the wall and branch timeouts are on (tests inject a fake one).
- * @param timer where the wall and branch timeouts are armed: the call's one timer (`ctx.timer`, on the
- *   same clock); default a timer of the retrieval's own.
+ * Runs the three branches of contract.md §4: unfinished ones are aborted at the wall, finished ones kept.
+ * Returns about 1 ms after the wall at the latest, provided sources never block on their signal.
  */
 export async function retrieve(
   sources: RetrievalSources,
@@ -133,7 +87,6 @@ export async function retrieve(
 ): Promise<RetrievalResult> {
   const orgId = req.orgId.toLowerCase();
   const agentId = req.agentId.toLowerCase();
-  // One AbortController for the wall and all three branches, their deadlines on the call's timer.
   const race = new BranchRace(t.wallMs, signal, clock, timer);
 
   try {
@@ -147,7 +100,6 @@ export async function retrieve(
       : req.query.trim() === ''
         ? skipped('cold', 'empty_query')
         : race.run('cold', t.coldMs, (s) => sources.memory.search(orgId, agentId, req.query, s, coldLimit));
-    // Branches that answered synchronously are used as they are: no promise round for them.
     const d = dP instanceof Promise ? await dP : dP;
     const h = hP instanceof Promise ? await hP : hP;
     const c = cP instanceof Promise ? await cP : cP;

@@ -1,9 +1,4 @@
-/**
- * Chooses and builds the retrieval sources from settings (contract.md §3, §4.3): the memory service over HTTP
- * when a base URL is set, else PostgreSQL when its URL is set, else the embedded store; Redis
- * for directives when a URL is set, else the store serving memories (PostgreSQL or embedded; with a
- * memory service and no Redis, PostgreSQL when set, else embedded). Each store is opened once and shared.
- */
+/** Builds the sources (contract.md §3, §4.3): HTTP, else PostgreSQL, else embedded; Redis for directives. */
 import type { Settings } from '../config/settings.js';
 import type { MemoryContent } from '../text/content-bytes.js';
 import type { Directive } from '../wire/types.js';
@@ -23,13 +18,11 @@ import type { RawHits } from './validate.js';
 
 export type { RetrievalSources } from './ports.js';
 
-/** Options of {@link createSources}. */
 export interface CreateSourcesOptions {
-  /** Where connection warnings go (Redis outages, …). Default: dropped. */
+  /** Connection warnings (Redis outages, …). Default: dropped. */
   logger?: RetrievalLogger;
 }
 
-/** A store read's answer as it comes (value or promise), its failures turned into BranchErrors. */
 function settleRead<T>(read: () => T | Promise<T>): T | Promise<T> {
   let answer: T | Promise<T>;
   try {
@@ -46,10 +39,7 @@ function storeFailure(err: unknown): never {
   throw BranchErrors.unavailable('embedded store', code, err);
 }
 
-/**
- * The embedded store's feedback writes: RecordMemoryFeedback on the store (its answer is awaited by
- * the caller), inclusion counts in a store-read thread when there is one (`writes`).
- */
+/** Inclusion counts go to a store-read thread when there is one. */
 function embeddedFeedback(store: EmbeddedStore, writes: PooledStoreReads | undefined): FeedbackStore {
   if (writes === undefined) return store;
   return {
@@ -58,27 +48,18 @@ function embeddedFeedback(store: EmbeddedStore, writes: PooledStoreReads | undef
   };
 }
 
-/** {@link MemorySource} on the embedded store, scoped by org AND agent (contract.md §4.3). */
+/** Scoped by org AND agent (contract.md §4.3). */
 export class EmbeddedMemorySource implements MemorySource {
   readonly #store: StoreReads;
-  /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
   constructor(store: EmbeddedStore | StoreReads) {
     this.#store = store instanceof EmbeddedStore ? inProcessReads(store) : store;
   }
-  /**
-   * `EmbeddedStore.hot` (limit 20, similarity = confidence). Answers synchronously when the read is
-   * served from the store's cache or in-process (no promise for it), else with a promise from a
-   * store-read thread; the signal is only checked before the read.
-   * @throws BranchError `embedded store unavailable (<code>)` when SQLite fails (thrown or rejected).
-   */
+  /** Synchronous when cached or in-process; @throws BranchError `embedded store unavailable (<code>)`. */
   hot(orgId: string, agentId: string, signal: AbortSignal): RawHits | Promise<RawHits> {
     signal.throwIfAborted();
     return settleRead(() => this.#store.hot(orgId, agentId));
   }
-  /**
-   * `EmbeddedStore.search` (FTS5, `limit` hits, default 10, BM25 similarity). Throws as
-   * {@link EmbeddedMemorySource.hot}.
-   */
+  /** Throws as {@link EmbeddedMemorySource.hot}. */
   search(
     orgId: string,
     agentId: string,
@@ -89,25 +70,18 @@ export class EmbeddedMemorySource implements MemorySource {
     signal.throwIfAborted();
     return settleRead(() => this.#store.search(orgId, agentId, query, signal, limit));
   }
-  /** The store is owned by whoever opened it (see {@link createSources}). */
   async close(): Promise<void> {}
 }
 
-/** {@link DirectiveSource} on the embedded store, with the same contract.md §4.2 rules as Redis values. */
 export class EmbeddedDirectiveSource implements DirectiveSource {
   readonly #store: StoreReads;
-  /** @param store an open store (in-process reads) or store-read threads ({@link PooledStoreReads}). */
   constructor(store: EmbeddedStore | StoreReads) {
     this.#store = store instanceof EmbeddedStore ? inProcessReads(store) : store;
   }
-  /**
-   * @returns the directive, or `null` when none is stored or its content is empty.
-   * @throws BranchError `bad directive: …` (contract.md §4.2) or `embedded store unavailable (<code>)`.
-   */
+  /** @throws BranchError `bad directive: …` or `embedded store unavailable (<code>)`. */
   get(orgId: string, agentId: string, signal: AbortSignal): Directive | null | Promise<Directive | null> {
     signal.throwIfAborted();
     const envelope = settleRead(() => this.#store.getDirective(orgId, agentId));
-    // A cached directive (the common case) is parsed and returned synchronously.
     if (envelope instanceof Promise)
       return envelope.then((e) => (e === null ? null : parseDirectiveObject(e)));
     return envelope === null ? null : parseDirectiveObject(envelope);
@@ -115,7 +89,7 @@ export class EmbeddedDirectiveSource implements DirectiveSource {
   async close(): Promise<void> {}
 }
 
-/** Hot read from the main store's cache, else from a store-read thread (cached on return). */
+/** Hot read from the cache, else from a store-read thread. */
 function hotThroughCache(
   store: EmbeddedStore,
   pooled: PooledStoreReads,
@@ -137,17 +111,8 @@ function hotThroughCache(
 }
 
 /**
- * Builds the sources for `settings`:
- * - memory: {@link RoutedMemorySource} when `settings.memoryBaseUrl` is set (orgs with large bodies
- *   read in the memory-fetch thread; {@link HttpMemorySource}, all on the event loop, with
- *   `memoryHttpThread` false; token `memoryApiToken`, undici timeouts = the branch timeouts), else
- *   {@link PgMemorySource} when `settings.postgres.url` is set, else
- *   {@link EmbeddedMemorySource} on `settings.embeddedDb`;
- * - directive: {@link RedisDirectiveSource} when `settings.redisUrl` is set (waits ≤ 1 s for a first
- *   connection, never fails for an unreachable Redis), else {@link PgDirectiveSource} when PostgreSQL is
- *   set, else {@link EmbeddedDirectiveSource}.
- * @throws SqliteError when the embedded store is needed and cannot be opened; TypeError for a bad URL;
- *   the connection or migration error when PostgreSQL is needed and cannot be reached (start-up fails).
+ * Redis waits ≤ 1 s for a first connection and never fails start-up when unreachable.
+ * @throws when the embedded store cannot be opened, a URL is bad, or PostgreSQL cannot be reached.
  */
 export async function createSources(
   settings: Settings,
@@ -158,7 +123,7 @@ export async function createSources(
   const memoryKind = settings.memoryBaseUrl !== '' ? 'http' : usePg ? 'postgres' : 'embedded';
   const directiveKind = settings.redisUrl !== '' ? 'redis' : usePg ? 'postgres' : 'embedded';
   const needsStore = memoryKind === 'embedded' || directiveKind === 'embedded';
-  // Migrated here, before any read; replicas starting together serialise on an advisory lock.
+  // Migrated before any read; replicas starting together serialise on an advisory lock.
   const pgStore =
     memoryKind === 'postgres' || directiveKind === 'postgres'
       ? await PgStore.open({
@@ -179,9 +144,8 @@ export async function createSources(
     coldMs: settings.coldTimeoutMs,
     wallMs: settings.wallMs,
   };
-  // Opened here first so the schema exists before the read threads connect; kept for the process's life.
+  // Opened first so the schema exists before the read threads connect.
   let store: EmbeddedStore | undefined;
-  // With store-read threads, inclusion counts are written there, off the event loop.
   let inclusionWrites: PooledStoreReads | undefined;
   let reads: StoreReads | undefined;
   let memory: MemorySource | undefined;
@@ -192,11 +156,7 @@ export async function createSources(
       : undefined;
     if (store) {
       const opened = store;
-      // Directives and hot reads are served from the store's read cache on this thread (a map lookup
-      // after a write check, read-cache.ts). A hot miss (first read, or after a write) is read
-      // in a store-read thread like every FTS5 search: 20 memories at the 64K cap take tens of ms to
-      // decode from SQLite's UTF-8 on this thread, far less to receive as a structured clone
-      // (bench:store). Only when that queue is full is the miss read here, as it always was before.
+      // Hot misses go to a store-read thread too: decoding big contents here would hold the event loop.
       const neighbours = settings.ranking.neighbourHits;
       const local = inProcessReads(opened, neighbours);
       if (settings.embeddedReadThreads > 0) {
@@ -240,7 +200,6 @@ export async function createSources(
         : directiveKind === 'postgres'
           ? new PgDirectiveSource(pgStore!, pgTimes)
           : new EmbeddedDirectiveSource(reads!);
-    // The memory-fetch or body-decoder thread starts now, not inside the first branch timeout.
     if (memory instanceof HttpMemorySource || memory instanceof RoutedMemorySource) memory.warm();
     let closed = false;
     const mem = memory;

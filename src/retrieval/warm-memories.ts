@@ -1,13 +1,4 @@
-/**
- * Synthetic memories for start-up warm-up: chat turns of a made-up agent, the size and shape of real ones
- * (a speaker label, a sentence of common words), so that warm-up runs the per-candidate code of the
- * search, the ranking, the CPU stage and the answer over hundreds of candidates, as a call without
- * `available_tokens` does. A warm-up over a tenant with no memories compiles none of that code: the first
- * real calls then ran it unoptimised, several at once, and missed their deadline.
- *
- * Nothing here is written to a store the service serves: the store-read threads warm on an in-memory
- * store of their own, the main thread on a source that answers these rows.
- */
+/** Synthetic memories so warm-up compiles the per-candidate code; never written to a served store. */
 import type { MemoryRow } from './store-rows.js';
 
 const SPEAKERS = ['Caroline', 'Melanie', 'Jon', 'Gina'];
@@ -21,26 +12,19 @@ const WORDS = [
 ];
 const CATEGORIES = ['episodic', 'factual', 'preference'];
 
-/** A query whose words the warm memories hold (most of them match it, as a broad question's do). */
 export const WARM_QUERY = 'what did Caroline say about the support group and painting with friends';
 
-/** The UUID of warm memory `i` (version 4 layout, deterministic). */
 function warmId(i: number): string {
   return `00000000-0000-4000-8000-${i.toString(16).padStart(12, '0')}`;
 }
 
-/** The content of warm memory `i`: a labelled chat turn of 60–200 characters. */
 export function warmContent(i: number): string {
   const a = WORDS[i % WORDS.length]!;
   const b = WORDS[(i * 7 + 3) % WORDS.length]!;
   return `${SPEAKERS[i % SPEAKERS.length]}: ${a}${i % 3 === 0 ? `, and ${b}` : ''} (${i})`;
 }
 
-/**
- * `n` warm memories of one org and agent, newest first a day apart from `nowMs`.
- * @param orgId canonical UUID.
- * @param agentId canonical UUID.
- */
+/** Newest first, a day apart from `nowMs`. */
 export function warmMemoryRows(orgId: string, agentId: string, n: number, nowMs: number): MemoryRow[] {
   return Array.from({ length: n }, (_, i) => ({
     id: warmId(i),
@@ -53,11 +37,7 @@ export function warmMemoryRows(orgId: string, agentId: string, n: number, nowMs:
   }));
 }
 
-/**
- * Warm memories as raw hits of a store search (contract.md §4.1 item shape, `source: "fts"`, falling
- * similarity: a few strong matches, most weak, some under the relevance floor), contents as UTF-8 bytes
- * as a store-read thread sends them.
- */
+/** As raw store-search hits (falling similarity, contents as UTF-8 bytes). */
 export function warmSearchHits(orgId: string, agentId: string, n: number, nowMs: number): unknown[] {
   return warmMemoryRows(orgId, agentId, n, nowMs).map((row, i) => ({
     memory: {

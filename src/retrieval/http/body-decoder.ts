@@ -1,13 +1,6 @@
 /**
- * Where memory-service bodies are decoded (contract.md §1 isolation rule, §4.1). JSON.parse of a
- * body at the hot cap (~7.9 MB) costs tens of ms, and a body of 5,000 small hits costs as much in object
- * allocation: on the gRPC event loop that would stall every tenant's I/O. So a body larger than
- * {@link INLINE_BODY_BYTES} is transferred (not copied) to a body-decoder thread, which parses it, keeps
- * the first `limit` items, validates, scopes and checks their size, and sends back at most `limit` hits.
- * Small bodies — the common case, tens of KB — are decoded inline, where a thread hop would cost more
- * than the parse. Either way the main thread's work is bounded by the cap and the limit, not by what the
- * memory service chose to send. Large bodies wait for the thread in a {@link FairQueue} by org: an org
- * whose memory service answers heavily waits behind its own bodies, not in front of other orgs'.
+ * Memory-service bodies: small ones decoded inline, large ones in one thread, fair across orgs, so the
+ * event loop's work is bounded by the cap and the limit (contract.md §1; docs/design/retrieval.md).
  */
 import path from 'node:path';
 import { Piscina } from 'piscina';
@@ -17,44 +10,31 @@ import { POOLED_MESSAGE_FROM_BYTES, releaseMessageBuffer } from '../../util/mess
 import { BranchError, type BranchErrorCode, BranchErrors } from '../branch-error.js';
 import { decodeMemoryBody, type HitLimits, type ValidatedHits } from '../validate.js';
 
-/**
- * Bodies up to this many bytes are decoded on the calling thread: 64 KiB parses in well under 0.5 ms, far
- * inside the 2 ms event-loop target (bench:isolation measures both paths), and a thread hop costs ~0.1 ms.
- */
+/** Larger bodies go to the thread; a hop costs ~0.1 ms, a 64 KiB parse well under 0.5 ms. */
 export const INLINE_BODY_BYTES = 64 * 1024;
-/**
- * Decodes waiting for the thread past which a body fails its branch at once (`body decoder busy`), unless
- * another org has at least two more waiting: then that org's newest one fails instead.
- */
+/** Past this many waiting, a body fails at once (`body decoder busy`), or another org's newest does. */
 const MAX_QUEUE = 32;
 
-/** One decode as it crosses to the thread. `body` owns its ArrayBuffer, which is transferred. */
 export interface BodyDecodeTask {
   body: Uint8Array;
   orgId: string;
   agentId: string;
   limits: HitLimits;
-  /** Set to 1 by the branch when it gives up: a decode still queued is skipped. */
+  /** Set to 1 when the branch gives up: a queued decode is skipped. */
   cancelled: Int32Array;
 }
 
-/**
- * What the thread answers: the hits, or the branch error's code and detail (classes do not clone); and a
- * body of {@link POOLED_MESSAGE_FROM_BYTES} or more handed back (transferred), for the process's message
- * buffers.
- */
+/** Errors cross as data; a body of {@link POOLED_MESSAGE_FROM_BYTES} or more comes back for reuse. */
 export type BodyDecodeResult = (
   | { ok: true; value: ValidatedHits }
   | { ok: false; code: BranchErrorCode; detail: string }
   | { ok: false; code: 'cancelled'; detail: string }
 ) & { body?: Uint8Array };
 
-/** Absolute path of the compiled body-decoder worker (`npm run build`). */
 export function resolveBodyWorkerFile(): string {
   return path.join(projectRoot(), 'dist', 'workers', 'memory-body-worker.js');
 }
 
-/** A large body waiting for, or on, the decoder thread. */
 interface Pending extends FairEntry {
   task: BodyDecodeTask;
   signal: AbortSignal;
@@ -63,7 +43,6 @@ interface Pending extends FairEntry {
   reject: (err: unknown) => void;
 }
 
-/** Decodes memory-service bodies: inline when small, in one dedicated thread, fair across orgs, when large. */
 export class BodyDecoder {
   #pool: Piscina<BodyDecodeTask, BodyDecodeResult> | null = null;
   readonly #filename: string;
@@ -71,29 +50,19 @@ export class BodyDecoder {
   readonly #queue = new FairQueue<Pending>();
   #running = false;
 
-  /**
-   * @param filename worker module; default {@link resolveBodyWorkerFile}. The thread starts on first use.
-   * @param inlineBytes bodies up to this many bytes are decoded on the calling thread; default
-   *   {@link INLINE_BODY_BYTES}. The memory-fetch thread passes Infinity: it is off the event loop already.
-   */
+  /** @param inlineBytes the memory-fetch thread passes Infinity: it is off the event loop already. */
   constructor(filename = resolveBodyWorkerFile(), inlineBytes = INLINE_BODY_BYTES) {
     this.#filename = filename;
     this.#inlineBytes = inlineBytes;
   }
 
-  /**
-   * Starts the thread now (start-up), so that the first large body does not pay for a thread start
-   * inside its branch timeout.
-   */
+  /** Starts the thread at start-up, so no branch pays for it. */
   warm(): void {
     this.#threads();
   }
 
   /**
-   * @param body owns its whole ArrayBuffer when larger than {@link INLINE_BODY_BYTES}: it is transferred.
-   * @param orgId the request's org: large bodies are served round-robin across orgs.
-   * @param signal the branch's: once it aborts, the call rejects at once with its reason, and a decode
-   *   still waiting is withdrawn (one already running finishes unread).
+   * A large `body` is transferred; once `signal` aborts the call rejects and a queued decode is withdrawn.
    * @throws BranchError `invalid JSON`, `bad shape: …`, `body decoder busy`; the signal's reason.
    */
   decode(
@@ -125,7 +94,7 @@ export class BodyDecoder {
         onAbort: () => {
           Atomics.store(cancelled, 0, 1);
           this.#queue.remove(p);
-          // A queued body is nobody's now; one already on the thread is detached here (release skips it).
+          // A queued body is nobody's now; one on the thread is detached (release skips it).
           releaseMessageBuffer(body);
           reject(signal.reason);
         },
@@ -141,7 +110,7 @@ export class BodyDecoder {
     });
   }
 
-  /** Stops the thread (a decode in progress is abandoned: nobody waits for it at shutdown). Idempotent. */
+  /** A running decode is abandoned. Idempotent. */
   async close(): Promise<void> {
     for (const p of this.#queue.drain()) {
       p.signal.removeEventListener('abort', p.onAbort);
@@ -152,7 +121,6 @@ export class BodyDecoder {
     await pool?.destroy();
   }
 
-  /** Full queue: fails the newest waiting body of the org with the most, if it has ≥ 2 more than `orgId`. */
   #shedFor(orgId: string): boolean {
     const victim = this.#queue.shedFor(orgId);
     if (victim === null) return false;
@@ -179,7 +147,7 @@ export class BodyDecoder {
       .then(
         (result) => {
           settle();
-          // The hits are strings of their own: the body's buffer can take the next large message.
+          // The hits are strings of their own: the buffer can take the next large message.
           releaseMessageBuffer(result.body);
           if (result.ok) p.resolve(result.value);
           else if (result.code === 'cancelled') p.reject(signal.reason);
@@ -195,7 +163,7 @@ export class BodyDecoder {
   #threads(): Piscina<BodyDecodeTask, BodyDecodeResult> {
     this.#pool ??= new Piscina<BodyDecodeTask, BodyDecodeResult>({
       filename: this.#filename,
-      // One thread: large bodies are rare and each decode is short; the CPU pool needs the cores.
+      // One thread: large bodies are rare and short; the CPU pool needs the cores.
       minThreads: 1,
       maxThreads: 1,
       idleTimeout: Number.POSITIVE_INFINITY,

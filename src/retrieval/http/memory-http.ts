@@ -1,11 +1,4 @@
-/**
- * Memory service client over HTTP/1.1 (contract.md §4.1): one undici keep-alive pool per origin, no retries,
- * the request's AbortSignal wired into every call. Answers are bounded: the body is read
- * up to a cap derived from the requested `limit` and `IBEX_CONTEXT_MAX_MEMORY_CHARS` (beyond it the
- * connection is aborted and the branch fails `response too large`), items past `limit` are ignored and
- * counted, oversize memories dropped and counted, and a large body is decoded off the event loop
- * ({@link BodyDecoder}). The source returns hits already validated and scoped.
- */
+/** Memory service client over HTTP/1.1 (contract.md §4.1): keep-alive, no retries, bounded answers. */
 import { Pool } from 'undici';
 import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../../util/message-buffers.js';
 import { BranchErrors, isBranchError } from '../branch-error.js';
@@ -20,49 +13,29 @@ import {
 } from '../validate.js';
 import { BodyDecoder } from './body-decoder.js';
 
-/** Options of {@link HttpMemorySource}. */
 export interface HttpMemorySourceOptions {
-  /** Memory service origin, optionally with a path prefix; a trailing `/` is ignored. */
   baseUrl: string;
-  /** Bearer token; secret: it is sent, never logged nor put in an error or detail. */
+  /** Secret: sent, never logged nor put in an error or detail. */
   token: string;
-  /**
-   * undici's own headers/body timeouts for the hot call, ms (surface as `hot_http_timeout`). undici runs
-   * them on ~1 s resolution timers, so with the default 15/45 ms branch timeouts the branch timer fires
-   * first; these are the safety net for long timeouts.
-   */
+  /** undici's own timeouts, ms: a safety net, its timers have ~1 s resolution. */
   hotTimeoutMs: number;
-  /** undici's own headers/body timeouts for the cold call, ms (surface as `cold_http_timeout`). */
   coldTimeoutMs: number;
-  /** `IBEX_CONTEXT_MAX_MEMORY_CHARS`, code points: longer memories are dropped (`oversize`). Default 65,536. */
+  /** Code points; longer memories are dropped (`oversize`). Default 65,536. */
   maxMemoryChars?: number;
-  /**
-   * Lowers the body cap below the one derived from `limit` and `maxMemoryChars` ({@link maxBodyBytes}:
-   * ~7.9 MB hot, ~4.0 MB cold by default), bytes. Tests use it; the service does not.
-   */
+  /** Bytes; lowers the cap derived from {@link maxBodyBytes} (tests only). */
   maxResponseBytes?: number;
-  /** Where large bodies are decoded; default a {@link BodyDecoder} owned (and closed) by this source. */
   decoder?: BodyDecoder;
-  /** Max sockets to the origin. Default 128. */
   connections?: number;
-  /** TCP connect timeout, ms. Default 1000. */
   connectTimeoutMs?: number;
-  /** Idle keep-alive socket lifetime, ms (the server's `Keep-Alive: timeout` hint wins when lower). Default 30000. */
+  /** Idle socket lifetime, ms (a lower server `Keep-Alive: timeout` wins). Default 30000. */
   keepAliveTimeoutMs?: number;
-  /**
-   * Told the size of every body read, or refused for its size, bytes, with the org it was read for (the
-   * routing of `RoutedMemorySource`, memory-http-thread.ts: an org with large bodies is read in the
-   * memory-fetch thread).
-   */
+  /** Told each body's size (or refused size) per org, for RoutedMemorySource's routing. */
   onBodyBytes?: (orgId: string, bytes: number) => void;
 }
 
 type Branch = 'hot' | 'cold';
 
-/**
- * The memory service's base URL, checked: an absolute http(s) URL (both memory clients build on it).
- * @throws TypeError for any other URL (or no URL).
- */
+/** @throws TypeError unless an absolute http(s) URL. */
 export function memoryBaseUrl(baseUrl: string): URL {
   const url = new URL(baseUrl);
   if (url.protocol !== 'http:' && url.protocol !== 'https:') {
@@ -75,7 +48,6 @@ function jsonString(value: string): string {
   return JSON.stringify(value);
 }
 
-/** {@link MemorySource} over the memory service wire (contract.md §4.1). */
 export class HttpMemorySource implements MemorySource {
   readonly #pool: Pool;
   readonly #prefix: string;
@@ -88,7 +60,6 @@ export class HttpMemorySource implements MemorySource {
   readonly #ownsDecoder: boolean;
   readonly #onBodyBytes: ((orgId: string, bytes: number) => void) | undefined;
 
-  /** @throws TypeError when `baseUrl` is not an absolute http(s) URL. */
   constructor(options: HttpMemorySourceOptions) {
     const url = memoryBaseUrl(options.baseUrl);
     this.#prefix = url.pathname.replace(/\/+$/, '');
@@ -110,26 +81,20 @@ export class HttpMemorySource implements MemorySource {
       pipelining: 1,
       connectTimeout: options.connectTimeoutMs ?? 1000,
       keepAliveTimeout: options.keepAliveTimeoutMs ?? 30_000,
-      // Defence in depth: undici enforces the larger cap itself too, whatever path reads the body.
+      // Defence in depth: undici enforces the larger cap itself too.
       maxResponseSize: Math.max(this.#hot.maxBytes, this.#cold.maxBytes),
     });
   }
 
-  /**
-   * `GET /v1/memories/hot?agent_id=<uuid>&limit=20&min_confidence=0.0` → the first 20 `results` items,
-   * validated and scoped to `orgId`/`agentId`.
-   */
+  /** `GET /v1/memories/hot?…&limit=20&min_confidence=0.0`. */
   hot(orgId: string, agentId: string, signal: AbortSignal): Promise<ValidatedHits> {
     const path = `${this.#prefix}/v1/memories/hot?agent_id=${encodeURIComponent(agentId)}&limit=${HOT_LIMIT}&min_confidence=0.0`;
     return this.#call('hot', orgId, agentId, 'GET', path, undefined, this.#hotTimeoutMs, signal);
   }
 
-  /**
-   * `POST /v1/memories/search` with `{"agent_id","query","limit":10,"min_confidence":0.0}` → the first 10
-   * items, validated and scoped.
-   */
+  /** `POST /v1/memories/search` (limit 10). */
   search(orgId: string, agentId: string, query: string, signal: AbortSignal): Promise<ValidatedHits> {
-    // Built by hand so the wire carries `0.0` exactly as contract.md §4.1 writes it (JSON.stringify prints `0`).
+    // By hand, so the wire carries `0.0` as contract.md §4.1 writes it (JSON.stringify prints `0`).
     const body = `{"agent_id":${jsonString(agentId)},"query":${jsonString(query)},"limit":${SEARCH_LIMIT},"min_confidence":0.0}`;
     return this.#call(
       'cold',
@@ -143,12 +108,12 @@ export class HttpMemorySource implements MemorySource {
     );
   }
 
-  /** Starts the body-decoder thread now (service start-up), so no branch pays for it. */
+  /** Starts the body-decoder thread at start-up. */
   warm(): void {
     this.#decoder.warm();
   }
 
-  /** Closes the pool; sockets still busy after 1 s are destroyed so shutdown cannot hang. */
+  /** Sockets still busy after 1 s are destroyed, so shutdown cannot hang. */
   async close(): Promise<void> {
     if (this.#ownsDecoder) await this.#decoder.close();
     let timer: NodeJS.Timeout | undefined;
@@ -189,20 +154,19 @@ export class HttpMemorySource implements MemorySource {
         bodyTimeout: timeoutMs,
       });
       if (res.statusCode >= 400) {
-        // Drain a little so the keep-alive socket can be reused; undici destroys it past the limit.
+        // Drain a little so the keep-alive socket can be reused.
         res.body.dump({ limit: 64 * 1024 }).catch(() => {});
         throw BranchErrors.httpStatus(res.statusCode);
       }
       const declared = Number(res.headers['content-length']);
       if (Number.isFinite(declared) && declared > maxBytes) {
         this.#onBodyBytes?.(orgId, declared);
-        // Destroying the body aborts the connection: nothing more of it is read.
         res.body.destroy();
         throw BranchErrors.tooLarge();
       }
       sink = new BodySink(Number.isFinite(declared) ? declared : 0);
       for await (const chunk of res.body) {
-        // Leaving the loop by throwing destroys the body, which stops reading from the socket.
+        // Throwing destroys the body, which stops reading from the socket.
         if (sink.size + (chunk as Buffer).length > maxBytes) {
           this.#onBodyBytes?.(orgId, sink.size + (chunk as Buffer).length);
           throw BranchErrors.tooLarge();
@@ -212,8 +176,7 @@ export class HttpMemorySource implements MemorySource {
       payload = sink.bytes();
       this.#onBodyBytes?.(orgId, payload.byteLength);
     } catch (err) {
-      // A pooled buffer abandoned half-way goes back; a fresh one (a chunked body grown past the cap, say)
-      // is left to the GC rather than kept at whatever size it reached.
+      // A pooled buffer goes back; a fresh one is left to the GC rather than kept at its grown size.
       if (sink?.pooled) releaseMessageBuffer(sink.bytes());
       throw classify(branch, err, signal);
     }
@@ -221,21 +184,13 @@ export class HttpMemorySource implements MemorySource {
   }
 }
 
-/**
- * Collects a body into one ArrayBuffer of its own (undici's chunks may be views on shared slabs), so that a
- * large body can be transferred to the decoder thread. Each chunk is copied as it arrives: with a declared
- * length the buffer is allocated once, so no single step copies more than a chunk (no multi-MB memcpy
- * stalling the event loop at the end); a chunked body grows by doubling.
- */
+/** Collects a body into one transferable ArrayBuffer, copying each chunk as it arrives. */
 class BodySink {
   #buf: Uint8Array;
   size = 0;
-  /** Whether the buffer came from the process's message pool (then it must go back, read or not). */
   readonly pooled: boolean;
   constructor(expected: number) {
-    // A large body reuses a buffer of the process's message pool when one fits (fresh multi-MB
-    // buffers are new external memory, which V8 repays with collections on the event loop); the decoder
-    // thread hands it back after decoding.
+    // Reuses a pooled buffer when one fits: fresh multi-MB buffers are external memory V8 repays with GC.
     const reused = MESSAGE_BUFFERS.acquire(expected);
     this.pooled = reused !== null;
     this.#buf = reused ?? new Uint8Array(Math.max(expected, 16 * 1024));
@@ -249,13 +204,12 @@ class BodySink {
     this.#buf.set(chunk, this.size);
     this.size += chunk.length;
   }
-  /** The body: a view of exactly `size` bytes on a buffer nothing else references. */
   bytes(): Uint8Array {
     return this.#buf.subarray(0, this.size);
   }
 }
 
-/** Maps transport errors to branch errors by undici / errno `code`, never by message text. */
+/** By undici / errno `code`, never by message text. */
 function classify(branch: Branch, err: unknown, signal: AbortSignal): unknown {
   // An abort belongs to the caller's deadline bookkeeping (retrieve reads the signal's reason).
   if (signal.aborted || isBranchError(err)) return err;

@@ -1,21 +1,15 @@
 /**
- * Schema of the PostgreSQL store: numbered migrations applied at start-up, in one transaction
- * under a transaction-scoped advisory lock, so replicas starting together apply each migration exactly
- * once (the second waits for the first, then finds nothing left to do).
- *
- * Migrations are TS strings rather than .sql files so they ship inside `dist/` with no loader. Never edit
- * an applied migration: add the next number.
+ * Numbered migrations applied at start-up in one transaction under an advisory lock, so replicas apply
+ * each exactly once. TS strings so they ship in `dist/`; never edit an applied one, add the next number.
  */
 import type pg from 'pg';
 
-/** One numbered migration. */
 export interface Migration {
   version: number;
   name: string;
   sql: string;
 }
 
-/** Every migration, in order. Applied ones are recorded in `<schema>.schema_migrations`. */
 export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
@@ -51,8 +45,7 @@ CREATE TABLE directives (
   {
     version: 2,
     name: 'usefulness and inclusions',
-    // Defaults, so existing rows read as neutral and never included; PostgreSQL adds such columns
-    // without rewriting the table.
+    // Defaults: PostgreSQL adds such columns without rewriting the table.
     sql: `
 ALTER TABLE memories
   ADD COLUMN usefulness double precision NOT NULL DEFAULT 0.5 CHECK (usefulness >= 0 AND usefulness <= 1),
@@ -61,13 +54,10 @@ ALTER TABLE memories
   },
 ];
 
-/** Valid schema names: a plain lower-case identifier, so it can be interpolated without quoting rules. */
+/** A plain lower-case identifier, so it can be interpolated without quoting. */
 export const SCHEMA_NAME_RE = /^[a-z_][a-z0-9_]{0,62}$/;
 
-/**
- * Advisory-lock key of a schema's migrations: a stable 64-bit number from its name, so two schemas in
- * one database migrate independently.
- */
+/** Stable 64-bit key per schema, so schemas in one database migrate independently. */
 function lockKey(schema: string): bigint {
   let h = 0xcbf29ce484222325n;
   for (const byte of Buffer.from(`ibex-context:${schema}`, 'utf8')) {
@@ -77,20 +67,16 @@ function lockKey(schema: string): bigint {
   return BigInt.asIntN(64, h);
 }
 
-/** What {@link migrate} did. */
 export interface MigrateResult {
-  /** Versions this call applied (empty when another replica had already applied them). */
+  /** Empty when another replica had already applied them. */
   applied: number[];
-  /** Highest version now in the schema. */
   version: number;
 }
 
 /**
- * Creates `schema` if needed and applies the migrations it lacks, all in one transaction holding
- * `pg_advisory_xact_lock(key(schema))`: concurrent callers serialise, and a failed migration leaves
- * nothing half-applied.
- * @param client a connected client, not inside a transaction.
- * @throws Error for an invalid schema name; the database's error when a migration fails (rolled back).
+ * Creates `schema` and applies missing migrations in one transaction under `pg_advisory_xact_lock`.
+ * @param client connected, not inside a transaction.
+ * @throws Error for an invalid schema name; the database's error (rolled back).
  */
 export async function migrate(
   client: pg.ClientBase,

@@ -1,14 +1,10 @@
-/**
- * The PostgreSQL store's connections (pg-store.ts): a bounded node-postgres pool kept warm to `min`
- * connections, reads under the branch's time (abandoned, not cancelled, when it runs out; retried once on
- * a connection-level error), and write transactions scoped by `set_config(…, true)`.
- */
+/** The PostgreSQL store's connection pool: warm reads under the branch's time, and write transactions. */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { CHANGE_CHANNEL } from './pg-change-feed.js';
 import { PG_EVENTS } from './pg-stats.js';
 
-/** A read the store abandoned because it ran past its time (client-side timer or server statement_timeout). */
+/** A read abandoned past its time (client-side timer or server statement_timeout). */
 export class PgStatementTimeout extends Error {
   constructor(cause?: unknown) {
     super('statement timeout', { cause });
@@ -16,18 +12,16 @@ export class PgStatementTimeout extends Error {
   }
 }
 
-/** How often the pool is topped up to `poolMin` when nothing else prompted it (e.g. the server was down). */
+/** Top-up interval to `poolMin` (e.g. while the server is down). */
 const WARM_CHECK_MS = 1000;
 
-/** A read's caller: whether it stopped waiting (its time ran out or it aborted) or was answered. */
 interface Caller {
   gaveUp: boolean;
   answered?: boolean;
-  /** Set while the statement runs: called once when the caller stops waiting. */
   onGiveUp?: () => void;
 }
 
-/** The name of a read statement's server-side prepared form: stable per text (which names the schema). */
+/** Stable per text (which names the schema). */
 function statementName(text: string): string {
   let name = STATEMENT_NAMES.get(text);
   if (name === undefined) {
@@ -38,7 +32,6 @@ function statementName(text: string): string {
 }
 const STATEMENT_NAMES = new Map<string, string>();
 
-/** A connection-level failure: the connection is gone, the statement did not complete. */
 function isBroken(err: unknown): boolean {
   const code = (err as { code?: unknown })?.code;
   if (typeof code === 'string' && (code.startsWith('57P') || code.startsWith('08') || code.startsWith('E')))
@@ -46,30 +39,22 @@ function isBroken(err: unknown): boolean {
   return err instanceof Error && /Connection terminated|not queryable/i.test(err.message);
 }
 
-/** How {@link PgPool} opens its connections. */
 export interface PgPoolOptions {
-  /** node-postgres pool settings (URL, sizes, timeouts, start-up options). */
   config: pg.PoolConfig;
-  /** Connections kept open while idle. */
   min: number;
-  /** The server-side bound of a read, ms (the cancel backstop waits twice this). */
+  /** Server-side bound of a read, ms (the cancel backstop waits twice this). */
   statementTimeoutMs: number;
-  /** Named (server-side prepared) read statements: each connection parses and plans them once. */
   prepared: boolean;
-  /** Called for errors of idle connections. */
   onIdleError?: (err: Error) => void;
 }
 
-/** A write transaction's start: its scope, and the NOTIFY that empties the replicas' read caches. */
+/** A write's start: transaction-scoped settings, and the NOTIFY that empties replicas' read caches. */
 const ANNOUNCED =
   "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true), pg_notify($2, $1)";
-/** The same without the NOTIFY, for a write no cached read needs to see at once (inclusion counts). */
 const UNANNOUNCED = "SELECT set_config('search_path', $1, true), set_config('statement_timeout', '0', true)";
 
-/** A write transaction's body, on the transaction's connection. */
 export type PgWork = (client: pg.PoolClient) => Promise<void>;
 
-/** The store's pool: reads under a time limit, write transactions, keep-warm. Not usable after {@link close}. */
 export class PgPool {
   readonly #pool: pg.Pool;
   readonly #server: { host: string; port: number };
@@ -80,18 +65,15 @@ export class PgPool {
   #warming = false;
   #closed = false;
 
-  /** Creates the pool (no connection yet: {@link warm} or the first read opens them). */
   constructor(o: PgPoolOptions) {
     const pool = new pg.Pool(o.config);
     pool.on('connect', (client) => {
       PG_EVENTS.connections_opened++;
-      // The pool listens for errors only on idle connections; a server's FATAL (terminated backend,
-      // restart) can reach one that is checked out between statements. Its reads see the error anyway,
-      // and the pool drops a connection that is no longer queryable when it comes back.
+      // A server FATAL can reach a checked-out connection; its reads see the error anyway.
       client.on('error', () => undefined);
     });
     pool.on('remove', () => PG_EVENTS.connections_closed++);
-    // Without a listener an idle connection's error (terminated backend, restart) would crash the process.
+    // Without a listener an idle connection's error would crash the process.
     pool.on('error', (err) => o.onIdleError?.(err));
     const probe = new pg.Client({ connectionString: o.config.connectionString }) as unknown as {
       host: string;
@@ -107,31 +89,24 @@ export class PgPool {
     this.#warmTimer.unref();
   }
 
-  /** A connection of the pool, for work outside reads and transactions (migrations); release it. */
   connect(): Promise<pg.PoolClient> {
     return this.#pool.connect();
   }
 
-  /** One statement on any pooled connection, without the read's time limit (counts, ANALYZE). */
   async query<R extends pg.QueryResultRow>(text: string): Promise<R[]> {
     return (await this.#pool.query<R>(text)).rows;
   }
 
-  /** Pool counters, for /readyz and tests. */
   poolStats(): { total: number; idle: number; waiting: number } {
     return { total: this.#pool.totalCount, idle: this.#pool.idleCount, waiting: this.#pool.waitingCount };
   }
 
-  /**
-   * Opens connections until `poolMin` are open; resolves when they are (or failed to open: the periodic
-   * check tries again). Runs by itself in the background; exposed for start-up and tests.
-   */
   async warm(): Promise<void> {
     const missing = this.#min - this.#pool.totalCount;
     if (missing <= 0 || this.#warming || this.#closed || this.#pool.waitingCount > 0) return;
     this.#warming = true;
     try {
-      // The pool opens a connection only when none is idle: hold the idle ones until the new ones are in.
+      // The pool opens a connection only when none is idle: hold the idle ones meanwhile.
       const n = missing + this.#pool.idleCount;
       const got = await Promise.allSettled(Array.from({ length: n }, () => this.#pool.connect()));
       for (const r of got) if (r.status === 'fulfilled') r.value.release();
@@ -144,7 +119,6 @@ export class PgPool {
     if (!this.#closed && this.#pool.totalCount < this.#min) void this.warm().catch(() => undefined);
   }
 
-  /** PostgreSQL's cancel request for `client`'s running statement, on a short-lived connection. */
   #cancel(client: pg.PoolClient): void {
     PG_EVENTS.cancels_sent++;
     const { processID, secretKey } = client as unknown as { processID: number; secretKey: number };
@@ -158,10 +132,8 @@ export class PgPool {
   }
 
   /**
-   * Runs one read under the branch's time: rejects with {@link PgStatementTimeout} once `timeoutMs` has
-   * passed, with the signal's reason once it aborts, at once either way. The statement itself runs on to
-   * its end (at most the server-side statement_timeout) and then returns its connection to the pool.
-   * @throws PgStatementTimeout past the time; the signal's reason once aborted; pg errors otherwise.
+   * One read under the branch's time: rejects at once past `timeoutMs` or on abort, leaving the statement
+   * to the server's statement_timeout (docs/postgres.md). @throws PgStatementTimeout, the abort reason.
    */
   read<R extends pg.QueryResultRow>(
     text: string,
@@ -199,7 +171,6 @@ export class PgPool {
     });
   }
 
-  /** One statement on a pooled connection for `caller`; retried once on a connection-level error. */
   async #run<R extends pg.QueryResultRow>(
     text: string,
     values: unknown[],
@@ -207,7 +178,6 @@ export class PgPool {
     retry: boolean,
   ): Promise<R[]> {
     const client = await this.#pool.connect();
-    // Waiting for a connection may have outlasted the branch: then run nothing.
     if (caller.gaveUp) {
       client.release();
       return [];
@@ -236,7 +206,7 @@ export class PgPool {
     } finally {
       caller.onGiveUp = undefined;
       clearTimeout(backstop);
-      // A cancel sent late could hit the next borrower's statement: that connection is not reused.
+      // A late cancel could hit the next borrower's statement: that connection is not reused.
       client.release(broken ?? cancelled);
     }
     if (retry && !caller.gaveUp) {
@@ -246,17 +216,12 @@ export class PgPool {
     throw broken;
   }
 
-  /**
-   * Runs `work` in one transaction with the store's schema as its search path and no statement timeout,
-   * announcing the write on the change feed's channel (delivered at commit) when `announce` is true.
-   * @throws the statement's error, after ROLLBACK (the connection is dropped when it broke).
-   */
+  /** One transaction on `schema`, announced at commit when `announce`; @throws after ROLLBACK. */
   async transaction(schema: string, work: PgWork, announce: boolean): Promise<void> {
     const client = await this.#pool.connect();
     try {
       await client.query('BEGIN');
-      // Transaction-scoped, so nothing outlives it on a pooled server connection: the writes' unqualified
-      // names, and no read-sized statement_timeout for a write.
+      // Transaction-scoped, so nothing outlives it on a pooled server connection.
       await client.query(announce ? ANNOUNCED : UNANNOUNCED, announce ? [schema, CHANGE_CHANNEL] : [schema]);
       await work(client);
       await client.query('COMMIT');
@@ -268,7 +233,6 @@ export class PgPool {
     }
   }
 
-  /** Stops the keep-warm and closes every connection; idempotent. */
   async close(): Promise<void> {
     this.#closed = true;
     clearInterval(this.#warmTimer);

@@ -1,7 +1,4 @@
-/**
- * The PostgreSQL store's read statements (pg-store.ts): hot memories, cold search (with dialogue
- * neighbours in the same statement), the directive. Ids arrive checked; caching is the store's.
- */
+/** The PostgreSQL store's read statements; ids arrive checked, caching is the store's. */
 import type pg from 'pg';
 import { mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
 import type { DirectiveEnvelope, StoreHit } from '../store-rows.js';
@@ -9,33 +6,24 @@ import { type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
 import { SEARCH_LIMIT } from '../validate.js';
 import type { PgPool } from './pg-pool.js';
 
-/** A read's limits: the branch's time, its signal, and the contract.md §4.1 caps. */
 export interface PgReadOptions {
-  /** The branch's remaining time, ms: past it the read rejects with {@link PgStatementTimeout}. */
+  /** The branch's remaining time, ms. */
   timeoutMs: number;
-  /** Aborted when the branch gives up: the read rejects with the signal's reason at once. */
+  /** Aborted when the branch gives up. */
   signal?: AbortSignal;
-  /** Default 20 (hot) / 10 (search). */
   limit?: number;
-  /** In [0,1]; default 0. */
   minConfidence?: number;
-  /** Memories longer than this many code points are never returned. Default: no cap. */
+  /** Longest content returned, code points. Default: no cap. */
   maxChars?: number;
-  /**
-   * Search only: the same statement reads the dialogue neighbours of this many best hits
-   * (retrieval/neighbours.ts), 0..20; default 0, the plain text search.
-   */
+  /** Search only: dialogue neighbours of this many best hits, in the same statement; default 0. */
   neighbours?: number;
 }
 
-/** A `memories` row as `pg` returns it: the embedded store's row, with `created_at` a Date. */
 type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
 
 const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at, usefulness, inclusions';
-/** The `maxChars` of a read without a cap. */
 export const NO_CAP = 2_147_483_647;
 
-/** The read statements of one schema, run through the store's pool under each read's time. */
 export class PgReads {
   readonly #pool: PgPool;
   readonly #schema: string;
@@ -53,10 +41,7 @@ export class PgReads {
     return this.#pool.read<R>(text, values, opts.timeoutMs, opts.signal);
   }
 
-  /**
-   * The agent's hot memories (newest first, then confidence, then id), as hits `rank` 1..n with
-   * `similarity = confidence`. Throws as {@link PgPool.read}.
-   */
+  /** Hot memories as hits with `similarity = confidence`. Throws as {@link PgPool.read}. */
   async hot(
     agent: string,
     org: string | null,
@@ -73,10 +58,7 @@ export class PgReads {
     return rows.map((row, i) => toHit(row, row.confidence, i + 1, 'hot'));
   }
 
-  /**
-   * Full-text search for `terms` (a `websearch_to_tsquery` text), best `ts_rank(…, 1|32)` first, with the
-   * dialogue neighbours of the best `neighbours` hits when that is above 0. Throws as {@link PgPool.read}.
-   */
+  /** Full-text search for a `websearch_to_tsquery` text. Throws as {@link PgPool.read}. */
   async search(
     terms: string,
     agent: string,
@@ -98,10 +80,8 @@ export class PgReads {
   }
 
   /**
-   * {@link search} with the dialogue neighbours of the best `parents` hits, in one statement (one round
-   * trip): each neighbour is one index seek in the recency indexes, in the search's scope and filters and
-   * of its hit's category. x = s/(1−s) of ts_rank's s = rank/(rank+1) is the rank itself, which
-   * neighbours.ts shares out; the merged hits map back with s = x/(1+x).
+   * Search plus neighbours in one round trip (one index seek each). ts_rank(…, 32) is s = rank/(rank+1),
+   * so x = s/(1−s) is the rank that neighbours.ts shares out; merged hits map back with s = x/(1+x).
    */
   async #searchWithNeighbours(
     terms: string,
@@ -147,14 +127,14 @@ export class PgReads {
         hits.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
       } else near.push({ row, parent, next: next === true });
     }
-    // The order `top` numbered its parents by (ts_rank's float4 as a double is exact).
+    // The order `top` numbered its parents by (float4 as a double is exact).
     hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
     return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
       toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
     );
   }
 
-  /** The stored directive as a contract.md §4.2 envelope, or `null`. Throws as {@link PgPool.read}. */
+  /** The stored contract.md §4.2 envelope, or `null`. */
   async directive(
     org: string,
     agent: string,

@@ -1,9 +1,4 @@
-/**
- * The retrieval sources on the PostgreSQL store: {@link MemorySource} and
- * {@link DirectiveSource} with the embedded store's contract (contract.md §4.3), scoped by org AND agent.
- * Failures become branch outcomes: a statement past its time is `timeout` (`<branch>_timeout`), a
- * database that cannot answer is `error` (`postgres unavailable (<code>)`).
- */
+/** Memory and directive sources on the PostgreSQL store (contract.md §4.3). */
 import type { Directive } from '../../wire/types.js';
 import { BranchError, BranchErrors } from '../branch-error.js';
 import { parseDirectiveObject } from '../directive.js';
@@ -12,12 +7,11 @@ import type { RawHits } from '../validate.js';
 import { PgStatementTimeout } from './pg-pool.js';
 import type { PgStore } from './pg-store.js';
 
-/** Branch times (ms) the sources give their statements; the same values the retrieval stage enforces. */
+/** Branch times, ms; a statement never gets more than `wallMs`. */
 export interface PgBranchTimes {
   directiveMs: number;
   hotMs: number;
   coldMs: number;
-  /** The retrieval wall; a statement never gets more than this. */
   wallMs: number;
 }
 
@@ -27,23 +21,17 @@ function failure(branch: 'directive' | 'hot' | 'cold', err: unknown, signal: Abo
   if (err instanceof PgStatementTimeout)
     throw new BranchError('IBEX_RETRIEVAL_UNAVAILABLE', 'timeout', `${branch}_timeout`, err);
   const code = (err as { code?: unknown })?.code;
-  // SQLSTATEs and socket codes only: a message may quote memory text.
+  // Codes only: a message may quote memory text.
   throw BranchErrors.unavailable('postgres', typeof code === 'string' ? code : 'error', err);
 }
 
-/** {@link MemorySource} on a {@link PgStore}: hot (limit 20) and search (limit 10), size-capped in SQL. */
+/** Hot (limit 20) and search (limit 10), size-capped in SQL. */
 export class PgMemorySource implements MemorySource {
   readonly #store: PgStore;
   readonly #times: PgBranchTimes;
   readonly #maxChars: number;
   readonly #neighbours: number;
-  /**
-   * @param store an open store, owned by the caller.
-   * @param times branch times, ms.
-   * @param maxChars IBEX_CONTEXT_MAX_MEMORY_CHARS: longer memories (code points) are never returned.
-   * @param neighbours IBEX_CONTEXT_NEIGHBOUR_HITS: searches read the dialogue neighbours of this many best
-   *   hits (retrieval/neighbours.ts); default 0.
-   */
+  /** @param neighbours `IBEX_CONTEXT_NEIGHBOUR_HITS` (retrieval/neighbours.ts); default 0. */
   constructor(store: PgStore, times: PgBranchTimes, maxChars: number, neighbours = 0) {
     this.#store = store;
     this.#times = times;
@@ -82,7 +70,6 @@ export class PgMemorySource implements MemorySource {
       failure('cold', err, signal);
     }
   }
-  /** The store is owned by whoever opened it. */
   async close(): Promise<void> {}
 }
 
@@ -94,10 +81,7 @@ export class PgDirectiveSource implements DirectiveSource {
     this.#store = store;
     this.#times = times;
   }
-  /**
-   * @returns the directive, or `null` when none is stored or its content is empty.
-   * @throws BranchError `bad directive: …`, `directive_timeout` or `postgres unavailable (<code>)`.
-   */
+  /** @throws BranchError `bad directive: …`, `directive_timeout` or `postgres unavailable (<code>)`. */
   async get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null> {
     let envelope: Awaited<ReturnType<PgStore['getDirective']>>;
     try {

@@ -1,18 +1,13 @@
-/**
- * Writes of the PostgreSQL store: memory rows checked by the embedded store's checkMemory,
- * batched multi-row upserts with the search column computed from search-text.ts, directive upserts,
- * feedback and inclusion counts. Run inside the store's transactions (pg-store.ts).
- */
+/** Writes of the PostgreSQL store, run inside its transactions (pg-store.ts). */
 import type pg from 'pg';
 import { type FeedbackKind, type InclusionCount, usefulnessDelta } from '../feedback.js';
 import type { DirectiveRow, MemoryRow } from '../store-rows.js';
 import { uuidArg } from '../store-rows.js';
 import { indexText } from './search-text.js';
 
-/** Rows per INSERT: 8 parameters each, far below PostgreSQL's 65535-parameter limit. */
+/** 8 parameters each, far below PostgreSQL's 65535-parameter limit. */
 const INSERT_BATCH = 500;
 
-/** Inserts or replaces `rows` (already checked) by id. */
 export async function insertMemories(client: pg.PoolClient, rows: readonly MemoryRow[]): Promise<void> {
   for (let start = 0; start < rows.length; start += INSERT_BATCH) {
     const batch = rows.slice(start, start + INSERT_BATCH);
@@ -35,7 +30,6 @@ export async function insertMemories(client: pg.PoolClient, rows: readonly Memor
   }
 }
 
-/** Inserts or replaces one directive; ids must be UUIDs (INVALID_ARGUMENT otherwise). */
 export async function upsertDirective(client: pg.PoolClient, d: DirectiveRow): Promise<void> {
   await client.query(
     `INSERT INTO directives (org_id, agent_id, content, injection_mode, version_id) VALUES ($1, $2, $3, $4, $5)
@@ -45,7 +39,7 @@ export async function upsertDirective(client: pg.PoolClient, d: DirectiveRow): P
   );
 }
 
-/** Replaces one org+agent's memories with `rows` (already checked), and its directive when given. */
+/** Replaces one org+agent's memories (already checked), and its directive when given. */
 export async function replaceAgentRows(
   client: pg.PoolClient,
   org: string,
@@ -58,11 +52,7 @@ export async function replaceAgentRows(
   if (directive !== undefined) await upsertDirective(client, directive);
 }
 
-/**
- * Moves the usefulness of the org's memories among `memoryIds` by one feedback step. The rows are locked
- * before their old value is read, in id order (concurrent calls wait for each other, never deadlock).
- * @returns each updated memory's usefulness before and after.
- */
+/** One feedback step on the org's memories; rows locked in id order, so concurrent calls never deadlock. */
 export async function applyFeedback(
   client: pg.PoolClient,
   org: string,
@@ -81,7 +71,6 @@ export async function applyFeedback(
   return r.rows;
 }
 
-/** Adds inclusion counts in one statement (a row of another org changes nothing); returns rows updated. */
 export async function addInclusionCounts(
   client: pg.PoolClient,
   rows: readonly InclusionCount[],

@@ -1,25 +1,17 @@
-/**
- * The PostgreSQL store as the dev memory server's backend (`memory-server --postgres <url>`):
- * the reads the memory wire needs (contract.md §4.1, no org: every org's memories of the agent), with a
- * generous statement timeout since the wire's client enforces its own deadline.
- */
+/** The PostgreSQL store as the dev memory server's backend (no org on the wire: every org's rows). */
 import type { ReadOptions, StoreHit } from '../store-rows.js';
 import { PgStore } from './pg-store.js';
 
-/** Statement timeout of a wire read, ms: a backstop; the context service's HTTP timeouts come first. */
+/** A backstop, ms; the context service's HTTP timeouts come first. */
 const WIRE_STATEMENT_TIMEOUT_MS = 5000;
 
-/** The memory server's view of a store: sync (embedded) or async (PostgreSQL) reads. */
 export interface WireStore {
   hot(orgId: null, agentId: string, options: ReadOptions): StoreHit[] | Promise<StoreHit[]>;
   search(orgId: null, agentId: string, query: string, options: ReadOptions): StoreHit[] | Promise<StoreHit[]>;
   close(): void | Promise<void>;
 }
 
-/**
- * Opens (and migrates) the PostgreSQL store for the memory wire.
- * @throws the connection or migration error.
- */
+/** Opens (and migrates) the store for the memory wire; @throws the connection or migration error. */
 export async function openPgWireStore(pg: { url: string; schema: string }): Promise<WireStore> {
   const store = await PgStore.open({
     url: pg.url,

@@ -1,18 +1,7 @@
 /**
- * Directive store on Redis (contract.md §4.2) through node-redis. A Redis that is down or slow must cost one
- * branch outcome, never a hung call or a crashed process, hence: no offline queue (a command while
- * disconnected fails at once), a bounded command queue, capped exponential reconnects, an `error`
- * listener (an unhandled `error` event would kill the process), and the request's AbortSignal on every GET.
- *
- * Half-open connections: a NAT or load balancer that forgets the flow leaves the socket
- * open while nothing comes back, and abandoned GETs never fail it. node-redis cannot see that by itself:
- * its command `timeout` and AbortSignals only cover commands not yet written, and its `pingInterval`
- * PING, once written, waits for a reply for ever (and no PING follows it). So a watchdog of ours sends a
- * PING every `pingIntervalMs` and, when one gets no reply within `pingTimeoutMs`, replaces the
- * connection (node-redis `destroy` + `connect`, which retries with the `reconnectStrategy` backoff):
- * a dead flow is gone within pingIntervalMs + pingTimeoutMs + one connect (≈ 5 s with the defaults; the
- * issue asks ≤ 10 s). node-redis's `socketTimeout` (3 ping intervals without any traffic) is the second
- * line, for a watchdog that could not write at all.
+ * Directive store on Redis (contract.md §4.2). A down or slow Redis costs one branch outcome, never a hung
+ * call or a crashed process: no offline queue, a bounded command queue, capped reconnects, an `error`
+ * listener, and a PING watchdog for half-open connections (docs/design/retrieval.md).
  */
 import {
   ClientClosedError,
@@ -30,58 +19,41 @@ import { directiveKey, parseDirectiveValue } from '../directive.js';
 import { type RetrievalLogger, silentLogger } from '../logger.js';
 import type { DirectiveSource } from '../ports.js';
 
-/** Options of {@link RedisDirectiveSource.connect}. */
 export interface RedisDirectiveSourceOptions {
-  /** `redis://…` or `rediss://…`; may carry credentials, so it is never logged. */
+  /** May carry credentials: never logged. */
   url: string;
-  /** TCP connect timeout, ms. Default 1000. */
   connectTimeoutMs?: number;
-  /** How long {@link RedisDirectiveSource.connect} waits for the first connection, ms. Default 1000. */
   initialWaitMs?: number;
-  /** Reconnect backoff ceiling, ms. Default 2000. */
   maxReconnectDelayMs?: number;
-  /** Interval of the watchdog PING, ms. Default 2000. */
   pingIntervalMs?: number;
-  /** A watchdog PING with no reply after this many ms replaces the connection. Default 3000. */
   pingTimeoutMs?: number;
   logger?: RetrievalLogger;
 }
 
-// Replies as Buffers so that the UTF-8 check of contract.md §4.2 sees the stored bytes, not a lossy decode.
+// Buffers, so the UTF-8 check of contract.md §4.2 sees the stored bytes.
 const BUFFER_REPLIES = { [RESP_TYPES.BLOB_STRING]: Buffer } as const;
 
-/** Error logs are rate-limited: a Redis outage emits one `error` per reconnect attempt. */
+/** An outage emits one `error` per reconnect attempt. */
 const ERROR_LOG_INTERVAL_MS = 10_000;
-/**
- * node-redis's `commandsQueueMaxLength`: past it a command is refused with a plain `Error` that has no
- * class or code of its own, so a refusal is told apart by counting our own commands, not by its text.
- */
+/** Past it node-redis refuses with a plain `Error`, so refusals are told by counting our commands. */
 const COMMANDS_QUEUE_MAX = 10_000;
 
-/** Class name for logs: node-redis errors leave `name` as plain `Error`. */
 function errorName(err: unknown): string {
   if (!(err instanceof Error)) return 'unknown';
   return err.name !== 'Error' ? err.name : err.constructor.name;
 }
 
-/** {@link DirectiveSource} reading `{org_id}:directive:{agent_id}` from Redis. */
 export class RedisDirectiveSource implements DirectiveSource {
   readonly #client: ReturnType<typeof createClient>;
   #closed = false;
   #watchdog: NodeJS.Timeout | undefined;
-  /** GETs sent and not yet settled (with the watchdog's PING, all that is in node-redis's queue). */
   #inFlight = 0;
 
   private constructor(client: ReturnType<typeof createClient>) {
     this.#client = client;
   }
 
-  /**
-   * Creates the client and waits up to `initialWaitMs` for the first connection. It never rejects for an
-   * unreachable Redis: the client keeps reconnecting in the background and reads fail (branch `error`)
-   * until it is back.
-   * @throws TypeError / node-redis errors only for a malformed URL.
-   */
+  /** Never rejects for an unreachable Redis (it keeps reconnecting); @throws only for a malformed URL. */
   static async connect(options: RedisDirectiveSourceOptions): Promise<RedisDirectiveSource> {
     const logger = options.logger ?? silentLogger;
     const maxDelay = options.maxReconnectDelayMs ?? 2000;
@@ -100,7 +72,6 @@ export class RedisDirectiveSource implements DirectiveSource {
       },
     });
     let resyncing = false;
-    /** Drops the connection and everything waiting on it (those reads fail), then reconnects. */
     const replaceConnection = () => {
       if (resyncing) return;
       resyncing = true;
@@ -121,8 +92,8 @@ export class RedisDirectiveSource implements DirectiveSource {
         });
     };
     client.on('error', (err: unknown) => {
-      // node-redis resets its decoder but keeps the socket and the commands waiting for replies, so
-      // every later reply would go to the command sent before it: another agent's directive to this one.
+      // node-redis resets its decoder but keeps the socket and the waiting commands, so later replies
+      // would go to the wrong command: another agent's directive to this one.
       if (isReplyStreamError(err)) replaceConnection();
       const now = performance.now();
       if (now - lastLog < ERROR_LOG_INTERVAL_MS) return;
@@ -170,21 +141,14 @@ export class RedisDirectiveSource implements DirectiveSource {
     return source;
   }
 
-  /** True while the connection is up. */
   get isReady(): boolean {
     return this.#client.isReady;
   }
 
-  /**
-   * contract.md §4.2 read. `signal` abandons the wait (the command is dropped from the queue or its reply ignored).
-   * @returns the directive, or `null` for a missing key or empty content.
-   * @throws BranchError `redis unavailable (…)` when disconnected or on a reply error; `bad directive: …`
-   *   for a value breaking the envelope rules; the abort error when `signal` fires.
-   */
+  /** contract.md §4.2; @throws BranchError `redis unavailable (…)`, `redis error (…)`, `bad directive: …`. */
   async get(orgId: string, agentId: string, signal: AbortSignal): Promise<Directive | null> {
     if (this.#closed) throw BranchErrors.unavailable('redis', 'closed');
     let raw: unknown;
-    // A PING of the watchdog may hold one more place in the queue.
     const queueFull = this.#inFlight >= COMMANDS_QUEUE_MAX - 1;
     this.#inFlight++;
     try {
@@ -208,7 +172,6 @@ export class RedisDirectiveSource implements DirectiveSource {
     return parseDirectiveValue(raw);
   }
 
-  /** Disconnects at once (pending reads reject) and stops reconnecting; idempotent. */
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
@@ -216,23 +179,18 @@ export class RedisDirectiveSource implements DirectiveSource {
     try {
       this.#client.destroy();
     } catch {
-      // Already closed by node-redis itself (reconnect strategy gave up): nothing left to release.
+      // Already closed by node-redis itself.
     }
   }
 }
 
-/** The code word of a Redis error reply (`WRONGTYPE`, `NOAUTH`, …), or null when `err` is not a reply. */
 function replyCode(err: unknown): string | null {
   if (!(err instanceof ErrorReply)) return null;
-  // Only the leading upper-case code: the rest of a reply may echo arguments.
+  // Only the leading code: the rest of a reply may echo arguments.
   return /^[A-Z][A-Z_]*/.exec(err.message)?.[0] ?? 'reply';
 }
 
-/**
- * True for an error thrown while decoding the reply stream (an unknown RESP type byte, …). node-redis
- * raises those as plain `Error`s with no `code`, unlike its socket errors (own classes) and Node's
- * transport errors (`code`), so the class and the missing code tell them apart without reading messages.
- */
+/** A reply-stream decode error: a plain `Error` without `code`, unlike transport errors. */
 function isReplyStreamError(err: unknown): boolean {
   return (
     err instanceof Error &&
@@ -241,7 +199,6 @@ function isReplyStreamError(err: unknown): boolean {
   );
 }
 
-/** node-redis errors do not set `name`, so they are told apart by class. */
 function redisReason(err: unknown): string {
   if (err instanceof ClientOfflineError) return 'offline';
   if (err instanceof ClientClosedError || err instanceof DisconnectsClientError) return 'closed';

@@ -1,8 +1,4 @@
-/**
- * The embedded store's write path (embedded-store.ts): memory and directive upserts and deletes,
- * feedback and inclusion counts, each in one transaction, each telling this thread's read caches at
- * once (read-cache.ts); other threads and processes see it through `PRAGMA data_version`.
- */
+/** The embedded store's writes, each in one transaction, announced to this thread's read caches at once. */
 import type Database from 'better-sqlite3';
 import {
   type FeedbackKind,
@@ -26,9 +22,7 @@ import {
   uuidArg,
 } from '../store-rows.js';
 
-/** The writes of an embedded store on one connection; the store (embedded-store.ts) adds the reads. */
 export class EmbeddedWriter implements FeedbackStore, AgentWriter {
-  /** The connection, opened and migrated by {@link EmbeddedStore.open}. */
   protected readonly db: Database.Database;
   readonly #upsert: Database.Statement<MemoryDbRow & { scope: string; chars: number }>;
   readonly #deleteScope: Database.Statement<[string, string]>;
@@ -38,7 +32,6 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
   readonly #feedback: Database.Statement<[number, string, string], { id: string; usefulness: number }>;
   readonly #inclusions: Database.Statement<[string]>;
 
-  /** Prepares the write statements on `db` (schema in place: store-schema.ts). */
   protected constructor(db: Database.Database) {
     this.db = db;
     this.#upsert = this.db.prepare(
@@ -71,25 +64,18 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     );
   }
 
-  /** Merges the FTS5 index into one segment (after a bulk import: fewer segments, faster searches). */
+  /** Merges the FTS5 index into one segment. */
   optimize(): void {
     this.db.prepare("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')").run();
     noteThreadWrite();
   }
 
-  /**
-   * After a bulk import: one transaction per agent leaves the FTS5 index in many segments (13 for LoCoMo);
-   * merging them once makes each search read one segment (460 → 340 µs a query).
-   */
+  /** After a bulk import: searches read one segment (docs/design/retrieval.md). */
   finishImport(): void {
     this.optimize();
   }
 
-  /**
-   * Inserts or replaces memories (by id) in one transaction.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a non-UUID id, a confidence outside [0,1] or a
-   *   non-finite created_at; nothing is written then.
-   */
+  /** Upserts by id in one transaction; @throws IbexError for a bad row (nothing written). */
   upsertMemories(rows: readonly MemoryRow[]): number {
     const clean = rows.map(checkMemory);
     try {
@@ -102,12 +88,7 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     return clean.length;
   }
 
-  /**
-   * Replaces everything the store holds for one org+agent (memories, and the directive when given) in
-   * one transaction, so re-running an import is idempotent and readers never see a half-written agent.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` as {@link upsertMemories}, or when a row is of another
-   *   org/agent.
-   */
+  /** See {@link AgentWriter.replaceAgent}. */
   replaceAgent(orgId: string, agentId: string, rows: readonly MemoryRow[], directive?: DirectiveRow): number {
     const { org, agent, clean } = checkAgentRows(orgId, agentId, rows);
     const dir = directive === undefined ? undefined : checkDirective(directive);
@@ -123,37 +104,25 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     return clean.length;
   }
 
-  /** Deletes one org+agent's memories; returns how many. */
   deleteMemories(orgId: string, agentId: string): number {
     const changes = this.#deleteScope.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
     noteThreadWrite();
     return changes;
   }
 
-  /**
-   * Stores (or replaces) the directive of one org+agent. Values are stored as given: the contract.md §4.2 rules
-   * are applied on read, exactly as for a Redis value.
-   * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` when org_id or agent_id is not a UUID.
-   */
+  /** Stores a directive as given (contract.md §4.2 applies on read); @throws IbexError for a non-UUID id. */
   setDirective(directive: DirectiveRow): void {
     this.#setDirective.run(checkDirective(directive));
     noteThreadWrite();
   }
 
-  /** Removes a directive; returns whether one existed. */
   deleteDirective(orgId: string, agentId: string): boolean {
     const changes = this.#deleteDirective.run(uuidArg('org_id', orgId), uuidArg('agent_id', agentId)).changes;
     noteThreadWrite();
     return changes > 0;
   }
 
-  /**
-   * RecordMemoryFeedback on this store (contract.md §7a): one statement in one transaction, scoped by
-   * `org_id` in SQL, so another org's memory is never read or written.
-   * @param orgId canonical lower-case UUID.
-   * @param memoryIds canonical lower-case UUIDs, distinct.
-   * @returns the org's memories among `memoryIds`, in that order, with their usefulness before and after.
-   */
+  /** contract.md §7a, scoped by `org_id` in SQL so another org's memory is never read or written. */
   recordFeedback(orgId: string, memoryIds: readonly string[], kind: FeedbackKind): UsefulnessUpdate[] {
     const org = uuidArg('org_id', orgId);
     const ids = JSON.stringify(memoryIds);
@@ -172,11 +141,7 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     );
   }
 
-  /**
-   * Adds inclusion counts in one statement (at most {@link INCLUSION_BATCH} rows: a larger batch is an
-   * error). A row whose memory is not of its org changes nothing.
-   * @returns rows updated.
-   */
+  /** At most {@link INCLUSION_BATCH} rows, one statement; a row of another org changes nothing. */
   addInclusions(rows: readonly InclusionCount[]): number {
     if (!inclusionBatch(rows)) return 0;
     const payload = JSON.stringify(rows.map((r) => [r.memoryId, r.orgId, r.count]));
@@ -187,7 +152,6 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     }
   }
 
-  /** Row counts, for ingest summaries and tests. */
   counts(): { memories: number; directives: number; agents: number } {
     const m = this.db
       .prepare('SELECT COUNT(*) AS n, COUNT(DISTINCT org_id || agent_id) AS a FROM memories')
@@ -196,7 +160,6 @@ export class EmbeddedWriter implements FeedbackStore, AgentWriter {
     return { memories: m.n, directives: d.n, agents: m.a };
   }
 
-  /** Closes the database; idempotent. */
   close(): void {
     if (this.db.open) this.db.close();
   }
