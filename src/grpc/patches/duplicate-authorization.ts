@@ -1,4 +1,4 @@
-// Node keeps only the first `authorization` header; a second (a proxy's) must be refused: grpc-patches.md.
+// Node keeps only the first `authorization`; a second (a proxy's) must be refused: docs/design/grpc-patches.md.
 import type http2 from 'node:http2';
 import type { Server } from '@grpc/grpc-js';
 import { GrpcJsInternalsChanged } from './grpc-js-private.js';

@@ -14,7 +14,6 @@ import {
 
 export type { PrefixScanner } from './grpc-js-private.js';
 
-/** What grpc-js keeps of a registered method (`handler` of a server call). */
 export interface MethodHandler {
   path?: string;
   deserialize?: (bytes: Buffer) => unknown;

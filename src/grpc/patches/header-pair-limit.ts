@@ -1,4 +1,5 @@
-// grpc-js has no option for Node's header-pair limit (https://github.com/grpc/grpc-node/issues/2431).
+// Node refuses more header fields than `maxHeaderListPairs` before grpc-js's byte limit applies; grpc-js has
+// no option for it (https://github.com/grpc/grpc-node/issues/2431). Why: see docs/design/grpc-patches.md.
 import type { Server } from '@grpc/grpc-js';
 import { GrpcJsInternalsChanged } from './grpc-js-private.js';
 

@@ -42,7 +42,6 @@ const TURNS = Symbol('ibex upload turns');
 const UPLOAD = Symbol('ibex upload turn');
 const turnWaits = transportCount('uploadTurnWaits');
 
-/** How many times a large upload was paused to wait for its connection's turn (metrics). */
 export const uploadTurnWaits: () => number = turnWaits.read;
 
 /**
