@@ -1,9 +1,5 @@
-/**
- * gRPC server plumbing (contract.md §2, §10, §11): the ContextAssemblyService handlers, health, reflection,
- * channel limits and graceful drain. The assembly pipeline itself is injected (`assemble`), so this
- * module owns only what happens at the boundary: validation, the call context, status mapping and
- * making sure no handler error ever escapes into grpc-js.
- */
+// gRPC boundary (contract.md §2, §10, §11): handlers, health, reflection, channel limits and drain. The
+// pipeline is injected; no handler error ever escapes into grpc-js.
 import path from 'node:path';
 import {
   type ChannelOptions,
@@ -77,38 +73,24 @@ export interface GrpcServerOptions {
   channelOptions?: ChannelOptions;
   /** Each call's trace, when tracing is on (its interceptor must be among `interceptors`). */
   traces?: CallTraces;
-  /**
-   * What SearchMemories and RecordMemoryFeedback run on (memory-rpcs.ts): one of the project's stores.
-   * Absent (in front of a memory service, which has no such operations), both answer UNIMPLEMENTED with
-   * `UNIMPLEMENTED_DETAILS` (memory-handlers.ts).
-   */
+  /** What the memory methods run on; absent (in front of a memory service), both answer UNIMPLEMENTED. */
   memoryRpcs?: MemoryRpcDeps;
 }
 
 /** A created, not yet bound, server. */
 export interface GrpcServer {
   readonly server: Server;
-  /**
-   * Binds and starts listening. Resolves with the bound port (the real one when `addr` ends in `:0`).
-   * @param credentials defaults to insecure.
-   */
+  /** Binds and listens; resolves with the bound port (the real one for `:0`). Insecure by default. */
   bind(addr: string, credentials?: ServerCredentials): Promise<number>;
   /** Health → SERVING for "" and the service. Call once the pool is warm; ignored once draining. */
   markServing(): void;
-  /**
-   * Graceful stop: health → NOT_SERVING, stop accepting (tryShutdown), let in-flight calls finish for
-   * up to `graceMs`, then forceShutdown. Idempotent: later calls return the same promise.
-   */
+  /** Health → NOT_SERVING, stop accepting, in-flight calls get `graceMs`, then forceShutdown. Idempotent. */
   drain(graceMs: number): Promise<void>;
-  /** AssembleContext calls currently being handled. */
   inFlight(): number;
 }
 
-/**
- * Keepalive and connection-age defaults for a fleet behind L4 proxies: pings find half-open
- * connections the proxy will not report, and a bounded connection age lets clients rebalance onto new
- * replicas. The age grace is far above any assembly's deadline, so no call is cut by it.
- */
+// Keepalive finds half-open connections behind L4 proxies; a bounded connection age lets clients rebalance
+// onto new replicas, with a grace far above any deadline.
 const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.keepalive_time_ms': 60_000,
   'grpc.keepalive_timeout_ms': 20_000,
@@ -120,10 +102,7 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
   'grpc.enable_channelz': 0,
 };
 
-/**
- * Our protos plus the health proto (so grpcurl can describe it too), as the real file descriptors that
- * strict reflection clients accept (src/grpc/reflection-descriptors.ts).
- */
+/** Our protos plus the health proto, as real file descriptors (src/grpc/reflection-descriptors.ts). */
 function reflectionDefinition() {
   const healthRoot = path.resolve(path.dirname(healthProtoPath), '../..');
   return reflectionPackageDefinition([
@@ -138,10 +117,8 @@ type Outcome =
   | { kind: 'cancelled' };
 
 /**
- * Creates the gRPC server with ContextAssemblyService, `grpc.health.v1.Health` (NOT_SERVING until
- * {@link GrpcServer.markServing}) and server reflection registered. Channel options:
- * `grpc.max_receive_message_length` = settings.maxReceiveMessageBytes (default: the largest request contract.md §11
- * allows, `MAX_ASSEMBLE_REQUEST_BYTES`, ≈ 13.2 MB; larger requests get RESOURCE_EXHAUSTED), metadata capped at settings.maxMetadataBytes, keepalive for a proxied fleet.
+ * Creates the server with ContextAssemblyService, health (NOT_SERVING until {@link GrpcServer.markServing})
+ * and reflection; receive and metadata limits from `settings` (larger requests get RESOURCE_EXHAUSTED).
  */
 export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
   const { assemble, settings } = opts;
@@ -224,12 +201,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       } catch (err) {
         callLogger(logger, trace).error({ err }, 'failed to send AssembleContext answer');
       } finally {
-        // Refused, late or cancelled calls hand a recycled request buffer back too. A buffer that went to
-        // a CPU task is detached here and is not taken; a pipeline still running for an abandoned call
-        // reads nothing it could send anyone. An answer spliced on the request's own bytes (the L2 answer
-        // of a withdrawn task) is not done with them: a large one is still being written from them, so
-        // its serializer hands them back once written (released now, the next request could overwrite
-        // bytes on their way to this caller).
+        // Every outcome hands the recycled request buffer back, except an answer spliced on it: its
+        // serializer releases it once written (released now, the next request could overwrite it mid-write).
         const source = call.request?.history?.source;
         if (outcome.kind !== 'ok' || !splicedOn(outcome.result.response, source))
           releaseMessageBuffer(source);
@@ -281,8 +254,7 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
     AssembleContext: {
       ...contextServiceDefinition.AssembleContext!,
       requestDeserialize: decodeAssembleRequest,
-      // The answer's copy of the history — or, for a large one, its gathered write — is the request
-      // buffer's last use: back to the pool then.
+      // Serializing the answer is the request buffer's last use: back to the pool then.
       responseSerialize: (response: AssembleContextResponse) => {
         const out = serializeAssembleResponse(response, releaseMessageBuffer);
         // A spliced answer is a SplicedMessage, which has `byteLength` and no `length`; a Buffer has both.
@@ -305,7 +277,6 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           else {
             boundAddrs.push(addr.replace(/:0$/, `:${port}`));
             try {
-              // Node's HTTP/2 keeps only the first `authorization`; make the others visible.
               exposeDuplicateAuthorization(server);
             } catch (hookErr) {
               reject(hookErr);
@@ -337,9 +308,8 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
           logger.info({ forced, inFlight: active }, 'gRPC server stopped');
           resolve();
         };
-        // Long-lived streams (health Watch, reflection) never end on their own; the grace bounds them.
-        // forceShutdown cancels only the sessions channelz tracked, none with channelz off; drain cancels every
-        // session of the port once the grace is over.
+        // Long-lived streams (health Watch, reflection) never end on their own; the grace bounds them. With
+        // channelz off forceShutdown cancels no session, so each port's drain cancels them after the grace.
         for (const bound of boundAddrs) {
           try {
             server.drain(bound, graceMs);

@@ -1,25 +1,15 @@
-/**
- * Answers larger than gRPC's default client receive limit. The history is echoed in the assembled context,
- * so a valid request near the contract.md §11 limits (13.2 MB) gets an answer as large; a client left at the 4 MiB
- * default fails it with `RESOURCE_EXHAUSTED: Received message larger than max`, and the service never sees
- * why. The service therefore logs, at most once a minute, what the client must set.
- */
+// Valid answers can exceed gRPC's default 4 MiB client receive limit (history is echoed, contract.md §11);
+// such a client fails with RESOURCE_EXHAUSTED unseen by the service, so it logs what the client must set.
 import type { Logger } from '../telemetry/logger.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../wire/limits.js';
 
 /** gRPC's default max receive message length on clients (grpc-js, grpc-go, grpc-java, …), bytes. */
 export const DEFAULT_CLIENT_RECEIVE_BYTES = 4 * 1024 * 1024;
-/**
- * What a client must allow to receive every valid answer: the largest request (whose history the answer
- * echoes) plus room for memories, directive and tags. 16 MiB, what the CLI's own clients set.
- */
+/** What a client must allow to receive every valid answer (largest request + memories); the CLI's. */
 export const CLIENT_RECEIVE_BYTES_NEEDED = 16 * 1024 * 1024;
 const REPEAT_MS = 60_000;
 
-/**
- * Returns the hook called with each serialized answer's size: answers over {@link DEFAULT_CLIENT_RECEIVE_BYTES}
- * log an error naming the client setting (first one, then at most once per minute, with the count since).
- */
+/** Hook for each answer's size: answers over the default log an error, at most once a minute, with a count. */
 export function largeAnswerNotice(logger: Logger, now: () => number = Date.now): (bytes: number) => void {
   let last = Number.NEGATIVE_INFINITY;
   let since = 0;

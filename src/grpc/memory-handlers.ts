@@ -1,8 +1,4 @@
-/**
- * The SearchMemories and RecordMemoryFeedback handlers (contract.md §2): run on one of the project's stores
- * (src/request/memory-rpcs.ts), or answered UNIMPLEMENTED in front of a memory service, which has no such
- * operations.
- */
+// SearchMemories, RecordMemoryFeedback (contract.md §2): on a store, else UNIMPLEMENTED (memory service).
 import { type ServerUnaryCall, type sendUnaryData, status } from '@grpc/grpc-js';
 import { type MemoryRpcDeps, recordMemoryFeedback, searchMemories } from '../request/memory-rpcs.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -20,18 +16,13 @@ export const UNIMPLEMENTED_DETAILS = {
   RecordMemoryFeedback: 'RecordMemoryFeedback deferred — ADR-0038',
 } as const;
 
-/** A handler that answers UNIMPLEMENTED with `details`. */
 const unimplemented =
   (details: string) =>
   (_call: unknown, callback: sendUnaryData<never>): void => {
     callback(toStatusObject(Errors.unimplemented(details)));
   };
 
-/**
- * A SearchMemories / RecordMemoryFeedback handler: runs `work` with a signal aborted when the caller
- * goes away, answers its result or its error's status (INTERNAL for anything not an IbexError), and
- * counts the call by status.
- */
+/** Runs `work` with a signal aborted when the caller goes away; INTERNAL for anything not an IbexError. */
 function memoryRpc<Req, Res>(
   deps: MemoryRpcDeps,
   logger: Logger,
@@ -63,10 +54,7 @@ function memoryRpc<Req, Res>(
   };
 }
 
-/**
- * The two memory methods' handlers: on `memoryRpcs` when the service has a store, else UNIMPLEMENTED with
- * {@link UNIMPLEMENTED_DETAILS}.
- */
+/** The memory methods' handlers: on `memoryRpcs`, else UNIMPLEMENTED with {@link UNIMPLEMENTED_DETAILS}. */
 export function memoryRpcHandlers(memoryRpcs: MemoryRpcDeps | undefined, logger: Logger) {
   if (!memoryRpcs) {
     return {

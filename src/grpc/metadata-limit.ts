@@ -1,14 +1,8 @@
-/**
- * The request-metadata cap (contract.md §11): grpc-js does not enforce `grpc.max_metadata_size`, so the
- * server's first interceptor does, for every service.
- */
+// grpc-js does not enforce `grpc.max_metadata_size` (contract.md §11), so the first interceptor does.
 import { type Metadata, ServerInterceptingCall, type ServerInterceptor } from '@grpc/grpc-js';
 import { Errors, toStatusObject } from '../wire/errors.js';
 
-/**
- * Size of request metadata as HTTP/2 counts a header list (RFC 9113 §6.5.2: name + value + 32 per
- * field).
- */
+/** Request metadata size as HTTP/2 counts it (RFC 9113 §6.5.2: name + value + 32 per field). */
 export function metadataSize(metadata: Metadata): number {
   let size = 0;
   for (const [key, value] of Object.entries(metadata.toHttp2Headers())) {

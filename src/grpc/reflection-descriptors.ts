@@ -1,15 +1,6 @@
-/**
- * File descriptors for server reflection that strict clients accept.
- *
- * proto-loader's package definition names its files after packages (`ibex_context_v1.proto`,
- * `google_protobuf.proto`) and writes `type_name: ""` / `extendee: ""` on scalar fields; strict runtimes
- * (Python upb, Go protodesc, @bufbuild/protobuf) refuse such descriptors (grpc-node#2958, grpcurl#519).
- * protoc is not available here (the `grpc-tools` package downloads it at install time), so the
- * descriptors are built from protobufjs's parse of the real `.proto` files, the way protoc would write
- * them: the real file names (`ibex/context/v1/context.proto`, `google/protobuf/timestamp.proto`), each
- * file's `dependency` list, fully qualified `type_name` on message and enum fields only, `json_name`,
- * oneofs and map entries.
- */
+// Reflection descriptors strict clients accept (Python upb, Go protodesc, @bufbuild/protobuf): proto-loader's
+// names files after packages and writes `type_name: ""` on scalars (grpc-node#2958, grpcurl#519). Without
+// protoc, they are built from protobufjs's parse of the real `.proto` files, the way protoc writes them.
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import type { PackageDefinition } from '@grpc/proto-loader';
@@ -75,8 +66,7 @@ export function jsonName(name: string): string {
 type Plain = Record<string, unknown>;
 
 /**
- * Builds one FileDescriptorProto (as a plain object, camelCase keys) per file that declares types,
- * keyed by its import path.
+ * One FileDescriptorProto (plain object, camelCase keys) per file declaring types, keyed by its import path.
  * @throws Error when a file cannot be parsed or a type reference does not resolve.
  */
 export function buildFileDescriptors(sources: readonly ProtoSource[]): Map<string, Plain> {
@@ -227,8 +217,7 @@ export function buildFileDescriptors(sources: readonly ProtoSource[]): Map<strin
 }
 
 /**
- * A package definition for `new ReflectionService(…)` holding only the real file descriptors of
- * `sources` (one entry per file; @grpc/reflection reads nothing but `fileDescriptorProtos`).
+ * A package definition for `new ReflectionService(…)` holding only the file descriptors of `sources`.
  * @throws Error as {@link buildFileDescriptors}.
  */
 export function reflectionPackageDefinition(sources: readonly ProtoSource[]): PackageDefinition {

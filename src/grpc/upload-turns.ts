@@ -1,10 +1,5 @@
-/**
- * Turns between the large request messages of one HTTP/2 connection (contract.md §1 isolation rule). Reading
- * bytes is main-thread work no pool can take over (Node's HTTP/2 layer and grpc-js's decoder run on the
- * event loop); when a connection sends several multi-MB requests at once, HTTP/2 shares its bytes among
- * all of them and none completes before its deadline. Here one call at a time reads; src/grpc/patches/upload-turns.ts
- * applies it to grpc-js. Small messages, a proxy's ordinary chat traffic, never take part.
- */
+// Turns between one HTTP/2 connection's large request messages (contract.md §1 isolation): reading is
+// event-loop work, and HTTP/2 sharing a connection among multi-MB uploads lets none finish in time.
 import { monotonicNow } from '../util/clock.js';
 
 /** One call reading a large request message, as {@link UploadTurns} sees it. */
@@ -29,32 +24,21 @@ interface Turns<C> {
 export const UPLOAD_STALL_MS = 250;
 
 /**
- * Large uploads of one connection take turns: one call at a time reads its large message, the
- * others wait paused (HTTP/2 flow control holds their bytes on the sender's side, one stream window each),
- * and when it is done the waiting call with the fewest bytes left goes next (shortest remaining first).
- * Sharing a connection's bytes among every upload in flight, as HTTP/2 does by itself, finishes none of
- * them when more arrive than the connection carries; in turns, what it carries completes. A turn is never held by a stalled sender: an active call whose next bytes
- * are `stallMs` late while others wait goes to the back. Small messages never take part.
+ * One call at a time reads its large message, the others wait paused; next goes the one with the fewest
+ * bytes left. An active call `stallMs` late while others wait goes to the back. Small messages never wait.
  */
 export class UploadTurns<C extends UploadCall> {
   readonly #byConnection = new WeakMap<object, Turns<C>>();
   readonly #stallMs: number;
   readonly #now: () => number;
 
-  /**
-   * @param stallMs how long an active call may send nothing while others wait, ms.
-   * @param now monotonic ms clock (tests inject one, with fake timers).
-   */
+  /** `stallMs`: how long an active call may send nothing while others wait; `now`: a monotonic ms clock. */
   constructor(stallMs = UPLOAD_STALL_MS, now: () => number = monotonicNow) {
     this.#stallMs = stallMs;
     this.#now = now;
   }
 
-  /**
-   * Bytes of `call`'s large message arrived.
-   * @returns true when it is the call's turn (read on); false when another call has the turn — the call
-   *   was paused and waits.
-   */
+  /** Bytes of `call`'s message arrived: true when it is its turn, false when it was paused to wait. */
   arrived(connection: object, call: C): boolean {
     let t = this.#byConnection.get(connection);
     if (t === undefined) {

@@ -1,7 +1,4 @@
-/**
- * Admin HTTP endpoint (IBEX_CONTEXT_ADMIN_ADDR): `/metrics` (Prometheus text), `/healthz` (the process
- * answers), `/readyz` (pool warm and not draining).
- */
+// Admin HTTP endpoint: `/metrics`, `/healthz` (process answers), `/readyz` (pool warm, not draining).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
@@ -16,7 +13,6 @@ export interface Readiness {
   stores?: { memory: string; directive: string };
 }
 
-/** A running admin server. */
 export interface AdminServer {
   /** `http://host:port`. */
   url: string;
@@ -28,11 +24,7 @@ function splitAddr(addr: string): { host: string; port: number } {
   return { host: addr.slice(0, i).replace(/^\[|\]$/g, ''), port: Number(addr.slice(i + 1)) };
 }
 
-/**
- * Starts the admin server.
- * @param addr `host:port`; port 0 picks a free port.
- * @throws the listen error (e.g. EADDRINUSE).
- */
+/** Starts the admin server on `addr` (`host:port`, port 0: a free one). @throws the listen error. */
 export async function startAdminServer(
   addr: string,
   registry: Registry,

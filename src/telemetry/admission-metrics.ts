@@ -1,7 +1,4 @@
-/**
- * Prometheus series of the admission limit (contract.md §10 amended, §12), read from the limiter at scrape
- * time: the current limit, the calls it holds in flight, and the calls shed at arrival.
- */
+// Admission-limit series (contract.md §10, §12), read from the limiter at scrape time.
 import { Counter, Gauge, type Registry } from 'prom-client';
 
 /** What the admission series read from the limiter at each scrape (the request path's adaptive limit). */
@@ -16,10 +13,7 @@ export const ADMISSION_SERIES = {
   sheds: 'ibex_context_admission_shed_total',
 } as const;
 
-/**
- * Registers the admission series on `registry`, reading `limiter` at each scrape. A registry that
- * already has them (a second assembler on the same metrics) is left as it is.
- */
+/** Registers the series on `registry` (a registry that already has them is left as is). */
 export function registerAdmissionMetrics(registry: Registry, limiter: AdmissionStateSource): void {
   if (registry.getSingleMetric(ADMISSION_SERIES.limit)) return;
   new Gauge({

@@ -1,22 +1,15 @@
-/**
- * `ibex_context_assembly_duration_seconds` and `ibex_context_assemblies_total` for every AssembleContext
- * call (contract.md §12): a server interceptor, so calls refused before the pipeline runs
- * (authentication, validation, authorization) are timed and counted too, not only successful ones.
- */
+// Assembly duration and count (contract.md §12) as a server interceptor, so calls refused before the
+// pipeline runs (authentication, validation, authorization) are counted too.
 
 import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
 import { LEVEL_HEADER } from '../wire/wire-headers.js';
 import type { Metrics } from './metrics.js';
 
-/** gRPC method path of AssembleContext (contract.md §2). */
 const ASSEMBLE_PATH = '/ibex.context.v1.ContextAssemblyService/AssembleContext';
 
 /**
- * Creates the interceptor. Labels: `level` = the answer's degradation level (`L0`/`L1`/`L2`, from the
- * `x-ibex-context-level` response metadata) or `none` when the call ended without an answer; `code` =
- * the gRPC status code name (`OK`, `INVALID_ARGUMENT`, `DEADLINE_EXCEEDED`, …; `CANCELLED` when the
- * caller went away). Duration in seconds from the call's arrival at the interceptor to its status.
- * Place it first in the server's interceptor list so it sees every refusal after it.
+ * Labels: `level` (`L0`-`L2` from the response metadata, `none` without an answer) and `code` (gRPC status
+ * name); duration in seconds from arrival. Place it first so it sees every refusal after it.
  */
 export function assemblyMetricsInterceptor(
   metrics: Pick<Metrics, 'assemblyDuration' | 'assemblies'>,

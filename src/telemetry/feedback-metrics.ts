@@ -1,8 +1,4 @@
-/**
- * Prometheus series of RecordMemoryFeedback, SearchMemories and the inclusion counter (contract.md §7a,
- * §12): calls by method and status, the feedback updates and the ids ignored (another org's or unknown),
- * and the inclusion counter's figures read at scrape time.
- */
+// Memory RPC series (contract.md §7a, §12): calls by method and status, feedback updates, inclusion counter.
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { InclusionStats } from '../retrieval/inclusion-counter.js';
 
@@ -23,13 +19,9 @@ export interface FeedbackMetrics {
   feedback(kind: string, updates: number, ignored: number): void;
 }
 
-/** Drops every report. */
 export const NO_FEEDBACK_METRICS: FeedbackMetrics = { call() {}, feedback() {} };
 
-/**
- * Registers the series on `registry`; the inclusion series read `inclusions()` at each scrape (absent: not
- * registered, as in front of a memory service).
- */
+/** Registers the series on `registry`; the inclusion series only with `inclusions` (read at scrape time). */
 export function registerFeedbackMetrics(
   registry: Registry,
   inclusions?: () => InclusionStats,

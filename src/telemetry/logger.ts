@@ -1,17 +1,11 @@
-/**
- * The service's pino logger (contract.md §12): JSON lines, ISO timestamps, level as a label, and secrets
- * redacted by path so a careless `logger.info({ settings })` or `{ metadata }` cannot leak a token.
- */
+// pino logger (contract.md §12): JSON lines, secrets redacted by path so `{ settings }` cannot leak a token.
 import { type DestinationStream, type Logger, pino } from 'pino';
 import type { Settings } from '../config/settings.js';
 import type { BranchOutcome } from '../wire/types.js';
 
 export type { Logger } from 'pino';
 
-/**
- * Paths censored in every log line. pino's `*` matches exactly one level, so the common nestings
- * (top level, one object down, headers/metadata objects) are listed explicitly.
- */
+// pino's `*` matches exactly one level, so the common nestings are listed explicitly.
 export const REDACT_PATHS: readonly string[] = [
   'authorization',
   'Authorization',
@@ -42,9 +36,7 @@ export const REDACT_PATHS: readonly string[] = [
 ];
 
 /**
- * Creates the root logger; derive per-component loggers with `logger.child({ component })`.
- * @param settings only `logLevel` is read (`fatal`…`trace`, or `silent`).
- * @param destination where lines go; stdout when omitted (tests pass a capturing stream).
+ * Root logger at `settings.logLevel`, to `destination` (default stdout); use `logger.child({ component })`.
  */
 export function createLogger(settings: Pick<Settings, 'logLevel'>, destination?: DestinationStream): Logger {
   return pino(
@@ -60,9 +52,7 @@ export function createLogger(settings: Pick<Settings, 'logLevel'>, destination?:
 }
 
 /**
- * The per-call degraded-assembly line (contract.md §12): a closed shape of our own values, nothing secret. The
- * level is `degradation_level`: a `level` key would repeat pino's own in the same JSON object (the line
- * used to carry `"level":"info"` and `"level":"L1"`, and a parser keeping the last lost the severity).
+ * The degraded-assembly line (contract.md §12), a closed shape: `degradation_level`, as `level` is pino's.
  */
 export interface DegradedAssemblyLine {
   /** Degradation level, `L1` or `L2` (contract.md §10). */
@@ -79,11 +69,8 @@ export interface DegradedAssemblyLine {
 }
 
 /**
- * Writes {@link DegradedAssemblyLine}s at info level through a child of `parent` that skips redaction.
- * pino's wildcard paths ({@link REDACT_PATHS}) cost ~25 µs and a clone of the object per line (a line
- * without them ~7 µs, measured with pino 10 on this 2-core machine): on the event loop, every degraded
- * call paid that, most of them when the service was already overloaded. The line's type has no place
- * for a token (an object literal with any other key does not compile), which is what redaction guards.
+ * Writes {@link DegradedAssemblyLine}s at info level through a child of `parent` that skips redaction: the
+ * closed type has no room for a token. Why: see docs/operations.md (Logs).
  */
 export function degradedAssemblyLog(parent: Logger): (line: DegradedAssemblyLine) => void {
   const child = parent.child({}, { redact: { paths: [] } });

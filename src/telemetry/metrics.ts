@@ -1,7 +1,5 @@
-/**
- * Prometheus metrics (contract.md §12), named `ibex_context_*` in base units (seconds, bytes), on a registry of
- * their own so tests and several servers in one process do not collide.
- */
+// Prometheus metrics (contract.md §12), `ibex_context_*` in base units, on a registry of their own so tests
+// and several servers in one process do not collide.
 
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -19,10 +17,7 @@ const LATENCY_BUCKETS = [
 ];
 const POOL_BUCKETS = [0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05];
 
-/**
- * Pool figures read at scrape time (the pool's `stats()`). The task counts are the pool's own:
- * only it knows whether a deadline withdrew a queued task or abandoned a running one.
- */
+/** Pool figures read at scrape time; only the pool knows whether a deadline withdrew or abandoned a task. */
 export type PoolGaugeSource = Pick<
   PoolStats,
   | 'queueSize'
@@ -60,7 +55,6 @@ function packageVersion(): string {
   }
 }
 
-/** Every metric the service records. */
 export interface Metrics {
   registry: Registry;
   /** Every AssembleContext call, by level (`none` without an answer) and gRPC code name (contract.md §12). */
@@ -81,13 +75,8 @@ export interface Metrics {
 }
 
 /**
- * Creates the registry and metrics.
- * @param pool read at scrape time for queue depth, utilization, threads, capacity, queue limit and task
- *   outcomes (optional until the pool exists).
- * @param memoryThread read at scrape time for the memory-fetch thread's reads and the orgs routed to it
- *   (absent without a memory service, or with IBEX_CONTEXT_MEMORY_HTTP_THREAD false: both read 0).
- * @param storeReads read at scrape time for the store-read queue depth and busy rejections (absent
- *   without store-read threads: both read 0).
+ * Creates the registry and metrics. `pool`, `memoryThread` and `storeReads` are read at scrape time; an
+ * absent one (not created yet, or not configured) reads 0.
  */
 export function createMetrics(
   pool?: () => PoolGaugeSource | undefined,

@@ -1,9 +1,5 @@
-/**
- * Counters the gRPC transport keeps (its grpc-js patches) and metrics reads at scrape time. The transport
- * registers its readers here, so telemetry depends on this interface, not on the transport.
- */
+// Counters the grpc-js patches keep, registered here so telemetry does not depend on the transport.
 
-/** Readers of the transport's process-wide counters. */
 export interface TransportCounters {
   /** Times a large upload was paused to wait for its connection's turn. */
   uploadTurnWaits(): number;
@@ -23,11 +19,7 @@ export function transportCounters(): Readonly<TransportCounters> {
   return counters;
 }
 
-/**
- * A process-wide count the transport keeps, registered at once as the reader of counter `name`.
- *
- * @returns `add()` counts one; `read()` is the count so far (from 0, never reset).
- */
+/** A process-wide count registered as the reader of `name`: `add()` counts one, `read()` the count so far. */
 export function transportCount(name: keyof TransportCounters): { add(): void; read(): number } {
   let n = 0;
   const read = () => n;

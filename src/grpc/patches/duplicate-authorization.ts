@@ -1,14 +1,4 @@
-/**
- * A request with two `authorization` headers (a proxy appending its own token after a client's) must be
- * refused, but Node's HTTP/2 layer treats `authorization` as a single-value header and keeps only the first
- * in the headers object grpc-js builds its Metadata from, so the bearer interceptor never sees the second.
- * The raw header list is still passed to the HTTP/2 server's `stream` event (4th argument), so a listener
- * that runs before grpc-js's puts every value back: the Metadata then carries them all and
- * `bearerAuthInterceptor` answers UNAUTHENTICATED (`duplicate`). grpc-js exposes neither its HTTP/2
- * servers nor the raw headers; no upstream issue asks for it on the server side (the client side refuses
- * a second value since https://github.com/grpc/grpc-node/pull/1275), because it is a policy of this
- * service, not a grpc-js bug. The private access is the `http2Servers` map of a bound Server.
- */
+// Node keeps only the first `authorization`; a second (a proxy's) must be refused: docs/design/grpc-patches.md.
 import type http2 from 'node:http2';
 import type { Server } from '@grpc/grpc-js';
 import { GrpcJsInternalsChanged } from './grpc-js-private.js';
@@ -31,11 +21,8 @@ export function restoreDuplicateAuthorization(
 }
 
 /**
- * Hooks every HTTP/2 server a grpc-js Server has bound (call after each `bindAsync`; idempotent). grpc-js
- * 1.14 keeps them in the private `http2Servers` map and registers its own `stream` listener at bind, so
- * ours is prepended to run first.
- * @throws GrpcJsInternalsChanged when grpc-js no longer has that map (an upgrade changed its internals): better a failed
- *   start-up than silently accepting a second token.
+ * Hooks every HTTP/2 server `server` has bound, ahead of grpc-js's `stream` listener (after `bindAsync`).
+ * @throws GrpcJsInternalsChanged when the private `http2Servers` map is gone.
  */
 export function exposeDuplicateAuthorization(server: Server): void {
   const internal = server as unknown as {

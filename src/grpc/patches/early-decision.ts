@@ -1,11 +1,4 @@
-/**
- * Decides a large request from a prefix of its bytes (contract.md §11: counts are checked on the wire, at a cost
- * independent of the count). grpc-js hands the deserializer only a complete message, so the private
- * `BaseServerInterceptingCall.handleDataFrame` and `handleEndEvent` are wrapped, and the decoder patch
- * (src/grpc/patches/pooled-message-decoder.ts) runs the scanner as bytes arrive. No upstream issue or PR asks
- * grpc-js for incremental deserialization or an early answer (searched grpc/grpc-node); it follows this
- * service's request format, not a grpc-js bug.
- */
+// grpc-js only deserializes whole messages, so its call is wrapped. Why: see docs/design/grpc-patches.md.
 
 import http2 from 'node:http2';
 import { transportCount } from '../../telemetry/transport-counters.js';
@@ -21,13 +14,11 @@ import {
 
 export type { PrefixScanner } from './grpc-js-private.js';
 
-/** What grpc-js keeps of a registered method (`handler` of a server call). */
 export interface MethodHandler {
   path?: string;
   deserialize?: (bytes: Buffer) => unknown;
 }
 
-/** grpc-js's server call as this patch reads it (private module). */
 interface EarlyDecidedCall {
   handleDataFrame(this: EarlyDecidedCall, data: Buffer): void;
   handleEndEvent(this: EarlyDecidedCall): void;
@@ -43,21 +34,12 @@ const DECIDES = Symbol('ibex early decisions');
 const ENDED_EARLY = Symbol('ibex request ended early');
 const decidedEarly = transportCount('requestsDecidedEarly');
 
-/** How many requests this process decided from a prefix of their bytes (tests, metrics). */
 export const requestsDecidedEarly: () => number = decidedEarly.read;
 
 /**
- * A large request message (≥ `POOLED_MESSAGE_FROM_BYTES`, uncompressed) of a method for which `scannerFor`
- * returns a scanner (it is asked with the method's handler, whose deserializer the scanner must match) is
- * followed as its DATA frames arrive. Once the scanner says the bytes so far decide the outcome, grpc-js
- * is handed that prefix as the whole message and the request as ended: the handler runs on it and
- * answers through the interceptors as for any other call (metrics, logs), the rest of the upload is
- * dropped unread, and once the answer is sent the stream is reset with NO_ERROR, which RFC 9113 §8.1
- * provides for a server that answered before the request ended, so the client stops sending. Calling it
- * again only swaps the choice of scanner.
- * @param scannerFor the scanner factory for a registered method, or null for methods that have none.
- * @param mod the module to patch (tests pass one without a method).
- * @throws GrpcJsInternalsChanged when grpc-js no longer has the methods it wraps.
+ * Follows large messages (≥ `POOLED_MESSAGE_FROM_BYTES`) of methods `scannerFor` has a scanner for; once a
+ * prefix decides, grpc-js gets it as the whole message, the rest is dropped unread and the stream reset with
+ * NO_ERROR after the answer (RFC 9113 §8.1). @throws GrpcJsInternalsChanged when a wrapped method is gone.
  */
 export function decideRequestsOnTheWire(scannerFor: ScannerFor, mod?: ServerInterceptorsModule): void {
   const proto = serverCallPrototype<EarlyDecidedCall & { [DECIDES]?: { scannerFor: ScannerFor } }>(

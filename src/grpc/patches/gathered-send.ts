@@ -1,31 +1,15 @@
-/**
- * A ~10 MB answer (request history spliced with the formatter's bytes, src/wire/spliced.ts) was framed
- * by grpc-js's `serializeMessage` into a fresh 10 MB buffer on the main thread: ~14 ms of page faults and
- * copying per answer, and 10 MB of external memory that made V8 start a mark-compact about once per such
- * answer. grpc-js writes one Buffer per message and has no option for more; upstream discussed letting a
- * server write the gRPC frame itself in https://github.com/grpc/grpc-node/pull/2652 (closed unmerged: the
- * maintainer preferred optimising the copy first). So `BaseServerInterceptingCall.sendMessage` is wrapped:
- * values the service gathers go out as chunks, every other value through the original method.
- */
+// Large answers go out as the chunks that hold them (grpc-node#2652, unmerged): docs/design/grpc-patches.md.
 import { firstPatchState, type ServerInterceptorsModule, serverCallPrototype } from './grpc-js-private.js';
 
-/**
- * A response message that goes out as several chunks, none of them copied (see
- * {@link sendGatheredMessages}).
- */
+/** A response message sent as several uncopied chunks (see {@link sendGatheredMessages}). */
 export interface GatheredMessage {
   /** Bytes of the message (without the 5-byte gRPC prefix). */
   readonly byteLength: number;
-  /** The message's bytes in order: views on the buffers that already hold them. */
   chunks(): Uint8Array[];
-  /**
-   * Called once, when the last chunk has been written (`ok`), or could not be (the stream failed or
-   * was reset). Until then every chunk's buffer must stay as it is: the stream holds them, not copies.
-   */
+  /** Called once the last chunk is written (`ok`) or failed; until then its buffers must not change. */
   written(ok: boolean): void;
 }
 
-/** grpc-js's server call as the gathered send reads it (private module). */
 interface SendingServerCall {
   checkCancelled(): boolean;
   handler: { serialize(value: unknown): unknown };
@@ -40,7 +24,6 @@ interface SendingServerCall {
   callEventTracker?: { addMessageSent(): void };
 }
 
-/** Chunks of a response value, or null for grpc-js's own path. */
 type Gather = (value: unknown, serialize: (value: unknown) => unknown) => GatheredMessage | null;
 
 interface SendMessagePrototype {
@@ -55,19 +38,12 @@ export function gatheredMessagesSent(): number {
   return gatheredSent;
 }
 
-/** gRPC status codes this hook answers with (grpc-js `Status`). */
 const RESOURCE_EXHAUSTED = 8;
 const INTERNAL = 13;
 
 /**
- * Wraps `BaseServerInterceptingCall.sendMessage` once per process: a value for which `gather` returns a
- * {@link GatheredMessage} is written as its 5-byte prefix and chunks, corked into one `writev`; Node's
- * HTTP/2 layer sends them from where they are. Every other value goes through the original method. The
- * checks are grpc-js's own (cancelled call, send size cap, write errors → INTERNAL). Calling it again only
- * swaps `gather`.
- * @param gather the message for `value` in chunks (serializing it with `serialize`), or null.
- * @param mod the module to patch (tests pass one without the method).
- * @throws GrpcJsInternalsChanged when grpc-js no longer has the method.
+ * Wraps `sendMessage`: a value `gather` returns chunks for is written as prefix + chunks in one corked
+ * `writev`, with grpc-js's own checks. @throws GrpcJsInternalsChanged when grpc-js no longer has the method.
  */
 export function sendGatheredMessages(gather: Gather, mod?: ServerInterceptorsModule): void {
   const proto = serverCallPrototype<SendMessagePrototype & { [GATHERS]?: { gather: Gather } }>(

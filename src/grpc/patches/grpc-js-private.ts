@@ -1,15 +1,7 @@
-/**
- * What the patches in this folder share: the grpc-js version they were written against, the private modules
- * they load, and the fields and symbols two of them both touch. Nothing outside src/grpc/patches/ reaches into
- * grpc-js's private modules or fields; each patch checks that what it needs is there and throws
- * {@link GrpcJsInternalsChanged} at start-up when it is not, so an upgrade that moves them fails loudly.
- */
+// What the patches share: the grpc-js version, its private modules, and the fields two patches both touch.
 import { createRequire } from 'node:module';
 
-/**
- * The @grpc/grpc-js version every patch here was read against (package.json pins it exactly; a test
- * fails when the installed one differs). Upgrading means re-reading each patch against the new sources.
- */
+/** The @grpc/grpc-js version every patch here was read against (a test checks package.json pins it). */
 export const GRPC_JS_PATCHED_VERSION = '1.14.7';
 
 /** Thrown at start-up when a private field or method a patch needs is gone (a grpc-js upgrade). */
@@ -27,16 +19,11 @@ export function grpcJsModule<M>(file: string): M {
   return requireCjs(`@grpc/grpc-js/build/src/${file}`) as M;
 }
 
-/** The private module holding `BaseServerInterceptingCall`, as the server-call patches read it. */
 export interface ServerInterceptorsModule {
   BaseServerInterceptingCall?: { prototype: Record<string | symbol, unknown> };
 }
 
-/**
- * The prototype of grpc-js's `BaseServerInterceptingCall`, checked to have every method in `methods`.
- * @param mod the module to read (tests pass one without the class or method).
- * @throws GrpcJsInternalsChanged when the class or one of the methods is gone.
- */
+/** `BaseServerInterceptingCall.prototype` with `methods`. @throws GrpcJsInternalsChanged when one is gone. */
 export function serverCallPrototype<P>(
   methods: readonly string[],
   mod: ServerInterceptorsModule = grpcJsModule('server-interceptors.js'),
@@ -48,11 +35,7 @@ export function serverCallPrototype<P>(
   return proto as P;
 }
 
-/**
- * A patch's state, kept on the prototype it patches under `key`, so that patching twice never wraps a method
- * twice: the first call stores `state` and returns it, for the methods it is about to patch to read; a later
- * call moves `state`'s values into the stored state (the patched methods then use them) and returns null.
- */
+/** Stores a patch's state on `proto`: `state` the first time, else null after copying it in. */
 export function firstPatchState<S extends object>(proto: object, key: symbol, state: S): S | null {
   const holder = proto as Record<symbol, S | undefined>;
   const installed = holder[key];
@@ -64,10 +47,7 @@ export function firstPatchState<S extends object>(proto: object, key: symbol, st
   return state;
 }
 
-/**
- * grpc-js's `StreamDecoder` fields (build/src/stream-decoder.js), read by the decoder, upload-turn and
- * early-decision patches, plus the symbols the decoder and the early decision share.
- */
+/** grpc-js's `StreamDecoder` fields (build/src/stream-decoder.js) the patches read, plus ours. */
 export interface StreamDecoderFields {
   maxReadMessageLength: number;
   readState: number;
@@ -77,7 +57,7 @@ export interface StreamDecoderFields {
   readMessageSize: number;
   readPartialMessage: Buffer[];
   readMessageRemaining: number;
-  /** Ours: makes the prefix scanner of the call's method (null: the method has none; unset: not asked yet). */
+  /** Ours: the call's prefix-scanner factory (null: none; unset: not asked yet). */
   [SCAN_FOR]?: (() => PrefixScanner) | null;
 }
 
@@ -93,15 +73,11 @@ export const STREAM_DECODER_FIELDS = [
   'readMessageRemaining',
 ] as const;
 
-/**
- * Follows a request message's bytes as they arrive (see src/grpc/patches/early-decision.ts). `feed` gets the
- * message's next bytes and returns the length of the prefix that decides the request's outcome, or -1.
- */
+/** Follows a message's bytes; `feed` returns the length of the prefix that decides the request, or -1. */
 export interface PrefixScanner {
   feed(data: Uint8Array, start: number, end: number): number;
 }
 
-/** Set by the early-decision patch on a call's decoder; read by the decoder patch. */
 export const SCAN_FOR = Symbol('ibex prefix scanner factory');
 
 /** grpc-js's decoder states (a private enum), and ours: decided by a prefix, further bytes dropped unread. */

@@ -1,14 +1,5 @@
-/**
- * grpc-js keeps every DATA chunk of a message and then `Buffer.concat`s them into a fresh buffer: for a
- * 10 MB request, 10 MB of new external memory, which V8 repays with mark-compacts on the event loop. A
- * message of `POOLED_MESSAGE_FROM_BYTES` or more is instead copied chunk by chunk into a free buffer of a
- * pool when one fits (src/util/message-buffers.ts); smaller ones, and large ones that find none, take
- * grpc-js's own path unchanged. The branch sits inside `StreamDecoder.prototype.write`'s state machine, so
- * the method is replaced, not wrapped: the state machine below is grpc-js 1.14.7's (Apache-2.0) with that
- * branch and the early decision's prefix scanner (src/grpc/patches/early-decision.ts) added. No upstream issue
- * or PR asks grpc-js to assemble messages in caller-provided buffers (searched grpc/grpc-node; the closest,
- * https://github.com/grpc/grpc-node/pull/2652, is about the send side).
- */
+// Large messages are assembled in pooled buffers, not a fresh `Buffer.concat`. `StreamDecoder.write` is
+// replaced: grpc-js 1.14.7's state machine (Apache-2.0) plus that branch. Why: docs/design/grpc-patches.md.
 import { type MessageBufferPool, POOLED_MESSAGE_FROM_BYTES } from '../../util/message-buffers.js';
 import {
   firstPatchState,
@@ -21,13 +12,11 @@ import {
   type StreamDecoderFields,
 } from './grpc-js-private.js';
 
-/** The decoder as this patch sees it: grpc-js's fields plus the buffer being filled and the live scanner. */
 interface PooledDecoder extends StreamDecoderFields {
   [FILLING]?: { buf: Buffer; at: number } | null;
   [SCANNER]?: PrefixScanner | null;
 }
 
-/** The private module holding `StreamDecoder`. */
 export interface StreamDecoderModule {
   StreamDecoder?: StreamDecoderClass;
 }
@@ -44,11 +33,8 @@ const PATCHED = Symbol('ibex message pool');
 const { NO_DATA, READING_SIZE, READING_MESSAGE, DECIDED_EARLY } = READ_STATE;
 
 /**
- * Makes grpc-js's decoder assemble large messages in `pool`'s buffers. It is the prototype's, so it also
- * serves grpc-js clients in this process (their buffers are simply never released). Calling it again only
- * swaps the pool.
- * @param mod the module to patch (tests pass one without the class or a field).
- * @throws GrpcJsInternalsChanged when `StreamDecoder.write` or one of its fields is gone.
+ * Makes grpc-js's decoder (clients in this process too) assemble large messages in `pool`'s buffers.
+ * Calling again only swaps the pool. @throws GrpcJsInternalsChanged when `write` or a field is gone.
  */
 export function assembleLargeMessagesIn(
   pool: MessageBufferPool,

@@ -1,11 +1,4 @@
-/**
- * Large uploads of one connection take turns (src/grpc/upload-turns.ts): grpc-js hands every DATA chunk of
- * a call to the private `BaseServerInterceptingCall.handleDataFrame` and offers no hook between the
- * HTTP/2 stream and its decoder, so the method is wrapped. The original decodes the chunk first; the
- * wrapper then pauses the HTTP/2 stream of a call whose turn it is not. A paused stream stops consuming
- * its flow-control window, so the sender's further bytes wait on its side. No upstream issue or PR asks
- * grpc-js for per-call read scheduling (searched grpc/grpc-node); it is this service's isolation policy.
- */
+// grpc-js has no hook between the HTTP/2 stream and its decoder. Why: see docs/design/grpc-patches.md.
 
 import type http2 from 'node:http2';
 import { transportCount } from '../../telemetry/transport-counters.js';
@@ -19,7 +12,6 @@ import {
   serverCallPrototype,
 } from './grpc-js-private.js';
 
-/** grpc-js's server call as this patch reads it (private module). */
 interface TurnTakingCall {
   handleDataFrame(this: TurnTakingCall, data: Buffer): void;
   stream: http2.ServerHttp2Stream;
@@ -27,7 +19,6 @@ interface TurnTakingCall {
   [UPLOAD]?: StreamUpload;
 }
 
-/** A call's large upload as {@link UploadTurns} sees it. */
 class StreamUpload implements UploadCall {
   constructor(
     readonly stream: http2.ServerHttp2Stream,
@@ -51,18 +42,11 @@ const TURNS = Symbol('ibex upload turns');
 const UPLOAD = Symbol('ibex upload turn');
 const turnWaits = transportCount('uploadTurnWaits');
 
-/** How many times a large upload was paused to wait for its connection's turn (metrics). */
 export const uploadTurnWaits: () => number = turnWaits.read;
 
 /**
- * Makes the large request messages (≥ {@link POOLED_MESSAGE_FROM_BYTES}) of each connection take turns
- * with `turns`: a chunk of a call whose turn it is not pauses that call until its turn; a complete
- * message, a message decided early (src/grpc/patches/early-decision.ts) or a closed stream passes the turn on.
- * grpc-js pauses and resumes the stream itself only between messages, so the resumes here cannot undo one
- * of its own pauses mid-message; a call cancelled or past its deadline meanwhile is simply not resumed.
- * Calling it again only swaps `turns`.
- * @param mod the module to patch (tests pass one without the method).
- * @throws GrpcJsInternalsChanged when grpc-js no longer has `handleDataFrame`.
+ * Makes each connection's messages ≥ {@link POOLED_MESSAGE_FROM_BYTES} take turns: a call out of turn is
+ * paused. @throws GrpcJsInternalsChanged when `handleDataFrame` is gone.
  */
 export function takeUploadTurns(turns: UploadTurns<UploadCall>, mod?: ServerInterceptorsModule): void {
   const proto = serverCallPrototype<TurnTakingCall & { [TURNS]?: { turns: UploadTurns<UploadCall> } }>(
@@ -81,7 +65,6 @@ export function takeUploadTurns(turns: UploadTurns<UploadCall>, mod?: ServerInte
     let upload = this[UPLOAD];
     // A message decided early reads nothing more: its turn passes on now.
     if (upload && decoder?.readState === READ_STATE.DECIDED_EARLY) turns.done(connection, upload);
-    // Set by the decoder from the message's prefix; it stays until the next message starts.
     if (!(decoder?.readMessageSize >= POOLED_MESSAGE_FROM_BYTES)) return;
     if (upload === undefined) {
       const created = new StreamUpload(stream, decoder);

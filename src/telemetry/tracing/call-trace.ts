@@ -1,14 +1,6 @@
-/**
- * One AssembleContext call's trace (contract.md §12): its server span, and the child spans built when the call
- * ends from the times the pipeline already records (branch latencies, ranking time, the CPU stage's
- * wait/run/budget/pack/format figures) plus three clock reads (retrieval start and end, answer start).
- * Nothing here wraps an await: the pipeline pays a property check per hook, and a call that is not
- * sampled pays nothing past its server span's creation.
- *
- * Attributes are closed: ids, counts, durations, outcome names. Memory text, queries, history and
- * credentials have no path into a span (the request is read for its trace ids and, when configured,
- * its org and agent ids only).
- */
+// One call's trace (contract.md §12): a server span, and child spans built at its end from times the
+// pipeline already records; nothing wraps an await. Attributes are closed (ids, counts, durations, outcome
+// names): memory text, queries, history and credentials have no path into a span.
 import type { Metadata } from '@grpc/grpc-js';
 import { status } from '@grpc/grpc-js';
 import {
@@ -37,13 +29,9 @@ import type { CpuStageResult } from '../../pool/pool-client.js';
 import { monotonicNow } from '../../util/clock.js';
 import type { BranchOutcome } from '../../wire/types.js';
 
-/** The server span's name: `$package.$service/$method` (OpenTelemetry RPC conventions). */
 export const SERVER_SPAN_NAME = 'ibex.context.v1.ContextAssemblyService/AssembleContext';
 
-/**
- * gRPC codes that mark a server span as an error (OpenTelemetry gRPC conventions): faults of the server,
- * not of the caller (INVALID_ARGUMENT, UNAUTHENTICATED, … leave the status unset).
- */
+/** gRPC codes that make a server span an error (OpenTelemetry): server faults, not caller's. */
 const SERVER_FAULTS: ReadonlySet<number> = new Set([
   status.UNKNOWN,
   status.DEADLINE_EXCEEDED,
@@ -70,10 +58,7 @@ const metadataGetter: TextMapGetter<Metadata> = {
 /** What every call's trace shares; built once by startTracing. */
 export interface TraceCore {
   tracer: Tracer;
-  /**
-   * Whether a call whose only parent is the request's `trace_id`/`span_id` fields is sampled: those
-   * carry no sampled flag, so the configured root sampler decides on the trace id.
-   */
+  /** Whether a call parented only by the request's id fields is sampled (they carry no sampled flag). */
   sampleFieldParent(traceId: string): boolean;
   /** Put org and agent ids on the server span. */
   tenantIds: boolean;
@@ -102,7 +87,7 @@ function wireText(v: unknown): string {
   return v != null && typeof (v as { toString(): string }).toString === 'function' ? String(v) : '';
 }
 
-/** Tracks one call from its metadata to its status; see the module comment. */
+/** Tracks one call from its metadata to its status. */
 export class CallTrace {
   private span: Span | undefined;
   private metadata: Metadata | undefined;
@@ -186,10 +171,7 @@ export class CallTrace {
     return { trace_id: sc.traceId, span_id: sc.spanId };
   }
 
-  /**
-   * A child of `parent` whose lines carry `trace_id` and `span_id`; made on first use (most calls log
-   * nothing) and kept for the call.
-   */
+  /** A child of `parent` carrying `trace_id` and `span_id`; made on first use and kept for the call. */
   log(parent: Logger): Logger {
     if (this.logParent !== parent || !this.logChild) {
       this.logParent = parent;
@@ -210,10 +192,7 @@ export class CallTrace {
     this.branches = branches;
   }
 
-  /**
-   * The answer is about to be built: ranking took `rankingMs`; the CPU stage's result, or why there is
-   * none; candidates kept for packing and cut before it.
-   */
+  /** The answer is about to be built: ranking time, CPU-stage result (or why none), candidates kept/cut. */
   assembled(
     rankingMs: number,
     stage: CpuStageResult | null,

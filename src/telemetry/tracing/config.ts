@@ -1,10 +1,5 @@
-/**
- * Tracing settings from the standard OpenTelemetry environment variables (contract.md §12): off unless
- * `OTEL_TRACES_EXPORTER=otlp` or an OTLP endpoint is set. Only OTLP over HTTP/protobuf is exported. As
- * with every other setting of the service, an invalid value stops start-up with a message naming the
- * variable (the OpenTelemetry SDKs would warn and fall back; a typo in a sampling ratio is better found
- * at deploy time than in a month of missing traces).
- */
+// Tracing settings from the standard OTEL_* variables (contract.md §12); off unless an OTLP exporter or
+// endpoint is set. Unlike the SDKs, an invalid value stops start-up: a typo is better found at deploy time.
 
 /** How calls are sampled: a head decision, parent-based unless the variable says otherwise. */
 export interface SamplerConfig {
@@ -35,11 +30,7 @@ export interface TracingConfig {
   scheduleDelayMs: number;
   /** `OTEL_SERVICE_NAME` (default `ibex-context`); `OTEL_RESOURCE_ATTRIBUTES` are read by the SDK. */
   serviceName: string;
-  /**
-   * Whether the server span carries the caller's org and agent ids (`IBEX_CONTEXT_TRACE_TENANT_IDS`,
-   * default false): they identify a tenant, so a collector shared beyond the service's operators should
-   * not get them unless asked for.
-   */
+  /** Org and agent ids on the server span (`IBEX_CONTEXT_TRACE_TENANT_IDS`, default false): tenant data. */
   tenantIds: boolean;
 }
 
@@ -89,10 +80,7 @@ function checkUrl(name: string, value: string): string {
   return value;
 }
 
-/**
- * The traces URL as the OTLP exporter specification builds it: the signal-specific variable as given,
- * else the base endpoint with `v1/traces` appended, else the default.
- */
+/** The traces URL per the OTLP spec: the signal's variable, else endpoint + `v1/traces`, else default. */
 function tracesUrl(env: Env): string {
   const specific = text(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT');
   if (specific) return checkUrl('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', specific);
@@ -120,13 +108,8 @@ function sampler(env: Env): SamplerConfig {
 }
 
 /**
- * Reads the tracing settings.
- * @param env the environment (default `process.env`).
- * @returns the settings, or `null` when tracing is off: `OTEL_SDK_DISABLED=true`, `OTEL_TRACES_EXPORTER=none`,
- *   or neither `OTEL_TRACES_EXPORTER=otlp` nor an OTLP endpoint variable set.
- * @throws Error naming the variable for an unsupported exporter or protocol (`grpc`, `http/json`), a URL
- *   that is not http(s), an unknown sampler, a ratio outside [0, 1], or a size/delay that is not an
- *   integer ≥ 1.
+ * Reads the tracing settings from `env`; null when off (`OTEL_SDK_DISABLED`, exporter `none`, or no OTLP).
+ * @throws Error naming the variable: unsupported exporter, protocol, URL, sampler, ratio, size or delay.
  */
 export function tracingConfigFromEnv(env: Env = process.env): TracingConfig | null {
   if (text(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return null;

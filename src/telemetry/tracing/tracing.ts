@@ -1,14 +1,5 @@
-/**
- * OpenTelemetry tracing of AssembleContext (contract.md §12): one server span per call with a child per stage,
- * exported over OTLP HTTP/protobuf in batches off the hot path. Started only when the OTEL_* variables
- * turn it on (config.ts); off, the service creates none of this and the pipeline's hooks are skipped by
- * an `undefined` check.
- *
- * Propagation is by hand with the W3C propagator (call-trace.ts) from a server interceptor, rather than
- * @opentelemetry/instrumentation-grpc: that package patches grpc-js through require hooks, which an ESM
- * service must load with an `--import` loader before grpc-js, and its 0.2xx line that still runs on
- * Node 20 wraps every handler and listener of every call (docs/tracing.md has the reasoning and figures).
- */
+// OpenTelemetry tracing of AssembleContext (contract.md §12), exported over OTLP in batches off the hot path;
+// off, none of it is created. Propagation is by hand, not instrumentation-grpc: why in docs/tracing.md.
 import { type Metadata, ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
 import { ROOT_CONTEXT, SpanKind, TraceFlags } from '@opentelemetry/api';
 import { type ExportResult, ExportResultCode } from '@opentelemetry/core';
@@ -46,7 +37,6 @@ export { type TracingConfig, tracingConfigFromEnv } from './config.js';
 /** Longest wait for the last export at shutdown, ms. */
 const SHUTDOWN_FLUSH_MS = 2000;
 
-/** gRPC method path of AssembleContext (contract.md §2). */
 const ASSEMBLE_PATH = '/ibex.context.v1.ContextAssemblyService/AssembleContext';
 
 /** Finds the trace of a call from its request metadata (the handler's `call.metadata`). */
@@ -54,7 +44,6 @@ export interface CallTraces {
   of(metadata: Metadata): CallTrace | undefined;
 }
 
-/** Tracing, started. */
 export interface Tracing extends CallTraces {
   /** Starts each AssembleContext call's trace; place it before authentication so refusals get spans. */
   interceptor: ServerInterceptor;
@@ -88,11 +77,8 @@ function sampler(cfg: SamplerConfig): Sampler {
   return cfg.name.startsWith('parentbased_') ? new ParentBasedSampler({ root }) : root;
 }
 
-/**
- * A bounded queue in front of the SDK's BatchSpanProcessor that counts what it drops: the SDK drops past
- * its queue size too, but reports it only through an experimental meter option. The count of spans
- * waiting is kept here (up on `onEnd`, down when the exporter takes a batch), so the bound is the same.
- */
+// Counts what the SDK's batch processor would drop silently (it reports drops only via an experimental
+// meter option); the count waiting mirrors its queue, so the bound is the same.
 class CountingBatchProcessor implements SpanProcessor {
   private waiting = 0;
   private readonly batch: BatchSpanProcessor;
@@ -170,10 +156,8 @@ function counter<L extends string>(
 }
 
 /**
- * Starts tracing: the tracer provider, the OTLP exporter (or `deps.exporter`) behind a bounded, counting
- * batch processor, and the interceptor that opens each call's trace.
- * Metrics: `ibex_context_trace_spans_dropped_total{reason="queue_full"|"export_failed"}`,
- * `ibex_context_trace_spans_exported_total`.
+ * Starts tracing: provider, OTLP exporter (or `deps.exporter`) behind a bounded counting batch processor,
+ * and the interceptor. Counts `ibex_context_trace_spans_dropped_total{reason}` and `…_exported_total`.
  */
 export function startTracing(cfg: TracingConfig, deps: TracingDeps): Tracing {
   const dropped = counter(

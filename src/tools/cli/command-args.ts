@@ -1,9 +1,5 @@
-/**
- * The one prologue of the CLI commands (`load`, `replay`, `assemble`, `healthcheck`, `ingest`,
- * `memory-server`): strict `parseArgs` with `--json` and `-h/--help`; usage on `--help`;
- * a flag error printed once, in the one error format (command-error.ts), with the usage after it for a
- * person. Free of gRPC imports so `ingest` stays light; client commands add `CONNECTION_FLAGS` themselves.
- */
+// The one prologue of the CLI commands: strict `parseArgs` with `--json` and `--help`, a flag error printed
+// once in the one error format. Free of gRPC imports so `ingest` stays light.
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { loadSettings } from '../../config/settings.js';
 import { printCommandError } from './command-error.js';
@@ -13,20 +9,16 @@ const COMMON_FLAGS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-/** `parseArgs` option specs of a command's own flags. */
 export type Flags = NonNullable<ParseArgsConfig['options']>;
 
-/** `parseArgs` specs of string flags (`--name <value>`), one per name. */
 export function stringFlags<const N extends string>(...names: N[]): Record<N, { type: 'string' }> {
   return Object.fromEntries(names.map((n) => [n, { type: 'string' }])) as Record<N, { type: 'string' }>;
 }
 
-/** `parseArgs` specs of boolean flags (`--name`), one per name. */
 export function booleanFlags<const N extends string>(...names: N[]): Record<N, { type: 'boolean' }> {
   return Object.fromEntries(names.map((n) => [n, { type: 'boolean' }])) as Record<N, { type: 'boolean' }>;
 }
 
-/** The values `parseArgs` returns for `options` plus `--json` and `--help`. */
 export type FlagValues<O extends Flags> = ReturnType<
   typeof parseArgs<{
     args: string[];
@@ -36,30 +28,25 @@ export type FlagValues<O extends Flags> = ReturnType<
   }>
 >['values'];
 
-/** A command's name (for error lines), its usage text and its own flags. */
 export interface CommandSpec<O extends Flags> {
   command: string;
   usage: string;
   options: O;
 }
 
-/**
- * The prologue's outcome: the command's configuration and whether `--json` was given, or the exit code
- * to return at once (0 after `--help`, 2 after a flag error).
- */
+/** The configuration and `--json`, or the exit code to return at once (0 after `--help`, 2: bad flag). */
 export type Prologue<T> = { exit: null; config: T; json: boolean } | { exit: number };
 
 /**
- * Parses `argv` (no positionals) and hands the values to `configure`, which checks them and builds the
- * command's configuration; anything either throws is a flag error (exit 2), printed as JSON on stdout
- * with `--json`, else on stderr followed by the usage.
+ * Parses `argv` (no positionals) and hands the values to `configure`; anything either throws is a flag
+ * error (exit 2): JSON on stdout with `--json`, else stderr followed by the usage.
  */
 export async function commandPrologue<const O extends Flags, T>(
   argv: string[],
   spec: CommandSpec<O>,
   configure: (values: FlagValues<O>) => T | Promise<T>,
 ): Promise<Prologue<T>> {
-  // Known before parsing, so that an unparseable command line is still answered in the asked format.
+  // Known before parsing, so an unparseable command line is still answered in the asked format.
   let json = argv.includes('--json');
   try {
     const values = parseArgs({
@@ -82,7 +69,6 @@ export async function commandPrologue<const O extends Flags, T>(
   }
 }
 
-/** `parseArgs` option specs of the store flags of `ingest` and `memory-server`. */
 export const STORE_FLAGS = stringFlags('db', 'postgres');
 
 /** The store a dev command writes or serves: the embedded file, or PostgreSQL when `postgres` is set. */
@@ -92,10 +78,8 @@ export interface StoreChoice {
 }
 
 /**
- * Resolves {@link STORE_FLAGS}: `--postgres`, else `--db`, else IBEX_CONTEXT_POSTGRES_URL (schema
- * IBEX_CONTEXT_POSTGRES_SCHEMA), else IBEX_CONTEXT_EMBEDDED_DB. Only the store settings are read from the
- * environment, so unrelated settings cannot block a dev command.
- * @throws Error when `--postgres` is not a postgres:// URL, or a setting is invalid.
+ * Resolves {@link STORE_FLAGS} (`--postgres`, `--db`, then the store settings). Only the store settings are
+ * read, so unrelated settings cannot block a dev command. @throws Error for a bad URL or setting.
  */
 export function storeFromFlags(
   values: { db?: string; postgres?: string },
@@ -112,17 +96,13 @@ export function storeFromFlags(
   return { db: values.db ?? settings.embeddedDb, postgres: url === '' ? null : { url, schema } };
 }
 
-/** A command's progress line on stderr: drawn only on a terminal, so logs and pipes stay clean. */
+/** A command's progress line on stderr, drawn only on a terminal so logs and pipes stay clean. */
 export interface ProgressLine {
-  /** stderr is a terminal. */
   readonly tty: boolean;
-  /** Replaces the line with `text`. */
   draw(text: string): void;
-  /** Erases the line (before the report, or an error). */
   clear(): void;
 }
 
-/** The {@link ProgressLine} of `stream` (default stderr). */
 export function progressLine(stream: NodeJS.WriteStream = process.stderr): ProgressLine {
   const tty = stream.isTTY === true;
   return {

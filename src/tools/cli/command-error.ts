@@ -1,12 +1,6 @@
-/**
- * The one error format of the client commands: text on stderr for a person, a JSON object on
- * stdout with `--json` for a script. Kept free of gRPC imports so `ingest` stays light.
- */
+// The one error format of the commands; free of gRPC imports so `ingest` stays light.
 
-/**
- * Prints a command's error: `{"error": message, ...extra}` on stdout with `--json`, else
- * `ibex-context <command>: message` on stderr.
- */
+/** Prints `{"error": message, ...extra}` on stdout with `--json`, else `ibex-context <command>: message`. */
 export function printCommandError(
   command: string,
   message: string,

@@ -1,9 +1,5 @@
-/**
- * Words for rejected JSON-command inputs (contract.md §13): every zod issue becomes
- * `<field path>: <reason>` in the contract's phrasing (`is required`, `must be an integer`,
- * `must be in 0..1`), and all of them are reported at once, so one run shows everything wrong with an
- * input instead of zod's first `Invalid input: expected string, received undefined`.
- */
+// Rejected JSON-command inputs in the contract's words (contract.md §13), every issue at once, instead of
+// zod's first `Invalid input: expected string, received undefined`.
 import type { z } from 'zod';
 
 /** `candidates[2].similarity` from `['candidates', 2, 'similarity']`; `input` for the root. */
@@ -41,7 +37,6 @@ const EXPECTED: Record<string, string> = {
   object: 'an object',
 };
 
-/** One issue in the contract's words, without the field. */
 export function reason(issue: z.core.$ZodIssue, input: unknown): string {
   const value = valueAt(input, issue.path);
   switch (issue.code) {
@@ -70,10 +65,7 @@ export function reason(issue: z.core.$ZodIssue, input: unknown): string {
   }
 }
 
-/**
- * Every issue as `<field>: <reason>`, joined by `; ` in the order zod found them (the schema's field
- * order). A unit-interval field that fails both bounds' checks is reported once.
- */
+/** Every issue as `<field>: <reason>`, joined by `; ` in schema order (a unit interval's two bounds once). */
 export function describeIssues(issues: readonly z.core.$ZodIssue[], input: unknown): string {
   const lines: string[] = [];
   for (const issue of issues) {

@@ -1,8 +1,5 @@
-/**
- * stdin/stdout driver of the JSON commands (contract.md §13): one input document, or with `--jsonl` one input
- * per line and one output per line in the same order. A rejected input prints `{"error": ...}`; in single
- * mode the exit code is then 1, in `--jsonl` mode the other lines go on and the exit code is 1 if any failed.
- */
+// stdin/stdout driver of the JSON commands (contract.md §13): one document, or `--jsonl` one per line;
+// a rejected input prints `{"error": ...}` and makes the exit code 1 (other lines still go on).
 import { createInterface } from 'node:readline';
 import { type JsonCommand, runJsonText } from './json-commands.js';
 
@@ -12,7 +9,6 @@ async function readAll(stream: NodeJS.ReadableStream): Promise<string> {
   return Buffer.concat(chunks).toString('utf8');
 }
 
-/** Input shape of each JSON command (contract.md §13's table), for `--help`. */
 const INPUTS: Record<JsonCommand, string> = {
   estimate: '{text, tokenizer_family, estimate_kind?}',
   budget:
@@ -25,7 +21,6 @@ const INPUTS: Record<JsonCommand, string> = {
     '   tool_schemas[], nonce}',
 };
 
-/** Output fields of each JSON command (contract.md §13). */
 const OUTPUTS: Record<JsonCommand, string> = {
   estimate: 'tokens, estimate_kind',
   budget: 'the TokenBudget fields of contract.md §6, snake_case',
@@ -33,7 +28,6 @@ const OUTPUTS: Record<JsonCommand, string> = {
   format: 'assembled_context, memories_included',
 };
 
-/** `ibex-context <command> --help`. */
 export function jsonCommandUsage(command: JsonCommand): string {
   return [
     `usage: ibex-context ${command} [--jsonl] < input.json`,
@@ -51,11 +45,7 @@ export function jsonCommandUsage(command: JsonCommand): string {
   ].join('\n');
 }
 
-/**
- * Runs `command` over stdin.
- * @param argv remaining arguments: `--jsonl`, `--help` or nothing.
- * @returns process exit code: 0 all good (or `--help`), 1 some input rejected, 2 bad usage.
- */
+/** Runs `command` over stdin (`--jsonl`, `--help` or nothing); exit 0 ok, 1 input rejected, 2 usage. */
 export async function runJsonCli(
   command: JsonCommand,
   argv: string[],

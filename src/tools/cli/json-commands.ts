@@ -1,8 +1,4 @@
-/**
- * The JSON commands of contract.md §13 (`estimate`, `budget`, `pack`, `format`): one vector `input` in, the
- * result object out. The CLI and the vector tests both go through {@link runJsonCommand}, so the tests
- * exercise the CLI's code path.
- */
+// The JSON commands of contract.md §13; the CLI and the vector tests share {@link runJsonCommand}.
 import { z } from 'zod';
 import { calculateBudget } from '../../budget/budget-calculator.js';
 import { CapabilityCatalog } from '../../budget/catalog.js';
@@ -13,9 +9,7 @@ import { interimScore } from '../../ranking/score.js';
 import { estimateTokens } from '../../text/estimate.js';
 import { describeIssues } from './input-issues.js';
 
-/** Names of the JSON commands. */
 export const JSON_COMMANDS = ['estimate', 'budget', 'pack', 'format'] as const;
-/** One of {@link JSON_COMMANDS}. */
 export type JsonCommand = (typeof JSON_COMMANDS)[number];
 
 /** A rejected input; `message` is `<field>: <reason>`, printed as `{"error": message}`. */
@@ -67,7 +61,6 @@ const schemas = {
 
 /** Input of `ibex-context pack` (contract.md §13), as its schema accepts it. */
 export type PackInput = z.infer<typeof schemas.pack>;
-/** One candidate of a {@link PackInput}. */
 export type PackCandidateInput = PackInput['candidates'][number];
 /** Input of `ibex-context format` (contract.md §13), defaults filled. */
 export type FormatInput = z.infer<typeof schemas.format>;
@@ -99,11 +92,7 @@ function parse<C extends JsonCommand>(command: C, input: unknown): z.infer<(type
   return result.data as z.infer<(typeof schemas)[C]>;
 }
 
-/**
- * Runs one JSON command on one parsed input.
- * @returns the output object of contract.md §13 for that command.
- * @throws InputError for a rejected input (`<field>: <reason>`), e.g. an unknown model.
- */
+/** Runs one JSON command on one input (contract.md §13). @throws InputError `<field>: <reason>`. */
 export function runJsonCommand(command: JsonCommand, input: unknown): Record<string, unknown> {
   switch (command) {
     case 'estimate': {
@@ -175,10 +164,7 @@ export function runJsonCommand(command: JsonCommand, input: unknown): Record<str
   }
 }
 
-/**
- * Runs one command on one line of JSON text; never throws.
- * @returns `{ok: true, output}` or `{ok: false, output: {error}}`.
- */
+/** Runs one command on one line of JSON text; never throws: `{ok, output}` or `{ok: false, output}`. */
 export function runJsonText(
   command: JsonCommand,
   text: string,

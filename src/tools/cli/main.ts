@@ -1,8 +1,5 @@
 #!/usr/bin/env node
-/**
- * `ibex-context <command>`: the service, its tools, and the JSON commands of contract.md §13.
- * Each command lives in its own module, loaded on demand so that `estimate` does not load gRPC.
- */
+// `ibex-context <command>`. Commands load on demand, so `estimate` does not load gRPC.
 import { JSON_COMMANDS, type JsonCommand } from './json-commands.js';
 
 const COMMANDS: Record<

@@ -1,9 +1,5 @@
-/**
- * A start-up failure as the one stderr line an operator reads: the setting that led to it, its value
- * (URLs without user or password), and the cause. Configuration errors already read like this; failures
- * found only when the service opens its stores and ports (a database missing or refusing, a port in use)
- * should too, instead of a JSON log line with a stack trace.
- */
+// A start-up failure as one stderr line: the setting behind it, its value (URLs redacted) and the cause,
+// instead of a JSON log line with a stack trace.
 import type { Settings } from '../../config/settings.js';
 import { IbexError } from '../../wire/errors.js';
 
@@ -35,10 +31,8 @@ function portOf(addr: string): string {
 }
 
 /**
- * One line naming the setting and the cause of a start-up failure; the caller prints it to stderr.
- * @param err what {@link startService} threw.
- * @param settings the settings the service was started with (to name the setting behind a port or URL).
- * @returns e.g. `IBEX_CONTEXT_POSTGRES_URL (postgres://db:5432/ibex): database "ibex" does not exist`.
+ * One line naming the setting and cause of a start-up failure from {@link startService}, e.g.
+ * `IBEX_CONTEXT_POSTGRES_URL (postgres://db:5432/ibex): database "ibex" does not exist`.
  */
 export function describeStartupError(err: unknown, settings: Settings): string {
   const e = err as { message?: string; code?: unknown; port?: unknown };

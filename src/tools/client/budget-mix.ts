@@ -1,12 +1,6 @@
-/**
- * The budget mix of `load` and `replay`: LoCoMo calls always fit their model's window, so
- * without it no load figure runs the packer on a real choice. A seeded share of the calls carries an
- * `available_tokens` (contract.md §6: it caps usable_budget) drawn so that 30–80 % of the candidates' tokens fit.
- *
- * "The candidates' tokens" of an agent come from a probe: a few unconstrained calls per agent, whose
- * `memories_used` rows carry every scored candidate's `token_estimate` (read from the response bytes by
- * {@link summarizeResponse}); the agent's median is used for all of its requests.
- */
+// The budget mix of `load` and `replay`: LoCoMo calls always fit, so a seeded share carries an
+// `available_tokens` (contract.md §6) fitting 30–80 % of the agent's candidates' tokens, the median of a
+// few unconstrained probe calls' `memories_used` rows. Without it no load figure makes the packer choose.
 import type { AssembleContextRequestInput } from '../../wire/proto.js';
 import type { ConnectionOptions } from './context-client.js';
 import { encodeRequestFrame, summarizeResponse } from './grpc-frames.js';
@@ -18,24 +12,18 @@ import { medianOfSorted } from './stats.js';
 export const FIT_LOW = 0.3;
 export const FIT_HIGH = 0.8;
 
-/** Key of an agent's candidates: org and agent. */
 export function agentKey(req: AssembleContextRequestInput): string {
   return `${req.org_id ?? ''}/${req.agent_id ?? ''}`;
 }
 
-/** Options of {@link probeCandidateTokens}. */
 export interface ProbeOptions {
-  /** Unconstrained calls per agent (default 3). */
   perAgent?: number;
-  /** Per-call deadline, ms (default 2000). */
   timeoutMs?: number;
-  /** Connection wait, ms (default 5000). */
   connectTimeoutMs?: number;
 }
 
 /**
- * Candidates' tokens per agent (median over `perAgent` unconstrained calls, sequential on one connection).
- * Agents whose calls all failed or had no candidate are absent.
+ * Candidates' tokens per agent: median over `perAgent` unconstrained calls (absent when all failed).
  * @throws Error when the service cannot be reached.
  */
 export async function probeCandidateTokens(
@@ -73,27 +61,20 @@ export async function probeCandidateTokens(
   }
 }
 
-/** Options of {@link budgetMix}. */
 export interface BudgetMixOptions {
-  /** Share of calls that are constrained, 0..1. */
   share: number;
-  /** PRNG seed of the draws (default 1). */
   seed?: number;
 }
 
-/** Draws, per call, whether it is constrained and, per distinct request, its `available_tokens`. */
 export interface BudgetMix {
-  /** `req` as sent: the same object, or its constrained twin (one per distinct request, reused). */
+  /** `req` as sent: itself, or its constrained twin (one per distinct request, reused). */
   apply(req: AssembleContextRequestInput): AssembleContextRequestInput;
-  /** The constrained twin of `req` (drawn on first use, then reused). */
   twin(req: AssembleContextRequestInput): AssembleContextRequestInput;
-  /** Agents with a known candidates' token count. */
   readonly agents: number;
 }
 
 /**
- * A seeded budget mix over per-agent candidates' tokens (`tokens`, e.g. from {@link probeCandidateTokens}).
- * Agents missing from `tokens` use the median of the others.
+ * A seeded budget mix over per-agent candidates' tokens (missing agents: the others' median).
  * @throws RangeError when `share` is outside 0..1; Error when `share` > 0 and no agent has candidates.
  */
 export function budgetMix(tokens: ReadonlyMap<string, number>, opts: BudgetMixOptions): BudgetMix {
@@ -126,11 +107,7 @@ export function budgetMix(tokens: ReadonlyMap<string, number>, opts: BudgetMixOp
   };
 }
 
-/**
- * `base` with a budget mix applied to every request it hands out. When `base` lists its requests, their
- * twins are drawn up front (in list order, so the same seed gives the same twins) and listed too, so the
- * driver can encode them before the run.
- */
+/** `base` with the mix applied; a listed source's twins are drawn up front in order and listed too. */
 export function mixedSource(base: RequestSource, mix: BudgetMix, share: number): RequestSource {
   const twins = base.requests?.map((r) => mix.twin(r));
   return {

@@ -1,7 +1,4 @@
-/**
- * Flags shared by the client commands (`load`, `replay`, `assemble`, `healthcheck`): where the service
- * is and how to authenticate to it, plus small number parsers that fail with the flag's name.
- */
+// Flags shared by the client commands: where the service is, how to authenticate, and number parsers.
 import { type StatusObject, status } from '@grpc/grpc-js';
 import { z } from 'zod';
 import { DEFAULT_GRPC_ADDR } from '../../config/settings.js';
@@ -10,7 +7,6 @@ import { type ConnectionOptions, createContextClient, readPemFile, TOKEN_ENV } f
 /** Port dialled when `--addr` names only a host (contract.md §3's default gRPC port). */
 export const DEFAULT_PORT = 9092;
 
-/** `parseArgs` option specs of the connection flags. */
 export const CONNECTION_FLAGS = {
   addr: { type: 'string' },
   tls: { type: 'boolean' },
@@ -21,7 +17,6 @@ export const CONNECTION_FLAGS = {
   token: { type: 'string' },
 } as const;
 
-/** Usage text of {@link CONNECTION_FLAGS}. */
 export const CONNECTION_USAGE = [
   `  --addr <host[:port]>      service address (default $IBEX_CONTEXT_GRPC_ADDR or ${DEFAULT_GRPC_ADDR};`,
   `                            port ${DEFAULT_PORT} when omitted)`,
@@ -32,7 +27,6 @@ export const CONNECTION_USAGE = [
   `  --token <token>           bearer token (default $${TOKEN_ENV}); never printed`,
 ].join('\n');
 
-/** Values of {@link CONNECTION_FLAGS} as `parseArgs` returns them. */
 export interface ConnectionFlagValues {
   addr?: string;
   tls?: boolean;
@@ -44,9 +38,7 @@ export interface ConnectionFlagValues {
 }
 
 /**
- * Resolves the connection flags: address from `--addr`, else `IBEX_CONTEXT_GRPC_ADDR`, else
- * {@link DEFAULT_GRPC_ADDR}; token from `--token`, else `IBEX_CONTEXT_TOKEN`; TLS when any `--tls*` flag is
- * given (system roots unless `--tls-ca`; a client certificate with `--tls-cert` + `--tls-key`).
+ * Resolves the connection flags (`--addr` else `IBEX_CONTEXT_GRPC_ADDR`, `--token` else `IBEX_CONTEXT_TOKEN`).
  * @throws Error when a PEM file cannot be read, or only one of `--tls-cert` / `--tls-key` is given.
  */
 export function connectionFromFlags(
@@ -73,13 +65,7 @@ export function connectionFromFlags(
   return conn;
 }
 
-/**
- * Parses a flag as a finite number within [min, max] (integers only when `integer`; above 0 when
- * `positive`): the one numeric-flag parser of the commands and benches, after
- * `parseArgs` has split the arguments.
- * @returns `fallback` when the flag is absent.
- * @throws Error `--<name> must be …, got '<raw>'` otherwise.
- */
+/** Parses a finite number flag in [min, max]; `fallback` when absent. @throws Error `--<name> must be …`. */
 export function numberFlag(
   name: string,
   raw: string | undefined,
@@ -105,12 +91,7 @@ export function statusName(code: number): string {
   return (status as unknown as Record<number, string | undefined>)[code] ?? `CODE_${code}`;
 }
 
-/**
- * Adds {@link DEFAULT_PORT} to an address that names only a host (`127.0.0.1`, `[::1]`, `svc.local`):
- * grpc-js would otherwise dial 443 without a word. Addresses with a port, and grpc-js
- * targets with a scheme (`dns:///…`, `unix:…`), are returned unchanged.
- * @throws Error for an empty address.
- */
+/** Adds {@link DEFAULT_PORT} to a bare host (grpc-js would silently dial 443). @throws Error when empty. */
 export function withDefaultPort(addr: string): string {
   const a = addr.trim();
   if (a === '') throw new Error('--addr must not be empty');
@@ -122,15 +103,11 @@ export function withDefaultPort(addr: string): string {
   return `${a}:${DEFAULT_PORT}`;
 }
 
-/** Text of a connection failure: one line naming the address. */
 export function unreachableMessage(addr: string, cause: string): string {
   return `cannot reach the service at ${addr} (${cause}); is it running, and is --addr right?`;
 }
 
-/**
- * Short cause of an UNAVAILABLE status from grpc-js details (`connect ECONNREFUSED 127.0.0.1:9092` ⇒
- * `connection refused`), without grpc-js's trailing `Resolution note:` noise.
- */
+/** Short cause of an UNAVAILABLE status from grpc-js details, without its `Resolution note:` noise. */
 export function unavailableCause(details: string): string {
   if (/ECONNREFUSED/.test(details)) return 'connection refused';
   if (/ENOTFOUND|EAI_AGAIN|Name resolution failed|DNS resolution failed/i.test(details))
@@ -140,28 +117,19 @@ export function unavailableCause(details: string): string {
   return first === '' ? 'unavailable' : first.replace(/\.$/, '');
 }
 
-/** Which side's deadline ended a DEADLINE_EXCEEDED call. */
 export type DeadlineSide = 'client' | 'server';
 
 /**
- * Tells whose deadline ended a DEADLINE_EXCEEDED call, from facts, never from status text
- *. The caller's own timer fired (`ownTimer`), or the call lasted about the caller's
- * timeout (`elapsedMs` ≥ 90 % of `timeoutMs`: grpc-js's client timer, or the server enforcing the
- * deadline the caller sent) ⇒ `client`. A call that ended well before it met the service's own cap
- * (IBEX_CONTEXT_TIMEOUT, contract.md §10: D is the sooner of the cap and the caller's deadline) ⇒ `server`.
- * Without timings ⇒ `client` (a health check: no server cap applies to it).
+ * Whose deadline ended a DEADLINE_EXCEEDED call, from timings, never from status text: the caller's own
+ * timer, or a call lasting ≥ 90 % of `timeoutMs` ⇒ `client`; one ending well before ⇒ `server` (its cap,
+ * contract.md §10). Without timings ⇒ `client`.
  */
 export function deadlineSide(elapsedMs?: number, timeoutMs?: number, ownTimer = false): DeadlineSide {
   if (ownTimer || elapsedMs === undefined || timeoutMs === undefined) return 'client';
   return elapsedMs >= 0.9 * timeoutMs ? 'client' : 'server';
 }
 
-/**
- * Key of a non-OK status in an error breakdown: the code name, with DEADLINE_EXCEEDED split into
- * `DEADLINE_EXCEEDED (client --timeout)` and `DEADLINE_EXCEEDED (server cap)` by {@link deadlineSide}.
- * @param elapsedMs how long the call took, ms (from its send); with `timeoutMs`, the client's deadline.
- * @param ownTimer the caller's own deadline timer ended the call (raw-grpc `CallEnd` `timer`).
- */
+/** Error-breakdown key of a non-OK status: code name; DEADLINE_EXCEEDED split by {@link deadlineSide}. */
 export function errorKey(
   st: Pick<StatusObject, 'code'>,
   elapsedMs?: number,
@@ -175,10 +143,7 @@ export function errorKey(
     : `${name} (server cap)`;
 }
 
-/**
- * One line describing a failed call for a person: the address for UNAVAILABLE, whose deadline fired
- * for DEADLINE_EXCEEDED (with the client's timeout in ms), else `CODE: details`.
- */
+/** One line describing a failed call for a person (address for UNAVAILABLE, whose deadline fired, …). */
 export function describeStatus(
   st: Pick<StatusObject, 'code' | 'details'>,
   addr: string,
@@ -195,12 +160,7 @@ export function describeStatus(
   return `${name}: ${st.details || 'no details'}`;
 }
 
-/**
- * Checks within `timeoutMs` that something answers gRPC at `conn.addr`: one health check without
- * wait-for-ready, so a refused connection fails at once instead of after a connect timeout.
- * Any answer, even NOT_SERVING or UNIMPLEMENTED, counts as reachable.
- * @returns null when reachable, else the one-line message of {@link unreachableMessage}.
- */
+/** Health check without wait-for-ready (refusals fail at once); null when anything answers, else why not. */
 export async function probeService(conn: ConnectionOptions, timeoutMs = 1000): Promise<string | null> {
   const client = createContextClient(conn);
   try {

@@ -1,8 +1,5 @@
-/**
- * Promise-based client of `ibex.context.v1.ContextAssemblyService` (contract.md §2) and `grpc.health.v1.Health`
- * over @grpc/grpc-js. Calls never reject on a gRPC status: they resolve with the decoded response (or
- * null), the response headers and the final status, so tools and tests branch on `status.code`.
- */
+// Promise client of ContextAssemblyService (contract.md §2) and Health over grpc-js. Calls never reject on a
+// gRPC status: they resolve with the response (or null), headers and status, so callers branch on the code.
 import { readFileSync } from 'node:fs';
 import {
   type ChannelCredentials,
@@ -30,121 +27,87 @@ import {
 /** Environment variable holding the caller's bearer token (sent as `authorization: Bearer …`). */
 export const TOKEN_ENV = 'IBEX_CONTEXT_TOKEN';
 
-/**
- * Inbound message cap of client channels: 16 MiB, above the largest valid answer (the answer echoes the
- * history, so a request near contract.md §11's 13.2 MB limit gets an answer as large; gRPC's 4 MiB default
- * would fail it with RESOURCE_EXHAUSTED). Same value as the service's CLIENT_RECEIVE_BYTES_NEEDED.
- */
+/** Client receive cap, above the largest valid answer (the service's CLIENT_RECEIVE_BYTES_NEEDED). */
 export const MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024;
 
-/** Per-call options. */
 export interface CallOptions {
   /** Caller deadline, ms from now (sent as grpc-timeout). Omitted = no deadline. */
   deadlineMs?: number;
-  /** Request metadata, merged over the client's own (e.g. the bearer token). */
   metadata?: Metadata | Record<string, string>;
-  /** Aborting it cancels the call (the server sees `cancelled`, the outcome is CANCELLED). */
+  /** Aborting it cancels the call (outcome CANCELLED). */
   signal?: AbortSignal;
 }
 
-/** Result of one unary call. */
 export interface CallOutcome<T> {
-  /** The decoded response, or null when the status is not OK. */
   response: T | null;
-  /** Response headers (initial metadata); empty for a trailers-only answer. */
+  /** Response headers; empty for a trailers-only answer. */
   metadata: Metadata;
-  /** Final status: code, details, trailers. */
   status: StatusObject;
 }
 
-/** Health status as grpc.health.v1 names it. */
 export type HealthStatus = 'UNKNOWN' | 'SERVING' | 'NOT_SERVING' | 'SERVICE_UNKNOWN';
 
 /** TLS settings of a channel; absent = insecure (plaintext HTTP/2). */
 export interface TlsOptions {
-  /** PEM root certificates; absent = the system roots. */
   ca?: Buffer;
-  /** Name to verify the server certificate against, when it differs from the address's host. */
+  /** Name to verify the server certificate against, when not the address's host. */
   serverName?: string;
-  /** PEM client certificate chain for mutual TLS (with {@link TlsOptions.key}). */
+  /** PEM client certificate chain for mutual TLS (with `key`). */
   cert?: Buffer;
-  /** PEM private key of {@link TlsOptions.cert}. */
   key?: Buffer;
-  /**
-   * Skip verifying the server certificate. Only for `healthcheck --local`, which probes its own
-   * container's process on loopback and sends no token.
-   */
+  /** Skip verifying the server: only for `healthcheck --local` (own container, loopback, no token). */
   skipVerify?: boolean;
 }
 
-/** How to reach the service. */
 export interface ConnectionOptions {
   /** `host:port` (or any grpc-js target such as `dns:///host:port`). */
   addr: string;
-  /** TLS settings; `true` = TLS with the system roots; absent/false = insecure. */
+  /** `true` = TLS with the system roots; absent/false = insecure. */
   tls?: TlsOptions | boolean;
-  /**
-   * Bearer token sent as `authorization: Bearer <token>` on every call. Kept only in a closure and
-   * never included in any output.
-   */
+  /** Bearer token for every call; kept only in a closure, never in any output. */
   token?: string;
-  /** Extra channel options (they override the defaults). */
   channelOptions?: ChannelOptions;
 }
 
-/** A client bound to one channel. */
 export interface ContextClient {
-  /** The underlying grpc-js client, for calls this interface does not wrap (streams, reflection). */
+  /** The underlying grpc-js client, for calls not wrapped here. */
   readonly raw: Client;
-  /** `AssembleContext` (contract.md §2). */
   assemble(
     req: AssembleContextRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<AssembleContextResponse>>;
-  /** `SearchMemories` (deferred: UNIMPLEMENTED, ADR-0038). */
   searchMemories(
     req: SearchMemoriesRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<SearchMemoriesResponse>>;
-  /** `RecordMemoryFeedback` (deferred: UNIMPLEMENTED, ADR-0038). */
   recordMemoryFeedback(
     req: RecordMemoryFeedbackRequestInput,
     opts?: CallOptions,
   ): Promise<CallOutcome<RecordMemoryFeedbackResponse>>;
-  /** `grpc.health.v1.Health/Check` for `service` ("" = the whole server). */
+  /** Health/Check for `service` ("" = the whole server). */
   healthCheck(service?: string, opts?: CallOptions): Promise<CallOutcome<{ status: HealthStatus }>>;
-  /**
-   * Resolves once the channel is connected, or rejects with an Error naming the address when it is not
-   * within `timeoutMs`.
-   */
+  /** Resolves once connected; rejects with an Error naming the address after `timeoutMs`. */
   waitForReady(timeoutMs: number): Promise<void>;
-  /** The metadata every call starts from (a fresh copy: callers may add to it). */
+  /** The metadata every call starts from (a fresh copy). */
   baseMetadata(): Metadata;
   close(): void;
 }
 
-/** A unary method of a grpc-js service definition. */
 export type UnaryMethod = MethodDefinition<unknown, unknown>;
 
-/**
- * Looks a method up in a service definition.
- * @throws Error when the service has no such method.
- */
+/** Looks a method up in a service definition. @throws Error when it has none. */
 export function methodOf(def: ServiceDefinition | Record<string, unknown>, name: string): UnaryMethod {
   const m = (def as Record<string, UnaryMethod | undefined>)[name];
   if (!m) throw new Error(`no method ${name}`);
   return m;
 }
 
-/** `ContextAssemblyService/AssembleContext` method definition. */
 export const ASSEMBLE_METHOD: UnaryMethod = methodOf(contextServiceDefinition, 'AssembleContext');
-/** `grpc.health.v1.Health/Check` method definition. */
 export const HEALTH_CHECK_METHOD: UnaryMethod = methodOf(
   healthService as unknown as ServiceDefinition,
   'Check',
 );
 
-/** Builds a Metadata from a plain object (or returns the Metadata as is). */
 export function toMetadata(md: CallOptions['metadata']): Metadata {
   if (md instanceof Metadata) return md;
   const out = new Metadata();
@@ -152,7 +115,6 @@ export function toMetadata(md: CallOptions['metadata']): Metadata {
   return out;
 }
 
-/** Channel credentials for `tls` (insecure when absent or false). */
 export function channelCredentials(tls: ConnectionOptions['tls']): ChannelCredentials {
   if (!tls) return credentials.createInsecure();
   if (tls === true) return credentials.createSsl();
@@ -160,10 +122,7 @@ export function channelCredentials(tls: ConnectionOptions['tls']): ChannelCreden
   return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null, verify);
 }
 
-/**
- * Reads a PEM file for {@link TlsOptions} (`what` names it in the error: `CA`, `certificate`, `key`).
- * @throws Error naming the file when it cannot be read.
- */
+/** Reads a PEM file (`what` names it in the error). @throws Error naming the file when it cannot be read. */
 export function readPemFile(file: string, what = 'CA'): Buffer {
   try {
     return readFileSync(file);
@@ -172,13 +131,11 @@ export function readPemFile(file: string, what = 'CA'): Buffer {
   }
 }
 
-/** Callback of {@link startUnary}: the whole outcome, once, after the final status. */
 export type UnaryDone<Res> = (outcome: CallOutcome<Res>) => void;
 
 /**
- * Starts one unary call without a promise (the load driver's hot path) and returns the grpc-js call,
- * so the caller can `cancel()` it. `done` runs exactly once, when the final status arrives.
- * @param deadline absolute deadline in epoch ms (`Date.now()` clock), or undefined for none.
+ * Starts a unary call without a promise (the load driver's hot path); `done` runs once, at the final status.
+ * @param deadline epoch ms, or undefined for none.
  */
 export function startUnary<Res>(
   client: Client,
@@ -212,10 +169,7 @@ export function startUnary<Res>(
   return call;
 }
 
-/**
- * One unary call as a promise that resolves with the outcome, whatever the status.
- * @param base metadata the call starts from (copied; `opts.metadata` is merged over it).
- */
+/** One unary call resolving with its outcome, whatever the status; `opts.metadata` is merged over `base`. */
 export function unaryCall<Res>(
   client: Client,
   m: UnaryMethod,
@@ -236,10 +190,7 @@ export function unaryCall<Res>(
   });
 }
 
-/**
- * Creates a grpc-js `Client` for `conn` with the 16 MiB receive cap and `extra` channel options.
- * Pass `{'grpc.use_local_subchannel_pool': 1}` to get a connection of its own (the load driver does).
- */
+/** A grpc-js `Client` with the 16 MiB receive cap (`grpc.use_local_subchannel_pool: 1`: own connection). */
 export function createRawClient(conn: ConnectionOptions, extra: ChannelOptions = {}): Client {
   const options: ChannelOptions = {
     'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
@@ -253,14 +204,12 @@ export function createRawClient(conn: ConnectionOptions, extra: ChannelOptions =
   return new Client(conn.addr, channelCredentials(conn.tls), options);
 }
 
-/** The metadata every call of `conn` carries (the bearer token, when there is one). */
 export function connectionMetadata(conn: Pick<ConnectionOptions, 'token'>): Metadata {
   const md = new Metadata();
   if (conn.token) md.set('authorization', `Bearer ${conn.token}`);
   return md;
 }
 
-/** Resolves when `client`'s channel is connected; rejects after `timeoutMs` with the address named. */
 export function waitForReady(client: Client, addr: string, timeoutMs: number): Promise<void> {
   return new Promise((resolve, reject) => {
     client.waitForReady(Date.now() + timeoutMs, (err) => {
@@ -270,10 +219,7 @@ export function waitForReady(client: Client, addr: string, timeoutMs: number): P
   });
 }
 
-/**
- * Creates a client for one channel. Close it with `close()`.
- * @param extra channel options applied before `conn.channelOptions`.
- */
+/** A client for one channel (`extra` options go before `conn.channelOptions`); close it with `close()`. */
 export function createContextClient(conn: ConnectionOptions, extra: ChannelOptions = {}): ContextClient {
   const client = createRawClient(conn, extra);
   const base = connectionMetadata(conn);

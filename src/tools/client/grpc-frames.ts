@@ -1,20 +1,13 @@
-/**
- * gRPC message framing for the load tools: requests encoded once into wire frames, and a
- * walk over response bytes that reads a few counters without decoding the response into an object.
- */
+// gRPC framing for the load tools: requests encoded once, and counters read from response bytes undecoded.
 import protobuf from 'protobufjs';
 import type { AssembleContextRequestInput } from '../../wire/proto.js';
 import { ASSEMBLE_METHOD } from './context-client.js';
 
 const { Reader } = protobuf;
 
-/** HTTP/2 path of AssembleContext (contract.md §2). */
 export const ASSEMBLE_PATH = ASSEMBLE_METHOD.path;
 
-/**
- * One message as it goes on the wire (gRPC over HTTP/2, "Length-Prefixed-Message"): the 5-byte prefix
- * (uncompressed flag + big-endian length) and the protobuf bytes.
- */
+/** One Length-Prefixed-Message: flag, big-endian length, protobuf bytes. */
 export function grpcFrame(body: Uint8Array): Buffer {
   const frame = Buffer.allocUnsafe(5 + body.length);
   frame[0] = 0;
@@ -23,18 +16,13 @@ export function grpcFrame(body: Uint8Array): Buffer {
   return frame;
 }
 
-/** {@link grpcFrame} of an AssembleContext request. */
 export function encodeRequestFrame(req: AssembleContextRequestInput): Buffer {
   return grpcFrame(ASSEMBLE_METHOD.requestSerialize(req));
 }
 
-/** Frames of every request object encoded so far in this process (the objects own them: a WeakMap). */
 const FRAMES = new WeakMap<object, Buffer>();
 
-/**
- * {@link encodeRequestFrame} cached by request object: sources hand out the same objects again, so each
- * distinct request is encoded once per process, not once per run (bench steps reuse one source).
- */
+/** {@link encodeRequestFrame} cached by request object: a distinct request is encoded once per process. */
 export function frameCache(): FrameCache {
   const cache = FRAMES;
   const frameOf = (req: AssembleContextRequestInput) => {
@@ -52,37 +40,26 @@ export function frameCache(): FrameCache {
   });
 }
 
-/** {@link frameCache}'s lookup, plus `prepare` to encode a known list up front (outside the measurement). */
+/** The cache's lookup, plus `prepare` to encode a known list up front (outside the measurement). */
 export type FrameCache = ((req: AssembleContextRequestInput) => Buffer) & {
   prepare(requests: readonly AssembleContextRequestInput[]): void;
 };
 
-/** What {@link summarizeResponse} reads from a response without decoding it into an object. */
 export interface ResponseSummary {
-  /** `memory_tokens` (field 7). */
   memoryTokens: number;
-  /** Σ `token_estimate` over every `memories_used` row: the tokens of all scored candidates. */
+  /** Σ `token_estimate` over `memories_used`: the tokens of all scored candidates. */
   candidateTokens: number;
-  /** `memories_used` rows. */
   candidates: number;
-  /** Rows with `exclusion = "budget"`: the packer left them out for lack of room (contract.md §8). */
+  /** Rows the packer left out for lack of room (`exclusion = "budget"`, contract.md §8). */
   budgetExcluded: number;
-  /** `degradation.level` ('' when absent). */
   level: string;
-  /**
-   * `metrics.total_ms`: the service's own time from its handler's start to the answer, ms (whole ms,
-   * contract.md §9); null when the answer has no `metrics`.
-   */
+  /** `metrics.total_ms` (whole ms, contract.md §9); null without `metrics`. */
   totalMs: number | null;
 }
 
 const BUDGET = Buffer.from('budget');
 
-/**
- * Walks the AssembleContextResponse bytes (proto/ibex/context/v1/context.proto) for the counters of
- * {@link ResponseSummary}, skipping the assembled text and every other field unread.
- * @throws Error from protobufjs on malformed bytes.
- */
+/** Reads {@link ResponseSummary}'s counters, skipping every other field. @throws Error on malformed bytes. */
 export function summarizeResponse(body: Uint8Array): ResponseSummary {
   const out: ResponseSummary = {
     memoryTokens: 0,

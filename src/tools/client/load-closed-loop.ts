@@ -1,22 +1,14 @@
-/**
- * The closed-loop scheduler of `ibex-context load`: each connection keeps `pipelining` calls
- * in flight, starting the next when one ends. Latency counts from the actual send.
- */
+// Closed-loop scheduler of `ibex-context load`: `pipelining` calls in flight per connection.
 import { performance } from 'node:perf_hooks';
 import type { LoadRun } from './load-run.js';
 import type { LoadPhases } from './load-types.js';
 
-/** Settings of {@link closedLoop}. */
 export interface ClosedLoopSettings extends LoadPhases {
   connections: number;
-  /** Calls in flight per connection. */
   pipelining: number;
 }
 
-/**
- * Starts `pipelining` call chains per connection until `endAt` (`duration`) or `maxRequests`.
- * @returns a function that cancels the end timer (the run stopped for another reason).
- */
+/** Starts `pipelining` call chains per connection until `endAt` or `maxRequests`; returns a canceller. */
 export function closedLoop(run: LoadRun, s: ClosedLoopSettings): () => void {
   const next = (conn: number) => {
     if (run.stopped) return;

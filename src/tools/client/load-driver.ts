@@ -1,14 +1,6 @@
-/**
- * The engine of `ibex-context load`: an autocannon-style AssembleContext load
- * generator that benches can also call in-process.
- *
- * Calls go out as pre-encoded gRPC messages over one `node:http2` session per connection (load-transport.ts;
- * grpc-js is the other transport): the driver costs a fraction of what a grpc-js client per call costs,
- * so on a small machine the figures measure the server, not the driver. The pieces: a scheduler decides when calls go out
- * (open loop at a rate, load-open-loop.ts; closed loop with N in flight, load-closed-loop.ts), a
- * {@link LoadRun} sends them and ends the ones past their deadline, a {@link LoadRecorder} counts what
- * happened, and this module wires them up and writes the report. Latencies go into an HdrHistogram in µs.
- */
+// The engine of `ibex-context load`, an autocannon-style generator benches also call in-process. A scheduler
+// (load-open-loop.ts, load-closed-loop.ts) decides when calls go out, a LoadRun sends and expires them, a
+// LoadRecorder counts, and this module wires them up. Transport choice: docs/design/load-driver.md.
 import { performance } from 'node:perf_hooks';
 import { closedLoop } from './load-closed-loop.js';
 import { openLoop } from './load-open-loop.js';
@@ -38,7 +30,7 @@ export type {
 } from './load-types.js';
 
 /**
- * Runs one load test and resolves with its report. Never rejects on gRPC statuses (they are counted).
+ * Runs one load test; gRPC statuses are counted, never thrown.
  * @throws RangeError for invalid options; Error when a connection cannot be made within `connectTimeoutMs`.
  */
 export async function runLoad(opts: LoadOptions): Promise<LoadReport> {

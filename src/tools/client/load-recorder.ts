@@ -1,8 +1,5 @@
-/**
- * What `ibex-context load` records: counts of sent and answered
- * calls kept directly in the report's own shapes, the latency HdrHistogram, and per-second buckets of the
- * measured window. The schedulers decide when calls go out; this only counts what happened.
- */
+// What `ibex-context load` records, in the report's own shapes: counts, the latency HdrHistogram and
+// per-second buckets of the measured window. The schedulers decide when calls go out.
 import { build, type Histogram } from 'hdr-histogram-js';
 import type { AssembleContextRequestInput } from '../../wire/proto.js';
 import { errorKey } from './cli-options.js';
@@ -12,10 +9,8 @@ import type { RawOutcome } from './raw-grpc.js';
 import { round, type SampleStats, sampleStats } from './stats.js';
 import { type SlowCall, type TailReport, tailIncidents } from './tail-incidents.js';
 
-/** Error statuses keep at most this many distinct details per key, for a first look. */
 const DETAILS_PER_KEY = 3;
 
-/** Counts per whole second of the measured window (index 0 = its first second). */
 class PerSecond {
   private readonly buckets: number[] = [];
 
@@ -23,10 +18,7 @@ class PerSecond {
     this.buckets[second] = (this.buckets[second] ?? 0) + value;
   }
 
-  /**
-   * One sample per full second of a `windowMs` window; a window shorter than a second gives its total
-   * scaled to a second, an empty window no sample.
-   */
+  /** One sample per full second of `windowMs` (a shorter window: its total scaled to a second). */
   samples(windowMs: number): number[] {
     // The epsilon absorbs float error: a 2 s window computed as 1999.9999999 ms still has 2 full seconds.
     const full = Math.floor(windowMs / 1000 + 1e-6);
@@ -37,30 +29,22 @@ class PerSecond {
   }
 }
 
-/** A latency HdrHistogram (3 significant digits, resizing as values grow; the caller picks the unit). */
 function latencyHistogram(): Histogram {
   return build({ lowestDiscernibleValue: 1, numberOfSignificantValueDigits: 3, autoResize: true });
 }
 
 /** Settings of a {@link LoadRecorder}; times are `performance.now()` ms. */
 export interface RecorderSettings {
-  /** Start of the measured window. */
   measureStart: number;
-  /** Planned end of the measured window (answers after it are timed but not in its throughput). */
+  /** Planned end of the measured window (later answers are timed but not in its throughput). */
   endAt: number;
-  /** The calls' deadline, ms. */
   timeoutMs: number;
-  /** An OK answer later than deadline + this is `late`, ms. */
   lateMarginMs: number;
-  /** Decode OK answers in full ({@link readAnswer}). */
   verify: boolean;
-  /** A call slower than this from its intended send is kept for {@link LoadRecorder.tail}, ms. */
   tailThresholdMs: number;
 }
 
-/** Counts one run's calls; {@link LoadRecorder.sent} and {@link LoadRecorder.answered} per call. */
 export class LoadRecorder {
-  /** The report's `requests`, filled as calls go out and end. */
   readonly requests: LoadReport['requests'] = {
     sent: 0,
     completed: 0,
@@ -75,43 +59,35 @@ export class LoadRecorder {
     unfinished: 0,
     warmup_sent: 0,
   };
-  /** The report's `packing`; the shares are filled by {@link LoadRecorder.packing}. */
   private readonly pack = { constrained_sent: 0, budget_choice: 0, unreadable: 0 };
   /** Latency from the intended send, µs. */
   private readonly hist: Histogram = latencyHistogram();
-  /** OK answers' `metrics.total_ms`, whole ms as sent (exact up to 2,047 ms). */
+  /** OK answers' `metrics.total_ms`, whole ms. */
   private readonly serviceHist: Histogram = latencyHistogram();
   /** The rest of those answers' latency from their actual send, µs. */
   private readonly outsideHist: Histogram = latencyHistogram();
   private readonly answersPerSecond = new PerSecond();
   private readonly bytesPerSecond = new PerSecond();
-  /** Measured calls over the tail threshold: only these are kept, so a long run stays small. */
+  /** Only calls over the tail threshold are kept, so a long run stays small. */
   private readonly slow: SlowCall[] = [];
   private inWindow = 0;
   private bytesInWindow = 0;
   private lagSumMs = 0;
   private lagMaxMs = 0;
-  /** `performance.now()` of the last measured answer. */
   private lastDoneAt = 0;
-  /** Answers after this time are not in the window's throughput; moved by an early stop. */
   private windowEnd: number;
-  /** Answers of any phase since the last progress snapshot. */
   answeredSinceProgress = 0;
 
   constructor(private readonly s: RecorderSettings) {
     this.windowEnd = s.endAt;
   }
 
-  /**
-   * The run stopped sending at `now` for `reason`: a signal ends the window there; a max-requests run
-   * lasts until its last request is answered, however long that takes.
-   */
+  /** Sending stopped: a signal ends the window now; a max-requests run lasts until its last answer. */
   stoppedAt(reason: StopReason, now: number): void {
     if (reason === 'signal') this.windowEnd = Math.min(this.windowEnd, now);
     if (reason === 'max_requests') this.windowEnd = Number.POSITIVE_INFINITY;
   }
 
-  /** Length of the measured window, ms, once every call has ended. */
   windowMs(): number {
     const end =
       this.windowEnd === Number.POSITIVE_INFINITY
@@ -120,7 +96,6 @@ export class LoadRecorder {
     return Math.max(0, end - this.s.measureStart);
   }
 
-  /** A call went out at `sentAt`, intended for `intendedAt`; warmup calls only count as such. */
   sent(req: AssembleContextRequestInput, intendedAt: number, sentAt: number, measured: boolean): void {
     if (!measured) {
       this.requests.warmup_sent++;
@@ -133,12 +108,11 @@ export class LoadRecorder {
     if (lag > this.lagMaxMs) this.lagMaxMs = lag;
   }
 
-  /** A measured call the driver cancelled at the end of the run: neither answered nor an error. */
+  /** A measured call cancelled at the end of the run: neither answered nor an error. */
   unfinished(): void {
     this.requests.unfinished++;
   }
 
-  /** A measured call ended with `o` at `doneAt`. */
   answered(o: RawOutcome, intendedAt: number, sentAt: number, doneAt: number): void {
     const r = this.requests;
     r.completed++;
@@ -187,7 +161,7 @@ export class LoadRecorder {
     if (details.length < DETAILS_PER_KEY && !details.includes(o.details)) details.push(o.details);
   }
 
-  /** Latency summary, ms (3 decimals); frees the histogram, so call it once, last. */
+  /** Latency summary, ms; frees the histogram, so call it once, last. */
   latency(): LatencyStats {
     const h = this.hist;
     const us = (v: number) => round(v / 1000, 3);
@@ -207,7 +181,7 @@ export class LoadRecorder {
     return out;
   }
 
-  /** The report's `split_ms` (ms, 3 decimals); frees its histograms, so call it once. */
+  /** The report's `split_ms`; frees its histograms, so call it once. */
   split(): LoadReport['split_ms'] {
     // `perMs`: recorded units per ms (the service part in whole ms, the outside part in µs).
     const q = (h: Histogram, perMs: number) =>
@@ -227,12 +201,10 @@ export class LoadRecorder {
     return out;
   }
 
-  /** The report's `tail`: the slow calls among the answered ones, grouped into incidents. */
   tail(): TailReport {
     return tailIncidents(this.slow, this.requests.completed, this.s.tailThresholdMs);
   }
 
-  /** The report's `packing`: counts and their shares (constrained of sent, budget choice of OK). */
   packing(): LoadReport['packing'] {
     const { sent, ok } = this.requests;
     const p = this.pack;
@@ -245,7 +217,6 @@ export class LoadRecorder {
     };
   }
 
-  /** Rates over the measured window of `windowMs`: the report's throughput, send rate, lag, rps and bytes. */
   rates(
     windowMs: number,
   ): Pick<LoadReport, 'throughput_rps' | 'sent_rps' | 'schedule_lag_ms' | 'rps' | 'bytes'> {

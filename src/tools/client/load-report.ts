@@ -1,6 +1,4 @@
-/**
- * Text rendering of a {@link LoadReport}, laid out like autocannon's output, and the progress line.
- */
+// Text rendering of a LoadReport (autocannon's layout) and the progress line.
 import type { LoadProgress, LoadReport } from './load-types.js';
 import { formatBytes, formatCount, renderTable } from './stats.js';
 import { LARGE_INCIDENT_CALLS, type TailReport } from './tail-incidents.js';
@@ -100,12 +98,7 @@ export function formatLoadReport(r: LoadReport): string {
   return lines.join('\n');
 }
 
-/**
- * The tail in one line: slow calls, their incidents, how often the large ones came and whether the
- * driver was late in them, e.g. `tail (> 20 ms): 732 calls (3.7 %) in 12 incidents; 11 of ≥ 10 calls
- * hold 729, every 2.0 s (median); largest 77 calls over 90 ms, up to 52.3 ms (driver up to 3.5 ms late)`;
- * the parts about large incidents and the driver only where there are any.
- */
+/** The tail in one line: slow calls, incidents, the large ones' period and the driver's lateness in them. */
 export function formatTail(t: TailReport): string {
   const count = (n: number, one: string) => `${n} ${one}${n === 1 ? '' : 's'}`;
   const head = `tail (> ${t.threshold_ms} ms): ${count(t.slow_calls, 'call')} (${pct(t.slow_share)})`;
@@ -145,9 +138,8 @@ export function formatProgress(p: LoadProgress): string {
 const LAG_WARNING_MS = 2;
 
 /**
- * True when an open-loop run sent late on average by more than {@link LAG_WARNING_MS}: the driver, not
- * the service, limited it. The condition behind the first warning of {@link warningsOf}, for callers
- * (the saturation ramp) that must not read the warning's text.
+ * An open-loop run sent late on average by more than {@link LAG_WARNING_MS}: the driver limited it (for
+ * callers that must not read {@link warningsOf}'s text).
  */
 export function driverLimited(r: LoadReport): boolean {
   return r.open_loop && r.schedule_lag_ms.avg > LAG_WARNING_MS;

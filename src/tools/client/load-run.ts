@@ -1,9 +1,5 @@
-/**
- * One `ibex-context load` run in motion: sends calls for a scheduler, keeps
- * the calls in flight, ends those past their deadline, and drains them when the run stops. What happened
- * goes to the {@link LoadRecorder}; when calls go out is the scheduler's business (load-open-loop.ts,
- * load-closed-loop.ts).
- */
+// One `ibex-context load` run in motion: sends calls for a scheduler, ends those past their deadline and
+// drains the rest at the stop. Recording is the LoadRecorder's; timing the scheduler's.
 import { performance } from 'node:perf_hooks';
 import type { LoadRecorder } from './load-recorder.js';
 import type { DriverTransport } from './load-transport.js';
@@ -11,17 +7,13 @@ import type { LoadCall, StopReason } from './load-types.js';
 import type { CallSink, RawCall, RawOutcome } from './raw-grpc.js';
 import type { RequestSource } from './request-source.js';
 
-/** Extra time, beyond the call deadline, that the drain waits for calls to end. */
 const DRAIN_GRACE_MS = 250;
-/** Period of the sweep that ends calls past their deadline on the driver's side, ms. */
 const SWEEP_MS = 25;
 
-/** What a run needs besides its transport and recorder. */
 export interface RunSettings {
   source: RequestSource;
   /** The calls' deadline, ms (sent as grpc-timeout and enforced here too). */
   timeoutMs: number;
-  /** Sees every call of the run as it ends, warmup included. */
   onCall?: (call: LoadCall) => void;
 }
 
@@ -46,15 +38,13 @@ class Pending implements CallSink {
   }
 }
 
-/** Sends, tracks and drains one run's calls. */
 export class LoadRun {
-  /** In send order; every call has the same timeout, so it is expiry order too. */
+  /** Same timeout for every call, so send order is expiry order. */
   private readonly inFlight = new Set<Pending>();
   private readonly sweeper: NodeJS.Timeout;
   private stoppedBy: StopReason | null = null;
   private onStop: ((reason: StopReason) => void) | undefined;
   private onIdle: (() => void) | undefined;
-  /** Resolves with the reason once {@link LoadRun.stop} is called. */
   readonly whenStopped = new Promise<StopReason>((resolve) => {
     this.onStop = resolve;
   });
@@ -68,27 +58,21 @@ export class LoadRun {
     this.sweeper = setInterval(() => this.sweep(), SWEEP_MS);
   }
 
-  /** True once the run stopped sending. */
   get stopped(): boolean {
     return this.stoppedBy !== null;
   }
 
-  /** Calls sent and not yet ended. */
   get inFlightCount(): number {
     return this.inFlight.size;
   }
 
-  /**
-   * Sends the source's next request on connection `conn`. Latency counts from `intendedAt`; `then` runs
-   * after the call ended, unless the run has stopped by then (closed loop: the next call).
-   */
+  /** Sends the next request on `conn`; latency from `intendedAt`; `then` runs after, unless stopped. */
   send(conn: number, intendedAt: number, measured: boolean, then?: () => void): void {
     const sentAt = performance.now();
     const req = this.settings.source.next();
     this.recorder.sent(req, intendedAt, sentAt, measured);
     const p = new Pending(this, intendedAt, sentAt, measured, then);
     this.inFlight.add(p);
-    // Measured answers keep their bodies: the recorder reads the packing counters from them.
     p.call = this.transport.call(conn, req, this.settings.timeoutMs, measured, p);
   }
 
@@ -115,17 +99,14 @@ export class LoadRun {
     }
   }
 
-  /** Stops sending (first reason wins); {@link LoadRun.whenStopped} resolves. */
+  /** Stops sending (first reason wins). */
   stop(reason: StopReason): void {
     if (this.stoppedBy !== null) return;
     this.stoppedBy = reason;
     this.onStop?.(reason);
   }
 
-  /**
-   * Waits for the calls in flight: the sweep ends each within its timeout (+ one sweep period); what is
-   * left after the timeout + {@link DRAIN_GRACE_MS} is cancelled and counted as unfinished.
-   */
+  /** Waits for calls in flight; any left after timeout + {@link DRAIN_GRACE_MS} are cancelled. */
   async drain(): Promise<void> {
     if (this.inFlight.size > 0) await this.idleOrAfter(this.settings.timeoutMs + DRAIN_GRACE_MS);
     for (const p of [...this.inFlight]) {
@@ -135,7 +116,6 @@ export class LoadRun {
     clearInterval(this.sweeper);
   }
 
-  /** Resolves when the last call in flight ends, or after `ms`, whichever comes first. */
   private idleOrAfter(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, ms);

@@ -1,10 +1,5 @@
-/**
- * How the load driver puts calls on the wire. `h2` (the default) sends pre-encoded gRPC messages over one
- * `node:http2` session per connection ({@link RawChannel}); `grpc-js` makes one grpc-js channel per
- * connection, for runs that need grpc-js channel options (interceptors in tests) or a comparison with a
- * real gRPC client's cost. Both report the same {@link RawOutcome}: status, level header, bytes, and the
- * response bytes only when asked. `h2load` (bench/lib/h2load.ts) is the independent cross-check.
- */
+// How the load driver puts calls on the wire: `h2` (pre-encoded messages over node:http2, the default) or
+// `grpc-js` (for its channel options or a real client's cost). See docs/design/load-driver.md.
 
 import { performance } from 'node:perf_hooks';
 import { type Client, type ClientUnaryCall, Metadata, type StatusObject, status } from '@grpc/grpc-js';
@@ -24,13 +19,9 @@ import { type CallEnd, type CallSink, type RawCall, RawChannel, type RawOutcome 
 /** Transport names accepted by `load --transport`. */
 export type TransportName = 'h2' | 'grpc-js';
 
-/** Every transport name, for flag checks and help texts. */
 export const TRANSPORT_NAMES: readonly TransportName[] = ['h2', 'grpc-js'];
 
-/**
- * Checks a `--transport` value.
- * @throws Error `--transport must be h2 or grpc-js, got '<v>'`.
- */
+/** Checks a `--transport` value. @throws Error `--transport must be h2 or grpc-js, got '<v>'`. */
 export function transportFlag(v: string): TransportName {
   if (!(TRANSPORT_NAMES as readonly string[]).includes(v))
     throw new Error(`--transport must be h2 or grpc-js, got '${v}'`);
@@ -42,12 +33,9 @@ export interface DriverTransport {
   readonly name: TransportName;
   /** Resolves when every connection is up. @throws Error `cannot connect to <addr> within <ms> ms`. */
   ready(timeoutMs: number): Promise<void>;
-  /** Encodes `requests` ahead of the run where the transport sends pre-encoded frames. */
+  /** Encodes `requests` ahead of the run, where the transport sends pre-encoded frames. */
   prepare(requests: readonly AssembleContextRequestInput[]): void;
-  /**
-   * Starts one call on connection `conn` (0-based); `sink.done` runs exactly once, never inside `call`.
-   * @param timeoutMs sent as the call's deadline, ms.
-   */
+  /** Starts one call on connection `conn` (0-based, deadline `timeoutMs`); `sink.done` runs once. */
   call(
     conn: number,
     req: AssembleContextRequestInput,
@@ -58,7 +46,6 @@ export interface DriverTransport {
   close(): void;
 }
 
-/** Opens `connections` connections with transport `name`. */
 export function openTransport(
   name: TransportName,
   conn: ConnectionOptions,
@@ -68,7 +55,6 @@ export function openTransport(
   return rawTransport(conn, connections);
 }
 
-/** `h2` ({@link RawChannel}): pre-encoded messages over node:http2. */
 function rawTransport(conn: ConnectionOptions, connections: number): DriverTransport {
   const channels = Array.from({ length: connections }, () => new RawChannel(conn));
   const frameOf = frameCache();
@@ -87,14 +73,12 @@ function rawTransport(conn: ConnectionOptions, connections: number): DriverTrans
 }
 
 function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTransport {
-  // A local subchannel pool gives each channel its own TCP connection; with the global pool all channels
-  // to one address would share one HTTP/2 connection and `-c` would mean nothing.
+  // A local subchannel pool gives each channel its own connection; otherwise `-c` would mean nothing.
   const clients: Client[] = Array.from({ length: connections }, () =>
     createRawClient(conn, { 'grpc.use_local_subchannel_pool': 1 }),
   );
   const base = connectionMetadata(conn);
   const hasBase = Boolean(conn.token);
-  // The response stays bytes: decoding is the caller's choice, as with the h2 transport.
   const method: UnaryMethod = { ...ASSEMBLE_METHOD, responseDeserialize: (buf: Buffer) => buf };
   return {
     name: 'grpc-js',
@@ -127,7 +111,6 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
         const v = md.get(LEVEL_HEADER)[0];
         if (typeof v === 'string') level = v;
       });
-      // grpc-js calls the callback before emitting `status`, so the body is known here.
       call.on('status', (st: StatusObject) =>
         finish(st.code, st.details, grpcJsEnd(st.code, performance.now() - sentAt, timeoutMs)),
       );
@@ -148,10 +131,9 @@ function grpcJsTransport(conn: ConnectionOptions, connections: number): DriverTr
 }
 
 /**
- * What ended a grpc-js call, from the facts grpc-js leaves (it does not say which side made a status):
- * DEADLINE_EXCEEDED once the caller's timeout had passed is the caller's deadline, whichever timer
- * fired; UNAVAILABLE never comes from the service (src/wire/errors.ts maps no error to it), so it is the
- * connection; CANCELLED we did not ask for is a reset stream; anything else the server sent.
+ * What ended a grpc-js call (grpc-js does not say which side made a status): DEADLINE_EXCEEDED past the
+ * timeout is the caller's; UNAVAILABLE is the connection (the service never sends it); unrequested
+ * CANCELLED is a reset stream; anything else the server sent.
  */
 function grpcJsEnd(code: number, elapsedMs: number, timeoutMs: number): CallEnd {
   if (code === status.DEADLINE_EXCEEDED && elapsedMs >= timeoutMs) return 'timer';
@@ -160,22 +142,15 @@ function grpcJsEnd(code: number, elapsedMs: number, timeoutMs: number): CallEnd 
   return 'server';
 }
 
-/** What the driver reads from one OK answer. */
 export interface AnswerReading {
-  /** The level header, else `degradation.level` from the body ('' when neither). */
   level: string;
-  /** At least one candidate was excluded for `budget`: the packer had to choose. */
   budgetChoice: boolean;
-  /** The body was missing or malformed, or (with `verify`) its full decode disagreed with the header. */
+  /** Body missing or malformed, or (with `verify`) its full decode disagreed with the header. */
   unreadable: boolean;
-  /** The answer's `metrics.total_ms` (null when missing or unreadable), ms. */
   totalMs: number | null;
 }
 
-/**
- * Reads an OK outcome: counters from the response bytes ({@link summarizeResponse}) and, with `verify`,
- * a full protobuf decode whose `degradation.level` must equal the level reported.
- */
+/** Reads an OK outcome's counters from its bytes; with `verify`, a full decode must match the level. */
 export function readAnswer(o: RawOutcome, verify: boolean): AnswerReading {
   if (o.body === null) return { level: o.level, budgetChoice: false, unreadable: true, totalMs: null };
   try {

@@ -1,42 +1,27 @@
-/**
- * AssembleContext requests made from LoCoMo conversations (shared/datasets/README.md), for `replay`
- * and `load --locomo`: one request per turn of the later sessions, query = the turn's text, recent
- * messages = the turns before it, org/agent = the ids `ingest` gave the conversation.
- */
+// Requests from LoCoMo conversations (shared/datasets/README.md) for `replay` and `load --locomo`: one
+// per later-session turn, recent messages = the turns before it, org/agent = the ids `ingest` gave.
 import { CapabilityCatalog } from '../../budget/catalog.js';
 import type { AssembleContextRequestInput, Message } from '../../wire/proto.js';
 import { LOCOMO_ORG_ID, type LocomoConversation, readLocomo } from '../locomo/dataset.js';
 import { cyclingSource, type RequestSource } from './request-source.js';
 
-/** Options of {@link locomoRequests}. */
 export interface LocomoRequestOptions {
-  /** Org the conversations were ingested under (default `ingest`'s {@link LOCOMO_ORG_ID}). */
   orgId?: string;
-  /** Models to rotate over (default: the built-in catalog's model ids, in order). */
   models?: readonly string[];
-  /** At most this many previous turns become recent_messages (default 10). */
   historyTurns?: number;
-  /**
-   * Fraction of each conversation's sessions skipped at the start (default 1/3): the later sessions are
-   * the ones with earlier memories to find.
-   */
+  /** Fraction of each conversation's sessions skipped (default 1/3): later ones have memories to find. */
   skipFraction?: number;
 }
 
-/** One request with where it came from. */
 export interface LocomoRequest {
   request: AssembleContextRequestInput;
-  /** `sampleId` of the conversation. */
   sampleId: string;
-  /** `dia_id` of the turn. */
   diaId: string;
 }
 
 /**
- * Builds the requests: for every conversation, every turn of the sessions after the first
- * `skipFraction` of them (at least the last session is always kept). Conversations are interleaved
- * (one turn of each in turn) so that a `--limit` prefix still covers every agent. Models rotate over
- * the list in the order the requests come out.
+ * Builds the requests, conversations interleaved so that a `--limit` prefix still covers every agent;
+ * models rotate in output order. The last session is always kept.
  */
 export function locomoRequests(
   conversations: readonly LocomoConversation[],
@@ -94,11 +79,7 @@ export function locomoRequests(
   return out;
 }
 
-/**
- * Reads a LoCoMo directory with `ingest`'s reader and returns a cycling {@link RequestSource} of its
- * later-session turns (for `load --locomo`).
- * @throws Error when the directory cannot be read or holds no usable turn.
- */
+/** A cycling source of a LoCoMo directory's later-session turns. @throws Error when none is usable. */
 export async function locomoSource(dir: string, opts: LocomoRequestOptions = {}): Promise<RequestSource> {
   const conversations = await readLocomo(dir);
   const requests = locomoRequests(conversations, opts).map((r) => r.request);

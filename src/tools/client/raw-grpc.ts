@@ -1,11 +1,5 @@
-/**
- * The load driver's transport: unary gRPC calls as pre-encoded request frames over one
- * `node:http2` session per connection, without a grpc-js client. A grpc-js call costs the driver about
- * 0.4–1.7 ms CPU (channel, filters, Metadata objects, protobuf both ways); here a call is one HTTP/2
- * stream: headers, one DATA frame written from a cached buffer, the status read from the trailers and the
- * level from the response headers, the response body kept only when asked (grpc-frames.ts reads it).
- * Each call's end says what ended it ({@link CallEnd}), so callers never read status text.
- */
+// The load driver's transport: pre-encoded AssembleContext frames over one `node:http2` session per
+// connection, no grpc-js client, so the driver's own CPU stays small. Why: see docs/design/load-driver.md.
 
 import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2';
 import { performance } from 'node:perf_hooks';
@@ -21,55 +15,41 @@ export const UNAVAILABLE = 14;
 export const INTERNAL = 13;
 
 /**
- * What ended a call, as the transport saw it. Callers classify outcomes by this and the status code,
- * never by status text.
- * - `server`: the server sent a grpc-status (in the trailers, or a trailers-only answer);
- * - `timer`: the caller's own deadline timer ({@link RawCall.expire});
- * - `cancel`: the caller gave up on the call ({@link RawCall.cancel}, the end of a load run);
- * - `connection`: no usable connection: never connected, lost, refused stream or GOAWAY;
- * - `stream`: the stream ended without a grpc-status (reset by the server, or a malformed answer).
+ * What ended a call; callers classify by this and the code, never by status text. `server`: a grpc-status
+ * arrived; `timer`: {@link RawCall.expire}; `cancel`: {@link RawCall.cancel}; `connection`: no usable
+ * connection (never connected, lost, refused stream, GOAWAY); `stream`: ended without a grpc-status.
  */
 export type CallEnd = 'server' | 'timer' | 'cancel' | 'connection' | 'stream';
 
 /** The end of one raw call. `body` is the response message without its prefix (null when none). */
 export interface RawOutcome {
-  /** gRPC status code (0 = OK). */
   code: number;
-  /** `grpc-message`, percent-decoded, or the transport's own words ('' when absent). For people only. */
+  /** `grpc-message`, percent-decoded, or the transport's own words; for people only. */
   details: string;
-  /** What ended the call. */
   end: CallEnd;
-  /** `x-ibex-context-level` from the response headers (or a trailers-only answer), '' when absent. */
+  /** `x-ibex-context-level` from the response headers, '' when absent. */
   level: string;
-  /** Response bytes received as DATA (prefix included). */
   bytes: number;
-  /**
-   * The response message (prefix stripped), kept only when the caller asked for it. Valid until
-   * {@link CallSink.done} returns: a transport may read into its memory again afterwards (the `frames`
-   * transport does), so copy it to keep it.
-   */
+  /** The response message, when asked for; valid until {@link CallSink.done} returns (copy it to keep it). */
   body: Buffer | null;
 }
 
-/** Options of {@link RawChannel.call}. */
 export interface RawCallOptions {
   /** Sent as `grpc-timeout`, ms. The caller enforces it on its side too ({@link RawCall.expire}). */
   timeoutMs: number;
-  /** Keep the response message for decoding. */
   keepBody: boolean;
 }
 
 /** Receives the end of a call: an object, so a caller that tracks calls needs no closure per call. */
 export interface CallSink {
-  /** Runs exactly once per call, never inside {@link RawChannel.call}. */
   done(outcome: RawOutcome): void;
 }
 
 /** A call in flight. Both methods are no-ops once the call has ended. */
 export interface RawCall {
-  /** The caller's deadline passed: ends the call DEADLINE_EXCEEDED (`end: 'timer'`), resets the stream. */
+  /** Ends the call DEADLINE_EXCEEDED (`end: 'timer'`) and resets the stream. */
   expire(): void;
-  /** The caller gives up: ends the call CANCELLED (`end: 'cancel'`), resets the stream. */
+  /** Ends the call CANCELLED (`end: 'cancel'`) and resets the stream. */
   cancel(): void;
 }
 
@@ -90,10 +70,7 @@ function headerString(v: string | string[] | undefined): string {
 /** After a lost connection, at most one reconnect attempt per this many ms (calls in between fail fast). */
 const RECONNECT_MS = 100;
 
-/**
- * Receive windows, bytes: the defaults (64 KiB) make the client send a WINDOW_UPDATE every few 13 KB
- * answers; a large window cuts those writes to one per many calls (the driver's CPU per call).
- */
+// A large receive window cuts WINDOW_UPDATE writes (one every few answers at 64 KiB) to one per many calls.
 const STREAM_WINDOW = 1 << 20;
 const SESSION_WINDOW = 16 << 20;
 
@@ -101,7 +78,6 @@ const SESSION_WINDOW = 16 << 20;
 const RST_REFUSED_STREAM = 7;
 const RST_CANCEL = 8;
 
-/** Connection-level failures: the call never reached the service's handler (gRPC says UNAVAILABLE). */
 const CONNECTION_ERRORS = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -112,14 +88,11 @@ const CONNECTION_ERRORS = new Set([
   'ERR_HTTP2_STREAM_CANCEL',
 ]);
 
-/** Where a stream's listeners (shared functions, not closures per call) find their call. */
+// Stream listeners are shared functions, not closures per call; they find their call here.
 const CALL = Symbol('rawCall');
 type CallStream = ClientHttp2Stream & { [CALL]: H2Call };
 
-/**
- * What the driver's transports share per call (h2 here): the outcome under way
- * (level, bytes, the kept body's chunks) and the one way a call ends, {@link RawCallState.finish}.
- */
+/** What the transports share per call: the outcome under way and the one way a call ends, `finish`. */
 export abstract class RawCallState implements RawCall {
   ended = false;
   level = '';
@@ -134,7 +107,6 @@ export abstract class RawCallState implements RawCall {
     this.chunks = keepBody ? [] : null;
   }
 
-  /** Ends the call once: the sink gets the outcome, the body being the one message of the kept chunks. */
   finish(code: number, details: string, end: CallEnd): void {
     if (this.ended) return;
     this.ended = true;
@@ -142,7 +114,6 @@ export abstract class RawCallState implements RawCall {
     let body: Buffer | null = null;
     if (chunks !== null && chunks.length > 0) {
       const all = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
-      // One unary response: one length-prefixed message.
       if (all.length >= 5) body = all.subarray(5, 5 + all.readUInt32BE(1));
     }
     this.chunks = null;
@@ -150,10 +121,8 @@ export abstract class RawCallState implements RawCall {
     this.afterDone();
   }
 
-  /** Runs once the sink has the outcome (the body's bytes may be reused from then on). */
   protected afterDone(): void {}
 
-  /** Resets the call's stream, if it has one, with CANCEL. */
   protected abstract resetStream(): void;
 
   expire(): void {
@@ -165,7 +134,7 @@ export abstract class RawCallState implements RawCall {
     this.abandon(CANCELLED, 'cancelled by the driver at the end of the run', 'cancel');
   }
 
-  /** Ends a call that cannot start, on the next turn of the loop (never inside a transport's `call`). */
+  /** Ends a call that cannot start on the next turn of the loop (never inside `call`). */
   failSoon(details: string): this {
     setImmediate(() => this.finish(UNAVAILABLE, details, 'connection'));
     return this;
@@ -178,7 +147,6 @@ export abstract class RawCallState implements RawCall {
   }
 }
 
-/** One call's state; the stream's listeners below end it through {@link H2Call.finish}. */
 class H2Call extends RawCallState {
   stream: ClientHttp2Stream | null = null;
 
@@ -227,14 +195,10 @@ export class RawChannel {
   private readonly baseHeaders: http2.OutgoingHttpHeaders;
   private closedError: Error | null = null;
   private connectedAt = 0;
-  /** Request headers per grpc-timeout value: built once, not per call. */
   private readonly headersByTimeout = new Map<number, http2.OutgoingHttpHeaders>();
   private readonly open: () => ClientHttp2Session;
 
-  /**
-   * Opens the connection (lazily: {@link RawChannel.ready} waits for it).
-   * @param conn address, TLS and bearer token; the token goes only into the request headers.
-   */
+  /** Opens the connection lazily; the bearer token goes only into the request headers. */
   constructor(conn: ConnectionOptions) {
     const tls = conn.tls;
     const [host, port] = splitHostPort(conn.addr);
@@ -280,10 +244,7 @@ export class RawChannel {
     });
   }
 
-  /**
-   * Resolves once the connection is up; rejects naming `addr` when it is not within `timeoutMs`.
-   * @throws Error `cannot connect to <addr> within <ms> ms: <reason>`.
-   */
+  /** Resolves once connected. @throws Error `cannot connect to <addr> within <ms> ms: <reason>`. */
   ready(addr: string, timeoutMs: number): Promise<void> {
     const s = this.session;
     if (this.closedError !== null || s.destroyed) {
@@ -328,10 +289,7 @@ export class RawChannel {
     return headers;
   }
 
-  /**
-   * Starts one AssembleContext call with a pre-encoded `frame`; `sink.done` runs exactly once.
-   * Never throws: a dead connection ends the call with UNAVAILABLE (`end: 'connection'`).
-   */
+  /** Starts one call with a pre-encoded `frame`; never throws (no connection: UNAVAILABLE). */
   call(frame: Buffer, opts: RawCallOptions, sink: CallSink): RawCall {
     const call = new H2Call(opts.timeoutMs, opts.keepBody, sink);
     // A call that cannot start ends on the next turn of the loop, never inside `call`: a closed-loop
@@ -355,7 +313,6 @@ export class RawChannel {
     return call;
   }
 
-  /** Closes the connection; streams still open are reset. */
   close(): void {
     if (!this.session.destroyed) this.session.destroy();
   }

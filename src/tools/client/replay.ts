@@ -1,7 +1,4 @@
-/**
- * The engine of `ibex-context replay`: LoCoMo turns sent as AssembleContext calls against a
- * running service, every answer checked against the contract (see {@link checkResponse}).
- */
+// The engine of `ibex-context replay`: LoCoMo turns as AssembleContext calls, every answer checked.
 
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -18,47 +15,33 @@ import { type LocomoRequestOptions, locomoRequests } from './locomo-requests.js'
 import { checkResponse, type ViolationKind } from './response-checks.js';
 import { medianOfSorted, percentilesOf, round } from './stats.js';
 
-/** Options of {@link runReplay}. */
 export interface ReplayOptions extends ConnectionOptions, LocomoRequestOptions {
-  /** Parsed conversations (e.g. from `readLocomo(dir)`). */
   conversations: readonly LocomoConversation[];
-  /** At most this many calls in flight (default 4; with `rate`, a cap so a stalled server cannot pile up calls). */
+  /** Calls in flight at most (default 4; with `rate`, a cap so a stalled server cannot pile up calls). */
   concurrency?: number;
-  /**
-   * Calls per second, paced from the start (open loop; a call never waits for the previous answer,
-   * only for a free `concurrency` slot). Absent or 0 = as fast as `concurrency` allows.
-   */
+  /** Calls/s, paced from the start (open loop, bounded by `concurrency`). Absent or 0 = unpaced. */
   rate?: number;
   /**
-   * Retries of a call answered DEADLINE_EXCEEDED, UNAVAILABLE or RESOURCE_EXHAUSTED (default 0): on a
-   * busy machine the server's 45 ms deadline is missed when it is not scheduled, which says nothing about
-   * the answers replay checks. Only the last attempt's status counts; retries are reported.
+   * Retries of a call answered DEADLINE_EXCEEDED, UNAVAILABLE or RESOURCE_EXHAUSTED (default 0): on a busy
+   * machine a missed deadline says nothing about the answers checked. The last attempt's status counts.
    */
   retries?: number;
-  /** The budget mix: constrained twins of the requests (see src/tools/client/budget-mix.ts). */
   mix?: BudgetMix;
-  /** At most this many calls (default: every later-session turn). */
   limit?: number;
-  /** Per-call gRPC deadline, ms (default 1000). */
   timeoutMs?: number;
   /** Catalog for the budget check (default: built-in + `IBEX_CONTEXT_CATALOG_FILE`, like the server). */
   catalog?: CapabilityCatalog;
-  /** How long to wait for the channel to connect, ms (default 5000). */
   connectTimeoutMs?: number;
-  /** Called after every answer with the number done and planned. */
   onProgress?: (done: number, total: number) => void;
-  /** Aborting it stops sending; the report covers the calls made. */
   signal?: AbortSignal;
 }
 
-/** min / median / max of a count over the OK answers. */
 export interface Spread {
   min: number;
   median: number;
   max: number;
 }
 
-/** One violating answer (the first few are kept for the report). */
 export interface ViolationSample {
   request_id: string;
   model: string;
@@ -69,39 +52,25 @@ export interface ViolationSample {
 /** Result of {@link runReplay}; what `replay --json` prints (snake_case on purpose). */
 export interface ReplayReport {
   target: string;
-  /** Pacing, calls/s (null = unpaced). */
   rate: number | null;
-  /**
-   * The budget mix: calls sent with `available_tokens`; of their OK answers, those where the packer chose
-   * (≥ 1 candidate excluded for `budget`) and those whose `memory_tokens` exceeded `available_tokens`
-   * (counted as invariant violations too).
-   */
+  /** Constrained calls; of their OK answers, those where the packer chose and those over budget. */
   constrained: { calls: number; budget_choice: number; over_budget: number };
-  /** Calls made. */
   calls: number;
-  /** Calls answered OK. */
   ok: number;
-  /** Non-OK statuses by gRPC code name (of the last attempt of each call). */
+  /** Non-OK statuses (last attempt) by gRPC code name. */
   errors: Record<string, number>;
-  /** Retried attempts by the status that caused the retry. */
   retried: Record<string, number>;
-  /** Up to 3 distinct status details per code name, for a first look. */
   error_details: Record<string, string[]>;
-  /** OK answers by `degradation.level`. */
   levels: { L0: number; L1: number; L2: number };
   memories_included: Spread;
   tokens_used: Spread & { total: number };
-  /** Client-observed latency of every attempt (any status, retries included), ms. */
+  /** Client latency of every attempt (any status, retries included), ms. */
   latency_ms: { p50: number; p99: number; max: number };
-  /** The server's own `metrics.total_ms` over OK answers. */
   server_total_ms: { p50: number; p99: number };
-  /** Answers with at least one violated check. */
   invariant_violations: number;
-  /** Violated checks by kind (an answer can violate several). */
   violations_by_kind: Record<ViolationKind, number>;
   /** OK answers whose fixed parts alone exceed the model's limit (budget invariant not applicable). */
   budget_unchecked: number;
-  /** Up to 10 violating answers, for a first look. */
   violation_samples: ViolationSample[];
   /** Conversations and later-session turns available (before `limit`). */
   conversations: number;
@@ -120,14 +89,11 @@ function spread(sorted: readonly number[]): Spread {
 const MAX_SAMPLES = 10;
 /** Statuses that say the server was overloaded or late, not that the request or answer was wrong. */
 const TRANSIENT = new Set<number>([status.DEADLINE_EXCEEDED, status.UNAVAILABLE, status.RESOURCE_EXHAUSTED]);
-/** Pause before the first retry, ms (doubled, tripled… for the next ones). */
 const RETRY_PAUSE_MS = 50;
 
 /**
- * Replays the later-session turns of `opts.conversations` (see {@link locomoRequests}) with
- * `concurrency` calls in flight over one channel, and checks every answer.
- * @throws Error when the service cannot be reached within `connectTimeoutMs`; gRPC statuses of single
- *   calls are counted, never thrown.
+ * Replays the later-session turns of `opts.conversations` over one channel and checks every answer.
+ * @throws Error when the service cannot be reached within `connectTimeoutMs`; call statuses are counted.
  */
 export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const concurrency = Math.max(1, Math.floor(opts.concurrency ?? 4));
@@ -168,8 +134,7 @@ export async function runReplay(opts: ReplayOptions): Promise<ReplayReport> {
   const started = performance.now();
   try {
     await client.waitForReady(opts.connectTimeoutMs ?? 5000);
-    // Paced from the first call, not from before the connection: the connect time (tens of ms for a
-    // cold client) would otherwise be caught up at once, as a burst of up to `concurrency` calls.
+    // Paced from the first call: the connect time would otherwise be caught up at once as a burst.
     const pacedFrom = performance.now();
     const timed = async (req: AssembleContextRequestInput) => {
       const t = performance.now();

@@ -1,29 +1,19 @@
-/**
- * Where load requests come from: a {@link RequestSource} hands out AssembleContext requests forever.
- * The synthetic source is seeded, so two runs with the same seed send the same request sequence.
- */
+// Where load requests come from; the synthetic source is seeded, so a seed gives the same sequence.
 import { CapabilityCatalog } from '../../budget/catalog.js';
 import type { AssembleContextRequestInput, Message } from '../../wire/proto.js';
 
-/** An endless supply of requests. */
 export interface RequestSource {
-  /** Short description for reports (`synthetic(seed=1)`, `locomo(10 conversations, 3912 turns)`). */
+  /** Short description for reports (`synthetic(seed=1)`). */
   readonly name: string;
-  /** The next request. Callers must not mutate it (sources may hand out the same object again). */
+  /** The next request; do not mutate it (sources hand out the same object again). */
   next(): AssembleContextRequestInput;
-  /** The distinct requests it cycles over, when known (the budget mix probes their agents). */
   readonly requests?: readonly AssembleContextRequestInput[];
 }
 
-/** Options of {@link syntheticSource}. */
 export interface SyntheticSourceOptions {
-  /** PRNG seed (default 1). */
   seed?: number;
-  /** Models to rotate over, in order (default: every model of the built-in catalog). */
   models?: readonly string[];
-  /** Number of orgs in the fixed pool (default 2). */
   orgs?: number;
-  /** Agents per org (default 4). */
   agentsPerOrg?: number;
   /** Distinct requests generated up front and then cycled (default 1024). */
   distinct?: number;
@@ -41,7 +31,6 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
-/** A version-4-shaped UUID from the PRNG (lower-case, canonical). */
 function randomUuid(rand: () => number): string {
   const hex = Array.from({ length: 32 }, () => Math.floor(rand() * 16).toString(16));
   hex[12] = '4';
@@ -66,11 +55,7 @@ function sentence(rand: () => number, min: number, max: number): string {
   return `${text.charAt(0).toUpperCase()}${text.slice(1)}?`;
 }
 
-/**
- * Synthetic requests: org/agent drawn from a small fixed pool of UUIDs, a query of 3–12 words and 0–4
- * recent messages from the seeded generator, models rotated over the catalog in order. Generated up
- * front so the send path does no work beyond picking the next object.
- */
+/** Synthetic requests from a fixed org/agent pool and the seeded generator, all made up front. */
 export function syntheticSource(opts: SyntheticSourceOptions = {}): RequestSource {
   const seed = opts.seed ?? 1;
   const rand = seededRandom(seed);
@@ -108,7 +93,6 @@ export function syntheticSource(opts: SyntheticSourceOptions = {}): RequestSourc
   };
 }
 
-/** A source that cycles over a fixed list (used for LoCoMo turns and in tests). */
 export function cyclingSource(name: string, requests: readonly AssembleContextRequestInput[]): RequestSource {
   if (requests.length === 0) throw new Error(`${name}: no requests`);
   let i = 0;

@@ -1,43 +1,29 @@
-/**
- * Client-side checks of an AssembleContext answer against the contract (contract.md §2, §6, §9, §10): the
- * output budget invariant, memory blocks vs `memories_used`, and the degradation level.
- */
+// Client-side checks of an answer against the contract (§2, §6, §9, §10): budget, memory blocks, level.
 import { responseReserve } from '../../budget/budget-calculator.js';
 import type { CapabilityCatalog } from '../../budget/catalog.js';
 import { estimateTokens } from '../../text/estimate.js';
 import type { AssembleContextResponse } from '../../wire/proto.js';
 
-/** What a violated check is about. */
 export type ViolationKind = 'budget' | 'memory_ids' | 'included_count' | 'level' | 'unknown_model';
 
-/** One violated check, with a short human detail. */
 export interface Violation {
   kind: ViolationKind;
   detail: string;
 }
 
-/** Result of {@link checkResponse}. */
 export interface ResponseCheck {
   violations: Violation[];
-  /** estimate(assembled_context) under the model's family policy, tokens. */
   contextTokens: number;
-  /** window − response_reserve − safety_buffer for the model, tokens. */
   limitTokens: number;
-  /**
-   * False when the parts the caller controls (directive, history) exceed the limit on their own: the
-   * invariant then does not apply (contract.md §6), so the budget check was skipped.
-   */
+  /** False when the directive and history alone exceed the limit: the invariant does not apply (§6). */
   budgetChecked: boolean;
-  /** Ids of the memory blocks found in the context, in order. */
   blockIds: string[];
 }
 
-// A block as the formatter writes it (contract.md §9). Memory bodies are escaped, so neither pattern can be
-// forged from inside a memory; attribute values are escaped, so `"` cannot occur in them.
+// Memory bodies and attribute values are escaped (contract.md §9), so neither pattern can be forged.
 const OPEN_TAG = /<ibex_memory nonce="([^"]*)" id="([^"]*)" category="([^"]*)">\n/g;
 const WHOLE_BLOCK = /<ibex_memory nonce="[^"]*" id="[^"]*" category="[^"]*">\n[\s\S]*?\n<\/ibex_memory>/g;
 
-/** Undoes the formatter's attribute escaping (contract.md §9). */
 export function unescapeAttribute(value: string): string {
   return value
     .replaceAll('&quot;', '"')
@@ -47,7 +33,6 @@ export function unescapeAttribute(value: string): string {
     .replaceAll('&amp;', '&');
 }
 
-/** Ids of the `<ibex_memory …>` blocks of an assembled context, in order. */
 export function memoryBlockIds(context: string): string[] {
   return [...context.matchAll(OPEN_TAG)].map((m) => unescapeAttribute(m[2]!));
 }
@@ -55,14 +40,8 @@ export function memoryBlockIds(context: string): string[] {
 const LEVELS = new Set(['L0', 'L1', 'L2']);
 
 /**
- * Checks one OK answer for `model`:
- * - budget: estimate(assembled_context) ≤ window − response_reserve − safety_buffer (contract.md §6), unless
- *   the context without its memory blocks already exceeds that (fixed parts that do not fit);
- * - memory_ids: every memory block's id is a `memories_used` row with exclusion `included`, and the
- *   number of blocks is `memories_included`;
- * - included_count: the number of `included` rows is `memories_included`;
- * - level: `degradation.level` is L0/L1/L2 and equals the `x-ibex-context-level` header when one came.
- * Never throws: an unknown model is reported as a violation.
+ * Checks one OK answer for `model`: budget (contract.md §6, unless the fixed parts already exceed it), block
+ * ids vs `included` rows, included count, and the level against its header. Never throws.
  */
 export function checkResponse(
   catalog: CapabilityCatalog,

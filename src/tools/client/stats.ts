@@ -1,6 +1,4 @@
-/**
- * Small statistics and table helpers for the client tools' reports.
- */
+// Small statistics and table helpers for the client tools' reports.
 import { build } from 'hdr-histogram-js';
 
 /** Summary of a list of per-second samples (autocannon's Req/Sec row). */
@@ -16,12 +14,8 @@ export interface SampleStats {
 }
 
 /**
- * Percentiles of `samples` read from an HDR histogram (hdr-histogram-js, 3 significant digits): the one
- * percentile estimator of the client tools and benches, the same the load driver and the pool use
- *. Values are recorded as integers of `1 / resolution` (default 1000: ms kept to the
- * µs), so a value is exact to 3 significant digits and never above the largest sample; negative values are
- * recorded as 0.
- * @returns `at(p)` for `p` in [0,100] in the samples' unit, 0 for every `p` when there are no samples.
+ * Percentiles of `samples` from an HDR histogram (3 significant digits; the one estimator of the client
+ * tools and benches), in units of `1 / resolution`, negatives as 0. `at(p)`, `p` in [0,100]; 0 when empty.
  */
 export function percentilesOf(samples: readonly number[], resolution = 1000): (p: number) => number {
   if (samples.length === 0) return () => 0;
@@ -32,15 +26,11 @@ export function percentilesOf(samples: readonly number[], resolution = 1000): (p
     h.recordValue(units);
     if (units > max) max = units;
   }
-  // A bucket reads back as its top value: capped at the largest sample, a p99 never exceeds the max
-  // printed beside it (replay printed p99 30.863 ms, max 30.848 ms).
+  // A bucket reads back as its top value: capped so a p99 never exceeds the max printed beside it.
   return (p) => Math.min(h.getValueAtPercentile(p), max) / resolution;
 }
 
-/**
- * Median of an ascending array: the mean of the two middle values for an even length; 0 when empty. For
- * counts (memories, tokens) and the budget mix's midpoints, not latencies ({@link percentilesOf}).
- */
+/** Median of an ascending array (mean of the middle two; 0 when empty); for counts, not latencies. */
 export function medianOfSorted(sorted: readonly number[]): number {
   const n = sorted.length;
   if (n === 0) return 0;
@@ -48,7 +38,6 @@ export function medianOfSorted(sorted: readonly number[]): number {
   return n % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
-/** {@link medianOfSorted} of `values` in any order (they are not changed). */
 export function median(values: readonly number[]): number {
   return medianOfSorted([...values].sort((a, b) => a - b));
 }
@@ -72,13 +61,12 @@ export function sampleStats(samples: readonly number[]): SampleStats {
   };
 }
 
-/** Rounds to `digits` decimals (reports carry ms with µs precision: 3 decimals). */
 export function round(value: number, digits = 3): number {
   const f = 10 ** digits;
   return Math.round(value * f) / f;
 }
 
-/** Renders rows as a box-drawn table; the first row is the header. Cells are left-aligned. */
+/** A box-drawn table; the first row is the header. */
 export function renderTable(rows: readonly (readonly string[])[]): string {
   const cols = Math.max(0, ...rows.map((r) => r.length));
   const widths = Array.from({ length: cols }, (_, c) => Math.max(0, ...rows.map((r) => (r[c] ?? '').length)));

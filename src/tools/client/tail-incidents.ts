@@ -1,48 +1,32 @@
-/**
- * Where a load run's tail comes from: its slow calls grouped into incidents by their intended send times.
- * Slow calls spread evenly over a run point at per-call costs; a few dense incidents at a steady period
- * point at something periodic in the service, such as the main thread's mark-compacts
- * (docs/design/main-thread.md, "Where the tail comes from").
- */
+// A load run's slow calls grouped into incidents by intended send time: evenly spread ones point at per-call
+// costs, dense periodic ones at something periodic (docs/design/main-thread.md, "Where the tail comes from").
 import { medianOfSorted, round } from './stats.js';
 
 /** Slow calls within this many ms of the previous one (by intended send time) belong to its incident. */
 export const INCIDENT_GAP_MS = 50;
-/** An incident of at least this many slow calls is a large one (counted and timed apart). */
+/** An incident of at least this many slow calls is a large one. */
 export const LARGE_INCIDENT_CALLS = 10;
 
 /** The tail of one run ({@link tailIncidents}); times in ms. */
 export interface TailReport {
-  /** A call whose latency (from its intended send time) is over this is slow, ms. */
+  /** Latency (from the intended send) above which a call is slow, ms. */
   threshold_ms: number;
-  /** Slow calls whose intended send times are at most this far apart form one incident, ms. */
   gap_ms: number;
   slow_calls: number;
-  /** Slow calls over the answered calls they were counted among (0 when none were answered). */
+  /** Slow calls over answered calls (0 when none were answered). */
   slow_share: number;
   incidents: number;
-  /** Incidents of at least {@link LARGE_INCIDENT_CALLS} slow calls. */
   large_incidents: number;
-  /** Slow calls in those. */
   calls_in_large_incidents: number;
-  /** Median time from one large incident's first slow call to the next one's, ms; null for fewer than two. */
+  /** Median time between consecutive large incidents' first calls, ms; null for fewer than two. */
   large_period_ms: number | null;
-  /**
-   * Large incidents in which the driver itself sent a call more than half the threshold after its
-   * intended time: its own stall (a GC of the driver, a busy core) made or joined them, not the service's.
-   */
+  /** Large incidents in which the driver sent a call over half the threshold late: its own stall joined. */
   driver_late_large_incidents: number;
-  /**
-   * The incident with the most slow calls (the earliest of equals): calls, first-to-last send span, worst
-   * latency, and the worst send lag of its calls (the driver's share of it).
-   */
+  /** The incident with the most slow calls (earliest of equals), with the driver's worst send lag in it. */
   largest: { calls: number; span_ms: number; max_ms: number; max_send_lag_ms: number } | null;
 }
 
-/**
- * One slow call: its intended send time (any monotonic ms clock), its latency from then, and how late the
- * driver actually sent it (0 when not known), ms.
- */
+/** One slow call: intended send time (monotonic ms), latency from then and the driver's send lag, ms. */
 export interface SlowCall {
   at: number;
   ms: number;
@@ -50,12 +34,8 @@ export interface SlowCall {
 }
 
 /**
- * Groups slow calls into incidents: in intended-send order, a call more than `gapMs` after the previous
- * slow call starts a new incident.
- * @param slow the run's slow calls, any order (not modified).
- * @param answered answered calls the slow ones are a share of.
- * @param thresholdMs the latency above which the caller counted a call as slow, ms (reported as is).
- * @throws RangeError for a negative or non-finite gap.
+ * Groups slow calls (any order, not modified) into incidents: in intended-send order, a call more than
+ * `gapMs` after the previous one starts a new incident. @throws RangeError for a negative or non-finite gap.
  */
 export function tailIncidents(
   slow: readonly SlowCall[],

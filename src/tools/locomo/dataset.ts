@@ -1,51 +1,39 @@
-/**
- * The LoCoMo dataset model (contract.md §4.3): conversations, sessions, turns and QA read from
- * `datasets/locomo10/*.json` or upstream `locomo10.json`, with every id, confidence and timestamp derived
- * deterministically so an import or a replay gives the same agents and memories on every run. Parsed with
- * zod: a malformed turn or QA item is skipped, a sample without speakers or sessions is an error.
- */
+// The LoCoMo dataset model (contract.md §4.3), every id, confidence and timestamp derived deterministically
+// so an import or replay gives the same agents and memories every run. Malformed turns/QA items are skipped.
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { uuidV5 } from '../../util/uuid.js';
 
-/** Default org of ingested LoCoMo agents. */
 export const LOCOMO_ORG_ID = '1b0c0e70-10c0-4c00-8a00-00000000000a';
 /** UUIDv5 namespace for agent ids (name `locomo:<file stem or sample_id>`). */
 export const LOCOMO_AGENT_NS = '5d2f6a1e-8c4b-4f0e-9a7d-2b1c3e4f5a60';
 /** UUIDv5 namespace for memory and directive-version ids (name `<agent_id>:<dia_id>` …). */
 export const LOCOMO_MEMORY_NS = '9e3b7c2d-4a1f-4e8b-b6c5-0d1e2f3a4b5c';
 
-/** One dialogue turn. */
 export interface LocomoTurn {
   speaker: string;
   /** e.g. `D1:3` (session 1, turn 3). */
   diaId: string;
   text: string;
-  /** LoCoMo's caption of an image shared in the turn, when there is one. */
   imageCaption?: string;
-  /** Id of the turn's memory. */
   memoryId: string;
   /** Epoch ms: session start + turn index seconds, so recency follows dialogue order. */
   createdAt: number;
 }
 
-/** One session: its turns in order and its summary. */
 export interface LocomoSession {
-  /** N of `session_N`. */
   index: number;
   /** As written, e.g. `1:56 pm on 8 May, 2023`; "" when absent. */
   dateTime: string;
-  /** Epoch ms (UTC) parsed from `dateTime`; see {@link parseLocomoDate} for the fallback. */
+  /** Epoch ms (UTC) parsed from `dateTime`, or the fallback of {@link readLocomo}. */
   startedAt: number;
   turns: LocomoTurn[];
   summary: string | null;
-  /** Id of the summary's memory, when there is a summary. */
   summaryMemoryId: string | null;
 }
 
-/** A QA item as LoCoMo gives it (useful as replay queries). */
 export interface LocomoQa {
   question: string;
   answer: unknown;
@@ -55,23 +43,17 @@ export interface LocomoQa {
 
 /** One conversation = one agent. */
 export interface LocomoConversation {
-  /** Source file path. */
   file: string;
-  /** `sample_id` when the file has one, else the file stem (`26` for `26.json`). */
+  /** `sample_id`, else the file stem (`26` for `26.json`). */
   sampleId: string;
-  /** {@link locomoAgentId} of `sampleId`. */
   agentId: string;
   speakerA: string;
   speakerB: string;
-  /** Sessions that have turns, by index. */
   sessions: LocomoSession[];
   qa: LocomoQa[];
 }
 
-/**
- * Agent id of a LoCoMo conversation: UUIDv5(`locomo:<key>`), key = the file's stem (`/x/26.json` → `26`)
- * or a `sample_id` (`conv-26`). Pure and stable.
- */
+/** Agent id of a conversation: UUIDv5(`locomo:<key>`), key = file stem (`26`) or `sample_id` (`conv-26`). */
 export function locomoAgentId(file: string): string {
   const key = path.basename(file).replace(/\.json$/i, '');
   return uuidV5(`locomo:${key}`, LOCOMO_AGENT_NS);
@@ -98,10 +80,7 @@ const MONTHS = [
   'december',
 ];
 
-/**
- * Parses LoCoMo's `h:mm am|pm on D Month, YYYY` as UTC epoch ms.
- * @returns `null` when the text is not in that form (callers then fall back, see {@link readLocomo}).
- */
+/** Parses LoCoMo's `h:mm am|pm on D Month, YYYY` as UTC epoch ms; null when not in that form. */
 export function parseLocomoDate(text: string): number | null {
   const m = /^\s*(\d{1,2}):(\d{2})\s*(am|pm)\s+on\s+(\d{1,2})\s+([a-z]+),?\s+(\d{4})\s*$/i.exec(text);
   if (m === null) {
@@ -118,18 +97,15 @@ export function parseLocomoDate(text: string): number | null {
 
 const DAY_MS = 86_400_000;
 
-/** A JSON object (not an array, not null). */
 const JsonObject = z.record(z.string(), z.unknown());
 const Speakers = z.object({ speaker_a: z.string(), speaker_b: z.string() });
 const NonBlank = z.string().refine((s) => s.trim() !== '');
-/** A turn that becomes a memory; others (no speaker, blank text) are skipped. */
 const Turn = z.object({
   speaker: z.string(),
   text: NonBlank,
   dia_id: z.string().optional().catch(undefined),
   blip_caption: z.string().optional().catch(undefined),
 });
-/** A QA item; one without a question is skipped. */
 const Qa = z.object({
   question: z.string(),
   answer: z.unknown().optional(),
@@ -139,10 +115,8 @@ const Qa = z.object({
 });
 
 /**
- * One LoCoMo sample → conversation. Accepts the flat per-file layout of `datasets/locomo10/*.json`
- * (`speaker_a`, `session_N`, `session_N_date_time`, `session_N_summary`, `qa` at top level) and the
- * upstream layout (`{sample_id, conversation: {...}, session_summary: {...}, qa}`).
- * @throws Error naming the file when speakers or sessions are missing.
+ * One LoCoMo sample → conversation, flat (`datasets/locomo10/*.json`) or upstream
+ * (`{sample_id, conversation}`) layout. @throws Error naming the file when speakers or sessions are missing.
  */
 export function parseLocomoSample(sample: unknown, file: string, fallbackKey: string): LocomoConversation {
   const top = JsonObject.safeParse(sample);
@@ -219,9 +193,8 @@ export function parseLocomoSample(sample: unknown, file: string, fallbackKey: st
 }
 
 /**
- * Reads every `*.json` of `dir` (or the one file `dir` names), in file-name order. A file may hold one
- * sample or an array of samples (upstream `locomo10.json`).
- * @throws Error for unreadable files, invalid JSON, or samples without speakers/sessions (message names the file).
+ * Reads every `*.json` of `dir` (or the one file it names) in name order; a file holds a sample or an array.
+ * @throws Error naming the file for unreadable files, invalid JSON, or samples without speakers/sessions.
  */
 export async function readLocomo(dir: string): Promise<LocomoConversation[]> {
   const stat = await fs.stat(dir);

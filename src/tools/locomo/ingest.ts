@@ -1,15 +1,10 @@
-/**
- * LoCoMo conversations as store rows (contract.md §4.3): one agent per conversation, every dialogue turn an
- * `episodic` memory `<speaker>: <text>`, every session summary a `factual` memory, one directive per
- * agent; each agent is replaced as a whole, so re-running an import gives the same store. One code path
- * for every store: the rows go to the {@link AgentWriter} the caller chose (embedded or PostgreSQL).
- */
+// LoCoMo conversations as store rows (contract.md §4.3): turns episodic, summaries factual, a directive per
+// agent; each agent is replaced whole, so re-running an import gives the same store, on any AgentWriter.
 import type { AgentWriter } from '../../retrieval/ports.js';
 import type { DirectiveRow, MemoryRow } from '../../retrieval/store-rows.js';
 import { canonicalUuid, uuidV5 } from '../../util/uuid.js';
 import { LOCOMO_MEMORY_NS, type LocomoConversation, locomoConfidence } from './dataset.js';
 
-/** Ingest result, printed by the CLI. */
 export interface IngestSummary {
   db: string;
   org_id: string;
@@ -24,7 +19,6 @@ export interface IngestSummary {
   directives: number;
 }
 
-/** The memories of one conversation: episodic turns and factual summaries. */
 export function locomoMemories(conv: LocomoConversation, orgId: string): MemoryRow[] {
   const rows: MemoryRow[] = [];
   for (const session of conv.sessions) {
@@ -55,7 +49,6 @@ export function locomoMemories(conv: LocomoConversation, orgId: string): MemoryR
   return rows;
 }
 
-/** The directive of one conversation's agent (mode `system_first`, deterministic version id). */
 export function locomoDirective(conv: LocomoConversation, orgId: string): DirectiveRow {
   return {
     org_id: orgId,
@@ -68,20 +61,15 @@ export function locomoDirective(conv: LocomoConversation, orgId: string): Direct
   };
 }
 
-/** Options of {@link ingestLocomo}. */
 export interface IngestOptions {
-  /** The store as the summary names it (a file path, or `postgres:<schema>`: never a URL, which may hold a password). */
+  /** The store as the summary names it (path or `postgres:<schema>`, never a URL: passwords). */
   db: string;
-  /** Called after each agent is written: agents done, agents in all, memories written so far. */
   onAgent?: (done: number, total: number, memories: number) => void;
 }
 
 /**
- * Converts `conversations` into rows and replaces each conversation's agent (memories + directive) through
- * `writer`, one agent at a time, then lets the writer finish the import ({@link AgentWriter.finishImport}).
- * @returns the summary the CLI prints: the same for every writer but for `db`.
- * @throws Error when `orgId` is not a UUID (nothing written); the writer's error when a write fails (the
- *   agents before it stay written, that one is rolled back).
+ * Replaces each conversation's agent through `writer`, one at a time, then finishes the import.
+ * @throws Error when `orgId` is not a UUID (nothing written); the writer's error (earlier agents stay).
  */
 export async function ingestLocomo(
   writer: AgentWriter,

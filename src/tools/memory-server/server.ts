@@ -1,10 +1,5 @@
-/**
- * The dev memory server behind `ibex-context memory-server`: serves the embedded store over the memory service wire (contract.md §4.1,
- * §4.3) so the HTTP path can be exercised and load-tested locally, with injected latency and faults.
- *
- * The wire carries no org: answers hold every org's memories of the agent with their real org_id, and
- * the context service drops foreign ones (which is what `--plant-foreign` exercises).
- */
+// Dev memory server (`ibex-context memory-server`): a store over the memory service wire (contract.md
+// §4.1, §4.3) with injected latency and faults. The wire has no org, so answers hold every org's memories.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -16,12 +11,10 @@ import { canonicalUuid, uuidV5 } from '../../util/uuid.js';
 /** Latency distributions with mean `latencyMs`: fixed n; uniform on [0, 2n]; exponential of mean n. */
 export type LatencyDist = 'fixed' | 'uniform' | 'exponential';
 
-/** Fault injection, changeable at run time through {@link MemoryServerHandle.setFaults}. */
 export interface MemoryServerFaults {
   /** Mean added latency per answered request, ms. 0 = none. */
   latencyMs: number;
   latencyDist: LatencyDist;
-  /** Which route the latency applies to. Default `both`. */
   latencyRoute: 'both' | 'hot' | 'search';
   /** Probability in [0,1] of answering 503. */
   errorRate: number;
@@ -33,46 +26,33 @@ export interface MemoryServerFaults {
   plantInvalid: boolean;
 }
 
-/**
- * Options of {@link startMemoryServer}. Give `store` (not closed on close), or `postgres` / `db` (opened
- * and closed; `postgres` wins).
- */
+/** Options of {@link startMemoryServer}: `store` (not closed), or `postgres` / `db` (owned). */
 export interface MemoryServerOptions extends Partial<MemoryServerFaults> {
-  /** Bearer token clients must send; required and non-blank. */
   token: string;
   store?: EmbeddedStore;
   db?: string;
-  /** PostgreSQL store: URL and schema. */
   postgres?: { url: string; schema: string };
-  /** Default 127.0.0.1. */
   host?: string;
   /** Default 8088; 0 = any free port. */
   port?: number;
-  /** Random source for faults, in [0,1). Default Math.random. */
   random?: () => number;
 }
 
-/** Request counters (requests that passed authentication, per route). */
 export interface MemoryServerStats {
-  /** Every request received, including rejected ones. */
   total: number;
   hot: number;
   search: number;
   unauthorized: number;
 }
 
-/** A running memory server. */
 export interface MemoryServerHandle {
-  /** `http://host:port`, no trailing slash. */
   url: string;
   readonly stats: MemoryServerStats;
   setFaults(faults: Partial<MemoryServerFaults>): void;
-  /** Stops listening, drops open connections and pending delayed answers, closes an owned store. */
   close(): Promise<void>;
 }
 
 const MAX_REQUEST_BODY = 1024 * 1024;
-/** Org of planted foreign hits; fixed so test failures are readable. */
 export const PLANTED_FOREIGN_ORG = 'f0f0f0f0-0000-4000-8000-00000000f0f0';
 const PLANT_NS = '3b8e1a52-5f0c-4d8e-9f51-6f6d3b1f7a10';
 
@@ -165,7 +145,6 @@ interface Query {
   minConfidence: number;
 }
 
-/** Parses wire parameters; returns an error text for a 400/422. */
 function parseParams(
   raw: { agent_id?: unknown; limit?: unknown; min_confidence?: unknown; query?: unknown },
   defaultLimit: number,
@@ -192,11 +171,8 @@ function parseParams(
 }
 
 /**
- * Starts the dev memory server in-process.
- * Routes: `GET /v1/memories/hot?agent_id&limit&min_confidence`, `POST /v1/memories/search`
- * `{agent_id, query, limit, min_confidence}` (both answer `{"data":{"results":[…]}}`), `GET /healthz`
- * (no auth). 401 without the right bearer token, 400/422 for bad parameters, 503 / truncated JSON when
- * faults fire.
+ * Starts the dev memory server: `GET /v1/memories/hot`, `POST /v1/memories/search`, `GET /healthz` (no auth).
+ * 401 without the token, 400/422 for bad parameters, 503 or truncated JSON when faults fire.
  * @throws Error when `token` is blank, neither `store` nor `db` is given, or listening fails.
  */
 export async function startMemoryServer(opts: MemoryServerOptions): Promise<MemoryServerHandle> {

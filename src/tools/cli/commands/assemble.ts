@@ -1,7 +1,4 @@
-/**
- * `ibex-context assemble`: one AssembleContext call (contract.md §2), printed as the assembled context and a
- * short table of the answer's numbers, or as the response object with `--json`.
- */
+// `ibex-context assemble`: one call (contract.md §2), shown as context + summary, or `--json`.
 
 import { status } from '@grpc/grpc-js';
 import type { AssembleContextRequestInput, AssembleContextResponse, Message } from '../../../wire/proto.js';
@@ -51,9 +48,8 @@ const round = (x: number, places: number): number => {
 };
 
 /**
- * The response as `--json` prints it: `assembled_context` first and `memories_used` last so
- * the context is not buried under hundreds of rows, scores (float32 on the wire) rounded to 4 decimals
- * and latencies to 0.01 ms so float noise such as 0.9819999933242798 reads as 0.982.
+ * The response as `--json` prints it: context first, `memories_used` last (not buried under rows), scores
+ * rounded to 4 decimals and latencies to 0.01 ms to hide float32 noise.
  */
 export function presentResponse(res: AssembleContextResponse): Record<string, unknown> {
   const { assembled_context, memories_used, metrics, degradation, ...rest } = res;
@@ -140,11 +136,7 @@ export function formatAssembleSummary(res: AssembleContextResponse, levelHeader:
   return renderTable(rows);
 }
 
-/**
- * CLI entry.
- * @returns 0 on an OK answer, 1 on a gRPC error status (printed as `CODE: details`) or a connection
- *   failure, 2 for bad flags.
- */
+/** CLI entry: 0 on an OK answer, 1 on an error status or connection failure, 2 for bad flags. */
 export async function run(argv: string[]): Promise<number> {
   const parsed = await commandPrologue(
     argv,
@@ -228,9 +220,8 @@ export async function run(argv: string[]): Promise<number> {
 }
 
 /**
- * A note for an answer that is not degraded yet found nothing for the tenant (no memory candidate, no
- * directive): the org/agent holds nothing in the store the service reads, usually ids other than the ones
- * `ingest` printed. `null` otherwise.
+ * A note for an undegraded answer that found nothing for the tenant (usually ids other than the ones
+ * `ingest` printed); null otherwise.
  */
 export function nothingStoredNote(
   res: {

@@ -1,16 +1,9 @@
-/**
- * docs/configuration.md, rendered from the same descriptions `serve --help` prints
- * ({@link SETTING_DOCS}) and the names `loadSettings` reads ({@link settingNames}), so the settings page
- * cannot drift from src/config/settings.ts: `npm run docs:config` writes it, and a test fails when the
- * committed file differs from {@link configurationMarkdown}'s output.
- */
+// docs/configuration.md, rendered from the same descriptions `serve --help` prints and the names
+// `loadSettings` reads, so the page cannot drift (`npm run docs:config`; a test compares it).
 import { loadSettings } from '../../../config/settings.js';
 import { SETTING_DOCS, settingAliases, settingNames } from './serve-help.js';
 
-/**
- * A default the code derives from the machine ("2 (the cores)") is shown by its rule ("the cores"), so the
- * page reads the same on every machine.
- */
+/** A machine-derived default ("2 (the cores)") is shown by its rule ("the cores"): same on every machine. */
 function machineFree(value: string): string {
   const derived = /^\S+ \((.+)\)$/.exec(value);
   return derived ? derived[1]! : value;

@@ -1,8 +1,5 @@
-/**
- * `ibex-context healthcheck`: `grpc.health.v1.Health/Check` (contract.md §2) with a 2 s deadline; exit 0 iff
- * the answer is SERVING. The Dockerfile's HEALTHCHECK runs `healthcheck --local`, so it prints one short line and never
- * waits longer than the deadline.
- */
+// `ibex-context healthcheck`: Health/Check (contract.md §2) with a 2 s deadline, exit 0 iff SERVING. The
+// Dockerfile's HEALTHCHECK runs `--local`, so it prints one short line and never outwaits the deadline.
 
 import { status } from '@grpc/grpc-js';
 import { DEFAULT_ADMIN_ADDR, DEFAULT_GRPC_ADDR } from '../../../config/settings.js';
@@ -77,12 +74,7 @@ async function checkAdmin(url: string, timeoutMs: number, json: boolean): Promis
   return 1;
 }
 
-/**
- * CLI entry.
- * @returns 0 when SERVING (or `/readyz` 200 with `--local` under mutual TLS); 1 for any other health
- *   status or a gRPC error (UNAVAILABLE when nothing listens, DEADLINE_EXCEEDED after the deadline);
- *   2 for bad flags.
- */
+/** CLI entry: 0 when SERVING (or `/readyz` 200 under mutual TLS), 1 for anything else, 2 for bad flags. */
 export async function run(argv: string[]): Promise<number> {
   const parsed = await commandPrologue(
     argv,

@@ -1,8 +1,4 @@
-/**
- * `ibex-context ingest`: the command line around {@link ingestLocomo}: flags, the choice of the store
- * it writes to (embedded or PostgreSQL), a progress line on a terminal, a short table of what was written
- * (or one JSON object with `--json`).
- */
+// `ibex-context ingest`: flags, store choice, progress line and summary around {@link ingestLocomo}.
 
 import type { AgentWriter } from '../../../retrieval/ports.js';
 import { EmbeddedStore } from '../../../retrieval/sqlite/embedded-store.js';
@@ -36,12 +32,7 @@ export function formatIngestSummary(summary: IngestSummary): string {
   return [`ingested into ${summary.db}`, `org_id ${summary.org_id}`, renderTable(rows)].join('\n');
 }
 
-/**
- * CLI entry. Prints a table (or with `--json` the {@link IngestSummary} as one JSON line) on stdout, and
- * a progress line on stderr when it is a terminal.
- * @returns 0 on success, 2 for bad arguments, 1 when reading or writing fails (the error as text on
- *   stderr, or `{"error"}` on stdout with `--json`).
- */
+/** CLI entry: a table (or `--json` summary) on stdout; 0 on success, 2 for bad flags, 1 when I/O fails. */
 export async function run(argv: string[]): Promise<number> {
   const parsed = await commandPrologue(
     argv,
@@ -89,7 +80,6 @@ export async function run(argv: string[]): Promise<number> {
 /** The store an ingest writes to, as the CLI opened it. */
 interface IngestTarget {
   writer: AgentWriter;
-  /** The store as the summary names it. */
   db: string;
   close(): void | Promise<void>;
 }
@@ -101,9 +91,8 @@ function openEmbedded(file: string): IngestTarget {
 }
 
 /**
- * Opens the PostgreSQL store of `ingest --postgres`, `pg` loaded on demand so the embedded path never
- * loads it. The URL may hold a password and is never printed: the summary names the schema only.
- * @throws the connection or migration error.
+ * Opens the PostgreSQL store, `pg` loaded on demand; the URL may hold a password, so only the schema is
+ * named. @throws the connection or migration error.
  */
 async function openPostgres(pg: { url: string; schema: string }): Promise<IngestTarget> {
   const { PgStore } = await import('../../../retrieval/postgres/pg-store.js');

@@ -1,8 +1,4 @@
-/**
- * `ibex-context load`: autocannon-style gRPC load against AssembleContext. The engine is
- * {@link runLoad} in src/tools/client/load-driver.ts; this module parses flags, draws the progress line on a
- * terminal and prints the report (a table, or one JSON object with `--json`).
- */
+// `ibex-context load`: flags, progress line and report around {@link runLoad} (client/load-driver.ts).
 
 import { canonicalUuid } from '../../../util/uuid.js';
 import { budgetMix, mixedSource, probeCandidateTokens } from '../../client/budget-mix.js';
@@ -47,11 +43,7 @@ ${CONNECTION_USAGE}
 Errors are counted by gRPC code; DEADLINE_EXCEEDED is split into "(client --timeout)" and
 "(server cap)" (the service caps every call at its IBEX_CONTEXT_TIMEOUT).`;
 
-/**
- * CLI entry.
- * @returns 0 when the run completed (gRPC errors are results, not failures), 2 for bad flags, 1 when the
- *   service cannot be reached or the request source cannot be read.
- */
+/** CLI entry: 0 when the run completed (gRPC errors are results), 2 for bad flags, 1 when unreachable. */
 export async function run(argv: string[]): Promise<number> {
   const parsed = await commandPrologue(
     argv,

@@ -1,6 +1,4 @@
-/**
- * `ibex-context memory-server`: the command line of the dev memory server (src/tools/memory-server/server.ts).
- */
+// `ibex-context memory-server`: the command line of src/tools/memory-server/server.ts.
 
 import { memoryApiTokenSetting } from '../../../config/settings.js';
 import { numberFlag } from '../../client/cli-options.js';
@@ -20,11 +18,7 @@ const USAGE = `usage: ibex-context memory-server [--db <path>] [--port 8088] [--
 --json: errors as {"error"} on stdout; token: --token or IBEX_CONTEXT_MEMORY_API_TOKEN; store: --postgres, else --db, else
 IBEX_CONTEXT_POSTGRES_URL (schema IBEX_CONTEXT_POSTGRES_SCHEMA), else IBEX_CONTEXT_EMBEDDED_DB`;
 
-/**
- * CLI entry: starts the server, prints `{"listening": "http://HOST:PORT"}`, serves until SIGINT/SIGTERM.
- * @param argv arguments after `memory-server`.
- * @returns exit code: 0 after a clean stop, 2 for bad arguments, 1 when start-up fails.
- */
+/** CLI entry: prints `{"listening": url}`, serves until a signal; 0 clean stop, 2 bad flags, 1 start-up. */
 export async function run(argv: string[]): Promise<number> {
   const parsed = await commandPrologue(
     argv,

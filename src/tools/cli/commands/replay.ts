@@ -1,9 +1,4 @@
-/**
- * `ibex-context replay --locomo <dir>`: one AssembleContext per turn of the later LoCoMo sessions
- * against a running service, every answer checked (status, contract.md §6 output budget, memory blocks vs
- * `memories_used`, level), then a summary. Exit 0 only when every call was OK and no check
- * failed.
- */
+// `ibex-context replay --locomo <dir>`: a call per later-session turn, every answer checked, a summary.
 
 import { CapabilityCatalog } from '../../../budget/catalog.js';
 import { catalogFileSetting } from '../../../config/settings.js';
@@ -44,10 +39,8 @@ const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 ${CONNECTION_USAGE}`;
 
 /**
- * Warning printed when calls succeeded but none got a memory. When every such answer was degraded, the
- * memory branches did not answer in time (or failed): the warning says so rather than blame --org. Else the
- * usual cause is an --org (or store) other than the one the conversations were ingested into, which would
- * otherwise pass silently.
+ * Warning when calls succeeded but none got a memory: if all such answers were degraded, the memory branches
+ * did not answer in time; else usually an --org (or store) other than the one ingested into.
  */
 export function noMemoryWarning(
   r: Pick<ReplayReport, 'ok' | 'memories_included'> & Partial<Pick<ReplayReport, 'levels'>>,
@@ -120,11 +113,7 @@ export function formatReplayReport(r: ReplayReport): string {
   return lines.join('\n');
 }
 
-/**
- * CLI entry.
- * @returns 0 when every call was OK with no violation; 1 on any error status, violation, zero calls or
- *   an unreachable service; 2 for bad flags.
- */
+/** CLI entry: 0 when all OK without violation; 1 on errors, violations, no calls, unreachable; 2 bad flags. */
 export async function run(argv: string[]): Promise<number> {
   const parsed = await commandPrologue(
     argv,

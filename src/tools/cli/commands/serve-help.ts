@@ -1,17 +1,10 @@
-/**
- * `ibex-context serve --help`: the environment variables the service reads, with their defaults.
- * The list is not written by hand: {@link settingNames} runs `loadSettings` over an empty environment that
- * records every name it is asked for, so a variable added to src/config/settings.ts shows up here (and in
- * docs/configuration.md) without anyone remembering to list it.
- */
+// `ibex-context serve --help`: the variables the service reads, found by running `loadSettings` over a
+// recording empty environment, so a new setting shows up here and in docs/configuration.md by itself.
 import os from 'node:os';
 import { SERVICE_NODE_FLAGS } from '../../../config/node-flags.js';
 import { loadSettings, type Settings } from '../../../config/settings.js';
 
-/**
- * Every environment variable name `loadSettings` reads, in the order it reads them (aliases included:
- * with nothing set, each alias is consulted).
- */
+/** Every variable name `loadSettings` reads, in order (aliases included). */
 export function settingNames(): string[] {
   const seen: string[] = [];
   const recorder = new Proxy<Record<string, string | undefined>>(
@@ -36,10 +29,7 @@ interface SettingDoc {
 const ms = (v: number) => `${v} ms`;
 const quoted = (v: string) => (v === '' ? '""' : v);
 
-/**
- * Meaning and default of each variable. Aliases (IBEX_CONTEXT_TIMEOUT_MS) point at the
- * `IBEX_CONTEXT_*` name they stand for.
- */
+/** Meaning and default of each variable; aliases point at the `IBEX_CONTEXT_*` name they stand for. */
 export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
   IBEX_CONTEXT_TIMEOUT: {
     meaning: 'outer retrieval budget and the cap of every call',

@@ -1,7 +1,4 @@
-/**
- * `ibex-context serve` (what `npm start` runs): the gRPC service on the embedded store unless the memory
- * URL / Redis URL are set. SIGTERM/SIGINT drain gracefully and exit 0.
- */
+// `ibex-context serve` (`npm start`): the gRPC service; SIGTERM/SIGINT drain gracefully and exit 0.
 import os from 'node:os';
 import { format } from 'node:util';
 import { setLogger } from '@grpc/grpc-js';
@@ -58,8 +55,7 @@ export async function run(argv: string[]): Promise<number> {
     console.error(`ibex-context: ${(err as Error).message}`);
     return 1;
   }
-  // grpc-js writes its own errors (a failed bind among them) to stderr; through the logger they stay out of
-  // the one start-up line below and keep the log JSON.
+  // grpc-js's own errors go through the logger, to keep the log JSON and the start-up line alone.
   setLogger({
     error: (...args: unknown[]) => logger.warn({ component: 'grpc-js' }, format(...args)),
     info: (...args: unknown[]) => logger.debug({ component: 'grpc-js' }, format(...args)),
@@ -82,9 +78,8 @@ export async function run(argv: string[]): Promise<number> {
   }
   return new Promise<number>((resolve) => {
     let stopping = false;
-    // Handlers stay until the drain ends: Ctrl-C under `npm start` delivers SIGINT twice (the terminal's
-    // to the whole process group and npm's forwarded copy), and a signal with no handler left would kill
-    // the process mid-drain. Repeats are noted, not acted on: the drain is bounded by itself.
+    // Handlers stay until the drain ends: `npm start` delivers Ctrl-C's SIGINT twice, and a signal with no
+    // handler left would kill the process mid-drain. The drain is bounded by itself.
     const onSignal = (signal: NodeJS.Signals) => {
       if (stopping) {
         logger.info({ signal }, 'signal received while draining; still draining');
