@@ -16,22 +16,23 @@ import { nonceLength } from '../../src/text/nonce.js';
 import { MAX_ASSEMBLE_REQUEST_BYTES } from '../../src/wire/limits.js';
 import {
   memories,
+  memoryService,
   request,
   roomyDeadlines,
   startTestService,
   type TestService,
   tenant,
 } from '../e2e/harness.js';
-import { FAULT_PREFIX, startPoolFaultService } from '../faults/helpers.js';
+import { FAULT_PREFIX, startMemoryRouter, startPoolFaultService } from '../faults/helpers.js';
+import { startMemoryFixture } from '../helpers/memory-fixture.js';
+import { withQuietCaller } from '../helpers/quiet-caller.js';
 import {
   assembleInWorker,
   assembleRaw,
   decodeAnswer,
   encodeRequest,
-  startMemoryFixture,
   uploadPrefix,
-  withQuietCaller,
-} from './wire-helpers.js';
+} from '../helpers/raw-grpc.js';
 
 const HTML_KB = 300;
 
@@ -270,27 +271,19 @@ describe('answer guarantee (contract.md §10)', () => {
   it('a memory service answering in 300 ms with a 2 s caller deadline gets OK L2, not DEADLINE_EXCEEDED', async () => {
     const slow = tenant();
     const quiet = tenant();
-    const hits = (t: { org: string; agent: string }) =>
-      memories(t.org, t.agent, 3).map((m) => ({
-        id: m.id,
-        org_id: m.org_id,
-        agent_id: m.agent_id,
-        content: m.content,
-        category: m.category,
-        confidence: m.confidence,
-        similarity: 0.7,
-      }));
-    const slowHits = hits(slow);
-    const quietHits = hits(quiet);
-    const memory = await startMemoryFixture(
-      (agent) => (agent === slow.agent ? slowHits : agent === quiet.agent ? quietHits : []),
-      (agent) => (agent === slow.agent ? 300 : 0),
-    );
+    // One memory service URL: the slow agent's calls go to a server answering after 300 ms, the quiet
+    // agent's to one without added latency.
+    const fast = await startMemoryFixture(memories(quiet.org, quiet.agent, 3), { token: 'test-token' });
+    const late = await startMemoryFixture(memories(slow.org, slow.agent, 3), {
+      token: 'test-token',
+      latencyMs: 300,
+    });
+    const router = await startMemoryRouter(fast.memory.url);
+    router.fault(slow.agent, { upstream: late.memory.url });
     // Branch timeouts and wall well under the slow service's 300 ms (production has 15/45/40 ms; a shared
     // machine needs room for the quiet caller's L0); the caller's deadline is what allows 2 s.
     const svc = await startTestService({
-      IBEX_CONTEXT_MEMORY_BASE_URL: memory.url,
-      IBEX_CONTEXT_MEMORY_API_TOKEN: 'test-token',
+      ...memoryService(router.url, 'test-token'),
       IBEX_CONTEXT_DEADLINE_MS: '150',
       IBEX_CONTEXT_HOT_TIMEOUT_MS: '120',
       IBEX_CONTEXT_COLD_TIMEOUT_MS: '150',
@@ -308,7 +301,7 @@ describe('answer guarantee (contract.md §10)', () => {
       expect(out.response!.assembled_context).toContain('user: Do you remember the lake?');
     } finally {
       await svc.stop();
-      await memory.close();
+      await Promise.all([router.close(), fast.close(), late.close()]);
     }
   });
 });

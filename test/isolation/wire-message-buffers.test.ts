@@ -19,7 +19,7 @@ import {
 } from '../../src/util/message-buffers.js';
 import { copySpliced, FROM_SOURCE } from '../../src/wire/spliced.js';
 import { request, tenant, useTestService } from '../e2e/harness.js';
-import { assembleInWorker, decodeAnswer, encodeRequest } from './wire-helpers.js';
+import { assembleInWorker, decodeAnswer, encodeRequest } from '../helpers/raw-grpc.js';
 
 const MiB = 1 << 20;
 
