@@ -1,5 +1,5 @@
 /**
- * Isolation: a large context goes out as gathered chunks (src/grpc/patches/,
+ * A large context goes out as gathered chunks (src/grpc/patches/gathered-send.ts,
  * `sendGatheredMessages`): the rest of the message and field 1's header, then the spliced spans of the
  * CPU stage's bytes and the request's history bytes as they are — no thread copies them into a frame. The
  * chunks must hold exactly the bytes of the spliced serializer, decode to every field of the response,
