@@ -83,3 +83,14 @@ describe('loadSettings', () => {
     );
   });
 });
+
+describe('IBEX_CONTEXT_MAX_MEMORY_CHARS', () => {
+  it('defaults to 65,536 code points, takes an integer ≥ 1, and names itself when invalid', () => {
+    expect(loadSettings({}).maxMemoryChars).toBe(65_536);
+    expect(loadSettings({ IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000' }).maxMemoryChars).toBe(1000);
+    for (const bad of ['0', '-1', '1.5', 'lots', '16777217'])
+      expect(() => loadSettings({ IBEX_CONTEXT_MAX_MEMORY_CHARS: bad })).toThrow(
+        /IBEX_CONTEXT_MAX_MEMORY_CHARS/,
+      );
+  });
+});

@@ -7,16 +7,9 @@ import { status } from '@grpc/grpc-js';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MemoryServerHandle } from '../../src/tools/memory-server/server.js';
+import { type MemoryFixture, startMemoryFixture } from '../helpers/memory-fixture.js';
 import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
-import {
-  type MemoryFixture,
-  memories,
-  request,
-  startMemoryFixture,
-  startTestService,
-  type TestService,
-  tenant,
-} from './harness.js';
+import { memories, request, startTestService, type TestService, tenant } from './harness.js';
 
 const TOKEN = 'e2e-memory-token';
 
@@ -27,7 +20,7 @@ describe('memory service over HTTP', () => {
   const t = tenant();
 
   beforeAll(async () => {
-    fixture = await startMemoryFixture(t, 8, { token: TOKEN });
+    fixture = await startMemoryFixture(memories(t.org, t.agent, 8), { token: TOKEN });
     memory = fixture.memory;
     svc = await startTestService({
       ...fixture.env,
@@ -225,7 +218,7 @@ describe('load shedding', () => {
   beforeAll(async () => {
     // Slow memory service: the first calls stay in flight (1 s) while the rest arrive, even on a loaded
     // machine, and still succeed well inside their timeouts.
-    fixture = await startMemoryFixture(t, 4, { token: TOKEN, latencyMs: 1000 });
+    fixture = await startMemoryFixture(memories(t.org, t.agent, 4), { token: TOKEN, latencyMs: 1000 });
     svc = await startTestService({
       ...fixture.env,
       IBEX_CONTEXT_MAX_IN_FLIGHT: '2',

@@ -11,11 +11,6 @@ import { type RunningService, type StartOptions, startService } from '../../src/
 import { loadSettings, type Settings } from '../../src/config/settings.js';
 import { EmbeddedStore, type MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import { createLogger } from '../../src/telemetry/logger.js';
-import {
-  type MemoryServerHandle,
-  type MemoryServerOptions,
-  startMemoryServer,
-} from '../../src/tools/memory-server/server.js';
 import type { AssembleContextRequestInput } from '../../src/wire/proto.js';
 import { createTestClient, type TestClient } from '../helpers/grpc-client.js';
 
@@ -153,37 +148,6 @@ export function tempServiceStore(prefix = 'ibex-e2e-'): { store: EmbeddedStore; 
     close() {
       store.close();
       fs.rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-/** A dev memory server started by {@link startMemoryFixture}. */
-export interface MemoryFixture {
-  memory: MemoryServerHandle;
-  /** {@link memoryService} settings pointing a service at it. */
-  env: Record<string, string>;
-  /** Stops the server and removes its store. */
-  close(): Promise<void>;
-}
-
-/**
- * The dev memory server over HTTP on loopback, on a store of its own (the service under test reads it
- * only over HTTP) holding `n` {@link memories} of `t`.
- */
-export async function startMemoryFixture(
-  t: { org: string; agent: string },
-  n: number,
-  opts: Omit<MemoryServerOptions, 'store' | 'db' | 'port'>,
-): Promise<MemoryFixture> {
-  const data = tempServiceStore('ibex-mem-');
-  data.store.upsertMemories(memories(t.org, t.agent, n));
-  const memory = await startMemoryServer({ ...opts, store: data.store, port: 0 });
-  return {
-    memory,
-    env: memoryService(memory.url, opts.token),
-    async close() {
-      await memory.close();
-      data.close();
     },
   };
 }

@@ -7,15 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
-import { type MemoryServerHandle, startMemoryServer } from '../../src/tools/memory-server/server.js';
-import {
-  memoryService,
-  request,
-  startTestService,
-  type TestService,
-  tempServiceStore,
-  tenant,
-} from './harness.js';
+import { type MemoryFixture, startMemoryFixture } from '../helpers/memory-fixture.js';
+import { request, startTestService, type TestService, tenant } from './harness.js';
 
 const TOKEN = 'e2e-filters-token';
 const DAY = Date.UTC(2023, 4, 8, 13, 56);
@@ -34,24 +27,20 @@ describe('CPU-stage filters over a memory service', () => {
   const sailing = row('Caroline went sailing on the lake with her kids');
   const repeat = row('Do you remember the lake?');
   const unrelated = row('Melanie paints sunsets in watercolour', 'factual');
-  let data: ReturnType<typeof tempServiceStore>;
-  let memory: MemoryServerHandle;
+  let memory: MemoryFixture;
   const services: TestService[] = [];
 
   beforeAll(async () => {
-    data = tempServiceStore('ibex-mem-');
-    data.store.upsertMemories([sailing, repeat, unrelated]);
-    memory = await startMemoryServer({ token: TOKEN, store: data.store, port: 0 });
+    memory = await startMemoryFixture([sailing, repeat, unrelated], { token: TOKEN });
   });
   afterAll(async () => {
     for (const s of services) await s.stop();
     await memory?.close();
-    data?.close();
   });
 
   async function service(env: Record<string, string>): Promise<TestService> {
     const s = await startTestService({
-      ...memoryService(memory.url, TOKEN),
+      ...memory.env,
       IBEX_CONTEXT_HOT_TIMEOUT_MS: '1500',
       IBEX_CONTEXT_COLD_TIMEOUT_MS: '1500',
       IBEX_CONTEXT_DEADLINE_MS: '2000',

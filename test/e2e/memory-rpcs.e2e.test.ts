@@ -14,6 +14,7 @@ import { parseTokenFile } from '../../src/auth/token-file.js';
 import type { PgStore } from '../../src/retrieval/postgres/pg-store.js';
 import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import { createLogger } from '../../src/telemetry/logger.js';
+import { startMemoryFixture } from '../helpers/memory-fixture.js';
 import { adminQuery, describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../helpers/postgres.js';
 import * as e2e from './harness.js';
 
@@ -352,7 +353,7 @@ describe('memory RPCs in front of a memory service', () => {
   let svc: e2e.TestService;
   let close: () => Promise<void>;
   beforeAll(async () => {
-    const fixture = await e2e.startMemoryFixture(t, 5, { token: 'mem-token' });
+    const fixture = await startMemoryFixture(e2e.memories(t.org, t.agent, 5), { token: 'mem-token' });
     close = fixture.close;
     svc = await e2e.startTestService({ ...fixture.env, IBEX_CONTEXT_COLD_TIMEOUT_MS: '1500' });
   }, 60_000);

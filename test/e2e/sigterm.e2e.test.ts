@@ -9,14 +9,15 @@ import { status } from '@grpc/grpc-js';
 import { describe, expect, it, vi } from 'vitest';
 import { spawnServe } from '../faults/helpers.js';
 import { createTestClient } from '../helpers/grpc-client.js';
-import { request, startMemoryFixture, tenant } from './harness.js';
+import { startMemoryFixture } from '../helpers/memory-fixture.js';
+import { memories, request, tenant } from './harness.js';
 
 /** Starts serve with 8 calls in flight, sends it `first`, then `more` once that one is handled, and checks the drain. */
 async function drainsOn(first: NodeJS.Signals, ...more: NodeJS.Signals[]): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ibex-sigterm-'));
   const t = tenant();
   // Slow memory service: calls stay in flight long enough for the signal to land among them.
-  const fixture = await startMemoryFixture(t, 5, { token: 'tok', latencyMs: 400 });
+  const fixture = await startMemoryFixture(memories(t.org, t.agent, 5), { token: 'tok', latencyMs: 400 });
   const serve = await spawnServe(
     {
       IBEX_CONTEXT_EMBEDDED_DB: path.join(dir, 'svc.db'),

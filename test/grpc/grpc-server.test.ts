@@ -122,7 +122,7 @@ describe('gRPC server', () => {
 
   describe('INVALID_ARGUMENT details (contract.md §11)', () => {
     // The messages and their order are validate.test.ts's; that the wire decoder answers the same as the
-    // decoded object is wire-decode.test.ts's property. Here: one sample of each kind over real gRPC.
+    // decoded object is test/request/wire-request.test.ts's property. Here: one sample of each kind over real gRPC.
     const cases: [string, AssembleContextRequestInput, string][] = [
       ['org_id malformed', { ...valid(), org_id: 'org-1' }, 'org_id must be a UUID'],
       [

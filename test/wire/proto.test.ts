@@ -1,13 +1,21 @@
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
+  ASSEMBLED_UTF8,
+  type AssembleContextResponse,
   contextServiceDefinition,
   PROTO_DIR,
   packageDefinition,
   resolveProtoDir,
+  SplicedMessage,
+  serializeAssembleResponse,
+  serializeAssembleResponseBuffer,
 } from '../../src/wire/proto.js';
+import { SplicedBuilder } from '../../src/wire/spliced.js';
+import { stubResponse } from '../helpers/stub-response.js';
 
 interface FieldDescriptor {
   name: string;
@@ -99,5 +107,33 @@ describe('wire contract (contract.md §2)', () => {
     expect(principal.get('permissions')).toMatchObject({ number: 13, type: 'TYPE_INT64' });
     expect(principal.get('issued_at')?.typeName).toMatch(/google\.protobuf\.Timestamp$/);
     expect(principal.get('token_id')?.number).toBe(14);
+  });
+});
+
+describe('AssembleContext answer serializer', () => {
+  it("writes the CPU stage's UTF-8 context bytes as assembled_context (string field left empty), any length", () => {
+    const decode = (b: Buffer) =>
+      contextServiceDefinition.AssembleContext!.responseDeserialize(b) as AssembleContextResponse;
+    fc.assert(
+      fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), fc.nat(20_000), (text, pad) => {
+        const context = text + 'x'.repeat(pad);
+        const base = stubResponse({ requestId: 'r', traceId: 't', spanId: 's' } as never);
+        // The text as the producer wrote it, then the padding as a span of the source bytes.
+        const source = Buffer.from(`head${'x'.repeat(pad)}`, 'utf8');
+        const own = new SplicedBuilder(source);
+        own.text(text);
+        own.bytes(4, source.length);
+        const withBytes = { ...base, assembled_context: '', [ASSEMBLED_UTF8]: own.finish() };
+        const serialized = serializeAssembleResponse(withBytes) as unknown;
+        if (context.length > 0) expect(serialized).toBeInstanceOf(SplicedMessage);
+        const out = decode(serializeAssembleResponseBuffer(withBytes));
+        expect(out.assembled_context).toBe(context);
+        expect(out.request_id).toBe('r');
+        expect(
+          decode(serializeAssembleResponse({ ...base, assembled_context: context })).assembled_context,
+        ).toBe(context);
+      }),
+      { numRuns: 50 },
+    );
   });
 });

@@ -3,7 +3,7 @@
  * nothing but its parameter (the method on the prototype stays the same function), and it throws
  * GrpcJsInternalsChanged when the private field or method it needs is gone, so an upgrade that moves one
  * fails at start-up instead of silently doing without. What each patch does is tested with real gRPC calls
- * in test/isolation/ and test/auth/.
+ * beside the module each one serves (test/grpc/, test/grpc/patches/, test/auth/) and in test/e2e/.
  */
 import { createRequire } from 'node:module';
 import { Server } from '@grpc/grpc-js';

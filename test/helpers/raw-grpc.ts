@@ -1,17 +1,13 @@
 /**
- * Helpers of the wire isolation tests: raw request bytes, a raw-bytes gRPC call, a memory HTTP
- * service fixture, and a quiet caller of another org running alongside a heavy call.
+ * AssembleContext on raw bytes: request bytes encoded by hand, a unary call of them (in this thread or in a
+ * worker), and an upload over plain `node:http2` that sends only a prefix of its message.
  */
-import http from 'node:http';
 import http2 from 'node:http2';
-import type { AddressInfo } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
-import { expect } from 'vitest';
-import type { MemoryRow } from '../../src/retrieval/sqlite/embedded-store.js';
 import type { CallOutcome } from '../../src/tools/client/context-client.js';
 import { type AssembleContextResponse, contextServiceDefinition } from '../../src/wire/proto.js';
-import type { TestClient } from '../helpers/grpc-client.js';
+import type { TestClient } from './grpc-client.js';
 
 const ASSEMBLE = contextServiceDefinition.AssembleContext!;
 
@@ -177,80 +173,4 @@ export function decodeAnswer(body: Uint8Array): AssembleContextResponse {
 /** Encodes an AssembleContext request. */
 export function encodeRequest(req: Parameters<TestClient['assemble']>[0]): Buffer {
   return ASSEMBLE.requestSerialize(req) as Buffer;
-}
-
-/** One memory-service hit (contract.md §4.1 wire): a stored memory without its time, and its similarity. */
-export type FixtureHit = Omit<MemoryRow, 'created_at'> & { similarity: number };
-
-/** A memory HTTP service answering hot and cold from `hitsFor(agent)` after `delayFor(agent)` ms. */
-export async function startMemoryFixture(
-  hitsFor: (agent: string) => FixtureHit[],
-  delayFor: (agent: string) => number,
-): Promise<{ url: string; close(): Promise<void> }> {
-  const server = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c: Buffer) => {
-      body += c.toString('utf8');
-    });
-    req.on('end', () => {
-      const url = new URL(req.url ?? '/', 'http://x');
-      const agent =
-        url.pathname === '/v1/memories/hot'
-          ? (url.searchParams.get('agent_id') ?? '')
-          : String((JSON.parse(body || '{}') as { agent_id?: string }).agent_id ?? '');
-      const results = hitsFor(agent).map((h, i) => ({
-        memory: {
-          id: h.id,
-          org_id: h.org_id,
-          agent_id: h.agent_id,
-          content: h.content,
-          category: h.category,
-          confidence: h.confidence,
-        },
-        similarity: h.similarity,
-        rank: i + 1,
-        source: url.pathname === '/v1/memories/hot' ? 'hot' : 'vector',
-      }));
-      setTimeout(() => {
-        if (res.destroyed) return;
-        res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ data: { results } }));
-      }, delayFor(agent));
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-/**
- * Runs `heavy` while a quiet caller of another org sends `calls` small requests one after another, and
- * asserts every quiet call is OK at L0 within its (generous: the machine is shared) deadline.
- * @returns the heavy call's result.
- */
-export async function withQuietCaller<T>(
-  client: TestClient,
-  quietRequest: () => Parameters<TestClient['assemble']>[0],
-  heavy: () => Promise<T>,
-  calls = 4,
-  deadlineMs = 5_000,
-): Promise<T> {
-  const quiet = (async () => {
-    const outcomes: CallOutcome<AssembleContextResponse>[] = [];
-    for (let i = 0; i < calls; i++) outcomes.push(await client.assemble(quietRequest(), { deadlineMs }));
-    return outcomes;
-  })();
-  const [result, outcomes] = await Promise.all([heavy(), quiet]);
-  for (const o of outcomes) {
-    expect(o.status.code).toBe(status.OK);
-    expect(o.response!.degradation.level).toBe('L0');
-  }
-  return result;
 }

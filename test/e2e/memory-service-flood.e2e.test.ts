@@ -10,8 +10,8 @@ import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { maxBodyBytes } from '../../src/retrieval/validate.js';
 import type { AssembleContextResponse } from '../../src/wire/proto.js';
-import { request, startServiceOverMemory, type TestService, tenant } from '../e2e/harness.js';
 import { type Listening, listen, moved, scrape } from '../faults/helpers.js';
+import { request, startServiceOverMemory, type TestService, tenant } from './harness.js';
 
 type Tenant = { org: string; agent: string };
 

@@ -1,33 +1,32 @@
+/**
+ * The pool's fair queue over gRPC: a noisy org's flood of heavy calls on a one-thread pool does not queue
+ * in front of a quiet org's call.
+ */
 import { status } from '@grpc/grpc-js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fixedPool, memories, request, roomyDeadlines, tempServiceStore, tenant } from '../e2e/harness.js';
-import { FAULT_PREFIX, type PoolFaultService, startPoolFaultService } from '../faults/helpers.js';
+import { describe, expect, it } from 'vitest';
+import { FAULT_PREFIX } from '../faults/helpers.js';
+import { poolFaultSuite } from '../helpers/pool-fault-suite.js';
+import { memories, request, roomyDeadlines, tenant } from './harness.js';
 
 const NOISY = tenant();
 const QUIET = tenant();
 const FLOOD = 6;
 
 describe('pool fairness over gRPC (one thread)', () => {
-  let svc: PoolFaultService;
-  let data: ReturnType<typeof tempServiceStore>;
-
-  beforeAll(async () => {
-    data = tempServiceStore('ibex-fair-');
-    data.store.upsertMemories(memories(QUIET.org, QUIET.agent, 3));
-    data.store.upsertMemories(memories(NOISY.org, NOISY.agent, 3));
-    svc = await startPoolFaultService({
-      IBEX_CONTEXT_EMBEDDED_DB: data.db,
+  const suite = poolFaultSuite(
+    'ibex-fair-',
+    (store) => {
+      store.upsertMemories(memories(QUIET.org, QUIET.agent, 3));
+      store.upsertMemories(memories(NOISY.org, NOISY.agent, 3));
+    },
+    { threads: 1, queue: 16 },
+    {
       // Generous: the flood takes FLOOD × 150 ms of the one thread; nothing here may time out.
       ...roomyDeadlines(20_000, 10_000, { directive: true }),
       // Store reads on the main thread: the store-read queue's own shedding is not under test here.
       IBEX_CONTEXT_EMBEDDED_READ_THREADS: '0',
-      ...fixedPool(1, 16),
-    });
-  });
-  afterAll(async () => {
-    await svc?.stop();
-    data?.close();
-  });
+    },
+  );
 
   it("a noisy org's heavy calls wait behind each other, not in front of the quiet org's call", async () => {
     const order: string[] = [];
@@ -35,14 +34,15 @@ describe('pool fairness over gRPC (one thread)', () => {
       recent_messages: [{ role: 'user', content: `${FAULT_PREFIX}sleep:150` }],
     });
     const noisy = Array.from({ length: FLOOD }, (_, i) =>
-      svc.client.assemble(heavy, { deadlineMs: 20_000 }).then((r) => {
+      suite.svc.client.assemble(heavy, { deadlineMs: 20_000 }).then((r) => {
         order.push(`noisy-${i}`);
         return r;
       }),
     );
     // Sent once the flood is in the pool: one task running, the rest queued.
-    while (svc.pool.stats().queueSize < FLOOD - 1) await new Promise((resolve) => setTimeout(resolve, 5));
-    const quiet = await svc.client.assemble(request(QUIET), { deadlineMs: 20_000 }).then((r) => {
+    while (suite.svc.pool.stats().queueSize < FLOOD - 1)
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    const quiet = await suite.svc.client.assemble(request(QUIET), { deadlineMs: 20_000 }).then((r) => {
       order.push('quiet');
       return r;
     });

@@ -75,7 +75,7 @@ describe('fast text measures', () => {
     );
   });
 
-  it('escapedUtf8CodePoints counts the issue sizes exactly, past a lane sum of 255 words', () => {
+  it('escapedUtf8CodePoints counts 32,768 emoji and dense markup exactly, past a lane sum of 255 words', () => {
     const emoji = Buffer.from('😀'.repeat(32_768));
     expect(escapedUtf8CodePoints(emoji, 0, emoji.length)).toBe(32_768);
     const markup = Buffer.from('<b>&</b>'.repeat(1000));
@@ -86,7 +86,7 @@ describe('fast text measures', () => {
     );
   });
 
-  it('counts the issue sizes exactly: 32,768 emoji, a lone surrogate at the end, dense markup', () => {
+  it('counts the largest contents exactly: 32,768 emoji, a lone surrogate at the end, dense markup', () => {
     expect(codePointLength('😀'.repeat(32_768))).toBe(32_768);
     expect(codePointLength(`${'😀'.repeat(3)}\uD83D`)).toBe(4);
     expect(escapedCodePointLength('<b>&</b>'.repeat(1000))).toBe('&lt;b&gt;&amp;&lt;/b&gt;'.length * 1000);

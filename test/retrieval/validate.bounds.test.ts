@@ -1,11 +1,10 @@
 /**
- * The pure bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
+ * The memory-service answer bounds: the code-point cap check (no allocation, reads at most 2 × max + 1
  * units), the limit cut in validateHits, the body cap, and the branch detail that reports them.
  */
 
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { loadSettings } from '../../src/config/settings.js';
 import {
   decodeMemoryBody,
   droppedDetail,
@@ -98,16 +97,5 @@ describe('body cap and detail', () => {
     expect(droppedDetail(0, 0, 3, 0)).toBe('dropped 3 oversize');
     expect(droppedDetail(0, 0, 0, 4980)).toBe('ignored 4980 past limit');
     expect(droppedDetail(1, 2, 3, 4)).toBe('dropped 1 invalid, 2 foreign, 3 oversize; ignored 4 past limit');
-  });
-});
-
-describe('IBEX_CONTEXT_MAX_MEMORY_CHARS', () => {
-  it('defaults to 65,536 code points, takes an integer ≥ 1, and names itself when invalid', () => {
-    expect(loadSettings({}).maxMemoryChars).toBe(65_536);
-    expect(loadSettings({ IBEX_CONTEXT_MAX_MEMORY_CHARS: '1000' }).maxMemoryChars).toBe(1000);
-    for (const bad of ['0', '-1', '1.5', 'lots', '16777217'])
-      expect(() => loadSettings({ IBEX_CONTEXT_MAX_MEMORY_CHARS: bad })).toThrow(
-        /IBEX_CONTEXT_MAX_MEMORY_CHARS/,
-      );
   });
 });

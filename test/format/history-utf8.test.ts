@@ -60,7 +60,7 @@ describe('UTF-8 byte counters', () => {
     );
   });
 
-  it('count the issue sizes: 32,768 emoji and CJK characters per message', () => {
+  it('count the largest message contents: 32,768 emoji or CJK characters', () => {
     const emoji = Buffer.from('😀'.repeat(32_768));
     const cjk = Buffer.from('漢'.repeat(32_768));
     expect(utf8CodePointCount(emoji, 0, emoji.length)).toBe(32_768);

@@ -18,17 +18,7 @@ import {
   type WireAssembleRequest,
 } from '../../src/request/wire-request.js';
 import { IbexError } from '../../src/wire/errors.js';
-import {
-  ASSEMBLED_UTF8,
-  type AssembleContextRequestInput,
-  type AssembleContextResponse,
-  contextServiceDefinition,
-  SplicedMessage,
-  serializeAssembleResponse,
-  serializeAssembleResponseBuffer,
-} from '../../src/wire/proto.js';
-import { SplicedBuilder } from '../../src/wire/spliced.js';
-import { stubResponse } from '../helpers/stub-response.js';
+import { type AssembleContextRequestInput, contextServiceDefinition } from '../../src/wire/proto.js';
 
 const encode = (req: AssembleContextRequestInput): Buffer =>
   contextServiceDefinition.AssembleContext!.requestSerialize(req) as Buffer;
@@ -147,32 +137,6 @@ describe('AssembleContext decoded on the wire', () => {
     expect(b).toEqual(a);
     expect(b?.permissions).toBe('9223372036854775807');
     expect(b?.issuedAtMs).toBe(1_700_000_000_005);
-  });
-
-  it("writes the CPU stage's UTF-8 context bytes as assembled_context (string field left empty), any length", () => {
-    const decode = (b: Buffer) =>
-      contextServiceDefinition.AssembleContext!.responseDeserialize(b) as AssembleContextResponse;
-    fc.assert(
-      fc.property(fc.string({ unit: 'grapheme', maxLength: 300 }), fc.nat(20_000), (text, pad) => {
-        const context = text + 'x'.repeat(pad);
-        const base = stubResponse({ requestId: 'r', traceId: 't', spanId: 's' } as never);
-        // The text as the producer wrote it, then the padding as a span of the source bytes.
-        const source = Buffer.from(`head${'x'.repeat(pad)}`, 'utf8');
-        const own = new SplicedBuilder(source);
-        own.text(text);
-        own.bytes(4, source.length);
-        const withBytes = { ...base, assembled_context: '', [ASSEMBLED_UTF8]: own.finish() };
-        const serialized = serializeAssembleResponse(withBytes) as unknown;
-        if (context.length > 0) expect(serialized).toBeInstanceOf(SplicedMessage);
-        const out = decode(serializeAssembleResponseBuffer(withBytes));
-        expect(out.assembled_context).toBe(context);
-        expect(out.request_id).toBe('r');
-        expect(
-          decode(serializeAssembleResponse({ ...base, assembled_context: context })).assembled_context,
-        ).toBe(context);
-      }),
-      { numRuns: 50 },
-    );
   });
 });
 

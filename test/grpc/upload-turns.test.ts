@@ -12,7 +12,7 @@ import { uploadTurnWaits } from '../../src/grpc/patches/upload-turns.js';
 import { type UploadCall, UploadTurns } from '../../src/grpc/upload-turns.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { Errors } from '../../src/wire/errors.js';
-import { encodeRequest, openUpload, uploadOutcome } from './wire-helpers.js';
+import { encodeRequest, openUpload, uploadOutcome } from '../helpers/raw-grpc.js';
 
 /** A call for UploadTurns: its remaining bytes, and a log of what the turns did to it. */
 class FakeUpload implements UploadCall {

@@ -1,5 +1,5 @@
 /**
- * Isolation: a large context goes out as gathered chunks (src/grpc/patches/,
+ * A large context goes out as gathered chunks (src/grpc/patches/gathered-send.ts,
  * `sendGatheredMessages`): the rest of the message and field 1's header, then the spliced spans of the
  * CPU stage's bytes and the request's history bytes as they are — no thread copies them into a frame. The
  * chunks must hold exactly the bytes of the spliced serializer, decode to every field of the response,
@@ -10,13 +10,13 @@ import { createRequire } from 'node:module';
 import { status } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { CapabilityCatalog } from '../../src/budget/catalog.js';
-import { encodeCandidates } from '../../src/cpu-stage/cpu-batch-encode.js';
-import { runCpuTask } from '../../src/cpu-stage/cpu-task.js';
-import { gatheredMessagesSent, sendGatheredMessages } from '../../src/grpc/patches/gathered-send.js';
-import { encodeHistory } from '../../src/request/wire-request.js';
-import { estimateTokens } from '../../src/text/estimate.js';
-import { monotonicNow } from '../../src/util/clock.js';
+import { CapabilityCatalog } from '../../../src/budget/catalog.js';
+import { encodeCandidates } from '../../../src/cpu-stage/cpu-batch-encode.js';
+import { runCpuTask } from '../../../src/cpu-stage/cpu-task.js';
+import { gatheredMessagesSent, sendGatheredMessages } from '../../../src/grpc/patches/gathered-send.js';
+import { encodeHistory } from '../../../src/request/wire-request.js';
+import { estimateTokens } from '../../../src/text/estimate.js';
+import { monotonicNow } from '../../../src/util/clock.js';
 import {
   ASSEMBLED_UTF8,
   type AssembleContextResponse,
@@ -26,10 +26,10 @@ import {
   SplicedMessage,
   serializeAssembleResponse,
   serializeAssembleResponseBuffer,
-} from '../../src/wire/proto.js';
-import { FROM_SOURCE, SplicedBuilder } from '../../src/wire/spliced.js';
-import { memories, request, tenant, useTestService } from '../e2e/harness.js';
-import { stubResponse, usedRow } from '../helpers/stub-response.js';
+} from '../../../src/wire/proto.js';
+import { FROM_SOURCE, SplicedBuilder } from '../../../src/wire/spliced.js';
+import { memories, request, tenant, useTestService } from '../../e2e/harness.js';
+import { stubResponse, usedRow } from '../../helpers/stub-response.js';
 
 const decode = (b: Buffer) =>
   contextServiceDefinition.AssembleContext!.responseDeserialize(b) as AssembleContextResponse;

@@ -8,12 +8,12 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { isBranchError } from '../../src/retrieval/branch-error.js';
-import { BodyDecoder, INLINE_BODY_BYTES } from '../../src/retrieval/http/body-decoder.js';
-import { HttpMemorySource } from '../../src/retrieval/http/memory-http.js';
-import { decodeMemoryBody } from '../../src/retrieval/validate.js';
-import { MESSAGE_BUFFERS, POOLED_MESSAGE_FROM_BYTES } from '../../src/util/message-buffers.js';
-import { memoryHit } from '../helpers/memory-hit.js';
+import { isBranchError } from '../../../src/retrieval/branch-error.js';
+import { BodyDecoder, INLINE_BODY_BYTES } from '../../../src/retrieval/http/body-decoder.js';
+import { HttpMemorySource } from '../../../src/retrieval/http/memory-http.js';
+import { decodeMemoryBody } from '../../../src/retrieval/validate.js';
+import { MESSAGE_BUFFERS, POOLED_MESSAGE_FROM_BYTES } from '../../../src/util/message-buffers.js';
+import { memoryHit } from '../../helpers/memory-hit.js';
 
 const ORG = '11111111-1111-4111-8111-111111111111';
 const AGENT = '22222222-2222-4222-8222-222222222222';
