@@ -214,7 +214,7 @@ export class CpuPool {
     if (this.#piscina.idleThreads === 0 && call.inputOwnedByCaller) call.input = takeOwnership(call.input);
     let pending: Promise<CpuTaskOutput>;
     try {
-      // No signal, ever (see the module comment). Transfer, not clone.
+      // No signal, ever: an abort would terminate the thread. Transfer, not clone.
       pending = this.#piscina.run(call.input, { transferList: transferList(call.input) });
     } catch (err) {
       pending = Promise.reject(err);

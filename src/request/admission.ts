@@ -24,7 +24,7 @@ export interface AdmissionState {
 
 export interface AdmissionSample {
   latencyMs: number; // own-resource latency; ignored when `dropped`
-  dropped: boolean; // The call lost its CPU stage to the pool (deadline, saturation) or missed its deadline
+  dropped: boolean; // the call lost its CPU stage to the pool (deadline, saturation) or missed its deadline
 }
 
 /** The adaptive limit; one per process, used from the event loop only. */

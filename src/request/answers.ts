@@ -68,9 +68,9 @@ export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleCon
 }
 
 export interface DegradedAnswerOptions {
-  resolved: ResolvedModel; // The request's model, resolved (its budget is computed here)
+  resolved: ResolvedModel; // the request's model, resolved (its budget is computed here)
   nonceBytes: number; // IBEX_CONTEXT_NONCE_BYTES
-  reserve: StageReserve; // Receives this answer's cost (ms) for the measured reserve
+  reserve: StageReserve; // receives this answer's cost (ms) for the measured reserve
   /** Whether the answer may keep memories (CPU stage lost), reading at most {@link DEGRADED_MEMORY_TEXT_BYTES}. */
   keepMemories?: boolean;
 }

@@ -34,7 +34,7 @@ export interface CpuStageDeps {
 
 export class CpuStageRunner {
   readonly #deps: CpuStageDeps;
-  #awaitingPool = 0; // Calls waiting for their CPU-stage result (queued or running)
+  #awaitingPool = 0; // calls waiting for their CPU-stage result (queued or running)
 
   constructor(deps: CpuStageDeps) {
     this.#deps = deps;

@@ -21,7 +21,7 @@ export interface DegradedCandidate {
 export interface DegradedMemoryLimits {
   /** The answer's estimate kind: a `bpe_*` kind is charged byte bounds, never counted here. */
   kind: EstimateKind;
-  nonceChars: number; // Length of the prompt's nonce (base64url: nothing to escape)
+  nonceChars: number; // length of the prompt's nonce (base64url: nothing to escape)
   /** Tokens left for memories: the budget's `usable_budget`. */
   usable: number;
   /** `bpe_*` kinds only: UTF-8 bytes of the answer without memories, and the most `tokens_used` may be. */
@@ -32,14 +32,14 @@ export interface DegradedMemoryLimits {
 
 /** The kept memories and what each candidate's row says. */
 export interface DegradedSelection {
-  memories: SplicedMemory[]; // Kept memories in rank order, ready for the formatter
+  memories: SplicedMemory[]; // kept memories in rank order, ready for the formatter
   /** Indices of the kept candidates (rows `included`), rank order. */
   included: number[];
   /** Indices of the candidates that were costed and did not fit (rows `budget`). */
   excluded: number[];
   /** Each candidate's wrapped-block cost in tokens; 0 for those not read (rows `failed`). */
   costs: Int32Array;
-  memoryTokens: number; // Sum of the kept memories' costs
+  memoryTokens: number; // sum of the kept memories' costs
   /** Memory text read on the main thread, UTF-8 bytes (escaped contents; ≤ the limit's `textBytes`). */
   textBytes: number;
 }

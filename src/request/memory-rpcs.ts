@@ -64,7 +64,7 @@ export interface ValidatedSearch {
   query: string;
   limit: number; // 1..100
   minSimilarity: number; // in [0, 1)
-  categories: ReadonlySet<string>; // Exact category names; empty = every category
+  categories: ReadonlySet<string>; // exact category names; empty = every category
 }
 
 /**
@@ -103,7 +103,7 @@ export function validateSearchRequest(req: Partial<SearchMemoriesRequest>): Vali
 
 export interface ValidatedFeedback {
   orgId: string;
-  memoryIds: string[]; // Canonical lower-case UUIDs, distinct, in first-seen order
+  memoryIds: string[]; // canonical lower-case UUIDs, distinct, in first-seen order
   kind: FeedbackKind;
 }
 

@@ -17,8 +17,8 @@ export interface Assembly {
   readonly columns: readonly { memory_id: string }[];
   /** Candidates cut by `max_memories` (rows `filter`). */
   readonly filtered: readonly ScoredCandidate[];
-  readonly nonce: string; // The prompt's nonce (contract.md §9)
-  readonly rankingMs: number; // Dedupe, score and encode on the main thread, ms
+  readonly nonce: string; // the prompt's nonce (contract.md §9)
+  readonly rankingMs: number; // dedupe, score and encode on the main thread, ms
   readonly historyBytes: number; // UTF-8 bytes of the request's history (sizes the degraded answer's reserve)
   /** The formula that scored the candidates (default `interim_v1`). */
   readonly scoreSchema?: string;

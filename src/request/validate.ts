@@ -43,10 +43,10 @@ export interface ValidatedRequest {
   orgId: string; // canonical lower-case UUID, as agentId
   agentId: string;
   sessionId: string;
-  query: string; // As given (≤ 8192 code points); may be empty
-  model: string; // Trimmed, non-empty, ≤ 256 code points; not yet looked up in the catalog
+  query: string; // as given (≤ 8192 code points); may be empty
+  model: string; // trimmed, non-empty, ≤ 256 code points; not yet looked up in the catalog
   directiveVersionId: string;
-  availableTokens: number; // As given; only 0 < n < usable_budget has an effect (contract.md §6)
+  availableTokens: number; // as given; only 0 < n < usable_budget has an effect (contract.md §6)
   /** ≤ 100 messages as UTF-8 byte spans; contents are checked unless `history.contentPending`. */
   history: HistoryBytes;
   /** `history` decoded on every access (tools, tests and the L2 degraded answer). */

@@ -51,11 +51,11 @@ export interface WireAssembleRequest {
   max_memories: number;
   weights: [number, number, number, number]; // AssemblyOptions fields 3–6, float32 as sent; 0 when absent
   principal_context: PrincipalContext | null;
-  messageCount: number; // Messages seen, counting stops at 101
+  messageCount: number; // messages seen, counting stops at 101
   history: HistoryBytes;
-  roleOver: boolean; // Some role exceeds 64 code points
+  roleOver: boolean; // some role exceeds 64 code points
   contentOver: boolean;
-  stoppedEarly: boolean; // The walk stopped at the 101st message before seeing the fields §11 checks first
+  stoppedEarly: boolean; // the walk stopped at the 101st message before seeing the fields §11 checks first
 }
 
 const EMPTY_STRING: WireString = { text: '', bytes: 0 };

@@ -1,4 +1,4 @@
-/** Builds an error without a stack trace, for flow-control errors (docs/design/main-thread.md). */
+/** Builds an error whose `stack` is only `Name: message`, for flow control (docs/design/main-thread.md). */
 export function stackless<E>(build: () => E): E {
   const limit = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
