@@ -1,56 +1,34 @@
 /**
- * Opens and warms the connections to the service's dependencies before it reports ready, so the first
- * seconds of traffic do not pay for them inside their 45 ms: the memory service's keep-alive sockets (and
- * undici's parser), the PostgreSQL pool's connections, the Redis connection, the embedded store's read
- * threads. Without it, the first `replay --limit 300` against a memory service opened up to 16 sockets per
- * route under the replay's own load and most of its calls ended DEADLINE_EXCEEDED (docs/deploy.md, "First
- * traffic").
- *
- * The reads are the ones traffic makes (hot, search, directive) for a tenant that holds nothing, so they work
- * the same for every store and send a memory service nothing it would not serve anyway.
+ * Opens and warms the dependency connections before the service reports ready, with the reads traffic
+ * makes, for an empty tenant (docs/deploy.md, "First traffic").
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { RetrievalSources } from '../retrieval/sources.js';
 
-/**
- * Parallel reads per round against a memory service or PostgreSQL: the replay's and load's default
- * concurrency (16 calls in flight), so as many sockets are open as the first second of traffic needs.
- */
+/** Parallel reads per round against a memory service or PostgreSQL (the replay's default concurrency). */
 export const WARM_CONCURRENCY = 16;
-/**
- * Parallel reads per round against the embedded store: its read threads take a bounded queue and answer
- * `busy` past it, by design; two keep each thread fed without filling it.
- */
+/** Parallel reads per round against the embedded store, whose read threads answer `busy` past a queue. */
 export const WARM_CONCURRENCY_EMBEDDED = 2;
-/** Rounds of parallel reads: the first opens the connections, the later ones run over open sockets. */
 export const WARM_ROUNDS = 3;
-/** Bound of one warm-up read, ms: a dependency slower than this at start-up is reported, not waited for. */
+/** Bound of one warm-up read, ms: a slower dependency is reported, not waited for. */
 export const WARM_READ_TIMEOUT_MS = 2_000;
 
 /** What {@link warmDependencies} found, per kind of read. */
 export interface WarmupReport {
-  /** Reads that answered (an empty answer counts). */
-  ok: number;
-  /** Reads that failed, with the first failure's message per route. */
+  ok: number; // an empty answer counts
   failed: number;
-  errors: Partial<Record<'hot' | 'search' | 'directive', string>>;
-  /** Wall time of the warm-up, ms. */
-  ms: number;
+  errors: Partial<Record<'hot' | 'search' | 'directive', string>>; // first failure per route
+  ms: number; // wall time
 }
 
-/** Optional warm-up hook a source may offer (e.g. a store that opens its pool's connections itself). */
 interface Warmable {
   warmConnections?: () => Promise<void>;
 }
 
 /**
- * Runs {@link WARM_ROUNDS} rounds of {@link WARM_CONCURRENCY} (embedded store:
- * {@link WARM_CONCURRENCY_EMBEDDED}) parallel hot, search and directive reads for a fresh random tenant, after any source's own `warmConnections()` hook. Never throws: a dependency that
- * cannot be reached leaves the service to answer degraded (contract.md §10), as it would after start; the failure
- * is logged with the store kind, so a start against a missing dependency is visible.
- * @param sources the service's retrieval sources.
- * @param logger where a failed warm-up is reported (warn) and a clean one noted (debug).
+ * Warms every source (after its own `warmConnections()` hook, if any). Never throws: an unreachable
+ * dependency is logged and the service answers degraded, as it would after start.
  */
 export async function warmDependencies(sources: RetrievalSources, logger: Logger): Promise<WarmupReport> {
   const started = performance.now();

@@ -1,8 +1,4 @@
-/**
- * Starts and stops the whole service: settings → catalog → retrieval sources → worker pool (warmed) →
- * gRPC server → admin endpoint → health SERVING. Used by `ibex-context serve` and by end-to-end tests,
- * which start it in-process on port 0.
- */
+/** Starts and stops the whole service (`ibex-context serve`, end-to-end tests on port 0). */
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServerCredentials, type ServerInterceptor } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
@@ -27,7 +23,6 @@ import { warmBpe } from '../text/bpe.js';
 import { serializeAssembleResponseBuffer } from '../wire/proto.js';
 import { warmDependencies } from './dependency-warmup.js';
 
-/** A running service. */
 export interface RunningService {
   /** gRPC `host:port` actually bound. */
   grpcAddr: string;
@@ -37,15 +32,10 @@ export interface RunningService {
   pool: CpuPool;
   sources: RetrievalSources;
   metrics: Metrics;
-  /**
-   * Graceful stop (contract.md §10, issue: SIGTERM): health NOT_SERVING, stop accepting, let in-flight calls
-   * finish within `graceMs` (default settings.shutdownGraceMs), then close the pool, sources and admin.
-   * Idempotent.
-   */
+  /** Graceful stop: NOT_SERVING, drain in-flight calls within `graceMs`, then close all. Idempotent. */
   stop(graceMs?: number): Promise<void>;
 }
 
-/** Extra wiring for {@link startService}. */
 export interface StartOptions {
   logger: Logger;
   /** Server credentials (TLS); insecure when omitted. */
@@ -57,15 +47,11 @@ export interface StartOptions {
   tracing?: TracingConfig | null;
 }
 
-/** Warm-up assemblies run before SERVING. */
 const WARMUP_CALLS = 40;
-/** Warm-up assemblies over synthetic candidates (as many as a call without available_tokens gets). */
+// Over synthetic candidates, as many as a call without available_tokens gets.
 const WARMUP_CANDIDATE_CALLS = 40;
 
-/**
- * A memory source answering synthetic memories (src/retrieval/warm-memories.ts) for any tenant: the search
- * as many as asked for, the hot read the 20 newest of them.
- */
+/** A memory source answering synthetic memories for any tenant (hot read: the 20 newest). */
 function warmMemorySource(): MemorySource {
   const now = Date.now();
   return {
@@ -76,7 +62,6 @@ function warmMemorySource(): MemorySource {
   };
 }
 
-/** The request fields a warm-up call chooses; the rest are a fresh tenant's and empty. */
 type WarmFields = Pick<
   Parameters<typeof withHistoryView>[0],
   'query' | 'model' | 'availableTokens' | 'history' | 'skipHot' | 'skipCold'
@@ -101,13 +86,7 @@ function warmCall(assemble: ReturnType<typeof createAssembler>, fields: WarmFiel
   ).catch(() => undefined);
 }
 
-/**
- * Runs the pipeline a few dozen times before the service reports SERVING, so that the first real calls do
- * not pay for lazy compilation of the main thread's hot path (they would otherwise risk the 45 ms
- * deadline). A fresh random tenant has no memories; with a remote memory service the memory branches are
- * skipped here (a slow one would hold start-up for 40 of its latencies): warmDependencies has already
- * opened and used its connections. No metrics, no logs.
- */
+/** Runs the pipeline before SERVING, so the first real calls do not pay lazy compilation in their deadline. */
 async function warmPipeline(
   settings: Settings,
   catalog: CapabilityCatalog,
@@ -137,8 +116,7 @@ async function warmPipeline(
       skipCold: remote,
     });
   }
-  // The per-candidate code (ranking, batch encoding, the CPU stage's filters, costs, pack and format, the
-  // answer's rows) over hundreds of candidates: a tenant with no memories never runs it.
+  // Per-candidate code over hundreds of candidates: a tenant with no memories never runs it.
   const warm = createAssembler({
     settings,
     catalog,
@@ -158,7 +136,6 @@ async function warmPipeline(
       skipHot: false,
       skipCold: false,
     });
-    // The answer's encoding (hundreds of MemoryUsed rows and the spliced context), as the server writes it.
     if (answered) serializeAssembleResponseBuffer(answered.response);
   }
 }
@@ -167,14 +144,11 @@ function hostOf(addr: string): string {
   return addr.slice(0, addr.lastIndexOf(':'));
 }
 
-/**
- * Starts the service and resolves once it is SERVING (pool warm).
- * @throws the first start-up failure (bad catalog file, port in use, …) after closing what was opened.
- */
+/** Starts the service; resolves once SERVING. @throws the first start-up failure, after cleaning up. */
 export async function startService(settings: Settings, opts: StartOptions): Promise<RunningService> {
   const logger = opts.logger;
   const catalog = CapabilityCatalog.load(settings.catalogFile, { exactTokens: settings.exactTokens });
-  // Exact counts load their encodings (~0.5 s each) before traffic, not inside the first call's deadline.
+  // Exact counts load their encodings before traffic, not inside the first call's deadline.
   if (settings.exactTokens) warmBpe();
   const closers: (() => Promise<void>)[] = [];
   const closeAll = async () => {
@@ -194,7 +168,6 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     pool = await CpuPool.start(settings.pool);
     const started = pool;
     closers.push(() => started.close());
-    // Readiness waits for warm dependency connections, not only a warm pool (docs/deploy.md "First traffic").
     await warmDependencies(sources, logger);
     await warmPipeline(settings, catalog, sources, started, logger);
     // Loaded only when on: off, the process holds no OpenTelemetry SDK code.
@@ -205,10 +178,9 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
           logger,
         })
       : undefined;
-    // Closed after the gRPC drain (closers run in reverse): the last calls' spans are flushed.
+    // Closers run in reverse: closed after the gRPC drain, so the last calls' spans are flushed.
     if (tracing) closers.push(() => tracing.shutdown());
-    // Closed after the gRPC drain and before the stores (closers run in reverse): the last answers'
-    // inclusions are written.
+    // Likewise before the stores, so the last answers' inclusions are written.
     const inclusions = sources.feedback
       ? new InclusionCounter(sources.feedback, {
           ...settings.inclusions,
@@ -223,8 +195,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     );
     const grpc = createGrpcServer({
       assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics, inclusions }),
-      // Only on the project's stores: a memory service has no feedback, and its search is not scoped or
-      // ranked as contract.md §7a states, so both calls stay UNIMPLEMENTED in front of it.
+      // A memory service has no feedback and its search is not scoped as §7a states: both stay UNIMPLEMENTED.
       ...(sources.feedback
         ? {
             memoryRpcs: {

@@ -1,9 +1,4 @@
-/**
- * Bearer-token authentication at the gRPC boundary: a grpc-js server interceptor that checks
- * `authorization: Bearer <token>` against the token file before the handler runs. It answers only
- * "who is calling"; whether that caller may act for the request's org_id needs the decoded request and
- * is decided by {@link authorizeRequest} after validation.
- */
+/** Bearer-token authentication (docs/security.md): who is calling; what it may do is authorizeRequest's. */
 import { type Metadata, ServerInterceptingCall, type ServerInterceptor } from '@grpc/grpc-js';
 import type { Logger } from '../telemetry/logger.js';
 import { Errors, toStatusObject } from '../wire/errors.js';
@@ -15,15 +10,12 @@ import { findGrant } from './verify-token.js';
 export const UNAUTHENTICATED_DETAILS = {
   missing: 'missing bearer token: send metadata "authorization: Bearer <token>"',
   malformed: 'malformed authorization metadata: expected exactly one "Bearer <token>"',
-  /** HTTP/2 would silently keep only the first of several. */
+  // HTTP/2 would silently keep only the first of several.
   duplicate: 'more than one authorization header: send exactly one "Bearer <token>"',
   invalid: 'invalid bearer token',
 } as const;
 
-/**
- * Method paths that skip authentication: health checks, so load balancers and orchestrators can probe
- * without a token. They reveal only SERVING / NOT_SERVING.
- */
+/** Health checks pass without a token, so probes need none; they reveal only SERVING / NOT_SERVING. */
 const UNAUTHENTICATED_PREFIXES = ['/grpc.health.v1.Health/'] as const;
 
 const BEARER = /^Bearer[ \t]+([^ \t]+)[ \t]*$/i;
@@ -41,12 +33,8 @@ function verify(metadata: Metadata, grants: readonly TokenGrant[]): Verdict {
 }
 
 /**
- * Creates the interceptor. A call without a valid token is answered UNAUTHENTICATED before its handler
- * runs (the handler never sees it). A valid token's caller is attached to the call's metadata for
- * {@link authorizeRequest}, and the `authorization` entry is removed so nothing downstream can log or
- * forward it. Health checks pass without a token.
- * @param grants from {@link loadTokenFile}; must not be empty.
- * @param logger failures are logged at warn with peer, method and reason — never the token.
+ * Answers a call without a valid token UNAUTHENTICATED before its handler; strips `authorization` once checked.
+ * @param grants from {@link loadTokenFile}, not empty. @param logger failures at warn, never the token.
  */
 export function bearerAuthInterceptor(grants: readonly TokenGrant[], logger: Logger): ServerInterceptor {
   const log = logger.child({ component: 'auth' });

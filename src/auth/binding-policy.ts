@@ -1,41 +1,26 @@
-/**
- * Whether the service may listen where it was asked to: off loopback, an unauthenticated
- * service lets anyone claim any org_id, so that combination refuses to start unless the operator opts
- * in with `IBEX_CONTEXT_ALLOW_INSECURE=true` — and then it warns, at start-up and on /readyz.
- */
+/** Whether the service may listen where asked: unauthenticated off loopback refuses unless opted in. */
 import { isIPv4, isIPv6 } from 'node:net';
 import { Errors, type IbexError } from '../wire/errors.js';
 import type { TransportMode } from './tls-credentials.js';
 
-/** What the decision looks at. */
 export interface BindingInput {
-  /** `IBEX_CONTEXT_GRPC_ADDR` as configured (`host:port`, IPv6 hosts in brackets). */
-  grpcAddr: string;
-  /** A token file is configured. */
-  tokens: boolean;
+  grpcAddr: string; // `host:port`, IPv6 hosts in brackets
+  tokens: boolean; // a token file is configured
   transport: TransportMode;
-  /** `IBEX_CONTEXT_ALLOW_INSECURE`. */
   allowInsecure: boolean;
 }
 
-/**
- * The decision: refuse with an `IBEX_ERR_CONFIG` error whose message names the variables, or serve
- * with zero or more warnings.
- */
+/** Refuse with an `IBEX_ERR_CONFIG` message naming the variables, or serve with zero or more warnings. */
 export type BindingDecision =
   | { action: 'refuse'; error: IbexError }
   | { action: 'serve'; warnings: string[] };
 
-/** The host part of `host:port`, brackets removed. */
 export function hostOfAddr(addr: string): string {
   const i = addr.lastIndexOf(':');
   return (i < 0 ? addr : addr.slice(0, i)).replace(/^\[|\]$/g, '');
 }
 
-/**
- * True for hosts only this machine can reach: `localhost`, 127.0.0.0/8, `::1` and IPv4-mapped
- * 127.0.0.0/8. Every other name is treated as reachable from outside, since DNS can say anything.
- */
+/** True for hosts only this machine can reach; any other name counts as reachable, since DNS can say anything. */
 export function isLoopbackHost(host: string): boolean {
   const h = host
     .trim()
@@ -44,24 +29,14 @@ export function isLoopbackHost(host: string): boolean {
   if (h === 'localhost') return true;
   if (isIPv4(h)) return h.startsWith('127.');
   if (isIPv6(h)) {
-    // WHATWG URL serializes IPv6 canonically (RFC 5952), so `0:0:0:0:0:0:0:1` and `::ffff:127.0.0.1`
-    // reduce to `::1` and `::ffff:7f00:1`.
+    // WHATWG URL canonicalizes IPv6 (RFC 5952): `::ffff:127.0.0.1` becomes `::ffff:7f00:1`.
     const canonical = new URL(`http://[${h}]/`).hostname.slice(1, -1);
     return canonical === '::1' || /^::ffff:7f[0-9a-f]{2}:[0-9a-f]{1,4}$/.test(canonical);
   }
   return false;
 }
 
-/**
- * Decides whether to start. Authentication means a token file or mutual TLS; TLS alone
- * encrypts but does not say who the caller is.
- *
- * - loopback → serve, no warnings;
- * - not loopback, authenticated → serve; warns when bearer tokens would travel without TLS;
- * - not loopback, unauthenticated, `allowInsecure` → serve with a loud warning;
- * - not loopback, unauthenticated → refuse, naming IBEX_CONTEXT_GRPC_ADDR, IBEX_CONTEXT_AUTH_TOKENS_FILE,
- *   IBEX_CONTEXT_TLS_CERT / _KEY / _CLIENT_CA and IBEX_CONTEXT_ALLOW_INSECURE.
- */
+/** Decides whether to start (docs/security.md); TLS alone does not identify the caller. */
 export function decideBinding(input: BindingInput): BindingDecision {
   if (isLoopbackHost(hostOfAddr(input.grpcAddr))) return { action: 'serve', warnings: [] };
   const authenticated = input.tokens || input.transport === 'mtls';

@@ -1,8 +1,4 @@
-/**
- * Everything the service needs for caller authentication, built once at start-up from
- * `settings.auth` and `settings.grpcAddr`: server credentials, the bearer-token interceptor, and the
- * warnings that go on /readyz — or a refusal to start.
- */
+/** Caller authentication built once at start-up: server credentials, token interceptor, warnings. */
 import type { ServerCredentials, ServerInterceptor } from '@grpc/grpc-js';
 import type { Settings } from '../config/settings.js';
 import type { Logger } from '../telemetry/logger.js';
@@ -11,26 +7,16 @@ import { decideBinding } from './binding-policy.js';
 import { loadTransportCredentials, type TransportMode } from './tls-credentials.js';
 import { loadTokenFile, TOKENS_FILE_VARIABLE } from './token-file.js';
 
-/** What {@link setupAuth} gives `startService`. */
 export interface AuthSetup {
   credentials: ServerCredentials;
-  /** The bearer-token interceptor when a token file is configured, else empty. */
   interceptors: ServerInterceptor[];
   /** Insecure-configuration warnings, already logged; repeat them on /readyz. */
   warnings: string[];
   transport: TransportMode;
-  /** Number of tokens in the token file (0 = bearer tokens off). */
-  tokens: number;
+  tokens: number; // 0 = bearer tokens off
 }
 
-/**
- * Loads credentials and tokens and applies the binding policy ({@link decideBinding}). Logs one info
- * line describing the mode, each warning at warn level, and a warning when the token file keeps
- * plaintext tokens.
- * @throws IbexError `IBEX_ERR_CONFIG` whose message starts with the variable at fault: a TLS or token
- *   file problem, or `IBEX_CONTEXT_GRPC_ADDR: refusing to listen …` for an unauthenticated non-loopback
- *   address without IBEX_CONTEXT_ALLOW_INSECURE=true.
- */
+/** Loads credentials and tokens, applies {@link decideBinding}. @throws IbexError `IBEX_ERR_CONFIG`. */
 export function setupAuth(settings: Pick<Settings, 'auth' | 'grpcAddr'>, logger: Logger): AuthSetup {
   const log = logger.child({ component: 'auth' });
   const { credentials, mode } = loadTransportCredentials(settings.auth);

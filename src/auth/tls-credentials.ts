@@ -1,19 +1,12 @@
-/**
- * gRPC server credentials from `IBEX_CONTEXT_TLS_CERT`, `IBEX_CONTEXT_TLS_KEY` and
- * `IBEX_CONTEXT_TLS_CLIENT_CA`: plaintext, TLS, or mutual TLS. The PEM files are read and
- * checked once at start-up (certificate parses, key parses and matches it), so a wrong path or a
- * mismatched pair stops start-up with the variable's name instead of failing every handshake later.
- */
+/** Server credentials; the PEM files are checked at start-up, so a bad pair fails there, not per handshake. */
 import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { ServerCredentials } from '@grpc/grpc-js';
 import type { AuthSettings } from '../config/settings.js';
 import { Errors } from '../wire/errors.js';
 
-/** Transport security mode. */
 export type TransportMode = 'plaintext' | 'tls' | 'mtls';
 
-/** Credentials plus the mode they give. */
 export interface TransportCredentials {
   credentials: ServerCredentials;
   mode: TransportMode;
@@ -37,15 +30,8 @@ function parseCertificate(variable: string, pem: Buffer): X509Certificate {
 }
 
 /**
- * Builds the server credentials.
- *
- * - cert and key blank, client CA blank → plaintext (insecure) credentials;
- * - cert + key → TLS; the cert file may hold a chain (leaf first);
- * - cert + key + client CA → mutual TLS: every client must present a certificate that chains to one
- *   of the CA file's certificates, or the handshake fails.
- * @throws IbexError `IBEX_ERR_CONFIG` naming the variable: cert without key (or the reverse), client
- *   CA without cert and key, an unreadable file, a file that is not PEM, a key that does not match the
- *   certificate. Messages never include key material.
+ * Server credentials: cert + key → TLS (chain allowed, leaf first), plus client CA → mTLS, none → plaintext.
+ * @throws IbexError `IBEX_ERR_CONFIG` naming the variable; messages never include key material.
  */
 export function loadTransportCredentials(
   auth: Pick<AuthSettings, 'tlsCert' | 'tlsKey' | 'tlsClientCa'>,

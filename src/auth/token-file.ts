@@ -1,47 +1,22 @@
-/**
- * The bearer-token file (`IBEX_CONTEXT_AUTH_TOKENS_FILE`): which
- * tokens may call the service and for which orgs. Read and validated once at start-up with zod; any
- * problem stops start-up with an error naming the variable. Plaintext tokens are hashed on load and
- * dropped, so only SHA-256 digests live in memory.
- *
- * Format (JSON):
- * ```json
- * {
- *   "tokens": [
- *     { "name": "proxy-a", "token_sha256": "<64 hex chars>", "orgs": ["<uuid>", "<uuid>"] },
- *     { "name": "ops",     "token": "<plaintext, ≥ 16 chars>", "orgs": ["*"] }
- *   ]
- * }
- * ```
- * - `name`: unique label, logged instead of the token (1..128 printable characters).
- * - exactly one of `token_sha256` (preferred: lower- or upper-case hex SHA-256 of the UTF-8 token, e.g.
- *   `printf %s "$TOKEN" | sha256sum`) or `token` (plaintext; 16..4096 visible ASCII characters).
- * - `orgs`: the org ids (UUIDs, any case) the token may act for, or `["*"]` for every org.
- * - unknown keys are rejected, so a typo (`org`, `token_sha`) cannot silently widen or void a grant.
- */
+/** The bearer-token file (format: docs/security.md); only SHA-256 digests are kept in memory. */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { Errors } from '../wire/errors.js';
 
-/** The environment variable naming the token file. */
 export const TOKENS_FILE_VARIABLE = 'IBEX_CONTEXT_AUTH_TOKENS_FILE';
 
 /** One token's grant, as held in memory. */
 export interface TokenGrant {
-  /** The entry's `name`; safe to log. */
-  readonly name: string;
-  /** SHA-256 of the token's UTF-8 bytes (32 bytes). */
-  readonly digest: Buffer;
-  /** Lower-case org ids the token may act for, or `'*'` for every org. */
-  readonly orgs: ReadonlySet<string> | '*';
-  /** True when the file stored the token in plaintext (start-up warns about it). */
-  readonly fromPlaintext: boolean;
+  readonly name: string; // safe to log
+  readonly digest: Buffer; // SHA-256 of the token's UTF-8 bytes
+  readonly orgs: ReadonlySet<string> | '*'; // lower-case org ids
+  readonly fromPlaintext: boolean; // start-up warns about these
 }
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
-// Messages never echo the offending value: a mistyped entry may well be a real token.
+// Strict, so a typo (`org`) cannot widen or void a grant; messages never echo values (they may be tokens).
 const entrySchema = z
   .strictObject({
     name: z
@@ -88,17 +63,13 @@ function issuePath(path: readonly PropertyKey[]): string {
   return out;
 }
 
-/** SHA-256 of a token's UTF-8 bytes. */
 export function tokenDigest(token: string): Buffer {
   return createHash('sha256').update(token, 'utf8').digest();
 }
 
 /**
- * Parses and validates the token file's text.
- * @param source where the text came from, for messages (usually the file path).
- * @returns one grant per entry, in file order.
- * @throws IbexError `IBEX_ERR_CONFIG` whose message starts with `IBEX_CONTEXT_AUTH_TOKENS_FILE:` and
- *   names the failing entry's path (e.g. `tokens[1].orgs[0]`); token values are never included.
+ * Parses the token file's text: one grant per entry, in file order.
+ * @throws IbexError `IBEX_ERR_CONFIG` naming the failing entry's path, never a token value.
  */
 export function parseTokenFile(text: string, source = 'token file'): TokenGrant[] {
   let json: unknown;
@@ -145,11 +116,7 @@ export function parseTokenFile(text: string, source = 'token file'): TokenGrant[
   return grants;
 }
 
-/**
- * Reads and validates the token file at `path` (see the module comment for the format).
- * @throws IbexError `IBEX_ERR_CONFIG` naming `IBEX_CONTEXT_AUTH_TOKENS_FILE` when the file cannot be
- *   read or is invalid.
- */
+/** Reads and validates the token file at `path`. @throws IbexError `IBEX_ERR_CONFIG`. */
 export function loadTokenFile(path: string): TokenGrant[] {
   let text: string;
   try {

@@ -1,7 +1,4 @@
-/**
- * BudgetCalculator (contract.md §6): how many tokens are left for memories once every fixed part of the prompt
- * is reserved, and what each memory's wrapped block costs.
- */
+/** BudgetCalculator (contract.md §6): tokens left for memories, and each memory's wrapped-block cost. */
 
 import { safetySentence } from '../format/formatter.js';
 import type { MeasuredHistory } from '../format/history-utf8.js';
@@ -30,25 +27,16 @@ export interface TokenBudget {
   estimate_kind: EstimateKind;
 }
 
-/** What the budget is computed from. */
 export interface BudgetInput {
   model: ResolvedModel;
-  /** Raw directive text (null = none). */
   directive: string | null;
-  /**
-   * History as messages, or already measured from its bytes (count and code points of the history text;
-   * estimate kinds only: a BPE count needs the text).
-   */
+  /** History as messages, or measured from its bytes (estimate kinds only: a BPE count needs the text). */
   recentMessages: readonly ChatMessage[] | MeasuredHistory;
   toolSchemas: readonly string[];
-  /** Nonce entropy in bytes (1..64). */
   nonceBytes: number;
   /** Request's available_tokens; used only when 0 < available_tokens < usable_budget. */
   availableTokens?: number;
-  /**
-   * Directive and history tokens counted elsewhere, under `estimate_kind` (upper bounds allowed: the
-   * main thread's degraded answer charges bounds instead of exact BPE counts, src/text/bpe-bound.ts).
-   */
+  /** Directive and history tokens counted elsewhere (upper bounds allowed, as in the degraded answer). */
   counted?: { directive: number; messages: number };
 }
 
@@ -66,11 +54,7 @@ function isMeasured(h: readonly ChatMessage[] | MeasuredHistory): h is MeasuredH
   return !Array.isArray(h);
 }
 
-/**
- * Computes the TokenBudget (contract.md §6).
- * @returns budget fields; `usable_budget` is clamped at 0 and capped by `availableTokens`.
- * @throws TypeError for a measured history under a `bpe_*` kind (see {@link estimateFromLength}).
- */
+/** Computes the TokenBudget (contract.md §6). @throws TypeError for a measured history under `bpe_*`. */
 export function calculateBudget(input: BudgetInput): TokenBudget {
   const { model, policy } = input.model;
   const kind = policy.estimate_kind;
@@ -127,14 +111,7 @@ const OPEN_CATEGORY = '" category="'.length;
 // `">` + `\n` after the open tag, `\n` + `</ibex_memory>` after the body, and the `\n` joining blocks.
 const BLOCK_FIXED = OPEN_PREFIX + OPEN_ID + OPEN_CATEGORY + 2 + 1 + 1 + '</ibex_memory>'.length + 1;
 
-/**
- * Cost in tokens of one memory's whole wrapped block as the formatter writes it, plus the `\n` that joins
- * it to the next block (contract.md §6: the packer charges this so the output invariant holds). Estimates are
- * subadditive, so the sum of block costs bounds the estimate of the memories section.
- * @param nonceChars length of the nonce (base64url, nothing to escape).
- * @param nonce the nonce itself; `bpe_*` kinds count it exactly when given (else a bound), and cache the
- *   rest of the block per memory (src/budget/bpe-cache.ts).
- */
+/** Tokens of one memory's wrapped block plus its `\n` joiner (contract.md §6); estimates are subadditive. */
 export function wrappedBlockTokens(
   memory: { memory_id: string; category: string; content: string; date?: string },
   nonceChars: number,
@@ -152,14 +129,7 @@ export function wrappedBlockTokens(
   return estimateFromLength(length, kind);
 }
 
-/**
- * Code points of one memory's whole wrapped block plus its joining `\n` (see {@link wrappedBlockTokens}),
- * from the escaped code-point lengths of its parts: for callers that measure them elsewhere (the CPU
- * stage measures content from its UTF-8 bytes, `escapedUtf8CodePoints`). Estimate kinds only: a BPE
- * count needs the text.
- * @param escapedId code points of the id after attribute escaping; likewise `escapedCategory`.
- * @param escapedContent code points of the content after body escaping.
- */
+/** Code points of one wrapped block plus joiner, from its parts' escaped lengths (estimate kinds only). */
 export function wrappedBlockLength(
   escapedId: number,
   escapedCategory: number,

@@ -1,7 +1,4 @@
-/**
- * Model capability catalog and tokenizer-family policies (contract.md §5, ADR-0067). The built-in catalog ships
- * with the package; an override file of the same schema can add or replace models and families.
- */
+/** Model capability catalog and tokenizer-family policies (contract.md §5), plus an optional override file. */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { EstimateKind } from '../text/estimate.js';
@@ -32,10 +29,8 @@ export const catalogFileSchema = z.object({
   families: z.array(familySchema).default([]),
 });
 
-/** One model row. Windows and outputs in tokens. */
 export type ModelCapability = z.infer<typeof modelSchema>;
 
-/** One tokenizer family's policy. */
 export interface FamilyPolicy {
   tokenizer_family: string;
   estimate_kind: EstimateKind;
@@ -43,12 +38,8 @@ export interface FamilyPolicy {
   safety_buffer_fraction: number;
 }
 
-/** How the catalog is built beyond its rows. */
 export interface CatalogOptions {
-  /**
-   * IBEX_CONTEXT_EXACT_TOKENS: `o200k_base` and `cl100k_base` use `bpe_o200k_base` / `bpe_cl100k_base`
-   * (exact counts) whatever the rows say; `claude` and others keep theirs (contract.md §5).
-   */
+  /** IBEX_CONTEXT_EXACT_TOKENS: the two OpenAI families count with their own BPE encodings. */
   exactTokens?: boolean;
 }
 
@@ -57,13 +48,11 @@ const EXACT_KINDS = [
   ['cl100k_base', 'bpe_cl100k_base'],
 ] as const;
 
-/** A model together with its family policy. */
 export interface ResolvedModel {
   model: ModelCapability;
   policy: FamilyPolicy;
 }
 
-/** Immutable catalog with model lookup. */
 export class CapabilityCatalog {
   private readonly models: Map<string, ModelCapability>;
   private readonly families: Map<string, FamilyPolicy>;
@@ -73,11 +62,7 @@ export class CapabilityCatalog {
     this.families = families;
   }
 
-  /**
-   * Builds the catalog: built-in rows, then each override's rows replacing by id.
-   * @throws IbexError `IBEX_ERR_CATALOG` on a schema error or a model whose family is unknown to it
-   *   (models fall back to the `unknown` family only when the family is literally `unknown`).
-   */
+  /** Builds the catalog: built-in rows, then overrides by id. @throws IbexError `IBEX_ERR_CATALOG`. */
   static create(overrides: unknown[] = [], options: CatalogOptions = {}): CapabilityCatalog {
     const models = new Map<string, ModelCapability>();
     const families = new Map<string, FamilyPolicy>();
@@ -91,7 +76,6 @@ export class CapabilityCatalog {
       for (const m of parsed.data.models) models.set(m.model_id, { ...m, model_id: m.model_id });
     }
     if (options.exactTokens) {
-      // IBEX_CONTEXT_EXACT_TOKENS: the two OpenAI families count with their own encodings (contract.md §5).
       for (const [name, kind] of EXACT_KINDS) {
         const f = families.get(name);
         if (f) families.set(name, { ...f, estimate_kind: kind });
@@ -105,11 +89,7 @@ export class CapabilityCatalog {
     return new CapabilityCatalog(models, families);
   }
 
-  /**
-   * Loads the built-in catalog plus an optional override file (IBEX_CONTEXT_CATALOG_FILE); `options` as
-   * for {@link CapabilityCatalog.create}.
-   * @throws IbexError `IBEX_ERR_CATALOG` when the file cannot be read or parsed.
-   */
+  /** Built-in catalog plus an optional override file. @throws IbexError `IBEX_ERR_CATALOG`. */
   static load(overrideFile = '', options: CatalogOptions = {}): CapabilityCatalog {
     if (overrideFile.trim() === '') return CapabilityCatalog.create([], options);
     let raw: unknown;
@@ -121,10 +101,7 @@ export class CapabilityCatalog {
     return CapabilityCatalog.create([raw], options);
   }
 
-  /**
-   * Looks a model up; the name is trimmed and case-sensitive (contract.md §5).
-   * @throws IbexError `IBEX_ERR_UNKNOWN_MODEL` (`unknown model '<model>'`), mapped to INVALID_ARGUMENT.
-   */
+  /** Looks a model up (trimmed, case-sensitive). @throws IbexError `IBEX_ERR_UNKNOWN_MODEL`. */
   resolve(modelName: string): ResolvedModel {
     const model = this.models.get(modelName.trim());
     if (!model) throw Errors.unknownModel(modelName.trim());
@@ -136,7 +113,6 @@ export class CapabilityCatalog {
     return this.families.get(name) ?? (this.families.get('unknown') as FamilyPolicy);
   }
 
-  /** Model ids in catalog order. */
   modelIds(): string[] {
     return [...this.models.keys()];
   }

@@ -1,21 +1,12 @@
-/**
- * The CPU pool's waiting line, fair across orgs (contract.md §1 isolation rule): one FIFO per
- * org, served round-robin, so an org that floods heavy calls waits behind its own calls, never in front of
- * another org's. Every operation is O(1): a withdrawn call (deadline, signal) leaves from the middle of its
- * org's line, and an org whose line empties leaves the rotation.
- */
+/** The CPU pool's waiting line: one FIFO per org, served round-robin (contract.md §1). O(1) operations. */
 
 /** Links an entry keeps while it waits; owned by {@link FairQueue}, opaque to callers. */
 export interface FairEntry {
-  /** @internal previous entry of the same org. */
   fqPrev: FairEntry | null;
-  /** @internal next entry of the same org. */
   fqNext: FairEntry | null;
-  /** @internal the org line holding the entry, null when not queued. */
-  fqLine: OrgLine | null;
+  fqLine: OrgLine | null; // null when not queued
 }
 
-/** One org's FIFO, and its place in the rotation. */
 interface OrgLine {
   readonly org: string;
   head: FairEntry | null;
@@ -25,37 +16,24 @@ interface OrgLine {
   next: OrgLine;
 }
 
-/** Fresh links for an entry that is not queued. */
 export function unqueued(): FairEntry {
   return { fqPrev: null, fqNext: null, fqLine: null };
 }
 
-/**
- * Round-robin queue of entries keyed by org id.
- *
- * Order: `shift` serves the org at the cursor, then moves the cursor to the next org; an org that starts
- * waiting joins the rotation just before the cursor (last in the current round). Hence, while an org has
- * entries waiting, no other org is served twice without it being served in between, and within an org
- * entries leave in the order they came (contract.md §10 withdrawal aside).
- */
+/** Round-robin by org: a new org joins last in the round; within an org, arrival order. */
 export class FairQueue<T extends FairEntry> {
   readonly #lines = new Map<string, OrgLine>();
-  /** The org served next; null when nothing waits. */
   #cursor: OrgLine | null = null;
-  /** Entries waiting, all orgs. */
   size = 0;
 
-  /** Orgs with at least one entry waiting. */
   get orgs(): number {
     return this.#lines.size;
   }
 
-  /** Entries of `org` waiting. */
   sizeOf(org: string): number {
     return this.#lines.get(org)?.size ?? 0;
   }
 
-  /** True while `entry` waits here. */
   has(entry: T): boolean {
     return entry.fqLine !== null;
   }
@@ -75,7 +53,6 @@ export class FairQueue<T extends FairEntry> {
     this.size++;
   }
 
-  /** Removes `entry` wherever it waits; a no-op when it is not queued. */
   remove(entry: T): void {
     const line = entry.fqLine;
     if (line === null) return;
@@ -90,7 +67,6 @@ export class FairQueue<T extends FairEntry> {
     if (line.size === 0) this.#leave(line);
   }
 
-  /** Takes the next entry in round-robin order, or null when nothing waits. */
   shift(): T | null {
     const line = this.#cursor;
     if (line === null) return null;
@@ -101,12 +77,7 @@ export class FairQueue<T extends FairEntry> {
     return entry;
   }
 
-  /**
-   * Takes the next entry in round-robin order that `eligible` accepts: orgs from the cursor, within an
-   * org its oldest eligible entry (an ineligible one keeps its place, and eligible ones of the same org may
-   * pass it). The cursor moves past the org served, as in {@link shift}; when nothing is eligible it stays
-   * and null is returned. O(entries) in the worst case (every entry ineligible), O(1) when the first is.
-   */
+  /** Like {@link shift}, taking each org's oldest entry that `eligible` accepts; null if none. */
   shiftWhere(eligible: (entry: T) => boolean): T | null {
     const start = this.#cursor;
     if (start === null) return null;
@@ -123,10 +94,6 @@ export class FairQueue<T extends FairEntry> {
     return null;
   }
 
-  /**
-   * The newest entry of the org with the most entries waiting (ties: the org met first from the cursor),
-   * for shedding the heaviest org when the queue is full. O(orgs).
-   */
   newestOfLargest(): T | null {
     const start = this.#cursor;
     if (start === null) return null;
@@ -135,10 +102,7 @@ export class FairQueue<T extends FairEntry> {
     return best.tail as T;
   }
 
-  /**
-   * Full queue: removes and returns the newest entry of the org with the most entries waiting, if that org
-   * has at least two more than `org` (so that a flooding org cannot lock others out), else null.
-   */
+  /** Full queue: removes the newest entry of the largest org if it has two more than `org`, else null. */
   shedFor(org: string): T | null {
     const victim = this.newestOfLargest();
     if (victim === null || victim.fqLine!.size < this.sizeOf(org) + 2) return null;
@@ -146,7 +110,6 @@ export class FairQueue<T extends FairEntry> {
     return victim;
   }
 
-  /** Removes and returns every entry (rotation order), e.g. on close. */
   drain(): T[] {
     const out: T[] = [];
     for (let e = this.shift(); e !== null; e = this.shift()) out.push(e);

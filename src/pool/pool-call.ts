@@ -1,5 +1,3 @@
-/** One CpuPool call's bookkeeping, and the move of its batch into pool-owned buffers. */
-
 import { BATCH_COLUMNS, type BatchColumn, type CpuTaskInput, transferList } from '../cpu-stage/cpu-batch.js';
 import type { AbortSignalLike } from '../util/abort.js';
 import type { ArmedTimer, Scheduler } from '../util/clock.js';
@@ -12,20 +10,16 @@ export class Call implements FairEntry {
   fqPrev: FairEntry | null = null;
   fqNext: FairEntry | null = null;
   fqLine: FairEntry['fqLine'] = null;
-  /** False once the batch's buffers were moved into pool-owned ones. */
   inputOwnedByCaller = true;
   dispatched = false;
   settled = false;
   timer: ArmedTimer | null = null;
   onAbort: (() => void) | null = null;
   readonly signal: AbortSignalLike | undefined;
-  /** The call's one timer, when the caller has one (`CpuRunOptions.timer`). */
   readonly scheduler: Scheduler | undefined;
   readonly orgId: string;
   readonly onReturned: ((input: CpuTaskInput) => void) | undefined;
-  /** When a dispatched call stops waiting for its result (see `CpuRunOptions.resultDeadline`). */
-  readonly resultDeadline: number;
-  /** See `CpuRunOptions.fitsAt`. */
+  readonly resultDeadline: number; // see CpuRunOptions
   readonly fitsAt: ((now: number) => boolean) | undefined;
   constructor(
     public input: CpuTaskInput,
@@ -34,7 +28,6 @@ export class Call implements FairEntry {
     opts: CpuRunOptions,
     readonly resolve: (r: CpuStageResult) => void,
     readonly reject: (err: Error) => void,
-    /** A large task (`PoolSettings.largeTaskBytes`): it may not take the last free thread. */
     readonly large = false,
   ) {
     this.signal = opts.signal;
@@ -45,10 +38,7 @@ export class Call implements FairEntry {
     this.resultDeadline = Math.max(deadline, opts.resultDeadline ?? deadline);
   }
 
-  /**
-   * The call's `fitsAt` verdict at `now`; true without one. A throwing check must not leave the call
-   * out of the queue and unsettled (it runs inside the dispatch loop): it counts as fitting, as when submitted.
-   */
+  /** The `fitsAt` verdict at `now`; a throw counts as fitting, so the call is never left unsettled. */
   fits(now: number): boolean {
     if (this.fitsAt === undefined) return true;
     try {
@@ -59,19 +49,15 @@ export class Call implements FairEntry {
   }
 }
 
-/** Why a call ends without its result: flow control under load, so built without a stack (util/stackless.ts). */
+/** Why a call ends without its result: flow control under load, so no stack. */
 export const noResult = (why: string): Error => stackless(() => new Error(why));
 
-/**
- * Moves the batch's buffers into new ones owned by the pool (zero-copy: a transfer to ourselves), so the
- * caller's views are detached at `run()` even when the task has to wait for a thread.
- */
+/** Moves the batch's buffers into pool-owned ones, so the caller's views are detached at `run()`. */
 export function takeOwnership(input: CpuTaskInput): CpuTaskInput {
   const columns = {} as Record<BatchColumn, ArrayBufferView>;
   for (const name of BATCH_COLUMNS) columns[name] = input[name];
   const moved = structuredClone(columns, { transfer: transferList(input) });
-  // A plain copy whose existing keys are then overwritten: V8 11 adds properties after a spread
-  // (`{ ...input, ...moved }`) through its runtime, several µs per queued call.
+  // Not `{ ...input, ...moved }`: V8 adds properties after a spread through its runtime (µs per call).
   const out = { ...input };
   const outColumns: Record<BatchColumn, ArrayBufferView> = out;
   for (const name of BATCH_COLUMNS) outColumns[name] = moved[name];

@@ -1,26 +1,4 @@
-/**
- * Client of the CPU-stage worker pool (contract.md §1, §10). Piscina owns the threads (spawning,
- * replacing a dead one, idle reaping, heap limits); this client owns the *queue*.
- *
- * Why a queue of our own in front of piscina's, rather than piscina's queue plus an AbortSignal per task:
- * verified against piscina 5.3.2,
- * - aborting a signal after piscina has posted the task to a thread terminates that thread, and "posted"
- *   happens on piscina's side before the worker could report that it started, so a start flag set by the
- *   worker leaves a window in which a deadline abort kills a thread;
- * - tasks that carry a signal wait in piscina's internal skip queue, where `maxQueue` is never checked
- *   (8 queued with maxQueue 2, none rejected) and the order is rotated on every dispatch (0 1 3 5 7 4 2 6).
- * So a task is handed to piscina only when a thread is free for it, and never with a signal: no abort can
- * ever reach piscina, hence no thread is ever terminated to meet a deadline, by construction. Waiting
- * tasks sit in a {@link FairQueue} here (one FIFO per org, served round-robin: contract.md §1 isolation rule);
- * the deadline and the caller's AbortSignal withdraw them from it.
- *
- * Large tasks (≥ `largeTaskBytes` of text: a multi-MB history or markup-heavy memories, tens of ms each)
- * hold at most all threads but one. The fair queue orders only what waits: without this, one org's large
- * calls could fill every thread, and any other org's 0.2 ms task would wait for one of them to finish
- * (docs/design/worker-pool.md, "Large tasks leave a thread free"). A large task therefore
- * waits, in its place, while the other running ones are large, and the last thread stays free for the
- * small tasks of every org.
- */
+/** The CPU-stage pool: piscina owns the threads, this client the queue (docs/design/worker-pool.md). */
 import { Piscina } from 'piscina';
 import { LARGE_TASK_BYTES, type PoolSettings } from '../config/settings.js';
 import {
@@ -46,29 +24,20 @@ import { resolveWorkerFile } from './worker-file.js';
 export { type LatencySummary, type PoolStats, UTILIZATION_TAU_MS } from './pool-stats.js';
 export type { CpuRunOptions, CpuStageResult } from './pool-types.js';
 
-/** piscina's wait for running tasks on close before it terminates the threads. */
 const CLOSE_TIMEOUT_MS = 10_000;
 
-/**
- * The CPU-stage pool: pack + format in Piscina worker threads, candidate batches transferred, the
- * deadline covering the whole round-trip (contract.md §10).
- */
 export class CpuPool {
   readonly #piscina: Piscina<CpuTaskInput, CpuTaskOutput>;
   readonly #capacity: number;
   readonly #maxQueue: number;
   readonly #queue = new FairQueue<Call>();
   #running = 0;
-  /** Text bytes from which a task is large; Infinity = no limit. */
-  readonly #largeTaskBytes: number;
-  /** Large tasks that may run at once: all threads but one (all of one thread). */
-  readonly #largeCapacity: number;
+  readonly #largeTaskBytes: number; // text bytes from which a task is large; Infinity = no limit
+  readonly #largeCapacity: number; // all threads but one (all of one thread)
   #largeRunning = 0;
-  /** Whether a queued call may take a free thread now (large ones only within their capacity). */
   readonly #mayRun = (call: Call): boolean => !call.large || this.#largeRunning < this.#largeCapacity;
   #closed = false;
   #closing: Promise<void> | null = null;
-  /** Calls by how they ended, wait and run times, thread busyness: what {@link stats} reports. */
   readonly #counts = new PoolCounts(monotonicNow());
 
   private constructor(settings: PoolSettings, options: CpuPoolOptions) {
@@ -77,11 +46,10 @@ export class CpuPool {
       minThreads: settings.minThreads,
       maxThreads: settings.maxThreads,
       idleTimeout: settings.idleTimeoutMs,
-      // One task per thread: a DP holds its thread until it returns, and the balancer must never stack.
+      // A DP holds its thread until it returns; the balancer must never stack tasks.
       concurrentTasksPerWorker: 1,
       resourceLimits: { maxOldGenerationSizeMb: settings.maxOldGenerationMb },
       closeTimeout: CLOSE_TIMEOUT_MS,
-      // Wait and run times are our own histograms (stats()); piscina's would be recorded for nobody.
       recordTiming: false,
     });
     this.#capacity = settings.maxThreads;
@@ -93,20 +61,13 @@ export class CpuPool {
     this.#piscina.on('error', (err: Error) => options.onError?.(err));
   }
 
-  /**
-   * Starts the pool and warms every minimum thread: the worker module loads (which JIT-warms the packer
-   * and formatter with real tasks), then each thread runs one real pack + format. Resolves once all have.
-   * @param settings `IBEX_CONTEXT_POOL_*` (min/max threads, max queue, idle timeout, heap limit).
-   * @throws IbexError `IBEX_ERR_POOL_TASK_FAILED` when a warm-up task fails (e.g. the worker file is missing:
-   *   run `npm run build`); the threads are stopped first.
-   */
+  /** Starts the pool; warms every minimum thread. @throws IbexError `IBEX_ERR_POOL_TASK_FAILED`. */
   static async start(settings: PoolSettings, options: CpuPoolOptions = {}): Promise<CpuPool> {
     const pool = new CpuPool(settings, options);
     try {
       await pool.#warm(Math.max(1, settings.minThreads));
     } catch (err) {
-      // destroy, not close: close waits for threads to drain, and a thread that cannot even load its
-      // module never reports drained.
+      // destroy, not close: a thread that cannot load its module never reports drained.
       pool.#closed = true;
       await pool.#piscina.destroy();
       throw err;
@@ -117,10 +78,8 @@ export class CpuPool {
 
   async #warm(count: number): Promise<void> {
     const seen = new Set<number>();
-    // All tasks are dispatched at once, one per free thread, so one round covers every thread; more rounds
-    // only guard against a thread that was still being replaced.
     for (let round = 0; round < 3; round++) {
-      // warmupInput's deadline is a minute away: start-up waits for slow module loads, not for a budget.
+      // Start-up waits for slow module loads, not for a budget: the warm-up deadline is a minute away.
       const batch = Array.from({ length: count }, () => this.run(warmupInput(30, 400, 2400)));
       for (const r of await Promise.all(batch)) seen.add(r.output.thread_id);
       if (this.threadIds().every((id) => seen.has(id))) return;
@@ -128,21 +87,13 @@ export class CpuPool {
   }
 
   /**
-   * Runs one CPU task: dispatched at once when a thread is free, else queued until one is. Queued tasks
-   * leave round-robin across orgs (`opts.orgId`), first in first out within an org.
-   * Ownership of the batch's buffers passes to the pool: after `run()` returns, the caller's typed arrays
-   * (BATCH_COLUMNS) are detached (transferred to the worker, or moved into the queue).
-   *
-   * Deadline (`input.deadline`, epoch ms): a task still waiting {@link WITHDRAW_LEAD_MS} before it is
-   * withdrawn; a running task stops its DP cooperatively and returns on the greedy path before it; should a
-   * result still be missing at the deadline, the call is answered then (within timer granularity) and the
-   * thread finishes undisturbed, its result discarded. No thread is ever terminated for a deadline.
-   * @throws IbexError `IBEX_ERR_POOL_SATURATED` at once when no thread is free and `maxQueue` tasks wait
-   *   (unless another org has at least two more waiting: then that org's newest waiting call is refused
-   *   instead, with this error, and this call is queued);
-   *   `IBEX_ERR_POOL_DEADLINE` when the deadline or `opts.signal` ends the call before a result (cause: the
-   *   signal's reason, if any); `IBEX_ERR_POOL_TASK_FAILED` when the task throws, its thread dies, the batch
-   *   is malformed or detached, or the pool is closed.
+   * Runs one CPU task: at once on a free thread, else queued (round-robin across `opts.orgId`). The
+   * batch's buffers pass to the pool: the caller's typed arrays are detached after `run()`. A task waiting
+   * {@link WITHDRAW_LEAD_MS} before `input.deadline` (epoch ms) is withdrawn; a running one is answered at
+   * the deadline and its thread finishes undisturbed.
+   * @throws IbexError `IBEX_ERR_POOL_SATURATED` when the queue is full (or this call displaced another
+   *   org's); `IBEX_ERR_POOL_DEADLINE` when the deadline or `opts.signal` ends the call first;
+   *   `IBEX_ERR_POOL_TASK_FAILED` when the task throws, its thread dies, the batch is bad or the pool closed.
    */
   run(input: CpuTaskInput, opts: CpuRunOptions = {}): Promise<CpuStageResult> {
     const submitted = monotonicNow();
@@ -191,7 +142,6 @@ export class CpuPool {
         call.input = takeOwnership(input);
         call.inputOwnedByCaller = false;
         this.#queue.push(orgId, call);
-        // A thread can be free while large calls wait for their capacity: this call may take it.
         if (this.#running < this.#capacity) this.#pump();
       }
       this.#arm(call);
@@ -202,11 +152,7 @@ export class CpuPool {
     });
   }
 
-  /**
-   * Full queue: refuses the newest waiting call of the org with the most waiting calls, if that org has at
-   * least two more than `orgId`, so that a flooding org cannot lock others out of the queue.
-   * @returns whether room was made.
-   */
+  /** Full queue: refuses the largest org's newest call if it has two more waiting than `orgId`; true if so. */
   #shedForOrg(orgId: string): boolean {
     const victim = this.#queue.shedFor(orgId);
     if (victim === null) return false;
@@ -216,7 +162,6 @@ export class CpuPool {
     return true;
   }
 
-  /** Timer for the call's next decision: withdrawal while queued, the deadline once dispatched. */
   #arm(call: Call): void {
     const at = call.dispatched ? call.resultDeadline : call.deadline - WITHDRAW_LEAD_MS;
     const fire = () => this.#onTimer(call);
@@ -239,10 +184,6 @@ export class CpuPool {
     afterPendingIo(() => this.#end(call, noResult('CPU stage deadline reached')));
   }
 
-  /**
-   * Ends a call before its result with IBEX_ERR_POOL_DEADLINE: withdrawn if still queued, abandoned
-   * (thread left running) if not; the error's `poolReason` says which.
-   */
   #end(call: Call, cause: unknown): void {
     if (call.settled) return;
     const reason = call.dispatched ? 'abandoned' : 'withdrawn';
@@ -269,12 +210,11 @@ export class CpuPool {
     call.dispatched = true;
     if (call.large) this.#largeRunning++;
     this.#setRunning(this.#running + 1);
-    // A free slot may still have no thread ready for it (piscina starting one above minThreads, or
-    // replacing a dead one): piscina then holds the task briefly, so take the buffers now as promised.
+    // piscina may hold the task briefly while it starts a thread, so take the buffers now as promised.
     if (this.#piscina.idleThreads === 0 && call.inputOwnedByCaller) call.input = takeOwnership(call.input);
     let pending: Promise<CpuTaskOutput>;
     try {
-      // No signal, ever: see the module comment. Transfer, not clone: the buffers detach here.
+      // No signal, ever: an abort would terminate the thread. Transfer, not clone.
       pending = this.#piscina.run(call.input, { transferList: transferList(call.input) });
     } catch (err) {
       pending = Promise.reject(err);
@@ -311,11 +251,6 @@ export class CpuPool {
     this.#pump();
   }
 
-  /**
-   * Hands waiting tasks to free threads, round-robin across orgs and oldest first within one (a large task
-   * waits while the large capacity is taken, and small ones may pass it); a task already at its withdrawal
-   * time, or one its caller no longer expects to fit (`CpuRunOptions.fitsAt`), leaves instead.
-   */
   #pump(): void {
     while (this.#running < this.#capacity && this.#queue.size > 0) {
       const call = this.#queue.shiftWhere(this.#mayRun);
@@ -326,7 +261,7 @@ export class CpuPool {
         continue;
       }
       if (!call.fits(now)) {
-        // Not `#end`: counted apart from deadline withdrawals, so the rule's effect can be seen.
+        // Counted apart from deadline withdrawals, so the rule's effect can be seen.
         this.#counts.unfit++;
         this.#settle(call);
         call.reject(
@@ -346,7 +281,6 @@ export class CpuPool {
     this.#running = running;
   }
 
-  /** Current figures (see {@link PoolStats}). */
   stats(): PoolStats {
     const counts = this.#counts;
     counts.busy.update(monotonicNow(), Math.min(1, this.#running / this.#capacity));
@@ -369,15 +303,11 @@ export class CpuPool {
     };
   }
 
-  /** Thread ids of the live workers (tests use them to prove no thread was replaced). */
   threadIds(): number[] {
     return this.#piscina.threads.map((w) => w.threadId);
   }
 
-  /**
-   * Stops the pool: queued calls fail (IBEX_ERR_POOL_TASK_FAILED), running tasks finish (up to 10 s), then
-   * the threads exit. Idempotent.
-   */
+  /** Stops the pool: queued calls fail, running tasks finish (up to 10 s), threads exit. Idempotent. */
   async close(): Promise<void> {
     if (!this.#closing) {
       this.#closed = true;

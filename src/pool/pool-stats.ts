@@ -1,7 +1,4 @@
-/**
- * The pool's figures (contract.md §12: pool queue depth, wait and run time, utilization): the shapes
- * {@link CpuPool.stats} returns and the HdrHistograms behind them. Times in µs.
- */
+/** The pool's figures (contract.md §12) and the HdrHistograms behind them. Times in µs. */
 import { build as buildHistogram, type Histogram } from 'hdr-histogram-js';
 
 /** Distribution of one timing, µs. */
@@ -14,50 +11,24 @@ export interface LatencySummary {
   max: number;
 }
 
-/**
- * Pool figures for metrics (contract.md §12). Each call ends in exactly one of completed / withdrawn / rejected /
- * failed / abandoned / unfit.
- */
+/** Pool figures for metrics; each call ends in exactly one of the six outcome counts. */
 export interface PoolStats {
-  /** Tasks waiting for a thread (ours plus any piscina holds while it starts a thread). */
-  queueSize: number;
-  /** Tasks on a thread now (including abandoned ones still finishing). */
-  running: number;
-  /** Of `running`, large tasks (they hold at most all threads but one; pool-client.ts). */
-  largeRunning: number;
-  /**
-   * Fraction (0..1) of the max threads busy with a task, exponentially weighted over ~5 s. (Not piscina's
-   * `utilization`: in 5.3.2 it divides a mean already in ms by 1000 again and reads 1000× too low.)
-   */
+  queueSize: number; // waiting for a thread
+  running: number; // on a thread now, abandoned ones included
+  largeRunning: number; // of `running`, large tasks (at most all threads but one)
+  /** Busy fraction (0..1) over ~5 s; not piscina's, which in 5.3.2 divides a mean in ms by 1000 again. */
   utilization: number;
-  /** Threads alive. */
-  threads: number;
-  /** Max threads: tasks that can run at once. */
-  capacity: number;
-  /** Tasks that may wait before a call is refused IBEX_ERR_POOL_SATURATED. */
-  maxQueue: number;
-  /** Calls answered with a result. */
+  threads: number; // alive
+  capacity: number; // max threads
+  maxQueue: number; // waiting tasks before IBEX_ERR_POOL_SATURATED
   completed: number;
-  /** Calls withdrawn before reaching a thread: deadline or caller's signal (IBEX_ERR_POOL_DEADLINE). */
-  withdrawn: number;
-  /** Calls refused because the queue was full (IBEX_ERR_POOL_SATURATED). */
-  rejected: number;
-  /** Calls whose task threw, whose thread died, or that the closing pool dropped (IBEX_ERR_POOL_TASK_FAILED). */
-  failed: number;
-  /**
-   * Calls answered IBEX_ERR_POOL_DEADLINE while their task was running (deadline or signal); the thread
-   * finished the task and its result was discarded.
-   */
-  abandoned: number;
-  /**
-   * Calls withdrawn when they reached a free thread because their caller's `fitsAt` no longer expected the
-   * task to finish in time (IBEX_ERR_POOL_DEADLINE; not counted in `withdrawn`).
-   */
-  unfit: number;
-  /** `wait_us` of completed calls. */
-  waitUs: LatencySummary;
-  /** Worker run time of every task that returned (including abandoned ones). */
-  runUs: LatencySummary;
+  withdrawn: number; // before reaching a thread: deadline or caller's signal
+  rejected: number; // queue full
+  failed: number; // task threw, thread died, or the closing pool dropped it
+  abandoned: number; // answered POOL_DEADLINE while running; the result was discarded
+  unfit: number; // withdrawn at a free thread because `fitsAt` said no
+  waitUs: LatencySummary; // of completed calls
+  runUs: LatencySummary; // every task that returned, abandoned ones included
 }
 
 /** An HdrHistogram for µs timings from 1 µs to 60 s, 3 significant digits. */
@@ -82,22 +53,15 @@ export function summarize(h: Histogram): LatencySummary {
   };
 }
 
-/** Time constant of the utilization average, ms. */
 export const UTILIZATION_TAU_MS = 5_000;
 
-/**
- * Busy fraction of the pool's threads, exponentially weighted over {@link UTILIZATION_TAU_MS}. Call
- * {@link BusyAverage.update} with the fraction that held since the last update: as it was constant in
- * between, weighting the step by 1 − e^(−dt/τ) is exact, and the gauge does not depend on who reads it when.
- */
+/** Busy fraction of the threads, exponentially weighted (exact: the fraction held since the last update). */
 export class BusyAverage {
   value = 0;
   #at: number;
-  /** @param now epoch ms. */
   constructor(now: number) {
     this.#at = now;
   }
-  /** @param now epoch ms; @param busy fraction (0..1) busy since the last update. */
   update(now: number, busy: number): void {
     const weight = 1 - Math.exp(-(now - this.#at) / UTILIZATION_TAU_MS);
     this.value += (busy - this.value) * weight;
@@ -109,7 +73,7 @@ export class BusyAverage {
   }
 }
 
-/** What a CpuPool counts over its calls: how each ended, wait and run times, and thread busyness. */
+/** How a CpuPool's calls ended, their wait and run times, and thread busyness. */
 export class PoolCounts {
   completed = 0;
   withdrawn = 0;
@@ -119,13 +83,10 @@ export class PoolCounts {
   unfit = 0;
   readonly waitUs = newHistogram();
   readonly runUs = newHistogram();
-  /** Busy fraction of the threads, exponentially weighted (see {@link UTILIZATION_TAU_MS}). */
   readonly busy: BusyAverage;
-  /** @param now epoch ms. */
   constructor(now: number) {
     this.busy = new BusyAverage(now);
   }
-  /** Back to zero (after warm-up). @param now epoch ms. */
   reset(now: number): void {
     this.completed = this.withdrawn = this.rejected = this.failed = this.abandoned = this.unfit = 0;
     this.waitUs.reset();

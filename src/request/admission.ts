@@ -1,70 +1,30 @@
-/**
- * Admission at arrival (contract.md §10, amended): an adaptive concurrency limit in the manner of Netflix's
- * concurrency-limits `VegasLimit` (https://github.com/Netflix/concurrency-limits), windowed as its
- * `WindowedLimit`. A call past the limit is not queued: the caller answers it at once with the cheap
- * degraded answer (L2, reason `shed`), so no call waits past its deadline behind others.
- *
- * The latency the limit follows is the call's own-resource time — from the end of retrieval to its answer
- * (rank, the CPU stage's queue wait + run + return, the answer) — not the retrieval's: a slow dependency
- * makes calls longer without loading this process, and must not shed them. Per window (≥ `minSamples`
- * samples and ≥ `windowMs`), the median sample is compared with the no-load latency (the smallest window
- * median seen since the last reset): the estimated queue is `limit × (1 − noLoad / median)`. A short
- * queue grows the limit, a long one shrinks it; a window with a drop (an admitted call that lost its CPU
- * stage to the pool, or missed its deadline) shrinks it by `backoff`. A window in which fewer than half
- * the limit were ever in flight does not grow it (the load, not the limit, decided the latency).
- *
- * All work is O(1) per call plus a sort of ≤ `maxSamples` numbers per window: bounded by counts.
- */
+/** Admission at arrival: a Vegas-style adaptive concurrency limit (docs/overload.md). */
 
-/** Tuning of {@link AdaptiveConcurrencyLimit}; every field optional. */
+/** Tuning of {@link AdaptiveConcurrencyLimit}; every field optional, defaults after each field. */
 export interface AdmissionOptions {
-  /**
-   * Limit at start, calls. Default `maxLimit`: a process starts open, as the fixed cap it replaces did,
-   * and the limit comes down on evidence (queueing, drops).
-   */
-  initialLimit?: number;
-  /** Floor of the limit, calls. Default 4: a few calls always get the full assembly. */
-  minLimit?: number;
-  /** Ceiling of the limit, calls (IBEX_CONTEXT_MAX_IN_FLIGHT). Default 128. */
-  maxLimit?: number;
-  /** Share of a window's new limit mixed into the current one, 0 < s ≤ 1. Default 0.5. */
-  smoothing?: number;
-  /** Multiplier of the limit after a window with a drop. Default 0.9. */
-  backoff?: number;
-  /** Shortest window, ms. Default 50. */
-  windowMs?: number;
-  /** Fewest samples that close a window. Default 10. */
-  minSamples?: number;
-  /** Samples that close a window whatever its age. Default 200. */
-  maxSamples?: number;
-  /** Windows after which the no-load latency is measured afresh (it may have fallen or risen). Default 200. */
-  resetWindows?: number;
-  /**
-   * Latency below which no queue is read, ms. Default 2: own-stage latencies are sub-millisecond at no
-   * load, where a thread hop or a timer tick would read as a queue of most of the limit.
-   */
-  noiseFloorMs?: number;
-  /** Clock, ms (monotonic). Default `performance.now`. */
-  now?: () => number;
+  initialLimit?: number; // calls; maxLimit (starts open, comes down on evidence)
+  minLimit?: number; // calls; 4
+  maxLimit?: number; // calls (IBEX_CONTEXT_MAX_IN_FLIGHT); 128
+  smoothing?: number; // share of a window's new limit mixed in, 0 < s ≤ 1; 0.5
+  backoff?: number; // limit multiplier after a window with a drop; 0.9
+  windowMs?: number; // shortest window; 50
+  minSamples?: number; // fewest samples that close a window; 10
+  maxSamples?: number; // samples that close a window whatever its age; 200
+  resetWindows?: number; // windows after which the no-load latency is re-measured; 200
+  noiseFloorMs?: number; // latency below which no queue is read; 2
+  now?: () => number; // monotonic clock, ms; performance.now
 }
 
-/** A snapshot of the limiter, for metrics and tests. */
 export interface AdmissionState {
-  /** Current limit, calls (fractional; admission compares in-flight with its floor). */
-  limit: number;
+  limit: number; // calls, fractional (in-flight is compared with its floor)
   inFlight: number;
-  /** Calls refused at arrival since start. */
-  sheds: number;
-  /** No-load latency, ms (`Infinity` until the first window closes). */
-  noLoadMs: number;
+  sheds: number; // calls refused at arrival since start
+  noLoadMs: number; // Infinity until the first window closes
 }
 
-/** What one admitted call reports when it ends. */
 export interface AdmissionSample {
-  /** Own-resource latency, ms (see the module comment); ignored when `dropped`. */
-  latencyMs: number;
-  /** The call lost its CPU stage to the pool (deadline, saturation) or missed its deadline. */
-  dropped: boolean;
+  latencyMs: number; // own-resource latency; ignored when `dropped`
+  dropped: boolean; // the call lost its CPU stage to the pool (deadline, saturation) or missed its deadline
 }
 
 /** The adaptive limit; one per process, used from the event loop only. */
@@ -101,11 +61,7 @@ export class AdaptiveConcurrencyLimit {
     this.windowStart = this.now();
   }
 
-  /**
-   * Decides one arriving call: admitted (in-flight + 1; the caller must {@link release} it exactly once)
-   * or shed (counted; nothing to release).
-   * @returns true when admitted.
-   */
+  /** Admits one arriving call (true; the caller must {@link release} it once) or sheds it (false). */
   tryAcquire(): boolean {
     if (this.inFlightValue >= Math.floor(this.limitValue)) {
       this.shedCount++;
@@ -116,10 +72,7 @@ export class AdaptiveConcurrencyLimit {
     return true;
   }
 
-  /**
-   * Ends an admitted call. `sample` null: the call taught nothing (it ended before its own stages,
-   * e.g. a refused or cancelled call).
-   */
+  /** Ends an admitted call; `sample` null when it ended before its own stages. */
   release(sample: AdmissionSample | null): void {
     this.inFlightValue = Math.max(0, this.inFlightValue - 1);
     if (sample === null) return;
@@ -134,7 +87,6 @@ export class AdaptiveConcurrencyLimit {
       this.closeWindow();
   }
 
-  /** The limiter's current figures. */
   state(): AdmissionState {
     return {
       limit: this.limitValue,
@@ -168,14 +120,13 @@ export class AdaptiveConcurrencyLimit {
     this.windowStart = this.now();
   }
 
-  /** Vegas's step (log10-scaled thresholds, as Netflix's defaults). */
   private vegas(limit: number, latencyMs: number): number {
     const log = Math.max(1, Math.log10(limit));
     const floor = this.o.noiseFloorMs;
     const latency = Math.max(latencyMs, floor);
     const queue = latency > 0 ? limit * (1 - Math.max(this.noLoad, floor) / latency) : 0;
     if (queue > 6 * log) return limit - log;
-    // The load decided the latency, not the limit: no growth while under half of it was ever used.
+    // The load decided the latency, not the limit.
     if (2 * this.windowMaxInFlight < limit) return limit;
     if (queue <= log) return limit + 6 * log;
     if (queue < 3 * log) return limit + log;

@@ -1,8 +1,4 @@
-/**
- * The two answers of an assembly (contract.md §2, §10): the full one from a CPU-stage result, and the
- * degraded one built on the main thread when the CPU stage could not answer (L2, or L1 when it keeps
- * memories); plus the degradation record both carry.
- */
+/** The full answer from a CPU-stage result and the degraded one built on the main thread (contract.md §2, §10). */
 
 import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
@@ -32,19 +28,13 @@ import { type Assembly, baseResponse, roundMs } from './response-parts.js';
 import type { StageReserve } from './stage-reserve.js';
 import { CONTENT_OVER, encodeHistory, type HistoryBytes } from './wire-request.js';
 
-/**
- * Degradation level (contract.md §10): a memory source is usable iff not skipped and `success` (zero hits count).
- * Both usable ⇒ L0, one ⇒ L1, none ⇒ L2. The directive never changes the level.
- */
+/** Degradation level (contract.md §10): both memory sources usable ⇒ L0, one ⇒ L1, none ⇒ L2. */
 export function degradationLevel(branches: readonly BranchOutcome[]): DegradationLevel {
   const usable = branches.filter((b) => b.name !== 'directive' && b.status === 'success').length;
   return usable === 2 ? 'L0' : usable === 1 ? 'L1' : 'L2';
 }
 
-/**
- * Reasons for a degraded answer: each branch that did not succeed (a failed or timed-out directive too,
- * `directive_error:…` / `directive_timeout:…`, contract.md §10), plus the pool's reason.
- */
+/** Reasons for a degraded answer: each branch that did not succeed, plus the pool's reason. */
 export function degradationReasons(branches: readonly BranchOutcome[], poolReason: string | null): string[] {
   const reasons: string[] = [];
   for (const b of branches) {
@@ -56,11 +46,7 @@ export function degradationReasons(branches: readonly BranchOutcome[], poolReaso
   return reasons;
 }
 
-/**
- * The full answer from a CPU-stage result: its budget, costs, pack, context and tokens_used; memory rows
- * `included` / `budget` for the kept candidates, `filter` for the cut ones, as the stage encoded them
- * ({@link MEMORY_ROWS}). Times in ms, pool figures µs.
- */
+/** The full answer from a CPU-stage result. Times in ms, pool figures µs. */
 export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleContextResponse {
   const out = stage.output;
   const response = baseResponse(a, out.budget!);
@@ -81,39 +67,18 @@ export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleCon
   return response;
 }
 
-/** What the degraded answer needs besides the call itself. */
 export interface DegradedAnswerOptions {
-  /** The request's model, resolved (its budget is computed here). */
-  resolved: ResolvedModel;
-  /** IBEX_CONTEXT_NONCE_BYTES. */
-  nonceBytes: number;
-  /** Receives this answer's cost (ms) for the measured reserve of contract.md §10. */
-  reserve: StageReserve;
-  /**
-   * Whether the answer may keep memories (the CPU stage was lost for time or saturation): candidates
-   * taken greedily in rank order within the budget, at most {@link DEGRADED_MEMORY_TEXT_BYTES} of memory
-   * text read (src/request/degraded-memories.ts). Shed calls and failed CPU stages answer without.
-   */
+  resolved: ResolvedModel; // the request's model, resolved (its budget is computed here)
+  nonceBytes: number; // IBEX_CONTEXT_NONCE_BYTES
+  reserve: StageReserve; // receives this answer's cost (ms) for the measured reserve
+  /** Whether the answer may keep memories (CPU stage lost), reading at most {@link DEGRADED_MEMORY_TEXT_BYTES}. */
   keepMemories?: boolean;
 }
 
 /**
- * The degraded answer (contract.md §10): directive + history formatted on the main thread, the history
- * spliced into the answer as bytes, never decoded nor counted: its cost comes from the byte spans the wire
- * decode recorded, O(messages) (src/format/history-utf8.ts `boundHistory`: each content charged its byte
- * length as code points, one native validity check per content). Under an estimate kind the history's
- * tokens and `tokens_used` are estimates of those bounds; under a BPE kind (IBEX_CONTEXT_EXACT_TOKENS)
- * directive, history, memory blocks and `tokens_used` are upper bounds from UTF-8 byte lengths
- * (src/text/bpe-bound.ts). Either way never below what the CPU stage would count, so the budget stays
- * conservative. Its pending content lengths (32,768 < bytes ≤ 131,072) are decided here, counting those
- * contents only: an over-long content is still INVALID_ARGUMENT.
- *
- * With `keepMemories` it keeps the candidates that fit the budget, greedily in rank order, from a fixed
- * amount of memory text (rows `included` / `budget` with their costs, `failed` for candidates not read);
- * its `tokens_used` never exceeds its fixed parts plus `usable_budget`, and a memory is dropped from the
- * end should the formatted text say otherwise. Without (or when none fits) memory rows are `failed` /
- * `filter` with token_estimate 0: their costs were the CPU stage's, which did not run. Its cost feeds the
- * measured reserve.
+ * The degraded answer (contract.md §10): directive + history on the main thread, the history spliced as
+ * bytes and charged its byte lengths (never below what the CPU stage would count; docs/design/main-thread.md),
+ * with memories that fit when `keepMemories`.
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` for a history content over 32,768 code points;
  *   `IBEX_ERR_DEADLINE_EXCEEDED` when the history's bytes went with a CPU task that never came back.
  */
@@ -123,8 +88,6 @@ export function degradedAnswer(a: Assembly, opts: DegradedAnswerOptions): Assemb
   const h = req.history;
   if (historyLost(h)) throw Errors.deadlineExceeded();
   const kind = opts.resolved.policy.estimate_kind;
-  // Never a count of history text here: its code points are bounded by its byte lengths (O(messages)),
-  // and under a BPE kind its tokens and the directive's by their bytes.
   const bounded = isBpeKind(kind);
   const prepared = measuredHistory(h, boundHistory);
   if (prepared === null) throw Errors.invalidArgument('message.content', CONTENT_OVER);
@@ -177,11 +140,7 @@ export function degradedTokenLimit(budget: TokenBudget): number {
   );
 }
 
-/**
- * The memories the degraded answer keeps, and the answer formatted with them: null `formatted` when none
- * fits (the caller formats without). Under a `bpe_*` kind the answer without memories is formatted first:
- * its byte length is what each memory's bound is added to.
- */
+/** The kept memories and the answer formatted with them; null `formatted` when none fits. */
 function withMemories(
   a: Assembly,
   h: HistoryBytes,
@@ -202,14 +161,12 @@ function withMemories(
   while (selection.memories.length > 0) {
     const f = formatAssembly(h, prepared, kind, { ...parts, memories: selection.memories });
     if (f.tokens_used <= limit) return { ...selection, formatted: f };
-    // The costs rule this out; should they ever be wrong, the budget still holds.
     dropLastMemory(selection);
   }
   return { ...selection, formatted };
 }
 
 const WARM_ROW = { memory_id: 'warm', category: 'fact', score: 0.5, similarity: 0.5, confidence: 1, rank: 1 };
-/** Two candidates, one content as text and one as UTF-8 bytes, with markup to escape. */
 const WARM_CANDIDATES = [
   { memory_id: 'warm-1', category: 'fact', content: 'likes <b>tea</b> & 😀 漢' },
   {
@@ -219,12 +176,7 @@ const WARM_CANDIDATES = [
   },
 ];
 
-/**
- * Runs the degraded answer's byte path (measure, budget, spliced format, rows) on a small history a few
- * times, with and without kept memories (their selection, escaping and rows), so that the first late CPU
- * stage does not pay ~5–10 ms of cold code inside its D: the degraded answer keeps only a few ms of
- * reserve (contract.md §10), and nothing else runs this path on the main thread.
- */
+/** Warms the degraded answer's path so the first late CPU stage does not pay cold code inside its D. */
 export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
   const h = encodeHistory([
     { role: 'user', content: 'hello 😀 漢' },
@@ -260,11 +212,7 @@ export function warmDegradedAnswer(resolved: ResolvedModel, rounds = 20): void {
   }
 }
 
-/**
- * Whether the history's bytes are gone: the request buffer was transferred to a CPU task that was
- * dispatched and then abandoned at its deadline (it returns them only with its result). A detached
- * buffer has length 0 while the spans still point into it.
- */
+/** Whether the history's bytes went with a CPU task abandoned at its deadline (detached buffer, length 0). */
 export function historyLost(h: HistoryBytes): boolean {
   return h.count > 0 && h.source.byteLength < h.spans[4 * h.count - 1]!;
 }

@@ -8,16 +8,12 @@ import type { ValidatedRequest } from './validate.js';
 /** What the injected pipeline returns for one assembly. */
 export interface AssembleResult {
   response: AssembleContextResponse;
-  /**
-   * Degradation level; also sent as `x-ibex-context-level`. `x-ibex-context-degraded` is true when the
-   * level is not L0 or `response.degradation.reasons` is not empty (a missing directive, contract.md §10).
-   */
+  /** Degradation level, also sent as `x-ibex-context-level`. */
   level: DegradationLevel;
 }
 
 /**
- * The assembly pipeline (src/request/assemble.ts). It should honour `ctx.signal` and resolve before
- * `ctx.deadline`; dependency failures resolve with a degraded response, never reject (contract.md §11).
- * A rejection with an {@link IbexError} becomes that error's status; anything else becomes INTERNAL.
+ * The assembly pipeline: honours `ctx.signal`, resolves before `ctx.deadline`, and resolves dependency
+ * failures as degraded responses. A rejection with an {@link IbexError} becomes its status, else INTERNAL.
  */
 export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<AssembleResult>;

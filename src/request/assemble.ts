@@ -1,9 +1,4 @@
-/**
- * The assembly pipeline (contract.md §1), one function per stage: retrieval under the wall, dedupe/score/encode,
- * the CPU stage in the pool, the answer with its degradation record. Dependency failures degrade the
- * answer (L0/L1/L2); only client errors (unknown model) and the caller's own deadline or cancellation end
- * the call otherwise. What the pipeline reports goes through an {@link AssemblyObserver}.
- */
+/** The assembly pipeline (contract.md §1): retrieval, rank, CPU stage, answer. */
 import type { Logger } from 'pino';
 import type { CapabilityCatalog, ResolvedModel } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
@@ -40,25 +35,18 @@ import { CONTENT_OVER, checkHistoryContents } from './wire-request.js';
 export { degradationLevel } from './answers.js';
 export { roundMs } from './response-parts.js';
 
-/** What the pipeline needs; built once at start-up. */
 export interface AssemblerDeps {
   settings: Settings;
   catalog: CapabilityCatalog;
   sources: RetrievalSources;
   pool: CpuPool;
   logger: Logger;
-  /** The service's metrics; reported through {@link metricsObserver} unless `observer` is given. */
   metrics?: Metrics;
-  /** Receives the pipeline's reports (default: `metrics` if given, else none). */
   observer?: AssemblyObserver;
-  /**
-   * Counts every answer's included memories toward their frequency (src/retrieval/inclusion-counter.ts);
-   * absent, nothing is counted (a memory service, tools, warm-up).
-   */
+  /** Counts every answer's included memories toward their frequency; absent, nothing is counted. */
   inclusions?: { record(orgId: string, memoryIds: Iterable<string>): void };
 }
 
-/** UTF-8 bytes of the request's history (≤ 100 spans summed). */
 function historyByteLength(req: ValidatedRequest): number {
   const { spans, count } = req.history;
   let bytes = 0;
@@ -66,7 +54,6 @@ function historyByteLength(req: ValidatedRequest): number {
   return bytes;
 }
 
-/** The ids of the packed candidates: `selected` indexes the CPU stage's input columns. */
 function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): Generator<string> {
   for (const i of selected) {
     const c = kept[i];
@@ -75,11 +62,8 @@ function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Arr
 }
 
 /**
- * Builds the AssembleContext pipeline.
- * @returns an {@link AssembleFn}: resolves with the response and its level (dependency failures, pool
- *   trouble and load shedding degrade it); rejects only with IbexError `IBEX_ERR_UNKNOWN_MODEL` or
- *   `IBEX_ERR_INVALID_ARGUMENT` (INVALID_ARGUMENT), `IBEX_ERR_DEADLINE_EXCEEDED` once D has passed, or
- *   `IBEX_ERR_CANCELLED` when the caller cancelled (contract.md §10, §11).
+ * Builds the AssembleContext pipeline. Its result rejects only with `IBEX_ERR_UNKNOWN_MODEL`,
+ * `IBEX_ERR_INVALID_ARGUMENT`, `IBEX_ERR_DEADLINE_EXCEEDED` or `IBEX_ERR_CANCELLED`.
  */
 export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool } = deps;
@@ -92,8 +76,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const lexicalHot = sources.kind.memory === 'http';
   warmDegradedAnswer(catalog.resolve(catalog.modelIds()[0]!));
 
-  // Admission at arrival (contract.md §10 amended): past the adaptive limit a call is answered at once from
-  // what costs nothing (directive + history, L2 `shed`) instead of queueing behind the others.
+  // Past the adaptive limit a call is answered at once with L2 `shed` (docs/overload.md).
   const admission = new AdaptiveConcurrencyLimit({ maxLimit: settings.maxInFlight });
   if (deps.metrics) registerAdmissionMetrics(deps.metrics.registry, admission);
   const cpu = new CpuStageRunner({ pool, reserve, observer, logger, dpCellCeiling: settings.dpCellCeiling });
@@ -102,7 +85,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const admitted = admission.tryAcquire();
     const taught: { sample: AdmissionSample | null } = { sample: null };
     try {
-      // Duration and count of every call: src/telemetry/assembly-metrics.ts (the interceptor).
       return await assembleOne(req, ctx, !admitted, taught);
     } catch (err) {
       if (isIbexError(err, 'IBEX_ERR_DEADLINE_EXCEEDED')) taught.sample = { latencyMs: 0, dropped: true };
@@ -121,8 +103,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   ) {
     const resolved = resolveModel(req);
     const historyBytes = historyByteLength(req);
-    // Not even the degraded answer can be ready before D: no retrieval, no pool task, no main-thread
-    // pass over megabytes of history for an answer nobody will read (contract.md §10).
+    // Not even the degraded answer could be ready before D: do no work for an answer nobody reads.
     if (reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     const plan = candidateLimit.planFor(
       req.availableTokens > 0 ? req.availableTokens : resolved.model.context_window,
@@ -135,10 +116,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         ? { stage: null, poolReason: 'pool_deadline' }
         : await cpu.run(req, ctx, input, shed, historyBytes);
     throwIfAborted(ctx);
-    // A degraded answer that cannot be ready before D is not built: it would only stall this thread.
     if (!stage && reserve.degradedTooLate(ctx.deadline - monotonicNow(), historyBytes)) throw refuseTooLate();
     const answered = answer(assembly, resolved, stage, poolReason);
-    // The admission limit learns from this process's own stages only (src/request/admission.ts).
+    // The admission limit learns from this process's own stages only.
     const dropped = poolReason === 'pool_deadline' || poolReason === 'pool_saturated';
     taught.sample = { latencyMs: monotonicNow() - ownStart, dropped };
     return answered;
@@ -149,10 +129,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     return Errors.deadlineExceeded();
   }
 
-  /**
-   * `unknown model` comes after every contract.md §11 check, so a pending history content is decided first (on
-   * the main thread: only for a request that is refused either way).
-   */
+  /** `unknown model` comes after every §11 check, so a pending history content is decided first. */
   function resolveModel(req: ValidatedRequest): ResolvedModel {
     try {
       return catalog.resolve(req.model);
@@ -162,12 +139,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     }
   }
 
-  /**
-   * The three branches under the wall. The wall ends early enough to leave the CPU stage and the degraded
-   * answer their measured share of D (contract.md §10 answer guarantee): running p99s of this process's
-   * round-trips and degraded answers. A shed call skips both memory branches (`shed`). `coldLimit`: hits
-   * the sized stores are asked for (the call's {@link CandidateLimit.planFor}).
-   */
+  /** The three branches under the wall, which leaves the CPU stage and degraded answer their share of D. */
   async function retrieveStage(
     req: ValidatedRequest,
     ctx: CallContext,
@@ -200,7 +172,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       monotonicNow,
       ctx.timer,
     );
-    // 0 when retrieval ended by its wall or before: only a late-running loop makes it positive.
     reserve.wallOverrun.record(Math.max(0, monotonicNow() - start - wallMs));
     throwIfAborted(ctx);
     if (shed) {
@@ -213,12 +184,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     return { retrieval, shareMs: Math.min(shareMs, left) };
   }
 
-  /**
-   * Dedupe, score and cut on the main thread, then encode the candidates and history as the CPU stage's
-   * transferred buffers. Budget, wrapped-block costs, pack, format and tokens_used are the CPU stage's
-   * (contract.md §1 isolation rule); filtered candidates ride along only to be costed. `floor`: the call's
-   * relevance floor ({@link CandidateLimit.planFor}).
-   */
+  /** Dedupe, score and cut on the main thread, then encode for the CPU stage (contract.md §1). */
   function rankStage(
     req: ValidatedRequest,
     ctx: CallContext,
@@ -233,9 +199,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     const rankReq = { maxMemories: req.maxMemories, weights: req.weights, query: req.query, floor };
     const ranked = rankCandidates(rankReq, retrieval, settings.ranking, Date.now(), lexicalHot);
     const { kept, filtered, scoreSchema } = ranked;
-    // Scored candidates go as they are: encodeCandidates reads only the fields it needs. The CPU stage
-    // gets every candidate above the floor and applies max_memories itself, after dropping history
-    // repeats and measuring the lexical relevances (src/cpu-stage/cpu-filters.ts).
+    // The CPU stage applies max_memories itself, after dropping history repeats (cpu-filters.ts).
     const candidates: readonly CandidateFields[] =
       ranked.belowFloor.length === 0 ? ranked.eligible : ranked.eligible.concat(ranked.belowFloor);
     const nonce = generateNonce(settings.nonceBytes);
@@ -284,12 +248,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     };
   }
 
-  /**
-   * The answer and its degradation record: the CPU stage's, or the degraded one without it — L1 when it
-   * kept memories (a stage lost for time or saturation: `pool_deadline`, `pool_saturated`), L2 otherwise.
-   * A shed call keeps none (its answer must cost nothing), nor does a failed stage (what failed it may be
-   * in the candidates themselves, and this thread is the service's only event loop).
-   */
+  /** The answer; shed calls keep no memories (must cost nothing), nor failed stages (cause may be there). */
   function answer(
     a: Assembly,
     resolved: ResolvedModel,
@@ -311,7 +270,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       : response.memories_included > 0
         ? 'L1'
         : 'L2';
-    // The packed memories count toward their frequency (contract.md §7): a map update, no I/O here.
+    // Counts toward frequency (contract.md §7): a map update, no I/O.
     if (stage && deps.inclusions && stage.output.selected.length > 0) {
       deps.inclusions.record(req.orgId, includedIds(a.columns, stage.output.selected));
     }

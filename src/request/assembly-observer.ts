@@ -1,7 +1,6 @@
 /**
- * What the assembly pipeline reports about each call, kept out of the pipeline's code (* metrics behind an observer instead of inline `metrics?.` calls). The pipeline calls an
- * {@link AssemblyObserver} at fixed points; {@link metricsObserver} turns those into the prom-client
- * series of contract.md §12, {@link NO_OBSERVER} drops them (tests and tools that run without metrics).
+ * What the assembly pipeline reports about each call: {@link metricsObserver} maps it to the contract.md §12
+ * series, {@link NO_OBSERVER} drops it.
  */
 import type { CpuStageResult } from '../pool/pool-client.js';
 import type { RetrievalResult } from '../retrieval/retrieve.js';
@@ -20,15 +19,10 @@ export interface AssemblyObserver {
   cpuStageDone(stage: CpuStageResult): void;
   /** The answer is degraded: one event per reason (`hot_timeout:…` counted under `hot_timeout`). */
   degraded(level: DegradationLevel, reasons: readonly string[]): void;
-  /**
-   * A call with a large history is answered DEADLINE_EXCEEDED without building an answer — before
-   * retrieval, or after a CPU stage that gave no result: even its degraded answer could not be ready
-   * before D (StageReserve.degradedTooLate).
-   */
+  /** A large-history call was refused DEADLINE_EXCEEDED: even its degraded answer would miss D. */
   refusedTooLate(): void;
 }
 
-/** Drops every report. */
 export const NO_OBSERVER: AssemblyObserver = {
   callStarted() {},
   callEnded() {},

@@ -1,8 +1,4 @@
-/**
- * Per-request authorization, run by the AssembleContext handler right after contract.md §11
- * validation, because both checks need the decoded request: a token-authenticated caller may act only
- * for its orgs, and a `principal_context`, when present, must name the request's own org and agent.
- */
+/** Per-request authorization, run right after §11 validation because it needs the decoded request. */
 
 import { callerOf, mayActFor } from '../auth/caller.js';
 import { Errors } from '../wire/errors.js';
@@ -10,15 +6,9 @@ import type { CallContext } from './call-context.js';
 import type { ValidatedRequest } from './validate.js';
 
 /**
- * Throws unless the call may proceed.
- *
- * 1. If {@link bearerAuthInterceptor} authenticated the call, its token must grant `req.orgId`.
- * 2. If the request carries `principal_context`, its `org_id` and `agent_id` (trimmed, any case) must
- *    equal the request's — also when no authentication is configured.
- *
- * Calls that were not token-authenticated (no tokens configured, or mTLS only) pass step 1.
- * @param ctx only `metadata` is read (the key the interceptor attached the caller to).
- * @throws IbexError `IBEX_ERR_PERMISSION_DENIED` (→ PERMISSION_DENIED) naming the mismatch.
+ * Throws unless the call may proceed: a token-authenticated caller must be granted `req.orgId`, and a
+ * `principal_context` must name the request's org and agent (trimmed, any case), even without auth.
+ * @throws IbexError `IBEX_ERR_PERMISSION_DENIED` naming the mismatch.
  */
 export function authorizeRequest(req: ValidatedRequest, ctx: Pick<CallContext, 'metadata'>): void {
   authorizeOrg(req.orgId, ctx);
@@ -34,9 +24,7 @@ export function authorizeRequest(req: ValidatedRequest, ctx: Pick<CallContext, '
 }
 
 /**
- * Step 1 of {@link authorizeRequest} alone, for the calls that name an org and no principal
- * (SearchMemories, RecordMemoryFeedback): a token-authenticated caller may act only for its orgs.
- * @param orgId canonical lower-case UUID, validated.
+ * The org check of {@link authorizeRequest} alone, for calls that name an org and no principal.
  * @throws IbexError `IBEX_ERR_PERMISSION_DENIED` naming the caller and the org.
  */
 export function authorizeOrg(orgId: string, ctx: Pick<CallContext, 'metadata'>): void {

@@ -1,9 +1,4 @@
-/**
- * The memories a degraded answer keeps when the CPU stage was lost for time or saturation (contract.md
- * §10, "degrade in steps"): candidates taken greedily in rank order while their wrapped blocks fit the
- * budget left for memories, measured and later escaped on the main thread — so only a fixed amount of
- * memory text, {@link DEGRADED_MEMORY_TEXT_BYTES}, is ever read here, whatever the request's size.
- */
+/** The memories a degraded answer keeps (contract.md §10): bounded main-thread work (docs/overload.md). */
 
 import { wrappedBlockLength } from '../budget/budget-calculator.js';
 import type { SplicedMemory } from '../format/history-utf8.js';
@@ -14,36 +9,22 @@ import { escapedCodePointLength, escapedUtf8CodePoints } from '../text/escape.js
 import { codePointLength, type EstimateKind, estimateFromLength } from '../text/estimate.js';
 import { isUtf8Span, utf8Text } from '../text/utf8.js';
 
-/**
- * UTF-8 bytes of memory text (ids, categories, escaped contents) the main thread may measure and format for
- * one degraded answer. The degraded answer runs on the event loop exactly when it is short of time (a lost
- * CPU stage, a saturated pool), and its reserve is measured per call: its memory work must be a small
- * constant, never proportional to the candidates' size. 32 KiB is a handful of chat-sized memories: about
- * 0.05 ms to measure and format as plain text, under 0.5 ms when it is all markup (an entity per byte).
- * A candidate that would take the total past it is not read.
- */
+/** Memory text (UTF-8 bytes) one degraded answer may read on the main thread; past it a candidate is not read. */
 export const DEGRADED_MEMORY_TEXT_BYTES = 32 * 1024;
 
-/** What the selection reads of a scored candidate. */
 export interface DegradedCandidate {
   memory_id: string;
   category: string;
   content: MemoryContent;
 }
 
-/** What the memories may cost. */
 export interface DegradedMemoryLimits {
   /** The answer's estimate kind: a `bpe_*` kind is charged byte bounds, never counted here. */
   kind: EstimateKind;
-  /** Length of the prompt's nonce (base64url: nothing to escape). */
-  nonceChars: number;
+  nonceChars: number; // length of the prompt's nonce (base64url: nothing to escape)
   /** Tokens left for memories: the budget's `usable_budget`. */
   usable: number;
-  /**
-   * `bpe_*` kinds only: UTF-8 bytes of the answer without memories, and the most `tokens_used` may be.
-   * The answer's `tokens_used` is then the bound of its whole byte length, and per-part bounds do not add
-   * up to it exactly: the greedy checks the whole answer's bound at each step.
-   */
+  /** `bpe_*` kinds only: UTF-8 bytes of the answer without memories, and the most `tokens_used` may be. */
   bound?: { baseBytes: number; limit: number };
   /** Memory text read at most, UTF-8 bytes (default {@link DEGRADED_MEMORY_TEXT_BYTES}). */
   textBytes?: number;
@@ -51,24 +32,19 @@ export interface DegradedMemoryLimits {
 
 /** The kept memories and what each candidate's row says. */
 export interface DegradedSelection {
-  /** Kept memories in rank order, ready for the formatter. */
-  memories: SplicedMemory[];
+  memories: SplicedMemory[]; // kept memories in rank order, ready for the formatter
   /** Indices of the kept candidates (rows `included`), rank order. */
   included: number[];
   /** Indices of the candidates that were costed and did not fit (rows `budget`). */
   excluded: number[];
   /** Each candidate's wrapped-block cost in tokens; 0 for those not read (rows `failed`). */
   costs: Int32Array;
-  /** Sum of the kept memories' costs. */
-  memoryTokens: number;
+  memoryTokens: number; // sum of the kept memories' costs
   /** Memory text read on the main thread, UTF-8 bytes (escaped contents; ≤ the limit's `textBytes`). */
   textBytes: number;
 }
 
-/**
- * A candidate read: its memory for the formatter and block length (code points, or bytes under `bpe_*`),
- * or null when its escaped text turned out larger than the room left; `bytes` is what reading it cost.
- */
+/** A candidate read (memory + block length), or null when its escaped text exceeded the room left. */
 type Measured =
   | { memory: SplicedMemory; blockLength: number; bytes: number }
   | { memory: null; bytes: number };
@@ -88,16 +64,9 @@ function escapedUtf8Length(text: string, attr = false): number {
   return Buffer.byteLength(text, 'utf8') + escapedCodePointLength(text, attr) - codePointLength(text);
 }
 
-/**
- * Measures one candidate whose text, escaped, fits in `room` bytes; null when its length alone shows it
- * does not (nothing read). What it costs is its id and category bytes plus its escaped content bytes: the
- * bytes the formatter writes, so markup (an entity per byte, the slow case) gets less room than plain text.
- * `bytes` counts the block length in UTF-8 bytes (`bpe_*` kinds) instead of code points.
- */
+/** Measures one candidate whose escaped text fits in `room` bytes; null (nothing read) when it cannot. */
 function measure(c: DegradedCandidate, room: number, nonceChars: number, bytes: boolean): Measured | null {
   const fields = c.memory_id.length + c.category.length;
-  // UTF-16 units never exceed UTF-8 bytes, escaping only adds, and a byte content knows its length:
-  // nothing is scanned yet.
   const least = fields + (typeof c.content === 'string' ? c.content.length : c.content.byteLength);
   if (least > room) return null;
   const idLength = bytes ? escapedUtf8Length(c.memory_id, true) : escapedCodePointLength(c.memory_id, true);
@@ -111,7 +80,6 @@ function measure(c: DegradedCandidate, room: number, nonceChars: number, bytes: 
   if (typeof content !== 'string') {
     const span = Buffer.from(content.buffer, content.byteOffset, content.byteLength);
     if (isUtf8Span(span, 0, span.byteLength)) {
-      // Well-formed bytes are escaped into the answer as they are, never decoded (as the CPU stage does).
       const escapedBytes =
         span.byteLength + 4 * countByte(span, AMP) + 3 * (countByte(span, LT) + countByte(span, GT));
       if (fieldBytes + escapedBytes > room) return { memory: null, bytes: room };
@@ -156,14 +124,9 @@ function measure(c: DegradedCandidate, room: number, nonceChars: number, bytes: 
 }
 
 /**
- * Greedy selection for the stepped degraded answer (contract.md §10): candidates in rank order, each
- * kept when its wrapped block (contract.md §6 cost: open tag, escaped body, close tag, joining newline)
- * fits what is left of `usable`. Under an estimate kind a block costs the estimate of its code points
- * (estimates are subadditive, so the answer's `tokens_used` stays within its fixed parts plus `usable`);
- * under a `bpe_*` kind the byte bound of src/text/bpe-bound.ts, and the whole answer's bound must also
- * stay within `bound.limit`. A candidate whose text would take the memory text read past `textBytes` is
- * not read at all (cost 0, row `failed`); one read and not kept counts against it too, so the main thread
- * reads at most `textBytes` of memory text.
+ * Greedy selection for the stepped degraded answer: candidates in rank order, each kept when its wrapped
+ * block (contract.md §6 cost) fits what is left of `usable` (and, under `bpe_*`, `bound.limit`); reads at
+ * most `textBytes` of memory text.
  * @param kept candidates within `max_memories`, in rank order.
  */
 export function selectDegradedMemories(
@@ -190,8 +153,6 @@ export function selectDegradedMemories(
     let fits = memoryTokens + cost <= limits.usable;
     if (fits && bpe) {
       const b = limits.bound;
-      // The answer: what it had, the `\n\n` before the memory section when something precedes it, the
-      // blocks without the last joining newline.
       const total = b ? b.baseBytes + (b.baseBytes > 0 ? 2 : 0) + sectionBytes + m.blockLength - 1 : 0;
       fits = b !== undefined && bpeTokenBound(total) <= b.limit;
     }
@@ -207,10 +168,7 @@ export function selectDegradedMemories(
   return { memories, included, excluded, costs, memoryTokens, textBytes };
 }
 
-/**
- * Drops the last kept memory of `s` (its row becomes `budget`): the answer's safety net when its formatted
- * `tokens_used` came out over its limit, which the costs above rule out.
- */
+/** Drops the last kept memory (row `budget`): safety net when `tokens_used` came out over its limit. */
 export function dropLastMemory(s: DegradedSelection): void {
   const i = s.included.pop();
   if (i === undefined) return;

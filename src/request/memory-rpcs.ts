@@ -1,8 +1,4 @@
-/**
- * SearchMemories and RecordMemoryFeedback (contract.md §2, §7a): validation with named fields, the same
- * org authorization as AssembleContext, and the work on the store serving memories. Neither touches the
- * assembly pipeline; both are small unary calls.
- */
+/** SearchMemories and RecordMemoryFeedback (contract.md §7a): small unary calls beside the pipeline. */
 import type { Metadata } from '@grpc/grpc-js';
 import type { RankingSettings } from '../config/ranking-settings.js';
 import { compositeCandidates } from '../ranking/composite-rank.js';
@@ -32,10 +28,8 @@ export const MEMORY_RPC_LIMITS = {
   /** Most SearchMemories results; 0 asks for {@link MEMORY_RPC_LIMITS.defaultLimit}. */
   maxLimit: 100,
   defaultLimit: 10,
-  /** Most categories in a SearchMemories filter. */
-  maxCategories: 100,
-  /** Most ids in one RecordMemoryFeedback. */
-  maxMemoryIds: 100,
+  maxCategories: 100, // in one SearchMemories filter
+  maxMemoryIds: 100, // in one RecordMemoryFeedback
 } as const;
 
 /** The INVALID_ARGUMENT details of the two calls, each stated once (tests pin them). */
@@ -57,7 +51,6 @@ function str(v: unknown): string {
   return typeof v === 'string' ? v : '';
 }
 
-/** A required UUID field, as AssembleContext checks it (contract.md §11 details). */
 function requiredUuid(field: 'org_id' | 'agent_id', v: unknown): string {
   const value = str(v).trim();
   if (value === '') throw Errors.invalidArgument(field, INVALID.required(field));
@@ -65,24 +58,18 @@ function requiredUuid(field: 'org_id' | 'agent_id', v: unknown): string {
   return value.toLowerCase();
 }
 
-/** A SearchMemories request after validation. */
 export interface ValidatedSearch {
   orgId: string;
   agentId: string;
   query: string;
-  /** 1..100. */
-  limit: number;
-  /** In [0, 1). */
-  minSimilarity: number;
-  /** Exact category names; empty = every category. */
-  categories: ReadonlySet<string>;
+  limit: number; // 1..100
+  minSimilarity: number; // in [0, 1)
+  categories: ReadonlySet<string>; // exact category names; empty = every category
 }
 
 /**
- * Validates a SearchMemories request, first failure wins, in field order: org_id, agent_id (required
- * UUIDs), query (required, ≤ 8,192 code points), limit (0..100, 0 = 10), min_similarity (finite, in
- * [0, 1)), categories (≤ 100 items), tags (must be empty: the stores keep no tags, and a filter that
- * cannot be applied is refused rather than ignored). `session_id` is accepted and not used.
+ * Validates a SearchMemories request in field order, first failure wins. `tags` must be empty: the
+ * stores keep no tags, and a filter that cannot be applied is refused rather than ignored.
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` naming the field.
  */
 export function validateSearchRequest(req: Partial<SearchMemoriesRequest>): ValidatedSearch {
@@ -114,18 +101,14 @@ export function validateSearchRequest(req: Partial<SearchMemoriesRequest>): Vali
   };
 }
 
-/** A RecordMemoryFeedback request after validation. */
 export interface ValidatedFeedback {
   orgId: string;
-  /** Canonical lower-case UUIDs, distinct, in first-seen order. */
-  memoryIds: string[];
+  memoryIds: string[]; // canonical lower-case UUIDs, distinct, in first-seen order
   kind: FeedbackKind;
 }
 
 /**
- * Validates a RecordMemoryFeedback request, first failure wins: org_id (required UUID), memory_ids
- * (1..100 items, each a UUID; a repeated id counts once), feedback (`helpful`, `not_helpful`, `harmful`,
- * trimmed, exact case). `session_id` and `trace_id` are accepted and not used.
+ * Validates a RecordMemoryFeedback request, first failure wins; a repeated id counts once.
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` naming the field.
  */
 export function validateFeedbackRequest(req: Partial<RecordMemoryFeedbackRequest>): ValidatedFeedback {
@@ -148,11 +131,8 @@ export function validateFeedbackRequest(req: Partial<RecordMemoryFeedbackRequest
   return { orgId, memoryIds: [...memoryIds], kind: kind as FeedbackKind };
 }
 
-/** What the handlers work on. */
 export interface MemoryRpcDeps {
-  /** The memory source AssembleContext's cold branch searches: one of the project's stores. */
   memory: MemorySource;
-  /** The same store's feedback and inclusion writes. */
   feedback: FeedbackStore;
   ranking: RankingSettings;
   /** `IBEX_CONTEXT_MAX_MEMORY_CHARS`: longer hits are dropped, as in retrieval. */
@@ -167,7 +147,6 @@ function storeFailure(err: unknown): never {
   throw Errors.unavailable(`memory store unavailable: ${detail}`, err);
 }
 
-/** ISO-8601 UTC of an epoch-ms date; "" when the source sent none. */
 function createdAt(ms: number | undefined): string {
   return ms === undefined ? '' : new Date(ms).toISOString();
 }
@@ -177,12 +156,8 @@ function isValidated(value: SourceHits): value is ValidatedHits {
 }
 
 /**
- * SearchMemories (contract.md §7a): the store's own lexical search (the cold branch's, asked for up to
- * `IBEX_CONTEXT_MAX_CANDIDATES` hits so that the filters have something to filter), validated and
- * scoped to the caller's org and agent as retrieval is, filtered by category (exact names) and by
- * `similarity ≥ min_similarity` (the store's similarity, contract.md §4.3), ordered by composite score
- * (ties by memory_id), cut at `limit`. `composite_score` is the composite with the service's default weights (floor not applied);
- * `retrieval_count` the memory's inclusions; `total_candidates` the hits that passed the filters.
+ * SearchMemories (contract.md §7a): the store's lexical search, scoped like retrieval, filtered by
+ * category and `min_similarity`, ordered by composite score (default weights), cut at `limit`.
  * @throws IbexError INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE (the store failed or timed out).
  */
 export async function searchMemories(
@@ -213,13 +188,11 @@ export async function searchMemories(
     exponent: deps.ranking.relevanceExponent,
     nowMs: Date.now(),
   });
-  // The packer's canonical order (contract.md §8 step 1), so ties answer the same on every call.
+  // Canonical order (contract.md §8 step 1): ties answer the same on every call.
   candidates.sort(compareCanonical);
-  // Scored candidates keep the score's inputs, not every field of the hit: those come from the hit.
   const hitOf = new Map(passed.map((h) => [h.memory_id, h]));
   const memories: Memory[] = candidates.slice(0, req.limit).map((c) => ({
     id: c.memory_id,
-    // The answer carries the text: decoded here, at most `limit` (≤ 100) contents under the size cap.
     content: contentText(c.content) ?? '',
     category: c.category,
     confidence: c.confidence,
@@ -235,9 +208,8 @@ export async function searchMemories(
 }
 
 /**
- * RecordMemoryFeedback (contract.md §7a): moves the usefulness of the caller's org's memories among
- * `memory_ids` by the fixed step (feedback.ts), stored at once; ids of another org and unknown ids are
- * ignored, counted in `ibex_context_feedback_ignored_ids_total`, and never named in the answer.
+ * RecordMemoryFeedback (contract.md §7a): moves the usefulness of the caller's org's memories by the fixed
+ * step; other orgs' and unknown ids are counted, never named in the answer.
  * @throws IbexError INVALID_ARGUMENT, PERMISSION_DENIED, UNAVAILABLE.
  */
 export async function recordMemoryFeedback(

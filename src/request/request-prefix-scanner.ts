@@ -1,8 +1,3 @@
-/**
- * The AssembleContext request's prefix scanner (contract.md §11): on the wire, before the whole request has
- * arrived, it finds the prefix that already decides `decodeAssembleRequest`'s outcome
- * (wire-request.ts).
- */
 import { LIMITS } from '../wire/limits.js';
 import { MAX_REQUEST_FIELDS } from './wire-request.js';
 
@@ -12,16 +7,7 @@ const LENGTH = 2;
 const SKIP = 3;
 const GIVEN_UP = 4;
 
-/**
- * Follows an AssembleContextRequest's top-level fields while its bytes are still arriving, and tells when
- * the bytes so far already decide `decodeAssembleRequest`'s outcome (contract.md §11: counts are checked on
- * the wire, at a cost independent of the count): when the 101st history message is complete — the decoder
- * stops there — or when a 1,025th top-level field begins — it refuses there (`TOO_MANY_FIELDS`).
- * Decoding just that prefix gives the same result as decoding the whole request, so a two-million-message
- * request can be answered after its first few hundred bytes. Cost: O(1) per field and per chunk
- * (payloads are skipped, not read). A request it cannot follow (group or invalid wire types, over-long
- * varints) is simply left to the full decode.
- */
+/** Tells when the request bytes so far already decide `decodeAssembleRequest`'s outcome; O(1) per field. */
 export class RequestPrefixScanner {
   #consumed = 0;
   #state = TAG;
@@ -33,9 +19,8 @@ export class RequestPrefixScanner {
   #messages = 0;
 
   /**
-   * Feeds the next bytes of the message, `data[start, end)`.
-   * @returns the length in bytes of the message prefix that decides the outcome, or -1 while undecided
-   *   (or after giving up).
+   * Feeds `data[start, end)`.
+   * @returns the deciding prefix's length in bytes, or -1 while undecided (or after giving up).
    */
   feed(data: Uint8Array, start: number, end: number): number {
     let i = start;
@@ -95,10 +80,7 @@ export class RequestPrefixScanner {
     return -1;
   }
 
-  /**
-   * Adds one byte of a tag or length varint (≤ 32 bits, as protobufjs reads them) to `#value`.
-   * @returns true once the varint is complete (`#shift` back at 0); past five bytes the scanner gives up.
-   */
+  /** Adds one byte of a varint (≤ 32 bits) to `#value`; true once complete. Past five bytes: gives up. */
   #varintByte(b: number): boolean {
     this.#value += (b & 0x7f) * 2 ** this.#shift;
     if (!(b & 0x80)) {

@@ -1,8 +1,3 @@
-/**
- * Parts of the AssembleContext answer shared by the CPU-stage answer and the L2 degraded answer
- * (contract.md §2 AssembleContextResponse, MemoryUsed).
- */
-
 import type { TokenBudget } from '../budget/budget-calculator.js';
 import { SCORE_SCHEMA } from '../ranking/score.js';
 import type { RetrievalResult } from '../retrieval/retrieve.js';
@@ -22,12 +17,9 @@ export interface Assembly {
   readonly columns: readonly { memory_id: string }[];
   /** Candidates cut by `max_memories` (rows `filter`). */
   readonly filtered: readonly ScoredCandidate[];
-  /** The prompt's nonce (contract.md §9). */
-  readonly nonce: string;
-  /** Dedupe, score and encode on the main thread, ms. */
-  readonly rankingMs: number;
-  /** UTF-8 bytes of the request's history (sizes the degraded answer's reserve). */
-  readonly historyBytes: number;
+  readonly nonce: string; // the prompt's nonce (contract.md §9)
+  readonly rankingMs: number; // dedupe, score and encode on the main thread, ms
+  readonly historyBytes: number; // UTF-8 bytes of the request's history (sizes the degraded answer's reserve)
   /** The formula that scored the candidates (default `interim_v1`). */
   readonly scoreSchema?: string;
 }
@@ -42,10 +34,7 @@ export function roundMs(ms: number): number {
   return floor % 2 === 0 ? floor : floor + 1;
 }
 
-/**
- * The fields both answers share; the caller fills context, tokens and the CPU-stage
- * metrics. Budget fields from `budget`; times in ms, rounded half-to-even.
- */
+/** The fields both answers share; the caller fills context, tokens and CPU-stage metrics. */
 export function baseResponse(a: Assembly, budget: TokenBudget): AssembleContextResponse {
   const { req, ctx, retrieval, rankingMs } = a;
   const branch = (name: string) => retrieval.branches.find((b) => b.name === name)?.latency_ms ?? 0;
@@ -53,7 +42,6 @@ export function baseResponse(a: Assembly, budget: TokenBudget): AssembleContextR
     assembled_context: '',
     tokens_used: 0,
     memories_included: 0,
-    // The rows travel as bytes (proto.ts MEMORY_ROWS), encoded by the CPU stage or the degraded answer.
     memories_used: [],
     directive_tokens: budget.directive_tokens,
     history_tokens: budget.messages_tokens,

@@ -1,7 +1,4 @@
-/**
- * Request validation at the gRPC boundary (contract.md §11). Checks run in the contract's order and the first
- * failure wins, so a client always sees the same message for the same request.
- */
+/** Request validation (contract.md §11): checks in the contract's order, first failure wins. */
 
 import type { Timestamp } from '../generated/proto/google/protobuf/Timestamp.js';
 import type { PrincipalContext as PrincipalContextInput } from '../generated/proto/ibex/auth/v1/PrincipalContext.js';
@@ -31,47 +28,32 @@ export interface ValidatedPrincipal {
   authzSnapshotId: string;
   authzSnapshotDigest: string;
   authority: string;
-  /** Epoch ms, or null when absent. */
-  issuedAtMs: number | null;
-  /** Epoch ms, or null when absent. */
-  expiresAtMs: number | null;
+  issuedAtMs: number | null; // epoch ms, null when absent
+  expiresAtMs: number | null; // epoch ms, null when absent
   requestId: string;
   traceId: string;
   source: string;
-  /** int64 permission bits as a decimal string (JSON-safe, unlike bigint); `BigInt()` it to test bits. */
+  /** int64 permission bits as a decimal string; `BigInt()` it to test bits. */
   permissions: string;
   tokenId: string;
 }
 
 /** An AssembleContext request after contract.md §11 validation. */
 export interface ValidatedRequest {
-  /** Canonical lower-case UUID. */
-  orgId: string;
-  /** Canonical lower-case UUID. */
+  orgId: string; // canonical lower-case UUID, as agentId
   agentId: string;
   sessionId: string;
-  /** As given (≤ 8192 code points); may be empty (the cold branch then records `empty_query`). */
-  query: string;
-  /** Trimmed, non-empty, ≤ 256 code points. Not yet looked up in the catalog. */
-  model: string;
+  query: string; // as given (≤ 8192 code points); may be empty
+  model: string; // trimmed, non-empty, ≤ 256 code points; not yet looked up in the catalog
   directiveVersionId: string;
-  /** As given; only 0 < n < usable_budget has an effect (contract.md §6). */
-  availableTokens: number;
-  /**
-   * ≤ 100 messages, raw role and content, as UTF-8 byte spans (history is not materialised on the
-   * main thread). Roles are checked; contents are checked unless `history.contentPending`, in which case
-   * the CPU stage decides them (same contract.md §11 message).
-   */
+  availableTokens: number; // as given; only 0 < n < usable_budget has an effect (contract.md §6)
+  /** ≤ 100 messages as UTF-8 byte spans; contents are checked unless `history.contentPending`. */
   history: HistoryBytes;
-  /**
-   * `history` decoded to strings, on every access (one pass over its bytes). For tools and tests; the
-   * service reads it only for the L2 degraded answer (contract.md §10), the one allowed main-thread pass.
-   */
+  /** `history` decoded on every access (tools, tests and the L2 degraded answer). */
   readonly recentMessages: ChatMessage[];
   skipHot: boolean;
   skipCold: boolean;
-  /** 0 = no cap, else 1..100. */
-  maxMemories: number;
+  maxMemories: number; // 0 = no cap, else 1..100
   /** AssemblyOptions weights (fields 3–6) when any is set, checked; null = the service's defaults. */
   weights?: RequestWeights | null;
   requestId: string;
@@ -81,10 +63,7 @@ export interface ValidatedRequest {
   principal?: ValidatedPrincipal;
 }
 
-/**
- * Completes a request with its `recentMessages` view (a getter decoding `history`, non-enumerable so
- * that copies and logs never materialise history).
- */
+/** Adds the non-enumerable `recentMessages` getter, so copies and logs never materialise history. */
 export function withHistoryView(req: Omit<ValidatedRequest, 'recentMessages'>): ValidatedRequest {
   return Object.defineProperty(req, 'recentMessages', {
     get: () => decodeHistory(req.history),
@@ -94,10 +73,7 @@ export function withHistoryView(req: Omit<ValidatedRequest, 'recentMessages'>): 
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/**
- * True when `s` has more than `limit` Unicode code points (a surrogate pair is one; a lone surrogate is
- * one, as in `for…of`). Avoids counting when UTF-16 length alone decides, which is almost always.
- */
+/** True when `s` has more than `limit` code points (a lone surrogate counts as one, as in `for…of`). */
 export function exceedsCodePoints(s: string, limit: number): boolean {
   if (s.length <= limit) return false;
   if (s.length > 2 * limit) return true;
@@ -117,10 +93,7 @@ function str(v: unknown): string {
   return typeof v === 'string' ? v : '';
 }
 
-/**
- * contract.md §11's INVALID_ARGUMENT details, each stated once: both the object and the wire path answer with
- * these (vectors and tests pin the strings).
- */
+/** contract.md §11's INVALID_ARGUMENT details, shared by the object and wire paths (vectors pin them). */
 export const INVALID = {
   required: (field: 'org_id' | 'agent_id' | 'model') => `${field} is required`,
   notUuid: (field: 'org_id' | 'agent_id') => `${field} must be a UUID`,
@@ -158,12 +131,7 @@ function wireString(v: unknown): WireString {
   return { text, bytes: Buffer.byteLength(text) };
 }
 
-/**
- * An AssembleContext request object in the wire decoder's shape ({@link WireAssembleRequest}), with the
- * lengths the wire leaves undecided decided here (exact code points), so that one validator serves both.
- * History is encoded only when its count is within the limit (the count error comes first otherwise);
- * `principal_context` is left out (its input shape is not the decoder's) and read by the caller.
- */
+/** A request object in the wire decoder's shape, so one validator serves both paths. */
 function fromObject(req: AssembleContextRequestInput): WireAssembleRequest {
   const messages = req.recent_messages ?? [];
   const counted = messages.length <= LIMITS.recentMessages;
@@ -203,14 +171,9 @@ function fromObject(req: AssembleContextRequestInput): WireAssembleRequest {
 }
 
 /**
- * Validates an AssembleContext request object (contract.md §11) and returns its normalized form: the object path
- * of tools, tests and warm-up, answered by {@link validateWireRequest} after {@link fromObject}.
- *
- * Order: org_id, agent_id, model (required, length), query length, recent_messages count, every
- * message's role, every message's content, max_memories. "Required" means non-empty after trim; UUIDs
- * are accepted in any case and returned lower-case; lengths are in code points. The catalog lookup
- * (`unknown model '<model>'`) is not done here.
- * Missing fields are treated as their proto3 defaults, so partial objects are accepted.
+ * Validates an AssembleContext request object (the object path of tools, tests and warm-up) via
+ * {@link validateWireRequest}. Missing fields take their proto3 defaults; UUIDs come back lower-case; the
+ * catalog lookup is not done here.
  * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` whose message is the contract.md §11 detail string.
  */
 export function validateAssembleRequest(req: AssembleContextRequestInput): ValidatedRequest {
@@ -239,13 +202,9 @@ function principalOf(p: PrincipalContextInput): ValidatedPrincipal {
 }
 
 /**
- * Validates a request decoded on the wire ({@link decodeAssembleRequest}) in the contract.md §11 order with the
- * {@link INVALID} details, deciding lengths from byte lengths where they decide (UTF-8: bytes ≥ code
- * points ≥ bytes/4). Contents of 32,768 < bytes ≤ 131,072 are left to the CPU stage
- * (`history.contentPending`), except when `max_memories` is invalid: then they are decided here, so the
- * answer keeps the contract's order.
- * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` with the contract.md §11 detail (or the wire's refusal: malformed
- *   bytes, too many fields).
+ * Validates a wire-decoded request in the contract.md §11 order, deciding lengths from byte lengths where
+ * they decide; contents of 32,768 < bytes ≤ 131,072 are left to the CPU stage (`history.contentPending`).
+ * @throws IbexError `IBEX_ERR_INVALID_ARGUMENT` with the §11 detail or the wire's refusal.
  */
 export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
   if (w.refused) throw Errors.invalidArgument(w.refused.field, w.refused.message);
@@ -276,7 +235,7 @@ export function validateWireRequest(w: WireAssembleRequest): ValidatedRequest {
   try {
     weights = requestWeights(w.weights);
   } catch (err) {
-    // As for max_memories: a pending over-long history content is reported first (contract.md §11 order).
+    // A pending over-long content is reported before max_memories (contract.md §11 order).
     if (checkHistoryContents(w.history)) throw Errors.invalidArgument('message.content', INVALID.content);
     throw err;
   }

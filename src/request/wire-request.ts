@@ -1,14 +1,4 @@
-/**
- * AssembleContext request decoding on the wire (contract.md §1 isolation rule, §11).
- *
- * grpc-js hands the method's `requestDeserialize` the raw request bytes; {@link decodeAssembleRequest}
- * walks them with protobufjs's `Reader` and materialises only what the main thread routes on (ids, model,
- * query, flags, options, principal_context, request/trace/span ids). History stays bytes: each message's
- * role and content are byte spans into the request buffer, counted as they pass (the walk stops at the
- * 101st message, so a two-million-message request costs what a 101-message one does) and copied once,
- * straight into the CPU task's transferred buffer. Lengths that bytes alone decide (UTF-8: bytes ≥ code
- * points ≥ bytes/4) are decided here; the rest is left to the CPU stage.
- */
+/** AssembleContext decoding on the wire (contract.md §11): routing fields decoded, history kept as bytes. */
 import protobuf from 'protobufjs/minimal.js';
 import { utf8CodePointCount, utf8Text } from '../text/utf8.js';
 import { LIMITS, MAX_UTF8_BYTES_PER_CODE_POINT } from '../wire/limits.js';
@@ -26,35 +16,20 @@ export {
 const { Reader } = protobuf;
 type ProtoReader = protobuf.Reader;
 
-/**
- * Top-level fields a request may carry. Real encoders write about 13 plus one per message; a request made
- * of millions of repeated scalar fields is refused with {@link TOO_MANY_FIELDS} before it can cost the
- * main thread time in proportion to its size.
- */
+/** Top-level fields a request may carry: millions of repeated scalars are refused before they cost time. */
 export const MAX_REQUEST_FIELDS = 1024;
-/** Fields one history message may carry (role and content, plus room for unknown ones). */
 export const MAX_MESSAGE_FIELDS = 16;
-/** Detail of the INVALID_ARGUMENT answer to a request with more than {@link MAX_REQUEST_FIELDS} fields. */
 export const TOO_MANY_FIELDS = `request has more than ${MAX_REQUEST_FIELDS} fields`;
-/** Detail for a history message with more than {@link MAX_MESSAGE_FIELDS} fields. */
 export const MESSAGE_TOO_MANY_FIELDS = `message has more than ${MAX_MESSAGE_FIELDS} fields`;
 
-/** A field-count limit hit during the walk; its message is the refusal's detail (protobufjs throws plain RangeErrors). */
 class FieldLimitError extends RangeError {}
-/** Detail for bytes that are not a protobuf AssembleContextRequest. */
 export const MALFORMED_REQUEST = 'request is not a valid AssembleContextRequest';
-/**
- * Id-like strings (org_id, agent_id, model) longer than this many bytes are not decoded: none can be valid
- * (a UUID, a ≤ 256-code-point model), whatever whitespace surrounds it in a sane request.
- */
+/** Id-like strings (org_id, agent_id, model) longer than this are not decoded: none can be valid. */
 export const MAX_DECODED_ID_BYTES = 64 * 1024;
 
-/** An undecided string field: its byte span, and its text when it was decoded. */
 export interface WireString {
-  /** Decoded text; null when longer than the field's decode cap (see `bytes`). */
-  text: string | null;
-  /** UTF-8 byte length on the wire. */
-  bytes: number;
+  text: string | null; // null when longer than the field's decode cap
+  bytes: number; // UTF-8 length on the wire
 }
 
 /** What {@link decodeAssembleRequest} returns: routing fields decoded, history as bytes. */
@@ -74,22 +49,13 @@ export interface WireAssembleRequest {
   skip_hot_memories: boolean;
   skip_cold_memories: boolean;
   max_memories: number;
-  /** AssemblyOptions fields 3–6 (recency, relevance, usefulness, confidence), float32 as sent; 0 when absent. */
-  weights: [number, number, number, number];
+  weights: [number, number, number, number]; // AssemblyOptions fields 3–6, float32 as sent; 0 when absent
   principal_context: PrincipalContext | null;
-  /** Messages seen, counting stops at 101. */
-  messageCount: number;
-  /** Byte spans of the first ≤ 100 messages. */
+  messageCount: number; // messages seen, counting stops at 101
   history: HistoryBytes;
-  /** Some role exceeds 64 code points: decided on the wire (a role of 65..256 bytes is decoded to count). */
-  roleOver: boolean;
-  /** Some content has more than 131,072 bytes, hence more than 32,768 code points. */
+  roleOver: boolean; // some role exceeds 64 code points
   contentOver: boolean;
-  /**
-   * The walk stopped at the 101st message before seeing org_id, agent_id, query or model (a non-canonical
-   * field order): the count error is then answered without the checks contract.md §11 orders before it.
-   */
-  stoppedEarly: boolean;
+  stoppedEarly: boolean; // the walk stopped at the 101st message before seeing the fields §11 checks first
 }
 
 const EMPTY_STRING: WireString = { text: '', bytes: 0 };
@@ -120,7 +86,6 @@ function emptyRequest(source: Uint8Array): WireAssembleRequest {
   };
 }
 
-/** Reads a length-delimited field's span and moves past it (protobufjs checks the bounds). */
 function span(r: ProtoReader): [number, number] {
   const length = r.uint32();
   const start = r.pos;
@@ -128,7 +93,6 @@ function span(r: ProtoReader): [number, number] {
   return [start, start + length];
 }
 
-/** A reader over the embedded message at `[start, end)` of `buf`, bounded by `end`. */
 function nested(buf: Uint8Array, [start, end]: [number, number]): ProtoReader {
   const sub = Reader.create(buf.subarray(0, end));
   sub.pos = start;
@@ -210,7 +174,6 @@ function decodeOptions(r: ProtoReader, end: number, out: WireAssembleRequest): v
   while (r.pos < end) {
     if (++fields > MAX_REQUEST_FIELDS) throw new FieldLimitError(TOO_MANY_FIELDS);
     const tag = r.uint32();
-    // Fields 3..6 are float32 (wire type 5): tags 29, 37, 45, 53.
     if (tag === 8) out.skip_cold_memories = r.bool();
     else if (tag === 29 || tag === 37 || tag === 45 || tag === 53) out.weights[(tag >>> 3) - 3] = r.float();
     else if (tag === 16) out.skip_hot_memories = r.bool();
@@ -219,11 +182,7 @@ function decodeOptions(r: ProtoReader, end: number, out: WireAssembleRequest): v
   }
 }
 
-/**
- * Records one history message's role and content spans and decides what bytes can decide: a role of
- * more than 256 bytes is over 64 code points, one of ≤ 64 bytes is within, anything between is decoded
- * (≤ 256 bytes); a content of more than 131,072 bytes is over, ≤ 32,768 bytes within, between pending.
- */
+/** Records one message's spans and decides what its byte lengths can decide (else: pending). */
 function readMessage(
   r: ProtoReader,
   buf: Uint8Array,
@@ -256,19 +215,14 @@ function readMessage(
   else if (contentBytes > LIMITS.contentChars) out.history.contentPending = true;
 }
 
-/**
- * Request string fields decoded only up to a byte cap, by field number: longer ones come back with
- * `text: null` (see {@link WireString}).
- */
+/** Request string fields decoded only up to a byte cap, by field number (longer ones: `text: null`). */
 const CAPPED_STRINGS: Record<number, readonly ['agent_id' | 'org_id' | 'query' | 'model', number]> = {
   1: ['agent_id', MAX_DECODED_ID_BYTES],
   2: ['org_id', MAX_DECODED_ID_BYTES],
-  // Beyond 4 × 8192 bytes the query is over its limit whatever it holds: not decoded.
   4: ['query', LIMITS.queryChars * MAX_UTF8_BYTES_PER_CODE_POINT],
   5: ['model', MAX_DECODED_ID_BYTES],
 };
 
-/** Request string fields decoded whole, by field number. */
 const REQUEST_STRINGS: Record<
   number,
   'session_id' | 'directive_version_id' | 'request_id' | 'trace_id' | 'span_id'
@@ -281,12 +235,9 @@ const REQUEST_STRINGS: Record<
 };
 
 /**
- * The AssembleContext method's `requestDeserialize`: decodes the routing fields of the raw request and
- * keeps history as byte spans (see the module comment). Never throws: bytes that are not a request, or
- * that carry more than {@link MAX_REQUEST_FIELDS} fields, come back with `refused` set, which the handler
- * answers INVALID_ARGUMENT. Cost: bounded by the number of fields read, at most 101 history messages of
- * which only roles of 65..256 bytes are decoded, plus the decoded routing strings.
- * @param buf the request message bytes as grpc-js received them (kept, not copied, by `history.source`).
+ * The AssembleContext method's `requestDeserialize`. Never throws: bytes that are not a request, or with
+ * more than {@link MAX_REQUEST_FIELDS} fields, come back with `refused` set (INVALID_ARGUMENT).
+ * @param buf the request bytes as grpc-js received them (kept, not copied, by `history.source`).
  */
 export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
   const out = emptyRequest(buf);
@@ -313,7 +264,7 @@ export function decodeAssembleRequest(buf: Buffer): WireAssembleRequest {
             case 8: {
               const at = span(r);
               if (out.messageCount === LIMITS.recentMessages) {
-                // The 101st: the count is decided, and walking on would cost in proportion to the rest.
+                // The 101st decides the count; walking on would cost in proportion to the rest.
                 out.messageCount++;
                 out.stoppedEarly = [1, 2, 4, 5].some((f) => !seen.has(f));
                 return out;

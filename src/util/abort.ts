@@ -1,15 +1,6 @@
-/**
- * The abort signal of one call without an EventTarget (one AbortController per call). Creating
- * an AbortController and adding and removing EventTarget listeners costs microseconds each, several times
- * per call; the pipeline's own stages (call context, retrieval race, CPU pool) need only a flag, a reason
- * and a listener list. Sources that hand a signal to a library (undici, Redis) get a real AbortSignal from
- * the retrieval's controller (src/retrieval/branch-race.ts).
- */
+/** A call's abort signal without an EventTarget: the pipeline needs only a flag, a reason and listeners. */
 
-/**
- * What the pipeline reads of an abort signal: an AbortSignal has this shape, and so has the lighter
- * {@link CallSignal}.
- */
+/** What the pipeline reads of an abort signal: an AbortSignal, or the lighter {@link CallSignal}. */
 export interface AbortSignalLike {
   readonly aborted: boolean;
   readonly reason: unknown;
@@ -17,10 +8,7 @@ export interface AbortSignalLike {
   removeEventListener(type: 'abort', listener: () => void): void;
 }
 
-/**
- * A call's abort signal without an EventTarget: {@link AbortSignalLike} on a listener array. Aborts once;
- * listeners run in the order they were added, each at most once (they are removed when it aborts).
- */
+/** {@link AbortSignalLike} on a listener array: aborts once; listeners run once each, in order added. */
 export class CallSignal implements AbortSignalLike {
   aborted = false;
   reason: unknown = undefined;
@@ -35,7 +23,7 @@ export class CallSignal implements AbortSignalLike {
     if (i >= 0) this.#listeners.splice(i, 1);
   }
 
-  /** Aborts with `reason` and runs the listeners; a no-op once aborted. A throwing listener is reported. */
+  /** Aborts with `reason` and runs the listeners; a no-op once aborted. */
   abort(reason: unknown): void {
     if (this.aborted) return;
     this.aborted = true;

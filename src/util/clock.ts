@@ -1,29 +1,13 @@
-/**
- * The one monotonic clock and the one deadline timer of the service (undici's
- * `lib/util/timers.js` is the model). Every deadline — the request deadline D of contract.md §10, the CPU stage's
- * deadline, the packer's stop time — is an absolute ms value on {@link monotonicNow}, so it can cross a
- * thread boundary (`performance.timeOrigin` is shared by the process's threads up to sub-ms skew).
- */
+/** The service's monotonic clock and deadline timers; deadlines are absolute ms, valid across threads. */
 
-/** A monotonic "now" in ms; tests inject a fake one. */
 export type Clock = () => number;
 
-/**
- * Monotonic "now" in ms on an epoch-like scale: `performance.timeOrigin + performance.now()`.
- * Never compare it with `Date.now()` (the wall clock can step).
- */
+/** Monotonic ms on an epoch-like scale (`timeOrigin + now()`); never compare with `Date.now()`. */
 export function monotonicNow(): number {
   return performance.timeOrigin + performance.now();
 }
 
-/**
- * Runs `fn` once the event loop has polled for I/O, i.e. in this iteration's check phase (`setImmediate`).
- * For the deadlines that give up on a dependency (the retrieval wall, a CPU task's result): Node runs
- * timers before the poll phase, so after a stalled loop turn (a GC pause, a long request) the deadline's
- * timer would fire before a reply that is already waiting in a worker's MessagePort or a socket, and the
- * call would be answered degraded although its answer had come in time. Deferring the decision by one
- * poll lets such replies settle first; a reply that has not arrived is not waited for.
- */
+/** Runs `fn` after this loop turn's I/O poll: replies already waiting settle before a deadline gives up. */
 export function afterPendingIo(fn: () => void): void {
   setImmediate(fn);
 }
@@ -31,17 +15,12 @@ export function afterPendingIo(fn: () => void): void {
 /** Longest delay Node's timers accept (2^31 − 1 ms); a later deadline is reached in steps. */
 const MAX_TIMER_MS = 2_147_483_647;
 
-/** A timer armed by {@link armAt}. */
 export interface ArmedTimer {
-  /** Stops the timer; `fn` will not run. Idempotent. */
   cancel(): void;
 }
 
-/** Options of {@link armAt}. */
 export interface ArmOptions {
-  /** The clock `deadline` is on (default {@link monotonicNow}); tests inject a fake one. */
   clock?: Clock;
-  /** Let the process exit while the timer is pending (default false). */
   unref?: boolean;
 }
 
@@ -62,8 +41,7 @@ class DeadlineTimer implements ArmedTimer {
     this.#check();
   }
 
-  // libuv measures timers from the loop's cached time, so a timer can fire up to a ms before its delay
-  // The clock, not the timer, decides; an early firing re-arms.
+  // libuv timers count from the loop's cached time and may fire early: the clock decides, and re-arms.
   readonly #check = (): void => {
     this.#handle = undefined;
     if (this.#done) return;
@@ -84,13 +62,7 @@ class DeadlineTimer implements ArmedTimer {
   }
 }
 
-/**
- * Runs `fn` once, no earlier than `deadline` on the clock (never early: an early timer firing re-arms
- * for what is left) and as soon after it as the event loop allows. A deadline already passed runs `fn`
- * synchronously, inside this call; `Infinity` never runs it and holds no timer.
- * @param deadline absolute ms on `opts.clock` (default {@link monotonicNow}).
- * @returns a handle whose `cancel()` stops the timer.
- */
+/** Runs `fn` once, never before `deadline` (absolute ms on `opts.clock`); a passed one runs it at once. */
 export function armAt(deadline: number, fn: () => void, opts: ArmOptions = {}): ArmedTimer {
   if (deadline === Number.POSITIVE_INFINITY) return NEVER;
   return new DeadlineTimer(deadline, fn, opts.clock ?? monotonicNow, opts.unref ?? false);
@@ -98,9 +70,8 @@ export function armAt(deadline: number, fn: () => void, opts: ArmOptions = {}): 
 
 const NEVER: ArmedTimer = { cancel() {} };
 
-/** Where a call's deadlines are armed: {@link armAt}'s shape, so a {@link DeadlineSet} can stand in for it. */
+/** Where a call's deadlines are armed: {@link armAt}'s shape, so a {@link DeadlineSet} can stand in. */
 export interface Scheduler {
-  /** Runs `fn` once, no earlier than `deadline` (absolute ms on the scheduler's clock). */
   at(deadline: number, fn: () => void): ArmedTimer;
 }
 
@@ -109,12 +80,7 @@ interface Pending extends ArmedTimer {
   readonly fn: () => void;
 }
 
-/**
- * Every deadline of one call on ONE timer: the request deadline D, the retrieval wall and the
- * branches' own timeouts, the CPU task's withdrawal and deadline. A handful of entries, kept unsorted; a
- * single {@link armAt} timer is armed at the earliest and re-armed when that one fires or is cancelled, so a
- * call never holds more than one Node timer, and a cancelled deadline never wakes the loop.
- */
+/** Every deadline of one call on one Node timer, armed at the earliest; a cancelled one never wakes it. */
 export class DeadlineSet implements Scheduler {
   readonly #clock: Clock;
   readonly #unref: boolean;
@@ -122,10 +88,6 @@ export class DeadlineSet implements Scheduler {
   #timer: ArmedTimer | null = null;
   #armedAt = Number.POSITIVE_INFINITY;
 
-  /**
-   * @param clock the monotonic clock the deadlines are on (default {@link monotonicNow}).
-   * @param unref let the process exit while a deadline is pending (default false).
-   */
   constructor(clock: Clock = monotonicNow, unref = false) {
     this.#clock = clock;
     this.#unref = unref;
@@ -143,7 +105,6 @@ export class DeadlineSet implements Scheduler {
     return entry;
   }
 
-  /** Deadlines still pending (tests). */
   get size(): number {
     return this.#entries.length;
   }

@@ -1,19 +1,13 @@
-/**
- * UUID helpers shared by retrieval validation, the embedded store and LoCoMo ingest.
- */
 import { createHash } from 'node:crypto';
 
 const UUID_RE = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 
-/** True for the 8-4-4-4-12 hex form, any case, any version (contract.md §4.1 only asks for "UUID strings"). */
+/** True for the 8-4-4-4-12 hex form, any case, any version. */
 export function isUuid(value: unknown): value is string {
   return typeof value === 'string' && value.length === 36 && UUID_RE.test(value);
 }
 
-/**
- * Canonical lower-case form of a UUID, or `null` when `value` is not one. One pass over the characters
- * and no new string for an id that is lower-case already (the stores' are): it runs three times per hit.
- */
+/** Canonical lower-case UUID, or `null`; no new string for an already lower-case id (three times per hit). */
 export function canonicalUuid(value: unknown): string | null {
   if (typeof value !== 'string' || value.length !== 36) return null;
   let upper = false;
@@ -29,11 +23,7 @@ export function canonicalUuid(value: unknown): string | null {
   return upper ? value.toLowerCase() : value;
 }
 
-/**
- * Name-based UUID (RFC 9562 version 5: SHA-1 of namespace bytes + UTF-8 name), lower-case.
- * Deterministic, so re-ingesting the same data yields the same ids.
- * @throws TypeError when `namespace` is not a UUID.
- */
+/** Name-based UUID v5 (RFC 9562), lower-case, deterministic. @throws TypeError for a bad `namespace`. */
 export function uuidV5(name: string, namespace: string): string {
   if (!isUuid(namespace)) throw new TypeError('uuidV5: namespace must be a UUID');
   const ns = Buffer.from(namespace.replaceAll('-', ''), 'hex');
