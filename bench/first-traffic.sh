@@ -7,6 +7,7 @@
 # database this script may fill: it replaces the LoCoMo agents there), the postgres path runs too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib/locomo-service.sh
 locomo="${1:?usage: bench/first-traffic.sh <locomo dir> [starts] [base port]}"
 starts="${2:-3}"
 port="${3:-20200}"
@@ -45,8 +46,6 @@ for path in "${paths[@]}"; do
     sleep 1
   done
 done
-mkdir -p bench/results
 (IFS=,; echo "{\"note\":\"first replay --limit 300 right after each fresh start; load_avg_1m shows how busy the machine was\",\"runs\":[${runs[*]}]}") \
-  | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.stringify(JSON.parse(s),null,2)))' \
-  > bench/results/first-traffic.json
+  | write_result first-traffic > /dev/null
 echo "wrote bench/results/first-traffic.json"

@@ -1,4 +1,4 @@
-# Shared by the shell benches that replay LoCoMo against an embedded-store service (bench/exact-tokens.sh,
+# Shared by the shell benches that replay LoCoMo against a service (bench/exact-tokens.sh, bench/first-traffic.sh,
 # bench/replay-busy.sh). Source it from the project root after `set -euo pipefail`.
 
 # bench_store <locomo dir>: a temporary work folder ($WORK, removed by the caller's EXIT trap), the service
