@@ -5,7 +5,7 @@
  */
 
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -147,11 +147,13 @@ describe('setupAuth', () => {
 });
 
 describe('ibex-context serve', () => {
-  it('exits 1 at once on 0.0.0.0 without authentication, naming the variables', async () => {
-    const started = Date.now();
+  it('exits 1 before opening anything on 0.0.0.0 without authentication, naming the variables', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'ibex-serve-refused-'));
+    const db = path.join(dir, 'store.db');
     const out = await runCli(['serve'], '', {
       timeoutMs: 10_000,
       env: {
+        IBEX_CONTEXT_EMBEDDED_DB: db,
         IBEX_CONTEXT_GRPC_ADDR: '0.0.0.0:0',
         IBEX_CONTEXT_ADMIN_ADDR: '127.0.0.1:0',
         IBEX_CONTEXT_AUTH_TOKENS_FILE: '',
@@ -163,7 +165,9 @@ describe('ibex-context serve', () => {
     });
     expect(out.code).toBe(1);
     expect(out.stderr.trim()).toBe(`ibex-context: ${REFUSAL.replace('0.0.0.0:9092', '0.0.0.0:0')}`);
-    expect(Date.now() - started).toBeLessThan(5000);
+    // Refused before the store is opened (and so before any thread starts): no store file was created.
+    expect(existsSync(db)).toBe(false);
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('with IBEX_CONTEXT_ALLOW_INSECURE=true on 0.0.0.0: serves, logs the warning, and repeats it on /readyz', async () => {
