@@ -24,13 +24,23 @@ async function startFake(assemble: (req: ValidatedRequest) => Promise<AssembleRe
   return addr;
 }
 
-/** A port nothing listens on: bound by the OS, then released. */
+/**
+ * A port nothing listens on: one below the kernel's ephemeral range (32768–60999 on Linux), found free by
+ * binding it and released. Another test's port-0 server cannot be handed it while the CLIs dial it, as it
+ * could be an ephemeral port just released.
+ */
 async function refusedAddr(): Promise<string> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise<void>((r) => srv.close(() => r()));
-  return `127.0.0.1:${port}`;
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const srv = createServer();
+    const bound = await new Promise<boolean>((r) => {
+      srv.once('error', () => r(false));
+      srv.listen(port, '127.0.0.1', () => r(true));
+    });
+    if (!bound) continue;
+    await new Promise<void>((r) => srv.close(() => r()));
+    return `127.0.0.1:${port}`;
+  }
 }
 
 beforeAll(() => {
