@@ -16,10 +16,13 @@ export const WARM_READ_TIMEOUT_MS = 2_000;
 
 /** What {@link warmDependencies} found, per kind of read. */
 export interface WarmupReport {
-  ok: number; // an empty answer counts
+  /** An empty answer counts. */
+  ok: number;
   failed: number;
-  errors: Partial<Record<'hot' | 'search' | 'directive', string>>; // first failure per route
-  ms: number; // wall time
+  /** First failure per route. */
+  errors: Partial<Record<'hot' | 'search' | 'directive', string>>;
+  /** Wall time. */
+  ms: number;
 }
 
 interface Warmable {

@@ -4,8 +4,10 @@ import { Errors, type IbexError } from '../wire/errors.js';
 import type { TransportMode } from './tls-credentials.js';
 
 export interface BindingInput {
-  grpcAddr: string; // `host:port`, IPv6 hosts in brackets
-  tokens: boolean; // a token file is configured
+  /** `host:port`, IPv6 hosts in brackets. */
+  grpcAddr: string;
+  /** A token file is configured. */
+  tokens: boolean;
   transport: TransportMode;
   allowInsecure: boolean;
 }

@@ -13,7 +13,8 @@ export interface AuthSetup {
   /** Insecure-configuration warnings, already logged; repeat them on /readyz. */
   warnings: string[];
   transport: TransportMode;
-  tokens: number; // 0 = bearer tokens off
+  /** 0 = bearer tokens off. */
+  tokens: number;
 }
 
 /** Loads credentials and tokens, applies {@link decideBinding}. @throws IbexError `IBEX_ERR_CONFIG`. */

@@ -8,10 +8,14 @@ export const TOKENS_FILE_VARIABLE = 'IBEX_CONTEXT_AUTH_TOKENS_FILE';
 
 /** One token's grant, as held in memory. */
 export interface TokenGrant {
-  readonly name: string; // safe to log
-  readonly digest: Buffer; // SHA-256 of the token's UTF-8 bytes
-  readonly orgs: ReadonlySet<string> | '*'; // lower-case org ids
-  readonly fromPlaintext: boolean; // start-up warns about these
+  /** Safe to log. */
+  readonly name: string;
+  /** SHA-256 of the token's UTF-8 bytes. */
+  readonly digest: Buffer;
+  /** Lower-case org ids. */
+  readonly orgs: ReadonlySet<string> | '*';
+  /** Start-up warns about these. */
+  readonly fromPlaintext: boolean;
 }
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;

@@ -4,7 +4,8 @@
 export interface FairEntry {
   fqPrev: FairEntry | null;
   fqNext: FairEntry | null;
-  fqLine: OrgLine | null; // null when not queued
+  /** Null when not queued. */
+  fqLine: OrgLine | null;
 }
 
 interface OrgLine {

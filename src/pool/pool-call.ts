@@ -19,7 +19,8 @@ export class Call implements FairEntry {
   readonly scheduler: Scheduler | undefined;
   readonly orgId: string;
   readonly onReturned: ((input: CpuTaskInput) => void) | undefined;
-  readonly resultDeadline: number; // see CpuRunOptions
+  /** See CpuRunOptions. */
+  readonly resultDeadline: number;
   readonly fitsAt: ((now: number) => boolean) | undefined;
   constructor(
     public input: CpuTaskInput,

@@ -32,8 +32,10 @@ export class CpuPool {
   readonly #maxQueue: number;
   readonly #queue = new FairQueue<Call>();
   #running = 0;
-  readonly #largeTaskBytes: number; // text bytes from which a task is large; Infinity = no limit
-  readonly #largeCapacity: number; // all threads but one (all of one thread)
+  /** Text bytes from which a task is large; Infinity = no limit. */
+  readonly #largeTaskBytes: number;
+  /** All threads but one (all of one thread) */
+  readonly #largeCapacity: number;
   #largeRunning = 0;
   readonly #mayRun = (call: Call): boolean => !call.large || this.#largeRunning < this.#largeCapacity;
   #closed = false;

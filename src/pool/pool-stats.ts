@@ -13,22 +13,35 @@ export interface LatencySummary {
 
 /** Pool figures for metrics; each call ends in exactly one of the six outcome counts. */
 export interface PoolStats {
-  queueSize: number; // waiting for a thread
-  running: number; // on a thread now, abandoned ones included
-  largeRunning: number; // of `running`, large tasks (at most all threads but one)
+  /** Waiting for a thread. */
+  queueSize: number;
+  /** On a thread now, abandoned ones included. */
+  running: number;
+  /** Of `running`, large tasks (at most all threads but one) */
+  largeRunning: number;
   /** Busy fraction (0..1) over ~5 s; not piscina's, which in 5.3.2 divides a mean in ms by 1000 again. */
   utilization: number;
-  threads: number; // alive
-  capacity: number; // max threads
-  maxQueue: number; // waiting tasks before IBEX_ERR_POOL_SATURATED
+  /** Alive. */
+  threads: number;
+  /** Max threads. */
+  capacity: number;
+  /** Waiting tasks before IBEX_ERR_POOL_SATURATED. */
+  maxQueue: number;
   completed: number;
-  withdrawn: number; // before reaching a thread: deadline or caller's signal
-  rejected: number; // queue full
-  failed: number; // task threw, thread died, or the closing pool dropped it
-  abandoned: number; // answered POOL_DEADLINE while running; the result was discarded
-  unfit: number; // withdrawn at a free thread because `fitsAt` said no
-  waitUs: LatencySummary; // of completed calls
-  runUs: LatencySummary; // every task that returned, abandoned ones included
+  /** Before reaching a thread: deadline or caller's signal. */
+  withdrawn: number;
+  /** Queue full. */
+  rejected: number;
+  /** Task threw, thread died, or the closing pool dropped it. */
+  failed: number;
+  /** Answered POOL_DEADLINE while running; the result was discarded. */
+  abandoned: number;
+  /** Withdrawn at a free thread because `fitsAt` said no. */
+  unfit: number;
+  /** Of completed calls. */
+  waitUs: LatencySummary;
+  /** Every task that returned, abandoned ones included. */
+  runUs: LatencySummary;
 }
 
 /** An HdrHistogram for µs timings from 1 µs to 60 s, 3 significant digits. */

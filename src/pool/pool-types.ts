@@ -5,9 +5,12 @@ import type { Scheduler } from '../util/clock.js';
 /** Result of one CPU-stage round-trip. Times in µs. */
 export interface CpuStageResult {
   output: CpuTaskOutput;
-  wait_us: number; // from `run()` to the worker starting the task
-  run_us: number; // the worker's run time (= `output.run_us`)
-  round_trip_us: number; // from `run()` to the result being back
+  /** From `run()` to the worker starting the task. */
+  wait_us: number;
+  /** The worker's run time (= `output.run_us`) */
+  run_us: number;
+  /** From `run()` to the result being back. */
+  round_trip_us: number;
 }
 
 export interface CpuRunOptions {
@@ -25,7 +28,8 @@ export interface CpuRunOptions {
 }
 
 export interface CpuPoolOptions {
-  filename?: string; // worker module; default resolveWorkerFile()
+  /** Worker module; default resolveWorkerFile() */
+  filename?: string;
   onError?: (err: Error) => void;
 }
 

@@ -2,29 +2,45 @@
 
 /** Tuning of {@link AdaptiveConcurrencyLimit}; every field optional, defaults after each field. */
 export interface AdmissionOptions {
-  initialLimit?: number; // calls; maxLimit (starts open, comes down on evidence)
-  minLimit?: number; // calls; 4
-  maxLimit?: number; // calls (IBEX_CONTEXT_MAX_IN_FLIGHT); 128
-  smoothing?: number; // share of a window's new limit mixed in, 0 < s ≤ 1; 0.5
-  backoff?: number; // limit multiplier after a window with a drop; 0.9
-  windowMs?: number; // shortest window; 50
-  minSamples?: number; // fewest samples that close a window; 10
-  maxSamples?: number; // samples that close a window whatever its age; 200
-  resetWindows?: number; // windows after which the no-load latency is re-measured; 200
-  noiseFloorMs?: number; // latency below which no queue is read; 2
-  now?: () => number; // monotonic clock, ms; performance.now
+  /** Calls; maxLimit (starts open, comes down on evidence) */
+  initialLimit?: number;
+  /** Calls; 4. */
+  minLimit?: number;
+  /** Calls (IBEX_CONTEXT_MAX_IN_FLIGHT); 128. */
+  maxLimit?: number;
+  /** Share of a window's new limit mixed in, 0 < s ≤ 1; 0.5. */
+  smoothing?: number;
+  /** Limit multiplier after a window with a drop; 0.9. */
+  backoff?: number;
+  /** Shortest window; 50. */
+  windowMs?: number;
+  /** Fewest samples that close a window; 10. */
+  minSamples?: number;
+  /** Samples that close a window whatever its age; 200. */
+  maxSamples?: number;
+  /** Windows after which the no-load latency is re-measured; 200. */
+  resetWindows?: number;
+  /** Latency below which no queue is read; 2. */
+  noiseFloorMs?: number;
+  /** Monotonic clock, ms; performance.now. */
+  now?: () => number;
 }
 
 export interface AdmissionState {
-  limit: number; // calls, fractional (in-flight is compared with its floor)
+  /** Calls, fractional (in-flight is compared with its floor) */
+  limit: number;
   inFlight: number;
-  sheds: number; // calls refused at arrival since start
-  noLoadMs: number; // Infinity until the first window closes
+  /** Calls refused at arrival since start. */
+  sheds: number;
+  /** Infinity until the first window closes. */
+  noLoadMs: number;
 }
 
 export interface AdmissionSample {
-  latencyMs: number; // own-resource latency; ignored when `dropped`
-  dropped: boolean; // the call lost its CPU stage to the pool (deadline, saturation) or missed its deadline
+  /** Own-resource latency; ignored when `dropped`. */
+  latencyMs: number;
+  /** The call lost its CPU stage to the pool (deadline, saturation) or missed its deadline. */
+  dropped: boolean;
 }
 
 /** The adaptive limit; one per process, used from the event loop only. */

@@ -68,9 +68,12 @@ export function answerFromStage(a: Assembly, stage: CpuStageResult): AssembleCon
 }
 
 export interface DegradedAnswerOptions {
-  resolved: ResolvedModel; // the request's model, resolved (its budget is computed here)
-  nonceBytes: number; // IBEX_CONTEXT_NONCE_BYTES
-  reserve: StageReserve; // receives this answer's cost (ms) for the measured reserve
+  /** The request's model, resolved (its budget is computed here) */
+  resolved: ResolvedModel;
+  /** IBEX_CONTEXT_NONCE_BYTES. */
+  nonceBytes: number;
+  /** Receives this answer's cost (ms) for the measured reserve. */
+  reserve: StageReserve;
   /** Whether the answer may keep memories (CPU stage lost), reading at most {@link DEGRADED_MEMORY_TEXT_BYTES}. */
   keepMemories?: boolean;
 }

@@ -34,7 +34,8 @@ export interface CpuStageDeps {
 
 export class CpuStageRunner {
   readonly #deps: CpuStageDeps;
-  #awaitingPool = 0; // calls waiting for their CPU-stage result (queued or running)
+  /** Calls waiting for their CPU-stage result (queued or running) */
+  #awaitingPool = 0;
 
   constructor(deps: CpuStageDeps) {
     this.#deps = deps;

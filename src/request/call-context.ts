@@ -20,7 +20,8 @@ export interface CallContext {
   readonly arrival: number;
   /** The caller's request metadata (grpc-timeout and transport headers removed by grpc-js). */
   readonly metadata: Metadata;
-  readonly trace?: CallTrace; // the call's trace when tracing is on
+  /** The call's trace when tracing is on. */
+  readonly trace?: CallTrace;
 }
 
 export type AbortCause = 'deadline' | 'cancelled';

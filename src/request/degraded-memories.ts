@@ -21,7 +21,8 @@ export interface DegradedCandidate {
 export interface DegradedMemoryLimits {
   /** The answer's estimate kind: a `bpe_*` kind is charged byte bounds, never counted here. */
   kind: EstimateKind;
-  nonceChars: number; // length of the prompt's nonce (base64url: nothing to escape)
+  /** Length of the prompt's nonce (base64url: nothing to escape) */
+  nonceChars: number;
   /** Tokens left for memories: the budget's `usable_budget`. */
   usable: number;
   /** `bpe_*` kinds only: UTF-8 bytes of the answer without memories, and the most `tokens_used` may be. */
@@ -32,14 +33,16 @@ export interface DegradedMemoryLimits {
 
 /** The kept memories and what each candidate's row says. */
 export interface DegradedSelection {
-  memories: SplicedMemory[]; // kept memories in rank order, ready for the formatter
+  /** Kept memories in rank order, ready for the formatter. */
+  memories: SplicedMemory[];
   /** Indices of the kept candidates (rows `included`), rank order. */
   included: number[];
   /** Indices of the candidates that were costed and did not fit (rows `budget`). */
   excluded: number[];
   /** Each candidate's wrapped-block cost in tokens; 0 for those not read (rows `failed`). */
   costs: Int32Array;
-  memoryTokens: number; // sum of the kept memories' costs
+  /** Sum of the kept memories' costs. */
+  memoryTokens: number;
   /** Memory text read on the main thread, UTF-8 bytes (escaped contents; ≤ the limit's `textBytes`). */
   textBytes: number;
 }

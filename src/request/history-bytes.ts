@@ -9,7 +9,8 @@ export interface HistoryBytes {
   source: Uint8Array;
   /** 4 × count byte offsets into `source`. */
   spans: Uint32Array;
-  count: number; // number of messages (≤ 100 once validated)
+  /** Number of messages (≤ 100 once validated) */
+  count: number;
   /** Some content's code-point length is undecided from its bytes (32,768 < bytes ≤ 131,072). */
   contentPending: boolean;
 }

@@ -28,8 +28,10 @@ export const MEMORY_RPC_LIMITS = {
   /** Most SearchMemories results; 0 asks for {@link MEMORY_RPC_LIMITS.defaultLimit}. */
   maxLimit: 100,
   defaultLimit: 10,
-  maxCategories: 100, // in one SearchMemories filter
-  maxMemoryIds: 100, // in one RecordMemoryFeedback
+  /** In one SearchMemories filter. */
+  maxCategories: 100,
+  /** In one RecordMemoryFeedback. */
+  maxMemoryIds: 100,
 } as const;
 
 /** The INVALID_ARGUMENT details of the two calls, each stated once (tests pin them). */
@@ -62,9 +64,12 @@ export interface ValidatedSearch {
   orgId: string;
   agentId: string;
   query: string;
-  limit: number; // 1..100
-  minSimilarity: number; // in [0, 1)
-  categories: ReadonlySet<string>; // exact category names; empty = every category
+  /** 1..100. */
+  limit: number;
+  /** In [0, 1) */
+  minSimilarity: number;
+  /** Exact category names; empty = every category. */
+  categories: ReadonlySet<string>;
 }
 
 /**
@@ -103,7 +108,8 @@ export function validateSearchRequest(req: Partial<SearchMemoriesRequest>): Vali
 
 export interface ValidatedFeedback {
   orgId: string;
-  memoryIds: string[]; // canonical lower-case UUIDs, distinct, in first-seen order
+  /** Canonical lower-case UUIDs, distinct, in first-seen order. */
+  memoryIds: string[];
   kind: FeedbackKind;
 }
 

@@ -17,9 +17,12 @@ export interface Assembly {
   readonly columns: readonly { memory_id: string }[];
   /** Candidates cut by `max_memories` (rows `filter`). */
   readonly filtered: readonly ScoredCandidate[];
-  readonly nonce: string; // the prompt's nonce (contract.md §9)
-  readonly rankingMs: number; // dedupe, score and encode on the main thread, ms
-  readonly historyBytes: number; // UTF-8 bytes of the request's history (sizes the degraded answer's reserve)
+  /** The prompt's nonce (contract.md §9) */
+  readonly nonce: string;
+  /** Dedupe, score and encode on the main thread, ms. */
+  readonly rankingMs: number;
+  /** UTF-8 bytes of the request's history (sizes the degraded answer's reserve) */
+  readonly historyBytes: number;
   /** The formula that scored the candidates (default `interim_v1`). */
   readonly scoreSchema?: string;
 }

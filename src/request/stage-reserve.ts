@@ -69,18 +69,25 @@ const HEADROOM = 1.5;
 
 /** Measured reserves of one process (contract.md §10); why: docs/design/request-path.md. */
 export class StageReserve {
-  readonly roundTrip = new RunningP99(); // CPU stage: queue wait + run + return
-  readonly degraded = new RunningP99(); // degraded answer, histories < 256 KiB
-  readonly degradedPerMiB = new RunningP99(); // the same per MiB, histories ≥ 256 KiB
-  readonly stagePerMiB = new RunningP99(); // CPU-stage runs (worker time) per MiB, ≥ 256 KiB
-  readonly lateness = new RunningP99(); // how late a missed CPU-stage deadline is learnt
-  readonly wallOverrun = new RunningP99(); // retrieval wall's end past plan (0 when on time)
+  /** CPU stage: queue wait + run + return. */
+  readonly roundTrip = new RunningP99();
+  /** Degraded answer, histories < 256 KiB. */
+  readonly degraded = new RunningP99();
+  /** The same per MiB, histories ≥ 256 KiB. */
+  readonly degradedPerMiB = new RunningP99();
+  /** CPU-stage runs (worker time) per MiB, ≥ 256 KiB. */
+  readonly stagePerMiB = new RunningP99();
+  /** How late a missed CPU-stage deadline is learnt. */
+  readonly lateness = new RunningP99();
+  /** Retrieval wall's end past plan (0 when on time) */
+  readonly wallOverrun = new RunningP99();
 
   #degradedAt = Number.NEGATIVE_INFINITY;
   #stageAt = Number.NEGATIVE_INFINITY;
 
   constructor(
-    readonly floorMs: number, // IBEX_CONTEXT_CPU_STAGE_RESERVE_MS
+    /** IBEX_CONTEXT_CPU_STAGE_RESERVE_MS. */
+    readonly floorMs: number,
     readonly now: () => number = monotonicNow,
   ) {}
 

@@ -28,8 +28,10 @@ export interface ValidatedPrincipal {
   authzSnapshotId: string;
   authzSnapshotDigest: string;
   authority: string;
-  issuedAtMs: number | null; // epoch ms, null when absent
-  expiresAtMs: number | null; // epoch ms, null when absent
+  /** Epoch ms, null when absent. */
+  issuedAtMs: number | null;
+  /** Epoch ms, null when absent. */
+  expiresAtMs: number | null;
   requestId: string;
   traceId: string;
   source: string;
@@ -40,20 +42,25 @@ export interface ValidatedPrincipal {
 
 /** An AssembleContext request after contract.md §11 validation. */
 export interface ValidatedRequest {
-  orgId: string; // canonical lower-case UUID, as agentId
+  /** Canonical lower-case UUID, as agentId. */
+  orgId: string;
   agentId: string;
   sessionId: string;
-  query: string; // as given (≤ 8192 code points); may be empty
-  model: string; // trimmed, non-empty, ≤ 256 code points; not yet looked up in the catalog
+  /** As given (≤ 8192 code points); may be empty. */
+  query: string;
+  /** Trimmed, non-empty, ≤ 256 code points; not yet looked up in the catalog. */
+  model: string;
   directiveVersionId: string;
-  availableTokens: number; // as given; only 0 < n < usable_budget has an effect (contract.md §6)
+  /** As given; only 0 < n < usable_budget has an effect (contract.md §6) */
+  availableTokens: number;
   /** ≤ 100 messages as UTF-8 byte spans; contents are checked unless `history.contentPending`. */
   history: HistoryBytes;
   /** `history` decoded on every access (tools, tests and the L2 degraded answer). */
   readonly recentMessages: ChatMessage[];
   skipHot: boolean;
   skipCold: boolean;
-  maxMemories: number; // 0 = no cap, else 1..100
+  /** 0 = no cap, else 1..100. */
+  maxMemories: number;
   /** AssemblyOptions weights (fields 3–6) when any is set, checked; null = the service's defaults. */
   weights?: RequestWeights | null;
   requestId: string;

@@ -28,8 +28,10 @@ export const MALFORMED_REQUEST = 'request is not a valid AssembleContextRequest'
 export const MAX_DECODED_ID_BYTES = 64 * 1024;
 
 export interface WireString {
-  text: string | null; // null when longer than the field's decode cap
-  bytes: number; // UTF-8 length on the wire
+  /** Null when longer than the field's decode cap. */
+  text: string | null;
+  /** UTF-8 length on the wire. */
+  bytes: number;
 }
 
 /** What {@link decodeAssembleRequest} returns: routing fields decoded, history as bytes. */
@@ -49,13 +51,17 @@ export interface WireAssembleRequest {
   skip_hot_memories: boolean;
   skip_cold_memories: boolean;
   max_memories: number;
-  weights: [number, number, number, number]; // AssemblyOptions fields 3–6, float32 as sent; 0 when absent
+  /** AssemblyOptions fields 3–6, float32 as sent; 0 when absent. */
+  weights: [number, number, number, number];
   principal_context: PrincipalContext | null;
-  messageCount: number; // messages seen, counting stops at 101
+  /** Messages seen, counting stops at 101. */
+  messageCount: number;
   history: HistoryBytes;
-  roleOver: boolean; // some role exceeds 64 code points
+  /** Some role exceeds 64 code points. */
+  roleOver: boolean;
   contentOver: boolean;
-  stoppedEarly: boolean; // the walk stopped at the 101st message before seeing the fields §11 checks first
+  /** The walk stopped at the 101st message before seeing the fields §11 checks first. */
+  stoppedEarly: boolean;
 }
 
 const EMPTY_STRING: WireString = { text: '', bytes: 0 };
