@@ -110,10 +110,15 @@ export class PooledStoreReads implements StoreReads {
   readonly #maxChars: number | undefined;
   readonly #neighbours: number;
   /** Searches waiting. */
-  readonly #queue = new FairQueue<PendingRead>();
+  readonly #searches = new FairQueue<PendingRead>();
   /** Hot reads and directives: cheap, under short timeouts, so never batched behind searches. */
   readonly #cheap = new FairQueue<PendingRead>();
   #running = 0;
+
+  /** Reads waiting, searches and cheap ones. */
+  get #waiting(): number {
+    return this.#searches.size + this.#cheap.size;
+  }
   #meanReadMs = STORE_QUEUE_BUDGET_MS / MIN_QUEUED_PER_THREAD;
   #busyRejections = 0;
 
@@ -192,8 +197,8 @@ export class PooledStoreReads implements StoreReads {
         reject,
       };
       const limit = storeQueueLimit(this.#meanReadMs, this.#threads);
-      const queue = read.op === 'search' ? this.#queue : this.#cheap;
-      if (this.#running >= this.#threads * PIPELINE_DEPTH && this.#queue.size + this.#cheap.size >= limit) {
+      const queue = read.op === 'search' ? this.#searches : this.#cheap;
+      if (this.#running >= this.#threads * PIPELINE_DEPTH && this.#waiting >= limit) {
         const victim = queue.shedFor(read.orgId);
         if (victim === null) {
           this.#refuse(pending);
@@ -214,8 +219,8 @@ export class PooledStoreReads implements StoreReads {
 
   /** Hot reads and directives go first, in batches of their own. */
   #pump(): void {
-    while (this.#running < this.#threads * PIPELINE_DEPTH && this.#queue.size + this.#cheap.size > 0) {
-      const queue = this.#cheap.size > 0 ? this.#cheap : this.#queue;
+    while (this.#running < this.#threads * PIPELINE_DEPTH && this.#waiting > 0) {
+      const queue = this.#cheap.size > 0 ? this.#cheap : this.#searches;
       const batch: PendingRead[] = [];
       while (batch.length < MAX_BATCH && queue.size > 0) {
         const next = queue.shift()!;
@@ -271,11 +276,11 @@ export class PooledStoreReads implements StoreReads {
   }
 
   stats(): StoreReadStats {
-    return { queueSize: this.#queue.size + this.#cheap.size, busyRejections: this.#busyRejections };
+    return { queueSize: this.#waiting, busyRejections: this.#busyRejections };
   }
 
   async close(): Promise<void> {
-    for (const p of [...this.#cheap.drain(), ...this.#queue.drain()]) this.#refuse(p);
+    for (const p of [...this.#cheap.drain(), ...this.#searches.drain()]) this.#refuse(p);
     await this.#pool.destroy();
   }
 }
