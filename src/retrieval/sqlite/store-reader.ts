@@ -114,13 +114,13 @@ export class PooledStoreReads implements StoreReads {
   /** Hot reads and directives: cheap, under short timeouts, so never batched behind searches. */
   readonly #cheap = new FairQueue<PendingRead>();
   #running = 0;
+  #meanReadMs = STORE_QUEUE_BUDGET_MS / MIN_QUEUED_PER_THREAD;
+  #busyRejections = 0;
 
   /** Reads waiting, searches and cheap ones. */
   get #waiting(): number {
     return this.#searches.size + this.#cheap.size;
   }
-  #meanReadMs = STORE_QUEUE_BUDGET_MS / MIN_QUEUED_PER_THREAD;
-  #busyRejections = 0;
 
   private constructor(
     pool: Piscina<StoreReadBatch, StoreReadReply>,
