@@ -112,13 +112,6 @@ export async function listen(server: net.Server): Promise<Listening> {
   };
 }
 
-/** A port on 127.0.0.1 that nothing listens on (bound, then released). */
-export async function closedPort(): Promise<number> {
-  const l = await listen(net.createServer());
-  await l.close();
-  return l.port;
-}
-
 /** Reads a request body (small: the memory-service requests are a few hundred bytes). */
 export function readBody(req: http.IncomingMessage): Promise<string> {
   return new Promise((resolve, reject) => {

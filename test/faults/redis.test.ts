@@ -14,8 +14,9 @@ import { status } from '@grpc/grpc-js';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memories, request, startTestService, type TestService, tenant } from '../e2e/harness.js';
+import { closedPort } from '../helpers/closed-port.js';
 import { describeRedis, probeRedis, REDIS_TEST_URL } from '../helpers/redis.js';
-import { closedPort, type FakeRedis, moved, scrape, startFakeRedis } from './helpers.js';
+import { type FakeRedis, moved, scrape, startFakeRedis } from './helpers.js';
 
 const N = 4;
 /**

@@ -14,6 +14,7 @@ import { createSources, EmbeddedDirectiveSource } from '../../../src/retrieval/s
 import type { EmbeddedStore } from '../../../src/retrieval/sqlite/embedded-store.js';
 import { run } from '../../../src/tools/cli/commands/memory-server.js';
 import { type MemoryServerHandle, startMemoryServer } from '../../../src/tools/memory-server/server.js';
+import { closedPort } from '../../helpers/closed-port.js';
 import { bundle, memoriesOf, NO_FAULTS, removeTempDir, tempStore } from '../fixtures.js';
 
 const TOKEN = `tok-${randomUUID()}`;
@@ -343,10 +344,7 @@ describe('retrieve over the memory HTTP wire (contract.md §4, §4.1)', () => {
   });
 
   it('connection refused ⇒ error naming the transport failure', async () => {
-    const probe = http.createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const port = (probe.address() as AddressInfo).port;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const port = await closedPort();
     const dead = new HttpMemorySource({
       baseUrl: `http://127.0.0.1:${port}`,
       token: TOKEN,

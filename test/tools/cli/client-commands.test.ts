@@ -5,7 +5,6 @@
  * Real gRPC servers on 127.0.0.1 (test doubles behind the real transport) and real CLI processes.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,6 +14,7 @@ import { deadlineSide, errorKey, withDefaultPort } from '../../../src/tools/clie
 import { Errors } from '../../../src/wire/errors.js';
 import { startAssembleServer } from '../../helpers/assemble-server.js';
 import { CLI_AGENT as AGENT, assembleArgs, CLI_ORG as ORG, runCli } from '../../helpers/cli.js';
+import { closedPort } from '../../helpers/closed-port.js';
 import { stubResponse, ZERO_METRICS } from '../../helpers/stub-response.js';
 
 let dir: string;
@@ -24,23 +24,9 @@ async function startFake(assemble: (req: ValidatedRequest) => Promise<AssembleRe
   return addr;
 }
 
-/**
- * A port nothing listens on: one below the kernel's ephemeral range (32768–60999 on Linux), found free by
- * binding it and released. Another test's port-0 server cannot be handed it while the CLIs dial it, as it
- * could be an ephemeral port just released.
- */
+/** A `host:port` nothing listens on. */
 async function refusedAddr(): Promise<string> {
-  for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const srv = createServer();
-    const bound = await new Promise<boolean>((r) => {
-      srv.once('error', () => r(false));
-      srv.listen(port, '127.0.0.1', () => r(true));
-    });
-    if (!bound) continue;
-    await new Promise<void>((r) => srv.close(() => r()));
-    return `127.0.0.1:${port}`;
-  }
+  return `127.0.0.1:${await closedPort()}`;
 }
 
 beforeAll(() => {

@@ -9,6 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli } from '../../helpers/cli.js';
+import { closedPort } from '../../helpers/closed-port.js';
 import { PG_TEST_URL, probePostgres } from '../../helpers/postgres.js';
 import { describeIfReachable } from '../../helpers/reachable.js';
 
@@ -23,9 +24,7 @@ async function ports(): Promise<{ busy: number; close: () => void; free: number 
       s.listen(0, '127.0.0.1', () => resolve(s));
     });
   const busy = await listen();
-  const spare = await listen();
-  const free = (spare.address() as net.AddressInfo).port;
-  await new Promise((r) => spare.close(r));
+  const free = await closedPort();
   return { busy: (busy.address() as net.AddressInfo).port, close: () => busy.close(), free };
 }
 
