@@ -209,6 +209,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
         : {}),
       logger,
       settings,
+      onLateAnswer: (path, lateMs) => metrics.lateAnswers.observe({ path }, lateMs / 1000),
       // Tracing before authentication, so that refused calls get their span.
       interceptors: [
         assemblyMetricsInterceptor(metrics),

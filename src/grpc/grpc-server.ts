@@ -20,20 +20,21 @@ import { authorizeRequest } from '../request/authorize-request.js';
 import {
   type AbortSignalLike,
   abortCause,
+  type CallContext,
   type CallContextHandle,
   createCallContext,
   monotonicNow,
 } from '../request/call-context.js';
 import type { MemoryRpcDeps } from '../request/memory-rpcs.js';
 import { RequestPrefixScanner } from '../request/request-prefix-scanner.js';
-import { validateWireRequest } from '../request/validate.js';
+import { type ValidatedRequest, validateWireRequest } from '../request/validate.js';
 import { decodeAssembleRequest, type WireAssembleRequest } from '../request/wire-request.js';
 import type { Logger } from '../telemetry/logger.js';
 import { callLogger } from '../telemetry/tracing/call-logger.js';
 import type { CallTrace } from '../telemetry/tracing/call-trace.js';
 import type { CallTraces } from '../telemetry/tracing/tracing.js';
 import { MESSAGE_BUFFERS, releaseMessageBuffer } from '../util/message-buffers.js';
-import { Errors, IbexError, toStatusObject } from '../wire/errors.js';
+import { Errors, IbexError, isIbexError, toStatusObject } from '../wire/errors.js';
 import {
   type AssembleContextResponse,
   CONTEXT_SERVICE_NAME,
@@ -75,7 +76,15 @@ export interface GrpcServerOptions {
   traces?: CallTraces;
   /** What the memory methods run on; absent (in front of a memory service), both answer UNIMPLEMENTED. */
   memoryRpcs?: MemoryRpcDeps;
+  /** Told of each answer sent after D (the event loop ran late), with how late, ms. */
+  onLateAnswer?: (path: LateAnswerPath, lateMs: number) => void;
 }
+
+/**
+ * How an answer came to be sent after D: `ready_after_deadline` (the pipeline's answer, resolved once the
+ * clock had passed D) or `deadline_answer` (built when D's timer fired with no answer yet).
+ */
+export type LateAnswerPath = 'ready_after_deadline' | 'deadline_answer';
 
 /** A created, not yet bound, server. */
 export interface GrpcServer {
@@ -167,6 +176,16 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
 
   const deadlineExceeded: Outcome = { kind: 'error', error: toStatusObject(Errors.deadlineExceeded()) };
 
+  /** The pipeline's answer at D, or null (none may be built, or building it failed). */
+  const answerAtDeadline = (req: ValidatedRequest, ctx: CallContext): AssembleResult | null => {
+    try {
+      return assemble.atDeadline?.(req, ctx) ?? null;
+    } catch (err) {
+      logger.error({ err }, 'answer at the deadline failed');
+      return null;
+    }
+  };
+
   const handleAssemble = (
     call: ServerUnaryCall<WireAssembleRequest, AssembleContextResponse>,
     callback: sendUnaryData<AssembleContextResponse>,
@@ -209,8 +228,20 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       }
     };
 
-    const onAbort = (signal: AbortSignalLike) => {
-      settle(abortCause(signal) === 'deadline' ? deadlineExceeded : { kind: 'cancelled' });
+    // Past D with no answer: the one built at D, unless grpc-js already ended the call (the caller's deadline).
+    const settleAtDeadline = (req?: ValidatedRequest) => {
+      const ctx = handle?.ctx;
+      const result = req && ctx && !call.cancelled ? answerAtDeadline(req, ctx) : null;
+      if (!result || !ctx) {
+        settle(deadlineExceeded);
+        return;
+      }
+      opts.onLateAnswer?.('deadline_answer', monotonicNow() - ctx.deadline);
+      settle({ kind: 'ok', result });
+    };
+    const onAbort = (signal: AbortSignalLike, req?: ValidatedRequest) => {
+      if (abortCause(signal) === 'deadline') settleAtDeadline(req);
+      else settle({ kind: 'cancelled' });
     };
 
     try {
@@ -223,12 +254,14 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
       const req = validateWireRequest(call.request);
       // Needs the decoded org_id, so it cannot live in the authentication interceptor.
       authorizeRequest(req, ctx);
-      ctx.signal.addEventListener('abort', () => onAbort(ctx.signal), { once: true });
+      ctx.signal.addEventListener('abort', () => onAbort(ctx.signal, req), { once: true });
       assemble(req, ctx).then(
         (result) => {
           if (ctx.signal.aborted) return;
-          // A blocked event loop can delay the deadline timer past D; the clock, not the timer, decides.
-          settle(monotonicNow() >= ctx.deadline ? deadlineExceeded : { kind: 'ok', result });
+          // A late event loop can resolve the answer past D before D's timer fires: an answer beats an error.
+          const lateMs = monotonicNow() - ctx.deadline;
+          if (lateMs >= 0) opts.onLateAnswer?.('ready_after_deadline', lateMs);
+          settle({ kind: 'ok', result });
         },
         (err: unknown) => {
           if (settled) {
@@ -238,7 +271,10 @@ export function createGrpcServer(opts: GrpcServerOptions): GrpcServer {
             );
             return;
           }
-          settle(toError(err, trace));
+          // The pipeline saw the clock pass D before D's timer fired (a refusal before D stays an error).
+          if (isIbexError(err, 'IBEX_ERR_DEADLINE_EXCEEDED') && monotonicNow() >= ctx.deadline)
+            settleAtDeadline(req);
+          else settle(toError(err, trace));
         },
       );
     } catch (err) {

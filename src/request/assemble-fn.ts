@@ -16,4 +16,13 @@ export interface AssembleResult {
  * The assembly pipeline: honours `ctx.signal`, resolves before `ctx.deadline`, and resolves dependency
  * failures as degraded responses. A rejection with an {@link IbexError} becomes its status, else INTERNAL.
  */
-export type AssembleFn = (req: ValidatedRequest, ctx: CallContext) => Promise<AssembleResult>;
+export interface AssembleFn {
+  (req: ValidatedRequest, ctx: CallContext): Promise<AssembleResult>;
+  /**
+   * The answer for a call still unanswered when D's timer fires (a process the machine did not schedule in
+   * time): directive (when read) + history, L2, reason `deadline`, built at once on the main thread. Null
+   * when none may be built (the call left under 10 ms, its history went with a CPU task, unknown model);
+   * the call is then DEADLINE_EXCEEDED. Absent: always DEADLINE_EXCEEDED.
+   */
+  atDeadline?(req: ValidatedRequest, ctx: CallContext): AssembleResult | null;
+}

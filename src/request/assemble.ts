@@ -15,20 +15,22 @@ import { generateNonce } from '../text/nonce.js';
 import { monotonicNow } from '../util/clock.js';
 import { Errors, isIbexError } from '../wire/errors.js';
 import type { DegradationLevel } from '../wire/proto.js';
+import type { BranchOutcome, Directive } from '../wire/types.js';
 import { AdaptiveConcurrencyLimit, type AdmissionSample } from './admission.js';
 import {
   answerFromStage,
   degradationLevel,
   degradationReasons,
   degradedAnswer,
+  historyLost,
   warmDegradedAnswer,
 } from './answers.js';
 import { CpuStageRunner } from './assemble-cpu-stage.js';
-import type { AssembleFn } from './assemble-fn.js';
+import type { AssembleFn, AssembleResult } from './assemble-fn.js';
 import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
 import { type CallContext, throwIfAborted } from './call-context.js';
 import type { Assembly } from './response-parts.js';
-import { StageReserve } from './stage-reserve.js';
+import { PER_MIB_FROM_BYTES, StageReserve } from './stage-reserve.js';
 import type { ValidatedRequest } from './validate.js';
 import { CONTENT_OVER, checkHistoryContents } from './wire-request.js';
 
@@ -52,6 +54,39 @@ function historyByteLength(req: ValidatedRequest): number {
   let bytes = 0;
   for (let i = 0; i < 4 * count; i += 2) bytes += spans[i + 1]! - spans[i]!;
   return bytes;
+}
+
+/** Calls given less than this (ms from arrival to D) get DEADLINE_EXCEEDED at D, not an answer (contract.md §10). */
+export const DEADLINE_ANSWER_MIN_MS = 10;
+
+/** The directive branch's end, told before the memory branches end. */
+interface DirectiveRead {
+  directive: Directive | null;
+  outcome: BranchOutcome;
+}
+
+/** A retrieval still running at D: the directive if its branch ended, every other branch timed out. */
+function unfinishedRetrieval(
+  req: ValidatedRequest,
+  latencyMs: number,
+  read?: DirectiveRead,
+): RetrievalResult {
+  const branch = (name: 'directive' | 'hot' | 'cold', skipped: boolean): BranchOutcome =>
+    skipped
+      ? { name, status: 'skipped', latency_ms: 0, detail: '' }
+      : { name, status: 'timeout', latency_ms: latencyMs, detail: 'deadline' };
+  return {
+    directive: read?.directive ?? null,
+    hot: [],
+    cold: [],
+    branches: [
+      read?.outcome ?? branch('directive', false),
+      branch('hot', req.skipHot),
+      branch('cold', req.skipCold),
+    ],
+    dropped: { invalid: 0, foreign: 0 },
+    bounded: { oversize: 0, ignored: 0 },
+  };
 }
 
 function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): Generator<string> {
@@ -80,7 +115,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const admission = new AdaptiveConcurrencyLimit({ maxLimit: settings.maxInFlight });
   if (deps.metrics) registerAdmissionMetrics(deps.metrics.registry, admission);
   const cpu = new CpuStageRunner({ pool, reserve, observer, logger, dpCellCeiling: settings.dpCellCeiling });
-  return async (req: ValidatedRequest, ctx: CallContext) => {
+  /** Each call's retrieval once it ended, and its directive once read: what an answer at D keeps. */
+  const retrieved = new WeakMap<CallContext, RetrievalResult>();
+  const directives = new WeakMap<CallContext, DirectiveRead>();
+  const assemble: AssembleFn = async (req: ValidatedRequest, ctx: CallContext) => {
     observer.callStarted();
     const admitted = admission.tryAcquire();
     const taught: { sample: AdmissionSample | null } = { sample: null };
@@ -94,6 +132,36 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       observer.callEnded();
     }
   };
+  assemble.atDeadline = atDeadline;
+  return assemble;
+
+  function atDeadline(req: ValidatedRequest, ctx: CallContext): AssembleResult | null {
+    // A large history has its own refusal before D (degradedTooLate): its answer is not built late.
+    const historyBytes = historyByteLength(req);
+    if (ctx.deadline - ctx.arrival < DEADLINE_ANSWER_MIN_MS || historyBytes >= PER_MIB_FROM_BYTES)
+      return null;
+    if (historyLost(req.history)) return null;
+    try {
+      const resolved = catalog.resolve(req.model);
+      const retrieval =
+        retrieved.get(ctx) ?? unfinishedRetrieval(req, monotonicNow() - ctx.arrival, directives.get(ctx));
+      const assembly: Assembly = {
+        req,
+        ctx,
+        retrieval,
+        kept: [],
+        columns: [],
+        filtered: [],
+        nonce: generateNonce(settings.nonceBytes),
+        rankingMs: 0,
+        historyBytes,
+      };
+      return answer(assembly, resolved, null, 'deadline');
+    } catch {
+      // An unknown model or an over-long content: the pipeline's own error was never reached in time.
+      return null;
+    }
+  }
 
   async function assembleOne(
     req: ValidatedRequest,
@@ -160,6 +228,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         skipHot: req.skipHot || shed,
         skipCold: req.skipCold || shed,
         coldLimit,
+        onDirective: (directive, outcome) => directives.set(ctx, { directive, outcome }),
       },
       {
         wallMs,
@@ -172,6 +241,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       monotonicNow,
       ctx.timer,
     );
+    retrieved.set(ctx, retrieval);
     reserve.wallOverrun.record(Math.max(0, monotonicNow() - start - wallMs));
     throwIfAborted(ctx);
     if (shed) {

@@ -28,6 +28,8 @@ export interface RetrievalRequest {
   skipCold: boolean;
   /** Most cold hits to ask for and keep (default {@link SEARCH_LIMIT}); see ranking/candidate-limit.ts. */
   coldLimit?: number;
+  /** Told as soon as the directive branch ends, before the memory branches do (an answer at D keeps it). */
+  onDirective?: (directive: Directive | null, outcome: BranchOutcome) => void;
 }
 
 /** ms (contract.md §3, §4). */
@@ -91,6 +93,16 @@ export async function retrieve(
 
   try {
     const dP = race.run('directive', t.directiveMs, (s) => sources.directive.get(orgId, agentId, s));
+    const onDirective = req.onDirective;
+    if (onDirective) {
+      const tell = (d: Settled<Directive | null>) =>
+        onDirective(d.value ?? null, {
+          ...d.outcome,
+          detail: d.outcome.status === 'success' && d.value == null ? 'no directive' : d.outcome.detail,
+        });
+      if (dP instanceof Promise) void dP.then(tell);
+      else tell(dP);
+    }
     const hP = req.skipHot
       ? skipped('hot', 'skip_hot_memories')
       : race.run('hot', t.hotMs, (s) => sources.memory.hot(orgId, agentId, s));

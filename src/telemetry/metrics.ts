@@ -70,6 +70,8 @@ export interface Metrics {
   inFlight: Gauge;
   /** Calls with a large history refused because not even their degraded answer could be ready in time. */
   refusedTooLate: Counter;
+  /** Answers sent after D: how late (seconds past D), by how they came to be late (`LateAnswerPath`). */
+  lateAnswers: Histogram<'path'>;
   /** Stops the event-loop monitor. */
   stop(): void;
 }
@@ -305,6 +307,13 @@ export function createMetrics(
     refusedTooLate: new Counter({
       name: 'ibex_context_refused_too_late_total',
       help: 'AssembleContext calls with a history of 256 KiB or more answered DEADLINE_EXCEEDED without building an answer: at its measured cost, not even the degraded answer could be ready before the deadline',
+      registers: [registry],
+    }),
+    lateAnswers: new Histogram({
+      name: 'ibex_context_late_answer_seconds',
+      help: 'AssembleContext answers sent after the deadline because the event loop ran late, by seconds past it: path="ready_after_deadline" (the assembled answer) or "deadline_answer" (directive and history, L2, built when the deadline timer fired); a caller whose own deadline passed has had DEADLINE_EXCEEDED from its client already',
+      labelNames: ['path'] as const,
+      buckets: [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1],
       registers: [registry],
     }),
     stop() {

@@ -12,8 +12,10 @@ import {
   type AssembleResult,
   createGrpcServer,
   type GrpcServer,
+  type GrpcServerOptions,
+  type LateAnswerPath,
 } from '../../src/grpc/grpc-server.js';
-import { abortCause, type CallContext } from '../../src/request/call-context.js';
+import { abortCause, type CallContext, monotonicNow } from '../../src/request/call-context.js';
 import type { ValidatedRequest } from '../../src/request/validate.js';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { Errors } from '../../src/wire/errors.js';
@@ -52,13 +54,20 @@ interface Harness {
   stop(): Promise<void>;
 }
 
-async function startServer(settings: Partial<TestSettings> = {}): Promise<Harness> {
+async function startServer(
+  settings: Partial<TestSettings> = {},
+  onLateAnswer?: GrpcServerOptions['onLateAnswer'],
+): Promise<Harness> {
   let impl: AssembleFn = async (req) => response(req);
   const sink = logSink();
+  const assemble: AssembleFn = Object.assign((req: ValidatedRequest, ctx: CallContext) => impl(req, ctx), {
+    atDeadline: (req: ValidatedRequest, ctx: CallContext) => impl.atDeadline?.(req, ctx) ?? null,
+  });
   const grpc = createGrpcServer({
-    assemble: (req, ctx) => impl(req, ctx),
+    assemble,
     logger: createLogger({ logLevel: 'debug' }, sink.stream),
     settings: { ...SETTINGS, ...settings },
+    onLateAnswer,
   });
   const port = await grpc.bind('127.0.0.1:0');
   const client = createTestClient(`127.0.0.1:${port}`);
@@ -339,8 +348,9 @@ describe('server-side deadline', () => {
     }
   });
 
-  it('does not send a response that became ready after the deadline', async () => {
-    const s = await startServer({ timeoutMs: 30 });
+  it('sends an answer that became ready past D (a late event loop) and reports it late, not DEADLINE_EXCEEDED', async () => {
+    const late: { path: LateAnswerPath; lateMs: number }[] = [];
+    const s = await startServer({ timeoutMs: 30 }, (path, lateMs) => late.push({ path, lateMs }));
     try {
       s.use(async (req) => {
         // Block the event loop past D so the deadline timer cannot fire first.
@@ -348,6 +358,75 @@ describe('server-side deadline', () => {
         while (Date.now() < end) {}
         return response(req);
       });
+      const out = await s.client.assemble(valid());
+      expect(out.status.code, out.status.details).toBe(status.OK);
+      expect(out.response?.degradation?.level).toBe('L0');
+      expect(late).toHaveLength(1);
+      expect(late[0]!.path).toBe('ready_after_deadline');
+      expect(late[0]!.lateMs).toBeGreaterThanOrEqual(25);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  it("answers with the pipeline's answer at D when D's timer fires before the pipeline answered", async () => {
+    const late: LateAnswerPath[] = [];
+    const s = await startServer({ timeoutMs: 40 }, (path) => late.push(path));
+    try {
+      const hang = hanging();
+      const fn: AssembleFn = Object.assign((req: ValidatedRequest, c: CallContext) => hang.fn(req, c), {
+        atDeadline: (req: ValidatedRequest) => response(req, 'L2'),
+      });
+      s.use(fn);
+      const out = await s.client.assemble(valid());
+      expect(out.status.code, out.status.details).toBe(status.OK);
+      expect(out.response?.degradation?.level).toBe('L2');
+      expect(late).toEqual(['deadline_answer']);
+      expect(((await hang.aborted) as DOMException).name).toBe('TimeoutError');
+    } finally {
+      await s.stop();
+    }
+  });
+
+  it("turns the pipeline's own DEADLINE_EXCEEDED past D into the answer at D; before D it stays the error", async () => {
+    const s = await startServer({ timeoutMs: 30 });
+    try {
+      const atD = Object.assign(
+        async (_req: ValidatedRequest, c: CallContext): Promise<AssembleResult> => {
+          // The clock passes D with the loop blocked, as throwIfAborted sees it before D's timer fires.
+          while (monotonicNow() < c.deadline + 5) {}
+          throw Errors.deadlineExceeded();
+        },
+        { atDeadline: (req: ValidatedRequest) => response(req, 'L2') },
+      );
+      s.use(atD);
+      const past = await s.client.assemble(valid());
+      expect(past.status.code, past.status.details).toBe(status.OK);
+      expect(past.response?.degradation?.level).toBe('L2');
+
+      // A refusal before D (a large history whose degraded answer cannot fit) is not turned into an answer.
+      s.use(
+        Object.assign(
+          async (): Promise<AssembleResult> => {
+            throw Errors.deadlineExceeded();
+          },
+          { atDeadline: (req: ValidatedRequest) => response(req, 'L2') },
+        ),
+      );
+      const early = await s.client.assemble(valid());
+      expect(early.status.code).toBe(status.DEADLINE_EXCEEDED);
+    } finally {
+      await s.stop();
+    }
+  });
+
+  it('stays DEADLINE_EXCEEDED at D when no answer may be built there (atDeadline gives null)', async () => {
+    const s = await startServer({ timeoutMs: 40 });
+    try {
+      const hang = hanging();
+      s.use(
+        Object.assign((req: ValidatedRequest, c: CallContext) => hang.fn(req, c), { atDeadline: () => null }),
+      );
       const out = await s.client.assemble(valid());
       expect(out.status.code).toBe(status.DEADLINE_EXCEEDED);
     } finally {
