@@ -239,6 +239,32 @@ export const FLEET_SECTIONS = [
       ),
   },
   {
+    script: 'bench:replay-busy',
+    command: 'bash bench/replay-busy.sh <locomo dir> 5',
+    file: 'replay-busy',
+    title: "The README's replay beside two busy loops",
+    render: (r) =>
+      [
+        table(
+          ['run', 'exit', 'OK', 'errors', 'L0', 'L1', 'L2', 'answers after D', 'p99 ms', 'violations'],
+          need(r, 'runs').map((x, i) => [
+            i + 1,
+            x.exit,
+            x.ok,
+            Object.values(x.errors ?? {}).reduce((a, n) => a + n, 0),
+            x.levels.L0 ?? 0,
+            x.levels.L1 ?? 0,
+            x.levels.L2 ?? 0,
+            x.late_answers ? Object.values(x.late_answers).reduce((a, n) => a + n, 0) : '—',
+            x.latency_ms?.p99 ?? '—',
+            x.invariant_violations,
+          ]),
+        ),
+        '',
+        `Exit 0 in ${r.exit_0} of ${r.of} runs; load average ${r.load_average}. "Answers after D": sent past the deadline because the event loop ran late (contract.md §10, the answer at D).`,
+      ].join('\n'),
+  },
+  {
     script: 'bench:isolation',
     file: 'isolation',
     title: 'Isolation (a quiet org beside noisy ones)',
