@@ -1,14 +1,12 @@
 /** Starts and stops the whole service (`ibex-context serve`, end-to-end tests on port 0). */
-import { randomUUID } from 'node:crypto';
-import { Metadata, type ServerCredentials, type ServerInterceptor } from '@grpc/grpc-js';
+import type { ServerCredentials, ServerInterceptor } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { CapabilityCatalog } from '../budget/catalog.js';
 import type { Settings } from '../config/settings.js';
 import { createGrpcServer, type GrpcServer } from '../grpc/grpc-server.js';
 import { CpuPool } from '../pool/pool-client.js';
 import { createAssembler } from '../request/assemble.js';
-import { monotonicNow } from '../request/call-context.js';
-import { withHistoryView } from '../request/validate.js';
+import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from '../request/assembly-observer.js';
 import { encodeHistory } from '../request/wire-request.js';
 import { InclusionCounter } from '../retrieval/inclusion-counter.js';
 import type { MemorySource } from '../retrieval/ports.js';
@@ -22,6 +20,7 @@ import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { warmBpe } from '../text/bpe.js';
 import { serializeAssembleResponseBuffer } from '../wire/proto.js';
 import { warmDependencies } from './dependency-warmup.js';
+import { warmCall, warmOnTenants } from './tenant-warmup.js';
 
 export interface RunningService {
   /** gRPC `host:port` actually bound. */
@@ -60,30 +59,6 @@ function warmMemorySource(): MemorySource {
     search: (orgId, agentId, _query, _signal, limit) => warmSearchHits(orgId, agentId, limit ?? 10, now),
     close: async () => {},
   };
-}
-
-type WarmFields = Pick<
-  Parameters<typeof withHistoryView>[0],
-  'query' | 'model' | 'availableTokens' | 'history' | 'skipHot' | 'skipCold'
->;
-
-/** One warm-up call of `assemble` for a fresh random tenant, 1 s deadline; resolves undefined on any error. */
-function warmCall(assemble: ReturnType<typeof createAssembler>, fields: WarmFields) {
-  const arrival = monotonicNow();
-  return assemble(
-    withHistoryView({
-      orgId: randomUUID(),
-      agentId: randomUUID(),
-      sessionId: '',
-      directiveVersionId: '',
-      maxMemories: 0,
-      requestId: '',
-      traceId: '',
-      spanId: '',
-      ...fields,
-    }),
-    { signal: new AbortController().signal, deadline: arrival + 1000, arrival, metadata: new Metadata() },
-  ).catch(() => undefined);
 }
 
 /** Runs the pipeline before SERVING, so the first real calls do not pay lazy compilation in their deadline. */
@@ -140,6 +115,19 @@ async function warmPipeline(
   }
 }
 
+/** `observer` once `warming()` is false; nothing before. */
+function whenServing(warming: () => boolean, observer: AssemblyObserver): AssemblyObserver {
+  const pick = () => (warming() ? NO_OBSERVER : observer);
+  return {
+    callStarted: () => pick().callStarted(),
+    callEnded: () => pick().callEnded(),
+    retrieved: (r) => pick().retrieved(r),
+    cpuStageDone: (stage) => pick().cpuStageDone(stage),
+    degraded: (level, reasons) => pick().degraded(level, reasons),
+    refusedTooLate: () => pick().refusedTooLate(),
+  };
+}
+
 function hostOf(addr: string): string {
   return addr.slice(0, addr.lastIndexOf(':'));
 }
@@ -193,8 +181,35 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       metrics.registry,
       inclusions ? () => inclusions.stats() : undefined,
     );
+    // The serving pipeline warms on stored agents first; those answers count in no inclusion and no metric.
+    let warming = true;
+    const served = metricsObserver(metrics);
+    const assemble = createAssembler({
+      settings,
+      catalog,
+      sources,
+      pool,
+      logger,
+      metrics,
+      observer: whenServing(() => warming, served),
+      quiet: () => warming,
+      inclusions: inclusions && {
+        record: (orgId, ids) => {
+          if (!warming) inclusions.record(orgId, ids);
+        },
+      },
+    });
+    const tenantWarmup = await warmOnTenants(
+      assemble,
+      sources,
+      catalog.modelIds(),
+      settings.timeoutMs,
+      logger,
+    );
+    warming = false;
+    logger.debug(tenantWarmup, 'pipeline warmed on stored agents');
     const grpc = createGrpcServer({
-      assemble: createAssembler({ settings, catalog, sources, pool, logger, metrics, inclusions }),
+      assemble,
       // A memory service has no feedback and its search is not scoped as §7a states: both stay UNIMPLEMENTED.
       ...(sources.feedback
         ? {

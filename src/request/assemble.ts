@@ -47,6 +47,8 @@ export interface AssemblerDeps {
   observer?: AssemblyObserver;
   /** Counts every answer's included memories toward their frequency; absent, nothing is counted. */
   inclusions?: { record(orgId: string, memoryIds: Iterable<string>): void };
+  /** While this returns true (the start-up warm-up), degraded answers are not logged. */
+  quiet?: () => boolean;
 }
 
 function historyByteLength(req: ValidatedRequest): number {
@@ -104,7 +106,10 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool } = deps;
   const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
   const logger = deps.logger.child({ component: 'assemble' });
-  const logDegraded = degradedAssemblyLog(logger);
+  const logLine = degradedAssemblyLog(logger);
+  const logDegraded: typeof logLine = (line) => {
+    if (!deps.quiet?.()) logLine(line);
+  };
   const reserve = new StageReserve(settings.cpuStageReserveMs);
   const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates, settings.ranking.relevanceFloor);
   // A memory service's hot hits carry no query relevance: the CPU stage measures it lexically.

@@ -38,6 +38,13 @@ export interface MemoryThreadStats {
   heavyOrgs: number;
 }
 
+/** A stored agent and queries made of words of its own memories: what the start-up warm-up searches. */
+export interface WarmTenant {
+  orgId: string;
+  agentId: string;
+  queries: string[];
+}
+
 export interface RetrievalSources {
   directive: DirectiveSource;
   memory: MemorySource;
@@ -48,6 +55,11 @@ export interface RetrievalSources {
   memoryThread?: () => MemoryThreadStats;
   /** Absent in front of a memory service (contract.md §2). */
   feedback?: FeedbackStore;
+  /**
+   * Up to `agents` recently written agents of the project's own store, each with up to `queries` queries
+   * (see {@link WarmTenant}); absent in front of a memory service.
+   */
+  warmTenants?: (agents: number, queries: number) => Promise<WarmTenant[]>;
 }
 
 /** Where a bulk import writes: the embedded store or PostgreSQL. */

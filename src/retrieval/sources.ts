@@ -210,6 +210,11 @@ export async function createSources(
       ...(mem instanceof RoutedMemorySource ? { memoryThread: () => mem.stats() } : {}),
       kind: { memory: memoryKind, directive: directiveKind },
       ...(memoryKind === 'postgres'
+        ? { warmTenants: (agents: number, queries: number) => pgStore!.warmTenants(agents, queries) }
+        : memoryKind === 'embedded'
+          ? { warmTenants: async (agents: number, queries: number) => store!.warmTenants(agents, queries) }
+          : {}),
+      ...(memoryKind === 'postgres'
         ? { feedback: pgStore! }
         : memoryKind === 'embedded'
           ? { feedback: embeddedFeedback(store!, inclusionWrites) }

@@ -12,6 +12,17 @@ const WORDS = [
 ];
 const CATEGORIES = ['episodic', 'factual', 'preference'];
 
+/** Words kept from a memory to make a warm-up query; a LoCoMo question has about this many. */
+const QUERY_WORDS = 8;
+
+/**
+ * A search query from a stored memory's text: its first {@link QUERY_WORDS} words of letters or digits
+ * (from the first 400 characters), so the warm-up's searches match rows as a user's question would.
+ */
+export function queryFromContent(content: string): string {
+  return (content.slice(0, 400).match(/[\p{L}\p{N}]{2,}/gu) ?? []).slice(0, QUERY_WORDS).join(' ');
+}
+
 export const WARM_QUERY = 'what did Caroline say about the support group and painting with friends';
 
 function warmId(i: number): string {

@@ -93,8 +93,8 @@ export class PgPool {
     return this.#pool.connect();
   }
 
-  async query<R extends pg.QueryResultRow>(text: string): Promise<R[]> {
-    return (await this.#pool.query<R>(text)).rows;
+  async query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<R[]> {
+    return (await this.#pool.query<R>(text, values)).rows;
   }
 
   poolStats(): { total: number; idle: number; waiting: number } {

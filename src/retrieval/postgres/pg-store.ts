@@ -3,11 +3,12 @@ import type pg from 'pg';
 import type { FeedbackKind, FeedbackStore, InclusionCount, UsefulnessUpdate } from '../feedback.js';
 import { feedbackUpdates, inclusionBatch } from '../feedback.js';
 import { neighbourArg } from '../neighbours.js';
-import type { AgentWriter } from '../ports.js';
+import type { AgentWriter, WarmTenant } from '../ports.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
 import { checkAgentRows, checkMemory, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT } from '../validate.js';
+import { queryFromContent } from '../warm-memories.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { PgChangeFeed } from './pg-change-feed.js';
 import { PgPool, type PgWork } from './pg-pool.js';
@@ -237,6 +238,26 @@ export class PgStore implements FeedbackStore, AgentWriter {
               (SELECT count(*) FROM ${this.schema}.directives) AS d`,
     );
     return { memories: Number(row!.m), agents: Number(row!.a), directives: Number(row!.d) };
+  }
+
+  /** As EmbeddedStore.warmTenants: agents among 20,000 rows, queries from their newest memories. */
+  async warmTenants(agents: number, queries: number): Promise<WarmTenant[]> {
+    const scopes = await this.#pool.query<{ org_id: string; agent_id: string }>(
+      `SELECT org_id::text, agent_id::text FROM (SELECT org_id, agent_id FROM ${this.schema}.memories LIMIT 20000) s
+       GROUP BY org_id, agent_id LIMIT $1`,
+      [agents],
+    );
+    const out: WarmTenant[] = [];
+    for (const s of scopes) {
+      const rows = await this.#pool.query<{ content: string }>(
+        `SELECT content FROM ${this.schema}.memories WHERE org_id = $1 AND agent_id = $2
+         ORDER BY created_at DESC LIMIT $3`,
+        [s.org_id, s.agent_id, queries],
+      );
+      const texts = rows.map((r) => queryFromContent(r.content)).filter((q) => q !== '');
+      out.push({ orgId: s.org_id, agentId: s.agent_id, queries: texts });
+    }
+    return out;
   }
 
   async analyze(): Promise<void> {

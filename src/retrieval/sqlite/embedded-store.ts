@@ -8,6 +8,7 @@ import Database from 'better-sqlite3';
 import type { MemoryContent } from '../../text/content-bytes.js';
 import { toFtsQuery } from '../../text/fts-query.js';
 import { mergeNeighbours, type NeighbourRow, neighbourArg, type ScoredRow } from '../neighbours.js';
+import type { WarmTenant } from '../ports.js';
 import { ReadCache, WriteWatch } from '../read-cache.js';
 import {
   bm25ToSimilarity,
@@ -26,6 +27,7 @@ import {
   uuidArg,
 } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
+import { queryFromContent } from '../warm-memories.js';
 import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
 import { prepareConnection } from './store-schema.js';
@@ -150,6 +152,31 @@ export class EmbeddedStore extends EmbeddedWriter {
       db.close();
       throw err;
     }
+  }
+
+  /**
+   * Up to `agents` agents among the newest 20,000 rows, newest first, each with queries made from up to
+   * `queries` of its newest memories (`queryFromContent`). For the start-up warm-up only: reads on the
+   * main thread, before traffic.
+   */
+  warmTenants(agents: number, queries: number): WarmTenant[] {
+    const scopes = this.db
+      .prepare<[number], { org_id: string; agent_id: string }>(
+        `SELECT org_id, agent_id FROM (SELECT org_id, agent_id, pk FROM memories ORDER BY pk DESC LIMIT 20000)
+         GROUP BY org_id, agent_id ORDER BY max(pk) DESC LIMIT ?`,
+      )
+      .all(agents);
+    const contents = this.db.prepare<[string, string, number], { content: string }>(
+      'SELECT content FROM memories WHERE org_id = ? AND agent_id = ? ORDER BY pk DESC LIMIT ?',
+    );
+    return scopes.map((s) => ({
+      orgId: s.org_id,
+      agentId: s.agent_id,
+      queries: contents
+        .all(s.org_id, s.agent_id, queries)
+        .map((r) => queryFromContent(r.content))
+        .filter((q) => q !== ''),
+    }));
   }
 
   #params(orgId: string | null, agentId: string, options: ReadOptions, limit: number): ReadParams {

@@ -98,6 +98,31 @@ describePg('PostgreSQL store', reachable, () => {
     expect(v.hits).toHaveLength(20);
   });
 
+  it('warmTenants: a written agent is listed with queries made of its newest memories, words of 2+ letters', async () => {
+    const org = randomUUID();
+    const agent = randomUUID();
+    await pg.store.upsertMemories([
+      memory(randomUUID(), 'Caroline went to a support group on May 7', {
+        org,
+        agent,
+        at: Date.UTC(2024, 4, 8),
+      }),
+      memory(randomUUID(), 'Melanie paints sunsets: "calming" & bright!', {
+        org,
+        agent,
+        at: Date.UTC(2024, 4, 9),
+      }),
+      memory(randomUUID(), 'an older note', { org, agent, at: Date.UTC(2020, 0, 1) }),
+    ]);
+    const tenants = await pg.store.warmTenants(1000, 2);
+    const mine = tenants.find((t) => t.orgId === org && t.agentId === agent);
+    expect(mine?.queries).toEqual([
+      'Melanie paints sunsets calming bright',
+      'Caroline went to support group on May',
+    ]);
+    expect((await pg.store.warmTenants(1, 2)).length).toBe(1);
+  });
+
   it('scoping: another org’s or agent’s memory is never returned, by hot or by search', async () => {
     await pg.store.upsertMemories([
       memory(randomUUID(), 'shared secret about the lighthouse', { org: OTHER_ORG }),

@@ -303,3 +303,24 @@ describe('embedded sources through retrieve (contract.md §4.3)', () => {
     expect(r.branches[1]!.detail).toMatch(/^embedded store unavailable/);
   });
 });
+
+describe('EmbeddedStore.warmTenants (start-up warm-up)', () => {
+  it('lists the most recently written agents, newest first, with queries made of their own memories', () => {
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 3, 'older'));
+    fx.store.upsertMemories(memoriesOf(OTHER_ORG, OTHER_AGENT, 12, 'newer'));
+    const tenants = fx.store.warmTenants(5, 4);
+    expect(tenants.map((t) => [t.orgId, t.agentId])).toEqual([
+      [OTHER_ORG, OTHER_AGENT],
+      [ORG, AGENT],
+    ]);
+    expect(tenants[0]!.queries).toEqual([
+      'newer memory 11 about painting',
+      'newer memory 10 about gardening',
+      // Words of one character are left out: they match too much to be a question's terms.
+      'newer memory about baking',
+      'newer memory about chess',
+    ]);
+    expect(tenants[1]!.queries).toHaveLength(3);
+    expect(fx.store.warmTenants(1, 2)).toHaveLength(1);
+  });
+});
