@@ -1,5 +1,6 @@
 /** The PostgreSQL store's read statements; ids arrive checked, caching is the store's. */
 import type pg from 'pg';
+import type { MemoryHit } from '../../wire/types.js';
 import { mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
 import type { DirectiveEnvelope, StoreHit } from '../store-rows.js';
 import { type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
@@ -20,6 +21,42 @@ export interface PgReadOptions {
 }
 
 type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
+
+/** Turns one scoped row into what a read returns: a wire hit (`toHit`) or a retrieval hit (`toMemoryHit`). */
+export type RowMapper<T> = (row: MemoryDbRow, similarity: number, rank: number, source: 'hot' | 'fts') => T;
+
+/**
+ * A row as the retrieval branch's hit, built directly: the same fields `validateHit` reads from the wire
+ * shape, without the round trip through an ISO date and three UUID checks per row (the database typed and
+ * scoped them; the caller still compares org and agent).
+ */
+export function toMemoryHit(
+  row: MemoryDbRow,
+  similarity: number,
+  rank: number,
+  source: 'hot' | 'fts',
+): MemoryHit {
+  const hit: MemoryHit = {
+    memory_id: row.id,
+    org_id: row.org_id,
+    agent_id: row.agent_id,
+    content: row.content,
+    category: row.category,
+    confidence: row.confidence,
+    similarity,
+    rank,
+    source,
+  };
+  const at = row.created_at.getTime();
+  if (Number.isFinite(at)) hit.created_at_ms = at;
+  const u = row.usefulness;
+  if (typeof u === 'number' && Number.isFinite(u) && u >= 0 && u <= 1) hit.usefulness = u;
+  if (row.inclusions !== undefined) {
+    const count = Number(row.inclusions);
+    if (Number.isSafeInteger(count) && count >= 0) hit.inclusions = count;
+  }
+  return hit;
+}
 
 const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at, usefulness, inclusions';
 export const NO_CAP = 2_147_483_647;
@@ -59,14 +96,15 @@ export class PgReads {
   }
 
   /** Full-text search for a `websearch_to_tsquery` text. Throws as {@link PgPool.read}. */
-  async search(
+  async search<T = StoreHit>(
     terms: string,
     agent: string,
     org: string | null,
     opts: PgReadOptions,
     neighbours: number,
-  ): Promise<StoreHit[]> {
-    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours);
+    map: RowMapper<T> = toHit as RowMapper<T>,
+  ): Promise<T[]> {
+    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours, map);
     const rows = await this.#read<MemoryDbRow & { score: number }>(
       `SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
        FROM ${this.#schema}.memories, websearch_to_tsquery('simple', $1) AS q
@@ -76,20 +114,21 @@ export class PgReads {
       [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, opts.limit ?? SEARCH_LIMIT],
       opts,
     );
-    return rows.map((row, i) => toHit(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
+    return rows.map((row, i) => map(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
   }
 
   /**
    * Search plus neighbours in one round trip (one index seek each). ts_rank(…, 32) is s = rank/(rank+1),
    * so x = s/(1−s) is the rank that neighbours.ts shares out; merged hits map back with s = x/(1+x).
    */
-  async #searchWithNeighbours(
+  async #searchWithNeighbours<T>(
     terms: string,
     agent: string,
     org: string | null,
     opts: PgReadOptions,
     parents: number,
-  ): Promise<StoreHit[]> {
+    map: RowMapper<T>,
+  ): Promise<T[]> {
     const limit = opts.limit ?? SEARCH_LIMIT;
     const scope = `agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5`;
     const n = COLUMNS.split(', ')
@@ -130,7 +169,7 @@ export class PgReads {
     // The order `top` numbered its parents by (float4 as a double is exact).
     hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
     return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
-      toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
+      map(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
     );
   }
 

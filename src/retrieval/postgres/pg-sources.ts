@@ -3,7 +3,7 @@ import type { Directive } from '../../wire/types.js';
 import { BranchError, BranchErrors } from '../branch-error.js';
 import { parseDirectiveObject } from '../directive.js';
 import type { DirectiveSource, MemorySource } from '../ports.js';
-import type { RawHits } from '../validate.js';
+import type { RawHits, ValidatedHits } from '../validate.js';
 import { PgStatementTimeout } from './pg-pool.js';
 import type { PgStore } from './pg-store.js';
 
@@ -57,9 +57,9 @@ export class PgMemorySource implements MemorySource {
     query: string,
     signal: AbortSignal,
     limit?: number,
-  ): Promise<RawHits> {
+  ): Promise<ValidatedHits> {
     try {
-      return await this.#store.search(orgId, agentId, query, {
+      return await this.#store.searchHits(orgId, agentId, query, {
         timeoutMs: Math.min(this.#times.coldMs, this.#times.wallMs),
         signal,
         maxChars: this.#maxChars,

@@ -7,12 +7,12 @@ import type { AgentWriter, WarmTenant } from '../ports.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
 import { checkAgentRows, checkMemory, uuidArg } from '../store-rows.js';
-import { HOT_LIMIT } from '../validate.js';
+import { HOT_LIMIT, type ValidatedHits } from '../validate.js';
 import { queryFromContent } from '../warm-memories.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { PgChangeFeed } from './pg-change-feed.js';
 import { PgPool, type PgWork } from './pg-pool.js';
-import { NO_CAP, type PgReadOptions, PgReads } from './pg-reads.js';
+import { NO_CAP, type PgReadOptions, PgReads, toMemoryHit } from './pg-reads.js';
 import { PG_EVENTS } from './pg-stats.js';
 import {
   addInclusionCounts,
@@ -162,6 +162,27 @@ export class PgStore implements FeedbackStore, AgentWriter {
     const terms = toWebSearchQuery(query);
     if (terms === null) return [];
     return this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours));
+  }
+
+  /**
+   * {@link PgStore.search} for the retrieval branch: the same rows as retrieval hits, checked against the
+   * request's org and agent (a row of another is counted `foreign` and dropped), without the wire shape.
+   */
+  async searchHits(
+    orgId: string,
+    agentId: string,
+    query: string,
+    opts: PgReadOptions,
+  ): Promise<ValidatedHits> {
+    const agent = uuidArg('agent_id', agentId);
+    const org = uuidArg('org_id', orgId);
+    const terms = toWebSearchQuery(query);
+    const rows =
+      terms === null
+        ? []
+        : await this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours), toMemoryHit);
+    const hits = rows.filter((h) => h.org_id === org && h.agent_id === agent);
+    return { hits, invalid: 0, foreign: rows.length - hits.length, oversize: 0, ignored: 0 };
   }
 
   /** The stored contract.md §4.2 envelope, or `null`. Throws as `hot`. */

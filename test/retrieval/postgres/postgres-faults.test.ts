@@ -195,10 +195,9 @@ pgt.describePg('PostgreSQL store faults', reachable, () => {
     // At once, before the pool has necessarily noticed: reads that hit a dead connection run again.
     const counts = await Promise.all(
       Array.from({ length: 40 }, (_, i) =>
-        (i % 2 === 0
-          ? source.hot(ORG, AGENT, new AbortController().signal)
-          : source.search(ORG, AGENT, 'chess', new AbortController().signal)
-        ).then((hits) => hits.length),
+        i % 2 === 0
+          ? source.hot(ORG, AGENT, new AbortController().signal).then((hits) => hits.length)
+          : source.search(ORG, AGENT, 'chess', new AbortController().signal).then((r) => r.hits.length),
       ),
     );
     expect(counts).toEqual(Array.from({ length: 40 }, (_, i) => (i % 2 === 0 ? 5 : 1)));

@@ -15,7 +15,7 @@ import { PgDirectiveSource } from '../../../src/retrieval/postgres/pg-sources.js
 import { indexText, toWebSearchQuery } from '../../../src/retrieval/postgres/search-text.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import { createSources } from '../../../src/retrieval/sources.js';
-import { validateHits } from '../../../src/retrieval/validate.js';
+import { type ValidatedHits, validateHits } from '../../../src/retrieval/validate.js';
 import {
   adminQuery,
   describePg,
@@ -121,6 +121,37 @@ describePg('PostgreSQL store', reachable, () => {
       'Caroline went to support group on May',
     ]);
     expect((await pg.store.warmTenants(1, 2)).length).toBe(1);
+  });
+
+  it('searchHits: the retrieval branch gets exactly what validating the wire hits gives, with and without neighbours', async () => {
+    const org = randomUUID();
+    const agent = randomUUID();
+    const topics = [
+      'sailing on the lake',
+      'chess club',
+      'How long have you been married?',
+      'married for 5 years',
+    ];
+    await pg.store.upsertMemories([
+      ...Array.from({ length: 30 }, (_, i) =>
+        memory(randomUUID(), `${topics[i % topics.length]} <${i}> & "notes"`, {
+          org,
+          agent,
+          at: Date.UTC(2024, 0, 1) + i * 60_000,
+        }),
+      ),
+      memory(randomUUID(), 'sailing on the lake, another org', { org: OTHER_ORG, agent }),
+    ]);
+    for (const query of ['sailing lake', 'chess', 'How long married?']) {
+      for (const neighbours of [0, 3]) {
+        const opts = { ...T, neighbours, limit: 12 };
+        const wire = validateHits(await pg.store.search(org, agent, query, opts), org, agent);
+        const direct = await pg.store.searchHits(org, agent, query, opts);
+        expect(direct.hits.length).toBeGreaterThan(0);
+        expect(direct.hits).toEqual(wire.hits);
+        expect(direct.foreign).toBe(0);
+      }
+    }
   });
 
   it('scoping: another org’s or agent’s memory is never returned, by hot or by search', async () => {
@@ -329,8 +360,8 @@ describePg('PostgreSQL store', reachable, () => {
     try {
       expect(pgOnly.kind).toEqual({ memory: 'postgres', directive: 'postgres' });
       expect(withHttp.kind).toEqual({ memory: 'http', directive: 'postgres' });
-      const hits = await pgOnly.memory.search(ORG, AGENT, 'lighthouse', new AbortController().signal);
-      expect(hits).toHaveLength(1);
+      const found = await pgOnly.memory.search(ORG, AGENT, 'lighthouse', new AbortController().signal);
+      expect((found as ValidatedHits).hits).toHaveLength(1);
     } finally {
       await pgOnly.close();
       await withHttp.close();
