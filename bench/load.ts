@@ -196,7 +196,7 @@ async function main(argv: string[]): Promise<number> {
       rows.push(row);
       console.error(
         `${rate} rps: achieved ${row.achieved_rps}, p50 ${row.p50_ms} ms, p99 ${row.p99_ms} ms, ` +
-          `p99.9 ${row.p99_9_ms} ms, errors ${row.errors}, degraded ${row.degraded}` +
+          `p99.9 ${row.p99_9_ms} ms, errors ${row.errors}, degraded ${row.degraded}, after D ${row.server.late_answers}` +
           (row.driver.limited ? ' [driver-limited]' : ''),
       );
       if (row.tail) console.error(`  ${tailBesideMarkCompacts(row)}`);

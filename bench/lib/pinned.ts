@@ -100,6 +100,8 @@ export interface OverloadPhase {
   sent: number;
   errors: number;
   errors_by_code: Record<string, number>;
+  /** Answers the service sent after their deadline (its event loop ran late), from its metrics. */
+  late_answers: number;
   l0_share: number;
   shed_share: number;
   p99_ms: number;
@@ -132,10 +134,13 @@ export async function runOverload(
 ): Promise<OverloadPhase> {
   const shedsOf = async () =>
     sumOf(parsePrometheus(await service.metricsText()), 'ibex_context_admission_shed_total');
+  const lateOf = (text: string) => sumOf(parsePrometheus(text), 'ibex_context_late_answer_seconds_count');
   const shedsBefore = await shedsOf();
+  const lateBefore = lateOf(await service.metricsText());
   const r: LoadReport = await runLoad({ ...common, addr: service.grpcAddr, rate, durationS: seconds });
   const samples = parsePrometheus(await service.metricsText());
   const sheds = sumOf(samples, 'ibex_context_admission_shed_total') - shedsBefore;
+  const lateAnswers = sumOf(samples, 'ibex_context_late_answer_seconds_count') - lateBefore;
   const slices: OverloadPhase['recovery_slices'] = [];
   for (let t = 0; t < recoverySeconds; t += SLICE_S) {
     const s = await runLoad({ ...common, addr: service.grpcAddr, rate: recoveryRate, durationS: SLICE_S });
@@ -154,6 +159,7 @@ export async function runOverload(
     sent,
     errors: r.requests.error_total,
     errors_by_code: r.requests.errors,
+    late_answers: lateAnswers,
     l0_share: sent > 0 ? round(r.requests.levels.L0 / sent, 4) : 0,
     shed_share: sent > 0 ? round(sheds / sent, 4) : 0,
     p99_ms: r.latency_ms.p99,

@@ -153,6 +153,8 @@ export interface ServerStepStats {
   store_busy: number;
   /** Calls with a large history answered DEADLINE_EXCEEDED at once: not even a degraded answer fit in time. */
   refused_too_late: number;
+  /** Answers sent after their deadline because the event loop ran late (`ibex_context_late_answer_seconds`). */
+  late_answers: number;
   /** Main-thread event-loop delay over the step, ms (monitorEventLoopDelay, 10 ms resolution). */
   event_loop_delay_ms: LoopDelayQuantiles;
   /** Main-isolate garbage collection over the step ({@link gcDelta}). */
@@ -276,6 +278,9 @@ export function stepStats(a: ServerSnapshot, b: ServerSnapshot): ServerStepStats
     refused_too_late:
       sumOf(b.samples, 'ibex_context_refused_too_late_total') -
       sumOf(a.samples, 'ibex_context_refused_too_late_total'),
+    late_answers:
+      sumOf(b.samples, 'ibex_context_late_answer_seconds_count') -
+      sumOf(a.samples, 'ibex_context_late_answer_seconds_count'),
     event_loop_delay_ms: { p50: eld('0.5'), p99: eld('0.99'), max: eld('1') },
     gc: gcDelta(a.samples, b.samples, windowS),
     cpu_cores,

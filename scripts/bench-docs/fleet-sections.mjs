@@ -75,7 +75,16 @@ export const FLEET_SECTIONS = [
           'answering a canned answer measured the same way in the same run.',
         '',
         table(
-          ['server', 'offered/s', 'achieved/s', 'p99 ms', 'errors', 'degraded', 'CPU ms/call'],
+          [
+            'server',
+            'offered/s',
+            'achieved/s',
+            'p99 ms',
+            'errors',
+            'degraded',
+            'answers after D',
+            'CPU ms/call',
+          ],
           [
             ...need(r, 'steps').map((x) => [
               'ibex-context',
@@ -84,6 +93,7 @@ export const FLEET_SECTIONS = [
               x.p99_ms,
               x.errors,
               x.degraded,
+              x.server?.late_answers ?? '—',
               round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
             ]),
             ...need(r, 'bare_floor').map((x) => [
@@ -93,13 +103,15 @@ export const FLEET_SECTIONS = [
               x.p99_ms,
               x.errors,
               0,
+              '—',
               x.cpu_ms_per_call,
             ]),
           ],
         ),
         '',
         `Saturation ${pc.saturation_rate}/s (${pc.saturation_l0_rps} L0 answers/s). Overload at ${o.rate}/s for ` +
-          `${o.seconds} s: ${pct(o.l0_share)} L0, ${pct(o.shed_share)} shed, ${o.errors} errors, p99 ${o.p99_ms} ms; ` +
+          `${o.seconds} s: ${pct(o.l0_share)} L0, ${pct(o.shed_share)} shed, ${o.errors} errors` +
+          `${o.late_answers === undefined ? '' : `, ${o.late_answers} answers after D`}, p99 ${o.p99_ms} ms; ` +
           `admission limit ${o.admission_limit_after} after; back to all L0 at ${o.recovery_rate}/s in ${o.seconds_back_to_l0} s.`,
       ].join('\n');
     },

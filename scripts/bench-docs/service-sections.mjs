@@ -90,9 +90,20 @@ export const SERVICE_SECTIONS = [
           `${r.config.pool_threads} pool threads, driver ${r.config.driver}. Latency from send, ms.`,
         '',
         table(
-          ['rate', 'achieved', 'p50', 'p99', 'p99.9', 'errors', 'degraded', 'loop delay p99'],
+          [
+            'rate',
+            'achieved',
+            'p50',
+            'p99',
+            'p99.9',
+            'errors',
+            'degraded',
+            'answers after D',
+            'loop delay p99',
+          ],
           r.steps.map((s) => [
             ...fields(s, ['rate', 'achieved_rps', 'p50_ms', 'p99_ms', 'p99_9_ms', 'errors', 'degraded']),
+            s.server?.late_answers ?? '—',
             s.server?.event_loop_delay_ms?.p99,
           ]),
         ),
