@@ -11,7 +11,7 @@ const COMMANDS: Record<
     load: () => import('./commands/serve.js'),
   },
   ingest: {
-    summary: 'load LoCoMo conversations into the embedded store',
+    summary: 'load LoCoMo conversations into the store (embedded, or PostgreSQL when its URL is set)',
     load: () => import('./commands/ingest-cli.js'),
   },
   replay: {

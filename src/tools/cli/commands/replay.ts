@@ -21,8 +21,8 @@ import { unreachableExit } from '../reachability.js';
 const USAGE = `usage: ibex-context replay --locomo <dir> [options]
 
       --locomo <dir>        LoCoMo conversations (the same files given to 'ibex-context ingest')
-  -R, --rate <calls/s>      pace the calls from the start, open loop (default 100, a rate a busy 2-core
-                            machine holds; 0 = unpaced, as fast as --concurrency allows)
+  -R, --rate <calls/s>      pace the calls from the start, open loop (default 100, about half of what a
+                            quiet 2-core machine holds; 0 = unpaced, as fast as --concurrency allows)
       --concurrency <n>     at most n calls in flight (default 16 when paced, 4 unpaced)
       --constrained <share> share of calls (0..1) with an available_tokens that fits 30–80 % of the
                             candidates' tokens, probed per agent first (default 0); memory_tokens over
@@ -36,7 +36,9 @@ const USAGE = `usage: ibex-context replay --locomo <dir> [options]
       --catalog <file>      catalog override for the budget check (default $IBEX_CONTEXT_CATALOG_FILE)
       --json                print one JSON object instead of the summary (errors too: {"error": …})
   -h, --help                this text
-${CONNECTION_USAGE}`;
+${CONNECTION_USAGE}
+"latency (client)" runs from each call's start in this process to its answer, so it includes this
+process's own decoding and checks; "total_ms (server)" is the service's own time for the call.`;
 
 /**
  * Warning when calls succeeded but none got a memory: if all such answers were degraded, the memory branches

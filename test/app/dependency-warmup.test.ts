@@ -1,0 +1,65 @@
+/**
+ * The dependency warm-up's verdict: reads that end past their branch timeout on fresh connections are
+ * expected and logged at debug; a read that fails, or a dependency that answers nothing but timeouts,
+ * is a warning an operator should see.
+ */
+import { describe, expect, it } from 'vitest';
+import { warmDependencies } from '../../src/app/dependency-warmup.js';
+import { BranchErrors } from '../../src/retrieval/branch-error.js';
+import type { RetrievalSources } from '../../src/retrieval/sources.js';
+import { createLogger } from '../../src/telemetry/logger.js';
+import { logSink } from '../helpers/log-sink.js';
+
+const timeout = () => BranchErrors.httpTimeout('hot');
+
+/** Sources whose every `n`-th read fails with `failure()`; the others answer nothing. */
+function sources(failure: () => Error, every: number): RetrievalSources {
+  let reads = 0;
+  const read = async () => {
+    reads++;
+    if (reads % every === 0) throw failure();
+    return [];
+  };
+  return {
+    memory: { hot: read, search: read, close: async () => {} },
+    directive: { get: async () => read().then(() => null), close: async () => {} },
+    close: async () => {},
+    kind: { memory: 'postgres', directive: 'postgres' },
+  } as unknown as RetrievalSources;
+}
+
+async function warm(s: RetrievalSources) {
+  const sink = logSink();
+  const report = await warmDependencies(s, createLogger({ logLevel: 'debug' }, sink.stream));
+  const warned = sink.lines.filter(
+    (l) =>
+      l.msg ===
+      'dependency warm-up: some reads failed; the service starts and answers degraded until they recover',
+  );
+  return { report, warned };
+}
+
+describe('dependency warm-up', () => {
+  it('counts reads past their branch timeout as slow and does not warn while others answer', async () => {
+    const { report, warned } = await warm(sources(timeout, 3));
+    expect(report.slow).toBeGreaterThan(0);
+    expect(report.failed).toBe(0);
+    expect(report.ok).toBeGreaterThan(0);
+    expect(warned).toHaveLength(0);
+  });
+
+  it('warns when a read fails, naming the route', async () => {
+    const { report, warned } = await warm(
+      sources(() => BranchErrors.unavailable('postgres', 'ECONNREFUSED'), 3),
+    );
+    expect(report.failed).toBeGreaterThan(0);
+    expect(warned).toHaveLength(1);
+    expect(Object.values(report.errors).join(' ')).toContain('postgres unavailable (ECONNREFUSED)');
+  });
+
+  it('warns when nothing but timeouts came back', async () => {
+    const { report, warned } = await warm(sources(timeout, 1));
+    expect(report.ok).toBe(0);
+    expect(warned).toHaveLength(1);
+  });
+});
