@@ -371,7 +371,8 @@ describe('ibex-context load (compiled CLI)', () => {
     expect(res.stdout).toMatch(/│ Latency │/);
     expect(res.stdout).toMatch(/│ Req\/Sec +│/);
     expect(res.stdout).toMatch(/errors 0 /);
-    expect(res.stdout).toMatch(/^tail \(> 20 ms\): \d+ calls \(/m);
+    // One slow call prints "1 call", any other count "N calls".
+    expect(res.stdout).toMatch(/^tail \(> 20 ms\): \d+ calls? \(/m);
   });
 
   it('exits 2 on a bad flag and 1 when nothing listens', async () => {
