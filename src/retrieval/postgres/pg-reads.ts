@@ -20,7 +20,11 @@ export interface PgReadOptions {
   neighbours?: number;
 }
 
-type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & { content: string; created_at: Date };
+/** `created_at`: a Date from hot reads, whole epoch ms from searches ({@link searchColumns}). */
+type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & {
+  content: string;
+  created_at: Date | number;
+};
 
 /** Turns one scoped row into what a read returns: a wire hit (`toHit`) or a retrieval hit (`toMemoryHit`). */
 export type RowMapper<T> = (row: MemoryDbRow, similarity: number, rank: number, source: 'hot' | 'fts') => T;
@@ -47,7 +51,7 @@ export function toMemoryHit(
     rank,
     source,
   };
-  const at = row.created_at.getTime();
+  const at = typeof row.created_at === 'number' ? row.created_at : row.created_at.getTime();
   if (Number.isFinite(at)) hit.created_at_ms = at;
   const u = row.usefulness;
   if (typeof u === 'number' && Number.isFinite(u) && u >= 0 && u <= 1) hit.usefulness = u;
@@ -58,7 +62,30 @@ export function toMemoryHit(
   return hit;
 }
 
-const COLUMNS = 'id, org_id, agent_id, content, category, confidence, created_at, usefulness, inclusions';
+const COLUMN_NAMES = [
+  'id',
+  'org_id',
+  'agent_id',
+  'content',
+  'category',
+  'confidence',
+  'created_at',
+  'usefulness',
+  'inclusions',
+] as const;
+const COLUMNS = COLUMN_NAMES.join(', ');
+
+/**
+ * A search's output columns (of table alias `prefix`): `created_at` as whole epoch ms, which node-postgres
+ * reads as a number, instead of a timestamptz it turns into a Date per row (up to 600 a call).
+ */
+function searchColumns(prefix = ''): string {
+  return COLUMN_NAMES.map((c) =>
+    c === 'created_at'
+      ? `floor(extract(epoch FROM ${prefix}created_at) * 1000)::float8 AS created_at`
+      : `${prefix}${c}`,
+  ).join(', ');
+}
 export const NO_CAP = 2_147_483_647;
 
 export class PgReads {
@@ -106,7 +133,7 @@ export class PgReads {
   ): Promise<T[]> {
     if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours, map);
     const rows = await this.#read<MemoryDbRow & { score: number }>(
-      `SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
+      `SELECT ${searchColumns()}, ts_rank(search, q, 1|32) AS score
        FROM ${this.#schema}.memories, websearch_to_tsquery('simple', $1) AS q
        WHERE search @@ q AND agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)
          AND confidence >= $4 AND content_chars <= $5
@@ -131,9 +158,6 @@ export class PgReads {
   ): Promise<T[]> {
     const limit = opts.limit ?? SEARCH_LIMIT;
     const scope = `agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5`;
-    const n = COLUMNS.split(', ')
-      .map((c) => `n.${c}`)
-      .join(', ');
     const rows = await this.#read<
       MemoryDbRow & { score: number | null; parent: number | null; next: boolean | null }
     >(
@@ -146,9 +170,9 @@ export class PgReads {
          SELECT created_at AS at, category AS cat,
                 (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent
          FROM hits ORDER BY score DESC, id LIMIT $7)
-       SELECT ${COLUMNS}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
+       SELECT ${searchColumns()}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
        UNION ALL
-       SELECT ${n}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
+       SELECT ${searchColumns('n.')}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
          (SELECT ${COLUMNS}, NULL::real AS score, true AS next FROM ${this.#schema}.memories
           WHERE ${scope} AND category = top.cat AND created_at > top.at ORDER BY created_at, id LIMIT 1)
          UNION ALL
@@ -160,11 +184,12 @@ export class PgReads {
     );
     const hits: ScoredRow<MemoryDbRow>[] = [];
     const near: NeighbourRow<MemoryDbRow>[] = [];
-    for (const { score, parent, next, ...row } of rows) {
-      if (parent === null) {
-        const s = Math.min(1, Math.max(0, score ?? 0));
+    // Each row keeps its score, parent and next fields: copying 600 rows without them cost more than they do.
+    for (const row of rows) {
+      if (row.parent === null) {
+        const s = Math.min(1, Math.max(0, row.score ?? 0));
         hits.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
-      } else near.push({ row, parent, next: next === true });
+      } else near.push({ row, parent: row.parent, next: row.next === true });
     }
     // The order `top` numbered its parents by (float4 as a double is exact).
     hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));

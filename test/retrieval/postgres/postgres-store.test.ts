@@ -150,6 +150,11 @@ describePg('PostgreSQL store', reachable, () => {
         expect(direct.hits.length).toBeGreaterThan(0);
         expect(direct.hits).toEqual(wire.hits);
         expect(direct.foreign).toBe(0);
+        // The stored time, to the ms (searches read it as epoch ms, not a timestamptz).
+        for (const h of direct.hits) {
+          const i = Number(/<(\d+)>/.exec(String(h.content))?.[1]);
+          expect(h.created_at_ms).toBe(Date.UTC(2024, 0, 1) + i * 60_000);
+        }
       }
     }
   });
