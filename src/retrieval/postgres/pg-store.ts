@@ -285,9 +285,17 @@ export class PgStore implements FeedbackStore, AgentWriter {
     await this.#pool.query(`ANALYZE ${this.schema}.memories, ${this.schema}.directives`);
   }
 
-  /** ANALYZE after a bulk import: autovacuum would refresh the cold search's statistics late. */
+  /**
+   * VACUUM (ANALYZE) after a bulk import, ANALYZE alone where VACUUM is not allowed (not the tables'
+   * owner): an import replaces each agent's rows, and their dead versions would otherwise stay in every
+   * search until autovacuum runs (late, or never where it is off), and the statistics with them.
+   */
   async finishImport(): Promise<void> {
-    await this.analyze();
+    try {
+      await this.#pool.query(`VACUUM (ANALYZE) ${this.schema}.memories, ${this.schema}.directives`);
+    } catch {
+      await this.analyze();
+    }
   }
 
   async #transaction(work: PgWork, announce = true): Promise<void> {
