@@ -373,6 +373,15 @@ describePg('PostgreSQL store', reachable, () => {
     }
   });
 
+  it('memories leaves room on each page, so count and usefulness updates stay heap-only (no index entries)', async () => {
+    const [row] = await adminQuery<{ reloptions: string[] | null }>(
+      `SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+       WHERE n.nspname = $1 AND c.relname = 'memories'`,
+      [schema],
+    );
+    expect(row?.reloptions).toContain('fillfactor=85');
+  });
+
   it('concurrent migration by two processes: each migration applied exactly once', async () => {
     const fresh = testSchema('mig');
     const script = path.resolve('dist/src/retrieval/postgres/pg-store.js');
