@@ -6,7 +6,6 @@ import type { Settings } from '../config/settings.js';
 import { createGrpcServer, type GrpcServer } from '../grpc/grpc-server.js';
 import { CpuPool } from '../pool/pool-client.js';
 import { createAssembler } from '../request/assemble.js';
-import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from '../request/assembly-observer.js';
 import { encodeHistory } from '../request/wire-request.js';
 import { InclusionCounter } from '../retrieval/inclusion-counter.js';
 import type { MemorySource } from '../retrieval/ports.js';
@@ -115,19 +114,6 @@ async function warmPipeline(
   }
 }
 
-/** `observer` once `warming()` is false; nothing before. */
-function whenServing(warming: () => boolean, observer: AssemblyObserver): AssemblyObserver {
-  const pick = () => (warming() ? NO_OBSERVER : observer);
-  return {
-    callStarted: () => pick().callStarted(),
-    callEnded: () => pick().callEnded(),
-    retrieved: (r) => pick().retrieved(r),
-    cpuStageDone: (stage) => pick().cpuStageDone(stage),
-    degraded: (level, reasons) => pick().degraded(level, reasons),
-    refusedTooLate: () => pick().refusedTooLate(),
-  };
-}
-
 function hostOf(addr: string): string {
   return addr.slice(0, addr.lastIndexOf(':'));
 }
@@ -181,9 +167,8 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       metrics.registry,
       inclusions ? () => inclusions.stats() : undefined,
     );
-    // The serving pipeline warms on stored agents first; those answers count in no inclusion and no metric.
+    // The serving pipeline warms on stored agents first, quietly: no inclusion, metric or log line.
     let warming = true;
-    const served = metricsObserver(metrics);
     const assemble = createAssembler({
       settings,
       catalog,
@@ -191,13 +176,8 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       pool,
       logger,
       metrics,
-      observer: whenServing(() => warming, served),
+      inclusions,
       quiet: () => warming,
-      inclusions: inclusions && {
-        record: (orgId, ids) => {
-          if (!warming) inclusions.record(orgId, ids);
-        },
-      },
     });
     const tenantWarmup = await warmOnTenants(
       assemble,

@@ -27,7 +27,7 @@ import {
 } from './answers.js';
 import { CpuStageRunner } from './assemble-cpu-stage.js';
 import type { AssembleFn, AssembleResult } from './assemble-fn.js';
-import { type AssemblyObserver, metricsObserver, NO_OBSERVER } from './assembly-observer.js';
+import { type AssemblyObserver, metricsObserver, NO_OBSERVER, unlessQuiet } from './assembly-observer.js';
 import { type CallContext, throwIfAborted } from './call-context.js';
 import type { Assembly } from './response-parts.js';
 import { PER_MIB_FROM_BYTES, StageReserve } from './stage-reserve.js';
@@ -47,7 +47,10 @@ export interface AssemblerDeps {
   observer?: AssemblyObserver;
   /** Counts every answer's included memories toward their frequency; absent, nothing is counted. */
   inclusions?: { record(orgId: string, memoryIds: Iterable<string>): void };
-  /** While this returns true (the start-up warm-up), degraded answers are not logged. */
+  /**
+   * While this returns true (the start-up warm-up) the assembler reports nothing: no observer event (no
+   * metric), no degraded-answer log line, no inclusion count.
+   */
   quiet?: () => boolean;
 }
 
@@ -104,11 +107,13 @@ function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Arr
  */
 export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const { settings, catalog, sources, pool } = deps;
-  const observer = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
+  const quiet = deps.quiet;
+  const reported = deps.observer ?? (deps.metrics ? metricsObserver(deps.metrics) : NO_OBSERVER);
+  const observer = quiet ? unlessQuiet(quiet, reported) : reported;
   const logger = deps.logger.child({ component: 'assemble' });
   const logLine = degradedAssemblyLog(logger);
   const logDegraded: typeof logLine = (line) => {
-    if (!deps.quiet?.()) logLine(line);
+    if (!quiet?.()) logLine(line);
   };
   const reserve = new StageReserve(settings.cpuStageReserveMs);
   const candidateLimit = new CandidateLimit(settings.ranking.maxCandidates, settings.ranking.relevanceFloor);
@@ -346,7 +351,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         ? 'L1'
         : 'L2';
     // Counts toward frequency (contract.md §7): a map update, no I/O.
-    if (stage && deps.inclusions && stage.output.selected.length > 0) {
+    if (stage && deps.inclusions && stage.output.selected.length > 0 && !quiet?.()) {
       deps.inclusions.record(req.orgId, includedIds(a.columns, stage.output.selected));
     }
     response.degradation = {

@@ -32,6 +32,19 @@ export const NO_OBSERVER: AssemblyObserver = {
   refusedTooLate() {},
 };
 
+/** `observer` while `quiet()` is false; nothing while it is true. */
+export function unlessQuiet(quiet: () => boolean, observer: AssemblyObserver): AssemblyObserver {
+  const pick = () => (quiet() ? NO_OBSERVER : observer);
+  return {
+    callStarted: () => pick().callStarted(),
+    callEnded: () => pick().callEnded(),
+    retrieved: (r) => pick().retrieved(r),
+    cpuStageDone: (stage) => pick().cpuStageDone(stage),
+    degraded: (level, reasons) => pick().degraded(level, reasons),
+    refusedTooLate: () => pick().refusedTooLate(),
+  };
+}
+
 /** Reports into the service's prom-client series (contract.md §12; src/telemetry/metrics.ts names them). */
 export function metricsObserver(metrics: Metrics): AssemblyObserver {
   return {
