@@ -97,11 +97,17 @@ export function validateHit(item: unknown): MemoryHit | null {
     source,
   };
   if (Number.isFinite(createdAtMs)) hit.created_at_ms = createdAtMs;
-  // An unreadable usefulness/frequency input is left unset (neutral / 0), not a reason to drop the hit.
-  if (unitInterval(memory.usefulness)) hit.usefulness = memory.usefulness;
-  const count = memory.retrieval_count;
-  if (typeof count === 'number' && Number.isSafeInteger(count) && count >= 0) hit.inclusions = count;
+  setScoringInputs(hit, memory.usefulness, memory.retrieval_count);
   return hit;
+}
+
+/**
+ * Sets a hit's usefulness (a number in [0,1]) and inclusion count (a safe integer ≥ 0) from raw values. An
+ * unreadable one is left unset (neutral / 0), not a reason to drop the hit.
+ */
+export function setScoringInputs(hit: MemoryHit, usefulness: unknown, count: unknown): void {
+  if (unitInterval(usefulness)) hit.usefulness = usefulness;
+  if (typeof count === 'number' && Number.isSafeInteger(count) && count >= 0) hit.inclusions = count;
 }
 
 /** Over the content cap, sent without text (contract.md §4.3): `oversize`, not invalid. */

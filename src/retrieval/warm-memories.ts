@@ -23,6 +23,11 @@ export function queryFromContent(content: string): string {
   return (content.slice(0, 400).match(/[\p{L}\p{N}]{2,}/gu) ?? []).slice(0, QUERY_WORDS).join(' ');
 }
 
+/** Warm-up queries from stored memories' texts, one per text that has words. */
+export function queriesFromContents(contents: readonly string[]): string[] {
+  return contents.map(queryFromContent).filter((q) => q !== '');
+}
+
 export const WARM_QUERY = 'what did Caroline say about the support group and painting with friends';
 
 function warmId(i: number): string {

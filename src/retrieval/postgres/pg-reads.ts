@@ -4,7 +4,7 @@ import type { MemoryHit } from '../../wire/types.js';
 import { mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
 import type { DirectiveEnvelope, StoreHit } from '../store-rows.js';
 import { type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
-import { SEARCH_LIMIT } from '../validate.js';
+import { SEARCH_LIMIT, setScoringInputs } from '../validate.js';
 import type { PgPool } from './pg-pool.js';
 
 export interface PgReadOptions {
@@ -53,12 +53,8 @@ export function toMemoryHit(
   };
   const at = typeof row.created_at === 'number' ? row.created_at : row.created_at.getTime();
   if (Number.isFinite(at)) hit.created_at_ms = at;
-  const u = row.usefulness;
-  if (typeof u === 'number' && Number.isFinite(u) && u >= 0 && u <= 1) hit.usefulness = u;
-  if (row.inclusions !== undefined) {
-    const count = Number(row.inclusions);
-    if (Number.isSafeInteger(count) && count >= 0) hit.inclusions = count;
-  }
+  // As the wire hit carries them (toHit): the count as a number.
+  setScoringInputs(hit, row.usefulness, row.inclusions === undefined ? undefined : Number(row.inclusions));
   return hit;
 }
 

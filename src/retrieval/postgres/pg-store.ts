@@ -6,13 +6,13 @@ import { neighbourArg } from '../neighbours.js';
 import type { AgentWriter, WarmTenant } from '../ports.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
-import { checkAgentRows, checkMemory, uuidArg } from '../store-rows.js';
+import { checkAgentRows, checkMemory, toHit, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, type ValidatedHits } from '../validate.js';
-import { queryFromContent } from '../warm-memories.js';
+import { queriesFromContents } from '../warm-memories.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { PgChangeFeed } from './pg-change-feed.js';
 import { PgPool, type PgWork } from './pg-pool.js';
-import { NO_CAP, type PgReadOptions, PgReads, toMemoryHit } from './pg-reads.js';
+import { NO_CAP, type PgReadOptions, PgReads, type RowMapper, toMemoryHit } from './pg-reads.js';
 import { PG_EVENTS } from './pg-stats.js';
 import {
   addInclusionCounts,
@@ -151,17 +151,22 @@ export class PgStore implements FeedbackStore, AgentWriter {
   }
 
   /** Best `ts_rank(…, 1|32)` first; `[]` without a query when the text has no searchable term. */
-  async search(
-    orgId: string | null,
-    agentId: string,
+  search(orgId: string | null, agentId: string, query: string, opts: PgReadOptions): Promise<StoreHit[]> {
+    const org = orgId === null ? null : uuidArg('org_id', orgId);
+    return this.#search(org, uuidArg('agent_id', agentId), query, opts, toHit);
+  }
+
+  /** A search for checked ids, each row mapped by `map`; `[]` when the text has no searchable term. */
+  async #search<T>(
+    org: string | null,
+    agent: string,
     query: string,
     opts: PgReadOptions,
-  ): Promise<StoreHit[]> {
-    const agent = uuidArg('agent_id', agentId);
-    const org = orgId === null ? null : uuidArg('org_id', orgId);
+    map: RowMapper<T>,
+  ): Promise<T[]> {
     const terms = toWebSearchQuery(query);
     if (terms === null) return [];
-    return this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours));
+    return this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours), map);
   }
 
   /**
@@ -174,13 +179,9 @@ export class PgStore implements FeedbackStore, AgentWriter {
     query: string,
     opts: PgReadOptions,
   ): Promise<ValidatedHits> {
-    const agent = uuidArg('agent_id', agentId);
     const org = uuidArg('org_id', orgId);
-    const terms = toWebSearchQuery(query);
-    const rows =
-      terms === null
-        ? []
-        : await this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours), toMemoryHit);
+    const agent = uuidArg('agent_id', agentId);
+    const rows = await this.#search(org, agent, query, opts, toMemoryHit);
     const hits = rows.filter((h) => h.org_id === org && h.agent_id === agent);
     return { hits, invalid: 0, foreign: rows.length - hits.length, oversize: 0, ignored: 0 };
   }
@@ -275,8 +276,11 @@ export class PgStore implements FeedbackStore, AgentWriter {
          ORDER BY created_at DESC LIMIT $3`,
         [s.org_id, s.agent_id, queries],
       );
-      const texts = rows.map((r) => queryFromContent(r.content)).filter((q) => q !== '');
-      out.push({ orgId: s.org_id, agentId: s.agent_id, queries: texts });
+      out.push({
+        orgId: s.org_id,
+        agentId: s.agent_id,
+        queries: queriesFromContents(rows.map((r) => r.content)),
+      });
     }
     return out;
   }

@@ -27,7 +27,7 @@ import {
   uuidArg,
 } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
-import { queryFromContent } from '../warm-memories.js';
+import { queriesFromContents } from '../warm-memories.js';
 import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
 import { prepareConnection } from './store-schema.js';
@@ -172,10 +172,7 @@ export class EmbeddedStore extends EmbeddedWriter {
     return scopes.map((s) => ({
       orgId: s.org_id,
       agentId: s.agent_id,
-      queries: contents
-        .all(s.org_id, s.agent_id, queries)
-        .map((r) => queryFromContent(r.content))
-        .filter((q) => q !== ''),
+      queries: queriesFromContents(contents.all(s.org_id, s.agent_id, queries).map((r) => r.content)),
     }));
   }
 
