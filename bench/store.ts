@@ -8,6 +8,8 @@
  *   store's search (ranked inside FTS5, 2×limit rows joined); each on the unmerged and the merged index.
  * - Top-10 overlap of `topk` with `legacy` on the same file (ids in common, exact lists), and with the
  *   answers of the code before schema v2 (bench/results/store-baseline.json, exact lists by digest).
+ * - The retrieval branch's read of an unlimited call (600 candidates, neighbours of the 5 best), interleaved:
+ *   the wire-shaped search then `validateHits` (as before) vs `searchHits` (raw rows, hits built directly).
  * - Hot read and directive, µs per call: uncached (SQL, ISO dating, objects) vs the read cache.
  * - Caps: what 20 memories of `IBEX_CONTEXT_MAX_MEMORY_CHARS` (65536) code points cost the main thread —
  *   decoding them from a store-read thread (v8 deserialize = structured clone's receive side), reading
@@ -23,6 +25,8 @@ import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import v8 from 'node:v8';
 import Database from 'better-sqlite3';
 import { Bench } from 'tinybench';
+import { DEFAULT_MAX_CANDIDATES } from '../src/config/ranking-settings.js';
+import { DEFAULT_NEIGHBOUR_HITS } from '../src/retrieval/neighbours.js';
 import {
   bm25ToSimilarity,
   DEFAULT_MAX_MEMORY_CHARS,
@@ -30,6 +34,7 @@ import {
   searchSql,
 } from '../src/retrieval/sqlite/embedded-store.js';
 import { scopeText } from '../src/retrieval/sqlite/store-schema.js';
+import { validateHits } from '../src/retrieval/validate.js';
 import { toFtsQuery } from '../src/text/fts-query.js';
 import { LOCOMO_ORG_ID, readLocomo } from '../src/tools/locomo/dataset.js';
 import { locomoDirective, locomoMemories } from '../src/tools/locomo/ingest.js';
@@ -203,6 +208,17 @@ async function main() {
   const bound = limitFormSearch(raw, '@limit');
   const literal = limitFormSearch(raw, '10');
   const pairedLimit = pairedSearch(queries, bound, literal, rounds, ['bound_limit', 'literal_limit']);
+  // The retrieval branch's read of an unlimited call: up to 600 candidates with dialogue neighbours.
+  const branch = { limit: DEFAULT_MAX_CANDIDATES, neighbours: DEFAULT_NEIGHBOUR_HITS };
+  const viaWire = (q: Query) =>
+    validateHits(store.search(ORG, q.agent, q.text, branch), ORG, q.agent, {
+      limit: branch.limit,
+      maxChars: DEFAULT_MAX_MEMORY_CHARS,
+    }).hits.length;
+  const direct = (q: Query) => store.searchHits(ORG, q.agent, q.text, branch).hits.length;
+  const pairedBranch = pairedSearch(queries, viaWire, direct, rounds, ['wire_then_validate', 'search_hits']);
+  let branchRows = 0;
+  for (const q of queries) branchRows += direct(q);
   addSearch('merged');
 
   const uncached = EmbeddedStore.open(file, { cache: false });
@@ -271,6 +287,7 @@ async function main() {
       optimize_ms: Math.round(optimizeMs),
     },
     search_paired: { unmerged: pairedUnmerged, merged: pairedMerged, merged_limit_form: pairedLimit },
+    branch_search_600: { ...pairedBranch, hits_per_search: Math.round(branchRows / queries.length) },
     top10_overlap: {
       vs_legacy_statement: overlap(queries, topk, legacy),
       vs_bound_limit_statement: overlap(queries, topk, bound),

@@ -8,7 +8,7 @@ import type {
   StoreReadBatch,
   StoreReadReply,
 } from '../src/retrieval/sqlite/store-reader.js';
-import { DEFAULT_MAX_MEMORY_CHARS, SEARCH_LIMIT, validateHits } from '../src/retrieval/validate.js';
+import { SEARCH_LIMIT } from '../src/retrieval/validate.js';
 import { WARM_QUERY, warmMemoryRows } from '../src/retrieval/warm-memories.js';
 import { bytesInPlace, type MemoryContent } from '../src/text/content-bytes.js';
 
@@ -27,7 +27,7 @@ function storeFor(path: string): EmbeddedStore {
   return store;
 }
 
-/** Hot hits stay raw (the main thread caches them); search hits are validated and scoped here. */
+/** Hot hits stay in the wire shape (the main thread caches them); search hits are scoped here. */
 function readOne(
   store: EmbeddedStore,
   read: StoreRead,
@@ -45,13 +45,11 @@ function readOne(
     }
     case 'search': {
       const limit = read.limit ?? SEARCH_LIMIT;
-      const raw = store.search(read.orgId, read.agentId, read.query ?? '', {
+      const validated = store.searchHits(read.orgId, read.agentId, read.query ?? '', {
         maxChars,
         limit,
         neighbours: read.neighbours ?? 0,
       });
-      const limits = { limit, maxChars: maxChars ?? DEFAULT_MAX_MEMORY_CHARS };
-      const validated = validateHits(raw, read.orgId, read.agentId, limits);
       return withContentBytes(validated, validated.hits, transfer);
     }
     case 'directive':

@@ -7,6 +7,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { MemoryContent } from '../../text/content-bytes.js';
 import { toFtsQuery } from '../../text/fts-query.js';
+import type { MemoryHit } from '../../wire/types.js';
 import { mergeNeighbours, type NeighbourRow, neighbourArg, type ScoredRow } from '../neighbours.js';
 import type { WarmTenant } from '../ports.js';
 import { ReadCache, WriteWatch } from '../read-cache.js';
@@ -26,7 +27,7 @@ import {
   toHit,
   uuidArg,
 } from '../store-rows.js';
-import { HOT_LIMIT, SEARCH_LIMIT } from '../validate.js';
+import { HOT_LIMIT, SEARCH_LIMIT, setScoringInputs, type ValidatedHits } from '../validate.js';
 import { queriesFromContents } from '../warm-memories.js';
 import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
@@ -48,6 +49,49 @@ const MEMORY_COLUMNS =
   'm.id, m.org_id, m.agent_id, CASE WHEN m.chars <= @maxChars THEN m.content END AS content, m.category, ' +
   'm.confidence, m.created_at, m.usefulness, m.inclusions';
 
+/** A row read in raw mode: {@link MEMORY_COLUMNS}' values in that order, then a search's bm25 score. */
+type RawMemoryRow = [
+  id: string,
+  orgId: string,
+  agentId: string,
+  content: string | null,
+  category: string,
+  confidence: number,
+  createdAt: number,
+  usefulness: number,
+  inclusions: number,
+  score?: number,
+];
+interface HeldRow {
+  id: string;
+  content: string | null;
+  raw: RawMemoryRow;
+}
+const CREATED_AT = 6;
+const CATEGORY = 4;
+const SCORE = 9;
+
+/**
+ * A raw row as the retrieval branch's hit, built directly: the fields `validateHit` reads from the wire
+ * shape, without the wire shape's ISO date and three UUID checks per row (the store wrote them checked).
+ */
+function rawToHit(row: RawMemoryRow, similarity: number, rank: number, content: string): MemoryHit {
+  const hit: MemoryHit = {
+    memory_id: row[0],
+    org_id: row[1],
+    agent_id: row[2],
+    content,
+    category: row[4],
+    confidence: row[5],
+    similarity,
+    rank,
+    source: 'fts',
+  };
+  if (Number.isFinite(row[6])) hit.created_at_ms = row[6];
+  setScoringInputs(hit, row[7], row[8]);
+  return hit;
+}
+
 /** Search with its limit written as `limit`; ranked inside FTS5 first (docs/design/retrieval.md). */
 export function searchSql(limit: string): string {
   return `SELECT ${MEMORY_COLUMNS}, f.score AS score
@@ -56,6 +100,15 @@ export function searchSql(limit: string): string {
        CROSS JOIN memories m ON m.pk = f.rowid
        WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
        ORDER BY f.score, m.id LIMIT ${limit}`;
+}
+
+/** Search that applies a confidence floor before its limit. */
+function searchFilteredSql(limit: string): string {
+  return `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
+       FROM memories_fts JOIN memories m ON m.pk = memories_fts.rowid
+       WHERE memories_fts MATCH @match AND m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org)
+         AND m.confidence >= @minConfidence
+       ORDER BY score, m.id LIMIT ${limit}`;
 }
 
 /** The memory just after (`>`) or before a time, of one category, in the search's scope. */
@@ -98,6 +151,11 @@ export class EmbeddedStore extends EmbeddedWriter {
   readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
   readonly #next: Database.Statement<NeighbourParams, MemoryDbRow>;
   readonly #previous: Database.Statement<NeighbourParams, MemoryDbRow>;
+  /** Raw-mode twins of the search reads, for {@link searchHits}. */
+  readonly #searchRaw: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
+  readonly #searchFilteredRaw: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
+  readonly #nextRaw: Database.Statement<NeighbourParams, RawMemoryRow>;
+  readonly #previousRaw: Database.Statement<NeighbourParams, RawMemoryRow>;
   readonly #getDirective: Database.Statement<
     [string, string],
     { content: string | null; injection_mode: string; version_id: string }
@@ -123,17 +181,13 @@ export class EmbeddedStore extends EmbeddedWriter {
     );
     this.#search = new LimitStatement(db, searchSql, SEARCH_LIMIT);
     // With a confidence floor (memory wire only) the filter must run before the limit.
-    this.#searchFiltered = new LimitStatement(
-      db,
-      (limit) => `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
-       FROM memories_fts JOIN memories m ON m.pk = memories_fts.rowid
-       WHERE memories_fts MATCH @match AND m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org)
-         AND m.confidence >= @minConfidence
-       ORDER BY score, m.id LIMIT ${limit}`,
-      SEARCH_LIMIT,
-    );
+    this.#searchFiltered = new LimitStatement(db, searchFilteredSql, SEARCH_LIMIT);
     this.#next = db.prepare(neighbourSql(true));
     this.#previous = db.prepare(neighbourSql(false));
+    this.#searchRaw = new LimitStatement(db, searchSql, SEARCH_LIMIT, true);
+    this.#searchFilteredRaw = new LimitStatement(db, searchFilteredSql, SEARCH_LIMIT, true);
+    this.#nextRaw = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(true)).raw(true);
+    this.#previousRaw = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(false)).raw(true);
     this.#getDirective = db.prepare(
       'SELECT content, injection_mode, version_id FROM directives WHERE org_id = ? AND agent_id = ?',
     );
@@ -251,6 +305,51 @@ export class EmbeddedStore extends EmbeddedWriter {
     return mergeNeighbours(hits, neighbours, p.limit).map(({ row, x }, i) =>
       toHit(row, x / (1 + x), i + 1, 'fts'),
     );
+  }
+
+  /**
+   * {@link search} for the retrieval branch: the same rows, in the same order and with the same ranks and
+   * similarities, as retrieval hits checked against the request's org and agent (`foreign`) and the
+   * content cap (`oversize`), as `validateHits` would leave them, read in raw mode (no per-row object with
+   * named keys, no ISO date). Throws as {@link hot}.
+   */
+  searchHits(orgId: string | null, agentId: string, query: string, options: ReadOptions = {}): ValidatedHits {
+    const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
+    const out: ValidatedHits = { hits: [], invalid: 0, foreign: 0, oversize: 0, ignored: 0 };
+    const terms = toFtsQuery(query);
+    if (terms === null) return out;
+    const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
+    const statement = p.minConfidence > 0 ? this.#searchFilteredRaw : this.#searchRaw;
+    const rows = statement.all({ ...p, match });
+    const keep = (row: RawMemoryRow, similarity: number, rank: number): void => {
+      const content = row[3];
+      if (content === null) out.oversize++;
+      else if (row[2] !== p.agent || (p.org !== null && row[1] !== p.org)) out.foreign++;
+      else out.hits.push(rawToHit(row, similarity, rank, content));
+    };
+    const parents = Math.min(rows.length, neighbourArg(options.neighbours));
+    if (parents === 0) {
+      for (let i = 0; i < rows.length; i++) keep(rows[i]!, bm25ToSimilarity(rows[i]![SCORE]!), i + 1);
+      return out;
+    }
+    // mergeNeighbours keys rows by id and reads content: a small holder per row, not a named-key row.
+    const held = (raw: RawMemoryRow): HeldRow => ({ id: raw[0], content: raw[3], raw });
+    const hits: ScoredRow<HeldRow>[] = rows.map((row) => ({ row: held(row), x: Math.max(0, -row[SCORE]!) }));
+    const neighbours: NeighbourRow<HeldRow>[] = [];
+    for (let i = 0; i < parents; i++) {
+      const row = rows[i]!;
+      const q = { ...p, at: row[CREATED_AT], category: row[CATEGORY] };
+      const next = this.#nextRaw.get(q);
+      if (next !== undefined) neighbours.push({ row: held(next), parent: i, next: true });
+      const previous = this.#previousRaw.get(q);
+      if (previous !== undefined) neighbours.push({ row: held(previous), parent: i, next: false });
+    }
+    const merged = mergeNeighbours(hits, neighbours, p.limit);
+    for (let i = 0; i < merged.length; i++) {
+      const { row, x } = merged[i]!;
+      keep(row.raw, x / (1 + x), i + 1);
+    }
+    return out;
   }
 
   /** The stored envelope (frozen, cached until a write), or `null`. Throws as {@link hot}. */

@@ -47,7 +47,7 @@ export interface StoreReads {
     orgId: string,
     agentId: string,
   ): readonly StoreHit<MemoryContent>[] | Promise<readonly StoreHit<MemoryContent>[]>;
-  /** Raw hits (in-process), or hits a thread validated and scoped; skipped once `signal` aborts. */
+  /** Hits scoped to the org and agent (`EmbeddedStore.searchHits`); skipped once `signal` aborts. */
   search(
     orgId: string,
     agentId: string,
@@ -67,7 +67,7 @@ export function inProcessReads(store: EmbeddedStore, neighbours = 0): StoreReads
   return {
     hot: (org, agent) => store.hot(org, agent),
     search: (org, agent, query, _signal, limit) =>
-      store.search(org, agent, query, limit === undefined ? { neighbours } : { limit, neighbours }),
+      store.searchHits(org, agent, query, limit === undefined ? { neighbours } : { limit, neighbours }),
     getDirective: (org, agent) => store.getDirective(org, agent),
     close: async () => {},
   };

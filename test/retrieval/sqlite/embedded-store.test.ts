@@ -6,6 +6,7 @@ import { loadSettings } from '../../../src/config/settings.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import { createSources } from '../../../src/retrieval/sources.js';
 import { bm25ToSimilarity } from '../../../src/retrieval/sqlite/embedded-store.js';
+import { validateHits } from '../../../src/retrieval/validate.js';
 import { contentText } from '../../../src/text/content-bytes.js';
 import { embeddedSources, memoriesOf, memoryRow, useTempStore } from '../fixtures.js';
 
@@ -60,6 +61,52 @@ describe('EmbeddedStore (contract.md §4.3)', () => {
     expect(new Set(anyOrg.map((h) => h.memory.org_id))).toEqual(new Set([ORG, OTHER_ORG]));
     expect(fx.store.search(null, AGENT, 'memory').length).toBe(6);
     expect(fx.store.search(randomUUID(), AGENT, 'memory')).toEqual([]);
+  });
+
+  it('searchHits gives the retrieval branch exactly what validating the wire hits gives (neighbours, oversize, any org)', () => {
+    const topics = [
+      'sailing on the lake',
+      'chess club',
+      'How long have you been married?',
+      'married for 5 years',
+    ];
+    const rows = Array.from({ length: 40 }, (_, i) =>
+      memoryRow(ORG, AGENT, `${topics[i % topics.length]} <${i}> & "notes"`, i),
+    );
+    rows[7] = { ...rows[7]!, content: `sailing on the lake ${'long '.repeat(40)}` };
+    rows[9] = { ...rows[9]!, category: 'episodic', confidence: 0.3 };
+    fx.store.upsertMemories([...rows, memoryRow(OTHER_ORG, AGENT, 'sailing on the lake, another org', 3)]);
+    fx.store.addInclusions([{ orgId: ORG, memoryId: rows[1]!.id, count: 4 }]);
+    fx.store.recordFeedback(ORG, [rows[5]!.id], 'helpful');
+    let compared = 0;
+    for (const query of ['sailing lake', 'chess', 'How long married?', 'notes', 'nothing-matches-this']) {
+      for (const neighbours of [0, 3]) {
+        for (const org of [ORG, null]) {
+          for (const maxChars of [undefined, 100]) {
+            const opts = { neighbours, limit: 12, maxChars };
+            const wire = validateHits(fx.store.search(org, AGENT, query, opts), org ?? ORG, AGENT, {
+              limit: 12,
+              maxChars: maxChars ?? Number.POSITIVE_INFINITY,
+            });
+            const direct = fx.store.searchHits(org, AGENT, query, opts);
+            if (org === ORG) expect(direct).toEqual(wire);
+            else {
+              // The org-less (memory wire) read keeps the other org's row; validating against ORG drops it.
+              expect(direct.hits.filter((h) => h.org_id === ORG)).toEqual(wire.hits);
+              for (const h of direct.hits) expect(h.agent_id).toBe(AGENT);
+            }
+            compared += direct.hits.length;
+          }
+        }
+      }
+    }
+    expect(compared).toBeGreaterThan(100);
+    const capped = fx.store.searchHits(ORG, AGENT, 'sailing lake', { limit: 40, maxChars: 100 });
+    expect(capped.oversize).toBe(1);
+    expect(capped.hits.map((h) => h.memory_id)).not.toContain(rows[7]!.id);
+    const counted = fx.store.searchHits(ORG, AGENT, 'sailing lake chess', { limit: 40 });
+    expect(counted.hits.find((h) => h.memory_id === rows[1]!.id)?.inclusions).toBe(4);
+    expect(counted.hits.find((h) => h.memory_id === rows[5]!.id)?.usefulness).toBeGreaterThan(0);
   });
 
   it('stems English words: a question about painting finds a memory about a painted fence', () => {
