@@ -94,11 +94,14 @@ function unfinishedRetrieval(
   };
 }
 
-function* includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): Generator<string> {
-  for (const i of selected) {
-    const c = kept[i];
-    if (c !== undefined) yield c.memory_id;
+/** An array, not a generator: the counter walks it once per answer, ~450 ids for an unlimited call. */
+function includedIds(kept: readonly { memory_id: string }[], selected: Int32Array): string[] {
+  const ids: string[] = [];
+  for (let k = 0; k < selected.length; k++) {
+    const c = kept[selected[k]!];
+    if (c !== undefined) ids.push(c.memory_id);
   }
+  return ids;
 }
 
 /**
