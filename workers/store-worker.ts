@@ -2,6 +2,7 @@
 import { nameThisThread, THREAD_NAMES } from '../src/pool/thread-name.js';
 import { transferred } from '../src/pool/transfer-result.js';
 import { EmbeddedStore, type StoreHit } from '../src/retrieval/sqlite/embedded-store.js';
+import { packHits } from '../src/retrieval/sqlite/packed-hits.js';
 import type {
   StoreRead,
   StoreReadAnswer,
@@ -27,7 +28,7 @@ function storeFor(path: string): EmbeddedStore {
   return store;
 }
 
-/** Hot hits stay in the wire shape (the main thread caches them); search hits are scoped here. */
+/** Hot hits stay in the wire shape (the main thread caches them); search hits are scoped here, sent in columns. */
 function readOne(
   store: EmbeddedStore,
   read: StoreRead,
@@ -50,7 +51,7 @@ function readOne(
         limit,
         neighbours: read.neighbours ?? 0,
       });
-      return withContentBytes(validated, validated.hits, transfer);
+      return packHits(validated, transfer) ?? withContentBytes(validated, validated.hits, transfer);
     }
     case 'directive':
       return store.getDirective(read.orgId, read.agentId);

@@ -11,6 +11,7 @@ import type { SourceHits, StoreReadStats } from '../ports.js';
 export type { StoreReadStats } from '../ports.js';
 
 import type { DirectiveEnvelope, EmbeddedStore, StoreHit } from './embedded-store.js';
+import { isPackedHits, unpackHits } from './packed-hits.js';
 
 export interface StoreRead {
   op: 'hot' | 'search' | 'directive';
@@ -239,7 +240,8 @@ export class PooledStoreReads implements StoreReads {
         this.#done(runMs, batch.length);
         for (let i = 0; i < batch.length; i++) {
           const answer = answers[i]!;
-          if (answer.ok) batch[i]!.resolve(answer.value);
+          if (answer.ok)
+            batch[i]!.resolve(isPackedHits(answer.value) ? unpackHits(answer.value) : answer.value);
           else batch[i]!.reject(answerError(answer));
         }
       },
