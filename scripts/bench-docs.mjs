@@ -1,20 +1,22 @@
 #!/usr/bin/env node
 /**
  * Writes docs/benchmarks.md from bench/results/*.json: one current figure table per product bench, so the
- * figures a reader sees are the ones the benches stored, never hand-typed. `npm run docs:bench` rewrites
- * the file; test/docs/benchmarks-doc.test.ts fails when the committed file differs from this output.
+ * figures a reader sees are the ones the benches stored, never hand-typed; and the README's headline
+ * figures (scripts/bench-docs/readme-figures.mjs) from the same files. `npm run docs:bench` rewrites both;
+ * test/docs/benchmarks-doc.test.ts fails when a committed one differs from this output.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { FLEET_SECTIONS } from './bench-docs/fleet-sections.mjs';
 import { runLine } from './bench-docs/format.mjs';
+import { withReadmeFigures } from './bench-docs/readme-figures.mjs';
 import { SERVICE_SECTIONS } from './bench-docs/service-sections.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /** @param {string} name @returns {any} the parsed result file, or undefined when none is committed */
-function result(name) {
+export function result(name) {
   const file = path.join(ROOT, 'bench', 'results', `${name}.json`);
   return existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : undefined;
 }
@@ -54,17 +56,13 @@ export function renderBenchmarks() {
       '',
     );
   }
-  out.push(
-    '## Without a committed result',
-    '',
-    '`npm run bench:store` (embedded store search cost and answer equality against the stored baseline)',
-    'prints its figures and writes `bench/results/store.json` when run; none is committed.',
-    '',
-  );
   return out.join('\n');
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
   writeFileSync(path.join(ROOT, 'docs', 'benchmarks.md'), renderBenchmarks());
   console.log('wrote docs/benchmarks.md');
+  const readme = path.join(ROOT, 'README.md');
+  writeFileSync(readme, withReadmeFigures(readFileSync(readme, 'utf8'), result));
+  console.log('wrote the figures of README.md');
 }

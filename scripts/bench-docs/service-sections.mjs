@@ -1,5 +1,5 @@
 /** Sections of docs/benchmarks.md for one service: packing, the worker pool, load, overload, soak, tokens. */
-import { fields, keyedRows, pct, round, table } from './format.mjs';
+import { fields, keyedRows, need, pct, round, table } from './format.mjs';
 
 /** @type {import('./format.mjs').Section[]} */
 export const SERVICE_SECTIONS = [
@@ -108,6 +108,28 @@ export const SERVICE_SECTIONS = [
           ]),
         ),
       ].join('\n'),
+  },
+  {
+    script: 'bench:store',
+    file: 'store',
+    title: 'Embedded store reads',
+    render: (r) => {
+      const b = need(r, 'branch_search_600');
+      return [
+        `${r.dataset.memories} LoCoMo memories, ${r.dataset.agents} agents, ${r.dataset.queries} QA questions; ` +
+          `SQLite ${r.sqlite}. µs per call (tinybench p50 / p99).`,
+        '',
+        table(
+          ['read', 'p50 µs', 'p99 µs'],
+          need(r, 'tasks').map((t) => [t.task, t.p50_us, t.p99_us]),
+        ),
+        '',
+        `The retrieval branch's search for an unlimited call (600 candidates, neighbours of the 5 best; ` +
+          `${b.hits_per_search} hits a search on average), interleaved over ${b.passes} passes: ` +
+          `wire-shaped rows then validation ${b.wire_then_validate.median_us} µs median, ` +
+          `hits built from raw rows ${b.search_hits.median_us} µs.`,
+      ].join('\n');
+    },
   },
   {
     script: 'bench:internal -- pool-sweep',
