@@ -229,6 +229,33 @@ export const FLEET_SECTIONS = [
       ].join('\n'),
   },
   {
+    script: 'bench:pg-search',
+    command: 'npm run bench:pg-search -- --pg-url <url>',
+    file: 'pg-search',
+    title: 'PostgreSQL cold search on the event loop',
+    render: (r) =>
+      [
+        `${r.searches_per_round} LoCoMo questions a round, ${r.rounds} rounds, limit ${r.limit}, neighbours of the ` +
+          `${r.neighbours} best; PostgreSQL ${r.postgres}. This process's CPU and wall per search, ms (best / median ` +
+          "round); the database's own CPU is not included.",
+        '',
+        table(
+          ['read', 'hits', 'CPU best', 'CPU median', 'wall best', 'wall median'],
+          [
+            ['one row per hit, then validated (wire shape)', need(r, 'rows')],
+            ['one aggregated row (retrieval branch)', need(r, 'packed')],
+          ].map(([label, x]) => [
+            label,
+            x.hits_per_search,
+            x.cpu_ms_per_search.best,
+            x.cpu_ms_per_search.median,
+            x.wall_ms_per_search.best,
+            x.wall_ms_per_search.median,
+          ]),
+        ),
+      ].join('\n'),
+  },
+  {
     script: 'bench:first-traffic',
     command: 'bash bench/first-traffic.sh',
     file: 'first-traffic',

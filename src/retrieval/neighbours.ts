@@ -1,6 +1,7 @@
 /** Dialogue neighbours of a cold search (contract.md §4.3; docs/scoring.md "Dialogue neighbours"). */
 import { MAX_NEIGHBOUR_HITS } from '../config/ranking-settings.js';
 import { compareCodePoints } from '../text/code-point-order.js';
+import type { MemoryContent } from '../text/content-bytes.js';
 import { Errors } from '../wire/errors.js';
 
 export { DEFAULT_NEIGHBOUR_HITS, MAX_NEIGHBOUR_HITS } from '../config/ranking-settings.js';
@@ -12,8 +13,15 @@ export const PREVIOUS_DISCOUNT = 0.6;
 
 const QUESTION_RE = /[?\uff1f]/;
 
-export function asksQuestion(content: string | null): boolean {
-  return content !== null && QUESTION_RE.test(content);
+/** Whether the text (or its UTF-8 bytes) holds `?` or the full-width `？` (U+FF1F: EF BC 9F). */
+export function asksQuestion(content: MemoryContent | null): boolean {
+  if (content === null) return false;
+  if (typeof content === 'string') return QUESTION_RE.test(content);
+  for (let i = 0; i < content.length; i++) {
+    const b = content[i];
+    if (b === 0x3f || (b === 0xef && content[i + 1] === 0xbc && content[i + 2] === 0x9f)) return true;
+  }
+  return false;
 }
 
 export interface ScoredRow<R extends { id: string }> {
@@ -28,7 +36,7 @@ export interface NeighbourRow<R extends { id: string }> {
 }
 
 /** Merges neighbours at a share of their hit's x (a memory keeps its higher x); cut to `limit`. */
-export function mergeNeighbours<R extends { id: string; content: string | null }>(
+export function mergeNeighbours<R extends { id: string; content: MemoryContent | null }>(
   hits: readonly ScoredRow<R>[],
   neighbours: readonly NeighbourRow<R>[],
   limit: number,

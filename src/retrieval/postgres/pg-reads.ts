@@ -26,37 +26,8 @@ type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & {
   created_at: Date | number;
 };
 
-/** Turns one scoped row into what a read returns: a wire hit (`toHit`) or a retrieval hit (`toMemoryHit`). */
+/** Turns one scoped row into what a read returns (a wire hit: `toHit`). */
 export type RowMapper<T> = (row: MemoryDbRow, similarity: number, rank: number, source: 'hot' | 'fts') => T;
-
-/**
- * A row as the retrieval branch's hit, built directly: the same fields `validateHit` reads from the wire
- * shape, without the round trip through an ISO date and three UUID checks per row (the database typed and
- * scoped them; the caller still compares org and agent).
- */
-export function toMemoryHit(
-  row: MemoryDbRow,
-  similarity: number,
-  rank: number,
-  source: 'hot' | 'fts',
-): MemoryHit {
-  const hit: MemoryHit = {
-    memory_id: row.id,
-    org_id: row.org_id,
-    agent_id: row.agent_id,
-    content: row.content,
-    category: row.category,
-    confidence: row.confidence,
-    similarity,
-    rank,
-    source,
-  };
-  const at = typeof row.created_at === 'number' ? row.created_at : row.created_at.getTime();
-  if (Number.isFinite(at)) hit.created_at_ms = at;
-  // As the wire hit carries them (toHit): the count as a number.
-  setScoringInputs(hit, row.usefulness, row.inclusions === undefined ? undefined : Number(row.inclusions));
-  return hit;
-}
 
 const COLUMN_NAMES = [
   'id',
@@ -83,6 +54,155 @@ function searchColumns(prefix = ''): string {
   ).join(', ');
 }
 export const NO_CAP = 2_147_483_647;
+
+const SCOPE =
+  'agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5';
+
+/** A search without neighbours; $1 terms, $2 agent, $3 org, $4 min confidence, $5 max chars, $6 limit. */
+function plainSearchSql(schema: string): string {
+  return `SELECT ${searchColumns()}, ts_rank(search, q, 1|32) AS score
+       FROM ${schema}.memories, websearch_to_tsquery('simple', $1) AS q
+       WHERE search @@ q AND ${SCOPE}
+       ORDER BY score DESC, id LIMIT $6`;
+}
+
+/** A search plus the neighbours of its $7 best hits (`parent`, `next`); parameters as {@link plainSearchSql}. */
+function neighbourSearchSql(schema: string): string {
+  return `WITH hits AS (
+         SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
+         FROM ${schema}.memories, websearch_to_tsquery('simple', $1) AS q
+         WHERE search @@ q AND ${SCOPE}
+         ORDER BY score DESC, id LIMIT $6),
+       top AS (
+         SELECT created_at AS at, category AS cat,
+                (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent
+         FROM hits ORDER BY score DESC, id LIMIT $7)
+       SELECT ${searchColumns()}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
+       UNION ALL
+       SELECT ${searchColumns('n.')}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
+         (SELECT ${COLUMNS}, NULL::real AS score, true AS next FROM ${schema}.memories
+          WHERE ${SCOPE} AND category = top.cat AND created_at > top.at ORDER BY created_at, id LIMIT 1)
+         UNION ALL
+         (SELECT ${COLUMNS}, NULL::real AS score, false AS next FROM ${schema}.memories
+          WHERE ${SCOPE} AND category = top.cat AND created_at < top.at ORDER BY created_at DESC, id LIMIT 1)
+       ) n`;
+}
+
+/**
+ * A search's rows as one row of columns: every aggregate of one SELECT reads the rows in the same order,
+ * so the i-th item of each column is the i-th row. Contents are one bytea (hex on the wire), so the event
+ * loop neither parses hundreds of DataRow messages nor decodes memory text.
+ */
+function packedSql(inner: string, neighbours: boolean): string {
+  const extra = neighbours
+    ? `string_agg(coalesce(r.parent::text, ''), ',') AS parents,
+       string_agg(CASE r.next WHEN true THEN '1' WHEN false THEN '0' ELSE '' END, ',') AS nexts`
+    : `NULL::text AS parents, NULL::text AS nexts`;
+  return `SELECT count(*)::int AS n,
+       string_agg(r.id::text, '') AS ids,
+       string_agg(r.org_id::text || r.agent_id::text, '') AS scopes,
+       string_agg(convert_to(r.content, 'UTF8'), ''::bytea) AS contents,
+       string_agg(octet_length(r.content)::text, ',') AS lengths,
+       array_agg(r.category) AS categories,
+       string_agg(r.confidence::text, ',') AS confidences,
+       string_agg(r.created_at::text, ',') AS created,
+       string_agg(r.usefulness::text, ',') AS usefulness,
+       string_agg(r.inclusions::text, ',') AS inclusions,
+       string_agg(coalesce(r.score::text, ''), ',') AS scores,
+       ${extra}
+     FROM (${inner}) r`;
+}
+
+interface PackedRow {
+  n: number;
+  ids: string | null;
+  scopes: string | null;
+  contents: Buffer | null;
+  lengths: string | null;
+  categories: string[] | null;
+  confidences: string | null;
+  created: string | null;
+  usefulness: string | null;
+  inclusions: string | null;
+  scores: string | null;
+  parents: string | null;
+  nexts: string | null;
+}
+
+/** One search row decoded from a {@link PackedRow}; `content` views the one contents buffer. */
+interface HeldRow {
+  id: string;
+  /** `org_id` + `agent_id`, as the database has them. */
+  scope: string;
+  content: Uint8Array;
+  category: string;
+  confidence: number;
+  created: number;
+  usefulness: number;
+  inclusions: number;
+  score: number | null;
+  parent: number | null;
+  next: boolean | null;
+}
+
+const UUID_CHARS = 36;
+
+function decodePacked(p: PackedRow): HeldRow[] {
+  if (p.n === 0 || p.ids === null || p.contents === null) return [];
+  const lengths = p.lengths!.split(',');
+  const confidences = p.confidences!.split(',');
+  const created = p.created!.split(',');
+  const usefulness = p.usefulness!.split(',');
+  const inclusions = p.inclusions!.split(',');
+  const scores = p.scores!.split(',');
+  const parents = p.parents?.split(',');
+  const nexts = p.nexts?.split(',');
+  const rows: HeldRow[] = [];
+  let at = 0;
+  for (let i = 0; i < p.n; i++) {
+    const end = at + Number(lengths[i]);
+    const parent = parents?.[i] ?? '';
+    const next = nexts?.[i] ?? '';
+    rows.push({
+      id: p.ids.slice(UUID_CHARS * i, UUID_CHARS * (i + 1)),
+      scope: p.scopes!.slice(2 * UUID_CHARS * i, 2 * UUID_CHARS * (i + 1)),
+      content: p.contents.subarray(at, end),
+      category: p.categories![i]!,
+      confidence: Number(confidences[i]),
+      created: Number(created[i]),
+      usefulness: Number(usefulness[i]),
+      inclusions: Number(inclusions[i]),
+      score: scores[i] === '' ? null : Number(scores[i]),
+      parent: parent === '' ? null : Number(parent),
+      next: next === '' ? null : next === '1',
+    });
+    at = end;
+  }
+  return rows;
+}
+
+/** A decoded row as the retrieval branch's hit (fields in validateHit's order); content stays bytes. */
+function heldToHit(row: HeldRow, org: string, agent: string, similarity: number, rank: number): MemoryHit {
+  const hit: MemoryHit = {
+    memory_id: row.id,
+    org_id: org,
+    agent_id: agent,
+    content: row.content,
+    category: row.category,
+    confidence: row.confidence,
+    similarity,
+    rank,
+    source: 'fts',
+  };
+  if (Number.isFinite(row.created)) hit.created_at_ms = row.created;
+  setScoringInputs(hit, row.usefulness, row.inclusions);
+  return hit;
+}
+
+/** Search order: score descending, then id (as uuid and lower-case text order agree). */
+function byScoreThenId(a: { x: number; row: { id: string } }, b: { x: number; row: { id: string } }): number {
+  return b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0);
+}
 
 export class PgReads {
   readonly #pool: PgPool;
@@ -129,11 +249,7 @@ export class PgReads {
   ): Promise<T[]> {
     if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours, map);
     const rows = await this.#read<MemoryDbRow & { score: number }>(
-      `SELECT ${searchColumns()}, ts_rank(search, q, 1|32) AS score
-       FROM ${this.#schema}.memories, websearch_to_tsquery('simple', $1) AS q
-       WHERE search @@ q AND agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)
-         AND confidence >= $4 AND content_chars <= $5
-       ORDER BY score DESC, id LIMIT $6`,
+      plainSearchSql(this.#schema),
       [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, opts.limit ?? SEARCH_LIMIT],
       opts,
     );
@@ -153,28 +269,10 @@ export class PgReads {
     map: RowMapper<T>,
   ): Promise<T[]> {
     const limit = opts.limit ?? SEARCH_LIMIT;
-    const scope = `agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5`;
     const rows = await this.#read<
       MemoryDbRow & { score: number | null; parent: number | null; next: boolean | null }
     >(
-      `WITH hits AS (
-         SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
-         FROM ${this.#schema}.memories, websearch_to_tsquery('simple', $1) AS q
-         WHERE search @@ q AND ${scope}
-         ORDER BY score DESC, id LIMIT $6),
-       top AS (
-         SELECT created_at AS at, category AS cat,
-                (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent
-         FROM hits ORDER BY score DESC, id LIMIT $7)
-       SELECT ${searchColumns()}, score, NULL::int AS parent, NULL::boolean AS next FROM hits
-       UNION ALL
-       SELECT ${searchColumns('n.')}, n.score, top.parent, n.next FROM top CROSS JOIN LATERAL (
-         (SELECT ${COLUMNS}, NULL::real AS score, true AS next FROM ${this.#schema}.memories
-          WHERE ${scope} AND category = top.cat AND created_at > top.at ORDER BY created_at, id LIMIT 1)
-         UNION ALL
-         (SELECT ${COLUMNS}, NULL::real AS score, false AS next FROM ${this.#schema}.memories
-          WHERE ${scope} AND category = top.cat AND created_at < top.at ORDER BY created_at DESC, id LIMIT 1)
-       ) n`,
+      neighbourSearchSql(this.#schema),
       [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, limit, parents],
       opts,
     );
@@ -192,6 +290,58 @@ export class PgReads {
     return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
       map(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
     );
+  }
+
+  /**
+   * {@link search} for the retrieval branch, over one aggregated row ({@link packedSql}): the same hits in
+   * the same order with the same ranks and similarities as validating {@link search}'s wire hits,
+   * contents as UTF-8 bytes, rows of another org or agent counted in `foreign`. Throws as
+   * {@link PgPool.read}.
+   */
+  async searchHits(
+    terms: string,
+    agent: string,
+    org: string,
+    opts: PgReadOptions,
+    neighbours: number,
+  ): Promise<{ hits: MemoryHit[]; foreign: number }> {
+    const limit = opts.limit ?? SEARCH_LIMIT;
+    const values = [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, limit];
+    const text =
+      neighbours > 0
+        ? packedSql(neighbourSearchSql(this.#schema), true)
+        : packedSql(plainSearchSql(this.#schema), false);
+    const packed = await this.#read<PackedRow>(text, neighbours > 0 ? [...values, neighbours] : values, opts);
+    const rows = packed[0] === undefined ? [] : decodePacked(packed[0]);
+    const scope = org + agent;
+    let foreign = 0;
+    const hits: MemoryHit[] = [];
+    const keep = (row: HeldRow, similarity: number, rank: number): void => {
+      if (row.scope !== scope) foreign++;
+      else hits.push(heldToHit(row, org, agent, similarity, rank));
+    };
+    if (neighbours === 0) {
+      const scored = rows.map((row) => ({ row, x: row.score ?? 0 }));
+      scored.sort(byScoreThenId);
+      for (let i = 0; i < scored.length; i++)
+        keep(scored[i]!.row, Math.min(1, Math.max(0, scored[i]!.x)), i + 1);
+      return { hits, foreign };
+    }
+    const top: ScoredRow<HeldRow>[] = [];
+    const near: NeighbourRow<HeldRow>[] = [];
+    for (const row of rows) {
+      if (row.parent === null) {
+        const s = Math.min(1, Math.max(0, row.score ?? 0));
+        top.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
+      } else near.push({ row, parent: row.parent, next: row.next === true });
+    }
+    top.sort(byScoreThenId);
+    const merged = mergeNeighbours(top, near, limit);
+    for (let i = 0; i < merged.length; i++) {
+      const { row, x } = merged[i]!;
+      keep(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1);
+    }
+    return { hits, foreign };
   }
 
   /** The stored contract.md §4.2 envelope, or `null`. */

@@ -12,7 +12,7 @@ import { queriesFromContents } from '../warm-memories.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { PgChangeFeed } from './pg-change-feed.js';
 import { PgPool, type PgWork } from './pg-pool.js';
-import { NO_CAP, type PgReadOptions, PgReads, type RowMapper, toMemoryHit } from './pg-reads.js';
+import { NO_CAP, type PgReadOptions, PgReads, type RowMapper } from './pg-reads.js';
 import { PG_EVENTS } from './pg-stats.js';
 import {
   addInclusionCounts,
@@ -170,8 +170,9 @@ export class PgStore implements FeedbackStore, AgentWriter {
   }
 
   /**
-   * {@link PgStore.search} for the retrieval branch: the same rows as retrieval hits, checked against the
-   * request's org and agent (a row of another is counted `foreign` and dropped), without the wire shape.
+   * {@link PgStore.search} for the retrieval branch: the same rows as retrieval hits (contents as UTF-8
+   * bytes), checked against the request's org and agent (a row of another is counted `foreign` and
+   * dropped), read as one aggregated row instead of one DataRow per hit (`PgReads.searchHits`).
    */
   async searchHits(
     orgId: string,
@@ -181,9 +182,16 @@ export class PgStore implements FeedbackStore, AgentWriter {
   ): Promise<ValidatedHits> {
     const org = uuidArg('org_id', orgId);
     const agent = uuidArg('agent_id', agentId);
-    const rows = await this.#search(org, agent, query, opts, toMemoryHit);
-    const hits = rows.filter((h) => h.org_id === org && h.agent_id === agent);
-    return { hits, invalid: 0, foreign: rows.length - hits.length, oversize: 0, ignored: 0 };
+    const terms = toWebSearchQuery(query);
+    if (terms === null) return { hits: [], invalid: 0, foreign: 0, oversize: 0, ignored: 0 };
+    const { hits, foreign } = await this.#reads.searchHits(
+      terms,
+      agent,
+      org,
+      opts,
+      neighbourArg(opts.neighbours),
+    );
+    return { hits, invalid: 0, foreign, oversize: 0, ignored: 0 };
   }
 
   /** The stored contract.md §4.2 envelope, or `null`. Throws as `hot`. */

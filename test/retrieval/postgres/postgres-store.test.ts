@@ -16,6 +16,7 @@ import { indexText, toWebSearchQuery } from '../../../src/retrieval/postgres/sea
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import { createSources } from '../../../src/retrieval/sources.js';
 import { type ValidatedHits, validateHits } from '../../../src/retrieval/validate.js';
+import { contentText } from '../../../src/text/content-bytes.js';
 import {
   adminQuery,
   describePg,
@@ -131,6 +132,8 @@ describePg('PostgreSQL store', reachable, () => {
       'chess club',
       'How long have you been married?',
       'married for 5 years',
+      // A full-width question mark and multi-byte text: the answer-after-a-question share on UTF-8 bytes.
+      'Shall we go sailing on the lake again？ 🚤 été',
     ];
     await pg.store.upsertMemories([
       ...Array.from({ length: 30 }, (_, i) =>
@@ -142,17 +145,21 @@ describePg('PostgreSQL store', reachable, () => {
       ),
       memory(randomUUID(), 'sailing on the lake, another org', { org: OTHER_ORG, agent }),
     ]);
-    for (const query of ['sailing lake', 'chess', 'How long married?']) {
+    const none = await pg.store.searchHits(org, agent, 'zeppelin', { ...T, neighbours: 3, limit: 12 });
+    expect(none).toEqual({ hits: [], invalid: 0, foreign: 0, oversize: 0, ignored: 0 });
+    for (const query of ['sailing lake', 'chess', 'How long married?', 'again']) {
       for (const neighbours of [0, 3]) {
         const opts = { ...T, neighbours, limit: 12 };
         const wire = validateHits(await pg.store.search(org, agent, query, opts), org, agent);
         const direct = await pg.store.searchHits(org, agent, query, opts);
         expect(direct.hits.length).toBeGreaterThan(0);
-        expect(direct.hits).toEqual(wire.hits);
+        // Contents arrive as UTF-8 bytes (one aggregated row), the rest field for field.
+        for (const h of direct.hits) expect(h.content).toBeInstanceOf(Uint8Array);
+        expect(direct.hits.map((h) => ({ ...h, content: contentText(h.content) }))).toEqual(wire.hits);
         expect(direct.foreign).toBe(0);
         // The stored time, to the ms (searches read it as epoch ms, not a timestamptz).
         for (const h of direct.hits) {
-          const i = Number(/<(\d+)>/.exec(String(h.content))?.[1]);
+          const i = Number(/<(\d+)>/.exec(contentText(h.content) ?? '')?.[1]);
           expect(h.created_at_ms).toBe(Date.UTC(2024, 0, 1) + i * 60_000);
         }
       }
@@ -342,7 +349,7 @@ describePg('PostgreSQL store', reachable, () => {
       new AbortController().signal,
     );
     expect(r.branches.map((b) => b.status)).toEqual(['success', 'success', 'success']);
-    expect(r.cold.map((h) => h.content)).toEqual(['own note about the lighthouse']);
+    expect(r.cold.map((h) => contentText(h.content))).toEqual(['own note about the lighthouse']);
     expect(r.dropped).toEqual({ invalid: 0, foreign: 0 });
     expect(r.directive?.content).toBe('Be brief.');
   });
