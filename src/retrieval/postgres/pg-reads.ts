@@ -199,6 +199,26 @@ function heldToHit(row: HeldRow, org: string, agent: string, similarity: number,
   return hit;
 }
 
+/**
+ * A search-with-neighbours result split into its hits (x = s/(1−s) of their score s, in search order) and
+ * the neighbours (by the hit they follow or precede).
+ */
+function splitByParent<
+  R extends { id: string; score: number | null; parent: number | null; next: boolean | null },
+>(rows: readonly R[]): { top: ScoredRow<R>[]; near: NeighbourRow<R>[] } {
+  const top: ScoredRow<R>[] = [];
+  const near: NeighbourRow<R>[] = [];
+  for (const row of rows) {
+    if (row.parent === null) {
+      const s = Math.min(1, Math.max(0, row.score ?? 0));
+      top.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
+    } else near.push({ row, parent: row.parent, next: row.next === true });
+  }
+  // The order `top` numbered its parents by (float4 as a double is exact).
+  top.sort(byScoreThenId);
+  return { top, near };
+}
+
 /** Search order: score descending, then id (as uuid and lower-case text order agree). */
 function byScoreThenId(a: { x: number; row: { id: string } }, b: { x: number; row: { id: string } }): number {
   return b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0);
@@ -276,17 +296,8 @@ export class PgReads {
       [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, limit, parents],
       opts,
     );
-    const hits: ScoredRow<MemoryDbRow>[] = [];
-    const near: NeighbourRow<MemoryDbRow>[] = [];
     // Each row keeps its score, parent and next fields: copying 600 rows without them cost more than they do.
-    for (const row of rows) {
-      if (row.parent === null) {
-        const s = Math.min(1, Math.max(0, row.score ?? 0));
-        hits.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
-      } else near.push({ row, parent: row.parent, next: row.next === true });
-    }
-    // The order `top` numbered its parents by (float4 as a double is exact).
-    hits.sort((a, b) => b.x - a.x || (a.row.id < b.row.id ? -1 : a.row.id > b.row.id ? 1 : 0));
+    const { top: hits, near } = splitByParent(rows);
     return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
       map(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
     );
@@ -327,15 +338,7 @@ export class PgReads {
         keep(scored[i]!.row, Math.min(1, Math.max(0, scored[i]!.x)), i + 1);
       return { hits, foreign };
     }
-    const top: ScoredRow<HeldRow>[] = [];
-    const near: NeighbourRow<HeldRow>[] = [];
-    for (const row of rows) {
-      if (row.parent === null) {
-        const s = Math.min(1, Math.max(0, row.score ?? 0));
-        top.push({ row, x: s >= 1 ? Number.MAX_VALUE : s / (1 - s) });
-      } else near.push({ row, parent: row.parent, next: row.next === true });
-    }
-    top.sort(byScoreThenId);
+    const { top, near } = splitByParent(rows);
     const merged = mergeNeighbours(top, near, limit);
     for (let i = 0; i < merged.length; i++) {
       const { row, x } = merged[i]!;
