@@ -100,13 +100,26 @@ export const SERVICE_SECTIONS = [
             'degraded',
             'answers after D',
             'loop delay p99',
+            'server CPU ms/call',
           ],
           r.steps.map((s) => [
             ...fields(s, ['rate', 'achieved_rps', 'p50_ms', 'p99_ms', 'p99_9_ms', 'errors', 'degraded']),
             s.server?.late_answers ?? '—',
             s.server?.event_loop_delay_ms?.p99,
+            s.cpu_ms_per_call
+              ? round(s.cpu_ms_per_call.server_main + s.cpu_ms_per_call.server_other, 1)
+              : '—',
           ]),
         ),
+        ...(r.overload
+          ? [
+              '',
+              `At 1.5× the saturation rate (${r.overload.rate} req/s for ${r.overload.seconds} s): ` +
+                `${r.overload.errors} errors, ${pct(r.overload.l0_share)} L0, ${pct(r.overload.shed_share)} shed, ` +
+                `p99 ${round(r.overload.p99_ms, 1)} ms, ${r.overload.late_answers} answers after D; every answer L0 ` +
+                `again ${r.overload.seconds_back_to_l0 === null ? 'not within the 5 s watched' : `after ${r.overload.seconds_back_to_l0} s`} at ${r.overload.recovery_rate} req/s.`,
+            ]
+          : []),
       ].join('\n'),
   },
   {
