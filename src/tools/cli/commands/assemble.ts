@@ -17,8 +17,9 @@ import { renderTable } from '../../client/stats.js';
 import { booleanFlags, commandPrologue, stringFlags } from '../command-args.js';
 import { printCommandError } from '../command-error.js';
 
-const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> --query <text> [options]
+const USAGE = `usage: ibex-context assemble --org <uuid> --agent <uuid> --model <model> [--query <text>] [options]
 
+      --query <text>            what to search memories for; without one the cold search is skipped (L1)
       --message <role:content>  a recent message (repeatable, in order); split at the first ':'
       --session <id>            session_id
       --skip-hot                options.skip_hot_memories
