@@ -36,7 +36,8 @@ function settleRead<T>(read: () => T | Promise<T>): T | Promise<T> {
 function storeFailure(err: unknown): never {
   const code =
     typeof (err as { code?: unknown })?.code === 'string' ? (err as { code: string }).code : 'error';
-  throw BranchErrors.unavailable('embedded store', code, err);
+  // `busy` is the store-read threads' own refusal, not SQLite's SQLITE_BUSY: say so in the branch detail.
+  throw BranchErrors.unavailable('embedded store', code === 'busy' ? 'busy: read queue full' : code, err);
 }
 
 /** Inclusion counts go to a store-read thread when there is one. */

@@ -10,13 +10,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../../src/config/settings.js';
 import { projectRoot } from '../../../src/pool/worker-file.js';
 import { retrieve, type SourceHits, type ValidatedHits } from '../../../src/retrieval/retrieve.js';
-import { createSources } from '../../../src/retrieval/sources.js';
+import { createSources, EmbeddedMemorySource } from '../../../src/retrieval/sources.js';
 import { EmbeddedStore, type StoreHit } from '../../../src/retrieval/sqlite/embedded-store.js';
 import {
   MAX_BATCH,
   PIPELINE_DEPTH,
   PooledStoreReads,
   STORE_QUEUE_BUDGET_MS,
+  type StoreReads,
   storeQueueLimit,
 } from '../../../src/retrieval/sqlite/store-reader.js';
 import { SEARCH_LIMIT, validateHits } from '../../../src/retrieval/validate.js';
@@ -138,6 +139,19 @@ describe('PooledStoreReads batching and its queue limit', () => {
     } finally {
       await echo.close();
     }
+  });
+
+  it("a refused read reaches the cold branch as the read queue's refusal, not as SQLite's busy", async () => {
+    const refusing: StoreReads = {
+      hot: () => [],
+      search: () => Promise.reject(Object.assign(new Error('store-read queue full'), { code: 'busy' })),
+      getDirective: () => null,
+      close: async () => {},
+    };
+    const source = new EmbeddedMemorySource(refusing);
+    await expect(source.search(org, agent, 'q', new AbortController().signal)).rejects.toMatchObject({
+      detail: 'embedded store unavailable (busy: read queue full)',
+    });
   });
 
   it('the thread starts its next batch while the event loop is still busy (PIPELINE_DEPTH)', async () => {
