@@ -194,10 +194,14 @@ export function parseLocomoSample(sample: unknown, file: string, fallbackKey: st
 
 /**
  * Reads every `*.json` of `dir` (or the one file it names) in name order; a file holds a sample or an array.
- * @throws Error naming the file for unreadable files, invalid JSON, or samples without speakers/sessions.
+ * @throws Error naming the path when it does not exist, or the file for unreadable files, invalid JSON, or
+ *   samples without speakers/sessions.
  */
 export async function readLocomo(dir: string): Promise<LocomoConversation[]> {
-  const stat = await fs.stat(dir);
+  const stat = await fs.stat(dir).catch((err: NodeJS.ErrnoException) => {
+    const why = err.code === 'ENOENT' ? 'no such file or directory' : (err.code ?? err.message);
+    throw new Error(`cannot read the LoCoMo dataset at ${dir}: ${why} (pass the folder of its .json files)`);
+  });
   const files = stat.isDirectory()
     ? (await fs.readdir(dir))
         .filter((f) => f.toLowerCase().endsWith('.json'))

@@ -209,6 +209,15 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
+describe('readLocomo', () => {
+  it('a missing dataset path is one line naming the path and what to pass, not a bare ENOENT', async () => {
+    const missing = path.join(dir, 'no-such-locomo');
+    await expect(readLocomo(missing)).rejects.toThrow(
+      `cannot read the LoCoMo dataset at ${missing}: no such file or directory (pass the folder of its .json files)`,
+    );
+  });
+});
+
 describe('locomoRequests', () => {
   it('takes the sessions after the first third, interleaves conversations and rotates models', async () => {
     const conversations = await readLocomo(dir);
