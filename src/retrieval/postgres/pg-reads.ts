@@ -26,9 +26,6 @@ type MemoryDbRow = Omit<StoreDbRow, 'content' | 'created_at'> & {
   created_at: Date | number;
 };
 
-/** Turns one scoped row into what a read returns (a wire hit: `toHit`). */
-export type RowMapper<T> = (row: MemoryDbRow, similarity: number, rank: number, source: 'hot' | 'fts') => T;
-
 const COLUMN_NAMES = [
   'id',
   'org_id',
@@ -259,35 +256,33 @@ export class PgReads {
   }
 
   /** Full-text search for a `websearch_to_tsquery` text. Throws as {@link PgPool.read}. */
-  async search<T = StoreHit>(
+  async search(
     terms: string,
     agent: string,
     org: string | null,
     opts: PgReadOptions,
     neighbours: number,
-    map: RowMapper<T> = toHit as RowMapper<T>,
-  ): Promise<T[]> {
-    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours, map);
+  ): Promise<StoreHit[]> {
+    if (neighbours > 0) return this.#searchWithNeighbours(terms, agent, org, opts, neighbours);
     const rows = await this.#read<MemoryDbRow & { score: number }>(
       plainSearchSql(this.#schema),
       [terms, agent, org, opts.minConfidence ?? 0, opts.maxChars ?? NO_CAP, opts.limit ?? SEARCH_LIMIT],
       opts,
     );
-    return rows.map((row, i) => map(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
+    return rows.map((row, i) => toHit(row, Math.min(1, Math.max(0, row.score)), i + 1, 'fts'));
   }
 
   /**
    * Search plus neighbours in one round trip (one index seek each). ts_rank(…, 32) is s = rank/(rank+1),
    * so x = s/(1−s) is the rank that neighbours.ts shares out; merged hits map back with s = x/(1+x).
    */
-  async #searchWithNeighbours<T>(
+  async #searchWithNeighbours(
     terms: string,
     agent: string,
     org: string | null,
     opts: PgReadOptions,
     parents: number,
-    map: RowMapper<T>,
-  ): Promise<T[]> {
+  ): Promise<StoreHit[]> {
     const limit = opts.limit ?? SEARCH_LIMIT;
     const rows = await this.#read<
       MemoryDbRow & { score: number | null; parent: number | null; next: boolean | null }
@@ -299,7 +294,7 @@ export class PgReads {
     // Each row keeps its score, parent and next fields: copying 600 rows without them cost more than they do.
     const { top: hits, near } = splitByParent(rows);
     return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
-      map(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
+      toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
     );
   }
 

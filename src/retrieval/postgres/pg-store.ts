@@ -6,13 +6,13 @@ import { neighbourArg } from '../neighbours.js';
 import type { AgentWriter, WarmTenant } from '../ports.js';
 import { ReadCache } from '../read-cache.js';
 import type { DirectiveEnvelope, DirectiveRow, MemoryRow, StoreHit } from '../store-rows.js';
-import { checkAgentRows, checkMemory, toHit, uuidArg } from '../store-rows.js';
+import { checkAgentRows, checkMemory, uuidArg } from '../store-rows.js';
 import { HOT_LIMIT, type ValidatedHits } from '../validate.js';
 import { queriesFromContents } from '../warm-memories.js';
 import { type MigrateResult, migrate, SCHEMA_NAME_RE } from './migrations.js';
 import { PgChangeFeed } from './pg-change-feed.js';
 import { PgPool, type PgWork } from './pg-pool.js';
-import { NO_CAP, type PgReadOptions, PgReads, type RowMapper } from './pg-reads.js';
+import { NO_CAP, type PgReadOptions, PgReads } from './pg-reads.js';
 import { PG_EVENTS } from './pg-stats.js';
 import {
   addInclusionCounts,
@@ -151,22 +151,17 @@ export class PgStore implements FeedbackStore, AgentWriter {
   }
 
   /** Best `ts_rank(…, 1|32)` first; `[]` without a query when the text has no searchable term. */
-  search(orgId: string | null, agentId: string, query: string, opts: PgReadOptions): Promise<StoreHit[]> {
-    const org = orgId === null ? null : uuidArg('org_id', orgId);
-    return this.#search(org, uuidArg('agent_id', agentId), query, opts, toHit);
-  }
-
-  /** A search for checked ids, each row mapped by `map`; `[]` when the text has no searchable term. */
-  async #search<T>(
-    org: string | null,
-    agent: string,
+  async search(
+    orgId: string | null,
+    agentId: string,
     query: string,
     opts: PgReadOptions,
-    map: RowMapper<T>,
-  ): Promise<T[]> {
+  ): Promise<StoreHit[]> {
+    const org = orgId === null ? null : uuidArg('org_id', orgId);
+    const agent = uuidArg('agent_id', agentId);
     const terms = toWebSearchQuery(query);
     if (terms === null) return [];
-    return this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours), map);
+    return this.#reads.search(terms, agent, org, opts, neighbourArg(opts.neighbours));
   }
 
   /**
