@@ -92,6 +92,21 @@ function rawToHit(row: RawMemoryRow, similarity: number, rank: number, content: 
   return hit;
 }
 
+/** A raw row as the named row `toHit` shapes into a memory-wire hit. */
+function rowObject(raw: RawMemoryRow): MemoryDbRow {
+  return {
+    id: raw[0],
+    org_id: raw[1],
+    agent_id: raw[2],
+    content: raw[3],
+    category: raw[4],
+    confidence: raw[5],
+    created_at: raw[6],
+    usefulness: raw[7],
+    inclusions: raw[8],
+  };
+}
+
 /** Search with its limit written as `limit`; ranked inside FTS5 first (docs/design/retrieval.md). */
 export function searchSql(limit: string): string {
   return `SELECT ${MEMORY_COLUMNS}, f.score AS score
@@ -147,15 +162,11 @@ export class EmbeddedStore extends EmbeddedWriter {
   readonly #threadHotCache: ReadCache<readonly StoreHit<MemoryContent>[]> | undefined;
   readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
   readonly #hot: LimitStatement<ReadParams, MemoryDbRow>;
-  readonly #search: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
-  readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, MemoryDbRow & { score: number }>;
-  readonly #next: Database.Statement<NeighbourParams, MemoryDbRow>;
-  readonly #previous: Database.Statement<NeighbourParams, MemoryDbRow>;
-  /** Raw-mode twins of the search reads, for {@link searchHits}. */
-  readonly #searchRaw: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
-  readonly #searchFilteredRaw: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
-  readonly #nextRaw: Database.Statement<NeighbourParams, RawMemoryRow>;
-  readonly #previousRaw: Database.Statement<NeighbourParams, RawMemoryRow>;
+  /** Search reads, in raw mode ({@link RawMemoryRow}). */
+  readonly #search: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
+  readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
+  readonly #next: Database.Statement<NeighbourParams, RawMemoryRow>;
+  readonly #previous: Database.Statement<NeighbourParams, RawMemoryRow>;
   readonly #getDirective: Database.Statement<
     [string, string],
     { content: string | null; injection_mode: string; version_id: string }
@@ -179,15 +190,11 @@ export class EmbeddedStore extends EmbeddedWriter {
        ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT ${limit}`,
       HOT_LIMIT,
     );
-    this.#search = new LimitStatement(db, searchSql, SEARCH_LIMIT);
+    this.#search = new LimitStatement(db, searchSql, SEARCH_LIMIT, true);
     // With a confidence floor (memory wire only) the filter must run before the limit.
-    this.#searchFiltered = new LimitStatement(db, searchFilteredSql, SEARCH_LIMIT);
-    this.#next = db.prepare(neighbourSql(true));
-    this.#previous = db.prepare(neighbourSql(false));
-    this.#searchRaw = new LimitStatement(db, searchSql, SEARCH_LIMIT, true);
-    this.#searchFilteredRaw = new LimitStatement(db, searchFilteredSql, SEARCH_LIMIT, true);
-    this.#nextRaw = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(true)).raw(true);
-    this.#previousRaw = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(false)).raw(true);
+    this.#searchFiltered = new LimitStatement(db, searchFilteredSql, SEARCH_LIMIT, true);
+    this.#next = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(true)).raw(true);
+    this.#previous = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(false)).raw(true);
     this.#getDirective = db.prepare(
       'SELECT content, injection_mode, version_id FROM directives WHERE org_id = ? AND agent_id = ?',
     );
@@ -277,79 +284,74 @@ export class EmbeddedStore extends EmbeddedWriter {
 
   /** Best BM25 first; any text becomes quoted terms, `[]` without one. Throws as {@link hot}. */
   search(orgId: string | null, agentId: string, query: string, options: ReadOptions = {}): StoreHit[] {
-    const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
-    const terms = toFtsQuery(query);
-    if (terms === null) return [];
-    const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
-    const statement = p.minConfidence > 0 ? this.#searchFiltered : this.#search;
-    const rows = statement.all({ ...p, match });
-    const parents = Math.min(rows.length, neighbourArg(options.neighbours));
-    if (parents === 0) return rows.map((row, i) => toHit(row, bm25ToSimilarity(row.score), i + 1, 'fts'));
-    const hits: ScoredRow<MemoryDbRow>[] = rows.map((row) => ({ row, x: Math.max(0, -row.score) }));
-    const neighbours: NeighbourRow<MemoryDbRow>[] = [];
-    for (let i = 0; i < parents; i++) {
-      const { created_at: at, category } = rows[i]!;
-      const q = {
-        org: p.org,
-        agent: p.agent,
-        minConfidence: p.minConfidence,
-        maxChars: p.maxChars,
-        at,
-        category,
-      };
-      const next = this.#next.get(q);
-      if (next !== undefined) neighbours.push({ row: next, parent: i, next: true });
-      const previous = this.#previous.get(q);
-      if (previous !== undefined) neighbours.push({ row: previous, parent: i, next: false });
-    }
-    return mergeNeighbours(hits, neighbours, p.limit).map(({ row, x }, i) =>
-      toHit(row, x / (1 + x), i + 1, 'fts'),
-    );
+    const { rows } = this.#searchRows(orgId, agentId, query, options);
+    return rows.map(({ raw, similarity }, i) => toHit(rowObject(raw), similarity, i + 1, 'fts'));
   }
 
   /**
    * {@link search} for the retrieval branch: the same rows, in the same order and with the same ranks and
    * similarities, as retrieval hits checked against the request's org and agent (`foreign`) and the
-   * content cap (`oversize`), as `validateHits` would leave them, read in raw mode (no per-row object with
-   * named keys, no ISO date). Throws as {@link hot}.
+   * content cap (`oversize`), as `validateHits` would leave them, without the wire shape's ISO date.
+   * Throws as {@link hot}.
    */
   searchHits(orgId: string | null, agentId: string, query: string, options: ReadOptions = {}): ValidatedHits {
-    const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
+    const { p, rows } = this.#searchRows(orgId, agentId, query, options);
     const out: ValidatedHits = { hits: [], invalid: 0, foreign: 0, oversize: 0, ignored: 0 };
-    const terms = toFtsQuery(query);
-    if (terms === null) return out;
-    const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
-    const statement = p.minConfidence > 0 ? this.#searchFilteredRaw : this.#searchRaw;
-    const rows = statement.all({ ...p, match });
-    const keep = (row: RawMemoryRow, similarity: number, rank: number): void => {
-      const content = row[3];
+    for (let i = 0; i < rows.length; i++) {
+      const { raw, similarity } = rows[i]!;
+      const content = raw[3];
       if (content === null) out.oversize++;
-      else if (row[2] !== p.agent || (p.org !== null && row[1] !== p.org)) out.foreign++;
-      else out.hits.push(rawToHit(row, similarity, rank, content));
-    };
-    const parents = Math.min(rows.length, neighbourArg(options.neighbours));
-    if (parents === 0) {
-      for (let i = 0; i < rows.length; i++) keep(rows[i]!, bm25ToSimilarity(rows[i]![SCORE]!), i + 1);
-      return out;
+      else if (raw[2] !== p.agent || (p.org !== null && raw[1] !== p.org)) out.foreign++;
+      else out.hits.push(rawToHit(raw, similarity, i + 1, content));
     }
-    // mergeNeighbours keys rows by id and reads content: a small holder per row, not a named-key row.
+    return out;
+  }
+
+  /**
+   * A search's rows in raw mode (no per-row object with named keys), best first, each with its similarity:
+   * x/(1+x) of x = −bm25, neighbours of the best `options.neighbours` hits merged in at a share of theirs.
+   */
+  #searchRows(
+    orgId: string | null,
+    agentId: string,
+    query: string,
+    options: ReadOptions,
+  ): { p: ReadParams; rows: { raw: RawMemoryRow; similarity: number }[] } {
+    const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
+    const terms = toFtsQuery(query);
+    if (terms === null) return { p, rows: [] };
+    const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
+    const statement = p.minConfidence > 0 ? this.#searchFiltered : this.#search;
+    const rows = statement.all({ ...p, match });
+    const parents = Math.min(rows.length, neighbourArg(options.neighbours));
+    if (parents === 0)
+      return { p, rows: rows.map((raw) => ({ raw, similarity: bm25ToSimilarity(raw[SCORE]!) })) };
+    // mergeNeighbours keys rows by id and reads content: a small holder per row.
     const held = (raw: RawMemoryRow): HeldRow => ({ id: raw[0], content: raw[3], raw });
     const hits: ScoredRow<HeldRow>[] = rows.map((row) => ({ row: held(row), x: Math.max(0, -row[SCORE]!) }));
     const neighbours: NeighbourRow<HeldRow>[] = [];
     for (let i = 0; i < parents; i++) {
       const row = rows[i]!;
-      const q = { ...p, at: row[CREATED_AT], category: row[CATEGORY] };
-      const next = this.#nextRaw.get(q);
+      const q = {
+        org: p.org,
+        agent: p.agent,
+        minConfidence: p.minConfidence,
+        maxChars: p.maxChars,
+        at: row[CREATED_AT],
+        category: row[CATEGORY],
+      };
+      const next = this.#next.get(q);
       if (next !== undefined) neighbours.push({ row: held(next), parent: i, next: true });
-      const previous = this.#previousRaw.get(q);
+      const previous = this.#previous.get(q);
       if (previous !== undefined) neighbours.push({ row: held(previous), parent: i, next: false });
     }
-    const merged = mergeNeighbours(hits, neighbours, p.limit);
-    for (let i = 0; i < merged.length; i++) {
-      const { row, x } = merged[i]!;
-      keep(row.raw, x / (1 + x), i + 1);
-    }
-    return out;
+    return {
+      p,
+      rows: mergeNeighbours(hits, neighbours, p.limit).map(({ row, x }) => ({
+        raw: row.raw,
+        similarity: x / (1 + x),
+      })),
+    };
   }
 
   /** The stored envelope (frozen, cached until a write), or `null`. Throws as {@link hot}. */
