@@ -9,7 +9,7 @@
  * - Top-10 overlap of `topk` with `legacy` on the same file (ids in common, exact lists), and with the
  *   answers of the code before schema v2 (bench/results/store-baseline.json, exact lists by digest).
  * - The retrieval branch's read of an unlimited call (600 candidates, neighbours of the 5 best), interleaved:
- *   the wire-shaped search then `validateHits` (as before) vs `searchHits` (raw rows, hits built directly).
+ *   the wire-shaped search then `validateHits` (how the thread read it before) vs `searchHits` (hits built directly).
  * - Hot read and directive, µs per call: uncached (SQL, ISO dating, objects) vs the read cache.
  * - Caps: what 20 memories of `IBEX_CONTEXT_MAX_MEMORY_CHARS` (65536) code points cost the main thread —
  *   decoding them from a store-read thread (v8 deserialize = structured clone's receive side), reading

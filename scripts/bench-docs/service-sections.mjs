@@ -139,8 +139,8 @@ export const SERVICE_SECTIONS = [
         '',
         `The retrieval branch's search for an unlimited call (600 candidates, neighbours of the 5 best; ` +
           `${b.hits_per_search} hits a search on average), interleaved over ${b.passes} passes: ` +
-          `wire-shaped rows then validation ${b.wire_then_validate.median_us} µs median, ` +
-          `hits built from raw rows ${b.search_hits.median_us} µs.`,
+          `wire-shaped hits then validation ${b.wire_then_validate.median_us} µs median, ` +
+          `hits built directly ${b.search_hits.median_us} µs.`,
       ].join('\n');
     },
   },
