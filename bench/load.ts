@@ -64,6 +64,9 @@ const USAGE = `usage: npm run bench:load -- [options]
                           bare grpc-js floor driven the same way in the same run; writes load-pinned.json
   --floor-steps <r1,…>    rates of the bare grpc-js floor (default 1000,2000,3000; with --pinned or --floor)
   --floor                 run the bare grpc-js floor without --pinned too
+  --single-call           after the steps, one call at a time (closed loop, one connection) for a step's
+                          seconds: the latency of a call that never waits for another, the p99 no rate can
+                          beat (default with --pinned)
   --overload-seconds <s>  after the steps, offer --overload-factor × the saturation rate (the step with the
                           most L0 answers/s) for this long, then the clean rate in 0.25 s slices for 5 s:
                           errors, L0 and shed shares, p99, seconds back to L0 (default 20 with --pinned, else 0)
@@ -85,6 +88,7 @@ interface Options {
   pinned: boolean;
   floor: boolean;
   floorSteps: number[];
+  singleCall: boolean;
   overloadSeconds: number;
   overloadFactor: number;
 }
@@ -93,7 +97,7 @@ const FLAGS = {
   ...stringFlags('steps', 'step-seconds', 'ramp-seconds', 'warmup-seconds', 'constrained', 'seed'),
   ...stringFlags('transport', 'threads', 'cpu-prof', 'p99-target'),
   ...stringFlags('floor-steps', 'overload-seconds', 'overload-factor'),
-  ...booleanFlags('h2load', 'pinned', 'floor'),
+  ...booleanFlags('h2load', 'pinned', 'floor', 'single-call'),
 } as const;
 
 function parseOptions(values: benchRun.BenchFlagValues<typeof FLAGS>): Options {
@@ -112,6 +116,7 @@ function parseOptions(values: benchRun.BenchFlagValues<typeof FLAGS>): Options {
     pinned: values.pinned ?? false,
     floor: values.floor ?? values.pinned ?? false,
     floorSteps: benchRun.parseList('--floor-steps', values['floor-steps'] ?? '1000,2000,3000'),
+    singleCall: values['single-call'] ?? values.pinned ?? false,
     overloadSeconds: benchRun.parseNumber(
       '--overload-seconds',
       values['overload-seconds'] ?? (values.pinned ? '20' : '0'),
@@ -152,6 +157,7 @@ async function main(argv: string[]): Promise<number> {
   let pinning: { service: string; driver: string } | null = null;
   let floor: Awaited<ReturnType<typeof runBareFloor>> | null = null;
   let overload: OverloadPhase | null = null;
+  let single: StepRow | null = null;
   try {
     console.error(`service pid ${service.pid} on ${service.grpcAddr} (admin ${service.adminUrl})`);
     if (opts.pinned) {
@@ -201,13 +207,26 @@ async function main(argv: string[]): Promise<number> {
       );
       if (row.tail) console.error(`  ${tailBesideMarkCompacts(row)}`);
     }
+    if (opts.singleCall) {
+      single = await measureStep(service, {
+        rate: null,
+        seconds: opts.stepSeconds,
+        rampSeconds: opts.rampSeconds,
+        ...common,
+        connections: 1,
+      });
+      console.error(
+        `one call at a time: ${single.achieved_rps} calls/s, p50 ${single.p50_ms} ms, p99 ${single.p99_ms} ms, ` +
+          `errors ${single.errors}, degraded ${single.degraded}`,
+      );
+    }
     const summaryNow = perCoreSummary(rows, opts.stepSeconds, opts.p99TargetMs);
     if (opts.floor) {
       floor = await runBareFloor(opts.floorSteps, opts.stepSeconds, common, opts.pinned ? cpus[1]! : null);
     }
     if (opts.overloadSeconds > 0 && summaryNow.saturation_rate !== null) {
       const rate = Math.round(opts.overloadFactor * summaryNow.saturation_rate);
-      const recovery = summaryNow.clean_rate ?? Math.round(summaryNow.saturation_rate / 2);
+      const recovery = recoveryRate(rows, summaryNow, opts.stepSeconds);
       console.error(`overload: ${rate} rps for ${opts.overloadSeconds} s, then ${recovery} rps`);
       await waitForIdle(service);
       overload = await runOverload(service, rate, opts.overloadSeconds, recovery, 5, common);
@@ -245,6 +264,10 @@ async function main(argv: string[]): Promise<number> {
     pinning,
     per_core: {
       ...perCore,
+      single_call_p50_ms: single?.p50_ms ?? null,
+      single_call_p99_ms: single?.p99_ms ?? null,
+      // No offered rate can give a p99 below what calls that never wait for one another get.
+      clean_target_below_single_call_floor: single === null ? null : single.p99_ms > opts.p99TargetMs,
       bare_cpu_ms_per_call: bareCpu,
       cpu_ratio_to_bare:
         bareCpu && perCore.cpu_ms_per_call_at_clean !== null
@@ -252,6 +275,7 @@ async function main(argv: string[]): Promise<number> {
           : null,
     },
     bare_floor: floor?.steps ?? null,
+    single_call: single,
     overload,
     node: process.version,
     machine: benchRun.machineInfo(),
@@ -331,6 +355,22 @@ async function main(argv: string[]): Promise<number> {
       : `wrote ${rel(jsonFile)}`,
   );
   return 0;
+}
+
+/**
+ * The rate offered after an overload to time the return to all-L0 answers: the clean rate; else the
+ * highest step that answered ≥ 99 % L0 with no error (at a rate that degrades more in steady state,
+ * a 0.25 s slice without a non-L0 answer is luck, not recovery); else half the saturation rate.
+ */
+function recoveryRate(
+  rows: readonly StepRow[],
+  summary: ReturnType<typeof perCoreSummary>,
+  stepSeconds: number,
+): number {
+  if (summary.clean_rate !== null) return summary.clean_rate;
+  const l0Clean = rows.filter((r) => r.errors === 0 && r.degraded <= 0.01 * r.ok_rps * stepSeconds);
+  if (l0Clean.length > 0) return Math.max(...l0Clean.map((r) => r.rate ?? 0));
+  return Math.round((summary.saturation_rate ?? 0) / 2);
 }
 
 /**

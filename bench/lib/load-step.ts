@@ -16,7 +16,8 @@ import { readThreads, type ThreadCpuStep, threadCpuStep } from './thread-cpu.js'
 
 /** Options of {@link measureStep}. */
 export interface StepOptions {
-  rate: number;
+  /** Offered rate, req/s (open loop); null = closed loop, one call in flight per connection. */
+  rate: number | null;
   seconds: number;
   /** Unrecorded traffic at the same rate before the snapshot (lets queues and JIT settle), s. */
   rampSeconds: number;
@@ -179,7 +180,7 @@ export async function measureStep(service: ServiceProcess, opts: StepOptions): P
   await waitForIdle(service);
   const common = {
     addr: service.grpcAddr,
-    rate: opts.rate,
+    ...(opts.rate === null ? {} : { rate: opts.rate }),
     connections: opts.connections,
     timeoutMs: opts.timeoutMs,
     source: opts.source,

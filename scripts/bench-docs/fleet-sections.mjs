@@ -96,6 +96,24 @@ export const FLEET_SECTIONS = [
               x.server?.late_answers ?? '—',
               round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
             ]),
+            ...(r.single_call
+              ? [
+                  [
+                    'ibex-context, one call at a time',
+                    'closed loop',
+                    r.single_call.achieved_rps,
+                    r.single_call.p99_ms,
+                    r.single_call.errors,
+                    r.single_call.degraded,
+                    r.single_call.server?.late_answers ?? '—',
+                    round(
+                      r.single_call.cpu_ms_per_call?.server_main +
+                        (r.single_call.cpu_ms_per_call?.server_other ?? 0),
+                      3,
+                    ),
+                  ],
+                ]
+              : []),
             ...need(r, 'bare_floor').map((x) => [
               'bare grpc-js',
               x.rate,
@@ -109,10 +127,22 @@ export const FLEET_SECTIONS = [
           ],
         ),
         '',
+        ...(r.single_call
+          ? [
+              `One call at a time (one connection, the next call sent when the last is answered): p50 ` +
+                `${r.single_call.p50_ms} ms, p99 ${r.single_call.p99_ms} ms` +
+                (pc.clean_target_below_single_call_floor
+                  ? ` — above the clean-rate target of p99 ≤ ${need(r, 'config').p99_target_ms} ms, so no offered ` +
+                    'rate can be clean on this core: the calls that never wait for one another already miss it.'
+                  : '.'),
+              '',
+            ]
+          : []),
         `Saturation ${pc.saturation_rate}/s (${pc.saturation_l0_rps} L0 answers/s). Overload at ${o.rate}/s for ` +
           `${o.seconds} s: ${pct(o.l0_share)} L0, ${pct(o.shed_share)} shed, ${o.errors} errors` +
           `${o.late_answers === undefined ? '' : `, ${o.late_answers} answers after D`}, p99 ${o.p99_ms} ms; ` +
-          `admission limit ${o.admission_limit_after} after; back to all L0 at ${o.recovery_rate}/s in ${o.seconds_back_to_l0} s.`,
+          `admission limit ${o.admission_limit_after} after; then ${o.recovery_rate}/s (the clean rate, else the highest ` +
+          `step with ≥ 99 % L0 and no error): every answer L0 again ${o.seconds_back_to_l0 === null ? 'not within the 5 s watched' : `after ${o.seconds_back_to_l0} s`}.`,
       ].join('\n');
     },
   },
@@ -261,21 +291,27 @@ export const FLEET_SECTIONS = [
     file: 'first-traffic',
     title: 'First traffic after a fresh start',
     render: (r) =>
-      table(
-        ['path', 'start', 'load average', 'calls', 'OK', 'errors', 'L0', 'L1', 'L2', 'p99 ms'],
-        need(r, 'runs').map((x) => [
-          x.path,
-          x.start,
-          x.load_avg_1m,
-          x.calls,
-          x.ok,
-          Object.values(x.errors ?? {}).reduce((a, n) => a + n, 0),
-          x.levels.L0,
-          x.levels.L1,
-          x.levels.L2,
-          x.p99_ms,
-        ]),
-      ),
+      [
+        'The first `replay --limit 300` as soon as `/readyz` answers; "warm L0" is the same replay run again ' +
+          "right after on the same process, what this machine gives at the replay's pace once nothing is cold.",
+        '',
+        table(
+          ['path', 'start', 'load average', 'calls', 'OK', 'errors', 'L0', 'L1', 'L2', 'p99 ms', 'warm L0'],
+          need(r, 'runs').map((x) => [
+            x.path,
+            x.start,
+            x.load_avg_1m,
+            x.calls,
+            x.ok,
+            Object.values(x.errors ?? {}).reduce((a, n) => a + n, 0),
+            x.levels.L0,
+            x.levels.L1,
+            x.levels.L2,
+            x.p99_ms,
+            x.warm ? `${x.warm.levels.L0} / ${x.warm.calls}` : '—',
+          ]),
+        ),
+      ].join('\n'),
   },
   {
     script: 'bench:replay-busy',
