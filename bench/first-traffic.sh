@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # First traffic after start: for each path (embedded store, memory service), N fresh starts of `serve`, each
-# followed as soon as /readyz answers by `replay --limit 300`; writes bench/results/first-traffic.json.
+# followed as soon as /readyz answers by `replay --limit 300`, then the same replay on the warm service;
+# writes bench/results/first-traffic.json.
 # usage: bench/first-traffic.sh <locomo dir> [starts=3] [base port=20200] [postgres url]
 # Needs `npm run build`. Ingests LoCoMo into a temporary embedded store; the memory path serves that store
 # through `ibex-context memory-server` (started once, before the first start). With a PostgreSQL URL (a
@@ -40,12 +41,14 @@ for path in "${paths[@]}"; do
     for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" > /dev/null && break; sleep 0.25; done
     "${cli[@]}" replay --addr "127.0.0.1:$port" --locomo "$locomo" --limit 300 --json > "$tmp/r.json" 2> /dev/null || true
     load="$(cut -d' ' -f1 /proc/loadavg)"
-    runs+=("$(node -e 'const r=require(process.argv[1]);console.log(JSON.stringify({path:process.argv[2],start:+process.argv[3],load_avg_1m:+process.argv[4],calls:r.calls,ok:r.ok,errors:r.errors,levels:r.levels,l0_share:r.levels.L0/r.calls,p99_ms:r.latency_ms.p99}))' "$tmp/r.json" "$path" "$k" "$load")")
+    # The same replay again on the now-warm service: what this machine gives at the README's pace anyway.
+    "${cli[@]}" replay --addr "127.0.0.1:$port" --locomo "$locomo" --limit 300 --json > "$tmp/w.json" 2> /dev/null || true
+    runs+=("$(node -e 'const r=require(process.argv[1]);const w=require(process.argv[5]);console.log(JSON.stringify({path:process.argv[2],start:+process.argv[3],load_avg_1m:+process.argv[4],calls:r.calls,ok:r.ok,errors:r.errors,levels:r.levels,l0_share:r.levels.L0/r.calls,p99_ms:r.latency_ms.p99,warm:{calls:w.calls,ok:w.ok,errors:w.errors,levels:w.levels,l0_share:w.levels.L0/w.calls}}))' "$tmp/r.json" "$path" "$k" "$load" "$tmp/w.json")")
     echo "${runs[-1]}"
     kill "$pid"; wait "$pid" 2> /dev/null || true
     sleep 1
   done
 done
-(IFS=,; echo "{\"note\":\"first replay --limit 300 right after each fresh start; load_avg_1m shows how busy the machine was\",\"runs\":[${runs[*]}]}") \
+(IFS=,; echo "{\"note\":\"first replay --limit 300 right after each fresh start, then the same replay again on the warm service (warm); load_avg_1m shows how busy the machine was\",\"runs\":[${runs[*]}]}") \
   | write_result first-traffic > /dev/null
 echo "wrote bench/results/first-traffic.json"
