@@ -14,6 +14,9 @@
  * database CPU per call (the CPU seconds of this database's `ibex-context` backends, from
  * `/proc/<pid>/stat` of the pids pg_stat_activity names: the same machine only).
  *
+ * After each one-replica ramp, one call at a time (closed loop, one connection) for `--seconds`: the p99
+ * no offered rate can beat, so a clean rate needs it under 20 ms.
+ *
  * Recovery (one direct replica, at its clean rate R, or the lowest rate when none was clean): 10 s at 3 R,
  * then 1 s steps at R until one is all-L0 with no error; and the same after every backend of the replicas
  * is terminated (pg_terminate_backend, the stand-in for a database restart on a shared server). Seconds to
@@ -153,6 +156,42 @@ async function runPhase(
 
 type Phase = Awaited<ReturnType<typeof runPhase>>;
 
+/**
+ * One call at a time on one replica (closed loop, one connection): the p99 of calls that never wait for
+ * one another, below which no offered rate's p99 can go on this machine.
+ */
+async function singleCall(
+  service: ServiceProcess,
+  requests: AssembleContextRequestInput[],
+  o: { seconds: number; ramp: number },
+  admin: pg.Client,
+) {
+  const before = await backendCpu(admin);
+  const t0 = performance.now();
+  const row = await measureStep(service, {
+    rate: null,
+    seconds: o.seconds,
+    rampSeconds: o.ramp,
+    connections: 1,
+    timeoutMs: 1000,
+    source: cyclingSource('one call at a time', requests),
+  }).catch((err: unknown) => {
+    throw explainFailure(service, err);
+  });
+  const window = (performance.now() - t0) / 1000;
+  const dbCpuS = cpuDelta(before, await backendCpu(admin));
+  return {
+    achieved_rps: row.achieved_rps,
+    p50_ms: row.p50_ms,
+    p99_ms: row.p99_ms,
+    errors: row.errors,
+    l0_share: l0Share(row, o.seconds),
+    database_cpu_ms_per_call:
+      row.achieved_rps > 0 ? Math.round(((dbCpuS * 1000) / (row.achieved_rps * window)) * 1000) / 1000 : null,
+    below_clean_p99: row.p99_ms <= P99_TARGET_MS,
+  };
+}
+
 /** Ramps `rates` until a step is not clean; returns every step and the highest clean rate (0: none). */
 async function ramp(
   label: string,
@@ -285,8 +324,12 @@ async function main(): Promise<number> {
     const o = { seconds, ramp: rampS, connections };
     const halves = [requests.filter((_, i) => i % 2 === 0), requests.filter((_, i) => i % 2 === 1)];
     const embeddedOne = await ramp('embedded, one replica', [embeddedService], [requests], rates, o, admin);
+    const embeddedSingle = await singleCall(embeddedService, requests, o, admin);
+    console.error(`embedded, one call at a time: ${JSON.stringify(embeddedSingle)}`);
     await embeddedService.stop();
     const pgOne = await ramp('postgres, one replica', [direct[0]!], [requests], rates, o, admin);
+    const pgSingle = await singleCall(direct[0]!, requests, o, admin);
+    console.error(`postgres, one call at a time: ${JSON.stringify(pgSingle)}`);
     const pgTwo = await ramp('postgres, two replicas', direct, halves, rates, o, admin);
     const bouncerTwo =
       pooled.length > 0 ? await ramp('pgbouncer, two replicas', pooled, halves, rates, o, admin) : null;
@@ -313,6 +356,7 @@ async function main(): Promise<number> {
         postgres_two_replicas_direct: pgTwo.clean_rate_rps,
         postgres_two_replicas_pgbouncer: bouncerTwo?.clean_rate_rps ?? null,
       },
+      single_call: { embedded_one_replica: embeddedSingle, postgres_one_replica: pgSingle },
       embedded_one_replica: embeddedOne,
       postgres_one_replica: pgOne,
       postgres_two_replicas_direct: pgTwo,

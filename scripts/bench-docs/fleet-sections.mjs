@@ -57,6 +57,19 @@ export const FLEET_SECTIONS = [
           `(${rec.overload.connections_opened_during} connections opened during, ${rec.overload.connections_opened_after} after); ` +
           `after the backends were terminated, back in ${rec.backends_terminated.seconds_to_full_l0} s ` +
           `(${rec.backends_terminated.connections_opened_after} connections opened).`,
+        ...(r.single_call
+          ? [
+              `One call at a time (one connection, each call sent when the last is answered): embedded p50 ` +
+                `${r.single_call.embedded_one_replica.p50_ms} ms, p99 ${r.single_call.embedded_one_replica.p99_ms} ms; ` +
+                `PostgreSQL p50 ${r.single_call.postgres_one_replica.p50_ms} ms, p99 ${r.single_call.postgres_one_replica.p99_ms} ms ` +
+                `(database ${r.single_call.postgres_one_replica.database_cpu_ms_per_call} ms CPU per call). ` +
+                (r.single_call.embedded_one_replica.below_clean_p99 &&
+                r.single_call.postgres_one_replica.below_clean_p99
+                  ? 'Both are under the clean p99, so the clean rates above are load, not a floor.'
+                  : `A store whose single calls already have a p99 over ${rule.p99_ms_max} ms cannot have a clean rate on this ` +
+                    'machine, whatever the load: its clean rate, and the ratio to it, measure the floor, not the store.'),
+            ]
+          : []),
         `Cold search against the embedded store: mean top-10 overlap ${r.cold_search_vs_embedded.mean_top10_overlap}, ` +
           `same top-1 ${pct(r.cold_search_vs_embedded.same_top1_share)}. Evidence recall@10: PostgreSQL ` +
           `${r.qa_evidence_recall.postgres_recall_at_10}, embedded ${r.qa_evidence_recall.embedded_recall_at_10}.`,
