@@ -62,6 +62,25 @@ ALTER TABLE memories
 ALTER TABLE memories SET (fillfactor = 85);
 `,
   },
+  {
+    version: 4,
+    name: 'stemmed search',
+    // Stemmed search, as the embedded store's porter tokenizer: a question's "painting" finds a memory's
+    // "painted". Snowball English with no stop word list (pg_catalog.english would drop words such as
+    // "again" that a query keeps). Each row's words are read back from its 'simple' tsvector in position
+    // order, which is its indexed text (search-text.ts indexText keeps only letter/digit runs and CJK
+    // bigrams), so no row needs the application to re-index it.
+    sql: `
+CREATE TEXT SEARCH DICTIONARY stemmed_english (TEMPLATE = snowball, LANGUAGE = english);
+CREATE TEXT SEARCH CONFIGURATION stemmed (COPY = pg_catalog.english);
+ALTER TEXT SEARCH CONFIGURATION stemmed
+  ALTER MAPPING FOR asciiword, asciihword, hword_asciipart, word, hword, hword_part WITH stemmed_english;
+UPDATE memories SET search = to_tsvector('stemmed', coalesce((
+  SELECT string_agg(u.lexeme, ' ' ORDER BY p.pos)
+  FROM unnest(memories.search) AS u(lexeme, positions, weights), unnest(u.positions) AS p(pos)), ''));
+ANALYZE memories;
+`,
+  },
 ];
 
 /** A plain lower-case identifier, so it can be interpolated without quoting. */
@@ -96,6 +115,9 @@ export async function migrate(
   if (!SCHEMA_NAME_RE.test(schema)) throw new Error(`invalid PostgreSQL schema name: ${schema}`);
   await client.query('BEGIN');
   try {
+    // The connection's statement_timeout bounds reads (a few ms); a migration that rewrites rows, and a
+    // replica waiting for the lock while another migrates, take longer.
+    await client.query('SET LOCAL statement_timeout = 0');
     await client.query('SELECT pg_advisory_xact_lock($1)', [lockKey(schema).toString()]);
     await client.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`);
     await client.query(

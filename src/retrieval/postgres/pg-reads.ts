@@ -6,6 +6,7 @@ import type { DirectiveEnvelope, StoreHit } from '../store-rows.js';
 import { type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
 import { SEARCH_LIMIT, setScoringInputs } from '../validate.js';
 import type { PgPool } from './pg-pool.js';
+import { searchConfig } from './search-text.js';
 
 export interface PgReadOptions {
   /** The branch's remaining time, ms. */
@@ -58,7 +59,7 @@ const SCOPE =
 /** A search without neighbours; $1 terms, $2 agent, $3 org, $4 min confidence, $5 max chars, $6 limit. */
 function plainSearchSql(schema: string): string {
   return `SELECT ${searchColumns()}, ts_rank(search, q, 1|32) AS score
-       FROM ${schema}.memories, websearch_to_tsquery('simple', $1) AS q
+       FROM ${schema}.memories, websearch_to_tsquery('${searchConfig(schema)}', $1) AS q
        WHERE search @@ q AND ${SCOPE}
        ORDER BY score DESC, id LIMIT $6`;
 }
@@ -67,7 +68,7 @@ function plainSearchSql(schema: string): string {
 function neighbourSearchSql(schema: string): string {
   return `WITH hits AS (
          SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
-         FROM ${schema}.memories, websearch_to_tsquery('simple', $1) AS q
+         FROM ${schema}.memories, websearch_to_tsquery('${searchConfig(schema)}', $1) AS q
          WHERE search @@ q AND ${SCOPE}
          ORDER BY score DESC, id LIMIT $6),
        top AS (

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { type FeedbackKind, type InclusionCount, usefulnessDelta } from '../feedback.js';
 import type { DirectiveRow, MemoryRow } from '../store-rows.js';
 import { uuidArg } from '../store-rows.js';
-import { indexText } from './search-text.js';
+import { indexText, SEARCH_CONFIG } from './search-text.js';
 
 /** 8 parameters each, far below PostgreSQL's 65535-parameter limit. */
 const INSERT_BATCH = 500;
@@ -17,7 +17,7 @@ export async function insertMemories(client: pg.PoolClient, rows: readonly Memor
       values.push(indexText(r.content));
       const p = (k: number) => `$${i * 8 + k}`;
       return `(${p(1)}, ${p(2)}, ${p(3)}, ${p(4)}, ${p(5)}, ${p(6)},
-        to_timestamp(${p(7)}::double precision / 1000), to_tsvector('simple', ${p(8)}))`;
+        to_timestamp(${p(7)}::double precision / 1000), to_tsvector('${SEARCH_CONFIG}', ${p(8)}))`;
     });
     await client.query(
       `INSERT INTO memories (id, org_id, agent_id, content, category, confidence, created_at, search)

@@ -9,6 +9,18 @@ const CJK_RE = new RegExp(`[${CJK}]`, 'u');
 /** CJK runs, or runs of other letters/digits/marks (so `kit运行` splits). */
 const RUN_RE = new RegExp(`[${CJK}]+|(?:(?![${CJK}])[\\p{L}\\p{N}\\p{M}])+`, 'gu');
 
+/**
+ * The text-search configuration of the index and of queries, created in the store's schema by migration 4:
+ * English stemming (snowball) with no stop word list, as the embedded store's porter tokenizer stems and
+ * keeps every word. Writes name it bare (their transaction's search_path is the schema); reads qualify it.
+ */
+export const SEARCH_CONFIG = 'stemmed';
+
+/** {@link SEARCH_CONFIG} qualified by `schema` (a checked identifier), for statements outside its search_path. */
+export function searchConfig(schema: string): string {
+  return `${schema}.${SEARCH_CONFIG}`;
+}
+
 /** Same bound as the embedded store. */
 export const MAX_QUERY_TERMS = 8;
 

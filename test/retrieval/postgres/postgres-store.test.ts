@@ -7,11 +7,13 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import path from 'node:path';
 import fc from 'fast-check';
+import { Client as PgClient } from 'pg';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../../src/config/settings.js';
 import { ANSWER_DISCOUNT, PREVIOUS_DISCOUNT } from '../../../src/retrieval/neighbours.js';
-import { MIGRATIONS } from '../../../src/retrieval/postgres/migrations.js';
+import { MIGRATIONS, migrate } from '../../../src/retrieval/postgres/migrations.js';
 import { PgDirectiveSource } from '../../../src/retrieval/postgres/pg-sources.js';
+import { PgStore } from '../../../src/retrieval/postgres/pg-store.js';
 import { indexText, toWebSearchQuery } from '../../../src/retrieval/postgres/search-text.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import { createSources } from '../../../src/retrieval/sources.js';
@@ -387,6 +389,100 @@ describePg('PostgreSQL store', reachable, () => {
       [schema],
     );
     expect(row?.reloptions).toContain('fillfactor=85');
+  });
+
+  it('search stems English words as the embedded store does and keeps every word: "painting" finds "painted", "again" is searched', async () => {
+    const org = randomUUID();
+    const agent = randomUUID();
+    const painted = randomUUID();
+    const again = randomUUID();
+    await pg.store.upsertMemories([
+      memory(painted, 'I painted a sunrise over the lake last week', { org, agent }),
+      memory(again, 'We met at the harbour once more, and again on Sunday', { org, agent }),
+      memory(randomUUID(), 'chess club on Tuesdays', { org, agent }),
+    ]);
+    const ids = async (query: string) =>
+      (await pg.store.search(org, agent, query, T)).map((h) => h.memory.id);
+    expect(await ids('painting')).toEqual([painted]);
+    expect(await ids('paints')).toEqual([painted]);
+    // A word pg_catalog.english would drop as a stop word.
+    expect(await ids('again')).toEqual([again]);
+    expect(await ids('zeppelin')).toEqual([]);
+  });
+
+  it('migration 4 re-indexes rows written before it: stemmed, every word and its position kept, CJK bigrams', async () => {
+    const fresh = testSchema('stem');
+    const client = new PgClient({ connectionString: PG_TEST_URL });
+    await client.connect();
+    const contents = [
+      'Painting, painted paintings: again and again the painter paints',
+      '部署脚本 build kit 运行 — the 署脚 run',
+      'The lake, the LAKE! 42 swims in 2024',
+    ];
+    try {
+      await migrate(
+        client,
+        fresh,
+        MIGRATIONS.filter((m) => m.version <= 3),
+      );
+      for (const content of contents) {
+        // As the store wrote rows before migration 4.
+        await client.query(
+          `INSERT INTO ${fresh}.memories (id, org_id, agent_id, content, category, confidence, created_at, search)
+           VALUES ($1, $2, $3, $4, 'factual', 0.8, now(), to_tsvector('simple', $5))`,
+          [randomUUID(), ORG, AGENT, content, indexText(content)],
+        );
+      }
+      expect((await migrate(client, fresh)).applied).toEqual([4]);
+      const rows = await client.query<{ same: boolean; search: string }>(
+        `SELECT search = to_tsvector('${fresh}.stemmed', $1) AS same, search::text AS search
+         FROM ${fresh}.memories WHERE content = $2`,
+        [indexText(contents[0]!), contents[0]],
+      );
+      expect(rows.rows[0]?.same).toBe(true);
+      // Stems, with the positions of the words as written (and "the" kept: no stop words).
+      expect(rows.rows[0]?.search).toBe("'again':4,6 'and':5 'paint':1,2,3,9 'painter':8 'the':7");
+      for (const content of contents) {
+        const [row] = (
+          await client.query<{ same: boolean }>(
+            `SELECT search = to_tsvector('${fresh}.stemmed', $1) AS same FROM ${fresh}.memories WHERE content = $2`,
+            [indexText(content), content],
+          )
+        ).rows;
+        expect(row?.same).toBe(true);
+      }
+    } finally {
+      await client.end();
+      await dropSchema(fresh);
+    }
+  });
+
+  it('start-up applies migration 4 to thousands of rows although reads run under a short statement timeout', async () => {
+    const fresh = testSchema('stemtime');
+    const client = new PgClient({ connectionString: PG_TEST_URL });
+    await client.connect();
+    let store: PgStore | undefined;
+    try {
+      await migrate(
+        client,
+        fresh,
+        MIGRATIONS.filter((m) => m.version <= 3),
+      );
+      await client.query(
+        `INSERT INTO ${fresh}.memories (id, org_id, agent_id, content, category, confidence, created_at, search)
+         SELECT gen_random_uuid(), $1, $2, 'I painted the sunrise on day ' || i, 'factual', 0.8, now(),
+           to_tsvector('simple', 'I painted the sunrise on day ' || i)
+         FROM generate_series(1, 5000) AS i`,
+        [ORG, AGENT],
+      );
+      store = await PgStore.open({ url: PG_TEST_URL, schema: fresh, statementTimeoutMs: 10, poolMax: 1 });
+      expect(store.migration.applied).toEqual([4]);
+      expect((await store.search(ORG, AGENT, 'painting', { timeoutMs: 2000, limit: 3 })).length).toBe(3);
+    } finally {
+      await store?.close();
+      await client.end();
+      await dropSchema(fresh);
+    }
   });
 
   it('concurrent migration by two processes: each migration applied exactly once', async () => {
