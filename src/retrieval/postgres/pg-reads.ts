@@ -201,6 +201,11 @@ function heldToHit(row: HeldRow, org: string, agent: string, similarity: number,
   return hit;
 }
 
+/** A merged hit's x back to a similarity s = x/(1+x) (1 for a hit whose score was already 1). */
+function similarityOf(x: number): number {
+  return x === Number.MAX_VALUE ? 1 : x / (1 + x);
+}
+
 /**
  * A search-with-neighbours result split into its hits (x = s/(1−s) of their score s, in search order) and
  * the neighbours (by the hit they follow or precede).
@@ -299,7 +304,7 @@ export class PgReads {
     // Each row keeps its score, parent and next fields: copying 600 rows without them cost more than they do.
     const { top: hits, near } = splitByParent(rows);
     return mergeNeighbours(hits, near, limit).map(({ row, x }, i) =>
-      toHit(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1, 'fts'),
+      toHit(row, similarityOf(x), i + 1, 'fts'),
     );
   }
 
@@ -342,7 +347,7 @@ export class PgReads {
     const merged = mergeNeighbours(top, near, limit);
     for (let i = 0; i < merged.length; i++) {
       const { row, x } = merged[i]!;
-      keep(row, x === Number.MAX_VALUE ? 1 : x / (1 + x), i + 1);
+      keep(row, similarityOf(x), i + 1);
     }
     return { hits, foreign };
   }
