@@ -357,6 +357,11 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
+/** At most 1 % of the step's OK answers degraded (`stepSeconds`: the measured window). */
+function answeredL0(r: StepRow, stepSeconds: number): boolean {
+  return r.degraded <= 0.01 * r.ok_rps * stepSeconds;
+}
+
 /**
  * The rate offered after an overload to time the return to all-L0 answers: the clean rate; else the
  * highest step that answered ≥ 99 % L0 with no error (at a rate that degrades more in steady state,
@@ -368,7 +373,7 @@ function recoveryRate(
   stepSeconds: number,
 ): number {
   if (summary.clean_rate !== null) return summary.clean_rate;
-  const l0Clean = rows.filter((r) => r.errors === 0 && r.degraded <= 0.01 * r.ok_rps * stepSeconds);
+  const l0Clean = rows.filter((r) => r.errors === 0 && answeredL0(r, stepSeconds));
   if (l0Clean.length > 0) return Math.max(...l0Clean.map((r) => r.rate ?? 0));
   return Math.round((summary.saturation_rate ?? 0) / 2);
 }
@@ -379,7 +384,7 @@ function recoveryRate(
  */
 function perCoreSummary(rows: readonly StepRow[], stepSeconds: number, p99TargetMs: number) {
   const l0Rps = (r: StepRow) => r.ok_rps - r.degraded / stepSeconds;
-  const clean = rows.filter((r) => isClean(r, p99TargetMs) && r.degraded <= 0.01 * r.ok_rps * stepSeconds);
+  const clean = rows.filter((r) => isClean(r, p99TargetMs) && answeredL0(r, stepSeconds));
   const best = clean.length ? clean.reduce((a, b) => (b.rate > a.rate ? b : a)) : null;
   const saturation = rows.length ? rows.reduce((a, b) => (l0Rps(b) > l0Rps(a) ? b : a)) : null;
   const cpu = best?.cpu_ms_per_call

@@ -111,10 +111,11 @@ function phaseRow(replica: number, row: StepRow, seconds: number): PhaseRow {
   };
 }
 
+/** `rate` split across the replicas, calls/s; null: closed loop, one call in flight per connection. */
 async function runPhase(
   services: ServiceProcess[],
   parts: AssembleContextRequestInput[][],
-  rate: number,
+  rate: number | null,
   o: { seconds: number; ramp: number; connections: number },
   admin: pg.Client,
 ) {
@@ -123,7 +124,7 @@ async function runPhase(
   const rows = await Promise.all(
     services.map((s, i) =>
       measureStep(s, {
-        rate: rate / services.length,
+        rate: rate === null ? null : rate / services.length,
         seconds: o.seconds,
         rampSeconds: o.ramp,
         connections: o.connections,
@@ -166,28 +167,15 @@ async function singleCall(
   o: { seconds: number; ramp: number },
   admin: pg.Client,
 ) {
-  const before = await backendCpu(admin);
-  const t0 = performance.now();
-  const row = await measureStep(service, {
-    rate: null,
-    seconds: o.seconds,
-    rampSeconds: o.ramp,
-    connections: 1,
-    timeoutMs: 1000,
-    source: cyclingSource('one call at a time', requests),
-  }).catch((err: unknown) => {
-    throw explainFailure(service, err);
-  });
-  const window = (performance.now() - t0) / 1000;
-  const dbCpuS = cpuDelta(before, await backendCpu(admin));
+  const phase = await runPhase([service], [requests], null, { ...o, connections: 1 }, admin);
+  const row = phase.replicas[0]!;
   return {
     achieved_rps: row.achieved_rps,
     p50_ms: row.p50_ms,
     p99_ms: row.p99_ms,
     errors: row.errors,
-    l0_share: l0Share(row, o.seconds),
-    database_cpu_ms_per_call:
-      row.achieved_rps > 0 ? Math.round(((dbCpuS * 1000) / (row.achieved_rps * window)) * 1000) / 1000 : null,
+    l0_share: row.l0_share,
+    database_cpu_ms_per_call: phase.database_cpu_ms_per_call,
     below_clean_p99: row.p99_ms <= P99_TARGET_MS,
   };
 }
