@@ -47,6 +47,7 @@ export function warmCall(
       deadline: arrival + deadlineMs,
       arrival,
       metadata: new Metadata(),
+      gathered: {},
     },
   ).catch(() => undefined);
 }

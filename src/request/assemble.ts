@@ -15,7 +15,7 @@ import { generateNonce } from '../text/nonce.js';
 import { monotonicNow } from '../util/clock.js';
 import { Errors, isIbexError } from '../wire/errors.js';
 import type { DegradationLevel } from '../wire/proto.js';
-import type { BranchOutcome, Directive } from '../wire/types.js';
+import type { BranchOutcome } from '../wire/types.js';
 import { AdaptiveConcurrencyLimit, type AdmissionSample } from './admission.js';
 import {
   answerFromStage,
@@ -28,7 +28,7 @@ import {
 import { CpuStageRunner } from './assemble-cpu-stage.js';
 import type { AssembleFn, AssembleResult } from './assemble-fn.js';
 import { type AssemblyObserver, metricsObserver, NO_OBSERVER, unlessQuiet } from './assembly-observer.js';
-import { type CallContext, throwIfAborted } from './call-context.js';
+import { type CallContext, type Gathered, throwIfAborted } from './call-context.js';
 import type { Assembly } from './response-parts.js';
 import { PER_MIB_FROM_BYTES, StageReserve } from './stage-reserve.js';
 import type { ValidatedRequest } from './validate.js';
@@ -64,17 +64,11 @@ function historyByteLength(req: ValidatedRequest): number {
 /** Calls given less than this (ms from arrival to D) get DEADLINE_EXCEEDED at D, not an answer (contract.md §10). */
 export const DEADLINE_ANSWER_MIN_MS = 10;
 
-/** The directive branch's end, told before the memory branches end. */
-interface DirectiveRead {
-  directive: Directive | null;
-  outcome: BranchOutcome;
-}
-
 /** A retrieval still running at D: the directive if its branch ended, every other branch timed out. */
 function unfinishedRetrieval(
   req: ValidatedRequest,
   latencyMs: number,
-  read?: DirectiveRead,
+  read?: Gathered['directive'],
 ): RetrievalResult {
   const branch = (name: 'directive' | 'hot' | 'cold', skipped: boolean): BranchOutcome =>
     skipped
@@ -128,9 +122,6 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
   const admission = new AdaptiveConcurrencyLimit({ maxLimit: settings.maxInFlight });
   if (deps.metrics) registerAdmissionMetrics(deps.metrics.registry, admission);
   const cpu = new CpuStageRunner({ pool, reserve, observer, logger, dpCellCeiling: settings.dpCellCeiling });
-  /** Each call's retrieval once it ended, and its directive once read: what an answer at D keeps. */
-  const retrieved = new WeakMap<CallContext, RetrievalResult>();
-  const directives = new WeakMap<CallContext, DirectiveRead>();
   const assemble: AssembleFn = async (req: ValidatedRequest, ctx: CallContext) => {
     observer.callStarted();
     const admitted = admission.tryAcquire();
@@ -157,7 +148,8 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
     try {
       const resolved = catalog.resolve(req.model);
       const retrieval =
-        retrieved.get(ctx) ?? unfinishedRetrieval(req, monotonicNow() - ctx.arrival, directives.get(ctx));
+        ctx.gathered.retrieval ??
+        unfinishedRetrieval(req, monotonicNow() - ctx.arrival, ctx.gathered.directive);
       const assembly: Assembly = {
         req,
         ctx,
@@ -241,7 +233,9 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
         skipHot: req.skipHot || shed,
         skipCold: req.skipCold || shed,
         coldLimit,
-        onDirective: (directive, outcome) => directives.set(ctx, { directive, outcome }),
+        onDirective: (directive, outcome) => {
+          ctx.gathered.directive = { directive, outcome };
+        },
       },
       {
         wallMs,
@@ -254,7 +248,7 @@ export function createAssembler(deps: AssemblerDeps): AssembleFn {
       monotonicNow,
       ctx.timer,
     );
-    retrieved.set(ctx, retrieval);
+    ctx.gathered.retrieval = retrieval;
     reserve.wallOverrun.record(Math.max(0, monotonicNow() - start - wallMs));
     throwIfAborted(ctx);
     if (shed) {

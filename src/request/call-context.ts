@@ -1,10 +1,12 @@
 /** A call's abort signal, absolute deadline D (contract.md §10, monotonic ms) and its one timer. */
 import type { Metadata } from '@grpc/grpc-js';
+import type { RetrievalResult } from '../retrieval/retrieve.js';
 import type { CallTrace } from '../telemetry/tracing/call-trace.js';
 import { type AbortSignalLike, CallSignal } from '../util/abort.js';
 import { type ArmedTimer, type Clock, DeadlineSet, monotonicNow } from '../util/clock.js';
 import { stackless } from '../util/stackless.js';
 import { Errors } from '../wire/errors.js';
+import type { BranchOutcome, Directive } from '../wire/types.js';
 
 export type { AbortSignalLike };
 export { monotonicNow };
@@ -22,6 +24,19 @@ export interface CallContext {
   readonly metadata: Metadata;
   /** The call's trace when tracing is on. */
   readonly trace?: CallTrace;
+  /** What the pipeline has read so far, for the answer built at D; only the assembler writes it. */
+  readonly gathered: Gathered;
+}
+
+/**
+ * A call's reads as they end. A slot on the context, not a `WeakMap` keyed by it: V8's scavenges kept such
+ * an entry's value (the call's hits) alive until the next mark-compact (docs/design/main-thread.md).
+ */
+export interface Gathered {
+  /** The directive branch's end, told before the memory branches end. */
+  directive?: { directive: Directive | null; outcome: BranchOutcome };
+  /** The retrieval, once every branch ended. */
+  retrieval?: RetrievalResult;
 }
 
 export type AbortCause = 'deadline' | 'cancelled';
@@ -126,7 +141,15 @@ export function createCallContext(
   }
 
   return {
-    ctx: { signal, timer: timers, deadline, arrival, metadata: call.metadata, trace: opts.trace },
+    ctx: {
+      signal,
+      timer: timers,
+      deadline,
+      arrival,
+      metadata: call.metadata,
+      trace: opts.trace,
+      gathered: {},
+    },
     dispose,
   };
 }

@@ -253,6 +253,7 @@ describe('assembler admission', () => {
         deadline: now + 10_000,
         arrival: now,
         metadata: new Metadata(),
+        gathered: {},
       });
     };
     try {

@@ -65,6 +65,7 @@ function call(assemble: AssembleFn, leftMs: number, history: string[] = ['hello 
     deadline: now + leftMs,
     arrival: now,
     metadata: new Metadata(),
+    gathered: {},
   };
   const req = validateAssembleRequest({
     org_id: ORG,

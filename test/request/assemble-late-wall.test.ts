@@ -101,6 +101,7 @@ function setup({
       deadline: fake.now + leftMs,
       arrival: fake.now,
       metadata: new Metadata(),
+      gathered: {},
     };
     const req = validateAssembleRequest({
       org_id: ORG,

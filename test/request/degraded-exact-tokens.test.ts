@@ -123,6 +123,7 @@ function ctx(leftMs: number): CallContext {
     deadline: now + leftMs,
     arrival: now,
     metadata: new Metadata(),
+    gathered: {},
   };
 }
 

@@ -131,6 +131,7 @@ function assembly(
       deadline: now + 1000,
       arrival: now,
       metadata: new Metadata(),
+      gathered: {},
     },
     retrieval: {
       directive:
