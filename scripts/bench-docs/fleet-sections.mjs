@@ -1,6 +1,18 @@
 /** Sections of docs/benchmarks.md for a fleet and its dependencies: replicas, pinning, tracing, quality, isolation. */
 import { need, pct, round, table } from './format.mjs';
 
+/** A row of the pinned table for one measured step of the service (`offered`: its rate, or how it was driven). */
+const serviceRow = (label, offered, x) => [
+  label,
+  offered,
+  x.achieved_rps,
+  x.p99_ms,
+  x.errors,
+  x.degraded,
+  x.server?.late_answers ?? '—',
+  round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
+];
+
 /** @type {import('./format.mjs').Section[]} */
 export const FLEET_SECTIONS = [
   {
@@ -99,33 +111,9 @@ export const FLEET_SECTIONS = [
             'CPU ms/call',
           ],
           [
-            ...need(r, 'steps').map((x) => [
-              'ibex-context',
-              x.rate,
-              x.achieved_rps,
-              x.p99_ms,
-              x.errors,
-              x.degraded,
-              x.server?.late_answers ?? '—',
-              round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
-            ]),
+            ...need(r, 'steps').map((x) => serviceRow('ibex-context', x.rate, x)),
             ...(r.single_call
-              ? [
-                  [
-                    'ibex-context, one call at a time',
-                    'closed loop',
-                    r.single_call.achieved_rps,
-                    r.single_call.p99_ms,
-                    r.single_call.errors,
-                    r.single_call.degraded,
-                    r.single_call.server?.late_answers ?? '—',
-                    round(
-                      r.single_call.cpu_ms_per_call?.server_main +
-                        (r.single_call.cpu_ms_per_call?.server_other ?? 0),
-                      3,
-                    ),
-                  ],
-                ]
+              ? [serviceRow('ibex-context, one call at a time', 'closed loop', r.single_call)]
               : []),
             ...need(r, 'bare_floor').map((x) => [
               'bare grpc-js',
