@@ -81,6 +81,88 @@ UPDATE memories SET search = to_tsvector('stemmed', coalesce((
 ANALYZE memories;
 `,
   },
+  {
+    version: 5,
+    name: 'search statistics',
+    // BM25 weighs a query's rare words above its common ones (ts_rank has no inverse document frequency).
+    // Document frequencies per org+agent are kept by statement-level triggers at write time, so a search
+    // reads one row per query lexeme instead of counting them; per agent, so one tenant's text never
+    // weighs another's search. Lock order (org, agent, lexeme) keeps concurrent writers from deadlocking.
+    sql: `
+CREATE TABLE search_terms (
+  org_id uuid NOT NULL,
+  agent_id uuid NOT NULL,
+  lexeme text NOT NULL,
+  docs integer NOT NULL,
+  PRIMARY KEY (org_id, agent_id, lexeme)
+);
+CREATE TABLE search_stats (
+  org_id uuid NOT NULL,
+  agent_id uuid NOT NULL,
+  docs integer NOT NULL,
+  -- Sum of each row's distinct lexemes (length(search)): the average document length.
+  lexemes bigint NOT NULL,
+  PRIMARY KEY (org_id, agent_id)
+);
+CREATE FUNCTION search_stats_count() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+DECLARE
+  sign integer := CASE TG_OP WHEN 'DELETE' THEN -1 ELSE 1 END;
+BEGIN
+  INSERT INTO search_terms AS t (org_id, agent_id, lexeme, docs)
+    SELECT c.org_id, c.agent_id, u.lexeme, sign * count(*)
+    FROM changed c, unnest(tsvector_to_array(c.search)) AS u(lexeme)
+    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+  ON CONFLICT (org_id, agent_id, lexeme) DO UPDATE SET docs = t.docs + excluded.docs;
+  INSERT INTO search_stats AS s (org_id, agent_id, docs, lexemes)
+    SELECT c.org_id, c.agent_id, sign * count(*), sign * sum(length(c.search))
+    FROM changed c GROUP BY 1, 2 ORDER BY 1, 2
+  ON CONFLICT (org_id, agent_id) DO UPDATE
+    SET docs = s.docs + excluded.docs, lexemes = s.lexemes + excluded.lexemes;
+  IF sign < 0 THEN
+    DELETE FROM search_terms t USING (SELECT DISTINCT org_id, agent_id FROM changed) a
+      WHERE t.org_id = a.org_id AND t.agent_id = a.agent_id AND t.docs <= 0;
+    DELETE FROM search_stats s USING (SELECT DISTINCT org_id, agent_id FROM changed) a
+      WHERE s.org_id = a.org_id AND s.agent_id = a.agent_id AND s.docs <= 0;
+  END IF;
+  RETURN NULL;
+END
+$fn$;
+-- An upsert that rewrites a row's text or moves it to another agent (rare): the old row out, the new in.
+CREATE FUNCTION search_stats_move() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
+BEGIN
+  UPDATE search_terms SET docs = docs - 1
+    WHERE org_id = OLD.org_id AND agent_id = OLD.agent_id AND lexeme = ANY (tsvector_to_array(OLD.search));
+  DELETE FROM search_terms WHERE org_id = OLD.org_id AND agent_id = OLD.agent_id AND docs <= 0;
+  UPDATE search_stats SET docs = docs - 1, lexemes = lexemes - length(OLD.search)
+    WHERE org_id = OLD.org_id AND agent_id = OLD.agent_id;
+  DELETE FROM search_stats WHERE org_id = OLD.org_id AND agent_id = OLD.agent_id AND docs <= 0;
+  INSERT INTO search_terms AS t (org_id, agent_id, lexeme, docs)
+    SELECT NEW.org_id, NEW.agent_id, u.lexeme, 1 FROM unnest(tsvector_to_array(NEW.search)) AS u(lexeme)
+    ORDER BY 3
+  ON CONFLICT (org_id, agent_id, lexeme) DO UPDATE SET docs = t.docs + 1;
+  INSERT INTO search_stats AS s (org_id, agent_id, docs, lexemes)
+    VALUES (NEW.org_id, NEW.agent_id, 1, length(NEW.search))
+  ON CONFLICT (org_id, agent_id) DO UPDATE SET docs = s.docs + 1, lexemes = s.lexemes + excluded.lexemes;
+  RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER memories_search_insert AFTER INSERT ON memories
+  REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION search_stats_count();
+CREATE TRIGGER memories_search_delete AFTER DELETE ON memories
+  REFERENCING OLD TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION search_stats_count();
+CREATE TRIGGER memories_search_update AFTER UPDATE OF org_id, agent_id, search ON memories FOR EACH ROW
+  WHEN (OLD.org_id IS DISTINCT FROM NEW.org_id OR OLD.agent_id IS DISTINCT FROM NEW.agent_id
+        OR OLD.search IS DISTINCT FROM NEW.search)
+  EXECUTE FUNCTION search_stats_move();
+INSERT INTO search_terms (org_id, agent_id, lexeme, docs)
+  SELECT m.org_id, m.agent_id, u.lexeme, count(*)
+  FROM memories m, unnest(tsvector_to_array(m.search)) AS u(lexeme) GROUP BY 1, 2, 3;
+INSERT INTO search_stats (org_id, agent_id, docs, lexemes)
+  SELECT org_id, agent_id, count(*), sum(length(search)) FROM memories GROUP BY 1, 2;
+ANALYZE search_terms;
+ANALYZE search_stats;
+`,
+  },
 ];
 
 /** A plain lower-case identifier, so it can be interpolated without quoting. */

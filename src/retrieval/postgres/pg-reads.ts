@@ -55,22 +55,72 @@ export const NO_CAP = 2_147_483_647;
 
 const SCOPE =
   'agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5';
+const SCOPE_M =
+  'm.agent_id = $2 AND ($3::uuid IS NULL OR m.org_id = $3) AND m.confidence >= $4 AND m.content_chars <= $5';
+
+/** BM25's term-frequency saturation and length normalisation, FTS5's defaults. */
+const BM25_K1 = 1.2;
+const BM25_B = 0.75;
+/** Query lexemes a row is scored on, heaviest first; a CJK phrase can bring more than the 8 query terms. */
+export const BM25_TERMS = 8;
+
+/**
+ * The agent's BM25 statistics ($1 terms, $2 agent, $3 org or NULL for every org), as CTEs: `st` (rows,
+ * mean distinct lexemes per row) and `idf` (the query's lexemes as one-term tsqueries `t` and their weights
+ * `w`, idf = ln(1 + (N − n + 0.5)/(n + 0.5)) over the agent's rows, heaviest first), both read from the
+ * tables migration 5 keeps at write time. The query's lexemes are those of its websearch text without the
+ * `or`s and quotes search-text.ts put there, read with the same configuration.
+ */
+function bm25Ctes(schema: string): string {
+  return `st AS MATERIALIZED (
+         SELECT coalesce(sum(docs), 0)::float8 AS docs,
+                coalesce(sum(lexemes), 0)::float8 / greatest(1, coalesce(sum(docs), 0)) AS avgdl
+         FROM ${schema}.search_stats WHERE agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)),
+       idf AS MATERIALIZED (
+         SELECT array_agg(term ORDER BY weight DESC, term) AS t, array_agg(weight ORDER BY weight DESC, term) AS w
+         FROM (
+           SELECT ('''' || replace(replace(t.lexeme, '\\', '\\\\'), '''', '''''') || '''')::tsquery AS term,
+                  ln(1 + (st.docs - sum(t.docs) + 0.5) / (sum(t.docs) + 0.5)) AS weight
+           FROM ${schema}.search_terms t, st
+           WHERE t.agent_id = $2 AND ($3::uuid IS NULL OR t.org_id = $3)
+             AND t.lexeme = ANY (tsvector_to_array(to_tsvector('${searchConfig(schema)}',
+               replace(replace($1, ' or ', ' '), '"', ' '))))
+           GROUP BY t.lexeme, st.docs) terms)`;
+}
+
+/**
+ * A matched row's BM25 score x over `m.search`, as s = x/(1+x) in [0, 1), a float4 as ts_rank's
+ * normalisation 32 gave (the order JS re-sorts hits in, neighbours.ts, is then the statement's). A term
+ * counts once per row: chat turns rarely repeat a word, and reading each row's positions (unnesting its
+ * vector) cost three times the search. One expression per term slot rather than a subquery per row: on
+ * rows this short the executor's per-row overhead is most of the cost (docs/postgres.md).
+ */
+const BM25_SCORE = '(bm.x / (1 + bm.x))::real';
+const BM25_MATCHED = Array.from(
+  { length: BM25_TERMS },
+  (_, i) => `CASE WHEN m.search @@ idf.t[${i + 1}] THEN idf.w[${i + 1}] ELSE 0 END`,
+).join(' + ');
+const BM25_LATERAL = `LATERAL (SELECT (${BM25_MATCHED})
+           * ${BM25_K1 + 1} / (1 + ${BM25_K1} * (${1 - BM25_B} + ${BM25_B} * length(m.search) / greatest(st.avgdl, 1)))
+           AS x) bm`;
 
 /** A search without neighbours; $1 terms, $2 agent, $3 org, $4 min confidence, $5 max chars, $6 limit. */
 function plainSearchSql(schema: string): string {
-  return `SELECT ${searchColumns()}, ts_rank(search, q, 1|32) AS score
-       FROM ${schema}.memories, websearch_to_tsquery('${searchConfig(schema)}', $1) AS q
-       WHERE search @@ q AND ${SCOPE}
-       ORDER BY score DESC, id LIMIT $6`;
+  return `WITH ${bm25Ctes(schema)}
+       SELECT ${searchColumns('m.')}, ${BM25_SCORE} AS score
+       FROM ${schema}.memories m, websearch_to_tsquery('${searchConfig(schema)}', $1) AS q, st, idf, ${BM25_LATERAL}
+       WHERE m.search @@ q AND ${SCOPE_M}
+       ORDER BY score DESC, m.id LIMIT $6`;
 }
 
 /** A search plus the neighbours of its $7 best hits (`parent`, `next`); parameters as {@link plainSearchSql}. */
 function neighbourSearchSql(schema: string): string {
-  return `WITH hits AS (
-         SELECT ${COLUMNS}, ts_rank(search, q, 1|32) AS score
-         FROM ${schema}.memories, websearch_to_tsquery('${searchConfig(schema)}', $1) AS q
-         WHERE search @@ q AND ${SCOPE}
-         ORDER BY score DESC, id LIMIT $6),
+  return `WITH ${bm25Ctes(schema)},
+       hits AS (
+         SELECT ${COLUMN_NAMES.map((c) => `m.${c}`).join(', ')}, ${BM25_SCORE} AS score
+         FROM ${schema}.memories m, websearch_to_tsquery('${searchConfig(schema)}', $1) AS q, st, idf, ${BM25_LATERAL}
+         WHERE m.search @@ q AND ${SCOPE_M}
+         ORDER BY score DESC, m.id LIMIT $6),
        top AS (
          SELECT created_at AS at, category AS cat,
                 (row_number() OVER (ORDER BY score DESC, id))::int - 1 AS parent

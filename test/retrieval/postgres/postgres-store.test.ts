@@ -410,6 +410,95 @@ describePg('PostgreSQL store', reachable, () => {
     expect(await ids('zeppelin')).toEqual([]);
   });
 
+  it("search ranks by BM25: a rare query word outweighs a common one, whatever the rows' lengths", async () => {
+    const org = randomUUID();
+    const agent = randomUUID();
+    const rare = randomUUID();
+    const rows = Array.from({ length: 10 }, (_, i) =>
+      memory(randomUUID(), `Caroline laughed ${i}`, { org, agent }),
+    );
+    rows.push(
+      memory(rare, 'we watched a big old silver zeppelin float slowly over the harbour', { org, agent }),
+    );
+    await pg.store.replaceAgent(org, agent, rows);
+    // ts_rank (no idf, length-normalised) put the short "Caroline" rows first; BM25 puts the only zeppelin.
+    for (const neighbours of [0, 2]) {
+      const opts = { ...T, neighbours, limit: 20 };
+      const hits = await pg.store.search(org, agent, 'Did Caroline see a zeppelin?', opts);
+      expect(hits[0]?.memory.id).toBe(rare);
+      expect(hits).toHaveLength(11);
+      const packed = await pg.store.searchHits(org, agent, 'Did Caroline see a zeppelin?', opts);
+      expect(packed.hits.map((h) => h.memory_id)).toEqual(hits.map((h) => h.memory.id));
+    }
+    // The other rows tie on the common word: equal similarities, below the rare one's.
+    const hits = await pg.store.search(org, agent, 'caroline zeppelin', { ...T, limit: 20 });
+    const rest = new Set(hits.slice(1).map((h) => h.similarity));
+    expect(rest.size).toBe(1);
+    expect(hits[0]!.similarity).toBeGreaterThan([...rest][0]!);
+  });
+
+  it('the BM25 statistics follow every write: import, re-import, upsert, a row moved to another agent, feedback', async () => {
+    const org = randomUUID();
+    const agent = randomUUID();
+    const other = randomUUID();
+    const recount = async () => ({
+      terms: await adminQuery(
+        `SELECT org_id::text, agent_id::text, lexeme, docs FROM ${schema}.search_terms
+         WHERE org_id = '${org}' ORDER BY agent_id, lexeme`,
+      ),
+      stats: await adminQuery(
+        `SELECT org_id::text, agent_id::text, docs, lexemes::int FROM ${schema}.search_stats
+         WHERE org_id = '${org}' ORDER BY agent_id`,
+      ),
+    });
+    const truth = async () => ({
+      terms: await adminQuery(
+        `SELECT m.org_id::text, m.agent_id::text, u.lexeme, count(*)::int AS docs
+         FROM ${schema}.memories m, unnest(tsvector_to_array(m.search)) AS u(lexeme)
+         WHERE m.org_id = '${org}' GROUP BY 1, 2, 3 ORDER BY 2, 3`,
+      ),
+      stats: await adminQuery(
+        `SELECT org_id::text, agent_id::text, count(*)::int AS docs, sum(length(search))::int AS lexemes
+         FROM ${schema}.memories WHERE org_id = '${org}' GROUP BY 1, 2 ORDER BY 2`,
+      ),
+    });
+    const moved = randomUUID();
+    await pg.store.replaceAgent(org, agent, [
+      memory(moved, 'the painter paints the lake', { org, agent }),
+      memory(randomUUID(), 'a lake swim in 2024', { org, agent }),
+      memory(randomUUID(), 'Caroline paints again', { org, agent }),
+    ]);
+    const first = await recount();
+    expect(first.stats).toEqual([{ org_id: org, agent_id: agent, docs: 3, lexemes: 12 }]);
+    expect(first.terms.find((t) => t.lexeme === 'paint')).toMatchObject({ docs: 2 });
+    expect(first).toEqual(await truth());
+    // Re-import with one row fewer, then an upsert that rewrites one row and moves it to another agent.
+    await pg.store.replaceAgent(org, agent, [
+      memory(moved, 'the painter paints the lake', { org, agent }),
+      memory(randomUUID(), 'Caroline paints again', { org, agent }),
+    ]);
+    expect(await recount()).toEqual(await truth());
+    await pg.store.upsertMemories([memory(moved, 'zeppelin over the lake', { org, agent: other })]);
+    const after = await recount();
+    expect(after).toEqual(await truth());
+    expect(after.stats).toEqual(
+      [
+        { org_id: org, agent_id: agent, docs: 1, lexemes: 3 },
+        { org_id: org, agent_id: other, docs: 1, lexemes: 4 },
+      ].sort((a, b) => (a.agent_id < b.agent_id ? -1 : 1)),
+    );
+    // Feedback and inclusion counts update rows without touching their text or the statistics.
+    await pg.store.addInclusions([{ orgId: org, memoryId: moved, count: 3 }]);
+    expect(await adminQuery(`SELECT inclusions FROM ${schema}.memories WHERE id = '${moved}'`)).toEqual([
+      { inclusions: 3 },
+    ]);
+    expect(await recount()).toEqual(after);
+    // An agent whose last row goes leaves no statistics behind.
+    await pg.store.replaceAgent(org, other, []);
+    expect((await recount()).stats).toEqual([{ org_id: org, agent_id: agent, docs: 1, lexemes: 3 }]);
+    expect(await recount()).toEqual(await truth());
+  });
+
   it('migration 4 re-indexes rows written before it: stemmed, every word and its position kept, CJK bigrams', async () => {
     const fresh = testSchema('stem');
     const client = new PgClient({ connectionString: PG_TEST_URL });
@@ -433,7 +522,7 @@ describePg('PostgreSQL store', reachable, () => {
           [randomUUID(), ORG, AGENT, content, indexText(content)],
         );
       }
-      expect((await migrate(client, fresh)).applied).toEqual([4]);
+      expect((await migrate(client, fresh)).applied).toEqual([4, 5]);
       const rows = await client.query<{ same: boolean; search: string }>(
         `SELECT search = to_tsvector('${fresh}.stemmed', $1) AS same, search::text AS search
          FROM ${fresh}.memories WHERE content = $2`,
@@ -457,7 +546,7 @@ describePg('PostgreSQL store', reachable, () => {
     }
   });
 
-  it('start-up applies migration 4 to thousands of rows although reads run under a short statement timeout', async () => {
+  it('start-up applies migrations 4 and 5 to thousands of rows although reads run under a short statement timeout', async () => {
     const fresh = testSchema('stemtime');
     const client = new PgClient({ connectionString: PG_TEST_URL });
     await client.connect();
@@ -476,8 +565,16 @@ describePg('PostgreSQL store', reachable, () => {
         [ORG, AGENT],
       );
       store = await PgStore.open({ url: PG_TEST_URL, schema: fresh, statementTimeoutMs: 10, poolMax: 1 });
-      expect(store.migration.applied).toEqual([4]);
-      expect((await store.search(ORG, AGENT, 'painting', { timeoutMs: 2000, limit: 3 })).length).toBe(3);
+      expect(store.migration.applied).toEqual([4, 5]);
+      // Three rows match (every row matching, BM25 over 5,000 of them, takes longer than 10 ms).
+      expect((await store.search(ORG, AGENT, '4242 4243 4244', { timeoutMs: 2000 })).length).toBe(3);
+      // Migration 5 counted the rows written before it.
+      expect(await adminQuery(`SELECT docs FROM ${fresh}.search_stats`)).toEqual([{ docs: 5000 }]);
+      expect(
+        await adminQuery(
+          `SELECT docs FROM ${fresh}.search_terms WHERE lexeme IN ('paint', '42') ORDER BY lexeme`,
+        ),
+      ).toEqual([{ docs: 1 }, { docs: 5000 }]);
     } finally {
       await store?.close();
       await client.end();
