@@ -220,7 +220,7 @@ describePg('PostgreSQL store', reachable, () => {
     expect(validateHits(hits, ORG, agent)).toMatchObject({ invalid: 0, foreign: 0 });
   });
 
-  it('search: limit 10, best ts_rank first, both terms above one, similarity in [0,1)', async () => {
+  it('search: limit 10, best BM25 score first, both terms above one, similarity in [0,1)', async () => {
     const agent = randomUUID();
     const rows = Array.from({ length: 14 }, (_, i) =>
       memory(randomUUID(), `kayak trip number ${i}`, { agent }),
