@@ -5,8 +5,11 @@ import type { MemoryHit } from '../wire/types.js';
 export const FILL_FACTOR = 3;
 /** Tokens of a block beyond its content (tags, nonce, UUID, category, separator). */
 export const WRAPPER_TOKENS = 30;
-/** The floor a budget holding every candidate is held to: there the weak matches hold the missing evidence. */
-export const ROOMY_FLOOR_SHARE = 1 / 3;
+/**
+ * Share of the floor a budget holding every candidate keeps: none. There the weak matches hold the missing
+ * evidence, and how weak a match looks depends on the store's idf (docs/scoring.md, "BM25 on PostgreSQL").
+ */
+export const ROOMY_FLOOR_SHARE = 0;
 const PRIOR_CONTENT_TOKENS = 30;
 const MEAN_WEIGHT = 0.05;
 
