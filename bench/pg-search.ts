@@ -6,12 +6,14 @@
  * - `packed`: the retrieval branch's read (`PgStore.searchHits`), one aggregated row of columns with the
  *   contents as one bytea.
  * Process CPU (`process.cpuUsage`: node-postgres and the mapping run on this thread) and wall per search,
- * the mean of each of 3 rounds after a warm-up round, best and median round. The database's own CPU is not
- * in these figures.
+ * the mean of each of 3 rounds after a warm-up round, best and median round, and the database's own CPU
+ * per search (its backends' /proc/<pid>/stat, read around each search; same machine only).
  *
- * Usage: node dist/bench/pg-search.js --pg-url postgres://… [--dataset DIR] [--every 3] [--out pg-search]
+ * Usage: node dist/bench/pg-search.js --pg-url postgres://… [--dataset DIR] [--every 3] [--limit 600]
+ *   [--out pg-search]
  * Ingests LoCoMo into the schema `ibex_bench_pg_search` (replaced, dropped at the end).
  */
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { DEFAULT_MAX_CANDIDATES } from '../src/config/ranking-settings.js';
 import { DEFAULT_NEIGHBOUR_HITS } from '../src/retrieval/neighbours.js';
@@ -21,6 +23,7 @@ import { LOCOMO_ORG_ID, readLocomo } from '../src/tools/locomo/dataset.js';
 import { ingestLocomo } from '../src/tools/locomo/ingest.js';
 import { machineInfo } from './lib/bench-run.js';
 import { projectPath, writeResult } from './lib/paths.js';
+import { backendCpu } from './lib/pg-backend-cpu.js';
 
 const SCHEMA = 'ibex_bench_pg_search';
 const ROUNDS = 3;
@@ -49,7 +52,8 @@ async function main(): Promise<void> {
           .map((q) => ({ agent: c.agentId, text: q.question })),
       )
       .filter((_, i) => i % every === 0);
-    const opts = { timeoutMs: 5_000, limit: DEFAULT_MAX_CANDIDATES, neighbours: DEFAULT_NEIGHBOUR_HITS };
+    const limit = Number(flag('--limit', String(DEFAULT_MAX_CANDIDATES)));
+    const opts = { timeoutMs: 5_000, limit, neighbours: DEFAULT_NEIGHBOUR_HITS };
     const rows = async (q: { agent: string; text: string }) =>
       validateHits(await store.search(LOCOMO_ORG_ID, q.agent, q.text, opts), LOCOMO_ORG_ID, q.agent).hits
         .length;
@@ -57,34 +61,59 @@ async function main(): Promise<void> {
       (await store.searchHits(LOCOMO_ORG_ID, q.agent, q.text, opts)).hits.length;
     const ways = { rows, packed } as const;
     type Way = keyof typeof ways;
-    const rounds: Record<Way, { cpu_ms: number; wall_ms: number; hits: number }[]> = { rows: [], packed: [] };
+    const rounds: Record<Way, { cpu_ms: number; wall_ms: number; db_cpu_ms: number; hits: number }[]> = {
+      rows: [],
+      packed: [],
+    };
+    let backends: number[] = [];
+    const dbSeconds = () => {
+      let t = 0;
+      for (const pid of backends) t += backendSeconds(pid);
+      return t;
+    };
     for (let r = 0; r <= ROUNDS; r++) {
-      const sum = { rows: { cpu: 0, wall: 0, hits: 0 }, packed: { cpu: 0, wall: 0, hits: 0 } };
+      const sum = {
+        rows: { cpu: 0, wall: 0, db: 0, hits: 0 },
+        packed: { cpu: 0, wall: 0, db: 0, hits: 0 },
+      };
       for (const [i, q] of questions.entries()) {
         // The one that runs first alternates, so neither always meets the other's warmed caches.
         const order: Way[] = i % 2 === 0 ? ['rows', 'packed'] : ['packed', 'rows'];
         for (const way of order) {
+          const db0 = dbSeconds();
           const cpu0 = process.cpuUsage();
           const t0 = performance.now();
           sum[way].hits += await ways[way](q);
           sum[way].wall += performance.now() - t0;
           const cpu = process.cpuUsage(cpu0);
           sum[way].cpu += (cpu.user + cpu.system) / 1000;
+          sum[way].db += (dbSeconds() - db0) * 1000;
         }
       }
-      if (r === 0) continue;
+      // The store's backends, opened by the warm-up round (application_name ibex-context).
+      if (r === 0) {
+        backends = [...(await backendCpu(admin)).keys()];
+        continue;
+      }
       for (const way of ['rows', 'packed'] as const) {
         const n = questions.length;
-        rounds[way].push({ cpu_ms: sum[way].cpu / n, wall_ms: sum[way].wall / n, hits: sum[way].hits / n });
+        rounds[way].push({
+          cpu_ms: sum[way].cpu / n,
+          wall_ms: sum[way].wall / n,
+          db_cpu_ms: sum[way].db / n,
+          hits: sum[way].hits / n,
+        });
       }
     }
     const stat = (way: Way) => {
       const cpu = rounds[way].map((x) => x.cpu_ms).sort((a, b) => a - b);
       const wall = rounds[way].map((x) => x.wall_ms).sort((a, b) => a - b);
+      const db = rounds[way].map((x) => x.db_cpu_ms).sort((a, b) => a - b);
       const r2 = (v: number) => Math.round(v * 1000) / 1000;
       return {
         cpu_ms_per_search: { best: r2(cpu[0]!), median: r2(cpu[cpu.length >> 1]!) },
         wall_ms_per_search: { best: r2(wall[0]!), median: r2(wall[wall.length >> 1]!) },
+        database_cpu_ms_per_search: { best: r2(db[0]!), median: r2(db[db.length >> 1]!) },
         hits_per_search: Math.round(rounds[way][0]!.hits),
       };
     };
@@ -101,7 +130,7 @@ async function main(): Promise<void> {
       rows: stat('rows'),
       packed: stat('packed'),
     };
-    writeResult('pg-search', result);
+    writeResult(flag('--out', 'pg-search')!, result);
     console.log(JSON.stringify(result, null, 2));
   } finally {
     await store.close();
@@ -114,3 +143,14 @@ main().catch((err: unknown) => {
   console.error(err);
   process.exit(1);
 });
+
+/** CPU seconds of one backend so far (utime + stime at 100 ticks/s); 0 once it is gone. */
+function backendSeconds(pid: number): number {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return (Number(rest[11]) + Number(rest[12])) / 100;
+  } catch {
+    return 0;
+  }
+}

@@ -2,8 +2,10 @@
  * bench:quality — are the right memories in the context? Evidence recall on LoCoMo (evaluation data, read
  * from its directory, never copied into the repository), asked of the running service over real gRPC.
  *
- * 1. Ingests LoCoMo into a fresh embedded store (as `ingest --locomo` does).
- * 2. Starts the service on that store (a child process, loopback) for each score configuration.
+ * 1. Ingests LoCoMo into a fresh embedded store (as `ingest --locomo` does), and with `--pg-url` into a
+ *    fresh schema of that PostgreSQL database too.
+ * 2. Starts the service on that store (on PostgreSQL with `--pg-url`; the baselines stay the embedded
+ *    store's) (a child process, loopback) for each score configuration.
  * 3. For every QA item of categories 1–4 with evidence (every k-th with `--every k`), calls AssembleContext
  *    with query = the question and available_tokens = the memory budget (0 = unlimited), one call at a time
  *    so answers are L0; a non-L0 answer is retried and, if still degraded, counted apart, never scored.
@@ -14,15 +16,17 @@
  *    budget, and FTS5 bm25 hits in rank order, first-fit concatenated.
  *
  * Usage: node dist/bench/quality.js [--dataset DIR] [--every K] [--budgets 500,1000,2000,4000,0]
- *   [--configs interim,composite,relevance,grid] [--ports 20010,20011] [--env NAME=VALUE] [--out quality]
+ *   [--configs interim,composite,relevance,grid] [--ports 20010,20011] [--env NAME=VALUE] [--pg-url URL] [--out quality]
  * Retrieval timeouts are raised for the run (quality, not latency, is measured here; bench:load is the
  * latency bench), so that a shared machine's hiccups do not turn answers into L1/L2.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import { CapabilityCatalog } from '../src/budget/catalog.js';
 import { memoryBlock } from '../src/format/formatter.js';
+import { PgStore } from '../src/retrieval/postgres/pg-store.js';
 import { EmbeddedStore } from '../src/retrieval/sqlite/embedded-store.js';
 import { estimateTokens } from '../src/text/estimate.js';
 import { createContextClient } from '../src/tools/client/context-client.js';
@@ -87,7 +91,11 @@ interface Args {
   out: string;
   /** Extra service settings (`--env NAME=VALUE`, repeatable). */
   env: Record<string, string>;
+  /** `--pg-url`: the service reads a PostgreSQL store (a fresh schema, dropped afterwards). */
+  pgUrl: string | undefined;
 }
+
+const PG_SCHEMA = 'ibex_bench_quality';
 
 function parseArgs(argv: string[]): Args {
   const args: Args = {
@@ -98,6 +106,7 @@ function parseArgs(argv: string[]): Args {
     ports: undefined,
     out: 'quality',
     env: {},
+    pgUrl: undefined,
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
@@ -107,6 +116,7 @@ function parseArgs(argv: string[]): Args {
     else if (flag === '--every') args.every = Math.max(1, Number.parseInt(value, 10));
     else if (flag === '--budgets') args.budgets = value.split(',').map(Number);
     else if (flag === '--out') args.out = value;
+    else if (flag === '--pg-url') args.pgUrl = value;
     else if (flag === '--env') {
       const at = value.indexOf('=');
       if (at < 1) throw new Error('--env needs NAME=VALUE');
@@ -200,8 +210,21 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'ibex-quality-'));
   const db = path.join(dir, 'quality.db');
   const store = EmbeddedStore.open(db);
+  const storeEnv: Record<string, string> = {};
   try {
     await ingestLocomo(store, convs, LOCOMO_ORG_ID, { db });
+    if (args.pgUrl !== undefined) {
+      await dropPgSchema(args.pgUrl);
+      const pgStore = await PgStore.open({ url: args.pgUrl, schema: PG_SCHEMA, poolMax: 2 });
+      try {
+        await ingestLocomo(pgStore, convs, LOCOMO_ORG_ID, { db: `postgres:${PG_SCHEMA}` });
+        await pgStore.finishImport();
+      } finally {
+        await pgStore.close();
+      }
+      storeEnv.IBEX_CONTEXT_POSTGRES_URL = args.pgUrl;
+      storeEnv.IBEX_CONTEXT_POSTGRES_SCHEMA = PG_SCHEMA;
+    }
     const items = questions(convs, args.every);
     const kind = CapabilityCatalog.create().resolve(MODEL).policy.estimate_kind;
     const nonce = 'x'.repeat(NONCE_LETTERS);
@@ -255,6 +278,7 @@ async function main(): Promise<void> {
           IBEX_CONTEXT_DIRECTIVE_TIMEOUT_MS: '200',
           IBEX_CONTEXT_HOT_TIMEOUT_MS: '400',
           IBEX_CONTEXT_COLD_TIMEOUT_MS: '500',
+          ...storeEnv,
           ...args.env,
         },
       });
@@ -335,8 +359,9 @@ async function main(): Promise<void> {
     }
     const file = writeResult(args.out, {
       note:
-        'Evidence recall on LoCoMo (QA categories 1–4 with evidence), service over gRPC on the embedded store, ' +
+        `Evidence recall on LoCoMo (QA categories 1–4 with evidence), service over gRPC on the ${args.pgUrl === undefined ? 'embedded' : 'PostgreSQL'} store, ` +
         'one call at a time, L0 answers only. Taken on a shared 2-core machine (recall does not depend on speed).',
+      store: args.pgUrl === undefined ? 'embedded' : 'postgres',
       generated_at: new Date().toISOString(),
       node: process.version,
       machine,
@@ -355,6 +380,17 @@ async function main(): Promise<void> {
   } finally {
     store.close();
     rmSync(dir, { recursive: true, force: true });
+    if (args.pgUrl !== undefined) await dropPgSchema(args.pgUrl);
+  }
+}
+
+async function dropPgSchema(url: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  try {
+    await admin.query(`DROP SCHEMA IF EXISTS ${PG_SCHEMA} CASCADE`);
+  } finally {
+    await admin.end();
   }
 }
 

@@ -184,50 +184,12 @@ export const FLEET_SECTIONS = [
           .join(', ')}.`,
       ].join('\n'),
   },
-  {
-    script: 'bench:quality',
-    file: 'quality',
-    title: 'Context quality (LoCoMo evidence recall)',
-    render: (r) => {
-      const budgets = need(r, 'service')[0].budgets.map((b) => b.budget);
-      const label = (b) => (b === 0 ? 'unlimited' : String(b));
-      const row = (name, list) => [
-        name,
-        ...budgets.map((b) => list.find((x) => x.budget === b)?.overall.evidence_recall_pct),
-      ];
-      const at2000 = (list) => list.find((x) => x.budget === 2000);
-      const cats = Object.keys(at2000(r.service[0].budgets).by_category);
-      return [
-        `Share of evidence turns included in the assembled context, ${r.items} QA items of categories 1–4` +
-          `${r.every > 1 ? ` (every ${r.every}th)` : ''}, embedded store, L0 answers only; % by memory budget (tokens).`,
-        '',
-        table(
-          ['ranking', ...budgets.map(label)],
-          [
-            ...r.service.map((x) => row(x.config, x.budgets)),
-            row('baseline: recent turns only', need(r, 'baselines').recent_only),
-            row('baseline: bm25 hits, first fit', r.baselines.bm25_first_fit),
-          ],
-        ),
-        '',
-        'At 2,000 tokens by category (evidence recall %):',
-        '',
-        table(
-          ['ranking', ...cats],
-          [
-            ...r.service.map((x) => [
-              x.config,
-              ...cats.map((c) => at2000(x.budgets)?.by_category[c]?.evidence_recall_pct),
-            ]),
-            [
-              'baseline: bm25 hits, first fit',
-              ...cats.map((c) => at2000(r.baselines.bm25_first_fit)?.by_category[c]?.evidence_recall_pct),
-            ],
-          ],
-        ),
-      ].join('\n');
-    },
-  },
+  qualitySection('quality', 'Context quality (LoCoMo evidence recall)'),
+  qualitySection(
+    'quality-postgres',
+    'Context quality on PostgreSQL (LoCoMo evidence recall)',
+    'npm run bench:quality -- --pg-url <url> --configs composite --out quality-postgres',
+  ),
   {
     script: 'bench:neighbour-cost',
     file: 'neighbour-cost',
@@ -268,10 +230,18 @@ export const FLEET_SECTIONS = [
       [
         `${r.searches_per_round} LoCoMo questions a round, ${r.rounds} rounds, limit ${r.limit}, neighbours of the ` +
           `${r.neighbours} best; PostgreSQL ${r.postgres}. This process's CPU and wall per search, ms (best / median ` +
-          "round); the database's own CPU is not included.",
+          `round)${r.rows.database_cpu_ms_per_search ? ", and the database backends' CPU per search" : "; the database's own CPU is not included"}.`,
         '',
         table(
-          ['read', 'hits', 'CPU best', 'CPU median', 'wall best', 'wall median'],
+          [
+            'read',
+            'hits',
+            'CPU best',
+            'CPU median',
+            'wall best',
+            'wall median',
+            ...(r.rows.database_cpu_ms_per_search ? ['database CPU best', 'database CPU median'] : []),
+          ],
           [
             ['one row per hit, then validated (wire shape)', need(r, 'rows')],
             ['one aggregated row (retrieval branch)', need(r, 'packed')],
@@ -282,6 +252,9 @@ export const FLEET_SECTIONS = [
             x.cpu_ms_per_search.median,
             x.wall_ms_per_search.best,
             x.wall_ms_per_search.median,
+            ...(x.database_cpu_ms_per_search
+              ? [x.database_cpu_ms_per_search.best, x.database_cpu_ms_per_search.median]
+              : []),
           ]),
         ),
       ].join('\n'),
@@ -385,3 +358,52 @@ export const FLEET_SECTIONS = [
     },
   },
 ];
+
+/** bench:quality's section for one results file (the embedded store, or PostgreSQL with `--pg-url`). */
+function qualitySection(file, title, command = undefined) {
+  return {
+    script: 'bench:quality',
+    ...(command === undefined ? {} : { command }),
+    file,
+    title,
+    render: (r) => {
+      const budgets = need(r, 'service')[0].budgets.map((b) => b.budget);
+      const label = (b) => (b === 0 ? 'unlimited' : String(b));
+      const row = (name, list) => [
+        name,
+        ...budgets.map((b) => list.find((x) => x.budget === b)?.overall.evidence_recall_pct),
+      ];
+      const at2000 = (list) => list.find((x) => x.budget === 2000);
+      const cats = Object.keys(at2000(r.service[0].budgets).by_category);
+      return [
+        `Share of evidence turns included in the assembled context, ${r.items} QA items of categories 1–4` +
+          `${r.every > 1 ? ` (every ${r.every}th)` : ''}, ${r.store === 'postgres' ? "PostgreSQL store (baselines: the embedded store's index)" : 'embedded store'}, L0 answers only; % by memory budget (tokens).`,
+        '',
+        table(
+          ['ranking', ...budgets.map(label)],
+          [
+            ...r.service.map((x) => row(x.config, x.budgets)),
+            row('baseline: recent turns only', need(r, 'baselines').recent_only),
+            row('baseline: bm25 hits, first fit', r.baselines.bm25_first_fit),
+          ],
+        ),
+        '',
+        'At 2,000 tokens by category (evidence recall %):',
+        '',
+        table(
+          ['ranking', ...cats],
+          [
+            ...r.service.map((x) => [
+              x.config,
+              ...cats.map((c) => at2000(x.budgets)?.by_category[c]?.evidence_recall_pct),
+            ]),
+            [
+              'baseline: bm25 hits, first fit',
+              ...cats.map((c) => at2000(r.baselines.bm25_first_fit)?.by_category[c]?.evidence_recall_pct),
+            ],
+          ],
+        ),
+      ].join('\n');
+    },
+  };
+}

@@ -333,8 +333,8 @@ export class PgReads {
   }
 
   /**
-   * Search plus neighbours in one round trip (one index seek each). ts_rank(…, 32) is s = rank/(rank+1),
-   * so x = s/(1−s) is the rank that neighbours.ts shares out; merged hits map back with s = x/(1+x).
+   * Search plus neighbours in one round trip (one index seek each). A hit's score is s = x/(1+x) of its
+   * BM25 score x, so x = s/(1−s) is what neighbours.ts shares out; merged hits map back with s = x/(1+x).
    */
   async #searchWithNeighbours(
     terms: string,

@@ -150,7 +150,7 @@ export class PgStore implements FeedbackStore, AgentWriter {
     return [...hits];
   }
 
-  /** Best `ts_rank(…, 1|32)` first; `[]` without a query when the text has no searchable term. */
+  /** Best BM25 score first (pg-reads.ts); `[]` without a query when the text has no searchable term. */
   async search(
     orgId: string | null,
     agentId: string,
