@@ -38,7 +38,7 @@ export const DEFAULT_NEIGHBOUR_HITS = 5;
 /** Keeps the neighbour reads a bounded, small part of a search. */
 export const MAX_NEIGHBOUR_HITS = 20;
 
-/** For a budget the candidates fill several times over; it falls to 0 for a budget that holds every candidate (candidate-limit.ts). */
+/** For a budget the candidates fill several times over; it falls to 1 % of it for a budget that holds every candidate (candidate-limit.ts). */
 export const DEFAULT_RELEVANCE_FLOOR = 0.15;
 
 /** Only budgets past ~12,000 tokens reach this bound; beyond 600 hits evidence recall barely grows. */

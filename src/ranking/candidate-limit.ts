@@ -6,10 +6,11 @@ export const FILL_FACTOR = 3;
 /** Tokens of a block beyond its content (tags, nonce, UUID, category, separator). */
 export const WRAPPER_TOKENS = 30;
 /**
- * Share of the floor a budget holding every candidate keeps: none. There the weak matches hold the missing
- * evidence, and how weak a match looks depends on the store's idf (docs/scoring.md, "BM25 on PostgreSQL").
+ * Share of the floor a budget holding every candidate keeps: 1 %. There the weak matches hold the missing
+ * evidence, and how weak a match looks depends on the store's idf (docs/scoring.md, "BM25 on PostgreSQL");
+ * a memory that shares no word with the query (relevance 0) still stays out.
  */
-export const ROOMY_FLOOR_SHARE = 0;
+export const ROOMY_FLOOR_SHARE = 0.01;
 const PRIOR_CONTENT_TOKENS = 30;
 const MEAN_WEIGHT = 0.05;
 

@@ -54,14 +54,16 @@ describe('CandidateLimit.planFor', () => {
     expect(c.planFor(12_000)).toEqual({ limit: 600, floor: 0.15 });
   });
 
-  it('lowers the floor to nothing once the budget holds every candidate (an unlimited call: the window)', () => {
+  it('lowers the floor to 1 % once the budget holds every candidate (an unlimited call: the window)', () => {
     const c = new CandidateLimit(600, 0.15);
     // 36,000 tokens hold 600 blocks of 60 tokens; between 12,000 and 36,000 the floor falls linearly.
     expect(c.planFor(36_000).limit).toBe(600);
-    expect(ROOMY_FLOOR_SHARE).toBe(0);
-    expect(c.planFor(36_000).floor).toBe(0);
-    expect(c.planFor(200_000).floor).toBe(0);
-    expect(c.planFor(24_000).floor).toBeCloseTo(0.075, 12);
+    expect(ROOMY_FLOOR_SHARE).toBe(0.01);
+    expect(c.planFor(36_000).floor).toBeCloseTo(0.0015, 12);
+    expect(c.planFor(200_000).floor).toBeCloseTo(0.0015, 12);
+    expect(c.planFor(24_000).floor).toBeCloseTo(0.07575, 12);
+    // Above 0: a memory that shares no word with the query (relevance 0) is still `filter`.
+    expect(c.planFor(200_000).floor).toBeGreaterThan(0);
   });
 
   it('sizes to the learned memory cost: larger memories ask for fewer candidates at the same budget', () => {

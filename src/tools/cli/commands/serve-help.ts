@@ -176,7 +176,7 @@ export const SETTING_DOCS: Record<string, SettingDoc | { aliasOf: string }> = {
     default: (s) => s.ranking.scoreSchema,
   },
   IBEX_CONTEXT_RELEVANCE_FLOOR: {
-    meaning: 'composite_v1: candidates below this relevance are filter (< 0.5; down to 0 for large budgets)',
+    meaning: 'composite_v1: candidates below this relevance are filter (< 0.5; 1 % of it for large budgets)',
     default: (s) => String(s.ranking.relevanceFloor),
   },
   IBEX_CONTEXT_RELEVANCE_EXPONENT: {
