@@ -87,14 +87,15 @@ ANALYZE memories;
     // BM25 weighs a query's rare words above its common ones (ts_rank has no inverse document frequency).
     // Document frequencies per org+agent are kept by statement-level triggers at write time, so a search
     // reads one row per query lexeme instead of counting them; per agent, so one tenant's text never
-    // weighs another's search. Lock order (org, agent, lexeme) keeps concurrent writers from deadlocking.
+    // weighs another's search. Keys lead with agent_id, as reads scope by agent and optionally by org (a
+    // generic plan cannot use an org-first key). Writers lock in key order, so they never deadlock.
     sql: `
 CREATE TABLE search_terms (
   org_id uuid NOT NULL,
   agent_id uuid NOT NULL,
   lexeme text NOT NULL,
   docs integer NOT NULL,
-  PRIMARY KEY (org_id, agent_id, lexeme)
+  PRIMARY KEY (agent_id, lexeme, org_id)
 );
 CREATE TABLE search_stats (
   org_id uuid NOT NULL,
@@ -102,7 +103,7 @@ CREATE TABLE search_stats (
   docs integer NOT NULL,
   -- Sum of each row's distinct lexemes (length(search)): the average document length.
   lexemes bigint NOT NULL,
-  PRIMARY KEY (org_id, agent_id)
+  PRIMARY KEY (agent_id, org_id)
 );
 CREATE FUNCTION search_stats_count() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $fn$
 DECLARE
@@ -111,12 +112,12 @@ BEGIN
   INSERT INTO search_terms AS t (org_id, agent_id, lexeme, docs)
     SELECT c.org_id, c.agent_id, u.lexeme, sign * count(*)
     FROM changed c, unnest(tsvector_to_array(c.search)) AS u(lexeme)
-    GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-  ON CONFLICT (org_id, agent_id, lexeme) DO UPDATE SET docs = t.docs + excluded.docs;
+    GROUP BY 1, 2, 3 ORDER BY 2, 3, 1
+  ON CONFLICT (agent_id, lexeme, org_id) DO UPDATE SET docs = t.docs + excluded.docs;
   INSERT INTO search_stats AS s (org_id, agent_id, docs, lexemes)
     SELECT c.org_id, c.agent_id, sign * count(*), sign * sum(length(c.search))
-    FROM changed c GROUP BY 1, 2 ORDER BY 1, 2
-  ON CONFLICT (org_id, agent_id) DO UPDATE
+    FROM changed c GROUP BY 1, 2 ORDER BY 2, 1
+  ON CONFLICT (agent_id, org_id) DO UPDATE
     SET docs = s.docs + excluded.docs, lexemes = s.lexemes + excluded.lexemes;
   IF sign < 0 THEN
     DELETE FROM search_terms t USING (SELECT DISTINCT org_id, agent_id FROM changed) a
@@ -139,10 +140,10 @@ BEGIN
   INSERT INTO search_terms AS t (org_id, agent_id, lexeme, docs)
     SELECT NEW.org_id, NEW.agent_id, u.lexeme, 1 FROM unnest(tsvector_to_array(NEW.search)) AS u(lexeme)
     ORDER BY 3
-  ON CONFLICT (org_id, agent_id, lexeme) DO UPDATE SET docs = t.docs + 1;
+  ON CONFLICT (agent_id, lexeme, org_id) DO UPDATE SET docs = t.docs + 1;
   INSERT INTO search_stats AS s (org_id, agent_id, docs, lexemes)
     VALUES (NEW.org_id, NEW.agent_id, 1, length(NEW.search))
-  ON CONFLICT (org_id, agent_id) DO UPDATE SET docs = s.docs + 1, lexemes = s.lexemes + excluded.lexemes;
+  ON CONFLICT (agent_id, org_id) DO UPDATE SET docs = s.docs + 1, lexemes = s.lexemes + excluded.lexemes;
   RETURN NULL;
 END
 $fn$;

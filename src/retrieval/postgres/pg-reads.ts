@@ -76,15 +76,18 @@ function bm25Ctes(schema: string): string {
          SELECT coalesce(sum(docs), 0)::float8 AS docs,
                 coalesce(sum(lexemes), 0)::float8 / greatest(1, coalesce(sum(docs), 0)) AS avgdl
          FROM ${schema}.search_stats WHERE agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3)),
+       lexemes AS MATERIALIZED (
+         SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('${searchConfig(schema)}',
+           replace(replace($1, ' or ', ' '), '"', ' ')))) AS lexeme),
        idf AS MATERIALIZED (
          SELECT array_agg(term ORDER BY weight DESC, term) AS t, array_agg(weight ORDER BY weight DESC, term) AS w
          FROM (
            SELECT ('''' || replace(replace(t.lexeme, '\\', '\\\\'), '''', '''''') || '''')::tsquery AS term,
                   ln(1 + (st.docs - sum(t.docs) + 0.5) / (sum(t.docs) + 0.5)) AS weight
-           FROM ${schema}.search_terms t, st
-           WHERE t.agent_id = $2 AND ($3::uuid IS NULL OR t.org_id = $3)
-             AND t.lexeme = ANY (tsvector_to_array(to_tsvector('${searchConfig(schema)}',
-               replace(replace($1, ' or ', ' '), '"', ' '))))
+           FROM lexemes l
+           JOIN ${schema}.search_terms t ON t.agent_id = $2 AND t.lexeme = l.lexeme
+             AND ($3::uuid IS NULL OR t.org_id = $3)
+           CROSS JOIN st
            GROUP BY t.lexeme, st.docs) terms)`;
 }
 
