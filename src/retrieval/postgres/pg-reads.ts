@@ -62,7 +62,7 @@ const SCOPE_M =
 const BM25_K1 = 1.2;
 const BM25_B = 0.75;
 /** Query lexemes a row is scored on, heaviest first; a CJK phrase can bring more than the 8 query terms. */
-export const BM25_TERMS = 8;
+const BM25_TERMS = 8;
 
 /**
  * The agent's BM25 statistics ($1 terms, $2 agent, $3 org or NULL for every org), as CTEs: `st` (rows,
