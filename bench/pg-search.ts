@@ -13,7 +13,6 @@
  *   [--out pg-search]
  * Ingests LoCoMo into the schema `ibex_bench_pg_search` (replaced, dropped at the end).
  */
-import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { DEFAULT_MAX_CANDIDATES } from '../src/config/ranking-settings.js';
 import { DEFAULT_NEIGHBOUR_HITS } from '../src/retrieval/neighbours.js';
@@ -24,6 +23,7 @@ import { ingestLocomo } from '../src/tools/locomo/ingest.js';
 import { machineInfo } from './lib/bench-run.js';
 import { projectPath, writeResult } from './lib/paths.js';
 import { backendCpu } from './lib/pg-backend-cpu.js';
+import { processCpuS } from './lib/pinned.js';
 
 const SCHEMA = 'ibex_bench_pg_search';
 const ROUNDS = 3;
@@ -144,12 +144,10 @@ main().catch((err: unknown) => {
   process.exit(1);
 });
 
-/** CPU seconds of one backend so far (utime + stime at 100 ticks/s); 0 once it is gone. */
+/** CPU seconds of one backend so far; 0 once it is gone. */
 function backendSeconds(pid: number): number {
   try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    return (Number(rest[11]) + Number(rest[12])) / 100;
+    return processCpuS(pid);
   } catch {
     return 0;
   }

@@ -1,9 +1,6 @@
 /** CPU time of the PostgreSQL backends serving the service's pools, read from /proc (same machine only). */
-import { readFileSync } from 'node:fs';
 import type pg from 'pg';
-
-/** Clock ticks per second of /proc/<pid>/stat's utime and stime. */
-const CLK_TCK = 100;
+import { processCpuS } from './pinned.js';
 
 /** CPU seconds of the replicas' PostgreSQL backends, by pid. */
 export async function backendCpu(admin: pg.Client): Promise<Map<number, number>> {
@@ -13,9 +10,7 @@ export async function backendCpu(admin: pg.Client): Promise<Map<number, number>>
   const out = new Map<number, number>();
   for (const { pid } of rows.rows) {
     try {
-      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
-      out.set(pid, (Number(rest[11]) + Number(rest[12])) / CLK_TCK);
+      out.set(pid, processCpuS(pid));
     } catch {
       // Backend gone, or not on this machine.
     }
