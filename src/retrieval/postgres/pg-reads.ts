@@ -53,10 +53,12 @@ function searchColumns(prefix = ''): string {
 }
 export const NO_CAP = 2_147_483_647;
 
-const SCOPE =
-  'agent_id = $2 AND ($3::uuid IS NULL OR org_id = $3) AND confidence >= $4 AND content_chars <= $5';
-const SCOPE_M =
-  'm.agent_id = $2 AND ($3::uuid IS NULL OR m.org_id = $3) AND m.confidence >= $4 AND m.content_chars <= $5';
+/** A read's scope over the columns of table alias `p` (e.g. `m.`): $2 agent, $3 org, $4, $5. */
+function scope(p = ''): string {
+  return `${p}agent_id = $2 AND ($3::uuid IS NULL OR ${p}org_id = $3) AND ${p}confidence >= $4 AND ${p}content_chars <= $5`;
+}
+const SCOPE = scope();
+const SCOPE_M = scope('m.');
 
 /** BM25's term-frequency saturation and length normalisation, FTS5's defaults. */
 const BM25_K1 = 1.2;
