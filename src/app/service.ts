@@ -6,6 +6,7 @@ import type { Settings } from '../config/settings.js';
 import { createGrpcServer, type GrpcServer } from '../grpc/grpc-server.js';
 import { CpuPool } from '../pool/pool-client.js';
 import { createAssembler } from '../request/assemble.js';
+import type { AssembleFn } from '../request/assemble-fn.js';
 import { encodeHistory } from '../request/wire-request.js';
 import { InclusionCounter } from '../retrieval/inclusion-counter.js';
 import type { MemorySource } from '../retrieval/ports.js';
@@ -19,7 +20,7 @@ import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { warmBpe } from '../text/bpe.js';
 import { serializeAssembleResponseBuffer } from '../wire/proto.js';
 import { warmDependencies } from './dependency-warmup.js';
-import { warmCall, warmOnTenants } from './tenant-warmup.js';
+import { TENANT_WARMUP, warmCall, warmOnTenants, watchNewTenants } from './tenant-warmup.js';
 
 export interface RunningService {
   /** gRPC `host:port` actually bound. */
@@ -188,8 +189,16 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     );
     warming = false;
     logger.debug(tenantWarmup, 'pipeline warmed on stored agents');
+    let served = 0;
+    const counted: AssembleFn = Object.assign(
+      (req: Parameters<AssembleFn>[0], ctx: Parameters<AssembleFn>[1]) => {
+        served++;
+        return assemble(req, ctx);
+      },
+      assemble.atDeadline ? { atDeadline: assemble.atDeadline } : {},
+    );
     const grpc = createGrpcServer({
-      assemble,
+      assemble: counted,
       // A memory service has no feedback and its search is not scoped as §7a states: both stay UNIMPLEMENTED.
       ...(sources.feedback
         ? {
@@ -225,6 +234,28 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
       stores: sources.kind,
     }));
     closers.push(() => admin.close());
+    // Started on an empty or nearly empty store: warm on the agents an import adds while serving.
+    const rowStamp = sources.rowStamp;
+    if (rowStamp && tenantWarmup.calls < TENANT_WARMUP.calls / 2) {
+      const watching = watchNewTenants({
+        // Its own quiet assembler: a real call in flight beside it keeps its metrics and counts.
+        assemble: createAssembler({
+          settings,
+          catalog,
+          sources,
+          pool,
+          logger: logger.child({}, { level: 'silent' }),
+          quiet: () => true,
+        }),
+        sources,
+        rowStamp,
+        servedCalls: () => served,
+        models: catalog.modelIds(),
+        deadlineMs: settings.timeoutMs,
+        logger,
+      });
+      closers.push(() => watching.stop());
+    }
     grpc.markServing();
     ready = true;
     logger.info(

@@ -67,6 +67,7 @@ export interface TenantWarmupReport {
  * caller keeps their answers out of inclusion counts and metrics. Never throws; a store without tenants
  * (or a memory service) warms nothing.
  * @param deadlineMs each call's deadline, ms: the service's IBEX_CONTEXT_TIMEOUT, as traffic gets.
+ * @param stop checked before each call: true ends the warm-up early (calls in flight finish).
  */
 export async function warmOnTenants(
   assemble: AssembleFn,
@@ -74,6 +75,7 @@ export async function warmOnTenants(
   models: readonly string[],
   deadlineMs: number,
   logger: Logger,
+  stop: () => boolean = () => false,
 ): Promise<TenantWarmupReport> {
   const started = monotonicNow();
   const report: TenantWarmupReport = { agents: 0, calls: 0, l0: 0, ms: 0 };
@@ -92,7 +94,7 @@ export async function warmOnTenants(
   ]);
   let next = 0;
   const worker = async () => {
-    while (next < TENANT_WARMUP.calls && monotonicNow() - started < TENANT_WARMUP.maxMs) {
+    while (next < TENANT_WARMUP.calls && monotonicNow() - started < TENANT_WARMUP.maxMs && !stop()) {
       const i = next++;
       const { tenant, query } = calls[i % calls.length]!;
       const answered = await warmCall(
@@ -115,4 +117,99 @@ export async function warmOnTenants(
   await Promise.all(Array.from({ length: TENANT_WARMUP.concurrency }, worker));
   report.ms = Math.round(monotonicNow() - started);
   return report;
+}
+
+/** How often {@link watchNewTenants} looks for added rows (ms), and the real calls after which it ends. */
+export const NEW_TENANT_WATCH = { intervalMs: 250, servedCalls: 200 } as const;
+
+export interface NewTenantWatchOptions {
+  /** A quiet assembler: no metric, log line or inclusion count (its answers reach no caller). */
+  assemble: AssembleFn;
+  sources: Pick<RetrievalSources, 'warmTenants'>;
+  /** A number that changes when rows are added to the store; cheap (called every interval). */
+  rowStamp: () => number;
+  /** Real calls the service has taken so far. */
+  servedCalls: () => number;
+  models: readonly string[];
+  deadlineMs: number;
+  logger: Logger;
+}
+
+export interface NewTenantWatch {
+  /** Ends the watch and waits for a warm-up in progress. Idempotent. */
+  stop(): Promise<void>;
+  /** Resolves when the watch has ended (warmed once, traffic took over, or stopped). */
+  readonly ended: Promise<void>;
+}
+
+/**
+ * For a service that started on an empty store (the README's order: start, then `ingest`, then traffic):
+ * once rows have been added and none for one interval (an import has finished), runs {@link warmOnTenants}
+ * on the new agents, as the start-up warm-up does on stored ones, so the first traffic on them does not run
+ * code that only real-sized searches reach. Real traffic
+ * comes first: a warm-up stops at the first real call, none starts in an interval that saw one, and the
+ * watch ends after {@link NEW_TENANT_WATCH}.servedCalls real calls (they have warmed the code themselves)
+ * or after one warm-up of at least half of {@link TENANT_WARMUP}.calls calls. Never throws.
+ */
+export function watchNewTenants(opts: NewTenantWatchOptions): NewTenantWatch {
+  let stamp = readStamp(opts);
+  let seen = stamp;
+  let served = opts.servedCalls();
+  let stopped = false;
+  let running: Promise<void> | undefined;
+  let end!: () => void;
+  const ended = new Promise<void>((resolve) => {
+    end = resolve;
+  });
+  const finish = () => {
+    stopped = true;
+    clearInterval(timer);
+    end();
+  };
+  const tick = () => {
+    if (stopped || running) return;
+    const nowServed = opts.servedCalls();
+    const busy = nowServed !== served;
+    served = nowServed;
+    if (nowServed >= NEW_TENANT_WATCH.servedCalls) return finish();
+    const next = readStamp(opts);
+    if (next === undefined || busy) return;
+    // Rows added since the last warm-up, and none in the last interval: an import has finished.
+    const settled = next === seen && next !== stamp;
+    seen = next;
+    if (!settled) return;
+    stamp = next;
+    const startedAt = nowServed;
+    running = warmOnTenants(
+      opts.assemble,
+      opts.sources,
+      opts.models,
+      opts.deadlineMs,
+      opts.logger,
+      () => stopped || opts.servedCalls() !== startedAt,
+    ).then((report) => {
+      running = undefined;
+      opts.logger.debug(report, 'pipeline warmed on newly stored agents');
+      if (report.calls >= TENANT_WARMUP.calls / 2) finish();
+    });
+  };
+  const timer = setInterval(tick, NEW_TENANT_WATCH.intervalMs);
+  timer.unref();
+  return {
+    ended,
+    async stop() {
+      stopped = true;
+      await running;
+      finish();
+    },
+  };
+}
+
+function readStamp(opts: Pick<NewTenantWatchOptions, 'rowStamp' | 'logger'>): number | undefined {
+  try {
+    return opts.rowStamp();
+  } catch (err) {
+    opts.logger.debug({ err }, 'new-tenant watch: could not read the store');
+    return undefined;
+  }
 }

@@ -60,6 +60,11 @@ export interface RetrievalSources {
    * (see {@link WarmTenant}); absent in front of a memory service.
    */
   warmTenants?: (agents: number, queries: number) => Promise<WarmTenant[]>;
+  /**
+   * The embedded store's highest row key (`EmbeddedStore.rowStamp`): changes when memories are added, for
+   * the watch that warms on agents an import adds while the service runs. Absent for other stores.
+   */
+  rowStamp?: () => number;
 }
 
 /** Where a bulk import writes: the embedded store or PostgreSQL. */

@@ -213,7 +213,10 @@ export async function createSources(
       ...(memoryKind === 'postgres'
         ? { warmTenants: (agents: number, queries: number) => pgStore!.warmTenants(agents, queries) }
         : memoryKind === 'embedded'
-          ? { warmTenants: async (agents: number, queries: number) => store!.warmTenants(agents, queries) }
+          ? {
+              warmTenants: async (agents: number, queries: number) => store!.warmTenants(agents, queries),
+              rowStamp: () => store!.rowStamp(),
+            }
           : {}),
       ...(memoryKind === 'postgres'
         ? { feedback: pgStore! }

@@ -167,6 +167,7 @@ export class EmbeddedStore extends EmbeddedWriter {
   readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
   readonly #next: Database.Statement<NeighbourParams, RawMemoryRow>;
   readonly #previous: Database.Statement<NeighbourParams, RawMemoryRow>;
+  #rowStamp: Database.Statement<[], number> | undefined;
   readonly #getDirective: Database.Statement<
     [string, string],
     { content: string | null; injection_mode: string; version_id: string }
@@ -235,6 +236,15 @@ export class EmbeddedStore extends EmbeddedWriter {
       agentId: s.agent_id,
       queries: queriesFromContents(contents.all(s.org_id, s.agent_id, queries).map((r) => r.content)),
     }));
+  }
+
+  /**
+   * The highest row key: it grows whenever a memory is written (an import replaces an agent's rows with new
+   * keys) and not when inclusion counts change. One index probe, for a poll on the main thread.
+   */
+  rowStamp(): number {
+    this.#rowStamp ??= this.db.prepare<[], number>('SELECT coalesce(max(pk), 0) FROM memories').pluck();
+    return this.#rowStamp.get() as number;
   }
 
   #params(orgId: string | null, agentId: string, options: ReadOptions, limit: number): ReadParams {
