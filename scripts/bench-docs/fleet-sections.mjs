@@ -267,7 +267,11 @@ export const FLEET_SECTIONS = [
     render: (r) =>
       [
         'The first `replay --limit 300` as soon as `/readyz` answers; "warm L0" is the same replay run again ' +
-          "right after on the same process, what this machine gives at the replay's pace once nothing is cold.",
+          "right after on the same process, what this machine gives at the replay's pace once nothing is cold." +
+          (r.readme_gap_s !== undefined
+            ? ` "embedded, README order" starts on an empty store, runs \`ingest\` once \`/readyz\` answers and the ` +
+              `replay ${r.readme_gap_s} s after the import ends, as the README's quick start does.`
+            : ''),
         '',
         table(
           ['path', 'start', 'load average', 'calls', 'OK', 'errors', 'L0', 'L1', 'L2', 'p99 ms', 'warm L0'],

@@ -61,8 +61,10 @@ export interface RetrievalSources {
    */
   warmTenants?: (agents: number, queries: number) => Promise<WarmTenant[]>;
   /**
-   * The embedded store's highest row key (`EmbeddedStore.rowStamp`): changes when memories are added, for
-   * the watch that warms on agents an import adds while the service runs. Absent for other stores.
+   * A number that changes when memories are written, read without I/O, for the watch that warms on agents
+   * an import adds while the service runs: the embedded store's highest row key (`EmbeddedStore.rowStamp`),
+   * or the PostgreSQL writes this replica has heard of (`PgStore.writeStamp`). Absent in front of a memory
+   * service and on PostgreSQL without its change feed.
    */
   rowStamp?: () => number;
 }

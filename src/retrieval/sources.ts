@@ -211,7 +211,10 @@ export async function createSources(
       ...(mem instanceof RoutedMemorySource ? { memoryThread: () => mem.stats() } : {}),
       kind: { memory: memoryKind, directive: directiveKind },
       ...(memoryKind === 'postgres'
-        ? { warmTenants: (agents: number, queries: number) => pgStore!.warmTenants(agents, queries) }
+        ? {
+            warmTenants: (agents: number, queries: number) => pgStore!.warmTenants(agents, queries),
+            ...(pgStore!.writeStamp() !== undefined ? { rowStamp: () => pgStore!.writeStamp() ?? 0 } : {}),
+          }
         : memoryKind === 'embedded'
           ? {
               warmTenants: async (agents: number, queries: number) => store!.warmTenants(agents, queries),

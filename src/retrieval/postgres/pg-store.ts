@@ -129,6 +129,14 @@ export class PgStore implements FeedbackStore, AgentWriter {
     return this.#feed?.live ?? false;
   }
 
+  /**
+   * A count that moves on every write this replica hears of (its own, and other processes' through
+   * LISTEN/NOTIFY: an `ingest`, another replica); undefined without the change feed. No round-trip.
+   */
+  writeStamp(): number | undefined {
+    return this.#feed?.stamp();
+  }
+
   warm(): Promise<void> {
     return this.#pool.warm();
   }
