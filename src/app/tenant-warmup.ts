@@ -119,8 +119,8 @@ export async function warmOnTenants(
   return report;
 }
 
-/** How often {@link watchNewTenants} looks for added rows (ms), and the real calls after which it ends. */
-export const NEW_TENANT_WATCH = { intervalMs: 250, servedCalls: 200 } as const;
+/** How often {@link watchNewTenants} looks for added rows, ms. */
+export const NEW_TENANT_WATCH = { intervalMs: 250 } as const;
 
 export interface NewTenantWatchOptions {
   /** A quiet assembler: no metric, log line or inclusion count (its answers reach no caller). */
@@ -146,15 +146,13 @@ export interface NewTenantWatch {
  * For a service that started on an empty store (the README's order: start, then `ingest`, then traffic):
  * once rows have been added and none for one interval (an import has finished), runs {@link warmOnTenants}
  * on the new agents, as the start-up warm-up does on stored ones, so the first traffic on them does not run
- * code that only real-sized searches reach. Real traffic
- * comes first: a warm-up stops at the first real call, none starts in an interval that saw one, and the
- * watch ends after {@link NEW_TENANT_WATCH}.servedCalls real calls (they have warmed the code themselves)
- * or after one warm-up of at least half of {@link TENANT_WARMUP}.calls calls. Never throws.
+ * code that only real-sized searches reach. It is for a service no one has called yet: the first real call
+ * ends it (a warm-up in progress stops; traffic warms the code itself, and a warm-up's reads must not queue
+ * beside a caller's), as does one warm-up of at least half of {@link TENANT_WARMUP}.calls calls. Never throws.
  */
 export function watchNewTenants(opts: NewTenantWatchOptions): NewTenantWatch {
   let stamp = readStamp(opts);
   let seen = stamp;
-  let served = opts.servedCalls();
   let stopped = false;
   let running: Promise<void> | undefined;
   let end!: () => void;
@@ -168,29 +166,25 @@ export function watchNewTenants(opts: NewTenantWatchOptions): NewTenantWatch {
   };
   const tick = () => {
     if (stopped || running) return;
-    const nowServed = opts.servedCalls();
-    const busy = nowServed !== served;
-    served = nowServed;
-    if (nowServed >= NEW_TENANT_WATCH.servedCalls) return finish();
+    if (opts.servedCalls() > 0) return finish();
     const next = readStamp(opts);
-    if (next === undefined || busy) return;
+    if (next === undefined) return;
     // Rows added since the last warm-up, and none in the last interval: an import has finished.
     const settled = next === seen && next !== stamp;
     seen = next;
     if (!settled) return;
     stamp = next;
-    const startedAt = nowServed;
     running = warmOnTenants(
       opts.assemble,
       opts.sources,
       opts.models,
       opts.deadlineMs,
       opts.logger,
-      () => stopped || opts.servedCalls() !== startedAt,
+      () => stopped || opts.servedCalls() > 0,
     ).then((report) => {
       running = undefined;
       opts.logger.debug(report, 'pipeline warmed on newly stored agents');
-      if (report.calls >= TENANT_WARMUP.calls / 2) finish();
+      if (report.calls >= TENANT_WARMUP.calls / 2 || opts.servedCalls() > 0) finish();
     });
   };
   const timer = setInterval(tick, NEW_TENANT_WATCH.intervalMs);
