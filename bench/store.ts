@@ -114,9 +114,9 @@ function pairedSearch<A extends string, B extends string>(
 }
 
 /**
- * The store's own search statement (`searchSql`) with its limit written as `limit`: `"@limit"` (bound,
- * as before limit-statement.ts: SQLite re-plans it on every run) or `"10"` (the store's form); the two
- * differ only in the limit's form.
+ * FTS5's own ranked search statement (`searchSql`, what the store ranked by before BM25 over the agent's
+ * rows) with its limit written as `limit`: `"@limit"` (bound: SQLite re-plans it on every run) or `"10"`
+ * (written in); the two differ only in the limit's form.
  */
 function limitFormSearch(db: Database.Database, limit: '@limit' | '10') {
   const stmt = db.prepare<Record<string, unknown>, { id: string }>(searchSql(limit));

@@ -24,7 +24,12 @@ export class WriteWatch {
   #nextCheck = Number.NEGATIVE_INFINITY;
   #stamp = 0;
 
-  constructor(db: Database.Database, now: () => number = () => performance.now()) {
+  /** @param checkEveryMs how often another connection's commits are looked for; 0 = on every stamp. */
+  constructor(
+    db: Database.Database,
+    now: () => number = () => performance.now(),
+    readonly checkEveryMs = DATA_VERSION_CHECK_MS,
+  ) {
     this.#dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
     this.#now = now;
   }
@@ -36,7 +41,7 @@ export class WriteWatch {
     }
     const now = this.#now();
     if (now >= this.#nextCheck) {
-      this.#nextCheck = now + DATA_VERSION_CHECK_MS;
+      this.#nextCheck = now + this.checkEveryMs;
       const version = this.#dataVersion.get() as number;
       if (version !== this.#version) {
         this.#version = version;

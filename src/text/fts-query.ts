@@ -48,6 +48,15 @@ export function toFtsText(content: string): string {
  *   runs no SQL). Never throws.
  */
 export function toFtsQuery(text: string, maxTerms = MAX_FTS_TERMS): string | null {
+  const terms = toFtsTerms(text, maxTerms);
+  return terms === null ? null : terms.join(' OR ');
+}
+
+/**
+ * The terms of {@link toFtsQuery}, each a MATCH expression of its own (`"caroline"`, `"茶"*`), in query
+ * order; `null` when nothing is searchable. Never throws.
+ */
+export function toFtsTerms(text: string, maxTerms = MAX_FTS_TERMS): string[] | null {
   let seen = new Set<string>();
   const fallback = new Set<string>();
   const bigrams = new Set<string>();
@@ -75,5 +84,5 @@ export function toFtsQuery(text: string, maxTerms = MAX_FTS_TERMS): string | nul
   }
   if (seen.size === 0 && bigrams.size === 0) seen = fallback;
   if (seen.size === 0 && bigrams.size === 0) return null;
-  return [...seen, ...bigrams].join(' OR ');
+  return [...seen, ...bigrams];
 }

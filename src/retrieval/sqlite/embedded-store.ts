@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { MemoryContent } from '../../text/content-bytes.js';
-import { toFtsQuery } from '../../text/fts-query.js';
+import { toFtsTerms } from '../../text/fts-query.js';
 import type { MemoryHit } from '../../wire/types.js';
 import { mergeNeighbours, type NeighbourRow, neighbourArg, type ScoredRow } from '../neighbours.js';
 import type { WarmTenant } from '../ports.js';
@@ -29,6 +29,7 @@ import {
 } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT, setScoringInputs, type ValidatedHits } from '../validate.js';
 import { queriesFromContents } from '../warm-memories.js';
+import { AgentBm25 } from './agent-bm25.js';
 import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
 import { prepareConnection } from './store-schema.js';
@@ -107,7 +108,10 @@ function rowObject(raw: RawMemoryRow): MemoryDbRow {
   };
 }
 
-/** Search with its limit written as `limit`; ranked inside FTS5 first (docs/design/retrieval.md). */
+/**
+ * FTS5's own ranking (bm25() over the whole table), with its limit written as `limit`: what the store's
+ * search ranked by before BM25 over the agent's rows ({@link AgentBm25}); benches compare the two.
+ */
 export function searchSql(limit: string): string {
   return `SELECT ${MEMORY_COLUMNS}, f.score AS score
        FROM (SELECT rowid, bm25(memories_fts, 1.0, 0.0) AS score FROM memories_fts
@@ -115,15 +119,6 @@ export function searchSql(limit: string): string {
        CROSS JOIN memories m ON m.pk = f.rowid
        WHERE m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org) AND m.confidence >= @minConfidence
        ORDER BY f.score, m.id LIMIT ${limit}`;
-}
-
-/** Search that applies a confidence floor before its limit. */
-function searchFilteredSql(limit: string): string {
-  return `SELECT ${MEMORY_COLUMNS}, bm25(memories_fts, 1.0, 0.0) AS score
-       FROM memories_fts JOIN memories m ON m.pk = memories_fts.rowid
-       WHERE memories_fts MATCH @match AND m.agent_id = @agent AND (@org IS NULL OR m.org_id = @org)
-         AND m.confidence >= @minConfidence
-       ORDER BY score, m.id LIMIT ${limit}`;
 }
 
 /** The memory just after (`>`) or before a time, of one category, in the search's scope. */
@@ -162,9 +157,9 @@ export class EmbeddedStore extends EmbeddedWriter {
   readonly #threadHotCache: ReadCache<readonly StoreHit<MemoryContent>[]> | undefined;
   readonly #directiveCache: ReadCache<DirectiveEnvelope | null> | undefined;
   readonly #hot: LimitStatement<ReadParams, MemoryDbRow>;
-  /** Search reads, in raw mode ({@link RawMemoryRow}). */
-  readonly #search: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
-  readonly #searchFiltered: LimitStatement<ReadParams & { match: string }, RawMemoryRow>;
+  /** The search's ranking; its rows' columns then come by row key, in raw mode ({@link RawMemoryRow}). */
+  readonly #bm25: AgentBm25;
+  readonly #rowsByKey: Database.Statement<{ pks: string; maxChars: number }, RawMemoryRow>;
   readonly #next: Database.Statement<NeighbourParams, RawMemoryRow>;
   readonly #previous: Database.Statement<NeighbourParams, RawMemoryRow>;
   #rowStamp: Database.Statement<[], number> | undefined;
@@ -191,9 +186,13 @@ export class EmbeddedStore extends EmbeddedWriter {
        ORDER BY m.created_at DESC, m.confidence DESC, m.id LIMIT ${limit}`,
       HOT_LIMIT,
     );
-    this.#search = new LimitStatement(db, searchSql, SEARCH_LIMIT, true);
-    // With a confidence floor (memory wire only) the filter must run before the limit.
-    this.#searchFiltered = new LimitStatement(db, searchFilteredSql, SEARCH_LIMIT, true);
+    this.#bm25 = new AgentBm25(db);
+    // The row key last, taken off again: the ranking's order is kept by key.
+    this.#rowsByKey = db
+      .prepare<{ pks: string; maxChars: number }, RawMemoryRow>(
+        `SELECT ${MEMORY_COLUMNS}, m.pk FROM memories m WHERE m.pk IN (SELECT value FROM json_each(@pks))`,
+      )
+      .raw(true);
     this.#next = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(true)).raw(true);
     this.#previous = db.prepare<NeighbourParams, RawMemoryRow>(neighbourSql(false)).raw(true);
     this.#getDirective = db.prepare(
@@ -328,11 +327,26 @@ export class EmbeddedStore extends EmbeddedWriter {
     options: ReadOptions,
   ): { p: ReadParams; rows: { raw: RawMemoryRow; similarity: number }[] } {
     const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
-    const terms = toFtsQuery(query);
+    const terms = toFtsTerms(query);
     if (terms === null) return { p, rows: [] };
-    const match = `scope:${scopeToken(p.org, p.agent)} AND content:(${terms})`;
-    const statement = p.minConfidence > 0 ? this.#searchFiltered : this.#search;
-    const rows = statement.all({ ...p, match });
+    const ranked = this.#bm25.rank(scopeToken(p.org, p.agent), p, terms, p.limit);
+    const byKey = new Map<number, RawMemoryRow>();
+    if (ranked.length > 0) {
+      for (const row of this.#rowsByKey.all({
+        pks: JSON.stringify(ranked.map((r) => r.pk)),
+        maxChars: p.maxChars,
+      })) {
+        byKey.set((row as unknown[]).pop() as number, row);
+      }
+    }
+    const rows: RawMemoryRow[] = [];
+    for (const { pk, x } of ranked) {
+      const row = byKey.get(pk);
+      // Deleted since the ranking read it.
+      if (row === undefined) continue;
+      row[SCORE] = -x;
+      rows.push(row);
+    }
     const parents = Math.min(rows.length, neighbourArg(options.neighbours));
     if (parents === 0)
       return { p, rows: rows.map((raw) => ({ raw, similarity: bm25ToSimilarity(raw[SCORE]!) })) };

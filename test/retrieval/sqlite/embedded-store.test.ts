@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../../src/config/settings.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import { createSources } from '../../../src/retrieval/sources.js';
-import { bm25ToSimilarity } from '../../../src/retrieval/sqlite/embedded-store.js';
+import { bm25ToSimilarity, EmbeddedStore } from '../../../src/retrieval/sqlite/embedded-store.js';
 import { validateHits } from '../../../src/retrieval/validate.js';
 import { contentText } from '../../../src/text/content-bytes.js';
 import { embeddedSources, memoriesOf, memoryRow, useTempStore } from '../fixtures.js';
@@ -155,6 +155,53 @@ describe('EmbeddedStore (contract.md §4.3)', () => {
     expect(broad.length).toBe(10);
     for (let i = 1; i < broad.length; i++)
       expect(broad[i - 1]!.similarity).toBeGreaterThanOrEqual(broad[i]!.similarity);
+  });
+
+  it("ranks by BM25 over the agent's own rows: a word in most of them weighs little, whatever other agents hold", () => {
+    const row = (org: string, agent: string, content: string) => ({
+      ...memoriesOf(org, agent, 1)[0]!,
+      id: randomUUID(),
+      content,
+    });
+    const pottery = 'Melanie: my pottery class made a blue bowl';
+    fx.store.upsertMemories([
+      ...Array.from({ length: 10 }, (_, i) =>
+        row(ORG, AGENT, `Caroline: we talked about the weather on day ${i}`),
+      ),
+      row(ORG, AGENT, pottery),
+      // Another tenant full of pottery and without Caroline: over the whole table, "caroline" is the rare word.
+      ...Array.from({ length: 40 }, (_, i) => row(OTHER_ORG, OTHER_AGENT, `pottery wheel note ${i}`)),
+    ]);
+    const question = 'What did Caroline say about pottery?';
+    const hits = fx.store.search(ORG, AGENT, question);
+    // The search's default limit of 10, the pottery memory first.
+    expect(hits).toHaveLength(10);
+    expect(hits[0]!.memory.content).toBe(pottery);
+    // One tenant's text never weighs another's search: the same ranking and scores with the other one gone.
+    fx.store.replaceAgent(OTHER_ORG, OTHER_AGENT, []);
+    const alone = fx.store.search(ORG, AGENT, question);
+    expect(alone.map((h) => [h.memory.id, h.similarity])).toEqual(
+      hits.map((h) => [h.memory.id, h.similarity]),
+    );
+  });
+
+  it("another connection's write is ranked at once: the agent's statistics follow every commit", () => {
+    fx.store.upsertMemories(memoriesOf(ORG, AGENT, 5));
+    expect(fx.store.search(ORG, AGENT, 'zeppelin')).toHaveLength(0);
+    const before = fx.store.search(ORG, AGENT, 'memory about chess');
+    const other = EmbeddedStore.open(fx.file, { cache: false });
+    try {
+      other.upsertMemories([
+        { ...memoriesOf(ORG, AGENT, 1)[0]!, id: randomUUID(), content: 'a zeppelin ride' },
+      ]);
+    } finally {
+      other.close();
+    }
+    expect(fx.store.search(ORG, AGENT, 'zeppelin').map((h) => h.memory.content)).toEqual(['a zeppelin ride']);
+    // Six rows now: the same matches score differently (idf over N = 6, not 5).
+    const after = fx.store.search(ORG, AGENT, 'memory about chess');
+    expect(after.map((h) => h.memory.id)).toEqual(before.map((h) => h.memory.id));
+    expect(after[0]!.similarity).not.toBe(before[0]!.similarity);
   });
 
   it('maps bm25 into [0,1) with s = x/(1+x), x = -bm25', () => {
