@@ -8,6 +8,7 @@ import Database from 'better-sqlite3';
 import { expect, it } from 'vitest';
 import { createLogger } from '../../src/telemetry/logger.js';
 import { logSink } from '../helpers/log-sink.js';
+import { expectQuietNewTenantWarmup } from '../helpers/new-tenant-warmup.js';
 import { waitFor } from '../helpers/wait.js';
 import { memories, request, startTestService, tempServiceStore, tenant } from './harness.js';
 
@@ -64,12 +65,7 @@ it('warms on the agents an import adds after a start on an empty store, counting
     // As `ingest` does, from another connection while the service runs.
     const t = tenant();
     stored.store.upsertMemories(memories(t.org, t.agent, 40));
-    const added = () => sink.lines.find((l) => l.msg === 'pipeline warmed on newly stored agents');
-    expect(await waitFor(() => added() !== undefined, 10_000)).toBe(true);
-    expect(added()).toMatchObject({ agents: 1 });
-    expect(added()?.l0).toBeGreaterThan(0);
-    const metrics = await (await fetch(`${svc.service.adminUrl}/metrics`)).text();
-    expect(metrics).not.toMatch(/^ibex_context_assemblies_total\{/m);
+    await expectQuietNewTenantWarmup(sink.lines, svc.service.adminUrl);
     await new Promise((r) => setTimeout(r, 150));
     expect(inclusionSum(stored.db)).toBe(0);
 

@@ -8,6 +8,7 @@ import { PgStore } from '../../../src/retrieval/postgres/pg-store.js';
 import { createLogger } from '../../../src/telemetry/logger.js';
 import { memories, request, startTestService, tenant } from '../../e2e/harness.js';
 import { logSink } from '../../helpers/log-sink.js';
+import { expectQuietNewTenantWarmup } from '../../helpers/new-tenant-warmup.js';
 import { adminQuery, describePg, dropSchema, PG_TEST_URL, pgTestFile } from '../../helpers/postgres.js';
 import { waitFor } from '../../helpers/wait.js';
 
@@ -47,12 +48,7 @@ describePg('new-tenant warm-up on PostgreSQL', reachable, () => {
       } finally {
         await writer.close();
       }
-      const added = () => sink.lines.find((l) => l.msg === 'pipeline warmed on newly stored agents');
-      expect(await waitFor(() => added() !== undefined, 10_000)).toBe(true);
-      expect(added()).toMatchObject({ agents: 1 });
-      expect(added()?.l0).toBeGreaterThan(0);
-      const metrics = await (await fetch(`${svc.service.adminUrl}/metrics`)).text();
-      expect(metrics).not.toMatch(/^ibex_context_assemblies_total\{/m);
+      await expectQuietNewTenantWarmup(sink.lines, svc.service.adminUrl);
       await new Promise((r) => setTimeout(r, 150));
       expect(await inclusionSum()).toBe(0);
 
