@@ -112,7 +112,7 @@ export function scopeToken(orgId: string | null, agentId: string): string {
   return orgId === null ? `"${agentScopePrefix(agentId)}"*` : `"${scopeText(orgId, agentId)}"`;
 }
 
-/** FTS5 bm25 (≤ 0, lower is better) into [0,1): x/(1+x), x = −bm25. */
+/** A search score in FTS5's sign (−x, ≤ 0, lower is better) into [0,1): x/(1+x). */
 export function bm25ToSimilarity(bm25: number): number {
   const x = -bm25;
   if (!Number.isFinite(x) || x <= 0) return 0;

@@ -1,6 +1,7 @@
 /**
  * Embedded store (contract.md §4.3): SQLite with WAL and FTS5; the service reads it in store-read threads.
- * Similarity: hot = confidence, cold = x/(1+x) with x = −bm25 (docs/design/retrieval.md).
+ * Similarity: hot = confidence, cold = x/(1+x) with x the BM25 score over the agent's rows (agent-bm25.ts),
+ * carried in a row as −x, FTS5's sign (docs/design/retrieval.md).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -318,7 +319,7 @@ export class EmbeddedStore extends EmbeddedWriter {
 
   /**
    * A search's rows in raw mode (no per-row object with named keys), best first, each with its similarity:
-   * x/(1+x) of x = −bm25, neighbours of the best `options.neighbours` hits merged in at a share of theirs.
+   * x/(1+x) of the BM25 score x, neighbours of the best `options.neighbours` hits merged in at a share of theirs.
    */
   #searchRows(
     orgId: string | null,
