@@ -90,7 +90,9 @@ export async function warmDependencies(sources: RetrievalSources, logger: Logger
         errors: report.errors,
         ms: report.ms,
       },
-      'dependency warm-up: some reads failed; the service starts and answers degraded until they recover',
+      report.failed > 0
+        ? 'dependency warm-up: some reads failed; the service starts and answers degraded until they recover'
+        : 'dependency warm-up: no read answered within its branch timeout; the service starts and answers degraded while reads stay slow',
     );
   } else {
     logger.debug(
