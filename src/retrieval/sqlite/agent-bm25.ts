@@ -5,6 +5,7 @@
  * the words a question is about.
  */
 import type Database from 'better-sqlite3';
+import { compareCodePoints } from '../../text/code-point-order.js';
 import { WriteWatch } from '../read-cache.js';
 
 /** BM25's term saturation and length normalisation: FTS5's and the PostgreSQL store's values. */
@@ -72,19 +73,20 @@ export class AgentBm25 {
   rank(scope: string, at: AgentScope, terms: readonly string[], limit: number): RankedRow[] {
     const matches = terms.map((t) => this.#termRows.all(`scope:${scope} AND content:${t}`));
     let rows = this.#agentRows(at, false);
+    let positions = matches.map((pks) => knownPositions(rows, pks));
     // A row written after the statistics were read, within the same data version: read them again once.
-    if (matches.some((pks) => pks.some((pk) => !rows.index.has(pk)))) rows = this.#agentRows(at, true);
+    if (positions.some((held, t) => held.length < matches[t]!.length)) {
+      rows = this.#agentRows(at, true);
+      positions = matches.map((pks) => knownPositions(rows, pks));
+    }
     const n = rows.ids.length;
     const x = new Float64Array(n);
     const touched: number[] = [];
-    for (const pks of matches) {
-      let df = 0;
-      for (const pk of pks) if (rows.index.has(pk)) df++;
+    for (const held of positions) {
+      const df = held.length;
       if (df === 0) continue;
       const idf = Math.log(1 + (n - df + 0.5) / (df + 0.5));
-      for (const pk of pks) {
-        const i = rows.index.get(pk);
-        if (i === undefined) continue;
+      for (const i of held) {
         const before = x[i]!;
         if (before === 0) touched.push(i);
         x[i] = before + idf * rows.norm[i]!;
@@ -92,9 +94,7 @@ export class AgentBm25 {
     }
     const kept =
       at.minConfidence > 0 ? touched.filter((i) => rows.confidence[i]! >= at.minConfidence) : touched;
-    kept.sort(
-      (a, b) => x[b]! - x[a]! || (rows.ids[a]! < rows.ids[b]! ? -1 : rows.ids[a]! > rows.ids[b]! ? 1 : 0),
-    );
+    kept.sort((a, b) => x[b]! - x[a]! || compareCodePoints(rows.ids[a]!, rows.ids[b]!));
     return kept.slice(0, limit).map((i) => ({ pk: rows.pks[i]!, x: x[i]! }));
   }
 
@@ -147,4 +147,14 @@ export class AgentBm25 {
     this.#cachedRows += n;
     return rows;
   }
+}
+
+/** Positions in `rows` of the rows of `pks` it holds (a row written after it was read is not there). */
+function knownPositions(rows: AgentRows, pks: readonly number[]): number[] {
+  const held: number[] = [];
+  for (const pk of pks) {
+    const i = rows.index.get(pk);
+    if (i !== undefined) held.push(i);
+  }
+  return held;
 }
