@@ -112,6 +112,13 @@ export function scopeToken(orgId: string | null, agentId: string): string {
   return orgId === null ? `"${agentScopePrefix(agentId)}"*` : `"${scopeText(orgId, agentId)}"`;
 }
 
+/**
+ * BM25's term saturation and length normalisation (FTS5's defaults), with which both stores rank a search
+ * over the agent's own rows (docs/scoring.md).
+ */
+export const BM25_K1 = 1.2;
+export const BM25_B = 0.75;
+
 /** A search score in FTS5's sign (−x, ≤ 0, lower is better) into [0,1): x/(1+x). */
 export function bm25ToSimilarity(bm25: number): number {
   const x = -bm25;

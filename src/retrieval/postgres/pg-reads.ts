@@ -3,7 +3,7 @@ import type pg from 'pg';
 import type { MemoryHit } from '../../wire/types.js';
 import { mergeNeighbours, type NeighbourRow, type ScoredRow } from '../neighbours.js';
 import type { DirectiveEnvelope, StoreHit } from '../store-rows.js';
-import { type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
+import { BM25_B, BM25_K1, type MemoryDbRow as StoreDbRow, toHit } from '../store-rows.js';
 import { SEARCH_LIMIT, setScoringInputs } from '../validate.js';
 import type { PgPool } from './pg-pool.js';
 import { searchConfig } from './search-text.js';
@@ -60,9 +60,6 @@ function scope(p = ''): string {
 const SCOPE = scope();
 const SCOPE_M = scope('m.');
 
-/** BM25's term-frequency saturation and length normalisation, FTS5's defaults. */
-const BM25_K1 = 1.2;
-const BM25_B = 0.75;
 /** Query lexemes a row is scored on, heaviest first; a CJK phrase can bring more than the 8 query terms. */
 const BM25_TERMS = 8;
 

@@ -7,10 +7,8 @@
 import type Database from 'better-sqlite3';
 import { compareCodePoints } from '../../text/code-point-order.js';
 import { WriteWatch } from '../read-cache.js';
+import { BM25_B, BM25_K1 } from '../store-rows.js';
 
-/** BM25's term saturation and length normalisation: FTS5's and the PostgreSQL store's values. */
-export const BM25_K1 = 1.2;
-export const BM25_B = 0.75;
 /** Rows kept in a connection's per-agent statistics, all agents together (~60 bytes a row). */
 export const AGENT_ROWS_CACHE_ROWS = 200_000;
 
