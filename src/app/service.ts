@@ -20,7 +20,7 @@ import type { TracingConfig } from '../telemetry/tracing/config.js';
 import { warmBpe } from '../text/bpe.js';
 import { serializeAssembleResponseBuffer } from '../wire/proto.js';
 import { warmDependencies } from './dependency-warmup.js';
-import { TENANT_WARMUP, warmCall, warmOnTenants, watchNewTenants } from './tenant-warmup.js';
+import { WARMED_CALLS, warmCall, warmOnTenants, watchNewTenants } from './tenant-warmup.js';
 
 export interface RunningService {
   /** gRPC `host:port` actually bound. */
@@ -236,7 +236,7 @@ export async function startService(settings: Settings, opts: StartOptions): Prom
     closers.push(() => admin.close());
     // Started on an empty or nearly empty store: warm on the agents an import adds while serving.
     const rowStamp = sources.rowStamp;
-    if (rowStamp && tenantWarmup.calls < TENANT_WARMUP.calls / 2) {
+    if (rowStamp && tenantWarmup.calls < WARMED_CALLS) {
       const watching = watchNewTenants({
         // Its own quiet assembler: a real call in flight beside it keeps its metrics and counts.
         assemble: createAssembler({

@@ -52,6 +52,12 @@ export function warmCall(
   ).catch(() => undefined);
 }
 
+/**
+ * A warm-up of at least this many calls warmed the pipeline: start-up's, or else the first one
+ * {@link watchNewTenants} runs on agents an import adds.
+ */
+export const WARMED_CALLS = TENANT_WARMUP.calls / 2;
+
 /** What {@link warmOnTenants} did. */
 export interface TenantWarmupReport {
   agents: number;
@@ -148,7 +154,7 @@ export interface NewTenantWatch {
  * on the new agents, as the start-up warm-up does on stored ones, so the first traffic on them does not run
  * code that only real-sized searches reach. It is for a service no one has called yet: the first real call
  * ends it (a warm-up in progress stops; traffic warms the code itself, and a warm-up's reads must not queue
- * beside a caller's), as does one warm-up of at least half of {@link TENANT_WARMUP}.calls calls. Never throws.
+ * beside a caller's), as does one warm-up of at least {@link WARMED_CALLS} calls. Never throws.
  */
 export function watchNewTenants(opts: NewTenantWatchOptions): NewTenantWatch {
   let stamp = readStamp(opts);
@@ -184,7 +190,7 @@ export function watchNewTenants(opts: NewTenantWatchOptions): NewTenantWatch {
     ).then((report) => {
       running = undefined;
       opts.logger.debug(report, 'pipeline warmed on newly stored agents');
-      if (report.calls >= TENANT_WARMUP.calls / 2 || opts.servedCalls() > 0) finish();
+      if (report.calls >= WARMED_CALLS || opts.servedCalls() > 0) finish();
     });
   };
   const timer = setInterval(tick, NEW_TENANT_WATCH.intervalMs);
