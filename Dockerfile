@@ -47,5 +47,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["node", "dist/src/tools/cli/main.js", "healthcheck", "--local"]
 # Off loopback the service refuses to start without authentication: mount a token file or TLS material
 # (IBEX_CONTEXT_AUTH_TOKENS_FILE, IBEX_CONTEXT_TLS_*), or set IBEX_CONTEXT_ALLOW_INSECURE=true knowingly.
-ENTRYPOINT ["node", "--initial-old-space-size=128", "--v8-pool-size=0", "dist/src/tools/cli/main.js"]
+ENTRYPOINT ["node", "--initial-old-space-size=128", "--v8-pool-size=0", "--no-allocation-site-pretenuring", "dist/src/tools/cli/main.js"]
 CMD ["serve"]

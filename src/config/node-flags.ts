@@ -1,9 +1,13 @@
 /**
  * Node/V8 flags the service starts with. They cannot be set from a running process, and Node refuses the
  * heap flag in NODE_OPTIONS, so start scripts pass them and `serve` warns when missing.
- * Why these two: docs/design/main-thread.md, "Node flags".
+ * Why these: docs/design/main-thread.md, "Node flags".
  */
-export const SERVICE_NODE_FLAGS: readonly string[] = ['--initial-old-space-size=128', '--v8-pool-size=0'];
+export const SERVICE_NODE_FLAGS: readonly string[] = [
+  '--initial-old-space-size=128',
+  '--v8-pool-size=0',
+  '--no-allocation-site-pretenuring',
+];
 
 /**
  * The {@link SERVICE_NODE_FLAGS} missing from node's command line and NODE_OPTIONS (by name; any value counts).

@@ -79,7 +79,10 @@ export interface CallLike {
 
 export interface CallContextHandle {
   readonly ctx: CallContext;
-  /** Stops the deadline and detaches from the call; does not abort the signal. Idempotent. */
+  /**
+   * Stops the deadline, detaches from the call and drops what `ctx.gathered` holds (the answer is built by
+   * then); does not abort the signal. Idempotent.
+   */
   dispose(): void;
 }
 
@@ -122,11 +125,17 @@ export function createCallContext(
     signal.abort(callerDeadlinePassed || ownDeadlinePassed ? deadlineReason() : cancelledReason());
   };
 
+  const gathered: Gathered = {};
   const dispose = () => {
     if (disposed) return;
     disposed = true;
     timer?.cancel();
     call.removeListener('cancelled', onCancelled);
+    // V8 allocates the context in the old generation once its allocation site looks long-lived, and a
+    // dead old object's fields are roots for every scavenge until the next mark-compact: left in place,
+    // each finished call's hits would be copied and promoted (docs/design/main-thread.md).
+    gathered.directive = undefined;
+    gathered.retrieval = undefined;
   };
 
   const timers = new DeadlineSet(clock, true);
@@ -148,7 +157,7 @@ export function createCallContext(
       arrival,
       metadata: call.metadata,
       trace: opts.trace,
-      gathered: {},
+      gathered,
     },
     dispose,
   };

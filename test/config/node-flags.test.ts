@@ -24,19 +24,36 @@ describe('service node flags', () => {
   });
 
   it('are missing by name, whatever value or spelling (_ for -) was given', () => {
-    expect(missingServiceNodeFlags([], '')).toEqual(['--initial-old-space-size=128', '--v8-pool-size=0']);
+    const pretenuring = '--no-allocation-site-pretenuring';
+    expect(missingServiceNodeFlags([], '')).toEqual([
+      '--initial-old-space-size=128',
+      '--v8-pool-size=0',
+      pretenuring,
+    ]);
     expect(
-      missingServiceNodeFlags(['--inspect', '--max-old-space-size=512', '--v8-pool-size=2'], ''),
+      missingServiceNodeFlags(['--inspect', '--max-old-space-size=512', '--v8-pool-size=2', pretenuring], ''),
     ).toEqual(['--initial-old-space-size=128']);
-    expect(missingServiceNodeFlags(['--initial-old-space-size=256'], '')).toEqual(['--v8-pool-size=0']);
-    expect(missingServiceNodeFlags(['--initial_old_space_size=128', '--v8_pool_size=1'], '')).toEqual([]);
+    expect(missingServiceNodeFlags(['--initial-old-space-size=256'], '')).toEqual([
+      '--v8-pool-size=0',
+      pretenuring,
+    ]);
+    expect(
+      missingServiceNodeFlags(
+        ['--initial_old_space_size=128', '--v8_pool_size=1', '--no_allocation_site_pretenuring'],
+        '',
+      ),
+    ).toEqual([]);
   });
 
   it('count what NODE_OPTIONS gives (Node accepts --v8-pool-size there)', () => {
-    expect(missingServiceNodeFlags(['--initial-old-space-size=128'], '--v8-pool-size=0')).toEqual([]);
-    expect(missingServiceNodeFlags([], ' --max-old-space-size=512  --v8-pool-size=2 ')).toEqual([
-      '--initial-old-space-size=128',
-    ]);
-    expect(missingServiceNodeFlags(['--initial-old-space-size=128'], '')).toEqual(['--v8-pool-size=0']);
+    const given = ['--initial-old-space-size=128', '--no-allocation-site-pretenuring'];
+    expect(missingServiceNodeFlags(given, '--v8-pool-size=0')).toEqual([]);
+    expect(
+      missingServiceNodeFlags(
+        ['--no-allocation-site-pretenuring'],
+        ' --max-old-space-size=512  --v8-pool-size=2 ',
+      ),
+    ).toEqual(['--initial-old-space-size=128']);
+    expect(missingServiceNodeFlags(given, '')).toEqual(['--v8-pool-size=0']);
   });
 });

@@ -106,4 +106,25 @@ describe('createCallContext', () => {
     expect(ctx.signal.aborted).toBe(false);
     expect(call.listenerCount('cancelled')).toBe(0);
   });
+
+  it('dispose drops the reads the call gathered, so a finished call holds none of its hits', () => {
+    const { ctx, dispose } = createCallContext(new FakeCall(), { timeoutMs: 10_000 });
+    const retrieval = {
+      directive: null,
+      hot: [],
+      cold: [],
+      branches: [],
+      dropped: { invalid: 0, foreign: 0 },
+      bounded: { oversize: 0, ignored: 0 },
+    };
+    ctx.gathered.retrieval = retrieval;
+    ctx.gathered.directive = {
+      directive: null,
+      outcome: { name: 'directive', status: 'success', latency_ms: 1, detail: '' },
+    };
+    expect(ctx.gathered.retrieval).toBe(retrieval);
+    dispose();
+    expect(ctx.gathered.retrieval).toBeUndefined();
+    expect(ctx.gathered.directive).toBeUndefined();
+  });
 });
