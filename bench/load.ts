@@ -222,7 +222,13 @@ async function main(argv: string[]): Promise<number> {
     }
     const summaryNow = perCoreSummary(rows, opts.stepSeconds, opts.p99TargetMs);
     if (opts.floor) {
-      floor = await runBareFloor(opts.floorSteps, opts.stepSeconds, common, opts.pinned ? cpus[1]! : null);
+      floor = await runBareFloor(
+        opts.floorSteps,
+        opts.stepSeconds,
+        common,
+        opts.pinned ? cpus[1]! : null,
+        opts.singleCall,
+      );
     }
     if (opts.overloadSeconds > 0 && summaryNow.saturation_rate !== null) {
       const rate = Math.round(opts.overloadFactor * summaryNow.saturation_rate);
@@ -268,6 +274,9 @@ async function main(argv: string[]): Promise<number> {
       single_call_p99_ms: single?.p99_ms ?? null,
       // No offered rate can give a p99 below what calls that never wait for one another get.
       clean_target_below_single_call_floor: single === null ? null : single.p99_ms > opts.p99TargetMs,
+      // The same for a bare grpc-js server on the same core: past it, the p99 target is this machine's.
+      bare_single_call_p99_ms: floor?.single?.p99_ms ?? null,
+      clean_target_below_bare_floor: floor?.single ? floor.single.p99_ms > opts.p99TargetMs : null,
       bare_cpu_ms_per_call: bareCpu,
       cpu_ratio_to_bare:
         bareCpu && perCore.cpu_ms_per_call_at_clean !== null
@@ -275,6 +284,7 @@ async function main(argv: string[]): Promise<number> {
           : null,
     },
     bare_floor: floor?.steps ?? null,
+    bare_single_call: floor?.single ?? null,
     single_call: single,
     overload,
     node: process.version,

@@ -53,16 +53,27 @@ export interface FloorStep {
   cpu_ms_per_call: number;
 }
 
+/** The bare server answering one call at a time: the latency floor of the process, its socket and this core. */
+export interface FloorSingleCall {
+  achieved_rps: number;
+  p50_ms: number;
+  p99_ms: number;
+  errors: number;
+  cpu_ms_per_call: number;
+}
+
 /**
  * Drives the bare grpc-js server (service definition, canned LoCoMo-sized answer) at `rates`, pinned to
- * `cpu` when given. @returns one row per rate.
+ * `cpu` when given, then with `singleCall` one call at a time (closed loop, one connection) for `seconds`.
+ * @returns one row per rate, and the one-call-at-a-time figures (null without `singleCall`).
  */
 export async function runBareFloor(
   rates: readonly number[],
   seconds: number,
   common: Omit<LoadOptions, 'addr' | 'rate' | 'durationS'>,
   cpu: number | null,
-): Promise<{ steps: FloorStep[]; pin: string | null }> {
+  singleCall = false,
+): Promise<{ steps: FloorStep[]; pin: string | null; single: FloorSingleCall | null }> {
   const bare = await startBareGrpcServer('codec');
   const pid = bare.child.pid!;
   try {
@@ -87,7 +98,21 @@ export async function runBareFloor(
         `bare floor ${rate} rps: p99 ${r.latency_ms.p99} ms, ${steps.at(-1)!.cpu_ms_per_call} ms CPU/call`,
       );
     }
-    return { steps, pin };
+    let single: FloorSingleCall | null = null;
+    if (singleCall) {
+      const before = processCpuS(pid);
+      const r = await runLoad({ ...common, addr, connections: 1, durationS: seconds });
+      const answered = r.requests.completed;
+      single = {
+        achieved_rps: round(answered / r.duration_s),
+        p50_ms: r.latency_ms.p50,
+        p99_ms: r.latency_ms.p99,
+        errors: r.requests.error_total,
+        cpu_ms_per_call: answered > 0 ? round(((processCpuS(pid) - before) * 1000) / answered, 3) : 0,
+      };
+      console.error(`bare floor, one call at a time: p50 ${single.p50_ms} ms, p99 ${single.p99_ms} ms`);
+    }
+    return { steps, pin, single };
   } finally {
     bare.child.kill('SIGKILL');
   }

@@ -125,6 +125,20 @@ export const FLEET_SECTIONS = [
               '—',
               x.cpu_ms_per_call,
             ]),
+            ...(r.bare_single_call
+              ? [
+                  [
+                    'bare grpc-js, one call at a time',
+                    'closed loop',
+                    r.bare_single_call.achieved_rps,
+                    r.bare_single_call.p99_ms,
+                    r.bare_single_call.errors,
+                    0,
+                    '—',
+                    r.bare_single_call.cpu_ms_per_call,
+                  ],
+                ]
+              : []),
           ],
         ),
         '',
@@ -135,6 +149,17 @@ export const FLEET_SECTIONS = [
                 (pc.clean_target_below_single_call_floor
                   ? ` — above the clean-rate target of p99 ≤ ${need(r, 'config').p99_target_ms} ms, so no offered ` +
                     'rate can be clean on this core: the calls that never wait for one another already miss it.'
+                  : '.'),
+              '',
+            ]
+          : []),
+        ...(r.bare_single_call
+          ? [
+              `The bare grpc-js server one call at a time, same core, same run: p50 ${r.bare_single_call.p50_ms} ms, ` +
+                `p99 ${r.bare_single_call.p99_ms} ms` +
+                (pc.clean_target_below_bare_floor
+                  ? ` — the p99 target of ${need(r, 'config').p99_target_ms} ms sits below what this machine gives a ` +
+                    'server that only answers a canned message.'
                   : '.'),
               '',
             ]
