@@ -50,12 +50,14 @@ describePg('ingest and memory-server on PostgreSQL', reachable, () => {
       expect(await pg.store.counts()).toEqual(counts);
       // The re-run replaced every row: the import vacuums their dead versions instead of leaving them to
       // autovacuum (how many it can remove depends on other sessions' snapshots, so only the run is checked).
+      // The search's term statistics too: their triggers leave a dead version per term and write.
       const vacuumed = async () => {
-        const [row] = await adminQuery<{ last_vacuum: Date | null }>(
-          `SELECT last_vacuum FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'memories'`,
+        const rows = await adminQuery<{ relname: string; last_vacuum: Date | null }>(
+          `SELECT relname, last_vacuum FROM pg_stat_user_tables WHERE schemaname = $1
+             AND relname IN ('memories', 'search_terms', 'search_stats')`,
           [schema],
         );
-        return row !== undefined && row.last_vacuum !== null;
+        return rows.length === 3 && rows.every((row) => row.last_vacuum !== null);
       };
       expect(await waitFor(vacuumed, 5_000)).toBe(true);
       // Same newest memories for an agent, in the same order.
