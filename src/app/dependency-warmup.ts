@@ -64,6 +64,7 @@ export async function warmDependencies(sources: RetrievalSources, logger: Logger
     }
   };
   for (let round = 0; round < WARM_ROUNDS; round++) {
+    const failedBefore = report.failed;
     await Promise.all(
       Array.from({ length: concurrency }, () =>
         Promise.all([
@@ -74,7 +75,8 @@ export async function warmDependencies(sources: RetrievalSources, logger: Logger
       ),
     );
     // A dependency that failed a whole round is down: waiting two more rounds would only delay start-up.
-    if (report.failed + report.slow >= concurrency * 3) break;
+    // A round of slow reads goes on: those are cold connections, and warming them is this function's job.
+    if (report.failed - failedBefore >= concurrency * 3) break;
   }
   report.ms = Math.round(performance.now() - started);
   const stores = sources.kind;

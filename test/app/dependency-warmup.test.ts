@@ -4,7 +4,7 @@
  * is a warning an operator should see.
  */
 import { describe, expect, it } from 'vitest';
-import { warmDependencies } from '../../src/app/dependency-warmup.js';
+import { WARM_CONCURRENCY, WARM_ROUNDS, warmDependencies } from '../../src/app/dependency-warmup.js';
 import { BranchErrors } from '../../src/retrieval/branch-error.js';
 import type { RetrievalSources } from '../../src/retrieval/sources.js';
 import { createLogger } from '../../src/telemetry/logger.js';
@@ -44,7 +44,57 @@ async function warm(s: RetrievalSources) {
   return { report, warned, slow };
 }
 
+/** Sources whose first `slowReads` reads end past their branch timeout, as on cold connections. */
+function coldThenWarm(slowReads: number): { sources: RetrievalSources; reads: () => number } {
+  let reads = 0;
+  const read = async () => {
+    reads++;
+    if (reads <= slowReads) throw timeout();
+    return [];
+  };
+  return {
+    sources: {
+      memory: { hot: read, search: read, close: async () => {} },
+      directive: { get: async () => read().then(() => null), close: async () => {} },
+      close: async () => {},
+      kind: { memory: 'postgres', directive: 'postgres' },
+    } as unknown as RetrievalSources,
+    reads: () => reads,
+  };
+}
+
 describe('dependency warm-up', () => {
+  it('goes on after a round of slow reads (cold connections) and does not warn once later rounds answer', async () => {
+    const cold = coldThenWarm(WARM_CONCURRENCY * 3);
+    const { report, warned, slow } = await warm(cold.sources);
+    expect(cold.reads()).toBe(WARM_ROUNDS * WARM_CONCURRENCY * 3);
+    expect(report.slow).toBe(WARM_CONCURRENCY * 3);
+    expect(report.ok).toBe((WARM_ROUNDS - 1) * WARM_CONCURRENCY * 3);
+    expect(slow).toHaveLength(0);
+    expect(warned).toHaveLength(0);
+  });
+
+  it('stops after a round in which every read failed: the dependency is down', async () => {
+    let reads = 0;
+    const down = sources(() => {
+      return BranchErrors.unavailable('postgres', 'ECONNREFUSED');
+    }, 1);
+    const counted = {
+      ...down,
+      memory: {
+        ...down.memory,
+        hot: (...a: Parameters<typeof down.memory.hot>) => {
+          reads++;
+          return down.memory.hot(...a);
+        },
+      },
+    } as RetrievalSources;
+    const { report, warned } = await warm(counted);
+    expect(reads).toBe(WARM_CONCURRENCY);
+    expect(report.failed).toBe(WARM_CONCURRENCY * 3);
+    expect(warned).toHaveLength(1);
+  });
+
   it('counts reads past their branch timeout as slow and does not warn while others answer', async () => {
     const { report, warned } = await warm(sources(timeout, 3));
     expect(report.slow).toBeGreaterThan(0);
