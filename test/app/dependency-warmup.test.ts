@@ -12,20 +12,35 @@ import { logSink } from '../helpers/log-sink.js';
 
 const timeout = () => BranchErrors.httpTimeout('hot');
 
-/** Sources whose every `n`-th read fails with `failure()`; the others answer nothing. */
-function sources(failure: () => Error, every: number): RetrievalSources {
+/**
+ * Sources whose `read`-th read (1-based, every route counted) throws what `failure` returns; the others
+ * answer nothing.
+ */
+function readsFailing(failure: (read: number) => Error | null): {
+  sources: RetrievalSources;
+  reads: () => number;
+} {
   let reads = 0;
   const read = async () => {
     reads++;
-    if (reads % every === 0) throw failure();
+    const err = failure(reads);
+    if (err) throw err;
     return [];
   };
   return {
-    memory: { hot: read, search: read, close: async () => {} },
-    directive: { get: async () => read().then(() => null), close: async () => {} },
-    close: async () => {},
-    kind: { memory: 'postgres', directive: 'postgres' },
-  } as unknown as RetrievalSources;
+    sources: {
+      memory: { hot: read, search: read, close: async () => {} },
+      directive: { get: async () => read().then(() => null), close: async () => {} },
+      close: async () => {},
+      kind: { memory: 'postgres', directive: 'postgres' },
+    } as unknown as RetrievalSources,
+    reads: () => reads,
+  };
+}
+
+/** Sources whose every `n`-th read fails with `failure()`; the others answer nothing. */
+function sources(failure: () => Error, every: number): RetrievalSources {
+  return readsFailing((read) => (read % every === 0 ? failure() : null)).sources;
 }
 
 async function warm(s: RetrievalSources) {
@@ -44,28 +59,10 @@ async function warm(s: RetrievalSources) {
   return { report, warned, slow };
 }
 
-/** Sources whose first `slowReads` reads end past their branch timeout, as on cold connections. */
-function coldThenWarm(slowReads: number): { sources: RetrievalSources; reads: () => number } {
-  let reads = 0;
-  const read = async () => {
-    reads++;
-    if (reads <= slowReads) throw timeout();
-    return [];
-  };
-  return {
-    sources: {
-      memory: { hot: read, search: read, close: async () => {} },
-      directive: { get: async () => read().then(() => null), close: async () => {} },
-      close: async () => {},
-      kind: { memory: 'postgres', directive: 'postgres' },
-    } as unknown as RetrievalSources,
-    reads: () => reads,
-  };
-}
-
 describe('dependency warm-up', () => {
   it('goes on after a round of slow reads (cold connections) and does not warn once later rounds answer', async () => {
-    const cold = coldThenWarm(WARM_CONCURRENCY * 3);
+    // The first round's reads all end past their branch timeout, as on cold connections.
+    const cold = readsFailing((read) => (read <= WARM_CONCURRENCY * 3 ? timeout() : null));
     const { report, warned, slow } = await warm(cold.sources);
     expect(cold.reads()).toBe(WARM_ROUNDS * WARM_CONCURRENCY * 3);
     expect(report.slow).toBe(WARM_CONCURRENCY * 3);
@@ -75,22 +72,9 @@ describe('dependency warm-up', () => {
   });
 
   it('stops after a round in which every read failed: the dependency is down', async () => {
-    let reads = 0;
-    const down = sources(() => {
-      return BranchErrors.unavailable('postgres', 'ECONNREFUSED');
-    }, 1);
-    const counted = {
-      ...down,
-      memory: {
-        ...down.memory,
-        hot: (...a: Parameters<typeof down.memory.hot>) => {
-          reads++;
-          return down.memory.hot(...a);
-        },
-      },
-    } as RetrievalSources;
-    const { report, warned } = await warm(counted);
-    expect(reads).toBe(WARM_CONCURRENCY);
+    const down = readsFailing(() => BranchErrors.unavailable('postgres', 'ECONNREFUSED'));
+    const { report, warned } = await warm(down.sources);
+    expect(down.reads()).toBe(WARM_CONCURRENCY * 3);
     expect(report.failed).toBe(WARM_CONCURRENCY * 3);
     expect(warned).toHaveLength(1);
   });
