@@ -43,6 +43,11 @@ export function processCpuS(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / CLK_TCK;
 }
 
+/** CPU ms per answered call of `cpuS` CPU seconds; 0 when nothing was answered. */
+function msPerCall(cpuS: number, answered: number): number {
+  return answered > 0 ? round((cpuS * 1000) / answered, 3) : 0;
+}
+
 /** One step of the bare grpc-js floor. */
 export interface FloorStep {
   rate: number;
@@ -92,7 +97,7 @@ export async function runBareFloor(
         achieved_rps: round(answered / r.duration_s),
         p99_ms: r.latency_ms.p99,
         errors: r.requests.error_total,
-        cpu_ms_per_call: answered > 0 ? round((cpuS * 1000) / answered, 3) : 0,
+        cpu_ms_per_call: msPerCall(cpuS, answered),
       });
       console.error(
         `bare floor ${rate} rps: p99 ${r.latency_ms.p99} ms, ${steps.at(-1)!.cpu_ms_per_call} ms CPU/call`,
@@ -108,7 +113,7 @@ export async function runBareFloor(
         p50_ms: r.latency_ms.p50,
         p99_ms: r.latency_ms.p99,
         errors: r.requests.error_total,
-        cpu_ms_per_call: answered > 0 ? round(((processCpuS(pid) - before) * 1000) / answered, 3) : 0,
+        cpu_ms_per_call: msPerCall(processCpuS(pid) - before, answered),
       };
       console.error(`bare floor, one call at a time: p50 ${single.p50_ms} ms, p99 ${single.p99_ms} ms`);
     }

@@ -13,6 +13,18 @@ const serviceRow = (label, offered, x) => [
   round(x.cpu_ms_per_call?.server_main + (x.cpu_ms_per_call?.server_other ?? 0), 3),
 ];
 
+/** A row of the bare grpc-js server: it degrades nothing and has no deadline to be late for. */
+const bareRow = (label, offered, x) => [
+  label,
+  offered,
+  x.achieved_rps,
+  x.p99_ms,
+  x.errors,
+  0,
+  '—',
+  x.cpu_ms_per_call,
+];
+
 /** @type {import('./format.mjs').Section[]} */
 export const FLEET_SECTIONS = [
   {
@@ -115,29 +127,9 @@ export const FLEET_SECTIONS = [
             ...(r.single_call
               ? [serviceRow('ibex-context, one call at a time', 'closed loop', r.single_call)]
               : []),
-            ...need(r, 'bare_floor').map((x) => [
-              'bare grpc-js',
-              x.rate,
-              x.achieved_rps,
-              x.p99_ms,
-              x.errors,
-              0,
-              '—',
-              x.cpu_ms_per_call,
-            ]),
+            ...need(r, 'bare_floor').map((x) => bareRow('bare grpc-js', x.rate, x)),
             ...(r.bare_single_call
-              ? [
-                  [
-                    'bare grpc-js, one call at a time',
-                    'closed loop',
-                    r.bare_single_call.achieved_rps,
-                    r.bare_single_call.p99_ms,
-                    r.bare_single_call.errors,
-                    0,
-                    '—',
-                    r.bare_single_call.cpu_ms_per_call,
-                  ],
-                ]
+              ? [bareRow('bare grpc-js, one call at a time', 'closed loop', r.bare_single_call)]
               : []),
           ],
         ),
