@@ -357,11 +357,15 @@ describePg('PostgreSQL store', reachable, () => {
   });
 
   it('precedence: memory URL, then PostgreSQL, then embedded (directives from PostgreSQL without Redis)', async () => {
-    // What is pinned is which store answers, not how fast: a statement timeout a busy machine cannot miss.
+    // What is pinned is which store answers, not how fast: the server's statement timeout and the read's own
+    // bound (the cold branch's time within the wall) both long enough that a busy machine cannot miss them.
     const env = {
       IBEX_CONTEXT_POSTGRES_URL: PG_TEST_URL,
       IBEX_CONTEXT_POSTGRES_SCHEMA: schema,
       IBEX_CONTEXT_POSTGRES_STATEMENT_TIMEOUT_MS: '2000',
+      IBEX_CONTEXT_TIMEOUT_MS: '2000',
+      IBEX_CONTEXT_DEADLINE_MS: '2000',
+      IBEX_CONTEXT_COLD_TIMEOUT_MS: '2000',
     };
     const pgOnly = await createSources(loadSettings(env));
     const withHttp = await createSources(
