@@ -162,7 +162,9 @@ async function main(argv: string[]): Promise<number> {
     console.error(`service pid ${service.pid} on ${service.grpcAddr} (admin ${service.adminUrl})`);
     if (opts.pinned) {
       pinning = { service: pinAll(service.pid, cpus[1]!), driver: pinAll(process.pid, cpus[0]!) };
-      console.error(`pinned: service ${pinning.service}; driver ${pinning.driver}`);
+      console.error(
+        `pinned: service ${pinning.service}; driver ${pinning.driver} (node ${process.execArgv.join(' ')})`,
+      );
     }
     let source = data.source;
     if (opts.constrained > 0) {
@@ -288,6 +290,8 @@ async function main(argv: string[]): Promise<number> {
     single_call: single,
     overload,
     node: process.version,
+    // The driver's own V8 flags (DRIVER_NODE_FLAGS: its garbage collection never waits for a helper thread).
+    driver_node_flags: process.execArgv,
     machine: benchRun.machineInfo(),
     config: {
       steps: opts.steps,
@@ -410,4 +414,4 @@ function perCoreSummary(rows: readonly StepRow[], stepSeconds: number, p99Target
   };
 }
 
-benchRun.runBenchMain(() => main(process.argv.slice(2)));
+benchRun.runBenchMain(() => main(process.argv.slice(2)), { driver: true });

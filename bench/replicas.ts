@@ -367,4 +367,4 @@ async function main(): Promise<number> {
   }
 }
 
-runBenchMain(main, { exit: true });
+runBenchMain(main, { exit: true, driver: true });

@@ -4,6 +4,7 @@
  * shares (options or usage, exit code).
  */
 
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -264,10 +265,45 @@ export function parseInteger(flag: string, text: string): number {
 }
 
 /**
+ * V8 flags of a process that drives load and times answers. With parallel scavenges and concurrent
+ * marking, the driver's main thread waits for V8 helper threads that share its one pinned CPU, so a
+ * collection of the driver's own garbage stalled it for 10–20 ms and landed in every latency it timed
+ * (the bare grpc-js server's p99 too); one thread that collects alone does not wait for anybody.
+ */
+export const DRIVER_NODE_FLAGS: readonly string[] = ['--single-threaded-gc'];
+
+/**
+ * Runs this script again with DRIVER_NODE_FLAGS when the process lacks any of them (V8 reads its GC
+ * threading when it starts, so they cannot be set later). @returns the child's exit code, or null when
+ * the flags are already there and this process should go on.
+ */
+export function reexecWithDriverFlags(): number | null {
+  const missing = DRIVER_NODE_FLAGS.filter((f) => !process.execArgv.includes(f));
+  if (missing.length === 0) return null;
+  const script = process.argv[1];
+  if (script === undefined) return null;
+  const r = spawnSync(process.execPath, [...missing, ...process.execArgv, script, ...process.argv.slice(2)], {
+    stdio: 'inherit',
+  });
+  return r.status ?? 1;
+}
+
+/**
  * Runs a bench main: a number it resolves with is the exit code (else 0) (process.exit with `exit`, for benches whose clients
  * keep handles open; else process.exitCode); a failure is printed with its stack and exits 1 at once.
+ * With `driver`, the process first makes sure it runs with DRIVER_NODE_FLAGS (see there).
  */
-export function runBenchMain(main: () => Promise<unknown>, { exit = false } = {}): void {
+export function runBenchMain(
+  main: () => Promise<unknown>,
+  { exit = false, driver = false }: { exit?: boolean; driver?: boolean } = {},
+): void {
+  if (driver) {
+    const code = reexecWithDriverFlags();
+    if (code !== null) {
+      process.exitCode = code;
+      return;
+    }
+  }
   main().then(
     (result) => {
       const code = typeof result === 'number' ? result : 0;
