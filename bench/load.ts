@@ -224,8 +224,13 @@ async function main(argv: string[]): Promise<number> {
     }
     const summaryNow = perCoreSummary(rows, opts.stepSeconds, opts.p99TargetMs);
     if (opts.floor) {
+      // The clean rate joins the floor's rates: a server's CPU per call falls as its rate rises (fewer
+      // wake-ups per call), so the like-for-like ratio compares the two at the same offered rate.
+      const floorRates = [
+        ...new Set([...opts.floorSteps, ...(summaryNow.clean_rate ? [summaryNow.clean_rate] : [])]),
+      ];
       floor = await runBareFloor(
-        opts.floorSteps,
+        floorRates.sort((a, b) => a - b),
         opts.stepSeconds,
         common,
         opts.pinned ? cpus[1]! : null,
@@ -266,6 +271,11 @@ async function main(argv: string[]): Promise<number> {
   // The floor's CPU per call where it answered everything (past that, unanswered calls cost too).
   const cleanFloor = floor?.steps.filter((f) => f.errors === 0) ?? [];
   const bareCpu = cleanFloor.length ? Math.min(...cleanFloor.map((f) => f.cpu_ms_per_call)) : null;
+  const bareAtClean = cleanFloor.find((f) => f.rate === perCore.clean_rate)?.cpu_ms_per_call ?? null;
+  const ratio = (bare: number | null) =>
+    bare && perCore.cpu_ms_per_call_at_clean !== null
+      ? Math.round((perCore.cpu_ms_per_call_at_clean / bare) * 100) / 100
+      : null;
   const result = {
     generated_at: new Date().toISOString(),
     mode: opts.pinned ? 'pinned' : 'unpinned',
@@ -279,11 +289,11 @@ async function main(argv: string[]): Promise<number> {
       // The same for a bare grpc-js server on the same core: past it, the p99 target is this machine's.
       bare_single_call_p99_ms: floor?.single?.p99_ms ?? null,
       clean_target_below_bare_floor: floor?.single ? floor.single.p99_ms > opts.p99TargetMs : null,
+      // The bare server's cheapest call (its highest clean rate) and its call at the service's clean rate.
       bare_cpu_ms_per_call: bareCpu,
-      cpu_ratio_to_bare:
-        bareCpu && perCore.cpu_ms_per_call_at_clean !== null
-          ? Math.round((perCore.cpu_ms_per_call_at_clean / bareCpu) * 100) / 100
-          : null,
+      cpu_ratio_to_bare: ratio(bareCpu),
+      bare_cpu_ms_per_call_at_clean_rate: bareAtClean,
+      cpu_ratio_to_bare_at_clean_rate: ratio(bareAtClean),
     },
     bare_floor: floor?.steps ?? null,
     bare_single_call: floor?.single ?? null,

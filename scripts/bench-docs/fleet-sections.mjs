@@ -108,8 +108,11 @@ export const FLEET_SECTIONS = [
       const pc = need(r, 'per_core');
       const o = need(r, 'overload');
       return [
-        `Service on one CPU (\`${need(r, 'pinning').service}\`), driver on the other; a bare grpc-js server ` +
-          'answering a canned answer measured the same way in the same run.',
+        `Service on one CPU (\`${need(r, 'pinning').service}\`), driver on the other` +
+          (r.driver_node_flags?.length
+            ? ` (node \`${r.driver_node_flags.join(' ')}\`)`
+            : ' (node defaults)') +
+          '; a bare grpc-js server answering a canned answer measured the same way in the same run.',
         '',
         table(
           [
@@ -152,6 +155,19 @@ export const FLEET_SECTIONS = [
                 (pc.clean_target_below_bare_floor
                   ? ` — the p99 target of ${need(r, 'config').p99_target_ms} ms sits below what this machine gives a ` +
                     'server that only answers a canned message.'
+                  : '.'),
+              '',
+            ]
+          : []),
+        ...(pc.clean_rate != null && pc.cpu_ms_per_call_at_clean != null
+          ? [
+              `Clean rate ${pc.clean_rate}/s (${pct(pc.clean_share_of_saturation)} of saturation), ` +
+                `${pc.cpu_ms_per_call_at_clean} ms of server CPU a call there` +
+                (pc.cpu_ratio_to_bare_at_clean_rate != null
+                  ? `: ${pc.cpu_ratio_to_bare_at_clean_rate}× the bare server's ${pc.bare_cpu_ms_per_call_at_clean_rate} ms at the same rate`
+                  : '') +
+                (pc.cpu_ratio_to_bare != null
+                  ? `, ${pc.cpu_ratio_to_bare}× its cheapest call (${pc.bare_cpu_ms_per_call} ms, at its highest clean rate).`
                   : '.'),
               '',
             ]
