@@ -30,6 +30,15 @@ export const TOKEN_ENV = 'IBEX_CONTEXT_TOKEN';
 /** Client receive cap, above the largest valid answer (the service's CLIENT_RECEIVE_BYTES_NEEDED). */
 export const MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * HTTP/2 receive window of the clients' channels, per stream and per connection, bytes. grpc-js keeps
+ * HTTP/2's 64 KiB otherwise: an answer of ~600 memories (~170 KB) then waits for window updates from this
+ * process's event loop two or three times, and answers in flight together share one 64 KiB connection
+ * window, so at a replay's pace answers the service had sent in ~30 ms reached the caller hundreds of ms
+ * later (docs/deploy.md, "Clients").
+ */
+export const RECEIVE_WINDOW_BYTES = MAX_RECEIVE_MESSAGE_BYTES;
+
 export interface CallOptions {
   /** Caller deadline, ms from now (sent as grpc-timeout). Omitted = no deadline. */
   deadlineMs?: number;
@@ -190,10 +199,15 @@ export function unaryCall<Res>(
   });
 }
 
-/** A grpc-js `Client` with the 16 MiB receive cap (`grpc.use_local_subchannel_pool: 1`: own connection). */
+/**
+ * A grpc-js `Client` with the 16 MiB receive cap and a receive window of the same size
+ * ({@link RECEIVE_WINDOW_BYTES}); `extra` and `conn.channelOptions` override them
+ * (`grpc.use_local_subchannel_pool: 1`: own connection).
+ */
 export function createRawClient(conn: ConnectionOptions, extra: ChannelOptions = {}): Client {
   const options: ChannelOptions = {
     'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
+    'grpc-node.flow_control_window': RECEIVE_WINDOW_BYTES,
     ...extra,
     ...conn.channelOptions,
   };
