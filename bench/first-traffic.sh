@@ -6,7 +6,8 @@
 # usage: bench/first-traffic.sh <locomo dir> [starts=3] [base port=20200] [postgres url]
 # Needs `npm run build`. Ingests LoCoMo into a temporary embedded store; the memory path serves that store
 # through `ibex-context memory-server` (started once, before the first start). With a PostgreSQL URL (a
-# database this script may fill: it replaces the LoCoMo agents there), the postgres path runs too.
+# database this script may fill: it replaces the LoCoMo agents there), the postgres path runs too, with
+# `psql` vacuuming the memories table before each start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib/locomo-service.sh
@@ -36,6 +37,9 @@ for path in "${paths[@]}"; do
       extra=(IBEX_CONTEXT_MEMORY_BASE_URL="http://127.0.0.1:$((port + 10))" IBEX_CONTEXT_MEMORY_API_TOKEN=bench)
     elif [ "$path" = postgres ]; then
       extra=(IBEX_CONTEXT_POSTGRES_URL="$pg_url")
+      # Each start meets the table as autovacuum (PostgreSQL's default) would leave it, not with the dead
+      # row versions the previous start's inclusion counts left on a server that runs without it.
+      psql "$pg_url" -qc 'VACUUM (ANALYZE) ibex_context.memories' > /dev/null
     elif [ "$path" = readme-order ]; then
       extra=(IBEX_CONTEXT_EMBEDDED_DB="$tmp/readme-$k.db")
     fi
