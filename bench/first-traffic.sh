@@ -44,7 +44,7 @@ for path in "${paths[@]}"; do
       extra=(IBEX_CONTEXT_EMBEDDED_DB="$tmp/readme-$k.db")
     fi
     env "${extra[@]}" IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$port" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((port + 1))" \
-      node --initial-old-space-size=128 --v8-pool-size=0 --no-allocation-site-pretenuring dist/src/tools/cli/main.js serve > "$tmp/serve.log" 2>&1 &
+      "${SERVICE_NODE[@]}" serve > "$tmp/serve.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$((port + 1))/readyz" > /dev/null && break; sleep 0.25; done
     if [ "$path" = readme-order ]; then

@@ -19,7 +19,7 @@ trap cleanup EXIT
 bench_store "${1:-../shared/datasets/locomo10}"
 IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_LOG_LEVEL=warn \
   IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
-  node --initial-old-space-size=128 --v8-pool-size=0 --no-allocation-site-pretenuring dist/src/tools/cli/main.js serve >"$WORK/serve.log" 2>&1 &
+  "${SERVICE_NODE[@]}" serve >"$WORK/serve.log" 2>&1 &
 SERVICE=$!
 PIDS+=("$SERVICE")
 wait_ready "$((PORT + 1))" 150

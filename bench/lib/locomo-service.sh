@@ -1,6 +1,13 @@
 # Shared by the shell benches that replay LoCoMo against a service (bench/exact-tokens.sh, bench/first-traffic.sh,
 # bench/replay-busy.sh). Source it from the project root after `set -euo pipefail`.
 
+# The service's start command as `npm start` gives it: node with SERVICE_NODE_FLAGS (src/config/node-flags.ts,
+# read from the build, so the flags live in one place), then `serve`'s script. Needs `npm run build`.
+read -ra SERVICE_NODE < <(node --input-type=module -e \
+  "import { SERVICE_NODE_FLAGS } from './dist/src/config/node-flags.js'; console.log(['node', ...SERVICE_NODE_FLAGS].join(' '))")
+[ "${SERVICE_NODE[0]:-}" = node ] || { echo "cannot read SERVICE_NODE_FLAGS from dist/: run npm run build" >&2; exit 1; }
+SERVICE_NODE+=(dist/src/tools/cli/main.js)
+
 # bench_store <locomo dir>: a temporary work folder ($WORK, removed by the caller's EXIT trap), the service
 # command line ($CLI) and an embedded store ($DB) holding the LoCoMo conversations of $LOCOMO (<locomo dir>).
 bench_store() {
