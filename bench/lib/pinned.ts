@@ -86,35 +86,34 @@ export async function runBareFloor(
     if (pin) console.error(`bare grpc-js floor: ${pin}`);
     const addr = `127.0.0.1:${bare.port}`;
     await runLoad({ ...common, addr, rate: rates[0]!, durationS: 2 });
-    const steps: FloorStep[] = [];
-    for (const rate of rates) {
+    // One run against the bare server, with its CPU per answered call from /proc.
+    const measure = async (opts: Partial<LoadOptions>) => {
       const before = processCpuS(pid);
-      const r = await runLoad({ ...common, addr, rate, durationS: seconds });
-      const cpuS = processCpuS(pid) - before;
+      const r = await runLoad({ ...common, addr, durationS: seconds, ...opts });
       const answered = r.requests.completed;
-      steps.push({
-        rate,
+      return {
+        latency: r.latency_ms,
         achieved_rps: round(answered / r.duration_s),
-        p99_ms: r.latency_ms.p99,
-        errors: r.requests.error_total,
-        cpu_ms_per_call: msPerCall(cpuS, answered),
-      });
-      console.error(
-        `bare floor ${rate} rps: p99 ${r.latency_ms.p99} ms, ${steps.at(-1)!.cpu_ms_per_call} ms CPU/call`,
-      );
-    }
-    let single: FloorSingleCall | null = null;
-    if (singleCall) {
-      const before = processCpuS(pid);
-      const r = await runLoad({ ...common, addr, connections: 1, durationS: seconds });
-      const answered = r.requests.completed;
-      single = {
-        achieved_rps: round(answered / r.duration_s),
-        p50_ms: r.latency_ms.p50,
-        p99_ms: r.latency_ms.p99,
         errors: r.requests.error_total,
         cpu_ms_per_call: msPerCall(processCpuS(pid) - before, answered),
       };
+    };
+    const steps: FloorStep[] = [];
+    for (const rate of rates) {
+      const { latency, ...m } = await measure({ rate });
+      steps.push({
+        rate,
+        achieved_rps: m.achieved_rps,
+        p99_ms: latency.p99,
+        errors: m.errors,
+        cpu_ms_per_call: m.cpu_ms_per_call,
+      });
+      console.error(`bare floor ${rate} rps: p99 ${latency.p99} ms, ${m.cpu_ms_per_call} ms CPU/call`);
+    }
+    let single: FloorSingleCall | null = null;
+    if (singleCall) {
+      const { latency, ...m } = await measure({ connections: 1 });
+      single = { ...m, p50_ms: latency.p50, p99_ms: latency.p99 };
       console.error(`bare floor, one call at a time: p50 ${single.p50_ms} ms, p99 ${single.p99_ms} ms`);
     }
     return { steps, pin, single };
