@@ -9,25 +9,65 @@ import { compareCodePoints } from '../../text/code-point-order.js';
 import { WriteWatch } from '../read-cache.js';
 import { BM25_B, BM25_K1 } from '../store-rows.js';
 
-/** Rows kept in a connection's per-agent statistics, all agents together (~60 bytes a row). */
+/** Rows kept in a connection's per-agent rows, all agents together (~150 bytes a row without text). */
 export const AGENT_ROWS_CACHE_ROWS = 200_000;
+/** Memory text kept with them, all agents together, in characters (UTF-16 code units). */
+export const AGENT_ROWS_CACHE_CHARS = 16 * 1024 * 1024;
+/** An agent with more text than this keeps its statistics and columns only; its hits' text is read by key. */
+export const AGENT_TEXT_MAX_CHARS = AGENT_ROWS_CACHE_CHARS / 8;
 
-/** One agent's rows as the ranking reads them, in row-key order. */
-interface AgentRows {
+/**
+ * One agent's rows as the search reads them, in row-key order: the ranking's statistics and every column a
+ * hit carries, so that a search reads no row from SQLite (reading ~500 rows by key cost more than ranking).
+ */
+export interface AgentRows {
   /** Row key → position in the arrays below. */
   index: Map<number, number>;
   pks: Float64Array;
   ids: string[];
+  orgIds: string[];
+  agentIds: string[];
+  categories: string[];
   confidence: Float64Array;
+  /** Code points, as stored (the content cap compares them). */
+  chars: Float64Array;
+  /** Epoch ms. */
+  createdAt: Float64Array;
+  usefulness: Float64Array;
+  inclusions: Float64Array;
+  /** The contents; `null` for an agent over {@link AGENT_TEXT_MAX_CHARS}. */
+  contents: string[] | null;
+  /** UTF-16 code units of `contents` (0 without them). */
+  textUnits: number;
   /** BM25's per-row factor (k1 + 1) / (1 + k1 (1 − b + b · chars / mean chars)). */
   norm: Float64Array;
 }
 
-/** A ranked row: its key and its BM25 score x (> 0). */
+/** A ranked row: its key, its position in the agent's rows and its BM25 score x (> 0). */
 export interface RankedRow {
   pk: number;
+  i: number;
   x: number;
 }
+
+/** A ranking and the agent's rows it indexes (as read at the same data version). */
+export interface Ranking {
+  agent: AgentRows;
+  ranked: RankedRow[];
+}
+
+type AgentColumns = [
+  pk: number,
+  id: string,
+  chars: number,
+  confidence: number,
+  orgId: string,
+  agentId: string,
+  category: string,
+  createdAt: number,
+  usefulness: number,
+  inclusions: number,
+];
 
 export interface AgentScope {
   /** Null: the agent in every org (the memory wire's read). */
@@ -37,25 +77,40 @@ export interface AgentScope {
 }
 
 /**
- * Per-connection BM25 ranking. Statistics (row count, mean length, per-row factors) are read once per
- * agent and kept until any commit to the database (`PRAGMA data_version`, checked on every search, and
- * this thread's own writes), at most {@link AGENT_ROWS_CACHE_ROWS} rows in all.
+ * Per-connection BM25 ranking. An agent's rows (statistics, columns and text) are read once and kept until
+ * any commit to the database (`PRAGMA data_version`, checked on every search, and this thread's own
+ * writes), at most {@link AGENT_ROWS_CACHE_ROWS} rows and {@link AGENT_ROWS_CACHE_CHARS} of text in all.
  */
 export class AgentBm25 {
-  readonly #rows: Database.Statement<{ org: string | null; agent: string }, [number, string, number, number]>;
+  readonly #rows: Database.Statement<{ org: string | null; agent: string }, AgentColumns>;
+  readonly #texts: Database.Statement<{ org: string | null; agent: string }, string>;
+  readonly #read: (at: AgentScope) => { columns: AgentColumns[]; texts: string[] | null };
   readonly #termRows: Database.Statement<[string], number>;
   readonly #watch: WriteWatch;
   readonly #cache = new Map<string, AgentRows>();
   #cachedRows = 0;
+  #cachedUnits = 0;
   #stamp = -1;
 
   constructor(db: Database.Database) {
+    const scope = 'WHERE agent_id = @agent AND (@org IS NULL OR org_id = @org) ORDER BY pk';
     this.#rows = db
-      .prepare<{ org: string | null; agent: string }, [number, string, number, number]>(
-        `SELECT pk, id, chars, confidence FROM memories
-         WHERE agent_id = @agent AND (@org IS NULL OR org_id = @org) ORDER BY pk`,
+      .prepare<{ org: string | null; agent: string }, AgentColumns>(
+        `SELECT pk, id, chars, confidence, org_id, agent_id, category, created_at, usefulness, inclusions
+         FROM memories ${scope}`,
       )
       .raw(true);
+    this.#texts = db
+      .prepare<{ org: string | null; agent: string }, string>(`SELECT content FROM memories ${scope}`)
+      .pluck();
+    // One read transaction: the texts belong to the same rows as the columns.
+    this.#read = db.transaction((at: AgentScope) => {
+      const params = { org: at.org, agent: at.agent };
+      const columns = this.#rows.all(params);
+      let chars = 0;
+      for (const r of columns) chars += r[2];
+      return { columns, texts: chars <= AGENT_TEXT_MAX_CHARS ? this.#texts.all(params) : null };
+    });
     this.#termRows = db
       .prepare<[string], number>('SELECT rowid FROM memories_fts WHERE memories_fts MATCH ?')
       .pluck();
@@ -68,7 +123,7 @@ export class AgentBm25 {
    * 0.5)/(n + 0.5)) over the agent's N rows, n of which hold the term. A term counts once per row. Ties go
    * to the lower memory id; rows under `minConfidence` are left out; at most `limit` rows.
    */
-  rank(scope: string, at: AgentScope, terms: readonly string[], limit: number): RankedRow[] {
+  rank(scope: string, at: AgentScope, terms: readonly string[], limit: number): Ranking {
     const matches = terms.map((t) => this.#termRows.all(`scope:${scope} AND content:${t}`));
     let rows = this.#agentRows(at, false);
     let positions = matches.map((pks) => knownPositions(rows, pks));
@@ -93,7 +148,7 @@ export class AgentBm25 {
     const kept =
       at.minConfidence > 0 ? touched.filter((i) => rows.confidence[i]! >= at.minConfidence) : touched;
     kept.sort((a, b) => x[b]! - x[a]! || compareCodePoints(rows.ids[a]!, rows.ids[b]!));
-    return kept.slice(0, limit).map((i) => ({ pk: rows.pks[i]!, x: x[i]! }));
+    return { agent: rows, ranked: kept.slice(0, limit).map((i) => ({ pk: rows.pks[i]!, i, x: x[i]! })) };
   }
 
   #agentRows(at: AgentScope, reload: boolean): AgentRows {
@@ -101,6 +156,7 @@ export class AgentBm25 {
     if (stamp !== this.#stamp) {
       this.#cache.clear();
       this.#cachedRows = 0;
+      this.#cachedUnits = 0;
       this.#stamp = stamp;
     }
     const key = `${at.org}|${at.agent}`;
@@ -115,36 +171,65 @@ export class AgentBm25 {
     if (old !== undefined) {
       this.#cache.delete(key);
       this.#cachedRows -= old.ids.length;
+      this.#cachedUnits -= old.textUnits;
     }
-    const raw = this.#rows.all({ org: at.org, agent: at.agent });
-    const n = raw.length;
-    let chars = 0;
-    for (const r of raw) chars += r[2];
-    const mean = Math.max(1, chars / Math.max(1, n));
-    const rows: AgentRows = {
-      index: new Map(),
-      pks: new Float64Array(n),
-      ids: new Array<string>(n),
-      confidence: new Float64Array(n),
-      norm: new Float64Array(n),
-    };
-    for (let i = 0; i < n; i++) {
-      const [pk, id, c, confidence] = raw[i]!;
-      rows.index.set(pk, i);
-      rows.pks[i] = pk;
-      rows.ids[i] = id;
-      rows.confidence[i] = confidence;
-      rows.norm[i] = (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B + (BM25_B * c) / mean));
-    }
-    while (this.#cache.size > 0 && this.#cachedRows + n > AGENT_ROWS_CACHE_ROWS) {
+    const rows = agentRows(this.#read(at));
+    const n = rows.ids.length;
+    while (
+      this.#cache.size > 0 &&
+      (this.#cachedRows + n > AGENT_ROWS_CACHE_ROWS ||
+        this.#cachedUnits + rows.textUnits > AGENT_ROWS_CACHE_CHARS)
+    ) {
       const [oldest, evicted] = this.#cache.entries().next().value as [string, AgentRows];
       this.#cache.delete(oldest);
       this.#cachedRows -= evicted.ids.length;
+      this.#cachedUnits -= evicted.textUnits;
     }
     this.#cache.set(key, rows);
     this.#cachedRows += n;
+    this.#cachedUnits += rows.textUnits;
     return rows;
   }
+}
+
+function agentRows({ columns, texts }: { columns: AgentColumns[]; texts: string[] | null }): AgentRows {
+  const n = columns.length;
+  let chars = 0;
+  for (const r of columns) chars += r[2];
+  const mean = Math.max(1, chars / Math.max(1, n));
+  const rows: AgentRows = {
+    index: new Map(),
+    pks: new Float64Array(n),
+    ids: new Array<string>(n),
+    orgIds: new Array<string>(n),
+    agentIds: new Array<string>(n),
+    categories: new Array<string>(n),
+    confidence: new Float64Array(n),
+    chars: new Float64Array(n),
+    createdAt: new Float64Array(n),
+    usefulness: new Float64Array(n),
+    inclusions: new Float64Array(n),
+    contents: texts,
+    textUnits: 0,
+    norm: new Float64Array(n),
+  };
+  for (let i = 0; i < n; i++) {
+    const [pk, id, c, confidence, orgId, agentId, category, createdAt, usefulness, inclusions] = columns[i]!;
+    rows.index.set(pk, i);
+    rows.pks[i] = pk;
+    rows.ids[i] = id;
+    rows.orgIds[i] = orgId;
+    rows.agentIds[i] = agentId;
+    rows.categories[i] = category;
+    rows.confidence[i] = confidence;
+    rows.chars[i] = c;
+    rows.createdAt[i] = createdAt;
+    rows.usefulness[i] = usefulness;
+    rows.inclusions[i] = inclusions;
+    rows.norm[i] = (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B + (BM25_B * c) / mean));
+  }
+  if (texts !== null) for (const t of texts) rows.textUnits += t.length;
+  return rows;
 }
 
 /** Positions in `rows` of the rows of `pks` it holds (a row written after it was read is not there). */

@@ -30,7 +30,7 @@ import {
 } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT, setScoringInputs, type ValidatedHits } from '../validate.js';
 import { queriesFromContents } from '../warm-memories.js';
-import { AgentBm25 } from './agent-bm25.js';
+import { AgentBm25, type RankedRow } from './agent-bm25.js';
 import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
 import { prepareConnection } from './store-schema.js';
@@ -330,23 +330,24 @@ export class EmbeddedStore extends EmbeddedWriter {
     const p = this.#params(orgId, agentId, options, SEARCH_LIMIT);
     const terms = toFtsTerms(query);
     if (terms === null) return { p, rows: [] };
-    const ranked = this.#bm25.rank(scopeToken(p.org, p.agent), p, terms, p.limit);
-    const byKey = new Map<number, RawMemoryRow>();
-    if (ranked.length > 0) {
-      for (const row of this.#rowsByKey.all({
-        pks: JSON.stringify(ranked.map((r) => r.pk)),
-        maxChars: p.maxChars,
-      })) {
-        byKey.set((row as unknown[]).pop() as number, row);
+    const { agent, ranked } = this.#bm25.rank(scopeToken(p.org, p.agent), p, terms, p.limit);
+    const rows = agent.contents === null ? this.#rankedByKey(ranked, p.maxChars) : [];
+    if (agent.contents !== null) {
+      const contents = agent.contents;
+      for (const { i, x } of ranked) {
+        rows.push([
+          agent.ids[i]!,
+          agent.orgIds[i]!,
+          agent.agentIds[i]!,
+          agent.chars[i]! <= p.maxChars ? contents[i]! : null,
+          agent.categories[i]!,
+          agent.confidence[i]!,
+          agent.createdAt[i]!,
+          agent.usefulness[i]!,
+          agent.inclusions[i]!,
+          -x,
+        ]);
       }
-    }
-    const rows: RawMemoryRow[] = [];
-    for (const { pk, x } of ranked) {
-      const row = byKey.get(pk);
-      // Deleted since the ranking read it.
-      if (row === undefined) continue;
-      row[SCORE] = -x;
-      rows.push(row);
     }
     const parents = Math.min(rows.length, neighbourArg(options.neighbours));
     if (parents === 0)
@@ -377,6 +378,25 @@ export class EmbeddedStore extends EmbeddedWriter {
         similarity: x / (1 + x),
       })),
     };
+  }
+
+  /** Ranked rows read by key, for an agent whose text the ranking does not keep; score = −x. */
+  #rankedByKey(ranked: readonly RankedRow[], maxChars: number): RawMemoryRow[] {
+    const byKey = new Map<number, RawMemoryRow>();
+    if (ranked.length > 0) {
+      for (const row of this.#rowsByKey.all({ pks: JSON.stringify(ranked.map((r) => r.pk)), maxChars })) {
+        byKey.set((row as unknown[]).pop() as number, row);
+      }
+    }
+    const rows: RawMemoryRow[] = [];
+    for (const { pk, x } of ranked) {
+      const row = byKey.get(pk);
+      // Deleted since the ranking read it.
+      if (row === undefined) continue;
+      row[SCORE] = -x;
+      rows.push(row);
+    }
+    return rows;
   }
 
   /** The stored envelope (frozen, cached until a write), or `null`. Throws as {@link hot}. */

@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs';
+import Database from 'better-sqlite3';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../../../src/config/settings.js';
 import { retrieve } from '../../../src/retrieval/retrieve.js';
 import { createSources } from '../../../src/retrieval/sources.js';
+import { AGENT_TEXT_MAX_CHARS } from '../../../src/retrieval/sqlite/agent-bm25.js';
 import { bm25ToSimilarity, EmbeddedStore } from '../../../src/retrieval/sqlite/embedded-store.js';
 import { validateHits } from '../../../src/retrieval/validate.js';
 import { contentText } from '../../../src/text/content-bytes.js';
@@ -202,6 +204,69 @@ describe('EmbeddedStore (contract.md §4.3)', () => {
     const after = fx.store.search(ORG, AGENT, 'memory about chess');
     expect(after.map((h) => h.memory.id)).toEqual(before.map((h) => h.memory.id));
     expect(after[0]!.similarity).not.toBe(before[0]!.similarity);
+  });
+
+  it("a search's hits are the rows as stored now, whether the agent's rows are kept in memory or read by key", () => {
+    // Over the kept-text bound, the big agent's hits are read by key; the small one's come from memory.
+    const bigAgent = randomUUID();
+    const perRow = 60_000;
+    const bigRows = Array.from({ length: Math.ceil(AGENT_TEXT_MAX_CHARS / perRow) + 1 }, (_, i) =>
+      memoryRow(ORG, bigAgent, `sailing log ${i} ${'x'.repeat(perRow)}`, i),
+    );
+    const smallRows = Array.from({ length: 12 }, (_, i) =>
+      memoryRow(ORG, AGENT, `sailing log ${i} short`, i),
+    );
+    fx.store.upsertMemories([...bigRows, ...smallRows]);
+    const direct = new Database(fx.file, { readonly: true });
+    const stored = direct.prepare<[string], Record<string, unknown>>('SELECT * FROM memories WHERE id = ?');
+    const expectStored = (agent: string, maxChars?: number) => {
+      const found = fx.store.searchHits(ORG, agent, 'sailing log', { limit: 600, maxChars });
+      expect(found.hits.length + found.oversize).toBeGreaterThan(10);
+      for (const h of found.hits) {
+        const row = stored.get(h.memory_id)!;
+        expect([h.org_id, h.agent_id, contentText(h.content), h.category, h.confidence]).toEqual([
+          row.org_id,
+          row.agent_id,
+          row.content,
+          row.category,
+          row.confidence,
+        ]);
+        expect([h.created_at_ms, h.usefulness, h.inclusions]).toEqual([
+          row.created_at,
+          row.usefulness,
+          row.inclusions,
+        ]);
+      }
+      return found;
+    };
+    try {
+      for (const agent of [AGENT, bigAgent]) expectStored(agent);
+      expect(expectStored(bigAgent, 1_000).oversize).toBe(bigRows.length);
+      expect(expectStored(AGENT, 1_000).oversize).toBe(0);
+      // This connection's inclusion counts, another connection's feedback and content: seen by the next search.
+      fx.store.addInclusions([
+        { orgId: ORG, memoryId: smallRows[2]!.id, count: 4 },
+        { orgId: ORG, memoryId: bigRows[2]!.id, count: 5 },
+      ]);
+      const other = EmbeddedStore.open(fx.file, { cache: false });
+      try {
+        other.recordFeedback(ORG, [smallRows[3]!.id, bigRows[3]!.id], 'helpful');
+        other.upsertMemories([{ ...smallRows[4]!, content: 'sailing log rewritten' }]);
+      } finally {
+        other.close();
+      }
+      const small = expectStored(AGENT);
+      expect(small.hits.find((h) => h.memory_id === smallRows[2]!.id)?.inclusions).toBe(4);
+      expect(small.hits.find((h) => h.memory_id === smallRows[3]!.id)?.usefulness).toBeGreaterThan(0.5);
+      expect(contentText(small.hits.find((h) => h.memory_id === smallRows[4]!.id)!.content)).toBe(
+        'sailing log rewritten',
+      );
+      const big = expectStored(bigAgent);
+      expect(big.hits.find((h) => h.memory_id === bigRows[2]!.id)?.inclusions).toBe(5);
+      expect(big.hits.find((h) => h.memory_id === bigRows[3]!.id)?.usefulness).toBeGreaterThan(0.5);
+    } finally {
+      direct.close();
+    }
   });
 
   it('maps bm25 into [0,1) with s = x/(1+x), x = -bm25', () => {
