@@ -13,6 +13,8 @@ import { BM25_B, BM25_K1 } from '../store-rows.js';
 export const AGENT_ROWS_CACHE_ROWS = 200_000;
 /** Memory text kept with them, all agents together, in characters (UTF-16 code units). */
 export const AGENT_ROWS_CACHE_CHARS = 16 * 1024 * 1024;
+/** Positions of term postings kept per row of an agent (a term costs its matches + 1). */
+export const POSTINGS_PER_ROW = 8;
 /** An agent with more text than this keeps its statistics and columns only; its hits' text is read by key. */
 export const AGENT_TEXT_MAX_CHARS = AGENT_ROWS_CACHE_CHARS / 8;
 
@@ -41,6 +43,10 @@ export interface AgentRows {
   textUnits: number;
   /** BM25's per-row factor (k1 + 1) / (1 + k1 (1 − b + b · chars / mean chars)). */
   norm: Float64Array;
+  /** Query term (FTS5 expression) → positions of the rows it matches, read once per term. */
+  postings: Map<string, Int32Array>;
+  /** Positions the postings may still take: {@link POSTINGS_PER_ROW} per row, plus one per term. */
+  postingRoom: number;
 }
 
 /** A ranked row: its key, its position in the agent's rows and its BM25 score x (> 0). */
@@ -124,13 +130,12 @@ export class AgentBm25 {
    * to the lower memory id; rows under `minConfidence` are left out; at most `limit` rows.
    */
   rank(scope: string, at: AgentScope, terms: readonly string[], limit: number): Ranking {
-    const matches = terms.map((t) => this.#termRows.all(`scope:${scope} AND content:${t}`));
     let rows = this.#agentRows(at, false);
-    let positions = matches.map((pks) => knownPositions(rows, pks));
-    // A row written after the statistics were read, within the same data version: read them again once.
-    if (positions.some((held, t) => held.length < matches[t]!.length)) {
+    let positions = this.#positions(rows, scope, terms, true);
+    // A row written after the agent's rows were read, within the same data version: read them again once.
+    if (positions === null) {
       rows = this.#agentRows(at, true);
-      positions = matches.map((pks) => knownPositions(rows, pks));
+      positions = this.#positions(rows, scope, terms, false)!;
     }
     const n = rows.ids.length;
     const x = new Float64Array(n);
@@ -149,6 +154,28 @@ export class AgentBm25 {
       at.minConfidence > 0 ? touched.filter((i) => rows.confidence[i]! >= at.minConfidence) : touched;
     kept.sort((a, b) => x[b]! - x[a]! || compareCodePoints(rows.ids[a]!, rows.ids[b]!));
     return { agent: rows, ranked: kept.slice(0, limit).map((i) => ({ pk: rows.pks[i]!, i, x: x[i]! })) };
+  }
+
+  /**
+   * Each term's matching rows as positions in `rows`, from the agent's postings or one MATCH (kept while
+   * there is room). `strict`: null when a MATCH finds a row `rows` does not hold.
+   */
+  #positions(rows: AgentRows, scope: string, terms: readonly string[], strict: boolean): Int32Array[] | null {
+    const out: Int32Array[] = [];
+    for (const t of terms) {
+      let held = rows.postings.get(t);
+      if (held === undefined) {
+        const pks = this.#termRows.all(`scope:${scope} AND content:${t}`);
+        held = knownPositions(rows, pks);
+        if (held.length < pks.length && strict) return null;
+        if (rows.postingRoom >= held.length) {
+          rows.postings.set(t, held);
+          rows.postingRoom -= held.length + 1;
+        }
+      }
+      out.push(held);
+    }
+    return out;
   }
 
   #agentRows(at: AgentScope, reload: boolean): AgentRows {
@@ -212,6 +239,8 @@ function agentRows({ columns, texts }: { columns: AgentColumns[]; texts: string[
     contents: texts,
     textUnits: 0,
     norm: new Float64Array(n),
+    postings: new Map(),
+    postingRoom: POSTINGS_PER_ROW * n + 1024,
   };
   for (let i = 0; i < n; i++) {
     const [pk, id, c, confidence, orgId, agentId, category, createdAt, usefulness, inclusions] = columns[i]!;
@@ -233,11 +262,12 @@ function agentRows({ columns, texts }: { columns: AgentColumns[]; texts: string[
 }
 
 /** Positions in `rows` of the rows of `pks` it holds (a row written after it was read is not there). */
-function knownPositions(rows: AgentRows, pks: readonly number[]): number[] {
-  const held: number[] = [];
+function knownPositions(rows: AgentRows, pks: readonly number[]): Int32Array {
+  const held = new Int32Array(pks.length);
+  let k = 0;
   for (const pk of pks) {
     const i = rows.index.get(pk);
-    if (i !== undefined) held.push(i);
+    if (i !== undefined) held[k++] = i;
   }
-  return held;
+  return k === pks.length ? held : held.slice(0, k);
 }
