@@ -22,7 +22,7 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 run() { # $1 label, $2 exact (true/false), $3 catalog for the replay check ('' = built-in)
   IBEX_CONTEXT_EMBEDDED_DB="$DB" IBEX_CONTEXT_EXACT_TOKENS="$2" IBEX_CONTEXT_LOG_LEVEL=warn \
     IBEX_CONTEXT_GRPC_ADDR="127.0.0.1:$PORT" IBEX_CONTEXT_ADMIN_ADDR="127.0.0.1:$((PORT + 1))" \
-    node dist/src/tools/cli/main.js serve >"$WORK/$1.log" 2>&1 &
+    "${SERVICE_NODE[@]}" serve >"$WORK/$1.log" 2>&1 &
   local pid=$!
   wait_ready "$((PORT + 1))" 100
   # Warm-up calls (JIT, caches) are not measured.
