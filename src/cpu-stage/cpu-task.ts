@@ -234,7 +234,17 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
           }
         : { memory_id: ids[i]!, category: categories[i]!, content: content(i), date: dates?.[i] };
   }
-  const formatted = formatTask(input, budget, history, memories);
+  // Under BPE, counting the whole formatted context again cost most of the tokenizer's time on large
+  // answers; the budget's own sum of the parts (exact block costs, fixed parts, join allowances) bounds it.
+  const accounted =
+    budget && isBpeKind(budget.estimate_kind)
+      ? budget.directive_tokens +
+        budget.messages_tokens +
+        budget.tool_schemas_tokens +
+        budget.formatter_overhead_tokens +
+        r.total_tokens
+      : undefined;
+  const formatted = formatTask(input, budget, history, memories, accounted);
   const t3 = performance.now();
   calibrateFormatCost(selectedUnits, t3 - t2);
   return {
@@ -280,10 +290,11 @@ function formatTask(
   budget: TokenBudget | null,
   history: PreparedHistory,
   memories: SplicedMemory[],
+  accountedTokens?: number,
 ): Pick<CpuTaskOutput, 'assembled_context' | 'assembled_utf8' | 'tokens_used'> {
   const parts = { directive: input.directive, memories, toolSchemas: input.toolSchemas, nonce: input.nonce };
   if (budget) {
-    const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts);
+    const f = formatAssembly(spansOf(input), history, budget.estimate_kind, parts, accountedTokens);
     // Stays spliced: the main thread writes its spans as they are (gathered-send.ts).
     return { assembled_context: '', assembled_utf8: f.text, tokens_used: f.tokens_used };
   }

@@ -83,12 +83,17 @@ export function memoryText(m: SplicedMemory): FormatMemory {
       };
 }
 
-/** Formats the context (contract.md §9) as spliced UTF-8 with `tokens_used`: a bound for a measured history under BPE. */
+/**
+ * Formats the context (contract.md §9) as spliced UTF-8 with `tokens_used`: a bound for a measured history
+ * under BPE; under BPE with `accountedTokens` (the budget's sum of the answer's parts, itself an upper
+ * bound of the count) that sum, else the count of the whole text.
+ */
 export function formatAssembly(
   h: HistorySpans,
   prepared: PreparedHistory,
   kind: EstimateKind,
   parts: AssemblyParts,
+  accountedTokens?: number,
 ): { text: SplicedUtf8; tokens_used: number } {
   if (prepared.measure) {
     const f = formatSpliced({ ...parts, history: h, measure: prepared.measure });
@@ -104,5 +109,7 @@ export function formatAssembly(
   }).assembled_context;
   const out = new SplicedBuilder(h.source);
   out.text(context);
-  return { text: out.finish(), tokens_used: estimateTokens(context, kind) };
+  const tokens_used =
+    accountedTokens !== undefined && isBpeKind(kind) ? accountedTokens : estimateTokens(context, kind);
+  return { text: out.finish(), tokens_used };
 }

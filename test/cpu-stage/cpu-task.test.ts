@@ -20,8 +20,10 @@ import {
 } from '../../src/cpu-stage/cpu-task.js';
 import { formatContext } from '../../src/format/formatter.js';
 import { pack } from '../../src/pack/packer.js';
-import { nonceLength } from '../../src/text/nonce.js';
+import { bpeCount } from '../../src/text/bpe.js';
+import { generateNonce, nonceLength } from '../../src/text/nonce.js';
 import { monotonicNow } from '../../src/util/clock.js';
+import { splicedText } from '../../src/wire/spliced.js';
 
 function scalars(over: Partial<CpuTaskScalars> = {}): CpuTaskScalars {
   return taskScalars({
@@ -303,6 +305,76 @@ describe('runCpuTask', () => {
       );
       expect(Array.from(out.costs), kind).toEqual(expected);
     }
+  });
+
+  it("under BPE, tokens_used is the budget's sum of the answer's parts: never below the count of the answer, a few tokens above (property)", () => {
+    const gpt = CapabilityCatalog.create().resolve('gpt-4o');
+    const piece = fc.oneof(
+      fc.string({ maxLength: 12 }),
+      fc.string({ unit: 'grapheme', maxLength: 6 }),
+      fc.constantFrom(
+        '\n',
+        '\n\n',
+        '  ',
+        '\t',
+        '\r\n',
+        '<',
+        '>',
+        '&',
+        '"',
+        "'s ",
+        '</ibex_memory>',
+        '日本語',
+        '😀',
+        ' 12345',
+      ),
+    );
+    const text = fc.array(piece, { maxLength: 12 }).map((p) => p.join(''));
+    const candidate = fc.record({
+      category: fc.constantFrom('factual', 'episodic', 'a"b<c>'),
+      content: text,
+    });
+    let widest = 0;
+    fc.assert(
+      fc.property(
+        fc.constantFrom('bpe_o200k_base', 'bpe_cl100k_base'),
+        fc.array(candidate, { minLength: 0, maxLength: 6 }),
+        fc.option(text, { nil: null }),
+        fc.array(fc.record({ role: fc.constantFrom('user', 'assistant'), content: text }), { maxLength: 3 }),
+        fc.array(text, { maxLength: 2 }),
+        fc.boolean(),
+        (kind, rows, directive, recentMessages, toolSchemas, memoryDates) => {
+          const budgetModel = { ...gpt, policy: { ...gpt.policy, estimate_kind: kind } };
+          const cands: CpuCandidate[] = rows.map((r, i) => ({
+            ...candidates[0]!,
+            memory_id: `m-${i}`,
+            category: r.category,
+            content: r.content,
+            created_at_ms: Date.UTC(2024, 0, 1) + i * 86_400_000,
+          }));
+          const out = runCpuTask(
+            encodeCandidates(
+              cands,
+              scalars({
+                budgetModel,
+                nonceBytes: 16,
+                nonce: generateNonce(16),
+                directive,
+                recentMessages,
+                toolSchemas,
+                memoryDates,
+              }),
+            ),
+          );
+          const counted = bpeCount(splicedText(out.assembled_utf8!), kind);
+          expect(out.tokens_used).toBeGreaterThanOrEqual(counted);
+          widest = Math.max(widest, out.tokens_used! - counted);
+        },
+      ),
+      { numRuns: 200 },
+    );
+    // The nonce charged its characters, one token per section join and the last joiner: tens, not hundreds.
+    expect(widest).toBeLessThanOrEqual(64);
   });
 
   it('finishes on the greedy path, reason deadline, when the deadline is already inside the reserve', () => {
