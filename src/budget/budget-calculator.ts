@@ -40,6 +40,16 @@ export interface BudgetInput {
   counted?: { directive: number; messages: number };
 }
 
+/** Tokens of an answer's fixed parts: directive, history, tool schemas and formatter overhead (contract.md §6). */
+export function fixedPartsTokens(budget: TokenBudget): number {
+  return (
+    budget.directive_tokens +
+    budget.messages_tokens +
+    budget.tool_schemas_tokens +
+    budget.formatter_overhead_tokens
+  );
+}
+
 /** response_reserve = max(500, min(trunc(0.15 × window), max_output, 4096)) tokens. */
 export function responseReserve(contextWindow: number, maxOutputTokens: number): number {
   return Math.max(500, Math.min(Math.trunc(0.15 * contextWindow), maxOutputTokens, 4096));

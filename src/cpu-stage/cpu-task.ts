@@ -3,6 +3,7 @@ import { threadId } from 'node:worker_threads';
 import {
   calculateBudget,
   dateAttributeLength,
+  fixedPartsTokens,
   type TokenBudget,
   wrappedBlockLength,
   wrappedBlockTokens,
@@ -237,13 +238,7 @@ export function runCpuTask(input: CpuTaskInput): CpuTaskOutput {
   // Under BPE, counting the whole formatted context again cost most of the tokenizer's time on large
   // answers; the budget's own sum of the parts (exact block costs, fixed parts, join allowances) bounds it.
   const accounted =
-    budget && isBpeKind(budget.estimate_kind)
-      ? budget.directive_tokens +
-        budget.messages_tokens +
-        budget.tool_schemas_tokens +
-        budget.formatter_overhead_tokens +
-        r.total_tokens
-      : undefined;
+    budget && isBpeKind(budget.estimate_kind) ? fixedPartsTokens(budget) + r.total_tokens : undefined;
   const formatted = formatTask(input, budget, history, memories, accounted);
   const t3 = performance.now();
   calibrateFormatCost(selectedUnits, t3 - t2);

@@ -85,8 +85,8 @@ export function memoryText(m: SplicedMemory): FormatMemory {
 
 /**
  * Formats the context (contract.md §9) as spliced UTF-8 with `tokens_used`: a bound for a measured history
- * under BPE; under BPE with `accountedTokens` (the budget's sum of the answer's parts, itself an upper
- * bound of the count) that sum, else the count of the whole text.
+ * under BPE; else `accountedTokens` when given (the CPU stage's under BPE: the budget's sum of the answer's
+ * parts, an upper bound of the count), else the count of the whole text.
  */
 export function formatAssembly(
   h: HistorySpans,
@@ -109,7 +109,5 @@ export function formatAssembly(
   }).assembled_context;
   const out = new SplicedBuilder(h.source);
   out.text(context);
-  const tokens_used =
-    accountedTokens !== undefined && isBpeKind(kind) ? accountedTokens : estimateTokens(context, kind);
-  return { text: out.finish(), tokens_used };
+  return { text: out.finish(), tokens_used: accountedTokens ?? estimateTokens(context, kind) };
 }

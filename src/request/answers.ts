@@ -1,6 +1,6 @@
 /** The full answer from a CPU-stage result and the degraded one built on the main thread (contract.md §2, §10). */
 
-import { calculateBudget, type TokenBudget } from '../budget/budget-calculator.js';
+import { calculateBudget, fixedPartsTokens, type TokenBudget } from '../budget/budget-calculator.js';
 import type { ResolvedModel } from '../budget/catalog.js';
 import type { AssemblyParts, PreparedHistory } from '../format/assembly-text.js';
 import { formatAssembly, measuredHistory } from '../format/assembly-text.js';
@@ -134,13 +134,7 @@ type FormattedAssembly = ReturnType<typeof formatAssembly>;
 
 /** Most `tokens_used` a degraded answer with memories may reach: its fixed parts plus `usable_budget`. */
 export function degradedTokenLimit(budget: TokenBudget): number {
-  return (
-    budget.directive_tokens +
-    budget.messages_tokens +
-    budget.tool_schemas_tokens +
-    budget.formatter_overhead_tokens +
-    budget.usable_budget
-  );
+  return fixedPartsTokens(budget) + budget.usable_budget;
 }
 
 /** The kept memories and the answer formatted with them; null `formatted` when none fits. */

@@ -30,7 +30,7 @@ import {
 } from '../store-rows.js';
 import { HOT_LIMIT, SEARCH_LIMIT, setScoringInputs, type ValidatedHits } from '../validate.js';
 import { queriesFromContents } from '../warm-memories.js';
-import { AgentBm25, type RankedRow } from './agent-bm25.js';
+import { AgentBm25, type AgentRows, type RankedRow } from './agent-bm25.js';
 import { EmbeddedWriter } from './embedded-writes.js';
 import { LimitStatement } from './limit-statement.js';
 import { prepareConnection } from './store-schema.js';
@@ -92,6 +92,29 @@ function rawToHit(row: RawMemoryRow, similarity: number, rank: number, content: 
   if (Number.isFinite(row[6])) hit.created_at_ms = row[6];
   setScoringInputs(hit, row[7], row[8]);
   return hit;
+}
+
+/** Ranked rows built from the agent's kept rows, as {@link MEMORY_COLUMNS} reads them; score = −x. */
+function rankedFromAgent(
+  agent: AgentRows,
+  contents: readonly string[],
+  ranked: readonly RankedRow[],
+  maxChars: number,
+): RawMemoryRow[] {
+  return ranked.map(
+    ({ i, x }): RawMemoryRow => [
+      agent.ids[i]!,
+      agent.orgIds[i]!,
+      agent.agentIds[i]!,
+      agent.chars[i]! <= maxChars ? contents[i]! : null,
+      agent.categories[i]!,
+      agent.confidence[i]!,
+      agent.createdAt[i]!,
+      agent.usefulness[i]!,
+      agent.inclusions[i]!,
+      -x,
+    ],
+  );
 }
 
 /** A raw row as the named row `toHit` shapes into a memory-wire hit. */
@@ -331,24 +354,10 @@ export class EmbeddedStore extends EmbeddedWriter {
     const terms = toFtsTerms(query);
     if (terms === null) return { p, rows: [] };
     const { agent, ranked } = this.#bm25.rank(scopeToken(p.org, p.agent), p, terms, p.limit);
-    const rows = agent.contents === null ? this.#rankedByKey(ranked, p.maxChars) : [];
-    if (agent.contents !== null) {
-      const contents = agent.contents;
-      for (const { i, x } of ranked) {
-        rows.push([
-          agent.ids[i]!,
-          agent.orgIds[i]!,
-          agent.agentIds[i]!,
-          agent.chars[i]! <= p.maxChars ? contents[i]! : null,
-          agent.categories[i]!,
-          agent.confidence[i]!,
-          agent.createdAt[i]!,
-          agent.usefulness[i]!,
-          agent.inclusions[i]!,
-          -x,
-        ]);
-      }
-    }
+    const rows =
+      agent.contents === null
+        ? this.#rankedByKey(ranked, p.maxChars)
+        : rankedFromAgent(agent, agent.contents, ranked, p.maxChars);
     const parents = Math.min(rows.length, neighbourArg(options.neighbours));
     if (parents === 0)
       return { p, rows: rows.map((raw) => ({ raw, similarity: bm25ToSimilarity(raw[SCORE]!) })) };
